@@ -1,0 +1,222 @@
+"""Reading the binlog into change records (python-mysql-replication underneath).
+
+The reader starts at an offset, optionally stops at an end offset (inclusive of every event that
+ends at or before it), and otherwise reads to the binlog head (``follow=False``) or waits for new
+events (``follow=True``). It yields, in binlog order:
+
+- ``ChangeRecord`` for each row of the captured tables (an update that changes the row key becomes
+  a delete plus a create, as Debezium does);
+- ``SchemaChangeEvent`` for each DDL statement (never silently dropped);
+- ``TransactionCommitted`` after each committed transaction, whose offset is a safe resume point.
+
+Traps handled here (see the reference page): ``resume_stream=True`` so the start position is used,
+``is_mariadb`` left off (with it and no GTID the library starts at the first binlog), rotations
+tracked from RotateEvent's ``next_binlog``, end offsets compared as (file, position), and
+compressed transaction payloads rejected by preflight because the library drops them.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+from collections.abc import Collection, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent
+from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+from airflow_provider_mysqlcdc.cdc.binlog.table_map import column_from_table_map
+from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, Operation, SchemaChangeEvent
+from airflow_provider_mysqlcdc.cdc.records.values import ValueNormalizer
+from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
+from airflow_provider_mysqlcdc.cdc.source.server import check_offset_available
+
+log = logging.getLogger(__name__)
+
+#: Default server-id range for binlog connections; each connection takes a random id from it,
+#: because the server drops an older replica connection that registers with the same id.
+DEFAULT_SERVER_ID_RANGE = (5400, 6399)
+
+_DDL = re.compile(r"^\s*(/\*.*?\*/\s*)*(ALTER|CREATE|DROP|RENAME|TRUNCATE)\b", re.IGNORECASE | re.DOTALL)
+_TABLE_NAMES = re.compile(
+    r"\b(?:TABLE|TABLES|INTO|TO)\s+(?:IF\s+(?:NOT\s+)?EXISTS\s+)?((?:`(?:[^`]|``)+`|[\w$]+)(?:\s*\.\s*(?:`(?:[^`]|``)+`|[\w$]+))?)",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class TransactionCommitted:
+    offset: BinlogOffset
+    gtid: str | None = None
+
+
+BinlogItem = ChangeRecord | SchemaChangeEvent | TransactionCommitted
+
+
+def pick_server_id(server_id_range: tuple[int, int] = DEFAULT_SERVER_ID_RANGE) -> int:
+    low, high = server_id_range
+    return random.randint(low, high)
+
+
+class BinlogReader:
+    """Iterates the binlog of one server from ``start`` as change records of the captured tables."""
+
+    def __init__(
+        self,
+        source: SourceConfig,
+        *,
+        start: BinlogOffset,
+        end: BinlogOffset | None = None,
+        tables: Collection[TableId] | None = None,
+        key_columns: Mapping[TableId, tuple[str, ...]],
+        server_id: int | None = None,
+        follow: bool = False,
+        heartbeat_s: float = 1.0,
+    ):
+        self.source = source
+        self.start = start
+        self.end = end
+        self.tables = set(tables) if tables is not None else None
+        self.key_columns = dict(key_columns)
+        self.server_id = server_id if server_id is not None else pick_server_id()
+        self.follow = follow
+        self.heartbeat_s = heartbeat_s
+        #: the offset after the last event read, and after the last committed transaction
+        self.position = start
+        self.committed = start
+        self._gtid: str | None = None
+        self._normalizers: dict[tuple[TableId, tuple[Any, ...]], ValueNormalizer] = {}
+        self._stream: BinLogStreamReader | None = None
+
+    @classmethod
+    def for_schemas(cls, source: SourceConfig, schemas: Collection[TableSchema], **kwargs: Any) -> "BinlogReader":
+        return cls(
+            source,
+            tables=[s.table_id for s in schemas],
+            key_columns={s.table_id: s.key_columns for s in schemas},
+            **kwargs,
+        )
+
+    def __iter__(self) -> Iterator[BinlogItem]:
+        conn = self.source.connect()
+        try:
+            check_offset_available(conn, self.start)
+        finally:
+            conn.close()
+        if self.end is not None and self.end <= self.start:
+            return
+        self._stream = BinLogStreamReader(
+            connection_settings=self.source.replication_settings(),
+            server_id=self.server_id,
+            log_file=self.start.file,
+            log_pos=self.start.position,
+            resume_stream=True,
+            blocking=self.follow,
+            only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, QueryEvent, XidEvent, RotateEvent,
+                         GtidEvent, MariadbGtidEvent],
+            only_schemas=sorted({t.database for t in self.tables}) if self.tables else None,
+            slave_heartbeat=self.heartbeat_s if self.follow else None,
+        )
+        current_file = self.start.file
+        try:
+            for event in self._stream:
+                if isinstance(event, RotateEvent):
+                    current_file = event.next_binlog
+                    self.position = BinlogOffset(current_file, max(int(event.position), 4))
+                    continue
+                end_pos = int(event.packet.log_pos)
+                if end_pos == 0:  # artificial events sent on connect
+                    continue
+                offset = BinlogOffset(current_file, end_pos)
+                if self.end is not None and offset > self.end:
+                    break
+                self.position = offset
+                yield from self._handle(event, offset)
+                if self.end is not None and offset >= self.end:
+                    break
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+
+    # --- events ----------------------------------------------------------------------------------
+    def _handle(self, event: Any, offset: BinlogOffset) -> Iterator[BinlogItem]:
+        if isinstance(event, (GtidEvent, MariadbGtidEvent)):
+            self._gtid = str(event.gtid)
+        elif isinstance(event, XidEvent):
+            self.committed = offset
+            yield TransactionCommitted(offset, self._gtid)
+        elif isinstance(event, QueryEvent):
+            yield from self._handle_query(event, offset)
+        else:
+            table_id = TableId(event.schema, event.table)
+            if self.tables is None or table_id in self.tables:
+                yield from self._rows(event, table_id, offset)
+
+    def _handle_query(self, event: Any, offset: BinlogOffset) -> Iterator[BinlogItem]:
+        statement = event.query if isinstance(event.query, str) else event.query.decode("utf-8", "replace")
+        if statement.strip().upper() == "COMMIT":  # end of a non-transactional engine's statement
+            self.committed = offset
+            yield TransactionCommitted(offset, self._gtid)
+            return
+        if not _DDL.match(statement):
+            return
+        database = event.schema.decode() if isinstance(event.schema, bytes) else str(event.schema or "")
+        table_ids = tuple(TableId.parse(name, database) for name in _TABLE_NAMES.findall(statement) if database or "." in name)
+        if self.tables is not None and table_ids and not (set(table_ids) & self.tables):
+            self.committed = offset
+            return
+        log.warning("DDL at %s: %s", offset, statement)
+        yield SchemaChangeEvent(database, statement, offset, table_ids, int(event.timestamp) * 1000)
+        # DDL commits implicitly: the offset after it is a safe resume point.
+        self.committed = offset
+        yield TransactionCommitted(offset, self._gtid)
+
+    def _normalizer(self, event: Any, table_id: TableId) -> ValueNormalizer:
+        signature = tuple((c.name, c.type, c.unsigned, c.character_set_name, getattr(c, "max_length", None),
+                           tuple(c.set_values or ()), tuple(c.enum_values or ())) for c in event.columns)
+        key = (table_id, signature)
+        normalizer = self._normalizers.get(key)
+        if normalizer is None:
+            columns = tuple(column_from_table_map(c) for c in event.columns)
+            normalizer = ValueNormalizer(TableSchema(table_id, columns, self.key_columns.get(table_id, ())))
+            self._normalizers[key] = normalizer
+        return normalizer
+
+    def _rows(self, event: Any, table_id: TableId, offset: BinlogOffset) -> Iterator[ChangeRecord]:
+        normalizer = self._normalizer(event, table_id)
+        keys = self.key_columns.get(table_id, ())
+        ts = int(event.timestamp) * 1000
+        common = dict(table_id=table_id, offset=offset, gtid=self._gtid, timestamp_ms=ts)
+        for index, row in enumerate(event.rows):
+            if isinstance(event, WriteRowsEvent):
+                after = normalizer.row(_raw(row["values"], row.get("none_sources")))
+                yield ChangeRecord(Operation.CREATE, before=None, after=after, row=index, **common)
+            elif isinstance(event, DeleteRowsEvent):
+                before = normalizer.row(_raw(row["values"], row.get("none_sources")))
+                yield ChangeRecord(Operation.DELETE, before=before, after=None, row=index, **common)
+            else:
+                before = normalizer.row(_raw(row["before_values"], row.get("before_none_sources")))
+                after = normalizer.row(_raw(row["after_values"], row.get("after_none_sources")))
+                if keys and any(before[k] != after[k] for k in keys):
+                    yield ChangeRecord(Operation.DELETE, before=before, after=None, row=index, part=0, **common)
+                    yield ChangeRecord(Operation.CREATE, before=None, after=after, row=index, part=1, **common)
+                else:
+                    yield ChangeRecord(Operation.UPDATE, before=before, after=after, row=index, **common)
+
+
+def _raw(values: dict[str, Any], none_sources: dict[str, str] | None) -> dict[str, Any]:
+    """Undo the library's None for an empty SET (it is '' in SQL, not NULL)."""
+    if none_sources:
+        for name, source in none_sources.items():
+            if source == "empty set":
+                values[name] = ""
+    return values

@@ -1,0 +1,106 @@
+"""Binlog offsets: a point in one server's binlog, totally ordered, JSON round-trip.
+
+An offset is a point *between* events: ``(file, position)`` where ``position`` is the byte offset
+at which the next event starts (what ``SHOW MASTER STATUS`` reports and what python-mysql-replication
+calls ``log_pos`` of the event before). A change record carries the offset at the *end* of its event,
+so "record is after watermark W" is simply ``record.offset > W``.
+
+Binlog file names are ``<basename>.<number>``; offsets of one server order by (number, position).
+The GTID set, where the server has one, is carried along for humans and failover, not for ordering.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import total_ordering
+from typing import Any
+
+from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
+
+
+def binlog_file_number(file: str) -> int:
+    """The sequence number of a binlog file name (``mysql-bin.000042`` -> 42)."""
+    _, _, suffix = file.rpartition(".")
+    if not suffix.isdigit():
+        raise ConfigurationError(
+            f"Malformed binlog file name {file!r}: expected '<basename>.<number>', e.g. 'binlog.000042'."
+        )
+    return int(suffix)
+
+
+@total_ordering
+@dataclass(frozen=True)
+class BinlogOffset:
+    file: str
+    position: int
+    gtid_set: str | None = None
+
+    def __post_init__(self) -> None:
+        binlog_file_number(self.file)  # validates the name
+        if not isinstance(self.position, int) or self.position < 4:
+            raise ConfigurationError(
+                f"Malformed binlog position {self.position!r} in {self.file}: positions are integers >= 4."
+            )
+
+    @property
+    def sort_key(self) -> tuple[int, int]:
+        return (binlog_file_number(self.file), self.position)
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, BinlogOffset):
+            return NotImplemented
+        return self.sort_key < other.sort_key
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, BinlogOffset):
+            return NotImplemented
+        return self.sort_key == other.sort_key
+
+    def __hash__(self) -> int:
+        return hash(self.sort_key)
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.position}"
+
+    # --- serialisation ---------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"file": self.file, "position": self.position}
+        if self.gtid_set:
+            data["gtid_set"] = self.gtid_set
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "BinlogOffset":
+        try:
+            return cls(file=str(data["file"]), position=int(data["position"]), gtid_set=data.get("gtid_set"))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigurationError(
+                f"Malformed binlog offset {data!r}: expected {{'file': 'binlog.000001', 'position': 4}}."
+            ) from exc
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "BinlogOffset":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigurationError(f"Malformed binlog offset JSON {text!r}: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ConfigurationError(f"Malformed binlog offset {text!r}: expected a JSON object.")
+        return cls.from_dict(data)
+
+    @classmethod
+    def parse(cls, text: str) -> "BinlogOffset":
+        """Accept ``file:position`` (as printed) or the JSON form."""
+        text = text.strip()
+        if text.startswith("{"):
+            return cls.from_json(text)
+        file, sep, pos = text.rpartition(":")
+        if not sep or not pos.isdigit():
+            raise ConfigurationError(
+                f"Malformed binlog offset {text!r}: expected 'binlog.000042:1234' or a JSON object."
+            )
+        return cls(file=file, position=int(pos))

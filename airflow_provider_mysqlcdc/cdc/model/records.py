@@ -1,0 +1,83 @@
+"""The change-record model shared by the snapshot and the binlog paths (Debezium-like).
+
+``op`` is read / create / update / delete; ``before`` and ``after`` are normalised rows
+(records/values.py). An update never changes the row key: the binlog reader turns such an update
+into a delete of the old key plus a create of the new one, at the same offset, as Debezium does.
+
+Records order by ``(offset, row, part)``: ``offset`` is the binlog offset at the end of the event
+the row came in, ``row`` its index among the event's rows, ``part`` 0 for the delete and 1 for the
+create of a key change. Snapshot reads carry the high watermark of their split as ``offset``.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+
+
+class Operation(str, enum.Enum):
+    READ = "r"
+    CREATE = "c"
+    UPDATE = "u"
+    DELETE = "d"
+
+
+@dataclass(frozen=True)
+class ChangeRecord:
+    op: Operation
+    table_id: TableId
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+    offset: BinlogOffset
+    row: int = 0
+    part: int = 0
+    gtid: str | None = None
+    timestamp_ms: int = 0
+
+    @property
+    def image(self) -> dict[str, Any]:
+        """The row this record is about: ``after`` for read/create/update, ``before`` for delete."""
+        image = self.before if self.op is Operation.DELETE else self.after
+        assert image is not None
+        return image
+
+    @property
+    def order_key(self) -> tuple[int, int, int, int]:
+        file_number, position = self.offset.sort_key
+        return (file_number, position, self.row, self.part)
+
+    def is_after(self, watermark: BinlogOffset) -> bool:
+        """True when this change happened after ``watermark`` (so a split read at it does not contain it)."""
+        return self.offset > watermark
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "op": self.op.value,
+            "source": {
+                "db": self.table_id.database,
+                "table": self.table_id.table,
+                "file": self.offset.file,
+                "pos": self.offset.position,
+                "row": self.row,
+                "part": self.part,
+                "gtid": self.gtid,
+                "ts_ms": self.timestamp_ms,
+            },
+            "before": self.before,
+            "after": self.after,
+        }
+
+
+@dataclass(frozen=True)
+class SchemaChangeEvent:
+    """A DDL statement seen in the binlog. Never dropped: the reader hands it to the caller."""
+
+    database: str
+    statement: str
+    offset: BinlogOffset
+    table_ids: tuple[TableId, ...] = field(default_factory=tuple)
+    timestamp_ms: int = 0

@@ -1,0 +1,179 @@
+"""Cutting a table into snapshot splits, with Flink CDC's rules.
+
+- The chunk key is the configured column, else the first column of the row key.
+- Integral and DECIMAL keys whose distribution factor ``(max - min + 1) / rows`` lies within
+  ``[distribution_factor_lower, distribution_factor_upper]`` are cut arithmetically, with a step of
+  ``factor * chunk_size``: no query per split.
+- Other keys are cut at boundaries the database returns:
+  ``SELECT MAX(k) FROM (SELECT k FROM t WHERE k >= ? ORDER BY k LIMIT chunk_size)``; when that
+  returns the previous boundary (a run of equal values, e.g. the first column of a composite key),
+  the next distinct value is taken.
+- The first split is open below, the last open above, so rows inserted beyond the current
+  minimum or maximum during the snapshot still fall into a split.
+
+Boundary comparisons use records/ordering.py, i.e. the database's own order (collations).
+"""
+
+from __future__ import annotations
+
+import decimal
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pymysql
+
+from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
+from airflow_provider_mysqlcdc.cdc.model.split import SnapshotSplit
+from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
+from airflow_provider_mysqlcdc.cdc.records.values import converter_for, read_expression
+from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableSchema, quote_identifier
+
+log = logging.getLogger(__name__)
+
+#: Types Flink CDC cuts arithmetically when evenly distributed.
+EVENLY_SPLITTABLE_TYPES = frozenset({"tinyint", "smallint", "mediumint", "int", "integer", "bigint", "decimal"})
+#: Below this many rows (by the statistics) an exact COUNT(*) is cheap enough to take.
+EXACT_COUNT_BELOW_ROWS = 200_000
+
+
+@dataclass(frozen=True)
+class SplitOptions:
+    chunk_size: int = 8096
+    distribution_factor_lower: float = 0.05
+    distribution_factor_upper: float = 1000.0
+    chunk_key_column: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.chunk_size, int) or self.chunk_size < 1:
+            raise ConfigurationError(f"chunk_size must be a positive integer, got {self.chunk_size!r}")
+        if not 0 < self.distribution_factor_lower <= self.distribution_factor_upper:
+            raise ConfigurationError(
+                "distribution factor bounds must satisfy 0 < lower <= upper, got "
+                f"lower={self.distribution_factor_lower} upper={self.distribution_factor_upper}"
+            )
+
+
+class ChunkSplitter:
+    """Plans the splits of one table. Reads only aggregates and boundaries, never whole rows."""
+
+    def __init__(
+        self,
+        conn: pymysql.connections.Connection,
+        schema: TableSchema,
+        options: SplitOptions,
+        ordering: KeyOrdering | None = None,
+    ):
+        self.conn = conn
+        self.schema = schema
+        self.options = options
+        self.chunk_key = schema.chunk_key_column(options.chunk_key_column)
+        self.column: Column = schema.column(self.chunk_key)
+        self.ordering = ordering or KeyOrdering(self.column, lambda: conn)
+        self._normalise = converter_for(self.column)
+        self._key_sql = read_expression(self.column)
+        self._key_name = quote_identifier(self.chunk_key)
+        self._table_sql = schema.table_id.quoted
+
+    # --- public ----------------------------------------------------------------------------------
+    def split(self) -> list[SnapshotSplit]:
+        low, high = self._min_max()
+        if low is None:
+            bounds: list[tuple[Any, Any]] = [(None, None)]
+        else:
+            rows = self._row_count()
+            factor = self._distribution_factor(low, high, rows)
+            if factor is not None:
+                log.info("%s: even split, %s rows, distribution factor %.3f", self.schema.table_id, rows, factor)
+                bounds = list(self._even_bounds(low, high, rows, factor))
+            else:
+                log.info("%s: splitting at boundaries queried from the database", self.schema.table_id)
+                bounds = list(self._queried_bounds(low, high))
+        return [
+            SnapshotSplit(self.schema.table_id, index, self.chunk_key, start, end)
+            for index, (start, end) in enumerate(bounds)
+        ]
+
+    # --- queries ---------------------------------------------------------------------------------
+    def _query_value(self, sql: str, args: tuple[Any, ...] = ()) -> Any:
+        with self.conn.cursor() as cur:
+            cur.execute(sql, args)
+            row = cur.fetchone()
+        value = row[0] if row else None
+        return None if value is None else self._normalise(value)
+
+    def _min_max(self) -> tuple[Any, Any]:
+        with self.conn.cursor() as cur:
+            cur.execute(f"SELECT MIN({self._key_sql}), MAX({self._key_sql}) FROM {self._table_sql}")
+            low, high = cur.fetchone()
+        if low is None:
+            return None, None
+        return self._normalise(low), self._normalise(high)
+
+    def _row_count(self) -> int:
+        with self.conn.cursor() as cur:
+            cur.execute(
+                "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+                (self.schema.table_id.database, self.schema.table_id.table),
+            )
+            row = cur.fetchone()
+            approximate = int(row[0] or 0) if row else 0
+            if approximate < EXACT_COUNT_BELOW_ROWS:
+                cur.execute(f"SELECT COUNT(*) FROM {self._table_sql}")
+                return int(cur.fetchone()[0])
+        return approximate
+
+    def _next_chunk_max(self, start: Any) -> Any:
+        return self._query_value(
+            f"SELECT MAX(k) FROM (SELECT {self._key_sql} AS k FROM {self._table_sql} "
+            f"WHERE {self._key_name} >= %s ORDER BY {self._key_name} LIMIT {int(self.options.chunk_size)}) t",
+            (start,),
+        )
+
+    def _next_distinct(self, after: Any) -> Any:
+        return self._query_value(
+            f"SELECT MIN({self._key_sql}) FROM {self._table_sql} WHERE {self._key_name} > %s", (after,)
+        )
+
+    # --- arithmetic ------------------------------------------------------------------------------
+    def _distribution_factor(self, low: Any, high: Any, rows: int) -> decimal.Decimal | None:
+        if self.column.data_type not in EVENLY_SPLITTABLE_TYPES or rows <= 0:
+            return None
+        factor = (decimal.Decimal(high) - decimal.Decimal(low) + 1) / decimal.Decimal(rows)
+        lower = decimal.Decimal(str(self.options.distribution_factor_lower))
+        upper = decimal.Decimal(str(self.options.distribution_factor_upper))
+        return factor if lower <= factor <= upper else None
+
+    def _even_bounds(self, low: Any, high: Any, rows: int, factor: decimal.Decimal) -> Iterator[tuple[Any, Any]]:
+        if rows <= self.options.chunk_size:
+            yield (None, None)
+            return
+        if self.column.data_type == "decimal":
+            step: Any = max(factor * self.options.chunk_size, decimal.Decimal(1).scaleb(-(self.column.numeric_scale or 0)))
+            step = self._normalise(step)
+        else:
+            step = max(int(factor * self.options.chunk_size), 1)
+        start, end = None, low + step
+        while end <= high:
+            yield (start, end)
+            start, end = end, end + step
+        yield (start, None)
+
+    def _queried_bounds(self, low: Any, high: Any) -> Iterator[tuple[Any, Any]]:
+        high_key = self.ordering.sort_key(high)
+        start = None
+        end = self._next_end(low, high_key)
+        while end is not None:
+            yield (start, end)
+            start, end = end, self._next_end(end, high_key)
+        yield (start, None)
+
+    def _next_end(self, previous: Any, high_key: Any) -> Any:
+        """The next boundary after ``previous``, or None when the rest fits in the last split."""
+        end = self._next_chunk_max(previous)
+        if end is not None and self.ordering.sort_key(end) == self.ordering.sort_key(previous):
+            end = self._next_distinct(end)
+        if end is None or self.ordering.sort_key(end) >= high_key:
+            return None
+        return end

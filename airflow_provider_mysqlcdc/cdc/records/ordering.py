@@ -1,0 +1,117 @@
+"""Where a chunk-key value sits in its column's order, as the database defines it.
+
+Split planning and the snapshot SELECT compare keys in SQL. The split reader and the binlog filter
+must also place keys they decode from the binlog into splits; doing that with Python's ``<`` on
+strings would ignore collations ('a' = 'A' under a case-insensitive collation, trailing spaces are
+ignored under PAD SPACE, ...). So every chunk key maps to a *sort key* whose Python order equals the
+database's order:
+
+- character columns: the collation's weight string, computed by the server itself
+  (``WEIGHT_STRING(... AS CHAR(n))`` pads like PAD SPACE comparison does), cached;
+- numbers, DECIMAL, temporal types, bytes: the normalised value itself, whose Python order is the
+  database's (binary strings compare bytewise in both).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import pymysql
+
+from airflow_provider_mysqlcdc.cdc.source.schema import Column
+
+_WEIGHT_BATCH = 200
+_CACHE_SIZE = 200_000
+
+
+def _itself(value: Any) -> Any:
+    return value
+
+
+class KeyOrdering:
+    """Maps chunk-key values of one column to sort keys. Thread-unsafe; make one per reader."""
+
+    def __init__(self, column: Column, connect: Callable[[], pymysql.connections.Connection] | None = None):
+        self.column = column
+        self._connect = connect
+        self._conn: pymysql.connections.Connection | None = None
+        self._cache: OrderedDict[str, bytes] = OrderedDict()
+        self._weight_sql: str | None = None
+        self._simple: Callable[[Any], Any] | None = None if column.is_text else _itself
+
+    @property
+    def needs_database(self) -> bool:
+        return self._simple is None
+
+    def sort_key(self, value: Any) -> Any:
+        return self.sort_keys([value])[0]
+
+    def sort_keys(self, values: Iterable[Any]) -> list[Any]:
+        values = list(values)
+        if self._simple is not None:
+            return [None if v is None else self._simple(v) for v in values]
+        missing = list(dict.fromkeys(v for v in values if v is not None and v not in self._cache))
+        for start in range(0, len(missing), _WEIGHT_BATCH):
+            self._fetch_weights(missing[start : start + _WEIGHT_BATCH])
+        keys = []
+        for v in values:
+            if v is None:
+                keys.append(None)
+            else:
+                self._cache.move_to_end(v)
+                keys.append(self._cache[v])
+        while len(self._cache) > _CACHE_SIZE:
+            self._cache.popitem(last=False)
+        return keys
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    # --- weights from the server -----------------------------------------------------------------
+    def _fetch_weights(self, batch: list[str]) -> None:
+        if self._conn is None:
+            if self._connect is None:
+                raise RuntimeError(f"Ordering keys of text column {self.column.name!r} needs a database connection")
+            self._conn = self._connect()
+        if self._weight_sql is None:
+            self._weight_sql = self._weight_expression(self._conn)
+        sql = "SELECT " + ", ".join([self._weight_sql] * len(batch))
+        with self._conn.cursor() as cur:
+            cur.execute(sql, batch)
+            weights = cur.fetchone()
+        for value, weight in zip(batch, weights):
+            self._cache[value] = bytes(weight)
+
+    def _weight_expression(self, conn: pymysql.connections.Connection) -> str:
+        charset = _sql_name(self.column.charset or "utf8mb4")
+        collation = _sql_name(self.column.collation or f"{charset}_bin")
+        expression = f"CONVERT(%s USING {charset}) COLLATE {collation}"
+        if _is_pad_space(conn, collation) and self.column.char_max_length:
+            return f"WEIGHT_STRING({expression} AS CHAR({int(self.column.char_max_length)}))"
+        return f"WEIGHT_STRING({expression})"
+
+
+def _is_pad_space(conn: pymysql.connections.Connection, collation: str) -> bool:
+    """MySQL 8 reports PAD_ATTRIBUTE; MariaDB marks NO PAD collations by 'nopad' in the name."""
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = 'information_schema' "
+            "AND TABLE_NAME = 'COLLATIONS' AND COLUMN_NAME = 'PAD_ATTRIBUTE'"
+        )
+        if cur.fetchone()[0]:
+            cur.execute("SELECT PAD_ATTRIBUTE FROM information_schema.COLLATIONS WHERE COLLATION_NAME = %s", (collation,))
+            row = cur.fetchone()
+            return bool(row) and str(row[0]).upper() == "PAD SPACE"
+    return "nopad" not in collation.lower()
+
+
+def _sql_name(name: str) -> str:
+    """Charset and collation names go into SQL text; they come from information_schema but are checked."""
+    if not re.fullmatch(r"[A-Za-z0-9_]+", name):
+        raise ValueError(f"Unexpected charset or collation name {name!r}")
+    return name

@@ -1,0 +1,198 @@
+"""One normalisation for column values, whichever path they came by.
+
+A stored value must come out as the same Python value whether it was read by the snapshot
+``SELECT`` (pymysql) or decoded from the binlog (python-mysql-replication). The two libraries
+disagree on several types, so every value of both paths goes through ``ValueNormalizer``:
+
+========================  ========================  ===========================  =====================
+type                      SELECT gives              binlog gives                 normalised to
+========================  ========================  ===========================  =====================
+FLOAT                     (read as CAST AS DOUBLE)  float32 widened              float (float32 exact)
+BIT(n)                    bytes                     '0101' string                int
+BINARY(n)                 padded bytes              trailing 0x00 stripped       bytes padded to n
+SET                       'a,b' / ''                {'a','b'} / None if empty    'a,b' in definition order
+TIMESTAMP                 naive UTC (session UTC)   naive UTC                    aware datetime in UTC
+DECIMAL(p,s)              Decimal                   Decimal                      Decimal with exactly s places
+JSON (MySQL)              text                      parsed object                canonical JSON text
+zero DATE/DATETIME        '0000-00-00' string       None                         None
+========================  ========================  ===========================  =====================
+
+Everything else (integers of every width and sign, DOUBLE, DATE, DATETIME, TIME as timedelta, YEAR,
+character data as str, VARBINARY/BLOB and geometry as bytes, ENUM as its label) already agrees.
+MariaDB's JSON is an alias of LONGTEXT and is carried as text.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+import struct
+from collections.abc import Callable
+from typing import Any
+
+from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableSchema, quote_identifier
+
+Converter = Callable[[Any], Any]
+
+_DECIMAL_CONTEXT = decimal.Context(prec=100)
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+def _to_float32(value: Any) -> float:
+    return struct.unpack("<f", struct.pack("<f", float(value)))[0]
+
+
+def _bit_to_int(value: Any) -> int:
+    if isinstance(value, (bytes, bytearray)):
+        return int.from_bytes(value, "big")
+    if isinstance(value, str):
+        return int(value, 2) if value else 0
+    return int(value)
+
+
+def _timestamp_to_utc(value: Any) -> Any:
+    if isinstance(value, dt.datetime):
+        return value.replace(tzinfo=dt.timezone.utc) if value.tzinfo is None else value.astimezone(dt.timezone.utc)
+    return _zero_temporal_to_none(value)
+
+
+def _zero_temporal_to_none(value: Any) -> Any:
+    # pymysql hands back '0000-00-00 ...' as a string where Python has no such date; the binlog gives None.
+    if isinstance(value, str) and value.startswith("0000-00-00"):
+        return None
+    return value
+
+
+def _json_canonical(value: Any) -> str:
+    if isinstance(value, (bytes, bytearray)):
+        value = value.decode("utf-8")
+    if isinstance(value, str):
+        value = json.loads(value)
+    return json.dumps(_decode_json_bytes(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _decode_json_bytes(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {_decode_json_bytes(k): _decode_json_bytes(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_decode_json_bytes(v) for v in value]
+    if isinstance(value, (bytes, bytearray)):
+        return value.decode("utf-8")
+    return value
+
+
+def _make_decimal(scale: int) -> Converter:
+    quantum = decimal.Decimal(1).scaleb(-scale)
+
+    def convert(value: Any) -> decimal.Decimal:
+        return decimal.Decimal(value).quantize(quantum, context=_DECIMAL_CONTEXT)
+
+    return convert
+
+
+def _make_set(labels: tuple[str, ...]) -> Converter:
+    order = {label.lower(): i for i, label in enumerate(labels)}
+
+    def convert(value: Any) -> str:
+        members = value.split(",") if isinstance(value, str) else list(value)
+        members = [m for m in members if m != ""]
+        return ",".join(sorted(members, key=lambda m: order.get(m.lower(), len(order))))
+
+    return convert
+
+
+def _make_padded_binary(length: int) -> Converter:
+    def convert(value: Any) -> bytes:
+        value = bytes(value)
+        return value.ljust(length, b"\x00")
+
+    return convert
+
+
+def _make_text(charset: str | None) -> Converter:
+    encoding = "utf-8" if not charset or charset.startswith("utf8") else _python_encoding(charset)
+
+    def convert(value: Any) -> Any:
+        if isinstance(value, (bytes, bytearray)):
+            return bytes(value).decode(encoding)
+        return value
+
+    return convert
+
+
+def _python_encoding(charset: str) -> str:
+    return {"latin1": "cp1252", "ascii": "ascii", "binary": "latin-1", "ucs2": "utf-16-be", "utf16": "utf-16-be",
+            "utf32": "utf-32-be", "cp1250": "cp1250", "cp1251": "cp1251", "gbk": "gbk", "big5": "big5",
+            "sjis": "shift_jis", "ujis": "euc_jp", "euckr": "euc_kr", "gb2312": "gb2312"}.get(charset, charset)
+
+
+_INTEGER_TYPES = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint"}
+_TEXT_TYPES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext"}
+
+
+def converter_for(column: Column) -> Converter:
+    """The normalising function for one column; applied to non-NULL values only."""
+    t = column.data_type
+    if t == "float":
+        return _to_float32
+    if t == "bit":
+        return _bit_to_int
+    if t == "timestamp":
+        return _timestamp_to_utc
+    if t in ("date", "datetime"):
+        return _zero_temporal_to_none
+    if t == "decimal":
+        return _make_decimal(column.numeric_scale or 0)
+    if t == "set":
+        return _make_set(column.labels)
+    if t == "json":
+        return _json_canonical
+    if t == "binary":
+        return _make_padded_binary(column.char_max_length or 0)
+    if t in _TEXT_TYPES or t == "enum":
+        return _make_text(column.charset)
+    if t in _INTEGER_TYPES or t == "year":
+        return int
+    return _identity
+
+
+def read_expression(column: Column) -> str:
+    """How SQL reads a column so that nothing is lost on the wire.
+
+    FLOAT prints with 6 significant digits in the text protocol; cast to DOUBLE it prints exactly.
+    """
+    name = quote_identifier(column.name)
+    if column.data_type == "float":
+        return f"CAST({name} AS DOUBLE)"
+    return name
+
+
+def select_list(columns: tuple[Column, ...]) -> str:
+    """The column list of a snapshot SELECT: every column, read losslessly, under its own name."""
+    return ", ".join(
+        f"{read_expression(c)} AS {quote_identifier(c.name)}" if c.data_type == "float" else quote_identifier(c.name)
+        for c in columns
+    )
+
+
+class ValueNormalizer:
+    """Normalises whole rows of one table; built once per schema."""
+
+    def __init__(self, schema: TableSchema):
+        self.schema = schema
+        self._converters = {c.name: converter_for(c) for c in schema.columns}
+
+    def row(self, raw: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        converters = self._converters
+        for name, value in raw.items():
+            convert = converters.get(name)
+            out[name] = value if value is None or convert is None else convert(value)
+        return out
+
+    def row_from_tuple(self, names: tuple[str, ...], values: tuple[Any, ...]) -> dict[str, Any]:
+        return self.row(dict(zip(names, values)))

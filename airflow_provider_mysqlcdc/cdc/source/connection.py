@@ -1,0 +1,127 @@
+"""Connection settings for the source server, and opening connections.
+
+Passwords never travel in process arguments: they come from the caller, an environment variable
+or a private file (see ``SourceConfig.from_env``), and ``repr`` hides them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import pymysql
+
+from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
+
+#: Environment variables read by ``SourceConfig.from_env``.
+ENV_PREFIX = "MYSQLCDC_SOURCE_"
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    host: str
+    port: int = 3306
+    user: str = "root"
+    password: str = field(default="", repr=False)
+    database: str | None = None
+    connect_timeout_s: int = 10
+    ssl: dict[str, Any] | None = None
+
+    def connect(self, *, autocommit: bool = True, **kwargs: Any) -> pymysql.connections.Connection:
+        """Open a pymysql connection in UTC with utf8mb4, so values decode the same as the binlog's."""
+        try:
+            return pymysql.connect(
+                host=self.host,
+                port=self.port,
+                user=self.user,
+                password=self.password,
+                database=self.database,
+                charset="utf8mb4",
+                autocommit=autocommit,
+                connect_timeout=self.connect_timeout_s,
+                ssl=self.ssl,
+                init_command="SET time_zone = '+00:00'",
+                **kwargs,
+            )
+        except pymysql.err.OperationalError as exc:
+            code = exc.args[0] if exc.args else None
+            if code == 1045:
+                raise ConfigurationError(
+                    f"Access denied for user {self.user!r} at {self.host}:{self.port}: "
+                    "check the user name and password of the source connection."
+                ) from exc
+            if code in (2003, 2005, 2013):
+                raise ConfigurationError(
+                    f"Cannot reach the source server at {self.host}:{self.port} ({exc.args[-1]}): "
+                    "check host, port, firewall and that the server is running."
+                ) from exc
+            raise
+
+    def replication_settings(self) -> dict[str, Any]:
+        """Keyword arguments for python-mysql-replication's BinLogStreamReader."""
+        settings: dict[str, Any] = {
+            "host": self.host,
+            "port": self.port,
+            "user": self.user,
+            "passwd": self.password,
+            "charset": "utf8mb4",
+            "connect_timeout": self.connect_timeout_s,
+        }
+        if self.ssl:
+            settings["ssl"] = self.ssl
+        return settings
+
+    def with_database(self, database: str | None) -> "SourceConfig":
+        return replace(self, database=database)
+
+    # --- serialisation without leaking the password into argv -------------------------------------
+    def to_private_file(self, path: Path) -> Path:
+        """Write the settings, password included, to a file only the owner can read."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            json.dump(asdict(self), handle)
+        return path
+
+    @classmethod
+    def from_private_file(cls, path: Path) -> "SourceConfig":
+        data = json.loads(Path(path).read_text())
+        return cls(**data)
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> "SourceConfig":
+        """Read ``MYSQLCDC_SOURCE_HOST/PORT/USER/PASSWORD/DATABASE`` or ``MYSQLCDC_SOURCE_FILE``."""
+        env = os.environ if environ is None else environ
+        if f"{ENV_PREFIX}FILE" in env:
+            return cls.from_private_file(Path(env[f"{ENV_PREFIX}FILE"]))
+        if f"{ENV_PREFIX}HOST" not in env:
+            raise ConfigurationError(
+                f"No source connection: set {ENV_PREFIX}HOST (and PORT, USER, PASSWORD) "
+                f"or {ENV_PREFIX}FILE pointing at a private JSON file."
+            )
+        return cls(
+            host=env[f"{ENV_PREFIX}HOST"],
+            port=int(env.get(f"{ENV_PREFIX}PORT", "3306")),
+            user=env.get(f"{ENV_PREFIX}USER", "root"),
+            password=env.get(f"{ENV_PREFIX}PASSWORD", ""),
+            database=env.get(f"{ENV_PREFIX}DATABASE") or None,
+        )
+
+    @classmethod
+    def from_url(cls, url: str) -> "SourceConfig":
+        """Parse ``mysql://user:password@host:port/db`` (used for MYSQLCDC_TEST_DSN)."""
+        from urllib.parse import unquote, urlsplit
+
+        parts = urlsplit(url)
+        if parts.scheme not in ("mysql", "mariadb") or not parts.hostname:
+            raise ConfigurationError(f"Not a mysql:// URL: {parts.scheme}://{parts.hostname or ''}...")
+        return cls(
+            host=parts.hostname,
+            port=parts.port or 3306,
+            user=unquote(parts.username or "root"),
+            password=unquote(parts.password or ""),
+            database=(parts.path or "/")[1:] or None,
+        )

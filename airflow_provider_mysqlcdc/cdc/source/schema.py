@@ -1,0 +1,233 @@
+"""Table identities and schemas as read from ``information_schema``.
+
+The schema decides three things: how each column's values are normalised (records/values.py),
+which columns identify a row (the primary key, else a unique key of NOT NULL columns), and which
+column the table is chunked by (a configured column, else the first key column).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import pymysql
+
+from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError, PreflightError
+
+
+def quote_identifier(name: str) -> str:
+    """Backtick-quote an identifier (reserved words, dashes, unicode and backticks included)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+@dataclass(frozen=True, order=True)
+class TableId:
+    database: str
+    table: str
+
+    @classmethod
+    def parse(cls, text: str, default_database: str | None = None) -> "TableId":
+        """``db.table`` or, with a default database, ``table``. Backticks allow dots in names."""
+        text = text.strip()
+        tokens = re.findall(r"`((?:[^`]|``)+)`|([^.`]+)", text)
+        parts = [quoted.replace("``", "`") if quoted else bare for quoted, bare in tokens]
+        if len(parts) == 2:
+            return cls(parts[0], parts[1])
+        if len(parts) == 1 and default_database:
+            return cls(default_database, parts[0])
+        raise ConfigurationError(
+            f"Malformed table name {text!r}: write it as 'database.table' (backticks around names with dots)."
+        )
+
+    @property
+    def quoted(self) -> str:
+        return f"{quote_identifier(self.database)}.{quote_identifier(self.table)}"
+
+    def __str__(self) -> str:
+        return f"{self.database}.{self.table}"
+
+
+#: Types that cannot be a chunk key: SQL compares ENUM/SET with strings by label but orders them by
+#: index, and the others have no usable order or cannot be indexed whole.
+UNSUPPORTED_CHUNK_KEY_TYPES = frozenset(
+    {"enum", "set", "json", "geometry", "point", "linestring", "polygon", "multipoint", "multilinestring",
+     "multipolygon", "geometrycollection", "tinyblob", "blob", "mediumblob", "longblob", "tinytext", "text",
+     "mediumtext", "longtext"}
+)
+
+_ENUM_VALUES = re.compile(r"'((?:[^']|'')*)'")
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    data_type: str  # information_schema DATA_TYPE, lower case: 'int', 'varchar', 'enum', ...
+    column_type: str  # full COLUMN_TYPE: 'int(10) unsigned', "enum('a','b')", ...
+    nullable: bool
+    numeric_precision: int | None = None
+    numeric_scale: int | None = None
+    datetime_precision: int | None = None
+    char_max_length: int | None = None
+    charset: str | None = None
+    collation: str | None = None
+    unsigned: bool = False
+    #: labels of an ENUM or SET column, in definition order
+    labels: tuple[str, ...] = ()
+
+    @property
+    def is_text(self) -> bool:
+        """Character data (compared under a collation), as opposed to bytes or numbers."""
+        return self.data_type in ("char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set")
+
+
+@dataclass(frozen=True)
+class TableSchema:
+    table_id: TableId
+    columns: tuple[Column, ...]
+    primary_key: tuple[str, ...]
+    unique_not_null_keys: tuple[tuple[str, ...], ...] = ()
+    _by_name: dict[str, Column] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._by_name.update({c.name: c for c in self.columns})
+
+    def column(self, name: str) -> Column:
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise ConfigurationError(
+                f"Table {self.table_id} has no column {name!r}; its columns are: "
+                + ", ".join(c.name for c in self.columns)
+            ) from None
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    @property
+    def key_columns(self) -> tuple[str, ...]:
+        """Columns that identify a row: the primary key, else the first unique key of NOT NULL columns."""
+        if self.primary_key:
+            return self.primary_key
+        if self.unique_not_null_keys:
+            return self.unique_not_null_keys[0]
+        return ()
+
+    def chunk_key_column(self, configured: str | None = None) -> str:
+        """The column splits are cut by. It must belong to the row key so a row never sits in two splits."""
+        chosen = self._choose_chunk_key(configured)
+        data_type = self.column(chosen).data_type
+        if data_type in UNSUPPORTED_CHUNK_KEY_TYPES:
+            raise PreflightError(
+                f"Column {chosen!r} of {self.table_id} has type {data_type.upper()}, which cannot be a chunk key; "
+                "configure another column of its primary key as the chunk key column."
+            )
+        return chosen
+
+    def _choose_chunk_key(self, configured: str | None) -> str:
+        keys = self.key_columns
+        if configured is not None:
+            column = self.column(configured)
+            if column.nullable:
+                raise PreflightError(
+                    f"Chunk key column {configured!r} of {self.table_id} is nullable; choose a NOT NULL "
+                    f"column, or make it NOT NULL."
+                )
+            if keys and configured not in keys:
+                raise PreflightError(
+                    f"Chunk key column {configured!r} of {self.table_id} is not part of its row key "
+                    f"({', '.join(keys)}); an update could move a row between splits. Choose one of: "
+                    + ", ".join(keys)
+                )
+            if not keys:
+                raise PreflightError(
+                    f"Table {self.table_id} has no primary key and no unique key of NOT NULL columns, so "
+                    f"a row cannot be identified in the binlog. Add a primary key (or a UNIQUE key on "
+                    f"NOT NULL columns including {configured!r})."
+                )
+            return configured
+        if not keys:
+            raise PreflightError(
+                f"Table {self.table_id} has no primary key and no unique key of NOT NULL columns: add a "
+                "primary key (ALTER TABLE ... ADD PRIMARY KEY (...)), or a UNIQUE key on NOT NULL columns "
+                "and configure one of them as its chunk key column."
+            )
+        return keys[0]
+
+    def key_of(self, row: dict[str, Any]) -> tuple[Any, ...]:
+        return tuple(row[c] for c in self.key_columns)
+
+
+def parse_labels(column_type: str) -> tuple[str, ...]:
+    """The labels of ``enum('a','b')`` / ``set('a','b')`` in definition order."""
+    body = column_type[column_type.index("(") + 1 : column_type.rindex(")")]
+    return tuple(v.replace("''", "'") for v in _ENUM_VALUES.findall(body))
+
+
+def table_exists(conn: pymysql.connections.Connection, table_id: TableId) -> bool:
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT TABLE_TYPE FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+            (table_id.database, table_id.table),
+        )
+        row = cur.fetchone()
+    return row is not None and row[0] == "BASE TABLE"
+
+
+def load_table_schema(conn: pymysql.connections.Connection, table_id: TableId) -> TableSchema:
+    """Read columns and keys of one table; a clear error when it does not exist."""
+    if not table_exists(conn, table_id):
+        raise PreflightError(
+            f"Table {table_id} does not exist on the source (or is a view, or the CDC user cannot see it): "
+            "check the name, and GRANT SELECT on it to the CDC user."
+        )
+    with conn.cursor() as cur:
+        cur.execute(
+            """
+            SELECT COLUMN_NAME, LOWER(DATA_TYPE), COLUMN_TYPE, IS_NULLABLE, NUMERIC_PRECISION, NUMERIC_SCALE,
+                   DATETIME_PRECISION, CHARACTER_MAXIMUM_LENGTH, CHARACTER_SET_NAME, COLLATION_NAME
+            FROM information_schema.COLUMNS
+            WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s
+            ORDER BY ORDINAL_POSITION
+            """,
+            (table_id.database, table_id.table),
+        )
+        columns = tuple(
+            Column(
+                name=r[0],
+                data_type=r[1],
+                column_type=r[2],
+                nullable=r[3] == "YES",
+                numeric_precision=_int_or_none(r[4]),
+                numeric_scale=_int_or_none(r[5]),
+                datetime_precision=_int_or_none(r[6]),
+                char_max_length=_int_or_none(r[7]),
+                charset=r[8],
+                collation=r[9],
+                unsigned="unsigned" in r[2].lower(),
+                labels=parse_labels(r[2]) if r[1] in ("enum", "set") else (),
+            )
+            for r in cur.fetchall()
+        )
+        cur.execute(
+            """
+            SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS
+            WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s AND NON_UNIQUE = 0
+            ORDER BY INDEX_NAME = 'PRIMARY' DESC, INDEX_NAME, SEQ_IN_INDEX
+            """,
+            (table_id.database, table_id.table),
+        )
+        unique_indexes: dict[str, list[str]] = {}
+        for index_name, column_name in cur.fetchall():
+            unique_indexes.setdefault(index_name, []).append(column_name)
+    nullable = {c.name for c in columns if c.nullable}
+    primary_key = tuple(unique_indexes.pop("PRIMARY", ()))
+    unique_not_null = tuple(
+        tuple(cols) for cols in unique_indexes.values() if not any(c in nullable for c in cols)
+    )
+    return TableSchema(table_id, columns, primary_key, unique_not_null)
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)

@@ -1,0 +1,87 @@
+"""What kind of server we talk to, and reading its binlog position.
+
+MySQL 5.7/8.0 and MariaDB answer ``SHOW MASTER STATUS``; MySQL 8.4 replaced it with
+``SHOW BINARY LOG STATUS``. MariaDB keeps its GTID position in ``@@gtid_binlog_pos``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pymysql
+
+from airflow_provider_mysqlcdc.cdc.errors import BinlogPurgedError, PreflightError
+from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    version: str
+    is_mariadb: bool
+    major: int
+    minor: int
+
+    @property
+    def has_binary_log_status(self) -> bool:
+        """MySQL 8.2+ has ``SHOW BINARY LOG STATUS`` (and 8.4 removed ``SHOW MASTER STATUS``)."""
+        return not self.is_mariadb and (self.major, self.minor) >= (8, 2)
+
+
+def server_info(conn: pymysql.connections.Connection) -> ServerInfo:
+    with conn.cursor() as cur:
+        cur.execute("SELECT VERSION()")
+        version = str(cur.fetchone()[0])
+    numbers = version.split("-")[0].split(".")
+    return ServerInfo(
+        version=version,
+        is_mariadb="mariadb" in version.lower(),
+        major=int(numbers[0]),
+        minor=int(numbers[1]) if len(numbers) > 1 else 0,
+    )
+
+
+def fetch_dict(cur: Any) -> dict[str, Any] | None:
+    row = cur.fetchone()
+    if row is None:
+        return None
+    return {desc[0]: value for desc, value in zip(cur.description, row)}
+
+
+def current_offset(conn: pymysql.connections.Connection, info: ServerInfo | None = None) -> BinlogOffset:
+    """The binlog offset after the last event written, i.e. where the next event will start."""
+    info = info or server_info(conn)
+    statement = "SHOW BINARY LOG STATUS" if info.has_binary_log_status else "SHOW MASTER STATUS"
+    with conn.cursor() as cur:
+        cur.execute(statement)
+        row = fetch_dict(cur)
+        if not row or not row.get("File"):
+            raise PreflightError(
+                "The binary log is off on the source server: start it with log_bin=ON "
+                "(e.g. log-bin=mysql-bin in my.cnf) and restart the server."
+            )
+        gtid = row.get("Executed_Gtid_Set") or None
+        if info.is_mariadb:
+            cur.execute("SELECT @@gtid_binlog_pos")
+            gtid = cur.fetchone()[0] or None
+    return BinlogOffset(file=str(row["File"]), position=int(row["Position"]), gtid_set=gtid)
+
+
+def binlog_files(conn: pymysql.connections.Connection) -> list[str]:
+    """The binlog files still on the server, oldest first."""
+    with conn.cursor() as cur:
+        cur.execute("SHOW BINARY LOGS")
+        return [str(row[0]) for row in cur.fetchall()]
+
+
+def check_offset_available(conn: pymysql.connections.Connection, offset: BinlogOffset) -> None:
+    """Fail clearly when the binlog file an offset points into has been purged."""
+    files = binlog_files(conn)
+    if offset.file not in files:
+        oldest = files[0] if files else "none"
+        raise BinlogPurgedError(
+            f"Binlog file {offset.file} (needed from offset {offset}) is no longer on the server; the oldest "
+            f"is {oldest}. The changes in between are lost to CDC: re-snapshot the affected tables "
+            "(startup mode 'initial'), and raise binlog retention (expire_logs_days / "
+            "binlog_expire_logs_seconds) above the longest pause of the pipeline."
+        )

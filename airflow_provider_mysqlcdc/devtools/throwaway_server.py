@@ -1,0 +1,201 @@
+"""A throwaway MariaDB server for tests and the demo.
+
+It runs ``mariadbd`` as a plain child process in a temporary datadir on a free loopback port, with
+the binlog settings the CDC core needs (ROW format, FULL row image, FULL row metadata), and is stopped
+by PID. Nothing is installed as a service and nothing outside the datadir is touched.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pymysql
+
+from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
+from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
+
+log = logging.getLogger(__name__)
+
+APT_PACKAGE = "mariadb-server"
+
+
+def find_free_port() -> int:
+    """Ask the kernel for a free loopback port."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def ensure_mariadb_installed() -> None:
+    """Install Debian's ``mariadb-server`` when ``mariadbd`` is missing (needs root and apt)."""
+    if _which("mariadbd") and _which("mariadb-install-db"):
+        return
+    if os.geteuid() != 0:
+        raise RuntimeError(
+            "mariadbd is not installed. Install it with: sudo apt-get install -y mariadb-server"
+        )
+    log.info("Installing %s with apt-get ...", APT_PACKAGE)
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
+    subprocess.run(
+        ["apt-get", "install", "-y", "-qq", APT_PACKAGE, "mariadb-client"], check=True, env=env
+    )
+
+
+def _which(program: str) -> str | None:
+    return shutil.which(program) or shutil.which(program, path="/usr/sbin:/usr/bin:/sbin:/bin")
+
+
+@dataclass
+class ThrowawayMariaDB:
+    """One ``mariadbd`` process in its own datadir. Use as a context manager or call start/stop."""
+
+    base_dir: Path | None = None
+    port: int | None = None
+    server_id: int = 1
+    binlog_format: str = "ROW"
+    binlog_row_image: str = "FULL"
+    binlog_row_metadata: str = "FULL"
+    log_bin: bool = True
+    max_binlog_size: int | None = None
+
+    _process: subprocess.Popen[bytes] | None = None
+    _owns_base_dir: bool = False
+
+    # --- lifecycle -------------------------------------------------------------------------------
+    def start(self, timeout_s: float = 60.0) -> "ThrowawayMariaDB":
+        ensure_mariadb_installed()
+        if self.base_dir is None:
+            self.base_dir = Path(tempfile.mkdtemp(prefix="mysqlcdc-mariadb-"))
+            self._owns_base_dir = True
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        if self.port is None:
+            self.port = find_free_port()
+        datadir = self.base_dir / "data"
+        if not (datadir / "mysql").exists():
+            self._initialise(datadir)
+        log_file = self.base_dir / "mariadbd.err"
+        self._process = subprocess.Popen(
+            [_which("mariadbd") or "mariadbd", *self._server_options(datadir)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        self._wait_until_ready(timeout_s, log_file)
+        log.info("MariaDB pid %s listening on 127.0.0.1:%s", self._process.pid, self.port)
+        return self
+
+    def stop(self) -> None:
+        """Stop the server by PID (SIGTERM, then SIGKILL after a grace period)."""
+        proc, self._process = self._process, None
+        if proc is not None and proc.poll() is None:
+            os.kill(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+        if self._owns_base_dir and self.base_dir is not None:
+            shutil.rmtree(self.base_dir, ignore_errors=True)
+
+    def __enter__(self) -> "ThrowawayMariaDB":
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    # --- access ----------------------------------------------------------------------------------
+    def root_config(self, database: str | None = None) -> SourceConfig:
+        """Credentials of the passwordless root account that exists only inside this datadir."""
+        assert self.port is not None, "server not started"
+        return SourceConfig(host="127.0.0.1", port=self.port, user="root", password="", database=database)
+
+    def connect_root(self, database: str | None = None) -> pymysql.connections.Connection:
+        return self.root_config(database).connect(autocommit=True)
+
+    # --- internals -------------------------------------------------------------------------------
+    def _initialise(self, datadir: Path) -> None:
+        datadir.mkdir(parents=True, exist_ok=True)
+        cmd = [
+            _which("mariadb-install-db") or "mariadb-install-db",
+            "--no-defaults",
+            f"--datadir={datadir}",
+            "--auth-root-authentication-method=normal",
+            "--skip-test-db",
+            "--skip-name-resolve",
+        ]
+        if os.geteuid() == 0:
+            cmd.append("--user=root")
+        result = subprocess.run(cmd, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise RuntimeError(f"mariadb-install-db failed:\n{result.stdout}\n{result.stderr}")
+
+    def _server_options(self, datadir: Path) -> list[str]:
+        assert self.base_dir is not None
+        options = [
+            "--no-defaults",
+            f"--datadir={datadir}",
+            f"--socket={self.base_dir / 'mariadbd.sock'}",
+            f"--pid-file={self.base_dir / 'mariadbd.pid'}",
+            f"--log-error={self.base_dir / 'mariadbd.err'}",
+            f"--port={self.port}",
+            "--bind-address=127.0.0.1",
+            "--skip-name-resolve",
+            f"--server-id={self.server_id}",
+            "--max-connections=500",
+            "--innodb-buffer-pool-size=512M",
+            "--innodb-log-file-size=256M",
+            # Durability is not what the throwaway server is for; speed is.
+            "--innodb-flush-log-at-trx-commit=2",
+            "--sync-binlog=0",
+            "--character-set-server=utf8mb4",
+            "--collation-server=utf8mb4_general_ci",
+        ]
+        if self.log_bin:
+            options += [
+                f"--log-bin={datadir / 'binlog'}",
+                f"--binlog-format={self.binlog_format}",
+                f"--binlog-row-image={self.binlog_row_image}",
+                f"--binlog-row-metadata={self.binlog_row_metadata}",
+            ]
+        if self.max_binlog_size:
+            options.append(f"--max-binlog-size={self.max_binlog_size}")
+        if os.geteuid() == 0:
+            options.append("--user=root")
+        return options
+
+    def _wait_until_ready(self, timeout_s: float, log_file: Path) -> None:
+        assert self._process is not None
+        deadline = time.monotonic() + timeout_s
+        last_error: Exception | None = None
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise RuntimeError(f"mariadbd exited early:\n{_tail(log_file)}")
+            try:
+                self.connect_root().close()
+                return
+            except (pymysql.err.OperationalError, ConfigurationError) as exc:
+                last_error = exc
+                time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"mariadbd did not answer within {timeout_s}s ({last_error}):\n{_tail(log_file)}")
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no server log)"
