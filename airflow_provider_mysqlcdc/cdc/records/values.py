@@ -10,6 +10,7 @@ type                      SELECT gives              binlog gives                
 FLOAT                     (read as CAST AS DOUBLE)  float32 widened              float (float32 exact)
 BIT(n)                    bytes                     '0101' string                int
 BINARY(n)                 padded bytes              trailing 0x00 stripped       bytes padded to n
+empty VARBINARY/BLOB      b''                       '' (str)                     b''
 SET                       'a,b' / ''                {'a','b'} / None if empty    'a,b' in definition order
 TIMESTAMP                 naive UTC (session UTC)   naive UTC                    aware datetime in UTC
 DECIMAL(p,s)              Decimal                   Decimal                      Decimal with exactly s places
@@ -105,10 +106,14 @@ def _make_set(labels: tuple[str, ...]) -> Converter:
     return convert
 
 
+def _to_bytes(value: Any) -> bytes:
+    # python-mysql-replication returns an empty binary string as '' (str).
+    return value.encode("latin-1") if isinstance(value, str) else bytes(value)
+
+
 def _make_padded_binary(length: int) -> Converter:
     def convert(value: Any) -> bytes:
-        value = bytes(value)
-        return value.ljust(length, b"\x00")
+        return _to_bytes(value).ljust(length, b"\x00")
 
     return convert
 
@@ -131,6 +136,8 @@ def _python_encoding(charset: str) -> str:
 
 
 _INTEGER_TYPES = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint"}
+_BYTES_TYPES = {"varbinary", "tinyblob", "blob", "mediumblob", "longblob", "geometry", "point", "linestring",
+                "polygon", "multipoint", "multilinestring", "multipolygon", "geometrycollection"}
 _TEXT_TYPES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext"}
 
 
@@ -153,6 +160,8 @@ def converter_for(column: Column) -> Converter:
         return _json_canonical
     if t == "binary":
         return _make_padded_binary(column.char_max_length or 0)
+    if t in _BYTES_TYPES:
+        return _to_bytes
     if t in _TEXT_TYPES or t == "enum":
         return _make_text(column.charset)
     if t in _INTEGER_TYPES or t == "year":

@@ -66,7 +66,7 @@ class SourceConfig:
             "host": self.host,
             "port": self.port,
             "user": self.user,
-            "passwd": self.password,
+            "password": self.password,
             "charset": "utf8mb4",
             "connect_timeout": self.connect_timeout_s,
         }

@@ -1,0 +1,84 @@
+"""Shared fixtures: one real MariaDB for the whole session (or the server named by MYSQLCDC_TEST_DSN).
+
+By default the session starts Debian's ``mariadbd`` in a temporary datadir on a free loopback port
+(installing ``mariadb-server`` with apt when missing) and stops it by PID at the end. Set
+``MYSQLCDC_TEST_DSN=mysql://user:password@host:port`` to run the same suite against an existing
+MySQL 8 / MariaDB server; that user must be allowed to create databases and users.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pymysql
+import pytest
+
+from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
+from airflow_provider_mysqlcdc.cdc.source.server import ServerInfo, server_info
+
+DSN_ENV = "MYSQLCDC_TEST_DSN"
+
+
+@dataclass
+class TestServer:
+    admin: SourceConfig  # creates databases, users, and writes
+    info: ServerInfo
+    pid: int | None  # None when the server is external
+
+    def connect(self, database: str | None = None) -> pymysql.connections.Connection:
+        return self.admin.with_database(database).connect(autocommit=True)
+
+
+@pytest.fixture(scope="session")
+def mysql_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestServer]:
+    if os.environ.get(DSN_ENV):
+        admin = SourceConfig.from_url(os.environ[DSN_ENV])
+        conn = admin.connect()
+        info = server_info(conn)
+        conn.close()
+        yield TestServer(admin, info, None)
+        return
+    from airflow_provider_mysqlcdc.devtools.throwaway_server import ThrowawayMariaDB
+
+    # Small binlog files, so that every integration test crosses binlog rotations.
+    server = ThrowawayMariaDB(base_dir=tmp_path_factory.mktemp("mariadb"), max_binlog_size=1024 * 1024)
+    server.start()
+    try:
+        conn = server.connect_root()
+        info = server_info(conn)
+        conn.close()
+        yield TestServer(server.root_config(), info, server.pid)
+    finally:
+        server.stop()
+
+
+@pytest.fixture()
+def database(mysql_server: TestServer) -> Iterator[str]:
+    """A fresh, uniquely named database, dropped afterwards."""
+    name = f"cdc_test_{uuid.uuid4().hex[:10]}"
+    conn = mysql_server.connect()
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
+    try:
+        yield name
+    finally:
+        with conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+        conn.close()
+
+
+@pytest.fixture(scope="session")
+def cdc_user(mysql_server: TestServer) -> SourceConfig:
+    """A least-privilege CDC account: SELECT plus the replication privileges, nothing else."""
+    user, password = f"cdc_{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    client = "BINLOG MONITOR" if mysql_server.info.is_mariadb and mysql_server.info.major >= 10 and \
+        (mysql_server.info.major, mysql_server.info.minor) >= (10, 5) else "REPLICATION CLIENT"
+    conn = mysql_server.connect()
+    with conn.cursor() as cur:
+        cur.execute("CREATE USER %s@'%%' IDENTIFIED BY %s", (user, password))
+        cur.execute(f"GRANT SELECT, REPLICATION SLAVE, {client} ON *.* TO %s@'%%'", (user,))
+    conn.close()
+    return SourceConfig(host=mysql_server.admin.host, port=mysql_server.admin.port, user=user, password=password)
