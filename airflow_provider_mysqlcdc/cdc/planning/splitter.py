@@ -86,7 +86,7 @@ class ChunkSplitter:
             factor = self._distribution_factor(low, high, rows)
             if factor is not None:
                 log.info("%s: even split, %s rows, distribution factor %.3f", self.schema.table_id, rows, factor)
-                bounds = list(self._even_bounds(low, high, rows, factor))
+                bounds = self._even_bounds(low, high, rows, factor)
             else:
                 log.info("%s: splitting at boundaries queried from the database", self.schema.table_id)
                 bounds = list(self._queried_bounds(low, high))
@@ -138,27 +138,18 @@ class ChunkSplitter:
 
     # --- arithmetic ------------------------------------------------------------------------------
     def _distribution_factor(self, low: Any, high: Any, rows: int) -> decimal.Decimal | None:
-        if self.column.data_type not in EVENLY_SPLITTABLE_TYPES or rows <= 0:
+        if self.column.data_type not in EVENLY_SPLITTABLE_TYPES:
             return None
-        factor = (decimal.Decimal(high) - decimal.Decimal(low) + 1) / decimal.Decimal(rows)
+        factor = distribution_factor(low, high, rows)
         lower = decimal.Decimal(str(self.options.distribution_factor_lower))
         upper = decimal.Decimal(str(self.options.distribution_factor_upper))
-        return factor if lower <= factor <= upper else None
+        return factor if factor is not None and lower <= factor <= upper else None
 
-    def _even_bounds(self, low: Any, high: Any, rows: int, factor: decimal.Decimal) -> Iterator[tuple[Any, Any]]:
+    def _even_bounds(self, low: Any, high: Any, rows: int, factor: decimal.Decimal) -> list[tuple[Any, Any]]:
         if rows <= self.options.chunk_size:
-            yield (None, None)
-            return
-        if self.column.data_type == "decimal":
-            step: Any = max(factor * self.options.chunk_size, decimal.Decimal(1).scaleb(-(self.column.numeric_scale or 0)))
-            step = self._normalise(step)
-        else:
-            step = max(int(factor * self.options.chunk_size), 1)
-        start, end = None, low + step
-        while end <= high:
-            yield (start, end)
-            start, end = end, end + step
-        yield (start, None)
+            return [(None, None)]
+        return even_bounds(low, high, even_step(factor, self.options.chunk_size, self.column.numeric_scale
+                                                if self.column.data_type == "decimal" else None))
 
     def _queried_bounds(self, low: Any, high: Any) -> Iterator[tuple[Any, Any]]:
         high_key = self.ordering.sort_key(high)
@@ -177,3 +168,29 @@ class ChunkSplitter:
         if end is None or self.ordering.sort_key(end) >= high_key:
             return None
         return end
+
+
+def distribution_factor(low: Any, high: Any, rows: int) -> decimal.Decimal | None:
+    """``(max - min + 1) / rows``: 1 for dense keys, large for sparse ones. None for an empty table."""
+    if rows <= 0:
+        return None
+    return (decimal.Decimal(high) - decimal.Decimal(low) + 1) / decimal.Decimal(rows)
+
+
+def even_step(factor: decimal.Decimal, chunk_size: int, decimal_scale: int | None) -> Any:
+    """Key distance covering about ``chunk_size`` rows: an int, or a Decimal of the column's scale."""
+    if decimal_scale is None:
+        return max(int(factor * chunk_size), 1)
+    quantum = decimal.Decimal(1).scaleb(-decimal_scale)
+    return max((factor * chunk_size).quantize(quantum, rounding=decimal.ROUND_DOWN), quantum)
+
+
+def even_bounds(low: Any, high: Any, step: Any) -> list[tuple[Any, Any]]:
+    """Flink CDC's evenly sized chunks: ``[None, low+step), [low+step, low+2*step), ..., [.., None)``."""
+    bounds: list[tuple[Any, Any]] = []
+    start, end = None, low + step
+    while end <= high:
+        bounds.append((start, end))
+        start, end = end, end + step
+    bounds.append((start, None))
+    return bounds

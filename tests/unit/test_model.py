@@ -1,0 +1,34 @@
+import datetime as dt
+import decimal
+
+import pytest
+
+from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
+from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.model.split import (FinishedSplit, SnapshotSplit, dumps_finished_splits,
+                                                       loads_finished_splits)
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId, quote_identifier
+
+
+@pytest.mark.parametrize("start, end", [
+    (None, 2**64 - 1), (decimal.Decimal("-1.500"), decimal.Decimal("99999999999999999999.1234")),
+    ("näme 😀 ", "Z"), (b"\x00\xff", b"\x01"), (dt.datetime(2024, 1, 1, 0, 0, 0, 5), None),
+    (dt.date(2020, 2, 29), dt.date(2021, 1, 1)), (dt.timedelta(hours=-838), dt.timedelta(0)), (1.5, 2.25),
+])
+def test_finished_splits_round_trip_through_json_exactly(start, end):
+    split = SnapshotSplit(TableId("db", "t-1"), 3, "k", start, end)
+    finished = FinishedSplit(split, BinlogOffset("binlog.000002", 777, "0-1-9"), BinlogOffset("binlog.000002", 500),
+                             rows=10, binlog_events_merged=2)
+    [back] = loads_finished_splits(dumps_finished_splits([finished]))
+    assert back == finished
+    assert type(back.split.start) is type(start) and type(back.split.end) is type(end)
+
+
+def test_table_id_parsing_and_quoting():
+    assert TableId.parse("shop.orders") == TableId("shop", "orders")
+    assert TableId.parse("`my.db`.`line items`") == TableId("my.db", "line items")
+    assert TableId.parse("orders", default_database="shop") == TableId("shop", "orders")
+    assert quote_identifier("we`ird") == "`we``ird`"
+    assert TableId("select", "a-b").quoted == "`select`.`a-b`"
+    with pytest.raises(ConfigurationError, match="database.table"):
+        TableId.parse("orders")

@@ -1,0 +1,49 @@
+import json
+
+import pytest
+
+from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
+from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+
+
+def test_offsets_order_by_file_number_then_position():
+    a = BinlogOffset("binlog.000009", 99999)
+    b = BinlogOffset("binlog.000010", 4)
+    c = BinlogOffset("binlog.000010", 120)
+    assert a < b < c
+    assert sorted([c, a, b]) == [a, b, c]
+    assert max([a, c, b]) == c
+
+
+def test_file_number_is_numeric_not_lexicographic():
+    assert BinlogOffset("mysql-bin.999999", 4) < BinlogOffset("mysql-bin.1000000", 4)
+
+
+def test_equality_ignores_gtid_and_hash_matches():
+    a = BinlogOffset("binlog.000001", 400, gtid_set="0-1-5")
+    b = BinlogOffset("binlog.000001", 400)
+    assert a == b and hash(a) == hash(b)
+
+
+def test_json_round_trip_keeps_gtid():
+    a = BinlogOffset("binlog.000003", 12345, gtid_set="3E11FA47-71CA-11E1-9E33-C80AA9429562:1-77")
+    assert BinlogOffset.from_json(a.to_json()) == a
+    assert BinlogOffset.from_json(a.to_json()).gtid_set == a.gtid_set
+    assert json.loads(a.to_json())["position"] == 12345
+
+
+@pytest.mark.parametrize("text", ["binlog.000003:12345", '{"file": "binlog.000003", "position": 12345}'])
+def test_parse_accepts_printed_and_json_forms(text):
+    assert BinlogOffset.parse(text) == BinlogOffset("binlog.000003", 12345)
+    assert BinlogOffset.parse(str(BinlogOffset.parse(text))) == BinlogOffset.parse(text)
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [("binlog.000003", "Malformed binlog offset"), ("binlog:12", "Malformed binlog file name"),
+     ("binlog.000003:abc", "Malformed binlog offset"), ('{"file": "binlog.000001"}', "Malformed binlog offset"),
+     ("binlog.000001:2", "positions are integers >= 4"), ("{not json", "Malformed binlog offset JSON")],
+)
+def test_malformed_offsets_are_clear_errors(text, fragment):
+    with pytest.raises(ConfigurationError, match=fragment):
+        BinlogOffset.parse(text)
