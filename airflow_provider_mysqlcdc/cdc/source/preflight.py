@@ -106,7 +106,8 @@ def check_table(conn: pymysql.connections.Connection, table_id: TableId,
         return None, None, [str(exc)]
     try:
         with conn.cursor() as cur:
-            cur.execute(f"SELECT 1 FROM {table_id.quoted} LIMIT 0")
+            # SELECT * needs the privilege on every column; column grants alone would hide columns.
+            cur.execute(f"SELECT * FROM {table_id.quoted} LIMIT 0")
     except pymysql.err.OperationalError as exc:
         if exc.args[0] in _ACCESS_DENIED:
             return schema, None, [f"The CDC user may not read {table_id}: GRANT SELECT ON "
