@@ -1,0 +1,105 @@
+"""The binlog reader on a real server: rotations, end offsets, key changes, DDL, following the head."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from airflow_provider_mysqlcdc.cdc.binlog.reader import BinlogReader, TransactionCommitted
+from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, Operation, SchemaChangeEvent
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
+from airflow_provider_mysqlcdc.cdc.source.server import current_offset
+
+pytestmark = pytest.mark.integration
+
+
+def _table(mysql_server, database, ddl="(id INT PRIMARY KEY, v INT)"):
+    table = TableId(database, "t")
+    conn = mysql_server.connect()
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE TABLE {table.quoted} {ddl}")
+    return table, conn
+
+
+def test_reads_across_rotations_and_stops_exactly_at_the_end_offset(mysql_server, cdc_user, database):
+    table, conn = _table(mysql_server, database)
+    start = current_offset(conn)
+    with conn.cursor() as cur:
+        for i in range(30):
+            cur.execute(f"INSERT INTO {table.quoted} VALUES (%s, %s)", (i, i))
+            if i % 10 == 9:
+                cur.execute("FLUSH BINARY LOGS")
+        end = current_offset(conn)
+        cur.execute(f"INSERT INTO {table.quoted} VALUES (1000, 0)")  # after the end: must not be read
+    schema = load_table_schema(conn, table)
+    items = list(BinlogReader.for_schemas(cdc_user, [schema], start=start, end=end))
+    records = [i for i in items if isinstance(i, ChangeRecord)]
+    assert [r.after["id"] for r in records] == list(range(30))
+    assert len({r.offset.file for r in records}) >= 3, "the reads did not cross rotations"
+    assert records == sorted(records, key=lambda r: r.order_key)
+    commits = [i for i in items if isinstance(i, TransactionCommitted)]
+    assert len(commits) == 30 and commits[-1].offset <= end
+
+
+def test_key_change_is_a_delete_plus_a_create_at_one_offset(mysql_server, cdc_user, database):
+    table, conn = _table(mysql_server, database, "(a INT, b INT, v INT, PRIMARY KEY (a, b))")
+    with conn.cursor() as cur:
+        cur.execute(f"INSERT INTO {table.quoted} VALUES (1, 1, 0), (2, 2, 0)")
+        start = current_offset(conn)
+        cur.execute(f"UPDATE {table.quoted} SET b = b + 10, v = 5")  # key change for both rows
+        cur.execute(f"UPDATE {table.quoted} SET v = 6 WHERE a = 1")  # plain update
+        end = current_offset(conn)
+    schema = load_table_schema(conn, table)
+    records = [i for i in BinlogReader.for_schemas(cdc_user, [schema], start=start, end=end)
+               if isinstance(i, ChangeRecord)]
+    assert [(r.op, r.row, r.part) for r in records] == [
+        (Operation.DELETE, 0, 0), (Operation.CREATE, 0, 1), (Operation.DELETE, 1, 0), (Operation.CREATE, 1, 1),
+        (Operation.UPDATE, 0, 0)]
+    assert records[0].before == {"a": 1, "b": 1, "v": 0} and records[1].after == {"a": 1, "b": 11, "v": 5}
+    assert records[0].offset == records[1].offset
+    assert records[4].before["v"] == 5 and records[4].after["v"] == 6
+
+
+def test_ddl_is_surfaced_and_old_events_decode_with_the_old_schema(mysql_server, cdc_user, database):
+    table, conn = _table(mysql_server, database)
+    start = current_offset(conn)
+    with conn.cursor() as cur:
+        cur.execute(f"INSERT INTO {table.quoted} VALUES (1, 2147483647)")
+        cur.execute(f"ALTER TABLE {table.quoted} ADD COLUMN note VARCHAR(10) DEFAULT 'x', MODIFY v BIGINT UNSIGNED")
+        cur.execute(f"INSERT INTO {table.quoted} VALUES (2, 18446744073709551615, 'y')")
+        cur.execute(f"TRUNCATE TABLE {table.quoted}")
+        end = current_offset(conn)
+    schema = load_table_schema(conn, table)  # today's schema; the reader must not need it for decoding
+    items = [i for i in BinlogReader.for_schemas(cdc_user, [schema], start=start, end=end)
+             if not isinstance(i, TransactionCommitted)]
+    assert isinstance(items[0], ChangeRecord) and items[0].after == {"id": 1, "v": 2147483647}
+    assert isinstance(items[1], SchemaChangeEvent) and "ADD COLUMN note" in items[1].statement
+    assert items[1].table_ids == (table,)
+    assert isinstance(items[2], ChangeRecord) and items[2].after == {"id": 2, "v": 2**64 - 1, "note": "y"}
+    assert isinstance(items[3], SchemaChangeEvent) and items[3].statement.upper().startswith("TRUNCATE")
+    assert len(items) == 4
+
+
+def test_follow_mode_waits_for_new_events(mysql_server, cdc_user, database):
+    table, conn = _table(mysql_server, database)
+    schema = load_table_schema(conn, table)
+    reader = BinlogReader.for_schemas(cdc_user, [schema], start=current_offset(conn), follow=True)
+    received: list[ChangeRecord] = []
+    done = threading.Event()
+
+    def consume() -> None:
+        for item in reader:
+            if isinstance(item, ChangeRecord):
+                received.append(item)
+                if len(received) == 20:
+                    break
+        done.set()
+
+    thread = threading.Thread(target=consume, daemon=True)
+    thread.start()
+    with conn.cursor() as cur:
+        for i in range(20):
+            cur.execute(f"INSERT INTO {table.quoted} VALUES (%s, 0)", (i,))
+    assert done.wait(30), f"follow mode received only {len(received)} of 20 rows"
+    assert [r.after["id"] for r in received] == list(range(20))
