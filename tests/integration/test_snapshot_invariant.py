@@ -19,7 +19,9 @@ from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 from airflow_provider_mysqlcdc.devtools.workload import RandomWriters, create_sample_tables
 
-from .helpers import assert_same_rows, replay, source_rows
+from airflow_provider_mysqlcdc.devtools.verify import replay, source_rows
+
+from .helpers import assert_same_rows
 
 pytestmark = pytest.mark.integration
 
@@ -70,8 +72,9 @@ def test_snapshot_plus_filtered_binlog_equals_source_under_concurrent_writes(mys
                 for (tid, _), runs in sorted(attempts.items(), key=lambda kv: kv[0][1]) if tid == t]
             for t in tables
         }
-        state, emitted, ddl = replay(cdc_user, report.schemas, chosen, end)
-        assert not ddl
+        replayed = replay(cdc_user, report.schemas, chosen, end)
+        assert not replayed.schema_changes
         for t in tables:
-            assert_same_rows(t, expected[t], state[t].rows)
-        print(f"  retries chosen '{choice}': {emitted} binlog changes emitted by the filter; all tables exact")
+            assert_same_rows(t, expected[t], replayed.tables[t].rows)
+        print(f"  retries chosen '{choice}': {replayed.emitted} binlog changes emitted by the filter, "
+              f"{replayed.skipped} filtered out; all tables exact")
