@@ -47,10 +47,21 @@ class ReplayResult:
     schema_changes: list[SchemaChangeEvent] = field(default_factory=list)
 
 
+def read_binlog(source: SourceConfig, schemas: Mapping[TableId, TableSchema], start: BinlogOffset,
+                end: BinlogOffset) -> list[ChangeRecord | SchemaChangeEvent]:
+    """Read the binlog once, for several replays (changes before a replay's start are filtered out)."""
+    reader = BinlogReader.for_schemas(source, list(schemas.values()), start=start, end=end)
+    return [item for item in reader if isinstance(item, (ChangeRecord, SchemaChangeEvent))]
+
+
 def replay(source: SourceConfig, schemas: Mapping[TableId, TableSchema],
            split_results: Mapping[TableId, Iterable[SplitReadResult]], end: BinlogOffset,
-           batch_size: int = 1000) -> ReplayResult:
-    """Load every split's rows, then apply the finished-split-filtered binlog up to ``end``."""
+           batch_size: int = 1000, items: Iterable[object] | None = None) -> ReplayResult:
+    """Load every split's rows, then apply the finished-split-filtered binlog up to ``end``.
+
+    ``items`` may hold the binlog already read (``read_binlog``) from any offset before the
+    smallest high watermark; otherwise the binlog is read from there.
+    """
     result = ReplayResult({t: KeyedRows(schemas[t].key_columns) for t in schemas})
     finished = []
     for table_id, results in split_results.items():
@@ -64,7 +75,8 @@ def replay(source: SourceConfig, schemas: Mapping[TableId, TableSchema],
     orderings = {f.split.table_id: KeyOrdering(schemas[f.split.table_id].column(f.split.chunk_key), source.connect)
                  for f in finished}
     split_filter = FinishedSplitFilter(finished, orderings)
-    reader = BinlogReader.for_schemas(source, list(schemas.values()), start=split_filter.start_offset(), end=end)
+    if items is None:
+        items = BinlogReader.for_schemas(source, list(schemas.values()), start=split_filter.start_offset(), end=end)
     batch: list[ChangeRecord] = []
 
     def flush() -> None:
@@ -77,7 +89,7 @@ def replay(source: SourceConfig, schemas: Mapping[TableId, TableSchema],
         batch.clear()
 
     try:
-        for item in reader:
+        for item in items:
             if isinstance(item, ChangeRecord):
                 batch.append(item)
                 if len(batch) >= batch_size:

@@ -19,7 +19,7 @@ from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 from airflow_provider_mysqlcdc.devtools.workload import RandomWriters, create_sample_tables
 
-from airflow_provider_mysqlcdc.devtools.verify import replay, source_rows
+from airflow_provider_mysqlcdc.devtools.verify import read_binlog, replay, source_rows
 
 from .helpers import assert_same_rows
 
@@ -66,13 +66,15 @@ def test_snapshot_plus_filtered_binlog_equals_source_under_concurrent_writes(mys
     assert merged > 0, "no split read overlapped a write: the watermark merge was not exercised"
 
     expected = {t: source_rows(admin, report.schemas[t]) for t in tables}
+    earliest = min(a.finished.high_watermark for runs in attempts.values() for a in runs)
+    binlog = read_binlog(cdc_user, report.schemas, earliest, end)
     for choice in ("first", "last", "random"):
         chosen = {
             t: [runs[0] if choice == "first" else runs[-1] if choice == "last" else rng.choice(runs)
                 for (tid, _), runs in sorted(attempts.items(), key=lambda kv: kv[0][1]) if tid == t]
             for t in tables
         }
-        replayed = replay(cdc_user, report.schemas, chosen, end)
+        replayed = replay(cdc_user, report.schemas, chosen, end, items=binlog)
         assert not replayed.schema_changes
         for t in tables:
             assert_same_rows(t, expected[t], replayed.tables[t].rows)

@@ -120,7 +120,9 @@ class BinlogReader:
             blocking=self.follow,
             only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, QueryEvent, XidEvent, RotateEvent,
                          GtidEvent, MariadbGtidEvent],
+            # Both filters let the library skip row events of other tables without decoding them.
             only_schemas=sorted({t.database for t in self.tables}) if self.tables else None,
+            only_tables=sorted({t.table for t in self.tables}) if self.tables else None,
             slave_heartbeat=self.heartbeat_s if self.follow else None,
         )
         current_file = self.start.file

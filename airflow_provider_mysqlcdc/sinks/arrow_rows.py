@@ -1,0 +1,154 @@
+"""Normalised rows to Arrow, with the metadata columns every sink table carries.
+
+Column types mirror the source as closely as Delta Lake allows (it has no unsigned integers, no
+DECIMAL beyond precision 38, no TIME):
+
+=====================================  ==============================================
+MySQL                                  Arrow / Delta
+=====================================  ==============================================
+TINYINT / SMALLINT / MEDIUMINT / INT   int8 / int16 / int32 / int32 (unsigned: next wider)
+INT UNSIGNED, BIGINT                   int64
+BIGINT UNSIGNED, BIT(64)               decimal(20, 0)
+BIT(n < 64), YEAR                      int64, int16
+FLOAT / DOUBLE                         float32 / float64
+DECIMAL(p <= 38, s)                    decimal(p, s)
+DECIMAL(p > 38, s)                     string (exact decimal text; Delta has no decimal256)
+DATE / DATETIME / TIMESTAMP            date32 / timestamp[us] / timestamp[us, UTC]
+TIME                                   int64 microseconds (Delta has no time type)
+CHAR, VARCHAR, TEXT, ENUM, SET, JSON   string
+BINARY, VARBINARY, BLOB, geometry      binary (geometry: MySQL's internal SRID + WKB)
+=====================================  ==============================================
+
+Metadata columns (``METADATA_COLUMNS``): ``_cdc_op`` (r/c/u of the last change), ``_cdc_binlog_file``
+and ``_cdc_binlog_pos`` (where the row's version comes from: the split's high watermark for
+snapshot rows), ``_cdc_version`` (that offset as one sortable integer), ``_cdc_event_ts`` (event
+time), and ``_cdc_chunk`` (the chunk key's order-preserving text, records/ordering.py, so that a
+split's rows are a string range in any engine).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableSchema
+
+METADATA_COLUMNS = ("_cdc_op", "_cdc_binlog_file", "_cdc_binlog_pos", "_cdc_version", "_cdc_event_ts", "_cdc_chunk")
+
+_METADATA_FIELDS = [
+    pa.field("_cdc_op", pa.string()),
+    pa.field("_cdc_binlog_file", pa.string()),
+    pa.field("_cdc_binlog_pos", pa.int64()),
+    pa.field("_cdc_version", pa.int64()),
+    pa.field("_cdc_event_ts", pa.timestamp("us", tz="UTC")),
+    pa.field("_cdc_chunk", pa.string()),
+]
+
+_SIGNED = {"tinyint": pa.int8(), "smallint": pa.int16(), "mediumint": pa.int32(), "int": pa.int32(),
+           "integer": pa.int32(), "bigint": pa.int64()}
+_UNSIGNED = {"tinyint": pa.int16(), "smallint": pa.int32(), "mediumint": pa.int32(), "int": pa.int64(),
+             "integer": pa.int64(), "bigint": pa.decimal128(20, 0)}
+_BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", "geometry", "point",
+                 "linestring", "polygon", "multipoint", "multilinestring", "multipolygon", "geometrycollection"}
+
+
+def arrow_type(column: Column) -> pa.DataType:
+    t = column.data_type
+    if t in _SIGNED:
+        return (_UNSIGNED if column.unsigned else _SIGNED)[t]
+    if t == "bit":
+        return pa.decimal128(20, 0) if _bit_width(column) >= 64 else pa.int64()
+    if t == "year":
+        return pa.int16()
+    if t == "float":
+        return pa.float32()
+    if t == "double":
+        return pa.float64()
+    if t == "decimal":
+        precision = column.numeric_precision or 65
+        return pa.decimal128(precision, column.numeric_scale or 0) if precision <= 38 else pa.string()
+    if t == "date":
+        return pa.date32()
+    if t == "datetime":
+        return pa.timestamp("us")
+    if t == "timestamp":
+        return pa.timestamp("us", tz="UTC")
+    if t == "time":
+        return pa.int64()
+    if t in _BINARY_TYPES:
+        return pa.binary()
+    return pa.string()
+
+
+def _bit_width(column: Column) -> int:
+    digits = "".join(ch for ch in column.column_type if ch.isdigit())
+    return int(digits) if digits else 64
+
+
+def arrow_schema(schema: TableSchema) -> pa.Schema:
+    fields = [pa.field(c.name, arrow_type(c), nullable=c.nullable or c.name not in schema.key_columns)
+              for c in schema.columns]
+    return pa.schema(fields + _METADATA_FIELDS)
+
+
+def version_of(offset: BinlogOffset) -> int:
+    """A binlog offset as one int64 that orders like the offset (file number << 32 | position)."""
+    file_number, position = offset.sort_key
+    return (file_number << 32) | position
+
+
+def _python_value(value: Any, target: pa.DataType) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, dt.timedelta):
+        return value // dt.timedelta(microseconds=1)
+    if pa.types.is_decimal(target) and isinstance(value, int):
+        return decimal.Decimal(value)
+    if pa.types.is_string(target) and isinstance(value, decimal.Decimal):
+        return str(value)
+    return value
+
+
+def rows_to_arrow(schema: TableSchema, rows: Sequence[dict[str, Any]], *, ops: Sequence[str],
+                  offsets: Sequence[BinlogOffset], event_ts_ms: Sequence[int], chunks: Sequence[str]) -> pa.Table:
+    """Build a sink table from normalised rows and their per-row metadata."""
+    target = arrow_schema(schema)
+    arrays = []
+    for field in target:
+        if field.name in METADATA_COLUMNS:
+            continue
+        arrays.append(pa.array([_python_value(r.get(field.name), field.type) for r in rows], type=field.type))
+    arrays += [
+        pa.array(list(ops), pa.string()),
+        pa.array([o.file for o in offsets], pa.string()),
+        pa.array([o.position for o in offsets], pa.int64()),
+        pa.array([version_of(o) for o in offsets], pa.int64()),
+        pa.array([dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc) for ms in event_ts_ms],
+                 pa.timestamp("us", tz="UTC")),
+        pa.array(list(chunks), pa.string()),
+    ]
+    return pa.Table.from_arrays(arrays, schema=target)
+
+
+def arrow_to_rows(table: pa.Table, schema: TableSchema) -> list[dict[str, Any]]:
+    """Back from a sink table to normalised rows (for comparisons with the source)."""
+    types = {c.name: c for c in schema.columns}
+    out = []
+    for record in table.select([c.name for c in schema.columns]).to_pylist():
+        row = {}
+        for name, value in record.items():
+            column = types[name]
+            if value is not None and column.data_type == "time":
+                value = dt.timedelta(microseconds=value)
+            elif value is not None and column.data_type == "decimal" and isinstance(value, str):
+                value = decimal.Decimal(value)
+            elif value is not None and (column.data_type == "bit" or (column.unsigned and column.data_type == "bigint")):
+                value = int(value)
+            row[name] = value
+        out.append(row)
+    return out

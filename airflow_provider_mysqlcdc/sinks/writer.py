@@ -1,0 +1,61 @@
+"""Turning split results and change batches into sink writes (one table at a time).
+
+Both paths stamp every row with the metadata columns (arrow_rows.py); ``_cdc_chunk`` comes from
+the chunk key's database order (records/ordering.py), so a split's rows are exactly the string
+range ``[encode(start), encode(end))``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import pyarrow as pa
+
+from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord
+from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit
+from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering, encode_sort_key
+from airflow_provider_mysqlcdc.cdc.source.schema import TableSchema
+from airflow_provider_mysqlcdc.sinks.arrow_rows import rows_to_arrow
+from airflow_provider_mysqlcdc.sinks.base import Sink
+
+def last_change_per_key(schema: TableSchema, records: Sequence[ChangeRecord]) -> list[ChangeRecord]:
+    """Within one batch only the last change of each key matters (records are in binlog order)."""
+    last: dict[tuple, ChangeRecord] = {}
+    for record in records:
+        last[schema.key_of(record.image)] = record
+    return list(last.values())
+
+class SinkWriter:
+    def __init__(self, sink: Sink, schema: TableSchema, chunk_key: str, ordering: KeyOrdering):
+        self.sink = sink
+        self.schema = schema
+        self.chunk_key = chunk_key
+        self.ordering = ordering
+
+    def _chunks(self, rows: Sequence[dict]) -> list[str]:
+        return [encode_sort_key(k) for k in self.ordering.sort_keys([r[self.chunk_key] for r in rows])]
+
+    def split_range(self, finished: FinishedSplit) -> tuple[str | None, str | None]:
+        start, end = self.ordering.sort_keys([finished.split.start, finished.split.end])
+        return (None if start is None else encode_sort_key(start), None if end is None else encode_sort_key(end))
+
+    def write_split(self, finished: FinishedSplit, rows: Sequence[dict]) -> None:
+        """Replace exactly the split's key range by its rows as of the high watermark (idempotent)."""
+        now_ms = int(time.time() * 1000)
+        table = rows_to_arrow(self.schema, rows, ops=["r"] * len(rows), offsets=[finished.high_watermark] * len(rows),
+                              event_ts_ms=[now_ms] * len(rows), chunks=self._chunks(rows))
+        start, end = self.split_range(finished)
+        self.sink.replace_range(self.schema.table_id, start, end, table)
+
+    def changes_table(self, records: Sequence[ChangeRecord]) -> pa.Table:
+        latest = last_change_per_key(self.schema, records)
+        images = [r.image for r in latest]
+        return rows_to_arrow(self.schema, images, ops=[r.op.value for r in latest], offsets=[r.offset for r in latest],
+                             event_ts_ms=[r.timestamp_ms for r in latest], chunks=self._chunks(images))
+
+    def apply_changes(self, records: Sequence[ChangeRecord], *, app_id: str, batch_id: int) -> bool:
+        """Merge one batch; returns False when this batch id was already applied to this table."""
+        if not records:
+            return False
+        return self.sink.merge_changes(self.schema, self.changes_table(records), app_id=app_id, batch_id=batch_id)
