@@ -59,3 +59,19 @@ class SinkWriter:
         if not records:
             return False
         return self.sink.merge_changes(self.schema, self.changes_table(records), app_id=app_id, batch_id=batch_id)
+
+
+def apply_change_batch(writers: dict, records: Sequence[ChangeRecord], *, app_id: str, batch_id: int) -> dict:
+    """Apply one batch of filtered changes, table by table; returns rows merged per table.
+
+    Each table's merge is recorded under ``(app_id, batch_id)``: a batch replayed after a crash
+    skips the tables it already reached and completes the others.
+    """
+    by_table: dict = {}
+    for record in records:
+        by_table.setdefault(record.table_id, []).append(record)
+    merged = {}
+    for table_id, table_records in by_table.items():
+        if writers[table_id].apply_changes(table_records, app_id=app_id, batch_id=batch_id):
+            merged[table_id] = len(table_records)
+    return merged
