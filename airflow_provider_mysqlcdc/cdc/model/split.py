@@ -17,7 +17,7 @@ from typing import Any
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId, quote_identifier
 
 
 @dataclass(frozen=True)
@@ -84,6 +84,19 @@ class FinishedSplit:
             binlog_events_merged=int(data.get("binlog_events_merged", 0)),
             extra=dict(data.get("extra", {})),
         )
+
+
+def key_range_sql(split: SnapshotSplit) -> tuple[str, tuple[Any, ...]]:
+    """`` WHERE start <= k AND k < end`` (or nothing), compared by the database under its collation."""
+    key = quote_identifier(split.chunk_key)
+    conditions, args = [], []
+    if split.start is not None:
+        conditions.append(f"{key} >= %s")
+        args.append(split.start)
+    if split.end is not None:
+        conditions.append(f"{key} < %s")
+        args.append(split.end)
+    return (" WHERE " + " AND ".join(conditions) if conditions else ""), tuple(args)
 
 
 # --- JSON encoding of chunk-key values (ints beyond 2**53, Decimal, bytes, dates survive) -----------

@@ -25,7 +25,7 @@ from typing import Any
 import pymysql
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
-from airflow_provider_mysqlcdc.cdc.model.split import SnapshotSplit
+from airflow_provider_mysqlcdc.cdc.model.split import SnapshotSplit, key_range_sql
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.records.values import converter_for, read_expression
 from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableSchema, quote_identifier
@@ -75,9 +75,13 @@ class ChunkSplitter:
         self._key_sql = read_expression(self.column)
         self._key_name = quote_identifier(self.chunk_key)
         self._table_sql = schema.table_id.quoted
+        self._within: SnapshotSplit | None = None
+        self._range_sql, self._range_args = "", ()
 
     # --- public ----------------------------------------------------------------------------------
-    def split(self) -> list[SnapshotSplit]:
+    def split(self, within: SnapshotSplit | None = None) -> list[SnapshotSplit]:
+        """Cut the table, or only the key range of ``within`` (a split cut into Spark partitions)."""
+        self._use_range(within)
         low, high = self._min_max()
         if low is None:
             bounds: list[tuple[Any, Any]] = [(None, None)]
@@ -90,6 +94,9 @@ class ChunkSplitter:
             else:
                 log.info("%s: splitting at boundaries queried from the database", self.schema.table_id)
                 bounds = list(self._queried_bounds(low, high))
+        if within is not None:  # the outer ends are the enclosing split's, not open
+            bounds[0] = (within.start, bounds[0][1])
+            bounds[-1] = (bounds[-1][0], within.end)
         return [
             SnapshotSplit(self.schema.table_id, index, self.chunk_key, start, end)
             for index, (start, end) in enumerate(bounds)
@@ -105,13 +112,27 @@ class ChunkSplitter:
 
     def _min_max(self) -> tuple[Any, Any]:
         with self.conn.cursor() as cur:
-            cur.execute(f"SELECT MIN({self._key_sql}), MAX({self._key_sql}) FROM {self._table_sql}")
+            cur.execute(f"SELECT MIN({self._key_sql}), MAX({self._key_sql}) FROM {self._table_sql}{self._range_sql}",
+                        self._range_args)
             low, high = cur.fetchone()
         if low is None:
             return None, None
         return self._normalise(low), self._normalise(high)
 
+    def _use_range(self, within: SnapshotSplit | None) -> None:
+        self._within = within
+        self._range_sql, self._range_args = key_range_sql(within) if within else ("", ())
+
+    def count_rows(self, within: SnapshotSplit) -> int:
+        """Exact number of rows in a split's key range."""
+        self._use_range(within)
+        return self._row_count()
+
     def _row_count(self) -> int:
+        if self._within is not None:
+            with self.conn.cursor() as cur:
+                cur.execute(f"SELECT COUNT(*) FROM {self._table_sql}{self._range_sql}", self._range_args)
+                return int(cur.fetchone()[0])
         with self.conn.cursor() as cur:
             cur.execute(
                 "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
@@ -124,16 +145,24 @@ class ChunkSplitter:
                 return int(cur.fetchone()[0])
         return approximate
 
+    def _upper_bound(self) -> tuple[str, tuple[Any, ...]]:
+        if self._within is None or self._within.end is None:
+            return "", ()
+        return f" AND {self._key_name} < %s", (self._within.end,)
+
     def _next_chunk_max(self, start: Any) -> Any:
+        upper, upper_args = self._upper_bound()
         return self._query_value(
             f"SELECT MAX(k) FROM (SELECT {self._key_sql} AS k FROM {self._table_sql} "
-            f"WHERE {self._key_name} >= %s ORDER BY {self._key_name} LIMIT {int(self.options.chunk_size)}) t",
-            (start,),
+            f"WHERE {self._key_name} >= %s{upper} ORDER BY {self._key_name} LIMIT {int(self.options.chunk_size)}) t",
+            (start, *upper_args),
         )
 
     def _next_distinct(self, after: Any) -> Any:
+        upper, upper_args = self._upper_bound()
         return self._query_value(
-            f"SELECT MIN({self._key_sql}) FROM {self._table_sql} WHERE {self._key_name} > %s", (after,)
+            f"SELECT MIN({self._key_sql}) FROM {self._table_sql} WHERE {self._key_name} > %s{upper}",
+            (after, *upper_args),
         )
 
     # --- arithmetic ------------------------------------------------------------------------------

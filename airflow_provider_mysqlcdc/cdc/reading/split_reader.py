@@ -28,12 +28,12 @@ import pymysql.cursors
 from airflow_provider_mysqlcdc.cdc.binlog.reader import BinlogReader, pick_server_id
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord
-from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
+from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit, key_range_sql
 from airflow_provider_mysqlcdc.cdc.records.apply import KeyedRows
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.records.values import ValueNormalizer, select_list
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
-from airflow_provider_mysqlcdc.cdc.source.schema import TableSchema, quote_identifier
+from airflow_provider_mysqlcdc.cdc.source.schema import TableSchema
 from airflow_provider_mysqlcdc.cdc.source.server import ServerInfo, current_offset, server_info
 
 log = logging.getLogger(__name__)
@@ -43,19 +43,6 @@ log = logging.getLogger(__name__)
 class SplitReadResult:
     finished: FinishedSplit
     rows: list[dict[str, Any]]
-
-
-def split_where_clause(split: SnapshotSplit) -> tuple[str, tuple[Any, ...]]:
-    """``start <= k < end`` as SQL, compared by the database under the column's collation."""
-    key = quote_identifier(split.chunk_key)
-    conditions, args = [], []
-    if split.start is not None:
-        conditions.append(f"{key} >= %s")
-        args.append(split.start)
-    if split.end is not None:
-        conditions.append(f"{key} < %s")
-        args.append(split.end)
-    return (" WHERE " + " AND ".join(conditions) if conditions else ""), tuple(args)
 
 
 class SplitRangeChecker:
@@ -115,11 +102,9 @@ class SplitReader:
     def read(self, split: SnapshotSplit) -> SplitReadResult:
         started = time.monotonic()
         rows = KeyedRows(self.schema.key_columns)
-        low, high = self._select_between_watermarks(split, rows)
+        low, high = self.select(split, rows)
         selected = len(rows)
-        merged = 0
-        if high > low:
-            merged = rows.apply_all(self.window_changes(split, low, high))
+        merged = self.merge_window(split, low, high, rows)
         elapsed = time.monotonic() - started
         log.info(
             "split %s: %d rows selected, %d binlog changes merged from %s to %s, %d rows as of %s (%.2fs)",
@@ -129,10 +114,20 @@ class SplitReader:
                                  extra={"seconds": round(elapsed, 3)})
         return SplitReadResult(finished, list(rows.rows.values()))
 
-    def _select_between_watermarks(self, split: SnapshotSplit, rows: KeyedRows) -> tuple[BinlogOffset, BinlogOffset]:
+    def merge_window(self, split: SnapshotSplit, low: BinlogOffset, high: BinlogOffset, rows: KeyedRows) -> int:
+        """Apply the split's binlog changes between the watermarks over ``rows``; returns how many."""
+        return rows.apply_all(self.window_changes(split, low, high)) if high > low else 0
+
+    def select(self, split: SnapshotSplit, rows: KeyedRows) -> tuple[BinlogOffset, BinlogOffset]:
+        """SELECT the key range into ``rows``; returns (low watermark, offset read right after).
+
+        The low watermark is not later than the SELECT's snapshot, so replaying the binlog from it
+        (or from any earlier offset) over these rows is correct: that is what lets a split be read
+        as several partitions, each with its own snapshot, merged from the smallest low watermark.
+        """
         conn = self._connection()
         assert self._info is not None
-        where, args = split_where_clause(split)
+        where, args = key_range_sql(split)
         sql = f"SELECT {select_list(self.schema.columns)} FROM {self.schema.table_id.quoted}{where}"
         names = self.schema.column_names
         with conn.cursor() as cur:

@@ -1,0 +1,64 @@
+"""Running the programs of ``spark_jobs/`` with spark-submit (tests, the demo, and the Airflow glue).
+
+The source password never goes into argv or Spark conf: it sits in a private file whose path is
+passed through the environment (``MYSQLCDC_SOURCE_FILE``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from airflow_provider_mysqlcdc.cdc.source.connection import ENV_PREFIX
+from airflow_provider_mysqlcdc.spark.packaging import build_py_files_zip, spark_job_script
+from airflow_provider_mysqlcdc.spark.results import parse_result
+
+log = logging.getLogger(__name__)
+
+
+def spark_home() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent
+
+
+@dataclass
+class SparkSubmit:
+    master: str = "local[2]"
+    python: str = sys.executable
+    conf: dict[str, str] = field(default_factory=dict)
+    work_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="mysqlcdc-spark-")))
+
+    def command(self, script: str, args: list[str], py_files: Path) -> list[str]:
+        cmd = [str(spark_home() / "bin" / "spark-submit"), "--master", self.master, "--py-files", str(py_files)]
+        for key, value in {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4", **self.conf}.items():
+            cmd += ["--conf", f"{key}={value}"]
+        return cmd + [str(spark_job_script(script)), *args]
+
+    def environment(self, source_file: Path) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
+        env.update({
+            "SPARK_LOCAL_IP": env.get("SPARK_LOCAL_IP", "127.0.0.1"),
+            "PYSPARK_PYTHON": self.python,
+            "PYSPARK_DRIVER_PYTHON": self.python,
+            f"{ENV_PREFIX}FILE": str(source_file),
+        })
+        return env
+
+    def run(self, script: str, args: list[str], source_file: Path, timeout_s: float = 1800) -> dict[str, Any]:
+        """Run a job to completion and return its published result; raise with the log tail on failure."""
+        py_files = build_py_files_zip(self.work_dir / "airflow_provider_mysqlcdc.zip")
+        cmd = self.command(script, args, py_files)
+        log.info("spark-submit %s", " ".join(cmd[1:]))
+        proc = subprocess.run(cmd, env=self.environment(source_file), capture_output=True, text=True,
+                              timeout=timeout_s, cwd=self.work_dir)
+        if proc.returncode != 0:
+            tail = "\n".join((proc.stderr or "").splitlines()[-40:])
+            raise RuntimeError(f"spark-submit {script} failed with exit code {proc.returncode}:\n{tail}")
+        return parse_result(proc.stdout)
