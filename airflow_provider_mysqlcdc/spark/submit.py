@@ -51,13 +51,22 @@ class SparkSubmit:
         })
         return env
 
-    def run(self, script: str, args: list[str], source_file: Path, timeout_s: float = 1800) -> dict[str, Any]:
-        """Run a job to completion and return its published result; raise with the log tail on failure."""
+    def _prepared(self, script: str, args: list[str]) -> list[str]:
         py_files = build_py_files_zip(self.work_dir / "airflow_provider_mysqlcdc.zip")
         cmd = self.command(script, args, py_files)
         log.info("spark-submit %s", " ".join(cmd[1:]))
-        proc = subprocess.run(cmd, env=self.environment(source_file), capture_output=True, text=True,
-                              timeout=timeout_s, cwd=self.work_dir)
+        return cmd
+
+    def start(self, script: str, args: list[str], source_file: Path, log_file: Path) -> subprocess.Popen[bytes]:
+        """Start a job in its own process group (a long-running stream); its output goes to ``log_file``."""
+        with open(log_file, "ab") as out:
+            return subprocess.Popen(self._prepared(script, args), env=self.environment(source_file), stdout=out,
+                                    stderr=subprocess.STDOUT, cwd=self.work_dir, start_new_session=True)
+
+    def run(self, script: str, args: list[str], source_file: Path, timeout_s: float = 1800) -> dict[str, Any]:
+        """Run a job to completion and return its published result; raise with the log tail on failure."""
+        proc = subprocess.run(self._prepared(script, args), env=self.environment(source_file), capture_output=True,
+                              text=True, timeout=timeout_s, cwd=self.work_dir)
         if proc.returncode != 0:
             tail = "\n".join((proc.stderr or "").splitlines()[-40:])
             raise RuntimeError(f"spark-submit {script} failed with exit code {proc.returncode}:\n{tail}")

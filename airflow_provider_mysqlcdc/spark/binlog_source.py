@@ -1,0 +1,177 @@
+"""A PySpark streaming data source over the binlog (``spark.readStream.format("mysqlcdc_binlog")``).
+
+Offsets are binlog positions ``{"file", "pos"}`` read from ``SHOW MASTER STATUS``, which always
+points between transactions, so a micro-batch never ends inside a transaction. The source is seeded
+with the finished splits (a JSON file written by the snapshot) and applies the finished-split filter
+on the executors; it emits one row per change record, with the record pickled in ``payload`` (the
+only consumer is our Python ``foreachBatch``, and pickling keeps every type exact).
+
+Options: ``seed`` (path of the seed file), ``source_file`` (path of the private credentials file;
+never the password itself, since options show up in query plans), ``server_id_range`` ("a-b").
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+
+from airflow_provider_mysqlcdc.cdc.binlog.reader import BinlogReader, pick_server_id
+from airflow_provider_mysqlcdc.cdc.binlog.split_filter import FinishedSplitFilter
+from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, SchemaChangeEvent
+from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit
+from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
+from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
+from airflow_provider_mysqlcdc.cdc.source.server import current_offset
+
+SOURCE_NAME = "mysqlcdc_binlog"
+SCHEMA = "version LONG, row INT, part INT, kind STRING, db STRING, tbl STRING, ts_ms LONG, payload BINARY"
+
+
+@dataclass
+class StreamSeed:
+    """What the stream starts from: every finished split, or (without splits) a binlog offset."""
+
+    finished_splits: list[FinishedSplit]
+    start_offset: BinlogOffset | None = None
+
+    @classmethod
+    def load(cls, path: str | Path) -> "StreamSeed":
+        data = json.loads(Path(path).read_text())
+        return cls([FinishedSplit.from_dict(d) for d in data["finished_splits"]],
+                   BinlogOffset.from_dict(data["start_offset"]) if data.get("start_offset") else None)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        data = {"finished_splits": [f.to_dict() for f in self.finished_splits],
+                "start_offset": self.start_offset.to_dict() if self.start_offset else None}
+        Path(path).write_text(json.dumps(data))
+
+    @property
+    def tables(self) -> list[TableId]:
+        return sorted({f.split.table_id for f in self.finished_splits})
+
+    def initial_offset(self) -> BinlogOffset:
+        if self.start_offset is not None:
+            return self.start_offset
+        return min(f.high_watermark for f in self.finished_splits)
+
+
+def offset_dict(offset: BinlogOffset) -> dict[str, Any]:
+    return {"file": offset.file, "pos": offset.position}
+
+
+def offset_from_dict(data: dict[str, Any]) -> BinlogOffset:
+    return BinlogOffset(str(data["file"]), int(data["pos"]))
+
+
+class BinlogRange(InputPartition):
+    def __init__(self, start: dict[str, Any], end: dict[str, Any]):
+        self.start, self.end = start, end
+
+
+class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Driver side plans ranges of the binlog; ``read`` runs on executors (on a pickled copy)."""
+
+    def __init__(self, options: dict[str, str]):
+        self.seed_path = options["seed"]
+        self.source_file = options["source_file"]
+        low, _, high = options.get("server_id_range", "5400-6399").partition("-")
+        self.server_id_range = (int(low), int(high))
+        self._target: dict[str, Any] | None = None
+
+    def _source(self) -> SourceConfig:
+        return SourceConfig.from_private_file(Path(self.source_file))
+
+    def _head(self) -> dict[str, Any]:
+        conn = self._source().connect()
+        try:
+            return offset_dict(current_offset(conn))
+        finally:
+            conn.close()
+
+    # --- driver ----------------------------------------------------------------------------------
+    def initialOffset(self) -> dict[str, Any]:
+        return offset_dict(StreamSeed.load(self.seed_path).initial_offset())
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._head()
+
+    def latestOffset(self, start: dict[str, Any], limit: Any) -> dict[str, Any]:
+        head = self._target if self._target is not None else self._head()
+        return head if offset_from_dict(head) > offset_from_dict(start) else start
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        return [BinlogRange(start, end)]
+
+    def commit(self, end: dict[str, Any]) -> None:
+        pass
+
+    # --- executors -------------------------------------------------------------------------------
+    def read(self, partition: BinlogRange) -> Iterator[tuple]:
+        source = self._source()
+        seed = StreamSeed.load(self.seed_path)
+        conn = source.connect()
+        try:
+            schemas = [load_table_schema(conn, t) for t in seed.tables]
+        finally:
+            conn.close()
+        orderings = {s.table_id: KeyOrdering(s.column(_chunk_key(seed, s.table_id)), source.connect) for s in schemas}
+        split_filter = FinishedSplitFilter(seed.finished_splits, orderings) if seed.finished_splits else None
+        reader = BinlogReader.for_schemas(source, schemas, start=offset_from_dict(partition.start),
+                                          end=offset_from_dict(partition.end),
+                                          server_id=pick_server_id(self.server_id_range))
+        batch: list[ChangeRecord] = []
+        try:
+            for item in reader:
+                if isinstance(item, ChangeRecord):
+                    batch.append(item)
+                    if len(batch) >= 1000:
+                        yield from _emit(batch, split_filter)
+                        batch = []
+                elif isinstance(item, SchemaChangeEvent):
+                    yield from _emit(batch, split_filter)
+                    batch = []
+                    yield _ddl_row(item)
+            yield from _emit(batch, split_filter)
+        finally:
+            for ordering in orderings.values():
+                ordering.close()
+
+
+def _chunk_key(seed: StreamSeed, table_id: TableId) -> str:
+    return next(f.split.chunk_key for f in seed.finished_splits if f.split.table_id == table_id)
+
+
+def _emit(batch: list[ChangeRecord], split_filter: FinishedSplitFilter | None) -> Iterator[tuple]:
+    decisions = split_filter.filter(batch) if split_filter else [True] * len(batch)
+    for record, keep in zip(batch, decisions):
+        if keep:
+            file_number, position = record.offset.sort_key
+            yield ((file_number << 32) | position, record.row, record.part, "change", record.table_id.database,
+                   record.table_id.table, record.timestamp_ms, pickle.dumps(record))
+
+
+def _ddl_row(event: SchemaChangeEvent) -> tuple:
+    file_number, position = event.offset.sort_key
+    return ((file_number << 32) | position, 0, 0, "ddl", event.database, "", event.timestamp_ms, pickle.dumps(event))
+
+
+class BinlogDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def streamReader(self, schema: Any) -> BinlogStreamReader:
+        return BinlogStreamReader(self.options)
