@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import SparkSession
 
     from airflow_provider_mysqlcdc.cdc.source.connection import ENV_PREFIX, SourceConfig
-    from airflow_provider_mysqlcdc.spark.results import publish_result
+    from airflow_provider_mysqlcdc.spark.results import publish_error, publish_result
     from airflow_provider_mysqlcdc.spark.stream_job import StreamJob, run_stream_job
 
     job = StreamJob.from_json(Path(args.job).read_text())
@@ -38,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     spark = SparkSession.builder.appName("mysqlcdc-stream").getOrCreate()
     try:
         result = run_stream_job(spark, source, job, source_file)
+    except Exception as exc:
+        publish_error(exc)
+        raise
     finally:
         spark.stop()
     publish_result(result, args.result)

@@ -28,13 +28,16 @@ def main(argv: list[str] | None = None) -> int:
 
     from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
     from airflow_provider_mysqlcdc.spark.chunk_job import ChunkJob, run_chunk_job
-    from airflow_provider_mysqlcdc.spark.results import publish_result
+    from airflow_provider_mysqlcdc.spark.results import publish_error, publish_result
 
     job = ChunkJob.from_json(Path(args.job).read_text())
     source = SourceConfig.from_env()
     spark = SparkSession.builder.appName(f"mysqlcdc-chunk {job.table}").getOrCreate()
     try:
         result = run_chunk_job(spark, source, job)
+    except Exception as exc:
+        publish_error(exc)
+        raise
     finally:
         spark.stop()
     publish_result(result, args.result)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 RESULT_MARKER = "MYSQLCDC_RESULT "
+ERROR_MARKER = "MYSQLCDC_ERROR "
 
 
 def publish_result(result: dict[str, Any], path: str | None) -> None:
@@ -28,3 +29,16 @@ def parse_result(output: str) -> dict[str, Any]:
         if line.startswith(RESULT_MARKER):
             return json.loads(line[len(RESULT_MARKER):])
     raise ValueError("no result line in the job output (did the job fail before finishing?)")
+
+
+def publish_error(exc: BaseException) -> None:
+    """One stdout line naming the failure, so the caller shows it rather than a JVM log tail."""
+    print(ERROR_MARKER + json.dumps({"type": type(exc).__name__, "message": str(exc)}), flush=True)
+
+
+def parse_error(output: str) -> str | None:
+    for line in reversed(output.splitlines()):
+        if line.startswith(ERROR_MARKER):
+            data = json.loads(line[len(ERROR_MARKER):])
+            return f"{data['type']}: {data['message']}"
+    return None

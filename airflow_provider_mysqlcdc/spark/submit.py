@@ -17,9 +17,13 @@ from typing import Any
 
 from airflow_provider_mysqlcdc.cdc.source.connection import ENV_PREFIX
 from airflow_provider_mysqlcdc.spark.packaging import build_py_files_zip, spark_job_script
-from airflow_provider_mysqlcdc.spark.results import parse_result
+from airflow_provider_mysqlcdc.spark.results import parse_error, parse_result
 
 log = logging.getLogger(__name__)
+
+
+class SparkJobFailed(RuntimeError):
+    """A spark-submit program exited non-zero; the message carries its own error when it published one."""
 
 
 def spark_home() -> Path:
@@ -68,6 +72,7 @@ class SparkSubmit:
         proc = subprocess.run(self._prepared(script, args), env=self.environment(source_file), capture_output=True,
                               text=True, timeout=timeout_s, cwd=self.work_dir)
         if proc.returncode != 0:
-            tail = "\n".join((proc.stderr or "").splitlines()[-40:])
-            raise RuntimeError(f"spark-submit {script} failed with exit code {proc.returncode}:\n{tail}")
+            error = parse_error(proc.stdout or "")
+            detail = error or "\n".join((proc.stderr or "").splitlines()[-40:])
+            raise SparkJobFailed(f"spark-submit {script} failed with exit code {proc.returncode}: {detail}")
         return parse_result(proc.stdout)
