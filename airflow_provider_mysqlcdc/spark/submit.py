@@ -47,6 +47,9 @@ class SparkSubmit:
 
     def environment(self, source_file: Path) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
+        # Python workers the driver's JVM starts itself (the streaming data source's planner) do not
+        # get --py-files on their path; they inherit the JVM's PYTHONPATH, so the zip goes there too.
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(self.py_files_zip), env.get("PYTHONPATH", "")) if p)
         env.update({
             "SPARK_LOCAL_IP": env.get("SPARK_LOCAL_IP", "127.0.0.1"),
             "PYSPARK_PYTHON": self.python,
@@ -55,8 +58,12 @@ class SparkSubmit:
         })
         return env
 
+    @property
+    def py_files_zip(self) -> Path:
+        return self.work_dir / "airflow_provider_mysqlcdc.zip"
+
     def _prepared(self, script: str, args: list[str]) -> list[str]:
-        py_files = build_py_files_zip(self.work_dir / "airflow_provider_mysqlcdc.zip")
+        py_files = build_py_files_zip(self.py_files_zip)
         cmd = self.command(script, args, py_files)
         log.info("spark-submit %s", " ".join(cmd[1:]))
         return cmd
