@@ -114,25 +114,47 @@ def _python_value(value: Any, target: pa.DataType) -> Any:
     return value
 
 
+def data_schema(schema: TableSchema) -> pa.Schema:
+    """The source columns only (no metadata columns)."""
+    target = arrow_schema(schema)
+    return pa.schema([f for f in target if f.name not in METADATA_COLUMNS])
+
+
+def rows_to_data_table(schema: TableSchema, rows: Sequence[dict[str, Any]]) -> pa.Table:
+    """Normalised rows (dicts) as an Arrow table of the source columns."""
+    target = data_schema(schema)
+    return pa.Table.from_arrays(
+        [pa.array([_python_value(r.get(f.name), f.type) for r in rows], type=f.type) for f in target], schema=target)
+
+
+def with_metadata(data: pa.Table, schema: TableSchema, *, ops: Sequence[str] | str,
+                  offsets: Sequence[BinlogOffset] | BinlogOffset, event_ts_ms: Sequence[int] | int,
+                  chunks: Sequence[str]) -> pa.Table:
+    """Append the metadata columns; scalars stand for the same value on every row."""
+    n = data.num_rows
+    if isinstance(offsets, BinlogOffset):
+        files, positions, versions = (pa.repeat(offsets.file, n), pa.repeat(offsets.position, n).cast(pa.int64()),
+                                      pa.repeat(version_of(offsets), n).cast(pa.int64()))
+    else:
+        files = pa.array([o.file for o in offsets], pa.string())
+        positions = pa.array([o.position for o in offsets], pa.int64())
+        versions = pa.array([version_of(o) for o in offsets], pa.int64())
+    if isinstance(event_ts_ms, int):
+        stamps = pa.repeat(pa.scalar(event_ts_ms * 1000, pa.timestamp("us", tz="UTC")), n)
+    else:
+        stamps = pa.array([ms * 1000 for ms in event_ts_ms], pa.int64()).cast(pa.timestamp("us", tz="UTC"))
+    metadata = [pa.repeat(ops, n) if isinstance(ops, str) else pa.array(list(ops), pa.string()),
+                files, positions, versions, stamps, pa.array(list(chunks), pa.string())]
+    target = arrow_schema(schema)
+    columns = [data.column(f.name).cast(f.type) for f in target if f.name not in METADATA_COLUMNS]
+    return pa.Table.from_arrays(columns + [m.cast(t.type) for m, t in zip(metadata, _METADATA_FIELDS)], schema=target)
+
+
 def rows_to_arrow(schema: TableSchema, rows: Sequence[dict[str, Any]], *, ops: Sequence[str],
                   offsets: Sequence[BinlogOffset], event_ts_ms: Sequence[int], chunks: Sequence[str]) -> pa.Table:
     """Build a sink table from normalised rows and their per-row metadata."""
-    target = arrow_schema(schema)
-    arrays = []
-    for field in target:
-        if field.name in METADATA_COLUMNS:
-            continue
-        arrays.append(pa.array([_python_value(r.get(field.name), field.type) for r in rows], type=field.type))
-    arrays += [
-        pa.array(list(ops), pa.string()),
-        pa.array([o.file for o in offsets], pa.string()),
-        pa.array([o.position for o in offsets], pa.int64()),
-        pa.array([version_of(o) for o in offsets], pa.int64()),
-        pa.array([dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc) for ms in event_ts_ms],
-                 pa.timestamp("us", tz="UTC")),
-        pa.array(list(chunks), pa.string()),
-    ]
-    return pa.Table.from_arrays(arrays, schema=target)
+    return with_metadata(rows_to_data_table(schema, rows), schema, ops=ops, offsets=offsets,
+                         event_ts_ms=event_ts_ms, chunks=chunks)
 
 
 def arrow_to_rows(table: pa.Table, schema: TableSchema) -> list[dict[str, Any]]:

@@ -1,0 +1,79 @@
+"""A fast snapshot SELECT straight into Arrow (connectorx), for tables whose types it reads exactly.
+
+pymysql decodes about 41k rows/s here; connectorx reads the same rows into Arrow about 15 times
+faster. It opens its own connection, so the low watermark comes from a separate session: on MariaDB
+``START TRANSACTION WITH CONSISTENT SNAPSHOT`` there reports the binlog position ``P`` of a moment
+at which every transaction up to ``P`` was visible; the connectorx statement starts later, so its
+snapshot contains them too, and replaying the binlog from ``P`` is correct. On MySQL the offset is
+read before the statement, as Flink CDC does.
+
+Only column types whose connectorx values are identical to the normalised pymysql/binlog values are
+allowed (tests/integration/test_arrow_select.py checks that); other tables use the pymysql path.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+import pyarrow as pa
+
+from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.model.split import SnapshotSplit, key_range_sql
+from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
+from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableSchema, quote_identifier
+from airflow_provider_mysqlcdc.cdc.source.server import current_offset, server_info
+
+FAST_TYPES = frozenset({"tinyint", "smallint", "mediumint", "int", "integer", "bigint", "double", "date", "datetime",
+                        "char", "varchar", "tinytext", "text", "mediumtext", "longtext"})
+
+
+def fast_select_supported(schema: TableSchema) -> bool:
+    try:
+        import connectorx  # noqa: F401
+    except ImportError:
+        return False
+    return all(_supported(c) for c in schema.columns)
+
+
+def _supported(column: Column) -> bool:
+    if column.data_type not in FAST_TYPES:
+        return False
+    if column.data_type == "bigint" and column.unsigned:
+        return False
+    if column.charset is not None and not column.charset.startswith("utf8"):
+        return False
+    return True
+
+
+def _inline(value: object) -> str:
+    """connectorx takes no parameters: render a boundary as a SQL literal with pymysql's escaping."""
+    import pymysql.converters
+
+    return pymysql.converters.escape_item(value, "utf8mb4")
+
+
+def select_arrow(source: SourceConfig, schema: TableSchema, split: SnapshotSplit) -> tuple[BinlogOffset, pa.Table]:
+    import connectorx
+
+    where, args = key_range_sql(split)
+    where = where.replace("%s", "{}").format(*(_inline(a) for a in args))
+    columns = ", ".join(quote_identifier(c.name) for c in schema.columns)
+    sql = f"SELECT {columns} FROM {schema.table_id.quoted}{where}"
+    conn = source.connect()
+    try:
+        info = server_info(conn)
+        with conn.cursor() as cur:
+            if info.is_mariadb:
+                cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+                cur.execute("SHOW STATUS LIKE 'binlog_snapshot_%'")
+                status = {k.lower(): v for k, v in cur.fetchall()}
+                cur.execute("COMMIT")
+                low = BinlogOffset(status["binlog_snapshot_file"], int(status["binlog_snapshot_position"]))
+            else:
+                low = current_offset(conn, info)
+    finally:
+        conn.close()
+    url = (f"mysql://{quote(source.user, safe='')}:{quote(source.password, safe='')}@{source.host}:{source.port}/"
+           f"{quote(schema.table_id.database, safe='')}")
+    table = connectorx.read_sql(url, sql, return_type="arrow")
+    return low, table
