@@ -157,20 +157,29 @@ def rows_to_arrow(schema: TableSchema, rows: Sequence[dict[str, Any]], *, ops: S
                          event_ts_ms=event_ts_ms, chunks=chunks)
 
 
+def python_values(column: Column, values: pa.ChunkedArray | pa.Array) -> list[Any]:
+    """A sink column back to normalised Python values (undoing the Delta-compatible encodings)."""
+    out = values.to_pylist()
+    if column.data_type == "time":
+        return [None if v is None else dt.timedelta(microseconds=v) for v in out]
+    if column.data_type == "decimal" and pa.types.is_string(values.type):
+        return [None if v is None else decimal.Decimal(v) for v in out]
+    if column.data_type == "bit" or (column.unsigned and column.data_type == "bigint"):
+        return [None if v is None else int(v) for v in out]
+    return out
+
+
 def arrow_to_rows(table: pa.Table, schema: TableSchema) -> list[dict[str, Any]]:
     """Back from a sink table to normalised rows (for comparisons with the source)."""
-    types = {c.name: c for c in schema.columns}
-    out = []
-    for record in table.select([c.name for c in schema.columns]).to_pylist():
-        row = {}
-        for name, value in record.items():
-            column = types[name]
-            if value is not None and column.data_type == "time":
-                value = dt.timedelta(microseconds=value)
-            elif value is not None and column.data_type == "decimal" and isinstance(value, str):
-                value = decimal.Decimal(value)
-            elif value is not None and (column.data_type == "bit" or (column.unsigned and column.data_type == "bigint")):
-                value = int(value)
-            row[name] = value
-        out.append(row)
-    return out
+    names = [c.name for c in schema.columns]
+    columns = [python_values(c, table.column(c.name)) for c in schema.columns]
+    return [dict(zip(names, values)) for values in zip(*columns)]
+
+
+def drop_keys(data: pa.Table, schema: TableSchema, keys: set[tuple[Any, ...]]) -> pa.Table:
+    """``data`` without the rows whose row key is in ``keys`` (normalised values)."""
+    if not keys:
+        return data
+    key_values = zip(*(python_values(schema.column(k), data.column(k)) for k in schema.key_columns))
+    mask = pa.array([key not in keys for key in key_values], pa.bool_())
+    return data.filter(mask)

@@ -16,8 +16,9 @@ from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering, encode_sort_key
 from airflow_provider_mysqlcdc.cdc.source.schema import TableSchema
-from airflow_provider_mysqlcdc.sinks.arrow_rows import rows_to_arrow
+from airflow_provider_mysqlcdc.sinks.arrow_rows import python_values, rows_to_arrow, rows_to_data_table, with_metadata
 from airflow_provider_mysqlcdc.sinks.base import Sink
+
 
 def last_change_per_key(schema: TableSchema, records: Sequence[ChangeRecord]) -> list[ChangeRecord]:
     """Within one batch only the last change of each key matters (records are in binlog order)."""
@@ -42,9 +43,14 @@ class SinkWriter:
 
     def write_split(self, finished: FinishedSplit, rows: Sequence[dict]) -> None:
         """Replace exactly the split's key range by its rows as of the high watermark (idempotent)."""
-        now_ms = int(time.time() * 1000)
-        table = rows_to_arrow(self.schema, rows, ops=["r"] * len(rows), offsets=[finished.high_watermark] * len(rows),
-                              event_ts_ms=[now_ms] * len(rows), chunks=self._chunks(rows))
+        self.write_split_table(finished, rows_to_data_table(self.schema, rows))
+
+    def write_split_table(self, finished: FinishedSplit, data: pa.Table) -> None:
+        """The same, for rows already in Arrow (the source columns only)."""
+        keys = python_values(self.schema.column(self.chunk_key), data.column(self.chunk_key))
+        chunks = [encode_sort_key(k) for k in self.ordering.sort_keys(keys)]
+        table = with_metadata(data, self.schema, ops="r", offsets=finished.high_watermark,
+                              event_ts_ms=int(time.time() * 1000), chunks=chunks)
         start, end = self.split_range(finished)
         self.sink.replace_range(self.schema.table_id, start, end, table)
 

@@ -17,14 +17,19 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, Operation
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
+from airflow_provider_mysqlcdc.cdc.reading.arrow_select import fast_select_supported, select_arrow
 from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitReader
 from airflow_provider_mysqlcdc.cdc.records.apply import KeyedRows
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema, load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
+from airflow_provider_mysqlcdc.sinks.arrow_rows import data_schema, drop_keys, rows_to_data_table
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
 
@@ -53,12 +58,32 @@ class ChunkJob:
         return json.dumps(self.__dict__)
 
 
-def _read_partition(source: SourceConfig, schema: TableSchema, part: SnapshotSplit) -> tuple[dict, list[dict]]:
-    """Executor side: SELECT one sub-range in a consistent snapshot; its low watermark and rows."""
-    rows = KeyedRows(schema.key_columns)
-    with SplitReader(source, schema) as reader:
-        low, _ = reader.select(part, rows)
-    return low.to_dict(), list(rows.rows.values())
+def _read_partition(source: SourceConfig, schema: TableSchema, part: SnapshotSplit) -> tuple[dict, bytes]:
+    """Executor side: SELECT one sub-range; its low watermark and rows as Arrow IPC bytes."""
+    if fast_select_supported(schema):
+        low, table = select_arrow(source, schema, part)
+        table = table.cast(data_schema(schema))
+    else:
+        rows = KeyedRows(schema.key_columns)
+        with SplitReader(source, schema) as reader:
+            low, _ = reader.select(part, rows)
+        table = rows_to_data_table(schema, list(rows.rows.values()))
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as stream:
+        stream.write_table(table)
+    return low.to_dict(), sink.getvalue().to_pybytes()
+
+
+def merge_window_into_table(schema: TableSchema, data: pa.Table, changes: list[ChangeRecord]) -> pa.Table:
+    """Columnar form of the window merge: rows whose key changed take their last image (or go)."""
+    final: dict[tuple, dict | None] = {}
+    for record in changes:
+        final[schema.key_of(record.image)] = None if record.op is Operation.DELETE else record.after
+    if not final:
+        return data
+    kept = drop_keys(data, schema, set(final))
+    added = rows_to_data_table(schema, [row for row in final.values() if row is not None])
+    return pa.concat_tables([kept, added.cast(kept.schema)])
 
 
 def plan_partitions(source: SourceConfig, schema: TableSchema, split: SnapshotSplit, partitions: int) -> list[SnapshotSplit]:
@@ -93,19 +118,18 @@ def run_chunk_job(spark: Any, source: SourceConfig, job: ChunkJob) -> dict[str, 
             results = (spark.sparkContext.parallelize(parts, len(parts))
                        .map(lambda part: _read_partition(source, schema, part)).collect())
             high = current_offset(reader._connection())
-            rows = KeyedRows(schema.key_columns)
-            for _, part_rows in results:
-                for row in part_rows:
-                    rows.put(row)
+            data = pa.concat_tables([pa.ipc.open_stream(payload).read_all() for _, payload in results])
             low = min(BinlogOffset.from_dict(low) for low, _ in results)
-            merged = reader.merge_window(split, low, high, rows)
-            done = FinishedSplit(split, high, low, rows=len(rows), binlog_events_merged=merged,
+            changes = list(reader.window_changes(split, low, high)) if high > low else []
+            data = merge_window_into_table(schema, data, changes)
+            done = FinishedSplit(split, high, low, rows=data.num_rows, binlog_events_merged=len(changes),
                                  extra={"partitions": len(parts), "seconds": round(time.monotonic() - split_started, 3)})
-            writer.write_split(done, list(rows.rows.values()))
+            writer.write_split_table(done, data)
             finished.append(done)
-            total_rows += len(rows)
+            total_rows += data.num_rows
             log.info("chunk job %s: split %d (%d/%d) done: %d rows in %d partitions, %d binlog changes merged, "
-                     "high watermark %s", table_id, split.index, number, len(splits), len(rows), len(parts), merged, high)
+                     "high watermark %s (%.1fs)", table_id, split.index, number, len(splits), data.num_rows, len(parts),
+                     len(changes), high, time.monotonic() - split_started)
     return {
         "table": str(table_id),
         "finished_splits": [f.to_dict() for f in finished],
