@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import pickle
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,26 +38,34 @@ SCHEMA = "version LONG, row INT, part INT, kind STRING, db STRING, tbl STRING, t
 
 @dataclass
 class StreamSeed:
-    """What the stream starts from: every finished split, or (without splits) a binlog offset."""
+    """What the stream starts from: the finished splits of snapshotted tables, and/or tables streamed
+    from ``start_offset`` without a snapshot (``chunk_keys`` names every captured table's chunk key)."""
 
     finished_splits: list[FinishedSplit]
     start_offset: BinlogOffset | None = None
+    chunk_keys: dict[TableId, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for f in self.finished_splits:
+            self.chunk_keys.setdefault(f.split.table_id, f.split.chunk_key)
 
     @classmethod
     def load(cls, path: str | Path) -> "StreamSeed":
         data = json.loads(Path(path).read_text())
         return cls([FinishedSplit.from_dict(d) for d in data["finished_splits"]],
-                   BinlogOffset.from_dict(data["start_offset"]) if data.get("start_offset") else None)
+                   BinlogOffset.from_dict(data["start_offset"]) if data.get("start_offset") else None,
+                   {TableId.parse(t): k for t, k in data.get("chunk_keys", {}).items()})
 
     def save(self, path: str | Path) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         data = {"finished_splits": [f.to_dict() for f in self.finished_splits],
-                "start_offset": self.start_offset.to_dict() if self.start_offset else None}
+                "start_offset": self.start_offset.to_dict() if self.start_offset else None,
+                "chunk_keys": {f"`{t.database}`.`{t.table}`": k for t, k in self.chunk_keys.items()}}
         Path(path).write_text(json.dumps(data))
 
     @property
     def tables(self) -> list[TableId]:
-        return sorted({f.split.table_id for f in self.finished_splits})
+        return sorted(self.chunk_keys)
 
     def initial_offset(self) -> BinlogOffset:
         if self.start_offset is not None:
@@ -124,8 +132,9 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             schemas = [load_table_schema(conn, t) for t in seed.tables]
         finally:
             conn.close()
-        orderings = {s.table_id: KeyOrdering(s.column(_chunk_key(seed, s.table_id)), source.connect) for s in schemas}
+        orderings = {s.table_id: KeyOrdering(s.column(seed.chunk_keys[s.table_id]), source.connect) for s in schemas}
         split_filter = FinishedSplitFilter(seed.finished_splits, orderings) if seed.finished_splits else None
+        snapshotted = {f.split.table_id for f in seed.finished_splits}
         reader = BinlogReader.for_schemas(source, schemas, start=offset_from_dict(partition.start),
                                           end=offset_from_dict(partition.end),
                                           server_id=pick_server_id(self.server_id_range))
@@ -135,25 +144,24 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if isinstance(item, ChangeRecord):
                     batch.append(item)
                     if len(batch) >= 1000:
-                        yield from _emit(batch, split_filter)
+                        yield from _emit(batch, split_filter, snapshotted)
                         batch = []
                 elif isinstance(item, SchemaChangeEvent):
-                    yield from _emit(batch, split_filter)
+                    yield from _emit(batch, split_filter, snapshotted)
                     batch = []
                     yield _ddl_row(item)
-            yield from _emit(batch, split_filter)
+            yield from _emit(batch, split_filter, snapshotted)
         finally:
             for ordering in orderings.values():
                 ordering.close()
 
 
-def _chunk_key(seed: StreamSeed, table_id: TableId) -> str:
-    return next(f.split.chunk_key for f in seed.finished_splits if f.split.table_id == table_id)
-
-
-def _emit(batch: list[ChangeRecord], split_filter: FinishedSplitFilter | None) -> Iterator[tuple]:
+def _emit(batch: list[ChangeRecord], split_filter: FinishedSplitFilter | None,
+          snapshotted: set[TableId]) -> Iterator[tuple]:
+    """Snapshotted tables go through the finished-split filter; tables streamed from an offset pass."""
     decisions = split_filter.filter(batch) if split_filter else [True] * len(batch)
     for record, keep in zip(batch, decisions):
+        keep = keep if record.table_id in snapshotted else True
         if keep:
             file_number, position = record.offset.sort_key
             yield ((file_number << 32) | position, record.row, record.part, "change", record.table_id.database,

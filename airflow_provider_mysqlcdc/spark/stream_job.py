@@ -69,8 +69,7 @@ class BatchApplier:
         conn = source.connect()
         try:
             for table_id in seed.tables:
-                self._load_writer(conn, table_id, next(f.split.chunk_key for f in seed.finished_splits
-                                                       if f.split.table_id == table_id))
+                self._load_writer(conn, table_id, seed.chunk_keys[table_id])
         finally:
             conn.close()
         self.rows_applied = 0
@@ -136,8 +135,10 @@ def run_stream_job(spark: Any, source: SourceConfig, job: StreamJob, source_file
         writer = writer.trigger(availableNow=True)
     else:
         writer = writer.trigger(processingTime=f"{job.trigger_interval_s} seconds")
+    started = time.monotonic()
     query = writer.start()
     query.awaitTermination()
     progress = query.lastProgress or {}
     return {"mode": job.mode, "changes_applied": applier.rows_applied, "app_id": job.app_id,
+            "streaming_seconds": round(time.monotonic() - started, 3),
             "last_batch": progress.get("batchId"), "end_offset": (progress.get("sources") or [{}])[0].get("endOffset")}

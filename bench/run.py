@@ -1,0 +1,305 @@
+"""Benchmarks, each side by side with its baselines in one run; results go to docs/benchmarks.md.
+
+    bin/bench                      # 2M-row customer snapshot, 200k-row update burst, 1000 changes/s latency
+    bin/bench --rows 500000        # smaller
+
+1. snapshot of a TPC-DS customer-shaped table: our chunk job vs ``mariadb --quick`` (the wire limit)
+   vs a partitioned Spark JDBC read written to Parquet; work after Spark start-up and end to end;
+2. stream apply rate for a large UPDATE burst: our stream job vs ``mariadb-binlog -v`` vs raw
+   python-mysql-replication decoding of the same binlog range;
+3. commit-to-visible latency in Delta at a steady 1,000 row changes/s (p50, p99).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
+from airflow_provider_mysqlcdc.cdc.source.server import current_offset
+from airflow_provider_mysqlcdc.devtools.throwaway_server import ThrowawayMariaDB
+from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.spark.binlog_source import StreamSeed
+from airflow_provider_mysqlcdc.spark.chunk_job import ChunkJob
+from airflow_provider_mysqlcdc.spark.results import parse_result
+from airflow_provider_mysqlcdc.spark.stream_job import StreamJob
+from airflow_provider_mysqlcdc.spark.submit import SparkSubmit, spark_home
+
+from bench.customer_table import create_customer_table
+
+ROOT = Path(__file__).resolve().parent.parent
+JDBC_JAR = Path("/usr/share/java/mariadb-java-client.jar")
+
+
+def timed(fn):
+    started = time.monotonic()
+    result = fn()
+    return time.monotonic() - started, result
+
+
+def ensure_jdbc_jar() -> None:
+    if not JDBC_JAR.exists():
+        subprocess.run(["apt-get", "install", "-y", "-qq", "libmariadb-java"], check=True,
+                       env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
+
+
+# --- 1. snapshot -----------------------------------------------------------------------------------
+def bench_snapshot(server: ThrowawayMariaDB, work: Path, rows: int, secrets: Path) -> dict:
+    conn = server.connect_root()
+    table = TableId("bench", "customer")
+    gen_s, _ = timed(lambda: create_customer_table(conn, table, rows))
+    print(f"generated {rows} rows in {gen_s:.1f}s", flush=True)
+    out = {"rows": rows}
+
+    cmd = ["mariadb", "--quick", "-h", "127.0.0.1", "-P", str(server.port), "-u", "root", "-e",
+           f"SELECT * FROM {table.quoted}"]
+    with open(os.devnull, "wb") as devnull:
+        out["mariadb_quick_s"], _ = timed(lambda: subprocess.run(cmd, stdout=devnull, check=True))
+    print(f"mariadb --quick: {out['mariadb_quick_s']:.1f}s", flush=True)
+
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable, MYSQLCDC_SOURCE_FILE=str(secrets))
+    jdbc = [str(spark_home() / "bin" / "spark-submit"), "--master", "local[2]", "--jars", str(JDBC_JAR),
+            "--conf", "spark.ui.enabled=false", str(ROOT / "bench" / "spark_jdbc_to_parquet.py"),
+            f"jdbc:mysql://127.0.0.1:{server.port}/bench?permitMysqlScheme", "customer", str(work / "parquet"), "4"]
+    total, proc = timed(lambda: subprocess.run(jdbc, env=env, capture_output=True, text=True))
+    if proc.returncode:
+        raise RuntimeError(proc.stderr[-3000:])
+    result = parse_result(proc.stdout)
+    assert result["rows"] == rows, result
+    out["jdbc_total_s"], out["jdbc_work_s"] = total, result["seconds"]
+    print(f"Spark JDBC -> Parquet: {total:.1f}s total, {result['seconds']:.1f}s work", flush=True)
+
+    schema = load_table_schema(conn, table)
+    splits = ChunkSplitter(conn, schema, SplitOptions(chunk_size=max(1, rows // 2))).split()
+    job = ChunkJob(table=str(table), splits=[s.to_dict() for s in splits], sink_root=str(work / "lake"),
+                   partitions_per_split=4)
+    (work / "chunk.json").write_text(job.to_json())
+    submit = SparkSubmit(master="local[2]", work_dir=work / "spark")
+    total, result = timed(lambda: submit.run("snapshot_chunk.py", ["--job", str(work / "chunk.json")], secrets))
+    assert result["rows"] == rows, result
+    out["ours_total_s"], out["ours_work_s"], out["ours_splits"] = total, result["seconds"], len(splits)
+    print(f"chunk job: {total:.1f}s total, {result['seconds']:.1f}s work", flush=True)
+    return out
+
+
+# --- 2. stream apply rate --------------------------------------------------------------------------
+def bench_stream(server: ThrowawayMariaDB, work: Path, burst: int, secrets: Path) -> dict:
+    conn = server.connect_root()
+    table = TableId("bench", "burst")
+    with conn.cursor() as cur:
+        cur.execute(f"DROP TABLE IF EXISTS {table.quoted}")
+        cur.execute(f"CREATE TABLE {table.quoted} (id INT PRIMARY KEY, v INT, pad VARCHAR(100))")
+        cur.execute(f"INSERT INTO {table.quoted} SELECT seq, 0, REPEAT('x', 60) FROM bench.seq_1_to_{burst}")
+    conn.commit()
+    start = current_offset(conn)
+    with conn.cursor() as cur:
+        cur.execute(f"UPDATE {table.quoted} SET v = v + 1")
+    conn.commit()
+    end = current_offset(conn)
+    assert start.file == end.file, "the burst crossed a binlog rotation; use a larger max_binlog_size"
+    out = {"changes": burst}
+
+    binlog_file = server.base_dir / "data" / end.file
+    cmd = ["mariadb-binlog", "-v", f"--start-position={start.position}", f"--stop-position={end.position}",
+           str(binlog_file)]
+    with open(os.devnull, "wb") as devnull:
+        out["mariadb_binlog_s"], _ = timed(lambda: subprocess.run(cmd, stdout=devnull, check=True))
+
+    def raw_decode() -> int:
+        from pymysqlreplication import BinLogStreamReader
+        from pymysqlreplication.row_event import UpdateRowsEvent
+
+        stream = BinLogStreamReader(connection_settings=server.root_config().replication_settings(), server_id=4242,
+                                    log_file=start.file, log_pos=start.position, resume_stream=True, blocking=False,
+                                    only_events=[UpdateRowsEvent], end_log_pos=end.position)
+        count = sum(len(e.rows) for e in stream)
+        stream.close()
+        return count
+
+    out["pymysqlrepl_s"], decoded = timed(raw_decode)
+    assert decoded == burst, decoded
+
+    seed = StreamSeed([], start_offset=start, chunk_keys={table: "id"})
+    seed.save(work / "burst-seed.json")
+    DeltaSink(str(work / "lake")).prepare(load_table_schema(conn, table))
+    job = StreamJob(seed=str(work / "burst-seed.json"), sink_root=str(work / "lake"), checkpoint=str(work / "burst-ckpt"))
+    (work / "stream.json").write_text(job.to_json())
+    submit = SparkSubmit(master="local[2]", work_dir=work / "spark")
+    total, result = timed(lambda: submit.run("binlog_stream.py", ["--job", str(work / "stream.json")], secrets))
+    assert result["changes_applied"] == burst, result
+    out["ours_total_s"], out["ours_stream_s"] = total, result["streaming_seconds"]
+    print(f"stream: {burst} changes; mariadb-binlog {out['mariadb_binlog_s']:.1f}s, python-mysql-replication "
+          f"{out['pymysqlrepl_s']:.1f}s, ours {result['streaming_seconds']:.1f}s streaming ({total:.1f}s total)", flush=True)
+    return out
+
+
+# --- 3. latency ------------------------------------------------------------------------------------
+def bench_latency(server: ThrowawayMariaDB, work: Path, secrets: Path, rate: int = 1000, seconds: int = 40) -> dict:
+    from deltalake import DeltaTable
+
+    conn = server.connect_root()
+    table = TableId("bench", "latency")
+    with conn.cursor() as cur:
+        cur.execute(f"DROP TABLE IF EXISTS {table.quoted}")
+        cur.execute(f"CREATE TABLE {table.quoted} (id INT PRIMARY KEY, t_ms BIGINT)")
+        cur.execute(f"INSERT INTO {table.quoted} SELECT seq, 0 FROM bench.seq_1_to_1000")
+    conn.commit()
+    lake = work / "latency-lake"
+    sink = DeltaSink(str(lake))
+    sink.prepare(load_table_schema(conn, table))
+    seed = StreamSeed([], start_offset=current_offset(conn), chunk_keys={table: "id"})
+    seed.save(work / "latency-seed.json")
+    job = StreamJob(seed=str(work / "latency-seed.json"), sink_root=str(lake), checkpoint=str(work / "latency-ckpt"),
+                    mode="continuous", trigger_interval_s=0.2)
+    (work / "latency.json").write_text(job.to_json())
+    submit = SparkSubmit(master="local[2]", work_dir=work / "spark")
+    proc = submit.start("binlog_stream.py", ["--job", str(work / "latency.json")], secrets, work / "latency.log")
+    uri = sink.table_uri(table)
+    try:
+        # wait until the stream applies a first change
+        with conn.cursor() as cur:
+            cur.execute(f"UPDATE {table.quoted} SET t_ms = 1 WHERE id = 1")
+        conn.commit()
+        deadline = time.time() + 180
+        while time.time() < deadline and 1 not in DeltaTable(uri).to_pyarrow_table(columns=["t_ms"]).column(0).to_pylist():
+            time.sleep(0.2)
+        latencies: list[float] = []
+        stop = threading.Event()
+
+        def write() -> None:
+            writer = server.connect_root()
+            tick = 0.05
+            per_tick = max(1, int(rate * tick))
+            next_at = time.time()
+            i = 0
+            while not stop.is_set():
+                with writer.cursor() as cur:
+                    now_ms = int(time.time() * 1000)
+                    ids = [(i + k) % 1000 + 1 for k in range(per_tick)]
+                    cur.execute(f"UPDATE {table.quoted} SET t_ms = %s WHERE id IN ({', '.join(map(str, ids))})", (now_ms,))
+                writer.commit()
+                i += per_tick
+                next_at += tick
+                time.sleep(max(0.0, next_at - time.time()))
+
+        thread = threading.Thread(target=write, daemon=True)
+        seen: set[int] = set()
+        version = -1
+        thread.start()
+        end_at = time.time() + seconds
+        while time.time() < end_at:
+            table_handle = DeltaTable(uri)
+            if table_handle.version() != version:
+                version = table_handle.version()
+                now = time.time() * 1000
+                for t in table_handle.to_pyarrow_table(columns=["t_ms"]).column(0).to_pylist():
+                    if t and t > 1 and t not in seen:
+                        seen.add(t)
+                        latencies.append((now - t) / 1000)
+            time.sleep(0.05)
+        stop.set()
+        thread.join()
+    finally:
+        import signal as _signal
+
+        os.killpg(proc.pid, _signal.SIGKILL)
+        proc.wait()
+    latencies.sort()
+    return {"rate": rate, "seconds": seconds, "samples": len(latencies),
+            "p50_s": statistics.median(latencies), "p99_s": latencies[int(0.99 * (len(latencies) - 1))]}
+
+
+# --- report ----------------------------------------------------------------------------------------
+def machine() -> str:
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())
+    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    version = subprocess.run(["mariadbd", "--version"], capture_output=True, text=True).stdout.strip()
+    import pyspark
+
+    return (f"{os.cpu_count()} cores ({cpu}), {mem_gib:.0f} GiB RAM, {platform.platform()}; {version}; "
+            f"Spark {pyspark.__version__} local[2]; Python {platform.python_version()}; MariaDB on the same machine")
+
+
+def verdict(ok: bool, detail: str) -> str:
+    return ("met" if ok else "MISSED") + f" ({detail})"
+
+
+def report(snap: dict, stream: dict, latency: dict) -> str:
+    n = snap["rows"]
+    quick = n / snap["mariadb_quick_s"]
+    ours_work, ours_total = n / snap["ours_work_s"], n / snap["ours_total_s"]
+    jdbc_work, jdbc_total = n / snap["jdbc_work_s"], n / snap["jdbc_total_s"]
+    c = stream["changes"]
+    binlog_rate, raw_rate = c / stream["mariadb_binlog_s"], c / stream["pymysqlrepl_s"]
+    ours_stream = c / stream["ours_stream_s"]
+    p50, p99 = latency["p50_s"], latency["p99_s"]
+    lines = [
+        "# Benchmarks", "",
+        f"Run {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC with `bin/bench --rows {n}` on: {machine()}.",
+        "These machines are shared and noisy: compare the ratios within one run, not absolute numbers across runs.", "",
+        f"## Snapshot of a {n:,}-row TPC-DS `customer`-shaped table (18 columns)", "",
+        "| what | seconds | rows/s | vs `mariadb --quick` |", "|---|---:|---:|---:|",
+        f"| `mariadb --quick -e 'SELECT * ...' > /dev/null` | {snap['mariadb_quick_s']:.1f} | {quick:,.0f} | 1.00 |",
+        f"| Spark JDBC (4 partitions) -> Parquet, work after start-up | {snap['jdbc_work_s']:.1f} | {jdbc_work:,.0f} | {jdbc_work / quick:.2f} |",
+        f"| Spark JDBC -> Parquet, end to end | {snap['jdbc_total_s']:.1f} | {jdbc_total:,.0f} | {jdbc_total / quick:.2f} |",
+        f"| chunk job ({snap['ours_splits']} splits x 4 partitions) -> Delta, work after start-up | {snap['ours_work_s']:.1f} | {ours_work:,.0f} | {ours_work / quick:.2f} |",
+        f"| chunk job -> Delta, end to end (one spark-submit) | {snap['ours_total_s']:.1f} | {ours_total:,.0f} | {ours_total / quick:.2f} |",
+        "",
+        f"- work >= 0.5 x `mariadb --quick`: {verdict(ours_work >= 0.5 * quick, f'{ours_work / quick:.2f}x')}",
+        f"- work >= 2 x Spark JDBC work: {verdict(ours_work >= 2 * jdbc_work, f'{ours_work / jdbc_work:.2f}x')}",
+        f"- end to end faster than Spark JDBC end to end: {verdict(ours_total > jdbc_total, f'{ours_total / jdbc_total:.2f}x')}",
+        "", f"## Stream apply rate: one UPDATE of {c:,} rows", "",
+        "| what | seconds | row changes/s |", "|---|---:|---:|",
+        f"| `mariadb-binlog -v` decoding the range | {stream['mariadb_binlog_s']:.1f} | {binlog_rate:,.0f} |",
+        f"| python-mysql-replication, raw decoding | {stream['pymysqlrepl_s']:.1f} | {raw_rate:,.0f} |",
+        f"| stream job, applied to Delta (streaming part) | {stream['ours_stream_s']:.1f} | {ours_stream:,.0f} |",
+        f"| stream job, end to end (available-now spark-submit) | {stream['ours_total_s']:.1f} | {c / stream['ours_total_s']:,.0f} |",
+        "", f"- >= 20,000 row changes/s applied: {verdict(ours_stream >= 20000, f'{ours_stream:,.0f}/s, {ours_stream / 20000:.2f} of target')}",
+        "", f"## Commit-to-visible latency at {latency['rate']:,} row changes/s ({latency['samples']} commits over {latency['seconds']}s)", "",
+        "| p50 | p99 |", "|---:|---:|", f"| {latency['p50_s']:.2f} s | {latency['p99_s']:.2f} s |", "",
+        f"- p50 < 2 s: {verdict(p50 < 2, f'{p50:.2f} s')}",
+        f"- p99 < 5 s: {verdict(p99 < 5, f'{p99:.2f} s')}", "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=2_000_000)
+    parser.add_argument("--burst", type=int, default=200_000)
+    parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
+    args = parser.parse_args(argv)
+    ensure_jdbc_jar()
+    work = Path(tempfile.mkdtemp(prefix="mysqlcdc-bench-"))
+    try:
+        with ThrowawayMariaDB(base_dir=work / "mariadb", max_binlog_size=1024**3) as server:
+            secrets = server.root_config().to_private_file(work / "secrets" / "source.json")
+            snap = bench_snapshot(server, work, args.rows, secrets)
+            stream = bench_stream(server, work, args.burst, secrets)
+            latency = bench_latency(server, work, secrets)
+        text = report(snap, stream, latency)
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text)
+        print(text)
+        (Path(args.out).with_suffix(".json")).write_text(json.dumps({"snapshot": snap, "stream": stream,
+                                                                       "latency": latency}, indent=2))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
