@@ -96,12 +96,6 @@ def arrow_schema(schema: TableSchema) -> pa.Schema:
     return pa.schema(fields + _METADATA_FIELDS)
 
 
-def version_of(offset: BinlogOffset) -> int:
-    """A binlog offset as one int64 that orders like the offset (file number << 32 | position)."""
-    file_number, position = offset.sort_key
-    return (file_number << 32) | position
-
-
 def _python_value(value: Any, target: pa.DataType) -> Any:
     if value is None:
         return None
@@ -134,11 +128,11 @@ def with_metadata(data: pa.Table, schema: TableSchema, *, ops: Sequence[str] | s
     n = data.num_rows
     if isinstance(offsets, BinlogOffset):
         files, positions, versions = (pa.repeat(offsets.file, n), pa.repeat(offsets.position, n).cast(pa.int64()),
-                                      pa.repeat(version_of(offsets), n).cast(pa.int64()))
+                                      pa.repeat(offsets.version, n).cast(pa.int64()))
     else:
         files = pa.array([o.file for o in offsets], pa.string())
         positions = pa.array([o.position for o in offsets], pa.int64())
-        versions = pa.array([version_of(o) for o in offsets], pa.int64())
+        versions = pa.array([o.version for o in offsets], pa.int64())
     if isinstance(event_ts_ms, int):
         stamps = pa.repeat(pa.scalar(event_ts_ms * 1000, pa.timestamp("us", tz="UTC")), n)
     else:

@@ -83,7 +83,7 @@ class BatchApplier:
     def __call__(self, batch_df: Any, batch_id: int) -> None:
         started = time.monotonic()
         rows = batch_df.orderBy("version", "row", "part").select("payload").collect()
-        items = [pickle.loads(r.payload) for r in rows]
+        items = [item for r in rows for item in pickle.loads(r.payload)]
         segment: list[ChangeRecord] = []
         segment_number = 0
         for item in items:

@@ -47,6 +47,12 @@ class BinlogOffset:
     def sort_key(self) -> tuple[int, int]:
         return (binlog_file_number(self.file), self.position)
 
+    @property
+    def version(self) -> int:
+        """The offset as one int64 ordered like offsets: file number << 32 | position (sinks store it)."""
+        file_number, position = self.sort_key
+        return (file_number << 32) | position
+
     def __lt__(self, other: object) -> bool:
         if not isinstance(other, BinlogOffset):
             return NotImplemented
