@@ -281,12 +281,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--burst", type=int, default=200_000)
     parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
+    parser.add_argument("--only", choices=["snapshot", "stream", "latency"],
+                        help="run one benchmark and print its numbers (docs/benchmarks.md is left alone)")
     args = parser.parse_args(argv)
     ensure_jdbc_jar()
     work = Path(tempfile.mkdtemp(prefix="mysqlcdc-bench-"))
     try:
         with ThrowawayMariaDB(base_dir=work / "mariadb", max_binlog_size=1024**3) as server:
             secrets = server.root_config().to_private_file(work / "secrets" / "source.json")
+            if args.only:
+                conn = server.connect_root()
+                with conn.cursor() as cur:
+                    cur.execute("CREATE DATABASE IF NOT EXISTS bench")
+                run = {"snapshot": lambda: bench_snapshot(server, work, args.rows, secrets),
+                       "stream": lambda: bench_stream(server, work, args.burst, secrets),
+                       "latency": lambda: bench_latency(server, work, secrets)}[args.only]
+                print(json.dumps(run(), indent=2))
+                return 0
             snap = bench_snapshot(server, work, args.rows, secrets)
             stream = bench_stream(server, work, args.burst, secrets)
             latency = bench_latency(server, work, secrets)
