@@ -273,7 +273,8 @@ def report(snap: dict, stream: dict, latency: dict) -> str:
         f"- p50 < 2 s: {verdict(p50 < 2, f'{p50:.2f} s')}",
         f"- p99 < 5 s: {verdict(p99 < 5, f'{p99:.2f} s')}", "",
     ]
-    return "\n".join(lines)
+    notes = ROOT / "bench" / "notes.md"
+    return "\n".join(lines) + ("\n" + notes.read_text() if notes.exists() else "")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -123,7 +123,7 @@ def rows_to_data_table(schema: TableSchema, rows: Sequence[dict[str, Any]]) -> p
 
 def with_metadata(data: pa.Table, schema: TableSchema, *, ops: Sequence[str] | str,
                   offsets: Sequence[BinlogOffset] | BinlogOffset, event_ts_ms: Sequence[int] | int,
-                  chunks: Sequence[str]) -> pa.Table:
+                  chunks: Sequence[str] | pa.Array) -> pa.Table:
     """Append the metadata columns; scalars stand for the same value on every row."""
     n = data.num_rows
     if isinstance(offsets, BinlogOffset):
@@ -138,7 +138,8 @@ def with_metadata(data: pa.Table, schema: TableSchema, *, ops: Sequence[str] | s
     else:
         stamps = pa.array([ms * 1000 for ms in event_ts_ms], pa.int64()).cast(pa.timestamp("us", tz="UTC"))
     metadata = [pa.repeat(ops, n) if isinstance(ops, str) else pa.array(list(ops), pa.string()),
-                files, positions, versions, stamps, pa.array(list(chunks), pa.string())]
+                files, positions, versions, stamps,
+                chunks if isinstance(chunks, pa.Array) else pa.array(list(chunks), pa.string())]
     target = arrow_schema(schema)
     columns = [data.column(f.name).cast(f.type) for f in target if f.name not in METADATA_COLUMNS]
     return pa.Table.from_arrays(columns + [m.cast(t.type) for m, t in zip(metadata, _METADATA_FIELDS)], schema=target)

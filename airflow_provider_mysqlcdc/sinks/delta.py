@@ -21,6 +21,7 @@ from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_schema
 from airflow_provider_mysqlcdc.sinks.base import Sink
+from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SUFFIX
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +114,23 @@ class DeltaSink(Sink):
             return True
 
         return _retry_conflicts(merge, f"merge batch {batch_id} into {schema.table_id}")
+
+    def append_changelog(self, table_id: TableId, changes: pa.Table, *, app_id: str, batch_id: int) -> bool:
+        """Append change rows to ``<table>__changelog`` once per ``(app_id, batch_id)``."""
+        uri = self.table_uri(table_id) + CHANGELOG_SUFFIX
+
+        def append() -> bool:
+            try:
+                done = DeltaTable(uri, storage_options=self.storage_options).transaction_version(app_id)
+            except TableNotFoundError:
+                done = None
+            if done is not None and done >= batch_id:
+                return False
+            write_deltalake(uri, changes, mode="append", storage_options=self.storage_options,
+                            commit_properties=CommitProperties(app_transactions=[Transaction(app_id, batch_id)]))
+            return True
+
+        return _retry_conflicts(append, f"changelog batch {batch_id} of {table_id}")
 
     def applied_batch(self, table_id: TableId, app_id: str) -> int | None:
         try:

@@ -14,10 +14,11 @@ import pyarrow as pa
 
 from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit
-from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering, encode_sort_key
+from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering, encode_int_sort_keys, encode_sort_key
 from airflow_provider_mysqlcdc.cdc.source.schema import TableSchema
 from airflow_provider_mysqlcdc.sinks.arrow_rows import python_values, rows_to_arrow, rows_to_data_table, with_metadata
 from airflow_provider_mysqlcdc.sinks.base import Sink
+from airflow_provider_mysqlcdc.sinks.changelog import changelog_table
 
 
 def last_change_per_key(schema: TableSchema, records: Sequence[ChangeRecord]) -> list[ChangeRecord]:
@@ -47,8 +48,12 @@ class SinkWriter:
 
     def write_split_table(self, finished: FinishedSplit, data: pa.Table) -> None:
         """The same, for rows already in Arrow (the source columns only)."""
-        keys = python_values(self.schema.column(self.chunk_key), data.column(self.chunk_key))
-        chunks = [encode_sort_key(k) for k in self.ordering.sort_keys(keys)]
+        column = data.column(self.chunk_key)
+        if pa.types.is_integer(column.type) and not self.ordering.needs_database:
+            chunks = encode_int_sort_keys(column.combine_chunks())  # integers (and TIME as microseconds)
+        else:
+            keys = python_values(self.schema.column(self.chunk_key), column)
+            chunks = [encode_sort_key(k) for k in self.ordering.sort_keys(keys)]
         table = with_metadata(data, self.schema, ops="r", offsets=finished.high_watermark,
                               event_ts_ms=int(time.time() * 1000), chunks=chunks)
         start, end = self.split_range(finished)
@@ -67,17 +72,22 @@ class SinkWriter:
         return self.sink.merge_changes(self.schema, self.changes_table(records), app_id=app_id, batch_id=batch_id)
 
 
-def apply_change_batch(writers: dict, records: Sequence[ChangeRecord], *, app_id: str, batch_id: int) -> dict:
+def apply_change_batch(writers: dict, records: Sequence[ChangeRecord], *, app_id: str, batch_id: int,
+                       changelog: bool = False) -> dict:
     """Apply one batch of filtered changes, table by table; returns rows merged per table.
 
     Each table's merge is recorded under ``(app_id, batch_id)``: a batch replayed after a crash
-    skips the tables it already reached and completes the others.
+    skips the tables it already reached and completes the others. With ``changelog``, every change
+    is also appended to the table's changelog, idempotent the same way.
     """
     by_table: dict = {}
     for record in records:
         by_table.setdefault(record.table_id, []).append(record)
     merged = {}
     for table_id, table_records in by_table.items():
-        if writers[table_id].apply_changes(table_records, app_id=app_id, batch_id=batch_id):
+        writer = writers[table_id]
+        if changelog:
+            writer.sink.append_changelog(table_id, changelog_table(table_records), app_id=app_id, batch_id=batch_id)
+        if writer.apply_changes(table_records, app_id=app_id, batch_id=batch_id):
             merged[table_id] = len(table_records)
     return merged

@@ -42,6 +42,7 @@ class StreamJob:
     trigger_interval_s: float = 1.0
     server_id_range: str = "5400-6399"
     app_id: str = ""
+    changelog: bool = False  # also append every change to <table>__changelog
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -99,7 +100,8 @@ class BatchApplier:
 
     def _apply(self, records: list[ChangeRecord], batch_id: int, segment: int) -> None:
         if records:
-            apply_change_batch(self.writers, records, app_id=self.job.app_id, batch_id=batch_id * SEGMENTS + segment)
+            apply_change_batch(self.writers, records, app_id=self.job.app_id, batch_id=batch_id * SEGMENTS + segment,
+                               changelog=self.job.changelog)
 
     def _schema_changed(self, event: SchemaChangeEvent) -> None:
         affected = [t for t in event.table_ids if t in self.writers]

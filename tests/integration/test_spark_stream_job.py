@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from deltalake import DeltaTable
 
 from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
 from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitReader
@@ -23,6 +24,7 @@ from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
 from airflow_provider_mysqlcdc.devtools.verify import source_rows
 from airflow_provider_mysqlcdc.devtools.workload import SAMPLE_TABLES, RandomWriters, create_sample_tables
 from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_to_rows
+from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SUFFIX
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
 from airflow_provider_mysqlcdc.spark.binlog_source import StreamSeed
@@ -83,7 +85,7 @@ def test_stream_survives_kill_9_and_stays_exact(mysql_server, cdc_user, database
         seed = _snapshot(cdc_user, report, lake)
         seed.save(tmp_path / "seed.json")
         job = StreamJob(seed=str(tmp_path / "seed.json"), sink_root=lake, checkpoint=str(tmp_path / "checkpoint"),
-                        mode="continuous", trigger_interval_s=0.5)
+                        mode="continuous", trigger_interval_s=0.5, changelog=True)
         (tmp_path / "stream.json").write_text(job.to_json())
         log_file = tmp_path / "stream.log"
         kills = 0
@@ -106,6 +108,12 @@ def test_stream_survives_kill_9_and_stays_exact(mysql_server, cdc_user, database
     _assert_sink_equals_source(mysql_server, report, lake)
     for table, versions in _committed_batches(Path(lake)).items():
         assert versions == sorted(set(versions)), f"{table}: a batch was committed twice: {versions}"
+    sink = DeltaSink(lake)
+    for table_id in report.schemas:
+        changelog = DeltaTable(sink.table_uri(table_id) + CHANGELOG_SUFFIX).to_pyarrow_table().to_pylist()
+        coordinates = [(c["version"], c["row_in_event"], c["part"]) for c in changelog]
+        assert len(coordinates) == len(set(coordinates)), f"{table_id}: a change is in the changelog twice"
+        assert {c["op"] for c in changelog} == {"c", "u", "d"}
     print(f"\n{stats.transactions} transactions while streaming, {kills} kill -9, "
           f"batches per table {[len(v) for v in _committed_batches(Path(lake)).values()]}")
 

@@ -46,3 +46,15 @@ def test_encoding_preserves_order(values):
     by_encoding = sorted(set(values), key=encode_sort_key)
     assert by_encoding == by_value
     assert len({encode_sort_key(v) for v in by_value}) == len(by_value)
+
+
+def test_vectorised_integer_encoding_matches_the_scalar_one():
+    import pyarrow as pa
+
+    from airflow_provider_mysqlcdc.cdc.records.ordering import encode_int_sort_keys
+
+    values = [0, 1, -1, 255, 256, -255, -256, 2**63 - 1, -(2**63), 2**31, -(2**31) - 7] + \
+             [rng.randint(-(2**63), 2**63 - 1) for _ in range(2000)] + [rng.randint(-70000, 70000) for _ in range(2000)]
+    for arrow_type in (pa.int64(), pa.int32()):
+        subset = [v for v in values if arrow_type == pa.int64() or -(2**31) <= v < 2**31]
+        assert encode_int_sort_keys(pa.array(subset, arrow_type)).to_pylist() == [encode_sort_key(v) for v in subset]
