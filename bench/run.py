@@ -139,6 +139,8 @@ def bench_stream(server: ThrowawayMariaDB, work: Path, burst: int, secrets: Path
     submit = SparkSubmit(master="local[2]", work_dir=work / "spark")
     total, result = timed(lambda: submit.run("binlog_stream.py", ["--job", str(work / "stream.json")], secrets))
     assert result["changes_applied"] == burst, result
+    print("stream job log:\n" + "\n".join(line for line in submit.last_log.splitlines() if "mysqlcdc" in line
+                                            or "airflow_provider" in line), flush=True)
     out["ours_total_s"], out["ours_stream_s"] = total, result["streaming_seconds"]
     print(f"stream: {burst} changes; mariadb-binlog {out['mariadb_binlog_s']:.1f}s, python-mysql-replication "
           f"{out['pymysqlrepl_s']:.1f}s, ours {result['streaming_seconds']:.1f}s streaming ({total:.1f}s total)", flush=True)

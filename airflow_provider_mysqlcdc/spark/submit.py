@@ -38,6 +38,7 @@ class SparkSubmit:
     python: str = sys.executable
     conf: dict[str, str] = field(default_factory=dict)
     work_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="mysqlcdc-spark-")))
+    last_log: str = ""  # stderr of the last run(), for progress lines and diagnostics
 
     def command(self, script: str, args: list[str], py_files: Path) -> list[str]:
         cmd = [str(spark_home() / "bin" / "spark-submit"), "--master", self.master, "--py-files", str(py_files)]
@@ -78,6 +79,7 @@ class SparkSubmit:
         """Run a job to completion and return its published result; raise with the log tail on failure."""
         proc = subprocess.run(self._prepared(script, args), env=self.environment(source_file), capture_output=True,
                               text=True, timeout=timeout_s, cwd=self.work_dir)
+        self.last_log = (proc.stdout or "") + (proc.stderr or "")  # the Python driver writes through the JVM stdout
         if proc.returncode != 0:
             error = parse_error(proc.stdout or "")
             detail = error or "\n".join((proc.stderr or "").splitlines()[-40:])

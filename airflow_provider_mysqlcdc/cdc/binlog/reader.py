@@ -195,25 +195,27 @@ class BinlogReader:
         return normalizer
 
     def _rows(self, event: Any, table_id: TableId, offset: BinlogOffset) -> Iterator[ChangeRecord]:
-        normalizer = self._normalizer(event, table_id)
+        normalize = self._normalizer(event, table_id).row
         keys = self.key_columns.get(table_id, ())
-        ts = int(event.timestamp) * 1000
-        common = dict(table_id=table_id, offset=offset, gtid=self._gtid, timestamp_ms=ts)
-        for index, row in enumerate(event.rows):
-            if isinstance(event, WriteRowsEvent):
-                after = normalizer.row(_raw(row["values"], row.get("none_sources")))
-                yield ChangeRecord(Operation.CREATE, before=None, after=after, row=index, **common)
-            elif isinstance(event, DeleteRowsEvent):
-                before = normalizer.row(_raw(row["values"], row.get("none_sources")))
-                yield ChangeRecord(Operation.DELETE, before=before, after=None, row=index, **common)
-            else:
-                before = normalizer.row(_raw(row["before_values"], row.get("before_none_sources")))
-                after = normalizer.row(_raw(row["after_values"], row.get("after_none_sources")))
-                if keys and any(before[k] != after[k] for k in keys):
-                    yield ChangeRecord(Operation.DELETE, before=before, after=None, row=index, part=0, **common)
-                    yield ChangeRecord(Operation.CREATE, before=None, after=after, row=index, part=1, **common)
+        ts, gtid = int(event.timestamp) * 1000, self._gtid
+        create, delete, update = Operation.CREATE, Operation.DELETE, Operation.UPDATE
+        if isinstance(event, (WriteRowsEvent, DeleteRowsEvent)):
+            is_write = isinstance(event, WriteRowsEvent)
+            for index, row in enumerate(event.rows):
+                image = normalize(_raw(row["values"], row.get("none_sources")))
+                if is_write:
+                    yield ChangeRecord(create, table_id, None, image, offset, index, 0, gtid, ts)
                 else:
-                    yield ChangeRecord(Operation.UPDATE, before=before, after=after, row=index, **common)
+                    yield ChangeRecord(delete, table_id, image, None, offset, index, 0, gtid, ts)
+            return
+        for index, row in enumerate(event.rows):
+            before = normalize(_raw(row["before_values"], row.get("before_none_sources")))
+            after = normalize(_raw(row["after_values"], row.get("after_none_sources")))
+            if keys and any(before[k] != after[k] for k in keys):
+                yield ChangeRecord(delete, table_id, before, None, offset, index, 0, gtid, ts)
+                yield ChangeRecord(create, table_id, None, after, offset, index, 1, gtid, ts)
+            else:
+                yield ChangeRecord(update, table_id, before, after, offset, index, 0, gtid, ts)
 
 
 def _raw(values: dict[str, Any], none_sources: dict[str, str] | None) -> dict[str, Any]:

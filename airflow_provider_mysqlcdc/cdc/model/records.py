@@ -26,8 +26,11 @@ class Operation(str, enum.Enum):
     DELETE = "d"
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class ChangeRecord:
+    """One row change. Not frozen: hundreds of thousands are built per second on the hot path, and
+    a frozen dataclass costs a ``object.__setattr__`` per field; treat instances as immutable."""
+
     op: Operation
     table_id: TableId
     before: dict[str, Any] | None

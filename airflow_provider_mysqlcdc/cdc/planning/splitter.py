@@ -71,7 +71,7 @@ class ChunkSplitter:
         self.chunk_key = schema.chunk_key_column(options.chunk_key_column)
         self.column: Column = schema.column(self.chunk_key)
         self.ordering = ordering or KeyOrdering(self.column, lambda: conn)
-        self._normalise = converter_for(self.column)
+        self._normalise = converter_for(self.column) or (lambda value: value)
         self._key_sql = read_expression(self.column)
         self._key_name = quote_identifier(self.chunk_key)
         self._table_sql = schema.table_id.quoted

@@ -39,10 +39,6 @@ Converter = Callable[[Any], Any]
 _DECIMAL_CONTEXT = decimal.Context(prec=100)
 
 
-def _identity(value: Any) -> Any:
-    return value
-
-
 def _to_float32(value: Any) -> float:
     return struct.unpack("<f", struct.pack("<f", float(value)))[0]
 
@@ -135,14 +131,13 @@ def _python_encoding(charset: str) -> str:
             "sjis": "shift_jis", "ujis": "euc_jp", "euckr": "euc_kr", "gb2312": "gb2312"}.get(charset, charset)
 
 
-_INTEGER_TYPES = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint"}
 _BYTES_TYPES = {"varbinary", "tinyblob", "blob", "mediumblob", "longblob", "geometry", "point", "linestring",
                 "polygon", "multipoint", "multilinestring", "multipolygon", "geometrycollection"}
 _TEXT_TYPES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext"}
 
 
-def converter_for(column: Column) -> Converter:
-    """The normalising function for one column; applied to non-NULL values only."""
+def converter_for(column: Column) -> Converter | None:
+    """The normalising function for one column (None when both paths already agree); non-NULL values only."""
     t = column.data_type
     if t == "float":
         return _to_float32
@@ -164,9 +159,7 @@ def converter_for(column: Column) -> Converter:
         return _to_bytes
     if t in _TEXT_TYPES or t == "enum":
         return _make_text(column.charset)
-    if t in _INTEGER_TYPES or t == "year":
-        return int
-    return _identity
+    return None  # integers, DOUBLE, TIME, DATE/DATETIME values, geometry...: both libraries agree
 
 
 def read_expression(column: Column) -> str:
@@ -193,15 +186,15 @@ class ValueNormalizer:
 
     def __init__(self, schema: TableSchema):
         self.schema = schema
-        self._converters = {c.name: converter_for(c) for c in schema.columns}
+        self._converters = {c.name: f for c in schema.columns if (f := converter_for(c)) is not None}
 
     def row(self, raw: dict[str, Any]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        converters = self._converters
-        for name, value in raw.items():
-            convert = converters.get(name)
-            out[name] = value if value is None or convert is None else convert(value)
-        return out
+        """Normalise a row in place (the caller hands over ``raw``) and return it."""
+        for name, convert in self._converters.items():
+            value = raw.get(name)
+            if value is not None:
+                raw[name] = convert(value)
+        return raw
 
     def row_from_tuple(self, names: tuple[str, ...], values: tuple[Any, ...]) -> dict[str, Any]:
         return self.row(dict(zip(names, values)))
