@@ -145,13 +145,6 @@ def with_metadata(data: pa.Table, schema: TableSchema, *, ops: Sequence[str] | s
     return pa.Table.from_arrays(columns + [m.cast(t.type) for m, t in zip(metadata, _METADATA_FIELDS)], schema=target)
 
 
-def rows_to_arrow(schema: TableSchema, rows: Sequence[dict[str, Any]], *, ops: Sequence[str],
-                  offsets: Sequence[BinlogOffset], event_ts_ms: Sequence[int], chunks: Sequence[str]) -> pa.Table:
-    """Build a sink table from normalised rows and their per-row metadata."""
-    return with_metadata(rows_to_data_table(schema, rows), schema, ops=ops, offsets=offsets,
-                         event_ts_ms=event_ts_ms, chunks=chunks)
-
-
 def python_values(column: Column, values: pa.ChunkedArray | pa.Array) -> list[Any]:
     """A sink column back to normalised Python values (undoing the Delta-compatible encodings)."""
     out = values.to_pylist()

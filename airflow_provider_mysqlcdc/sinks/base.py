@@ -1,6 +1,6 @@
 """The sink interface: what the chunk job and the stream job need from a lakehouse table format.
 
-Rows arrive as Arrow tables built by ``arrow_rows.rows_to_arrow`` (source columns plus the metadata
+Rows arrive as Arrow tables built by ``arrow_rows.with_metadata`` (source columns plus the metadata
 columns). A sink must make two operations atomic and idempotent:
 
 - ``replace_range``: replace every row whose ``_cdc_chunk`` lies in ``[start, end)`` by the given

@@ -16,7 +16,7 @@ from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering, encode_int_sort_keys, encode_sort_key
 from airflow_provider_mysqlcdc.cdc.source.schema import TableSchema
-from airflow_provider_mysqlcdc.sinks.arrow_rows import python_values, rows_to_arrow, rows_to_data_table, with_metadata
+from airflow_provider_mysqlcdc.sinks.arrow_rows import python_values, rows_to_data_table, with_metadata
 from airflow_provider_mysqlcdc.sinks.base import Sink
 from airflow_provider_mysqlcdc.sinks.changelog import changelog_table
 
@@ -35,8 +35,13 @@ class SinkWriter:
         self.chunk_key = chunk_key
         self.ordering = ordering
 
-    def _chunks(self, rows: Sequence[dict]) -> list[str]:
-        return [encode_sort_key(k) for k in self.ordering.sort_keys([r[self.chunk_key] for r in rows])]
+    def _chunks(self, data: pa.Table) -> pa.Array | list[str]:
+        """``_cdc_chunk`` for every row of ``data`` (vectorised for integer chunk keys)."""
+        column = data.column(self.chunk_key)
+        if pa.types.is_integer(column.type) and not self.ordering.needs_database:
+            return encode_int_sort_keys(column.combine_chunks())  # integers (and TIME as microseconds)
+        keys = python_values(self.schema.column(self.chunk_key), column)
+        return [encode_sort_key(k) for k in self.ordering.sort_keys(keys)]
 
     def split_range(self, finished: FinishedSplit) -> tuple[str | None, str | None]:
         start, end = self.ordering.sort_keys([finished.split.start, finished.split.end])
@@ -48,22 +53,16 @@ class SinkWriter:
 
     def write_split_table(self, finished: FinishedSplit, data: pa.Table) -> None:
         """The same, for rows already in Arrow (the source columns only)."""
-        column = data.column(self.chunk_key)
-        if pa.types.is_integer(column.type) and not self.ordering.needs_database:
-            chunks = encode_int_sort_keys(column.combine_chunks())  # integers (and TIME as microseconds)
-        else:
-            keys = python_values(self.schema.column(self.chunk_key), column)
-            chunks = [encode_sort_key(k) for k in self.ordering.sort_keys(keys)]
         table = with_metadata(data, self.schema, ops="r", offsets=finished.high_watermark,
-                              event_ts_ms=int(time.time() * 1000), chunks=chunks)
+                              event_ts_ms=int(time.time() * 1000), chunks=self._chunks(data))
         start, end = self.split_range(finished)
         self.sink.replace_range(self.schema.table_id, start, end, table)
 
     def changes_table(self, records: Sequence[ChangeRecord]) -> pa.Table:
         latest = last_change_per_key(self.schema, records)
-        images = [r.image for r in latest]
-        return rows_to_arrow(self.schema, images, ops=[r.op.value for r in latest], offsets=[r.offset for r in latest],
-                             event_ts_ms=[r.timestamp_ms for r in latest], chunks=self._chunks(images))
+        data = rows_to_data_table(self.schema, [r.image for r in latest])
+        return with_metadata(data, self.schema, ops=[r.op.value for r in latest], offsets=[r.offset for r in latest],
+                             event_ts_ms=[r.timestamp_ms for r in latest], chunks=self._chunks(data))
 
     def apply_changes(self, records: Sequence[ChangeRecord], *, app_id: str, batch_id: int) -> bool:
         """Merge one batch; returns False when this batch id was already applied to this table."""

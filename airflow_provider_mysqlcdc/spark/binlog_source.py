@@ -9,7 +9,8 @@ exact, and batching keeps Spark's per-row cost off the hot path). ``version`` (t
 offset as an int64) and ``row``/``part`` order the runs; ``count`` says how many records a run holds.
 
 Options: ``seed`` (path of the seed file), ``source_file`` (path of the private credentials file;
-never the password itself, since options show up in query plans), ``server_id_range`` ("a-b").
+never the password itself, since options show up in query plans), ``server_id_range`` ("a-b"),
+``decode_pieces`` (how many tasks decode one large micro-batch range in parallel).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
+from airflow_provider_mysqlcdc.cdc.binlog.ranges import plan_decode_ranges
 from airflow_provider_mysqlcdc.cdc.binlog.reader import BinlogReader, pick_server_id
 from airflow_provider_mysqlcdc.cdc.binlog.split_filter import FinishedSplitFilter
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
@@ -84,8 +86,12 @@ def offset_from_dict(data: dict[str, Any]) -> BinlogOffset:
 
 
 class BinlogRange(InputPartition):
-    def __init__(self, start: dict[str, Any], end: dict[str, Any]):
-        self.start, self.end = start, end
+    """One piece of a micro-batch's binlog range (ranges.py), decoded by one executor task."""
+
+    def __init__(self, read_from: dict[str, Any], decode_after: dict[str, Any] | None, end: dict[str, Any],
+                 server_id: int):
+        self.read_from, self.decode_after, self.end = read_from, decode_after, end
+        self.server_id = server_id  # distinct per piece: the server drops a replica connection that reuses an id
 
 
 class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -96,6 +102,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.source_file = options["source_file"]
         low, _, high = options.get("server_id_range", "5400-6399").partition("-")
         self.server_id_range = (int(low), int(high))
+        self.decode_pieces = int(options.get("decode_pieces", "2"))
         self._target: dict[str, Any] | None = None
 
     def _source(self) -> SourceConfig:
@@ -120,7 +127,15 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return head if offset_from_dict(head) > offset_from_dict(start) else start
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
-        return [BinlogRange(start, end)]
+        conn = self._source().connect()
+        try:
+            ranges = plan_decode_ranges(conn, offset_from_dict(start), offset_from_dict(end), self.decode_pieces)
+        finally:
+            conn.close()
+        low, high = self.server_id_range
+        base = pick_server_id(self.server_id_range)
+        return [BinlogRange(offset_dict(r.read_from), offset_dict(r.decode_after) if r.decode_after else None,
+                            offset_dict(r.end), low + (base - low + i) % (high - low + 1)) for i, r in enumerate(ranges)]
 
     def commit(self, end: dict[str, Any]) -> None:
         pass
@@ -137,9 +152,10 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         orderings = {s.table_id: KeyOrdering(s.column(seed.chunk_keys[s.table_id]), source.connect) for s in schemas}
         split_filter = FinishedSplitFilter(seed.finished_splits, orderings) if seed.finished_splits else None
         snapshotted = {f.split.table_id for f in seed.finished_splits}
-        reader = BinlogReader.for_schemas(source, schemas, start=offset_from_dict(partition.start),
-                                          end=offset_from_dict(partition.end),
-                                          server_id=pick_server_id(self.server_id_range))
+        reader = BinlogReader.for_schemas(
+            source, schemas, start=offset_from_dict(partition.read_from), end=offset_from_dict(partition.end),
+            decode_after=offset_from_dict(partition.decode_after) if partition.decode_after else None,
+            server_id=partition.server_id)
         batch: list[ChangeRecord] = []
         try:
             for item in reader:

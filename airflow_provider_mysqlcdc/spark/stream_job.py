@@ -43,6 +43,7 @@ class StreamJob:
     server_id_range: str = "5400-6399"
     app_id: str = ""
     changelog: bool = False  # also append every change to <table>__changelog
+    decode_pieces: int = 2  # a large micro-batch range is decoded by this many tasks in parallel
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -136,7 +137,7 @@ def run_stream_job(spark: Any, source: SourceConfig, job: StreamJob, source_file
     applier = BatchApplier(source, job, seed)
     stream = (spark.readStream.format(SOURCE_NAME)
               .option("seed", job.seed).option("source_file", source_file)
-              .option("server_id_range", job.server_id_range).load())
+              .option("server_id_range", job.server_id_range).option("decode_pieces", str(job.decode_pieces)).load())
     writer = stream.writeStream.foreachBatch(applier).option("checkpointLocation", job.checkpoint)
     if job.mode == "available-now":
         writer = writer.trigger(availableNow=True)

@@ -103,3 +103,29 @@ def test_follow_mode_waits_for_new_events(mysql_server, cdc_user, database):
             cur.execute(f"INSERT INTO {table.quoted} VALUES (%s, 0)", (i,))
     assert done.wait(30), f"follow mode received only {len(received)} of 20 rows"
     assert [r.after["id"] for r in received] == list(range(20))
+
+
+def test_one_big_transaction_decoded_in_pieces_gives_the_same_records(mysql_server, cdc_user, database):
+    from airflow_provider_mysqlcdc.cdc.binlog.ranges import plan_decode_ranges
+
+    table, conn = _table(mysql_server, database, "(id INT PRIMARY KEY, v INT, pad VARCHAR(200))")
+    with conn.cursor() as cur:
+        cur.execute(f"INSERT INTO {table.quoted} SELECT seq, 0, REPEAT('p', 150) FROM `{database}`.seq_1_to_20000")
+        start = current_offset(conn)
+        cur.execute(f"UPDATE {table.quoted} SET v = v + 1")  # one transaction, many row events
+        cur.execute(f"DELETE FROM {table.quoted} WHERE id % 3 = 0")
+        cur.execute(f"ALTER TABLE {table.quoted} ADD COLUMN w INT")
+        cur.execute(f"UPDATE {table.quoted} SET id = id + 100000 WHERE id < 1000")
+        end = current_offset(conn)
+    schema = load_table_schema(conn, table)
+
+    def read(**kwargs):
+        return [i for i in BinlogReader.for_schemas(cdc_user, [schema], **kwargs)
+                if isinstance(i, (ChangeRecord, SchemaChangeEvent))]
+
+    whole = read(start=start, end=end)
+    ranges = plan_decode_ranges(conn, start, end, pieces=3, min_bytes=1)
+    assert len(ranges) == 3 and ranges[1].decode_after is not None
+    pieces = [item for r in ranges for item in read(start=r.read_from, end=r.end, decode_after=r.decode_after)]
+    assert len(pieces) == len(whole) > 25000
+    assert sorted(pieces, key=lambda i: (i.offset.sort_key, getattr(i, "row", 0), getattr(i, "part", 0))) == whole

@@ -78,6 +78,7 @@ class BinlogReader:
         server_id: int | None = None,
         follow: bool = False,
         heartbeat_s: float = 1.0,
+        decode_after: BinlogOffset | None = None,
     ):
         self.source = source
         self.start = start
@@ -87,6 +88,8 @@ class BinlogReader:
         self.server_id = server_id if server_id is not None else pick_server_id()
         self.follow = follow
         self.heartbeat_s = heartbeat_s
+        #: events ending at or before this offset are read past without decoding (ranges.py)
+        self.decode_after = decode_after
         #: the offset after the last event read, and after the last committed transaction
         self.position = start
         self.committed = start
@@ -139,6 +142,9 @@ class BinlogReader:
                 if self.end is not None and offset > self.end:
                     break
                 self.position = offset
+                if self.decode_after is not None and offset <= self.decode_after and \
+                        not isinstance(event, (GtidEvent, MariadbGtidEvent)):
+                    continue  # another piece of the range decodes this event (GTIDs still name the transaction)
                 yield from self._handle(event, offset)
                 if self.end is not None and offset >= self.end:
                     break
