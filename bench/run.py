@@ -43,6 +43,17 @@ ROOT = Path(__file__).resolve().parent.parent
 JDBC_JAR = Path("/usr/share/java/mariadb-java-client.jar")
 
 
+def fresh_table(server: ThrowawayMariaDB, table: TableId, columns: str, fill_select: str):
+    """(Re)create a bench table and fill it from ``fill_select`` (over MariaDB's seq tables)."""
+    conn = server.connect_root()
+    with conn.cursor() as cur:
+        cur.execute(f"DROP TABLE IF EXISTS {table.quoted}")
+        cur.execute(f"CREATE TABLE {table.quoted} ({columns})")
+        cur.execute(f"INSERT INTO {table.quoted} {fill_select}")
+    conn.commit()
+    return conn
+
+
 def timed(fn):
     started = time.monotonic()
     result = fn()
@@ -96,13 +107,9 @@ def bench_snapshot(server: ThrowawayMariaDB, work: Path, rows: int, secrets: Pat
 
 # --- 2. stream apply rate --------------------------------------------------------------------------
 def bench_stream(server: ThrowawayMariaDB, work: Path, burst: int, secrets: Path) -> dict:
-    conn = server.connect_root()
     table = TableId("bench", "burst")
-    with conn.cursor() as cur:
-        cur.execute(f"DROP TABLE IF EXISTS {table.quoted}")
-        cur.execute(f"CREATE TABLE {table.quoted} (id INT PRIMARY KEY, v INT, pad VARCHAR(100))")
-        cur.execute(f"INSERT INTO {table.quoted} SELECT seq, 0, REPEAT('x', 60) FROM bench.seq_1_to_{burst}")
-    conn.commit()
+    conn = fresh_table(server, table, "id INT PRIMARY KEY, v INT, pad VARCHAR(100)",
+                       f"SELECT seq, 0, REPEAT('x', 60) FROM bench.seq_1_to_{burst}")
     start = current_offset(conn)
     with conn.cursor() as cur:
         cur.execute(f"UPDATE {table.quoted} SET v = v + 1")
@@ -151,13 +158,8 @@ def bench_stream(server: ThrowawayMariaDB, work: Path, burst: int, secrets: Path
 def bench_latency(server: ThrowawayMariaDB, work: Path, secrets: Path, rate: int = 1000, seconds: int = 40) -> dict:
     from deltalake import DeltaTable
 
-    conn = server.connect_root()
     table = TableId("bench", "latency")
-    with conn.cursor() as cur:
-        cur.execute(f"DROP TABLE IF EXISTS {table.quoted}")
-        cur.execute(f"CREATE TABLE {table.quoted} (id INT PRIMARY KEY, t_ms BIGINT)")
-        cur.execute(f"INSERT INTO {table.quoted} SELECT seq, 0 FROM bench.seq_1_to_1000")
-    conn.commit()
+    conn = fresh_table(server, table, "id INT PRIMARY KEY, t_ms BIGINT", "SELECT seq, 0 FROM bench.seq_1_to_1000")
     lake = work / "latency-lake"
     sink = DeltaSink(str(lake))
     sink.prepare(load_table_schema(conn, table))

@@ -1,0 +1,43 @@
+"""Provider metadata for Airflow's ProvidersManager (entry point ``apache_airflow_provider``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_provider_mysqlcdc import __version__
+
+
+def get_provider_info() -> dict[str, Any]:
+    return {
+        "package-name": "airflow-provider-mysqlcdc",
+        "name": "MySQL CDC",
+        "description": "Lock-free chunked MySQL/MariaDB CDC (Flink CDC 2.x) orchestrated by Airflow, executed on Spark.",
+        "versions": [__version__],
+        "hooks": [{"integration-name": "MySQL CDC", "python-modules": ["airflow_provider_mysqlcdc.hooks.mysqlcdc"]}],
+        "connection-types": [
+            {
+                "hook-class-name": "airflow_provider_mysqlcdc.hooks.mysqlcdc.MySqlCdcHook",
+                "hook-name": "MySQL CDC source",
+                "connection-type": "mysqlcdc",
+                "ui-field-behaviour": {
+                    "hidden-fields": [],
+                    "relabeling": {"schema": "Default database", "login": "User"},
+                    "placeholders": {"host": "mysql.example.internal", "port": "3306"},
+                },
+                "conn-fields": {
+                    "server_id_range": {
+                        "label": "Server-id range",
+                        "description": "Replica server ids the binlog readers may use, e.g. 5400-6399; "
+                                       "must not clash with real replicas of this server.",
+                        "schema": {"type": ["string", "null"], "default": "5400-6399"},
+                    },
+                    "ssl_ca": {"label": "TLS CA file", "description": "Path of the CA certificate (enables TLS)",
+                               "schema": {"type": ["string", "null"]}},
+                    "ssl_cert": {"label": "TLS client certificate file", "schema": {"type": ["string", "null"]}},
+                    "ssl_key": {"label": "TLS client key file", "schema": {"type": ["string", "null"]}},
+                    "ssl_verify_identity": {"label": "Verify server host name",
+                                            "schema": {"type": ["boolean", "null"], "default": True}},
+                },
+            }
+        ],
+    }
