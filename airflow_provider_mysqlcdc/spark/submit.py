@@ -75,7 +75,7 @@ class SparkSubmit:
             return subprocess.Popen(self._prepared(script, args), env=self.environment(source_file), stdout=out,
                                     stderr=subprocess.STDOUT, cwd=self.work_dir, start_new_session=True)
 
-    def run(self, script: str, args: list[str], source_file: Path, timeout_s: float = 1800) -> dict[str, Any]:
+    def run(self, script: str, args: list[str], source_file: Path, timeout_s: float | None = 1800) -> dict[str, Any]:
         """Run a job to completion and return its published result; raise with the log tail on failure."""
         proc = subprocess.run(self._prepared(script, args), env=self.environment(source_file), capture_output=True,
                               text=True, timeout=timeout_s, cwd=self.work_dir)
