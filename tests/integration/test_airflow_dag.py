@@ -34,8 +34,8 @@ def run_dag(dag_id: str, env: dict[str, str]) -> dict:
     proc = subprocess.run([sys.executable, str(Path(__file__).parent / "dag_runner.py"), dag_id], env=env,
                           capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
-    line = next(l for l in proc.stdout.splitlines() if l.startswith("DAGRUN_RESULT "))
-    return json.loads(line[len("DAGRUN_RESULT "):])
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("DAGRUN_RESULT "))
+    return {**json.loads(line[len("DAGRUN_RESULT "):]), "output": proc.stdout + proc.stderr}
 
 
 def test_example_dag_snapshots_and_streams_exactly(mysql_server, cdc_user, database, tmp_path):
@@ -81,3 +81,23 @@ def test_example_dag_snapshots_and_streams_exactly(mysql_server, cdc_user, datab
     for table_id, schema in report.schemas.items():
         delta_rows = {schema.key_of(r): r for r in arrow_to_rows(DeltaSink(str(lake)).read(table_id), schema)}
         assert_same_rows(table_id, source_rows(mysql_server.admin, schema), delta_rows)
+
+
+def test_bad_table_fails_the_plan_task_before_any_spark_job(mysql_server, cdc_user, database, tmp_path):
+    conn = mysql_server.connect()
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE TABLE `{database}`.nokey (a INT, b INT)")
+    source = {"conn_type": "mysqlcdc", "host": cdc_user.host, "port": cdc_user.port, "login": cdc_user.user,
+              "password": cdc_user.password}
+    env = dict(os.environ, AIRFLOW_HOME=str(tmp_path / "airflow"), AIRFLOW__CORE__DAGS_FOLDER=str(ROOT / "dags"),
+               AIRFLOW__CORE__LOAD_EXAMPLES="False", AIRFLOW_CONN_MYSQLCDC_DEFAULT=json.dumps(source),
+               MYSQLCDC_EXAMPLE_TABLES=f"{database}.nokey", MYSQLCDC_SINK_ROOT=str(tmp_path / "lake"),
+               MYSQLCDC_STATE_DIR=str(tmp_path / "state"))
+    result = run_dag("mysqlcdc_example", env)
+    assert result["state"] == "failed"
+    states = {ti["task_id"]: ti["state"] for ti in result["tis"]}
+    assert states[f"{database}__nokey.plan"] == "failed"
+    assert states["stream"] != "success" and states["collect_splits"] != "success"
+    assert not (tmp_path / "lake").exists(), "a Spark job ran although the plan failed"
+    # dag.test() prints the task logs
+    assert f"Table {database}.nokey has no primary key" in result["output"] and "ADD PRIMARY KEY" in result["output"]
