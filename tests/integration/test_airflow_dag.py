@@ -3,15 +3,13 @@ per chunk, real Delta tables, real Airflow (metadata DB in a temp AIRFLOW_HOME).
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.devtools.dag_runner import example_dag_env, run_dag
 from airflow_provider_mysqlcdc.devtools.verify import source_rows
 from airflow_provider_mysqlcdc.devtools.workload import SAMPLE_TABLES, RandomWriters, create_sample_tables
 from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_to_rows
@@ -23,32 +21,15 @@ from .helpers import assert_same_rows
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
 TABLES = SAMPLE_TABLES[:2]
-
-
-def run_dag(dag_id: str, env: dict[str, str]) -> dict:
-    airflow = str(Path(sys.executable).parent / "airflow")
-    migrate = subprocess.run([airflow, "db", "migrate"], env=env, capture_output=True, text=True, timeout=600)
-    assert migrate.returncode == 0, migrate.stderr[-3000:]
-    proc = subprocess.run([sys.executable, str(Path(__file__).parent / "dag_runner.py"), dag_id], env=env,
-                          capture_output=True, text=True, timeout=1800)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
-    line = next(line for line in proc.stdout.splitlines() if line.startswith("DAGRUN_RESULT "))
-    return {**json.loads(line[len("DAGRUN_RESULT "):]), "output": proc.stdout + proc.stderr}
 
 
 def test_example_dag_snapshots_and_streams_exactly(mysql_server, cdc_user, database, tmp_path):
     conn = mysql_server.connect()
     tables = create_sample_tables(conn, database, rows_per_table=2500, seed=21, tables=TABLES)
     lake, state = tmp_path / "lake", tmp_path / "state"
-    source = {"conn_type": "mysqlcdc", "host": cdc_user.host, "port": cdc_user.port, "login": cdc_user.user,
-              "password": cdc_user.password}
-    env = dict(os.environ, AIRFLOW_HOME=str(tmp_path / "airflow"), AIRFLOW__CORE__DAGS_FOLDER=str(ROOT / "dags"),
-               AIRFLOW__CORE__LOAD_EXAMPLES="False", AIRFLOW_CONN_MYSQLCDC_DEFAULT=json.dumps(source),
-               MYSQLCDC_EXAMPLE_TABLES=",".join(f"`{t.database}`.`{t.table}`" for t in tables),
-               MYSQLCDC_SINK_ROOT=str(lake), MYSQLCDC_STATE_DIR=str(state),
-               MYSQLCDC_SPLIT_ROWS="400", MYSQLCDC_CHUNK_ROWS="1200")
+    env = example_dag_env(tmp_path / "airflow", cdc_user, tables, sink_root=lake, state_dir=state,
+                          split_rows=400, chunk_rows=1200)
     with RandomWriters(mysql_server.admin, database, writers=2, seed=210, pause_s=0.01, tables=TABLES) as writers:
         result = run_dag("mysqlcdc_example", env)
         writers.stop()
@@ -87,12 +68,8 @@ def test_bad_table_fails_the_plan_task_before_any_spark_job(mysql_server, cdc_us
     conn = mysql_server.connect()
     with conn.cursor() as cur:
         cur.execute(f"CREATE TABLE `{database}`.nokey (a INT, b INT)")
-    source = {"conn_type": "mysqlcdc", "host": cdc_user.host, "port": cdc_user.port, "login": cdc_user.user,
-              "password": cdc_user.password}
-    env = dict(os.environ, AIRFLOW_HOME=str(tmp_path / "airflow"), AIRFLOW__CORE__DAGS_FOLDER=str(ROOT / "dags"),
-               AIRFLOW__CORE__LOAD_EXAMPLES="False", AIRFLOW_CONN_MYSQLCDC_DEFAULT=json.dumps(source),
-               MYSQLCDC_EXAMPLE_TABLES=f"{database}.nokey", MYSQLCDC_SINK_ROOT=str(tmp_path / "lake"),
-               MYSQLCDC_STATE_DIR=str(tmp_path / "state"))
+    env = example_dag_env(tmp_path / "airflow", cdc_user, [TableId(database, "nokey")], sink_root=tmp_path / "lake",
+                          state_dir=tmp_path / "state", split_rows=400, chunk_rows=1200)
     result = run_dag("mysqlcdc_example", env)
     assert result["state"] == "failed"
     states = {ti["task_id"]: ti["state"] for ti in result["tis"]}
