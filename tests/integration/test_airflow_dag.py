@@ -9,13 +9,11 @@ import pytest
 
 from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
-from airflow_provider_mysqlcdc.devtools.dag_runner import example_dag_env, run_dag
+from airflow_provider_mysqlcdc.devtools.dag_runner import catch_up_stream, example_dag_env, run_dag
 from airflow_provider_mysqlcdc.devtools.verify import source_rows
 from airflow_provider_mysqlcdc.devtools.workload import SAMPLE_TABLES, RandomWriters, create_sample_tables
 from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_to_rows
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
-from airflow_provider_mysqlcdc.spark.stream_job import StreamJob
-from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
 
 from .helpers import assert_same_rows
 
@@ -54,10 +52,7 @@ def test_example_dag_snapshots_and_streams_exactly(mysql_server, cdc_user, datab
 
     # Writers kept going after the DAG's stream caught up; one more available-now run from the
     # same seed and checkpoint (what the next DAG run does) must leave the sink equal to the source.
-    job = StreamJob(seed=collected["seed"], sink_root=str(lake), checkpoint=str(state / "mysqlcdc_example" / "checkpoint"))
-    (tmp_path / "stream.json").write_text(job.to_json())
-    secrets = cdc_user.to_private_file(tmp_path / "secrets" / "source.json")
-    SparkSubmit(work_dir=tmp_path / "spark").run("binlog_stream.py", ["--job", str(tmp_path / "stream.json")], secrets)
+    catch_up_stream(cdc_user, collected["seed"], lake, state / "mysqlcdc_example" / "checkpoint", tmp_path / "spark")
     report = run_preflight(cdc_user, tables)
     for table_id, schema in report.schemas.items():
         delta_rows = {schema.key_of(r): r for r in arrow_to_rows(DeltaSink(str(lake)).read(table_id), schema)}
