@@ -31,14 +31,15 @@ def example_dag_env(airflow_home: Path, source: Any, tables: list[Any], *, sink_
                 MYSQLCDC_SPLIT_ROWS=str(split_rows), MYSQLCDC_CHUNK_ROWS=str(chunk_rows))
 
 
-def run_dag(dag_id: str, env: dict[str, str], timeout_s: float = 3600) -> dict[str, Any]:
-    """Migrate the metadata DB of ``env``'s AIRFLOW_HOME, run the DAG once; states, XComs and output."""
+def run_dag(dag_id: str, env: dict[str, str], timeout_s: float = 3600, conf: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Migrate the metadata DB of ``env``'s AIRFLOW_HOME, run the DAG once (with ``conf`` as the run's
+    params); states, XComs and output."""
     airflow = str(Path(sys.executable).parent / "airflow")
     migrate = subprocess.run([airflow, "db", "migrate"], env=env, capture_output=True, text=True, timeout=600)
     if migrate.returncode != 0:
         raise RuntimeError(f"airflow db migrate failed:\n{migrate.stderr[-3000:]}")
-    proc = subprocess.run([sys.executable, "-m", "airflow_provider_mysqlcdc.devtools.dag_runner", dag_id], env=env,
-                          capture_output=True, text=True, timeout=timeout_s)
+    proc = subprocess.run([sys.executable, "-m", "airflow_provider_mysqlcdc.devtools.dag_runner", dag_id,
+                           json.dumps(conf or {})], env=env, capture_output=True, text=True, timeout=timeout_s)
     lines = [line for line in proc.stdout.splitlines() if line.startswith(MARKER)]
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"dag.test() of {dag_id} did not finish:\n{(proc.stdout + proc.stderr)[-5000:]}")
@@ -57,7 +58,7 @@ def catch_up_stream(source: Any, seed: str, sink_root: Path, checkpoint: Path, w
     return SparkSubmit(work_dir=work_dir).run("binlog_stream.py", ["--job", str(work_dir / "stream.json")], secrets)
 
 
-def main(dag_id: str) -> None:
+def main(dag_id: str, conf: dict[str, Any]) -> None:
     from airflow.dag_processing.dagbag import DagBag
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
@@ -66,7 +67,7 @@ def main(dag_id: str) -> None:
     if bag.import_errors:
         raise SystemExit(f"DAG import errors: {bag.import_errors}")
     dag = bag.get_dag(dag_id)
-    run = dag.test()
+    run = dag.test(run_conf=conf or None)
     with create_session() as session:
         xcoms = {f"{x.task_id}[{x.map_index}]": x.value for x in session.query(XComModel).filter(
             XComModel.dag_id == dag.dag_id, XComModel.run_id == run.run_id, XComModel.key == "return_value")}
@@ -76,4 +77,4 @@ def main(dag_id: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], json.loads(sys.argv[2]) if len(sys.argv) > 2 else {})

@@ -112,3 +112,29 @@ def differences(expected: Rows, actual: Rows) -> str | None:
         return None
     return (f"{len(missing)} missing (e.g. {missing[:3]}), {len(extra)} extra (e.g. {extra[:3]}), "
             f"{len(different)} different (e.g. {[(expected[k], actual[k]) for k in different[:2]]})")
+
+
+def explain(table_id: TableId, schema: TableSchema, keys: Iterable[tuple[Any, ...]],
+            chosen: Iterable[SplitReadResult], items: Iterable[object], chunk_key: str) -> str:
+    """Evidence for an invariant failure: per key, the chosen split holding it and every binlog change."""
+    from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
+
+    lines = []
+    chosen = list(chosen)
+    items = [i for i in items if isinstance(i, ChangeRecord) and i.table_id == table_id]
+    ordering = KeyOrdering(schema.column(chunk_key))
+    for key in list(keys)[:3]:
+        value = dict(zip(schema.key_columns, key))[chunk_key] if chunk_key in schema.key_columns else None
+        lines.append(f"key {key}:")
+        for result in chosen:
+            split = result.finished.split
+            if not ordering.needs_database and value is not None and \
+                    (split.start is None or split.start <= value) and (split.end is None or value < split.end):
+                present = any(schema.key_of(r) == key for r in result.rows)
+                lines.append(f"  split {split.index} [{split.start}, {split.end}) LW {result.finished.low_watermark} "
+                             f"HW {result.finished.high_watermark} merged {result.finished.binlog_events_merged} "
+                             f"row in output: {present}")
+        for record in items:
+            if schema.key_of(record.image) == key:
+                lines.append(f"  {record.op.name} at {record.offset} row {record.row} part {record.part} gtid {record.gtid}")
+    return "\n".join(lines)

@@ -35,9 +35,17 @@ DEFAULT_SPLIT_ROWS = 250_000
 DEFAULT_CHUNK_ROWS = 2_000_000
 
 
-def parse_tables(tables: str | Sequence[str]) -> list[TableId]:
-    items = [t for t in (tables.split(",") if isinstance(tables, str) else tables) if str(t).strip()]
-    if not items:
+def parse_tables(tables: str | Sequence[str], *, allow_empty: bool = False) -> list[TableId]:
+    """Tables as a list, a comma-separated string, or the rendered text of a list (a templated param)."""
+    if isinstance(tables, str) and tables.strip().startswith("["):
+        import ast
+
+        try:
+            tables = ast.literal_eval(tables.strip())
+        except (ValueError, SyntaxError) as exc:
+            raise ConfigurationError(f"Malformed table list {tables!r}: write ['db.table', ...].") from exc
+    items = [t for t in (tables.split(",") if isinstance(tables, str) else tables or []) if str(t).strip()]
+    if not items and not allow_empty:
         raise ConfigurationError("No tables to capture: give tables as ['db.table', ...].")
     return [TableId.parse(str(t)) for t in items]
 
@@ -47,17 +55,22 @@ class MySqlCdcPlanOperator(BaseOperator):
 
     def __init__(self, *, tables: str | Sequence[str], mysqlcdc_conn_id: str = MySqlCdcHook.default_conn_name,
                  split_rows: int = DEFAULT_SPLIT_ROWS, chunk_rows: int = DEFAULT_CHUNK_ROWS,
-                 chunk_key_columns: dict[str, str] | None = None, **kwargs: Any) -> None:
+                 chunk_key_columns: dict[str, str] | None = None, allow_no_tables: bool = False,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.tables = tables
+        self.allow_no_tables = allow_no_tables
         self.mysqlcdc_conn_id = mysqlcdc_conn_id
         self.split_rows = split_rows
         self.chunk_rows = chunk_rows
         self.chunk_key_columns = chunk_key_columns or {}
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
+        table_ids = parse_tables(self.tables, allow_empty=self.allow_no_tables)
+        if not table_ids:
+            self.log.info("no tables given in the DAG params: nothing to plan")
+            return []
         source = MySqlCdcHook(self.mysqlcdc_conn_id).source_config()
-        table_ids = parse_tables(self.tables)
         split_rows, chunk_rows = int(self.split_rows), int(self.chunk_rows)
         if split_rows < 1 or chunk_rows < split_rows:
             raise ConfigurationError(f"Need 1 <= split_rows <= chunk_rows, got {split_rows} and {chunk_rows}.")

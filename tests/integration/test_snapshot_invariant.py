@@ -19,7 +19,7 @@ from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 from airflow_provider_mysqlcdc.devtools.workload import RandomWriters, create_sample_tables
 
-from airflow_provider_mysqlcdc.devtools.verify import read_binlog, replay, source_rows
+from airflow_provider_mysqlcdc.devtools.verify import explain, read_binlog, replay, source_rows
 
 from .helpers import assert_same_rows
 
@@ -77,6 +77,10 @@ def test_snapshot_plus_filtered_binlog_equals_source_under_concurrent_writes(mys
         replayed = replay(cdc_user, report.schemas, chosen, end, items=binlog)
         assert not replayed.schema_changes
         for t in tables:
-            assert_same_rows(t, expected[t], replayed.tables[t].rows)
+            actual = replayed.tables[t].rows
+            bad = [k for k in set(expected[t]) ^ set(actual)] + \
+                  [k for k in expected[t] if k in actual and expected[t][k] != actual[k]]
+            assert_same_rows(t, expected[t], actual, evidence=lambda: explain(
+                t, report.schemas[t], bad, chosen[t], binlog, report.chunk_keys[t]) + f"\n(retries chosen: {choice})")
         print(f"  retries chosen '{choice}': {replayed.emitted} binlog changes emitted by the filter, "
               f"{replayed.skipped} filtered out; all tables exact")

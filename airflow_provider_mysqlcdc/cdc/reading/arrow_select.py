@@ -62,15 +62,14 @@ def select_arrow(source: SourceConfig, schema: TableSchema, split: SnapshotSplit
     conn = source.connect()
     try:
         info = server_info(conn)
+        low = current_offset(conn, info)
         with conn.cursor() as cur:
-            if info.is_mariadb:
+            if info.is_mariadb:  # the earlier of both positions, as in split_reader.py
                 cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
                 cur.execute("SHOW STATUS LIKE 'binlog_snapshot_%'")
                 status = {k.lower(): v for k, v in cur.fetchall()}
                 cur.execute("COMMIT")
-                low = BinlogOffset(status["binlog_snapshot_file"], int(status["binlog_snapshot_position"]))
-            else:
-                low = current_offset(conn, info)
+                low = min(low, BinlogOffset(status["binlog_snapshot_file"], int(status["binlog_snapshot_position"])))
     finally:
         conn.close()
     url = (f"mysql://{quote(source.user, safe='')}:{quote(source.password, safe='')}@{source.host}:{source.port}/"
