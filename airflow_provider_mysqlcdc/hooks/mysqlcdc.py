@@ -59,6 +59,26 @@ class MySqlCdcHook(BaseHook):
         return parse_server_id_range(self._extra(self.get_connection(self.mysqlcdc_conn_id).extra_dejson,
                                                  "server_id_range"))
 
+    def run_spark_job(self, script: str, job_json: str, *, spark_master: str, log: Any,
+                      timeout_s: float | None = 6 * 3600) -> dict[str, Any]:
+        """spark-submit a program of ``spark_jobs/`` with this connection's credentials in a private file
+        (0600, deleted afterwards; never in argv or Spark conf); our progress lines go to ``log``."""
+        import tempfile
+        from pathlib import Path
+
+        from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
+
+        with tempfile.TemporaryDirectory(prefix="mysqlcdc-") as work:
+            secrets = self.source_config().to_private_file(Path(work) / "source.json")
+            (Path(work) / "job.json").write_text(job_json)
+            submit = SparkSubmit(master=spark_master, work_dir=Path(work))
+            try:
+                return submit.run(script, ["--job", str(Path(work) / "job.json")], secrets, timeout_s=timeout_s)
+            finally:
+                for line in submit.last_log.splitlines():
+                    if "airflow_provider_mysqlcdc" in line:
+                        log.info("%s", line)
+
     def test_connection(self) -> tuple[bool, str]:
         """Used by the UI's Test button: connect, and read the binlog position."""
         try:

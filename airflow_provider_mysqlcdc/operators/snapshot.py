@@ -13,9 +13,7 @@
 from __future__ import annotations
 
 import json
-import tempfile
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context
@@ -110,24 +108,13 @@ class MySqlCdcSnapshotOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_mysqlcdc.spark.chunk_job import ChunkJob
-        from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
 
         hook = MySqlCdcHook(self.mysqlcdc_conn_id)
-        source = hook.source_config()
         chunk = self.chunk if isinstance(self.chunk, dict) else json.loads(self.chunk)
         job = ChunkJob(table=chunk["table"], splits=chunk["splits"], sink_root=self.sink_root,
                        partitions_per_split=self.partitions_per_split, server_id_range=hook.server_id_range())
-        with tempfile.TemporaryDirectory(prefix="mysqlcdc-chunk-") as work:
-            secrets = source.to_private_file(Path(work) / "source.json")  # 0600, deleted with the directory
-            (Path(work) / "job.json").write_text(job.to_json())
-            submit = SparkSubmit(master=self.spark_master, work_dir=Path(work))
-            self.log.info("snapshot %s: %d split(s) with spark-submit", chunk["label"], len(chunk["splits"]))
-            try:
-                result = submit.run("snapshot_chunk.py", ["--job", str(Path(work) / "job.json")], secrets)
-            finally:
-                for line in submit.last_log.splitlines():
-                    if "airflow_provider_mysqlcdc" in line:
-                        self.log.info("%s", line)
+        self.log.info("snapshot %s: %d split(s) with spark-submit", chunk["label"], len(chunk["splits"]))
+        result = hook.run_spark_job("snapshot_chunk.py", job.to_json(), spark_master=self.spark_master, log=self.log)
         self.log.info("snapshot %s done: %d rows, %d binlog changes merged, %.1fs", chunk["label"], result["rows"],
                       result["binlog_events_merged"], result["seconds"])
         return {"label": chunk["label"], **result}

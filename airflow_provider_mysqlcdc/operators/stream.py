@@ -8,9 +8,7 @@ until it is stopped; choose it deliberately, e.g. for a DAG with ``max_active_ru
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context
@@ -37,7 +35,6 @@ class MySqlCdcStreamOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_mysqlcdc.spark.stream_job import MODES, StreamJob
-        from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
 
         if self.mode not in MODES:
             raise ConfigurationError(f"stream mode must be one of {MODES}, got {self.mode!r}")
@@ -46,17 +43,8 @@ class MySqlCdcStreamOperator(BaseOperator):
         job = StreamJob(seed=self.seed_path, sink_root=self.sink_root, checkpoint=self.checkpoint, mode=self.mode,
                         trigger_interval_s=self.trigger_interval_s, server_id_range=f"{low}-{high}",
                         changelog=self.changelog)
-        with tempfile.TemporaryDirectory(prefix="mysqlcdc-stream-") as work:
-            secrets = hook.source_config().to_private_file(Path(work) / "source.json")
-            (Path(work) / "job.json").write_text(job.to_json())
-            submit = SparkSubmit(master=self.spark_master, work_dir=Path(work))
-            try:
-                result = submit.run("binlog_stream.py", ["--job", str(Path(work) / "job.json")], secrets,
+        result = hook.run_spark_job("binlog_stream.py", job.to_json(), spark_master=self.spark_master, log=self.log,
                                     timeout_s=None if self.mode == "continuous" else 6 * 3600)
-            finally:
-                for line in submit.last_log.splitlines():
-                    if "airflow_provider_mysqlcdc" in line:
-                        self.log.info("%s", line)
         self.log.info("stream (%s) applied %d changes; end offset %s", self.mode, result["changes_applied"],
                       result.get("end_offset"))
         return result
