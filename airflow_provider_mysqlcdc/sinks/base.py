@@ -9,7 +9,7 @@ columns). A sink must make two operations atomic and idempotent:
   commit, recorded under ``(app_id, batch_id)`` so that a replayed batch changes nothing twice.
 
 Only ``DeltaSink`` exists and is tested; a user with Spark's own Delta or Iceberg can implement the
-same six methods.
+same seven methods.
 """
 
 from __future__ import annotations
@@ -33,6 +33,10 @@ class Sink(ABC):
     @abstractmethod
     def merge_changes(self, schema: TableSchema, changes: pa.Table, *, app_id: str, batch_id: int) -> bool:
         """Apply last-change-per-key rows once per ``(app_id, batch_id)``; False if already applied."""
+
+    @abstractmethod
+    def truncate(self, table_id: TableId, *, app_id: str, batch_id: int) -> bool:
+        """Remove every row (the source table was truncated) once per ``(app_id, batch_id)``."""
 
     @abstractmethod
     def append_changelog(self, table_id: TableId, changes: pa.Table, *, app_id: str, batch_id: int) -> bool:

@@ -115,6 +115,20 @@ class DeltaSink(Sink):
 
         return _retry_conflicts(merge, f"merge batch {batch_id} into {schema.table_id}")
 
+    def truncate(self, table_id: TableId, *, app_id: str, batch_id: int) -> bool:
+        """Delete every row (a TRUNCATE in the source) once per ``(app_id, batch_id)``."""
+        uri = self.table_uri(table_id)
+
+        def delete_all() -> bool:
+            table = DeltaTable(uri, storage_options=self.storage_options)
+            done = table.transaction_version(app_id)
+            if done is not None and done >= batch_id:
+                return False
+            table.delete(commit_properties=CommitProperties(app_transactions=[Transaction(app_id, batch_id)]))
+            return True
+
+        return _retry_conflicts(delete_all, f"truncate {table_id}")
+
     def append_changelog(self, table_id: TableId, changes: pa.Table, *, app_id: str, batch_id: int) -> bool:
         """Append change rows to ``<table>__changelog`` once per ``(app_id, batch_id)``."""
         uri = self.table_uri(table_id) + CHANGELOG_SUFFIX

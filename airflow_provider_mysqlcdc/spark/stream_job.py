@@ -90,33 +90,42 @@ class BatchApplier:
                       key=lambda r: (r.version, r.row, r.part))
         read_s = time.monotonic() - started
         items = [item for r in rows for item in pickle.loads(r.payload)]
+        # Each unit of work (a run of changes, or a TRUNCATE) commits under its own version
+        # batch_id * SEGMENTS + n, so a replayed batch redoes exactly the units it had not committed.
         segment: list[ChangeRecord] = []
-        segment_number = 0
+        unit = 0
         for item in items:
             if isinstance(item, SchemaChangeEvent):
-                self._apply(segment, batch_id, segment_number)
-                segment, segment_number = [], segment_number + 1
-                self._schema_changed(item)
+                self._apply(segment, batch_id * SEGMENTS + unit)
+                segment, unit = [], unit + 1
+                if self._schema_changed(item, batch_id * SEGMENTS + unit):
+                    unit += 1
             else:
                 segment.append(item)
-        self._apply(segment, batch_id, segment_number)
+        self._apply(segment, batch_id * SEGMENTS + unit)
         self.rows_applied += len(items)
         self._log_progress(batch_id, items, read_s, time.monotonic() - started)
 
-    def _apply(self, records: list[ChangeRecord], batch_id: int, segment: int) -> None:
+    def _apply(self, records: list[ChangeRecord], version: int) -> None:
         if records:
-            apply_change_batch(self.writers, records, app_id=self.job.app_id, batch_id=batch_id * SEGMENTS + segment,
+            apply_change_batch(self.writers, records, app_id=self.job.app_id, batch_id=version,
                                changelog=self.job.changelog)
 
-    def _schema_changed(self, event: SchemaChangeEvent) -> None:
+    def _schema_changed(self, event: SchemaChangeEvent, version: int) -> bool:
+        """Follow a DDL statement; True when it committed something to the sink under ``version``."""
         affected = [t for t in event.table_ids if t in self.writers]
         log.warning("schema change at %s affects %s: %s", event.offset, affected or "no captured table", event.statement)
+        if affected and event.statement.lstrip().upper().startswith("TRUNCATE"):
+            for table_id in affected:
+                self.sink.truncate(table_id, app_id=self.job.app_id, batch_id=version)
+            return True
         conn = self.source.connect()
         try:
             for table_id in affected:
                 self._load_writer(conn, table_id, self.writers[table_id].chunk_key)
         finally:
             conn.close()
+        return False
 
     def _log_progress(self, batch_id: int, items: list[Any], read_s: float, seconds: float) -> None:
         conn = self.source.connect()

@@ -147,6 +147,16 @@ def test_schema_changes_evolve_delta_or_fail_clearly(mysql_server, cdc_user, dat
     changed_after_alter = [k for k in source if k[0] % 3 == 0 or k[0] == 100000]
     assert changed_after_alter and all(delta_rows[k] == source[k] for k in changed_after_alter)
 
+    # TRUNCATE empties the Delta table too; rows written after it arrive as usual.
+    with conn.cursor() as cur:
+        cur.execute(f"INSERT INTO {table.quoted} (id, customer) VALUES (100001, 'before truncate')")
+        cur.execute(f"TRUNCATE TABLE {table.quoted}")
+        cur.execute(f"INSERT INTO {table.quoted} (id, customer, region) VALUES (7, 'after', 'emea'), (8, 'after', NULL)")
+    submit.run("binlog_stream.py", ["--job", str(tmp_path / "stream.json")], source_file)
+    delta_rows = {schema.key_of(r): r for r in arrow_to_rows(DeltaSink(lake).read(table), schema)}
+    assert_same_rows(table, source_rows(mysql_server.admin, schema), delta_rows)
+    assert set(delta_rows) == {(7,), (8,)}
+
     # An unsafe type change stops the stream with a clear error instead of corrupting the table.
     with conn.cursor() as cur:
         cur.execute(f"UPDATE {table.quoted} SET customer = NULL")
