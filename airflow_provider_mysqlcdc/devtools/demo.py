@@ -147,13 +147,16 @@ def read_splits_in_parallel(source, schemas, plans, readers: int) -> dict[TableI
     import threading
 
     local = threading.local()
+    opened: list[SplitReader] = []
     total = sum(len(s) for s in plans.values())
 
     def read(split: SnapshotSplit) -> SplitReadResult:
-        cache = local.__dict__.setdefault("readers", {})
-        if split.table_id not in cache:
-            cache[split.table_id] = SplitReader(source, schemas[split.table_id])
-        return cache[split.table_id].read(split)
+        if not hasattr(local, "readers"):
+            local.readers = {}
+        if split.table_id not in local.readers:
+            local.readers[split.table_id] = SplitReader(source, schemas[split.table_id])
+            opened.append(local.readers[split.table_id])
+        return local.readers[split.table_id].read(split)
 
     results: dict[TableId, list[SplitReadResult]] = {t: [] for t in plans}
     rows = 0
@@ -165,6 +168,8 @@ def read_splits_in_parallel(source, schemas, plans, readers: int) -> dict[TableI
             rows += result.finished.rows
             if done % max(1, total // 10) == 0 or done == total:
                 log.info("snapshot progress: %d/%d chunks done, %d rows", done, total, rows)
+    for reader in opened:
+        reader.close()
     for table_results in results.values():
         table_results.sort(key=lambda r: r.finished.split.index)
     return results

@@ -28,7 +28,6 @@ from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitReader
 from airflow_provider_mysqlcdc.cdc.records.apply import KeyedRows
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema, load_table_schema
-from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 from airflow_provider_mysqlcdc.sinks.arrow_rows import data_schema, drop_keys, rows_to_data_table
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
@@ -117,7 +116,7 @@ def run_chunk_job(spark: Any, source: SourceConfig, job: ChunkJob) -> dict[str, 
             parts = plan_partitions(source, schema, split, partitions)
             results = (spark.sparkContext.parallelize(parts, len(parts))
                        .map(lambda part: _read_partition(source, schema, part)).collect())
-            high = current_offset(reader._connection())
+            high = reader.current_offset()
             data = pa.concat_tables([pa.ipc.open_stream(payload).read_all() for _, payload in results])
             low = min(BinlogOffset.from_dict(low) for low, _ in results)
             changes = list(reader.window_changes(split, low, high)) if high > low else []

@@ -52,10 +52,6 @@ class FinishedSplitFilter:
                 max_high_watermark=max(f.high_watermark for f in splits),
             )
 
-    @property
-    def tables(self) -> set[TableId]:
-        return set(self._tables)
-
     def start_offset(self) -> BinlogOffset:
         """Where the binlog phase starts: the smallest high watermark of all splits."""
         if not self._tables:

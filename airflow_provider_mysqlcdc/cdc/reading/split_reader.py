@@ -93,6 +93,11 @@ class SplitReader:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    def current_offset(self) -> BinlogOffset:
+        """The binlog head now (a split's high watermark when read right after its rows)."""
+        conn = self._connection()
+        return current_offset(conn, self._info)
+
     def ordering(self, chunk_key: str) -> KeyOrdering:
         if chunk_key not in self._orderings:
             self._orderings[chunk_key] = KeyOrdering(self.schema.column(chunk_key), self.source.connect)
@@ -147,9 +152,7 @@ class SplitReader:
                         rows.put(self.normalizer.row_from_tuple(names, values))
             finally:
                 cur.execute("COMMIT")
-        high = current_offset(conn, self._info)
-        assert low is not None
-        return low, high
+        return low, self.current_offset()
 
     @staticmethod
     def _mariadb_snapshot_offset(cur: Any) -> BinlogOffset:
