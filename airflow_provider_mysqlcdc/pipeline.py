@@ -1,16 +1,19 @@
 """The one-call builder: tables in, the whole task graph out.
 
-    with DAG("orders_cdc", schedule=None) as dag:
-        mysqlcdc_pipeline(tables=["shop.orders", "shop.customers"], sink_root="/lake", state_dir="/state")
+    with DAG("orders_cdc", schedule=None, max_active_runs=1, params=mysqlcdc_params(sink_root="/lake")):
+        mysqlcdc_pipeline(tables=["shop.orders"], sink_root="/lake", state_dir="/state", tables_param=True)
 
-Per table named here, a task group ``<db>__<table>`` holds ``plan`` (preflight + split planning) and
-``snapshot``, one mapped task instance per chunk, named by table and chunk in the UI. Tables given at
-trigger time (the DAG param ``tables``, when ``tables_param=True``) cannot get groups of their own:
-Airflow refuses to map inside a mapped task group, so they share one group ``param_tables`` whose
-``plan`` covers them all and whose ``snapshot`` is mapped over all their chunks; each chunk is still
-one retryable task instance, labelled with its table. Then ``collect_splits`` writes the finished
-splits to ``<state_dir>/<dag_id>/seed.json`` and ``stream`` runs the binlog stream from it with its
-checkpoint in ``<state_dir>/<dag_id>/checkpoint``.
+Per table named here, a task group ``<db>__<table>`` holds ``plan`` (preflight + split planning)
+and ``snapshot``, one mapped task instance per chunk, named by table and chunk in the UI. Tables
+given at trigger time (the DAG param ``tables``, with ``tables_param=True``) cannot get groups of
+their own: Airflow refuses to map inside a mapped task group, so they share one group
+``param_tables`` whose ``plan`` covers them all and whose ``snapshot`` is mapped over all their
+chunks; each chunk is still one retryable task instance, labelled with its table. Then
+``collect_splits`` lands the finished splits in the registry at ``<state_dir>/<dag_id>`` and
+``stream`` runs the binlog stream from it (checkpoint ``<state_dir>/<dag_id>/checkpoint``).
+
+Every setting a run may change is a DAG param (``mysqlcdc_params``); the builder's arguments are
+the defaults when the DAG declares no such param.
 """
 
 from __future__ import annotations
@@ -19,13 +22,15 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from airflow.sdk import TaskGroup
+from airflow.sdk import Param, TaskGroup
 
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
-from airflow_provider_mysqlcdc.operators.snapshot import (DEFAULT_CHUNK_ROWS, DEFAULT_SPLIT_ROWS,
-                                                         MySqlCdcCollectSplitsOperator, MySqlCdcPlanOperator,
-                                                         MySqlCdcSnapshotOperator, parse_tables)
-from airflow_provider_mysqlcdc.operators.stream import MySqlCdcStreamOperator
+from airflow_provider_mysqlcdc.operators.collect import MySqlCdcCollectSplitsOperator
+from airflow_provider_mysqlcdc.operators.plan import DEFAULT_CHUNK_ROWS, DEFAULT_SPLIT_ROWS, MySqlCdcPlanOperator, \
+    parse_tables
+from airflow_provider_mysqlcdc.operators.snapshot import MySqlCdcSnapshotOperator
+from airflow_provider_mysqlcdc.operators.stream import STREAM_MODES, MySqlCdcStreamOperator
+from airflow_provider_mysqlcdc.state.changes import STARTUP_MODES
 
 
 def group_id_for(table: str) -> str:
@@ -33,34 +38,64 @@ def group_id_for(table: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", f"{table_id.database}__{table_id.table}")
 
 
+def mysqlcdc_params(*, sink_root: str, split_rows: int = DEFAULT_SPLIT_ROWS, chunk_rows: int = DEFAULT_CHUNK_ROWS,
+                    stream_mode: str = "available-now") -> dict[str, Param]:
+    """The DAG params the pipeline reads at trigger time (``DAG(params=mysqlcdc_params(...))``)."""
+    return {
+        "tables": Param(None, type=["null", "array"], items={"type": "string"},
+                        description="Trigger-time tables (db.table). Unset: keep those captured; a list: exactly "
+                                    "these (new ones are snapshotted, missing ones stop being captured)."),
+        "split_rows": Param(split_rows, type="integer", minimum=1, description="rows per split"),
+        "chunk_rows": Param(chunk_rows, type="integer", minimum=1, description="rows per spark-submit chunk"),
+        "chunk_key_columns": Param({}, type="object", description="{'db.table': 'column'}: chunk key other than "
+                                                                  "the first primary-key column"),
+        "sink_root": Param(sink_root, type="string", description="where the Delta tables live (set once)"),
+        "startup_mode": Param("initial", enum=list(STARTUP_MODES),
+                              description="for tables new to the pipeline: initial (snapshot, then binlog), latest "
+                                          "(binlog from now, no snapshot) or offset (binlog from start_offset)"),
+        "start_offset": Param(None, type=["null", "string"], description="binlog.000042:1234 for startup_mode offset"),
+        "resnapshot": Param([], type="array", description="re-read while streaming: 'db.table', or "
+                                                          "{'table': 'db.table', 'from': low key, 'to': high key}"),
+        "stream_mode": Param(stream_mode, enum=list(STREAM_MODES),
+                             description="available-now (catch up and finish), continuous (holds a worker slot until "
+                                         "stopped) or skip (a stream runs elsewhere)"),
+    }
+
+
+def _param(name: str, default: Any) -> str:
+    return f"{{{{ params.{name} | default({default!r}) }}}}"
+
+
 def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
                       mysqlcdc_conn_id: str = MySqlCdcHook.default_conn_name, split_rows: int = DEFAULT_SPLIT_ROWS,
                       chunk_rows: int = DEFAULT_CHUNK_ROWS, stream_mode: str = "available-now",
                       spark_master: str = "local[2]", changelog: bool = False,
                       tables_param: bool = False) -> dict[str, Any]:
-    """Build the graph in the current DAG. With ``tables_param``, declare the DAG params ``tables``,
-    ``split_rows`` and ``chunk_rows`` (``Param`` in the DAG's ``params``) and plan those tables too."""
-    plans, snapshots = [], []
-    groups = [(group_id_for(t), [t], split_rows, chunk_rows) for t in tables]
-    if tables_param:
-        groups.append(("param_tables", "{{ params.tables }}", "{{ params.split_rows }}", "{{ params.chunk_rows }}"))
-    for group_id, group_tables, group_split_rows, group_chunk_rows in groups:
-        with TaskGroup(group_id=group_id):
-            plan = MySqlCdcPlanOperator(task_id="plan", tables=group_tables, mysqlcdc_conn_id=mysqlcdc_conn_id,
-                                        split_rows=group_split_rows, chunk_rows=group_chunk_rows,
-                                        allow_no_tables=group_id == "param_tables")
-            snapshot = MySqlCdcSnapshotOperator.partial(
-                task_id="snapshot", sink_root=sink_root, mysqlcdc_conn_id=mysqlcdc_conn_id, spark_master=spark_master,
-                map_index_template="{{ task.chunk['label'] }}",
-            ).expand(chunk=plan.output)
-        plans.append(plan.output)
-        snapshots.append(snapshot.output)
+    """Build the graph in the current DAG; ``tables_param`` adds the group for trigger-time tables."""
     state = f"{state_dir.rstrip('/')}/{{{{ dag.dag_id }}}}"
-    # none_failed: a param group with no tables maps to zero chunks, which Airflow marks skipped
-    collect = MySqlCdcCollectSplitsOperator(task_id="collect_splits", plans=plans, results=snapshots,
-                                            state_path=f"{state}/seed.json", trigger_rule="none_failed")
-    stream = MySqlCdcStreamOperator(task_id="stream", seed_path=f"{state}/seed.json", sink_root=sink_root,
-                                    checkpoint=f"{state}/checkpoint", mode=stream_mode,
-                                    mysqlcdc_conn_id=mysqlcdc_conn_id, spark_master=spark_master, changelog=changelog)
+    sink = _param("sink_root", sink_root)
+    common = dict(state=state, mysqlcdc_conn_id=mysqlcdc_conn_id, split_rows=_param("split_rows", split_rows),
+                  chunk_rows=_param("chunk_rows", chunk_rows), chunk_key_columns=_param("chunk_key_columns", {}),
+                  startup_mode=_param("startup_mode", "initial"), start_offset=_param("start_offset", None),
+                  resnapshot=_param("resnapshot", None))
+    groups = [(group_id_for(t), [t]) for t in tables]
+    if tables_param:
+        groups.append(("param_tables", _param("tables", None)))
+    plan_ids, snapshots = [], []
+    for group_id, group_tables in groups:
+        with TaskGroup(group_id=group_id):
+            plan = MySqlCdcPlanOperator(task_id="plan", tables=group_tables, **common)
+            snapshot = MySqlCdcSnapshotOperator.partial(
+                task_id="snapshot", sink_root=sink, state=state, mysqlcdc_conn_id=mysqlcdc_conn_id,
+                spark_master=spark_master, map_index_template="{{ task.chunk['label'] }}",
+            ).expand(chunk=plan.output)
+        plan_ids.append(plan.task_id)
+        snapshots.append(snapshot.output)
+    # none_failed: a group with nothing to read maps to zero chunks, which Airflow marks skipped
+    collect = MySqlCdcCollectSplitsOperator(task_id="collect_splits", plan_task_ids=plan_ids, results=snapshots,
+                                            state=state, trigger_rule="none_failed")
+    stream = MySqlCdcStreamOperator(task_id="stream", state=state, sink_root=sink,
+                                    mode=_param("stream_mode", stream_mode), mysqlcdc_conn_id=mysqlcdc_conn_id,
+                                    spark_master=spark_master, changelog=changelog)
     collect >> stream
-    return {"plans": plans, "snapshots": snapshots, "collect": collect, "stream": stream}
+    return {"plan_task_ids": plan_ids, "snapshots": snapshots, "collect": collect, "stream": stream}

@@ -31,7 +31,7 @@ from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_sche
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 from airflow_provider_mysqlcdc.devtools.throwaway_server import ThrowawayMariaDB
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
-from airflow_provider_mysqlcdc.spark.binlog_source import StreamSeed
+from airflow_provider_mysqlcdc.state.registry import CapturedTable, PipelineState, stream_only_split
 from airflow_provider_mysqlcdc.spark.chunk_job import ChunkJob
 from airflow_provider_mysqlcdc.spark.results import parse_result
 from airflow_provider_mysqlcdc.spark.stream_job import StreamJob
@@ -138,10 +138,9 @@ def bench_stream(server: ThrowawayMariaDB, work: Path, burst: int, secrets: Path
     out["pymysqlrepl_s"], decoded = timed(raw_decode)
     assert decoded == burst, decoded
 
-    seed = StreamSeed([], start_offset=start, chunk_keys={table: "id"})
-    seed.save(work / "burst-seed.json")
+    PipelineState(str(work / "burst-state")).commit({table: CapturedTable("id", [stream_only_split(table, "id", start)])})
     DeltaSink(str(work / "lake")).prepare(load_table_schema(conn, table))
-    job = StreamJob(seed=str(work / "burst-seed.json"), sink_root=str(work / "lake"), checkpoint=str(work / "burst-ckpt"))
+    job = StreamJob(state=str(work / "burst-state"), sink_root=str(work / "lake"))
     (work / "stream.json").write_text(job.to_json())
     submit = SparkSubmit(master="local[2]", work_dir=work / "spark")
     total, result = timed(lambda: submit.run("binlog_stream.py", ["--job", str(work / "stream.json")], secrets))
@@ -163,9 +162,9 @@ def bench_latency(server: ThrowawayMariaDB, work: Path, secrets: Path, rate: int
     lake = work / "latency-lake"
     sink = DeltaSink(str(lake))
     sink.prepare(load_table_schema(conn, table))
-    seed = StreamSeed([], start_offset=current_offset(conn), chunk_keys={table: "id"})
-    seed.save(work / "latency-seed.json")
-    job = StreamJob(seed=str(work / "latency-seed.json"), sink_root=str(lake), checkpoint=str(work / "latency-ckpt"),
+    PipelineState(str(work / "latency-state")).commit(
+        {table: CapturedTable("id", [stream_only_split(table, "id", current_offset(conn))])})
+    job = StreamJob(state=str(work / "latency-state"), sink_root=str(lake),
                     mode="continuous", trigger_interval_s=0.2)
     (work / "latency.json").write_text(job.to_json())
     submit = SparkSubmit(master="local[2]", work_dir=work / "spark")

@@ -46,13 +46,13 @@ def run_dag(dag_id: str, env: dict[str, str], timeout_s: float = 3600, conf: dic
     return {**json.loads(lines[-1][len(MARKER):]), "output": proc.stdout + proc.stderr}
 
 
-def catch_up_stream(source: Any, seed: str, sink_root: Path, checkpoint: Path, work_dir: Path) -> dict[str, Any]:
-    """One more available-now stream run from the DAG's seed and checkpoint, as its next run would do."""
+def catch_up_stream(source: Any, state: str, sink_root: Path, work_dir: Path) -> dict[str, Any]:
+    """One more available-now stream run over the DAG's state and checkpoint, as its next run would do."""
     from airflow_provider_mysqlcdc.spark.stream_job import StreamJob
     from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
 
     work_dir.mkdir(parents=True, exist_ok=True)
-    job = StreamJob(seed=seed, sink_root=str(sink_root), checkpoint=str(checkpoint))
+    job = StreamJob(state=state, sink_root=str(sink_root))
     (work_dir / "stream.json").write_text(job.to_json())
     secrets = source.to_private_file(work_dir / "secrets" / "source.json")
     return SparkSubmit(work_dir=work_dir).run("binlog_stream.py", ["--job", str(work_dir / "stream.json")], secrets)

@@ -62,6 +62,7 @@ def run_dag_demo(source: SourceConfig, args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from airflow_provider_mysqlcdc.devtools.dag_runner import catch_up_stream, example_dag_env, run_dag
+    from airflow_provider_mysqlcdc.status import print_status
     from airflow_provider_mysqlcdc.devtools.workload import SAMPLE_TABLES
     from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_to_rows
     from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
@@ -85,8 +86,10 @@ def run_dag_demo(source: SourceConfig, args: argparse.Namespace) -> int:
     if result["state"] != "success":
         print(result["output"][-4000:])
         return 1
-    seed = result["xcoms"]["collect_splits[-1]"]["seed"]
-    catch_up_stream(source, seed, work / "lake", work / "state" / "mysqlcdc_example" / "checkpoint", work / "spark")
+    state = result["xcoms"]["collect_splits[-1]"]["state"]
+    catch_up_stream(source, state, work / "lake", work / "spark")
+    print(f"\nwhere the pipeline stands (python -m airflow_provider_mysqlcdc.status {state}):")
+    print_status(state, source)
     report = run_preflight(source, tables)
     sink = DeltaSink(str(work / "lake"))
     print(f"\n{'table':<28}{'chunks':>7}{'delta rows':>12}{'source rows':>13}  equal")

@@ -72,12 +72,8 @@ class MySqlCdcHook(BaseHook):
             secrets = self.source_config().to_private_file(Path(work) / "source.json")
             (Path(work) / "job.json").write_text(job_json)
             submit = SparkSubmit(master=spark_master, work_dir=Path(work))
-            try:
-                return submit.run(script, ["--job", str(Path(work) / "job.json")], secrets, timeout_s=timeout_s)
-            finally:
-                for line in submit.last_log.splitlines():
-                    if "airflow_provider_mysqlcdc" in line:
-                        log.info("%s", line)
+            return submit.run(script, ["--job", str(Path(work) / "job.json")], secrets, timeout_s=timeout_s,
+                              on_progress=lambda line: log.info("%s", line))
 
     def test_connection(self) -> tuple[bool, str]:
         """Used by the UI's Test button: connect, and read the binlog position."""

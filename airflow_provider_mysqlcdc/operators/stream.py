@@ -1,9 +1,11 @@
-"""The operator that runs the binlog stream job from the collected seed.
+"""``MySqlCdcStreamOperator``: runs the binlog stream job over the pipeline's registry.
 
 ``available-now`` (the default) catches up to the binlog head as of the task's start and finishes,
 which suits scheduled runs: each DAG run advances the sink, and the checkpoint makes the next one
-continue exactly where this one stopped. ``continuous`` keeps the task (and its worker slot) running
-until it is stopped; choose it deliberately, e.g. for a DAG with ``max_active_runs=1`` and no schedule.
+continue exactly where this one stopped. ``continuous`` keeps the task (and its worker slot)
+running until it is stopped; choose it deliberately, e.g. in a DAG of its own with
+``max_active_runs=1``. ``skip`` runs nothing: a continuous stream elsewhere picks up what this run
+registered at its next micro-batch.
 """
 
 from __future__ import annotations
@@ -16,17 +18,18 @@ from airflow.sdk import BaseOperator, Context
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
 
+STREAM_MODES = ("available-now", "continuous", "skip")
+
 
 class MySqlCdcStreamOperator(BaseOperator):
-    template_fields: Sequence[str] = ("seed_path", "sink_root", "checkpoint", "mode", "spark_master")
+    template_fields: Sequence[str] = ("state", "sink_root", "mode", "spark_master")
 
-    def __init__(self, *, seed_path: str, sink_root: str, checkpoint: str, mode: str = "available-now",
+    def __init__(self, *, state: str, sink_root: str, mode: str = "available-now",
                  mysqlcdc_conn_id: str = MySqlCdcHook.default_conn_name, spark_master: str = "local[2]",
                  trigger_interval_s: float = 1.0, changelog: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.seed_path = seed_path
+        self.state = state
         self.sink_root = sink_root
-        self.checkpoint = checkpoint
         self.mode = mode
         self.mysqlcdc_conn_id = mysqlcdc_conn_id
         self.spark_master = spark_master
@@ -34,13 +37,16 @@ class MySqlCdcStreamOperator(BaseOperator):
         self.changelog = changelog
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_provider_mysqlcdc.spark.stream_job import MODES, StreamJob
+        from airflow_provider_mysqlcdc.spark.stream_job import StreamJob
 
-        if self.mode not in MODES:
-            raise ConfigurationError(f"stream mode must be one of {MODES}, got {self.mode!r}")
+        if self.mode not in STREAM_MODES:
+            raise ConfigurationError(f"stream mode must be one of {', '.join(STREAM_MODES)}, got {self.mode!r}")
+        if self.mode == "skip":
+            self.log.info("stream mode 'skip': a stream running elsewhere picks up this run's registry changes")
+            return {"mode": "skip"}
         hook = MySqlCdcHook(self.mysqlcdc_conn_id)
         low, high = hook.server_id_range()
-        job = StreamJob(seed=self.seed_path, sink_root=self.sink_root, checkpoint=self.checkpoint, mode=self.mode,
+        job = StreamJob(state=self.state, sink_root=self.sink_root, mode=self.mode,
                         trigger_interval_s=self.trigger_interval_s, server_id_range=f"{low}-{high}",
                         changelog=self.changelog)
         result = hook.run_spark_job("binlog_stream.py", job.to_json(), spark_master=self.spark_master, log=self.log,

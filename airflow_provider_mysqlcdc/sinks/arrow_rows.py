@@ -36,6 +36,7 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, Operation
 from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableSchema
 
 METADATA_COLUMNS = ("_cdc_op", "_cdc_binlog_file", "_cdc_binlog_pos", "_cdc_version", "_cdc_event_ts", "_cdc_chunk")
@@ -171,3 +172,15 @@ def drop_keys(data: pa.Table, schema: TableSchema, keys: set[tuple[Any, ...]]) -
     key_values = zip(*(python_values(schema.column(k), data.column(k)) for k in schema.key_columns))
     mask = pa.array([key not in keys for key in key_values], pa.bool_())
     return data.filter(mask)
+
+
+def merge_changes_into_table(schema: TableSchema, data: pa.Table, changes: Sequence[ChangeRecord]) -> pa.Table:
+    """Columnar window merge (changes in binlog order): rows whose key changed take their last image, or go."""
+    final: dict[tuple, dict | None] = {}
+    for record in changes:
+        final[schema.key_of(record.image)] = None if record.op is Operation.DELETE else record.after
+    if not final:
+        return data
+    kept = drop_keys(data, schema, set(final))
+    added = rows_to_data_table(schema, [row for row in final.values() if row is not None])
+    return pa.concat_tables([kept, added.cast(kept.schema)])

@@ -4,7 +4,8 @@ Rows arrive as Arrow tables built by ``arrow_rows.with_metadata`` (source column
 columns). A sink must make two operations atomic and idempotent:
 
 - ``replace_range``: replace every row whose ``_cdc_chunk`` lies in ``[start, end)`` by the given
-  rows in one commit (a split, read again, replaces itself exactly);
+  rows in one commit (a split, read again, replaces itself exactly); the stream passes
+  ``(app_id, batch_id)`` too, so that a replayed batch never repeats a replace it already committed;
 - ``merge_changes``: apply one batch of last-change-per-key rows (``_cdc_op`` 'd' deletes) in one
   commit, recorded under ``(app_id, batch_id)`` so that a replayed batch changes nothing twice.
 
@@ -27,7 +28,8 @@ class Sink(ABC):
         """Create the table for ``schema`` if missing; evolve it when columns were added."""
 
     @abstractmethod
-    def replace_range(self, table_id: TableId, start: str | None, end: str | None, rows: pa.Table) -> None:
+    def replace_range(self, table_id: TableId, start: str | None, end: str | None, rows: pa.Table, *,
+                      app_id: str | None = None, batch_id: int | None = None) -> bool:
         """Atomically replace the rows with ``start <= _cdc_chunk < end`` (None = open) by ``rows``."""
 
     @abstractmethod

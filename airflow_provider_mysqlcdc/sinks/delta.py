@@ -84,15 +84,23 @@ class DeltaSink(Sink):
                     )
 
     # --- writes ----------------------------------------------------------------------------------
-    def replace_range(self, table_id: TableId, start: str | None, end: str | None, rows: pa.Table) -> None:
+    def replace_range(self, table_id: TableId, start: str | None, end: str | None, rows: pa.Table, *,
+                      app_id: str | None = None, batch_id: int | None = None) -> bool:
         uri = self.table_uri(table_id)
         predicate = chunk_range_predicate(start, end)
+        transactions = [Transaction(app_id, batch_id)] if app_id is not None and batch_id is not None else []
 
-        def write() -> None:
+        def write() -> bool:
+            if transactions:
+                done = DeltaTable(uri, storage_options=self.storage_options).transaction_version(app_id)
+                if done is not None and done >= batch_id:
+                    return False
             write_deltalake(uri, rows, mode="overwrite", predicate=predicate, schema_mode="merge"
-                            if predicate is None else None, storage_options=self.storage_options)
+                            if predicate is None else None, storage_options=self.storage_options,
+                            commit_properties=CommitProperties(app_transactions=transactions) if transactions else None)
+            return True
 
-        _retry_conflicts(write, f"replace {table_id} [{start}, {end})")
+        return _retry_conflicts(write, f"replace {table_id} [{start}, {end})")
 
     def merge_changes(self, schema: TableSchema, changes: pa.Table, *, app_id: str, batch_id: int) -> bool:
         uri = self.table_uri(schema.table_id)

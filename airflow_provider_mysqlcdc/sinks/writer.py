@@ -16,7 +16,7 @@ from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering, encode_int_sort_keys, encode_sort_key
 from airflow_provider_mysqlcdc.cdc.source.schema import TableSchema
-from airflow_provider_mysqlcdc.sinks.arrow_rows import python_values, rows_to_data_table, with_metadata
+from airflow_provider_mysqlcdc.sinks.arrow_rows import data_schema, python_values, rows_to_data_table, with_metadata
 from airflow_provider_mysqlcdc.sinks.base import Sink
 from airflow_provider_mysqlcdc.sinks.changelog import changelog_table
 
@@ -51,12 +51,18 @@ class SinkWriter:
         """Replace exactly the split's key range by its rows as of the high watermark (idempotent)."""
         self.write_split_table(finished, rows_to_data_table(self.schema, rows))
 
-    def write_split_table(self, finished: FinishedSplit, data: pa.Table) -> None:
-        """The same, for rows already in Arrow (the source columns only)."""
+    def write_split_table(self, finished: FinishedSplit, data: pa.Table, *, app_id: str | None = None,
+                          batch_id: int | None = None) -> bool:
+        """The same, for rows already in Arrow (the source columns only); with ``(app_id, batch_id)``
+        at most once per pair (False: already committed)."""
         table = with_metadata(data, self.schema, ops="r", offsets=finished.high_watermark,
                               event_ts_ms=int(time.time() * 1000), chunks=self._chunks(data))
         start, end = self.split_range(finished)
-        self.sink.replace_range(self.schema.table_id, start, end, table)
+        return self.sink.replace_range(self.schema.table_id, start, end, table, app_id=app_id, batch_id=batch_id)
+
+    @property
+    def data_schema(self) -> pa.Schema:
+        return data_schema(self.schema)
 
     def changes_table(self, records: Sequence[ChangeRecord]) -> pa.Table:
         latest = last_change_per_key(self.schema, records)

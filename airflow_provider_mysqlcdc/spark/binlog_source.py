@@ -1,24 +1,36 @@
 """A PySpark streaming data source over the binlog (``spark.readStream.format("mysqlcdc_binlog")``).
 
-Offsets are binlog positions ``{"file", "pos"}`` read from ``SHOW MASTER STATUS``, which always
-points between transactions, so a micro-batch never ends inside a transaction. The source is seeded
-with the finished splits (a JSON file written by the snapshot) and applies the finished-split filter
-on the executors; it emits one row per run of up to 1,000 consecutive change records, pickled
-together in ``payload`` (the only consumer is our Python ``foreachBatch``; pickling keeps every type
-exact, and batching keeps Spark's per-row cost off the hot path). ``version`` (the first record's
-offset as an int64) and ``row``/``part`` order the runs; ``count`` says how many records a run holds.
+Offsets are ``{"file", "pos", "gen"}``: a binlog position read from ``SHOW MASTER STATUS`` (always
+between transactions, so a micro-batch never ends inside one) and the number of the registry
+generation (state/registry.py) the batch captures. A micro-batch ``(start, end]`` is decoded with
+``end``'s tables and finished-split filter, on the executors. When ``end`` has a newer generation
+than ``start``, the splits it adds are activated first, by one more partition:
 
-Options: ``seed`` (path of the seed file), ``source_file`` (path of the private credentials file;
-never the password itself, since options show up in query plans), ``server_id_range`` ("a-b"),
-``decode_pieces`` (how many tasks decode one large micro-batch range in parallel).
+- the tables it adds are announced (``TablesActivated``), so the driver prepares their sink tables;
+- for every added split whose high watermark ``h`` is behind ``start``, the binlog ``(h, start]`` of
+  its key range is read again: for a split the chunk job wrote directly, these changes are merged
+  like any other (they are older than every change of the batch); for a staged split they travel
+  with it (``StagedSplitReady``) and the driver merges them into the staged rows before replacing
+  the range, so the sink jumps from its old state straight to the state at ``start``.
+
+Every change of an added split after its high watermark is therefore applied exactly once: those up
+to ``start`` by the activation, those after by this and later batches (the filter drops the rest).
+
+Rows are runs of up to 1,000 records pickled together in ``payload`` (the only consumer is our
+Python ``foreachBatch``; pickling keeps every type exact and keeps Spark's per-row cost off the hot
+path). ``version`` (the first item's offset as an int64) and ``row``/``part`` order the runs.
+
+Options: ``state`` (the pipeline's state location), ``source_file`` (path of the private
+credentials file; never the password itself, since options show up in query plans),
+``server_id_range`` ("a-b"), ``decode_pieces`` (tasks decoding one large range in parallel).
 """
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import pickle
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,57 +40,40 @@ from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from airflow_provider_mysqlcdc.cdc.binlog.ranges import plan_decode_ranges
 from airflow_provider_mysqlcdc.cdc.binlog.reader import BinlogReader, pick_server_id
 from airflow_provider_mysqlcdc.cdc.binlog.split_filter import FinishedSplitFilter
+from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, SchemaChangeEvent
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema, load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
+from airflow_provider_mysqlcdc.state.registry import Generation, PipelineState
 
 SOURCE_NAME = "mysqlcdc_binlog"
 SCHEMA = "version LONG, row INT, part INT, kind STRING, count INT, ts_ms LONG, payload BINARY"
+RUN_LENGTH = 1000
 
 
 @dataclass
-class StreamSeed:
-    """What the stream starts from: the finished splits of snapshotted tables, and/or tables streamed
-    from ``start_offset`` without a snapshot (``chunk_keys`` names every captured table's chunk key)."""
+class TablesActivated:
+    """Tables (with their chunk keys) a micro-batch starts to capture."""
 
-    finished_splits: list[FinishedSplit]
-    start_offset: BinlogOffset | None = None
-    chunk_keys: dict[TableId, str] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        for f in self.finished_splits:
-            self.chunk_keys.setdefault(f.split.table_id, f.split.chunk_key)
-
-    @classmethod
-    def load(cls, path: str | Path) -> "StreamSeed":
-        data = json.loads(Path(path).read_text())
-        return cls([FinishedSplit.from_dict(d) for d in data["finished_splits"]],
-                   BinlogOffset.from_dict(data["start_offset"]) if data.get("start_offset") else None,
-                   {TableId.parse(t): k for t, k in data.get("chunk_keys", {}).items()})
-
-    def save(self, path: str | Path) -> None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        data = {"finished_splits": [f.to_dict() for f in self.finished_splits],
-                "start_offset": self.start_offset.to_dict() if self.start_offset else None,
-                "chunk_keys": {f"`{t.database}`.`{t.table}`": k for t, k in self.chunk_keys.items()}}
-        Path(path).write_text(json.dumps(data))
-
-    @property
-    def tables(self) -> list[TableId]:
-        return sorted(self.chunk_keys)
-
-    def initial_offset(self) -> BinlogOffset:
-        if self.start_offset is not None:
-            return self.start_offset
-        return min(f.high_watermark for f in self.finished_splits)
+    chunk_keys: dict[TableId, str]
 
 
-def offset_dict(offset: BinlogOffset) -> dict[str, Any]:
-    return {"file": offset.file, "pos": offset.position}
+@dataclass
+class StagedSplitReady:
+    """A staged split to apply: its rows are at ``split.extra["staged"]``, as of its high watermark;
+    ``changes`` are its key range's changes after that, up to ``as_of`` (the batch's start)."""
+
+    split: FinishedSplit
+    as_of: BinlogOffset
+    changes: list[ChangeRecord]
+
+
+def offset_dict(offset: BinlogOffset, generation: int) -> dict[str, Any]:
+    return {"file": offset.file, "pos": offset.position, "gen": generation}
 
 
 def offset_from_dict(data: dict[str, Any]) -> BinlogOffset:
@@ -88,17 +83,25 @@ def offset_from_dict(data: dict[str, Any]) -> BinlogOffset:
 class BinlogRange(InputPartition):
     """One piece of a micro-batch's binlog range (ranges.py), decoded by one executor task."""
 
-    def __init__(self, read_from: dict[str, Any], decode_after: dict[str, Any] | None, end: dict[str, Any],
-                 server_id: int):
+    def __init__(self, read_from: BinlogOffset, decode_after: BinlogOffset | None, end: BinlogOffset,
+                 server_id: int, generation: int):
         self.read_from, self.decode_after, self.end = read_from, decode_after, end
         self.server_id = server_id  # distinct per piece: the server drops a replica connection that reuses an id
+        self.generation = generation
+
+
+class Activation(InputPartition):
+    """The splits ``generation`` adds to ``previous``, activated at ``start`` (see the module doc)."""
+
+    def __init__(self, previous: int, generation: int, start: BinlogOffset, server_id: int):
+        self.previous, self.generation, self.start, self.server_id = previous, generation, start, server_id
 
 
 class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Driver side plans ranges of the binlog; ``read`` runs on executors (on a pickled copy)."""
 
     def __init__(self, options: dict[str, str]):
-        self.seed_path = options["seed"]
+        self.state_location = options["state"]
         self.source_file = options["source_file"]
         low, _, high = options.get("server_id_range", "5400-6399").partition("-")
         self.server_id_range = (int(low), int(high))
@@ -108,85 +111,162 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _source(self) -> SourceConfig:
         return SourceConfig.from_private_file(Path(self.source_file))
 
-    def _head(self) -> dict[str, Any]:
+    def _state(self) -> PipelineState:
+        return PipelineState(self.state_location)
+
+    def _latest(self) -> dict[str, Any]:
         conn = self._source().connect()
         try:
-            return offset_dict(current_offset(conn))
+            head = current_offset(conn)
         finally:
             conn.close()
+        return offset_dict(head, self._state().latest_number())
+
+    def _server_ids(self, count: int) -> list[int]:
+        low, high = self.server_id_range
+        base = pick_server_id(self.server_id_range)
+        return [low + (base - low + i) % (high - low + 1) for i in range(count)]
 
     # --- driver ----------------------------------------------------------------------------------
     def initialOffset(self) -> dict[str, Any]:
-        return offset_dict(StreamSeed.load(self.seed_path).initial_offset())
+        # generation 0 (nothing captured): the first batch activates everything the latest generation holds
+        start = self._state().latest().initial_offset()
+        if start is None:
+            raise ConfigurationError(f"No tables are captured at {self.state_location}: run the snapshot (or register "
+                                     "tables with startup mode 'latest'/'offset') before starting the stream.")
+        return offset_dict(start, 0)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = self._head()
+        self._target = self._latest()
 
     def latestOffset(self, start: dict[str, Any], limit: Any) -> dict[str, Any]:
-        head = self._target if self._target is not None else self._head()
-        return head if offset_from_dict(head) > offset_from_dict(start) else start
+        latest = self._target if self._target is not None else self._latest()
+        position = max(offset_from_dict(latest), offset_from_dict(start))
+        return offset_dict(position, max(int(latest["gen"]), int(start.get("gen", 0))))
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        begin, finish = offset_from_dict(start), offset_from_dict(end)
+        generation, previous = int(end["gen"]), int(start.get("gen", 0))
         conn = self._source().connect()
         try:
-            ranges = plan_decode_ranges(conn, offset_from_dict(start), offset_from_dict(end), self.decode_pieces)
+            ranges = plan_decode_ranges(conn, begin, finish, self.decode_pieces) if finish > begin else []
         finally:
             conn.close()
-        low, high = self.server_id_range
-        base = pick_server_id(self.server_id_range)
-        return [BinlogRange(offset_dict(r.read_from), offset_dict(r.decode_after) if r.decode_after else None,
-                            offset_dict(r.end), low + (base - low + i) % (high - low + 1)) for i, r in enumerate(ranges)]
+        ids = self._server_ids(len(ranges) + 1)
+        parts: list[InputPartition] = [BinlogRange(r.read_from, r.decode_after, r.end, server_id, generation)
+                                       for r, server_id in zip(ranges, ids)]
+        if generation != previous:
+            parts.insert(0, Activation(previous, generation, begin, ids[-1]))
+        return parts
 
     def commit(self, end: dict[str, Any]) -> None:
         pass
 
     # --- executors -------------------------------------------------------------------------------
-    def read(self, partition: BinlogRange) -> Iterator[tuple]:
+    def read(self, partition: InputPartition) -> Iterator[tuple]:
+        if isinstance(partition, Activation):
+            yield from self._read_activation(partition)
+            return
         source = self._source()
-        seed = StreamSeed.load(self.seed_path)
-        conn = source.connect()
-        try:
-            schemas = [load_table_schema(conn, t) for t in seed.tables]
-        finally:
-            conn.close()
-        orderings = {s.table_id: KeyOrdering(s.column(seed.chunk_keys[s.table_id]), source.connect) for s in schemas}
-        split_filter = FinishedSplitFilter(seed.finished_splits, orderings) if seed.finished_splits else None
-        snapshotted = {f.split.table_id for f in seed.finished_splits}
-        reader = BinlogReader.for_schemas(
-            source, schemas, start=offset_from_dict(partition.read_from), end=offset_from_dict(partition.end),
-            decode_after=offset_from_dict(partition.decode_after) if partition.decode_after else None,
-            server_id=partition.server_id)
+        generation = self._state().load(partition.generation)
+        schemas, orderings = _schemas_and_orderings(source, generation, generation.tables)
+        split_filter = FinishedSplitFilter(generation.finished_splits, orderings)
+        reader = BinlogReader.for_schemas(source, schemas, start=partition.read_from, end=partition.end,
+                                          decode_after=partition.decode_after, server_id=partition.server_id)
         batch: list[ChangeRecord] = []
         try:
             for item in reader:
                 if isinstance(item, ChangeRecord):
                     batch.append(item)
-                    if len(batch) >= 1000:
-                        yield from _emit(batch, split_filter, snapshotted)
+                    if len(batch) >= RUN_LENGTH:
+                        yield from _change_runs(batch, split_filter.filter(batch))
                         batch = []
                 elif isinstance(item, SchemaChangeEvent):
-                    yield from _emit(batch, split_filter, snapshotted)
+                    yield from _change_runs(batch, split_filter.filter(batch))
                     batch = []
-                    yield _ddl_row(item)
-            yield from _emit(batch, split_filter, snapshotted)
+                    yield _marker_row(item.offset.version, 0, "ddl", item.timestamp_ms, item)
+            yield from _change_runs(batch, split_filter.filter(batch))
+        finally:
+            for ordering in orderings.values():
+                ordering.close()
+
+    def _read_activation(self, partition: Activation) -> Iterator[tuple]:
+        state = self._state()
+        new, old = state.load(partition.generation), state.load(partition.previous)
+        added = new.added_since(old)
+        tables = {f.split.table_id for f in added}
+        yield _marker_row(-1, 0, "activate", 0, TablesActivated({t: new.tables[t].chunk_key for t in sorted(tables)}))
+        staged = {f.split.split_id: f for f in added if f.extra.get("staged")}
+        behind = [f for f in added if f.high_watermark < partition.start]
+        changes: dict[str, list[ChangeRecord]] = {split_id: [] for split_id in staged}
+        if behind:
+            yield from self._replay_behind(partition, new, added, behind, changes)
+        for split_id, split in sorted(staged.items()):
+            yield _marker_row(partition.start.version, -1, "staged", 0,
+                              StagedSplitReady(split, partition.start, changes[split_id]))
+
+    def _replay_behind(self, partition: Activation, new: Generation, added: list[FinishedSplit],
+                       behind: list[FinishedSplit], staged_changes: dict[str, list[ChangeRecord]]) -> Iterator[tuple]:
+        """Re-read ``(h, start]`` for the added splits behind ``start``: direct ones' changes are emitted,
+        staged ones' are collected into ``staged_changes``. The other splits of those tables are
+        treated as finished at ``start``, so nothing already streamed comes again."""
+        source = self._source()
+        tables = {f.split.table_id for f in behind}
+        added_ids = {f.split.split_id for f in added}
+        splits = [f if f.split.split_id in added_ids and f.split.table_id in tables
+                  else dataclasses.replace(f, high_watermark=max(f.high_watermark, partition.start))
+                  for t in sorted(tables) for f in new.tables[t].splits]
+        schemas, orderings = _schemas_and_orderings(source, new, tables)
+        split_filter = FinishedSplitFilter(splits, orderings)
+        reader = BinlogReader.for_schemas(source, schemas, start=min(f.high_watermark for f in behind),
+                                          end=partition.start, server_id=partition.server_id)
+        batch: list[ChangeRecord] = []
+
+        def flush() -> Iterator[tuple]:
+            decisions = []
+            for record, split in zip(batch, split_filter.locate(batch, exact=True)):
+                keep = split is not None and record.offset > split.high_watermark
+                if keep and split.split.split_id in staged_changes:
+                    staged_changes[split.split.split_id].append(record)
+                    keep = False
+                decisions.append(keep)
+            yield from _change_runs(batch, decisions)
+            batch.clear()
+
+        try:
+            for item in reader:  # DDL between h and start is already in the schema loaded now
+                if isinstance(item, ChangeRecord):
+                    batch.append(item)
+                    if len(batch) >= RUN_LENGTH:
+                        yield from flush()
+            yield from flush()
         finally:
             for ordering in orderings.values():
                 ordering.close()
 
 
-def _emit(batch: list[ChangeRecord], split_filter: FinishedSplitFilter | None,
-          snapshotted: set[TableId]) -> Iterator[tuple]:
-    """Snapshotted tables go through the finished-split filter; tables streamed from an offset pass."""
-    decisions = split_filter.filter(batch) if split_filter else [True] * len(batch)
-    kept = [r for r, keep in zip(batch, decisions) if keep or r.table_id not in snapshotted]
+def _schemas_and_orderings(source: SourceConfig, generation: Generation,
+                           tables: Any) -> tuple[list[TableSchema], dict[TableId, KeyOrdering]]:
+    conn = source.connect()
+    try:
+        schemas = [load_table_schema(conn, t) for t in sorted(tables)]
+    finally:
+        conn.close()
+    orderings = {s.table_id: KeyOrdering(s.column(generation.tables[s.table_id].chunk_key), source.connect)
+                 for s in schemas}
+    return schemas, orderings
+
+
+def _change_runs(batch: list[ChangeRecord], decisions: list[bool]) -> Iterator[tuple]:
+    kept = [r for r, keep in zip(batch, decisions) if keep]
     if kept:
         first = kept[0]
         yield (first.offset.version, first.row, first.part, "changes", len(kept),
                max(r.timestamp_ms for r in kept), pickle.dumps(kept, protocol=pickle.HIGHEST_PROTOCOL))
 
 
-def _ddl_row(event: SchemaChangeEvent) -> tuple:
-    return (event.offset.version, 0, 0, "ddl", 1, event.timestamp_ms, pickle.dumps([event]))
+def _marker_row(version: int, row: int, kind: str, ts_ms: int, item: Any) -> tuple:
+    return (version, row, 0, kind, 1, ts_ms, pickle.dumps([item], protocol=pickle.HIGHEST_PROTOCOL))
 
 
 class BinlogDataSource(DataSource):

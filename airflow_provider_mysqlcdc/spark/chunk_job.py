@@ -6,6 +6,9 @@ executor and reports that snapshot's low watermark. Once all partitions are back
 the high watermark, replays the binlog from the smallest partition low watermark to it over the
 split's rows (correct because every partition's snapshot lies between the two), and replaces the
 split's key range in the sink in one atomic commit. A retried split therefore replaces itself.
+
+With ``stage_to`` (a table some stream already writes: state/registry.py), the rows go to one
+Parquet file per split there instead, and the stream applies them at a micro-batch boundary.
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
-from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, Operation
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
 from airflow_provider_mysqlcdc.cdc.reading.arrow_select import fast_select_supported, select_arrow
@@ -28,9 +30,10 @@ from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitReader
 from airflow_provider_mysqlcdc.cdc.records.apply import KeyedRows
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema, load_table_schema
-from airflow_provider_mysqlcdc.sinks.arrow_rows import data_schema, drop_keys, rows_to_data_table
+from airflow_provider_mysqlcdc.sinks.arrow_rows import data_schema, merge_changes_into_table, rows_to_data_table
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
+from airflow_provider_mysqlcdc.state.staged import write_staged
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +47,7 @@ class ChunkJob:
     sink_root: str
     partitions_per_split: int = 0  # 0: Spark's default parallelism
     server_id_range: tuple[int, int] | None = None
+    stage_to: str | None = None  # stage the rows here for the stream instead of writing the sink
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -71,18 +75,6 @@ def _read_partition(source: SourceConfig, schema: TableSchema, part: SnapshotSpl
     with pa.ipc.new_stream(sink, table.schema) as stream:
         stream.write_table(table)
     return low.to_dict(), sink.getvalue().to_pybytes()
-
-
-def merge_window_into_table(schema: TableSchema, data: pa.Table, changes: list[ChangeRecord]) -> pa.Table:
-    """Columnar form of the window merge: rows whose key changed take their last image (or go)."""
-    final: dict[tuple, dict | None] = {}
-    for record in changes:
-        final[schema.key_of(record.image)] = None if record.op is Operation.DELETE else record.after
-    if not final:
-        return data
-    kept = drop_keys(data, schema, set(final))
-    added = rows_to_data_table(schema, [row for row in final.values() if row is not None])
-    return pa.concat_tables([kept, added.cast(kept.schema)])
 
 
 def plan_partitions(source: SourceConfig, schema: TableSchema, split: SnapshotSplit, partitions: int) -> list[SnapshotSplit]:
@@ -120,14 +112,19 @@ def run_chunk_job(spark: Any, source: SourceConfig, job: ChunkJob) -> dict[str, 
             data = pa.concat_tables([pa.ipc.open_stream(payload).read_all() for _, payload in results])
             low = min(BinlogOffset.from_dict(low) for low, _ in results)
             changes = list(reader.window_changes(split, low, high)) if high > low else []
-            data = merge_window_into_table(schema, data, changes)
-            done = FinishedSplit(split, high, low, rows=data.num_rows, binlog_events_merged=len(changes),
-                                 extra={"partitions": len(parts), "seconds": round(time.monotonic() - split_started, 3)})
-            writer.write_split_table(done, data)
+            data = merge_changes_into_table(schema, data, changes)
+            extra: dict[str, Any] = {"partitions": len(parts), "seconds": round(time.monotonic() - split_started, 3)}
+            if job.stage_to:
+                extra["staged"] = f"{job.stage_to.rstrip('/')}/split-{split.index}.parquet"
+                write_staged(extra["staged"], data)
+            done = FinishedSplit(split, high, low, rows=data.num_rows, binlog_events_merged=len(changes), extra=extra)
+            if not job.stage_to:
+                writer.write_split_table(done, data)
             finished.append(done)
             total_rows += data.num_rows
-            log.info("chunk job %s: split %d (%d/%d) done: %d rows in %d partitions, %d binlog changes merged, "
-                     "high watermark %s (%.1fs)", table_id, split.index, number, len(splits), data.num_rows, len(parts),
+            log.info("chunk job %s: split %d (%d/%d) %s: %d rows in %d partitions, %d binlog changes merged, "
+                     "high watermark %s (%.1fs)", table_id, split.index, number, len(splits),
+                     "staged for the stream" if job.stage_to else "written", data.num_rows, len(parts),
                      len(changes), high, time.monotonic() - split_started)
     return {
         "table": str(table_id),

@@ -4,11 +4,14 @@ Exactly once: Spark's checkpoint records each batch's offsets before it runs; ``
 merges the batch into every table in one commit per table, recorded under ``(app_id, version)``,
 so a batch replayed after a crash (kill -9 included) skips the tables it already reached.
 ``available-now`` catches up to the binlog head as of start and exits; ``continuous`` runs
-micro-batches every ``trigger_interval_s`` until stopped.
+micro-batches every ``trigger_interval_s`` until stopped. Tables added to the registry while it
+runs are picked up at the next micro-batch (binlog_source.py); staged splits are applied here, in
+binlog order with the batch's changes, under the same idempotency keys.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -22,9 +25,13 @@ from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
+from airflow_provider_mysqlcdc.sinks.arrow_rows import merge_changes_into_table
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_change_batch
-from airflow_provider_mysqlcdc.spark.binlog_source import SOURCE_NAME, BinlogDataSource, StreamSeed
+from airflow_provider_mysqlcdc.spark.binlog_source import (SOURCE_NAME, BinlogDataSource, StagedSplitReady,
+                                                          TablesActivated)
+from airflow_provider_mysqlcdc.state.registry import PipelineState
+from airflow_provider_mysqlcdc.state.staged import read_staged
 
 log = logging.getLogger(__name__)
 
@@ -35,9 +42,9 @@ SEGMENTS = 1_000_000
 
 @dataclass
 class StreamJob:
-    seed: str
+    state: str  # the pipeline's state location (registry, staged splits, progress)
     sink_root: str
-    checkpoint: str
+    checkpoint: str = ""  # default: <state>/checkpoint
     mode: str = "available-now"
     trigger_interval_s: float = 1.0
     server_id_range: str = "5400-6399"
@@ -48,6 +55,8 @@ class StreamJob:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"stream mode must be one of {MODES}, got {self.mode!r}")
+        if not self.checkpoint:
+            self.checkpoint = PipelineState(self.state).checkpoint
         if not self.app_id:
             # stable for one checkpoint location: the idempotency key of this stream's commits
             self.app_id = "mysqlcdc-" + hashlib.sha1(self.checkpoint.encode()).hexdigest()[:16]
@@ -63,17 +72,12 @@ class StreamJob:
 class BatchApplier:
     """The ``foreachBatch`` function: decode the batch, apply it segment by segment, log progress."""
 
-    def __init__(self, source: SourceConfig, job: StreamJob, seed: StreamSeed):
+    def __init__(self, source: SourceConfig, job: StreamJob):
         self.source = source
         self.job = job
         self.sink = DeltaSink(job.sink_root)
+        self.state = PipelineState(job.state)
         self.writers: dict[TableId, SinkWriter] = {}
-        conn = source.connect()
-        try:
-            for table_id in seed.tables:
-                self._load_writer(conn, table_id, seed.chunk_keys[table_id])
-        finally:
-            conn.close()
         self.rows_applied = 0
 
     def _load_writer(self, conn: Any, table_id: TableId, chunk_key: str) -> None:
@@ -90,30 +94,70 @@ class BatchApplier:
                       key=lambda r: (r.version, r.row, r.part))
         read_s = time.monotonic() - started
         items = [item for r in rows for item in pickle.loads(r.payload)]
-        # Each unit of work (a run of changes, or a TRUNCATE) commits under its own version
-        # batch_id * SEGMENTS + n, so a replayed batch redoes exactly the units it had not committed.
+        # Each unit of work (a run of changes, a staged split, a TRUNCATE) commits under its own
+        # version batch_id * SEGMENTS + n, so a replayed batch redoes exactly the units it had not committed.
         segment: list[ChangeRecord] = []
         unit = 0
+        changes = 0
         for item in items:
-            if isinstance(item, SchemaChangeEvent):
-                self._apply(segment, batch_id * SEGMENTS + unit)
-                segment, unit = [], unit + 1
-                if self._schema_changed(item, batch_id * SEGMENTS + unit):
-                    unit += 1
-            else:
+            if isinstance(item, ChangeRecord):
                 segment.append(item)
+                changes += 1
+                continue
+            self._apply(segment, batch_id * SEGMENTS + unit)
+            segment, unit = [], unit + 1
+            if isinstance(item, TablesActivated):
+                self._activate(item)
+            elif isinstance(item, StagedSplitReady):
+                self._apply_staged(item, batch_id * SEGMENTS + unit)
+                unit += 1
+            elif self._schema_changed(item, batch_id * SEGMENTS + unit):
+                unit += 1
         self._apply(segment, batch_id * SEGMENTS + unit)
-        self.rows_applied += len(items)
-        self._log_progress(batch_id, items, read_s, time.monotonic() - started)
+        self.rows_applied += changes
+        self._log_progress(batch_id, items, changes, read_s, time.monotonic() - started)
+
+    def _writer(self, table_id: TableId) -> SinkWriter:
+        if table_id not in self.writers:  # restarted after the batch that activated it
+            chunk_key = self.state.latest().chunk_keys[table_id]
+            conn = self.source.connect()
+            try:
+                self._load_writer(conn, table_id, chunk_key)
+            finally:
+                conn.close()
+        return self.writers[table_id]
+
+    def _activate(self, event: TablesActivated) -> None:
+        conn = self.source.connect()
+        try:
+            for table_id, chunk_key in event.chunk_keys.items():
+                self._load_writer(conn, table_id, chunk_key)
+        finally:
+            conn.close()
+        if event.chunk_keys:
+            log.info("stream now captures %s", ", ".join(str(t) for t in event.chunk_keys))
+
+    def _apply_staged(self, staged: StagedSplitReady, version: int) -> None:
+        """Replace a staged split's range by its rows brought forward to the batch start, in one commit."""
+        writer = self._writer(staged.split.split.table_id)
+        data = read_staged(staged.split.extra["staged"]).cast(writer.data_schema)
+        merged = merge_changes_into_table(writer.schema, data, staged.changes)
+        as_of = dataclasses.replace(staged.split, high_watermark=max(staged.as_of, staged.split.high_watermark))
+        written = writer.write_split_table(as_of, merged, app_id=self.job.app_id, batch_id=version)
+        log.info("applied staged split %s (%d rows, %d later changes merged, as of %s)%s",
+                 staged.split.split.split_id, merged.num_rows, len(staged.changes), as_of.high_watermark,
+                 "" if written else " - already committed before a restart")
 
     def _apply(self, records: list[ChangeRecord], version: int) -> None:
         if records:
-            apply_change_batch(self.writers, records, app_id=self.job.app_id, batch_id=version,
+            writers = {t: self._writer(t) for t in {r.table_id for r in records}}
+            apply_change_batch(writers, records, app_id=self.job.app_id, batch_id=version,
                                changelog=self.job.changelog)
 
     def _schema_changed(self, event: SchemaChangeEvent, version: int) -> bool:
         """Follow a DDL statement; True when it committed something to the sink under ``version``."""
-        affected = [t for t in event.table_ids if t in self.writers]
+        captured = set(self.writers) | set(self.state.latest().tables)
+        affected = [t for t in event.table_ids if t in captured]
         log.warning("schema change at %s affects %s: %s", event.offset, affected or "no captured table", event.statement)
         if affected and event.statement.lstrip().upper().startswith("TRUNCATE"):
             for table_id in affected:
@@ -122,30 +166,35 @@ class BatchApplier:
         conn = self.source.connect()
         try:
             for table_id in affected:
-                self._load_writer(conn, table_id, self.writers[table_id].chunk_key)
+                self._load_writer(conn, table_id, self._writer(table_id).chunk_key)
         finally:
             conn.close()
         return False
 
-    def _log_progress(self, batch_id: int, items: list[Any], read_s: float, seconds: float) -> None:
+    def _log_progress(self, batch_id: int, items: list[Any], changes: int, read_s: float, seconds: float) -> None:
         conn = self.source.connect()
         try:
             head = current_offset(conn)
         finally:
             conn.close()
-        newest = max((i.timestamp_ms for i in items), default=0)
+        newest = max((getattr(i, "timestamp_ms", 0) for i in items), default=0)
         lag_s = time.time() - newest / 1000 if newest else 0.0
+        applied_to = max((i.offset for i in items if isinstance(i, ChangeRecord)), default=None)
         log.info("stream batch %d: %d changes applied in %.2fs (%.2fs reading the binlog, %.2fs merging; %d in total); "
-                 "binlog head %s; event-time lag %.1fs", batch_id, len(items), seconds, read_s, seconds - read_s,
+                 "binlog head %s; event-time lag %.1fs", batch_id, changes, seconds, read_s, seconds - read_s,
                  self.rows_applied, head, lag_s)
+        self.state.write_progress("stream.json", {
+            "app_id": self.job.app_id, "batch": batch_id, "finished_at": time.time(), "changes_in_batch": changes,
+            "changes_total": self.rows_applied, "last_change_offset": applied_to.to_dict() if applied_to else None,
+            "last_change_time_ms": newest or None, "head_at_batch_end": head.to_dict(),
+            "tables": sorted(str(t) for t in self.writers)})
 
 
 def run_stream_job(spark: Any, source: SourceConfig, job: StreamJob, source_file: str) -> dict[str, Any]:
-    seed = StreamSeed.load(job.seed)
     spark.dataSource.register(BinlogDataSource)
-    applier = BatchApplier(source, job, seed)
+    applier = BatchApplier(source, job)
     stream = (spark.readStream.format(SOURCE_NAME)
-              .option("seed", job.seed).option("source_file", source_file)
+              .option("state", job.state).option("source_file", source_file)
               .option("server_id_range", job.server_id_range).option("decode_pieces", str(job.decode_pieces)).load())
     writer = stream.writeStream.foreachBatch(applier).option("checkpointLocation", job.checkpoint)
     if job.mode == "available-now":

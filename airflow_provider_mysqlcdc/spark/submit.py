@@ -11,15 +11,21 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from airflow_provider_mysqlcdc.cdc.source.connection import ENV_PREFIX
 from airflow_provider_mysqlcdc.spark.packaging import build_py_files_zip, spark_job_script
-from airflow_provider_mysqlcdc.spark.results import parse_error, parse_result
+from airflow_provider_mysqlcdc.spark.results import ERROR_MARKER, RESULT_MARKER, parse_error, parse_result
 
 log = logging.getLogger(__name__)
+
+#: lines of our own loggers (module names) are progress worth showing in task logs
+PROGRESS_MARK = "airflow_provider_mysqlcdc"
+RESULT_MARKERS = (RESULT_MARKER, ERROR_MARKER)
 
 
 class SparkJobFailed(RuntimeError):
@@ -75,13 +81,34 @@ class SparkSubmit:
             return subprocess.Popen(self._prepared(script, args), env=self.environment(source_file), stdout=out,
                                     stderr=subprocess.STDOUT, cwd=self.work_dir, start_new_session=True)
 
-    def run(self, script: str, args: list[str], source_file: Path, timeout_s: float | None = 1800) -> dict[str, Any]:
-        """Run a job to completion and return its published result; raise with the log tail on failure."""
-        proc = subprocess.run(self._prepared(script, args), env=self.environment(source_file), capture_output=True,
-                              text=True, timeout=timeout_s, cwd=self.work_dir)
-        self.last_log = (proc.stdout or "") + (proc.stderr or "")  # the Python driver writes through the JVM stdout
-        if proc.returncode != 0:
-            error = parse_error(proc.stdout or "")
-            detail = error or "\n".join((proc.stderr or "").splitlines()[-40:])
-            raise SparkJobFailed(f"spark-submit {script} failed with exit code {proc.returncode}: {detail}")
-        return parse_result(proc.stdout)
+    def run(self, script: str, args: list[str], source_file: Path, timeout_s: float | None = 1800,
+            on_progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+        """Run a job to completion and return its published result; raise with the log tail on failure.
+        Our own log lines are handed to ``on_progress`` as they come (task logs show live progress)."""
+        proc = subprocess.Popen(self._prepared(script, args), env=self.environment(source_file), text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=self.work_dir)
+        stderr: list[str] = []
+        drain = threading.Thread(target=lambda: stderr.extend(proc.stderr), daemon=True)  # type: ignore[arg-type]
+        drain.start()
+        timer = threading.Timer(timeout_s, proc.kill) if timeout_s else None
+        if timer:
+            timer.start()
+        stdout: list[str] = []
+        try:
+            for line in proc.stdout:  # type: ignore[union-attr]  # the Python driver logs through the JVM stdout
+                stdout.append(line)
+                if on_progress and PROGRESS_MARK in line and not line.startswith(RESULT_MARKERS):
+                    on_progress(line.rstrip())
+            returncode = proc.wait()
+        finally:
+            if timer:
+                timer.cancel()
+            drain.join(timeout=10)
+        out, err = "".join(stdout), "".join(stderr)
+        self.last_log = out + err
+        if returncode != 0:
+            error = parse_error(out)
+            detail = error or "\n".join(err.splitlines()[-40:])
+            raise SparkJobFailed(f"spark-submit {script} failed with exit code {returncode}"
+                                 f"{' (timed out)' if timer and not timer.is_alive() and returncode < 0 else ''}: {detail}")
+        return parse_result(out)

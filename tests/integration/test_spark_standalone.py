@@ -21,7 +21,7 @@ from airflow_provider_mysqlcdc.devtools.verify import source_rows
 from airflow_provider_mysqlcdc.devtools.workload import SAMPLE_TABLES, create_sample_tables
 from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_to_rows
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
-from airflow_provider_mysqlcdc.spark.binlog_source import StreamSeed
+from airflow_provider_mysqlcdc.state.registry import PipelineState, captured_tables
 from airflow_provider_mysqlcdc.spark.chunk_job import ChunkJob
 from airflow_provider_mysqlcdc.spark.stream_job import StreamJob
 from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
@@ -66,8 +66,9 @@ def test_jobs_run_on_a_standalone_cluster_from_py_files(mysql_server, cdc_user, 
         with conn.cursor() as cur:
             cur.execute(f"UPDATE {table_id.quoted} SET score = -1 ORDER BY `näme-key` LIMIT 50")
             cur.execute(f"DELETE FROM {table_id.quoted} ORDER BY `näme-key` DESC LIMIT 20")
-        StreamSeed([FinishedSplit.from_dict(d) for d in result["finished_splits"]]).save(tmp_path / "seed.json")
-        stream = StreamJob(seed=str(tmp_path / "seed.json"), sink_root=lake, checkpoint=str(tmp_path / "ckpt"))
+        PipelineState(str(tmp_path / "state")).commit(
+            captured_tables([FinishedSplit.from_dict(d) for d in result["finished_splits"]]))
+        stream = StreamJob(state=str(tmp_path / "state"), sink_root=lake)
         (tmp_path / "stream.json").write_text(stream.to_json())
         submit.run("binlog_stream.py", ["--job", str(tmp_path / "stream.json")], source_file)
     assert result["rows"] == rows_before and len(result["finished_splits"]) == len(splits) > 1

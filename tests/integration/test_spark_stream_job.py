@@ -27,7 +27,7 @@ from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_to_rows
 from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SUFFIX
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
-from airflow_provider_mysqlcdc.spark.binlog_source import StreamSeed
+from airflow_provider_mysqlcdc.state.registry import PipelineState, captured_tables
 from airflow_provider_mysqlcdc.spark.stream_job import StreamJob
 from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
 
@@ -38,7 +38,7 @@ pytestmark = pytest.mark.integration
 TABLES = SAMPLE_TABLES[:3]
 
 
-def _snapshot(cdc_user, report, lake: str) -> StreamSeed:
+def _snapshot(cdc_user, report, lake: str, state: Path) -> PipelineState:
     sink = DeltaSink(lake)
     finished = []
     for table_id, schema in report.schemas.items():
@@ -50,7 +50,9 @@ def _snapshot(cdc_user, report, lake: str) -> StreamSeed:
                 result = reader.read(split)
                 writer.write_split(result.finished, result.rows)
                 finished.append(result.finished)
-    return StreamSeed(finished)
+    registry = PipelineState(str(state))
+    registry.commit(captured_tables(finished))
+    return registry
 
 
 def _committed_batches(lake: Path) -> dict[str, list[int]]:
@@ -82,9 +84,8 @@ def test_stream_survives_kill_9_and_stays_exact(mysql_server, cdc_user, database
     report = run_preflight(cdc_user, tables)
 
     with RandomWriters(mysql_server.admin, database, writers=2, seed=170, pause_s=0.01, tables=TABLES) as writers:
-        seed = _snapshot(cdc_user, report, lake)
-        seed.save(tmp_path / "seed.json")
-        job = StreamJob(seed=str(tmp_path / "seed.json"), sink_root=lake, checkpoint=str(tmp_path / "checkpoint"),
+        _snapshot(cdc_user, report, lake, tmp_path / "state")
+        job = StreamJob(state=str(tmp_path / "state"), sink_root=lake,
                         mode="continuous", trigger_interval_s=0.5, changelog=True)
         (tmp_path / "stream.json").write_text(job.to_json())
         log_file = tmp_path / "stream.log"
@@ -128,8 +129,8 @@ def test_schema_changes_evolve_delta_or_fail_clearly(mysql_server, cdc_user, dat
     source_file = cdc_user.to_private_file(tmp_path / "secrets" / "source.json")
     submit = SparkSubmit(master="local[1]", work_dir=tmp_path / "spark")
     report = run_preflight(cdc_user, tables)
-    _snapshot(cdc_user, report, lake).save(tmp_path / "seed.json")
-    job = StreamJob(seed=str(tmp_path / "seed.json"), sink_root=lake, checkpoint=str(tmp_path / "checkpoint"))
+    _snapshot(cdc_user, report, lake, tmp_path / "state")
+    job = StreamJob(state=str(tmp_path / "state"), sink_root=lake)
     (tmp_path / "stream.json").write_text(job.to_json())
     with conn.cursor() as cur:
         cur.execute(f"UPDATE {table.quoted} SET customer = 'before' WHERE id % 7 = 0")

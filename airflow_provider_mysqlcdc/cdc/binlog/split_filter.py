@@ -66,23 +66,29 @@ class FinishedSplitFilter:
 
     def filter(self, records: list[ChangeRecord]) -> list[bool]:
         """Decide a batch at once, so that collation weights are fetched in one round trip."""
-        decisions = [False] * len(records)
+        return [split is not None and record.offset > split.high_watermark
+                for record, split in zip(records, self.locate(records))]
+
+    def locate(self, records: list[ChangeRecord], *, exact: bool = False) -> list[FinishedSplit | None]:
+        """The split holding each record's key (None: table not captured). Unless ``exact``, records
+        past their table's largest high watermark get its last split without a lookup (any split
+        emits them), which keeps the pure binlog phase free of key lookups."""
+        located: list[FinishedSplit | None] = [None] * len(records)
         pending: dict[TableId, list[int]] = {}
         for i, record in enumerate(records):
             table = self._tables.get(record.table_id)
             if table is None:
                 continue
-            if record.offset > table.max_high_watermark:
-                decisions[i] = True
+            if not exact and record.offset > table.max_high_watermark:
+                located[i] = table.splits[-1]
             else:
                 pending.setdefault(record.table_id, []).append(i)
         for table_id, indexes in pending.items():
             table = self._tables[table_id]
             keys = table.ordering.sort_keys([records[i].image[table.chunk_key] for i in indexes])
             for i, key in zip(indexes, keys):
-                split = table.splits[bisect.bisect_right(table.starts, key)]
-                decisions[i] = records[i].offset > split.high_watermark
-        return decisions
+                located[i] = table.splits[bisect.bisect_right(table.starts, key)]
+        return located
 
 
 def _check_contiguous(table_id: TableId, splits: list[FinishedSplit]) -> None:

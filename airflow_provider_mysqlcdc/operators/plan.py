@@ -1,0 +1,173 @@
+"""``MySqlCdcPlanOperator``: preflight, then what this run reads, as chunks for the mapped snapshot task.
+
+Preflight checks every table and the server at once and fails before any Spark job starts. Then each
+table gets an action against the registry (state/changes.py): new tables are planned split by
+split and grouped into chunks (one spark-submit each); captured tables are not read again unless a
+re-snapshot asks for it. The chunks are the return value (what ``MySqlCdcSnapshotOperator`` is
+mapped over); the per-table plans go to the XCom key ``tables`` for the collect step.
+"""
+
+from __future__ import annotations
+
+import ast
+import time
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk import BaseOperator, Context
+
+from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
+from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
+from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
+from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.cdc.source.server import check_offset_available, current_offset
+from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
+from airflow_provider_mysqlcdc.operators.snapshot import run_folder
+from airflow_provider_mysqlcdc.state.changes import ResnapshotRequest, TablePlan, decide_action, parse_offset, \
+    splits_overlapping
+from airflow_provider_mysqlcdc.state.registry import PipelineState
+
+#: Rows per split (one atomic replace in the sink) and per chunk (one spark-submit). A spark-submit
+#: costs 15-20 s before any work here and a chunk reads ~190k rows/s, so 2M rows per chunk keeps
+#: the fixed cost under half of the chunk's time while leaving chunks small enough to retry.
+DEFAULT_SPLIT_ROWS = 250_000
+DEFAULT_CHUNK_ROWS = 2_000_000
+
+
+def native(value: Any) -> Any:
+    """A rendered template back to a Python value ('None', "['a']", '{"a": 1}', '12')."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text in ("", "None", "null"):
+        return None
+    if text[0] in "[{" or text.lstrip("-").isdigit():
+        try:
+            return json.loads(text)
+        except ValueError:
+            try:
+                return ast.literal_eval(text)
+            except (ValueError, SyntaxError) as exc:
+                raise ConfigurationError(f"Malformed parameter value {value!r}.") from exc
+    return value
+
+
+def parse_tables(tables: Any, *, allow_empty: bool = False) -> list[TableId] | None:
+    """Tables as a list, a comma-separated string, or a rendered list; None stays None (not given)."""
+    tables = native(tables)
+    if tables is None:
+        return None
+    if isinstance(tables, str):
+        tables = tables.split(",")
+    if not isinstance(tables, (list, tuple)):
+        raise ConfigurationError(f"Malformed table list {tables!r}: write ['db.table', ...].")
+    items = [str(t) for t in tables if str(t).strip()]
+    if not items and not allow_empty:
+        raise ConfigurationError("No tables to capture: give tables as ['db.table', ...].")
+    return [TableId.parse(t) for t in items]
+
+
+class MySqlCdcPlanOperator(BaseOperator):
+    """Preflight and the chunk plan of ``tables``. ``tables=None`` (a trigger-time param left
+    unset) plans nothing and removes nothing; a list is the complete set for this group."""
+
+    template_fields: Sequence[str] = ("tables", "state", "split_rows", "chunk_rows", "chunk_key_columns",
+                                      "startup_mode", "start_offset", "resnapshot")
+
+    def __init__(self, *, tables: Any, state: str, mysqlcdc_conn_id: str = MySqlCdcHook.default_conn_name,
+                 split_rows: int | str = DEFAULT_SPLIT_ROWS, chunk_rows: int | str = DEFAULT_CHUNK_ROWS,
+                 chunk_key_columns: dict[str, str] | str | None = None, startup_mode: str = "initial",
+                 start_offset: Any = None, resnapshot: Any = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.tables = tables
+        self.state = state
+        self.mysqlcdc_conn_id = mysqlcdc_conn_id
+        self.split_rows = split_rows
+        self.chunk_rows = chunk_rows
+        self.chunk_key_columns = chunk_key_columns
+        self.startup_mode = startup_mode
+        self.start_offset = start_offset
+        self.resnapshot = resnapshot
+
+    def execute(self, context: Context) -> list[dict[str, Any]]:
+        table_ids = parse_tables(self.tables, allow_empty=True)
+        settings = self._settings()
+        if table_ids is None:
+            self.log.info("no tables given for this group: nothing planned, the captured set unchanged")
+            context["ti"].xcom_push(key="tables", value={"exact": False, "plans": []})
+            return []
+        registry = PipelineState(self.state).latest()
+        source = MySqlCdcHook(self.mysqlcdc_conn_id).source_config()
+        report = run_preflight(source, table_ids, settings["chunk_keys"])
+        conn = source.connect()
+        try:
+            head = current_offset(conn, report.server)
+            stream_from = head
+            if settings["startup_mode"] == "offset":
+                stream_from = settings["start_offset"]
+                check_offset_available(conn, stream_from)
+                if stream_from > head:
+                    raise ConfigurationError(f"Start offset {stream_from} is beyond the server's binlog head {head}.")
+            plans = [self._plan_table(conn, source, report, registry.tables.get(t), t, settings, stream_from)
+                     for t in table_ids]
+        finally:
+            conn.close()
+        chunks = self._chunks(plans, settings)
+        for plan in plans:
+            self.log.info("%s: %s%s", plan.table_id, plan.action,
+                          f", {len(plan.splits)} split(s)" if plan.splits else
+                          f" from {plan.stream_from}" if plan.action == "stream-only" else " (already captured)")
+        self.log.info("planned %d chunk(s) for %d table(s); binlog head at planning: %s", len(chunks), len(plans), head)
+        context["ti"].xcom_push(key="tables", value={"exact": True, "plans": [p.to_dict() for p in plans]})
+        PipelineState(self.state).write_progress(
+            f"{run_folder(context['run_id'])}/plan-{self.task_id}.json",
+            {"chunks": len(chunks), "planned_at": time.time(), "tables": {str(p.table_id): p.action for p in plans},
+             "chunk_tables": [c["table"] for c in chunks]})
+        return chunks
+
+    def _settings(self) -> dict[str, Any]:
+        split_rows, chunk_rows = int(native(self.split_rows)), int(native(self.chunk_rows))
+        if split_rows < 1 or chunk_rows < split_rows:
+            raise ConfigurationError(f"Need 1 <= split_rows <= chunk_rows, got {split_rows} and {chunk_rows}.")
+        keys = native(self.chunk_key_columns) or {}
+        if not isinstance(keys, dict):
+            raise ConfigurationError(f"chunk_key_columns must map 'db.table' to a column, got {keys!r}.")
+        mode = native(self.startup_mode) or "initial"
+        offset = native(self.start_offset)
+        if mode == "offset" and offset is None:
+            raise ConfigurationError("Startup mode 'offset' needs start_offset, e.g. 'binlog.000042:1234'.")
+        return {"split_rows": split_rows, "chunk_rows": chunk_rows, "startup_mode": mode,
+                "chunk_keys": {TableId.parse(t): c for t, c in keys.items()},
+                "start_offset": parse_offset(offset) if offset is not None else None,
+                "resnapshot": ResnapshotRequest.parse_all(native(self.resnapshot))}
+
+    def _plan_table(self, conn: Any, source: Any, report: Any, registered: Any, table_id: TableId,
+                    settings: dict[str, Any], stream_from: Any) -> TablePlan:
+        action, request = decide_action(table_id, registered, settings["resnapshot"], settings["startup_mode"])
+        chunk_key = registered.chunk_key if action in ("keep", "resnapshot-splits") else report.chunk_keys[table_id]
+        plan = TablePlan(table_id, chunk_key, action)
+        if action == "stream-only":
+            plan.stream_from = stream_from
+        elif action in ("snapshot", "resnapshot"):
+            options = SplitOptions(chunk_size=settings["split_rows"], chunk_key_column=chunk_key)
+            plan.splits = ChunkSplitter(conn, report.schemas[table_id], options).split()
+        elif action == "resnapshot-splits":
+            ordering = KeyOrdering(report.schemas[table_id].column(chunk_key), source.connect)
+            try:
+                plan.splits = splits_overlapping(registered, ordering, request)
+            finally:
+                ordering.close()
+        return plan
+
+    @staticmethod
+    def _chunks(plans: list[TablePlan], settings: dict[str, Any]) -> list[dict[str, Any]]:
+        per_chunk = max(1, settings["chunk_rows"] // settings["split_rows"])
+        chunks = []
+        for plan in plans:
+            groups = [plan.splits[i:i + per_chunk] for i in range(0, len(plan.splits), per_chunk)]
+            for number, group in enumerate(groups, start=1):
+                chunks.append({"label": f"{plan.table_id} chunk {number}/{len(groups)}", "table": str(plan.table_id),
+                               "splits": [s.to_dict() for s in group]})
+        return chunks

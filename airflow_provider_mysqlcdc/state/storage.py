@@ -1,0 +1,47 @@
+"""Files at a state location: a local path or any fsspec URL (``s3://bucket/prefix``, ``gs://...``).
+
+Local paths need nothing; object stores need their fsspec package (s3fs, gcsfs, adlfs) on every
+host that runs a task, a Spark driver or an executor. Writes go to a temporary name first and are
+then moved, so a reader never sees half a file on a local disk.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import fsspec
+
+
+class StateStorage:
+    def __init__(self, location: str, storage_options: dict[str, Any] | None = None):
+        self.location = location.rstrip("/")
+        self.fs, self.root = fsspec.core.url_to_fs(self.location, **(storage_options or {}))
+
+    def path(self, *parts: str) -> str:
+        return "/".join([self.root, *parts])
+
+    def url(self, *parts: str) -> str:
+        """The location of ``parts`` as the user wrote it (URL or path), for other processes."""
+        return "/".join([self.location, *parts])
+
+    def exists(self, *parts: str) -> bool:
+        return self.fs.exists(self.path(*parts))
+
+    def read_text(self, *parts: str) -> str:
+        with self.fs.open(self.path(*parts), "r") as f:
+            return f.read()
+
+    def write_text(self, text: str, *parts: str) -> None:
+        target = self.path(*parts)
+        self.fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
+        temporary = f"{target}.{uuid.uuid4().hex}.tmp"
+        with self.fs.open(temporary, "w") as f:
+            f.write(text)
+        self.fs.mv(temporary, target)
+
+    def list_names(self, *parts: str) -> list[str]:
+        directory = self.path(*parts)
+        if not self.fs.exists(directory):
+            return []
+        return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(directory, detail=False))

@@ -1,0 +1,138 @@
+"""Where a pipeline stands, without opening Airflow.
+
+    python -m airflow_provider_mysqlcdc.status STATE_LOCATION      (bin/status does the same)
+
+Prints the captured tables (registry generation, splits, rows, how each was captured), the chunks
+done per table in the latest DAG run, and the stream: its last micro-batch, the last change it
+applied and how far that is behind the server's binlog head. The server is asked only when a
+source is configured in the environment (``MYSQLCDC_SOURCE_*`` or ``MYSQLCDC_SOURCE_FILE``); the
+state location is all it reads otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import time
+from typing import Any
+
+from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
+from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset, binlog_file_number
+from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
+from airflow_provider_mysqlcdc.state.registry import PipelineState
+
+
+def pipeline_status(location: str, source: SourceConfig | None = None) -> dict[str, Any]:
+    state = PipelineState(location)
+    generation = state.latest()
+    tables = {}
+    for table_id, captured in sorted(generation.tables.items()):
+        stream_only = any(f.extra.get("stream_only") for f in captured.splits)
+        tables[str(table_id)] = {
+            "how": "stream only, from " + str(captured.splits[0].high_watermark) if stream_only else "snapshot",
+            "splits": 0 if stream_only else len(captured.splits),
+            "rows_at_snapshot": sum(f.rows for f in captured.splits),
+            "staged_splits": sum(1 for f in captured.splits if f.extra.get("staged")),
+            "high_watermarks": [str(min(f.high_watermark for f in captured.splits)),
+                                str(max(f.high_watermark for f in captured.splits))],
+        }
+    status: dict[str, Any] = {"state": location, "generation": generation.number, "created": generation.created,
+                              "tables": tables, "latest_run": _latest_run(state), "stream": state.read_progress("stream.json")}
+    if source is not None:
+        status["server"] = _server_position(source, status["stream"])
+    return status
+
+
+def _latest_run(state: PipelineState) -> dict[str, Any] | None:
+    runs = []
+    for run in state.storage.list_names("progress", "runs"):
+        names = state.storage.list_names("progress", "runs", run)
+        plans = [state.read_progress(f"runs/{run}/{n}") for n in names if n.startswith("plan-") and n.endswith(".json")]
+        if plans:
+            runs.append((max(p.get("planned_at", 0) for p in plans), run, plans, names))
+    if not runs:
+        return None
+    planned_at, run, plans, names = max(runs)
+    per_table: dict[str, dict[str, int]] = {}
+    for plan in plans:
+        for table in plan.get("chunk_tables", []):
+            per_table.setdefault(table, {"chunks": 0, "done": 0, "rows": 0})["chunks"] += 1
+    for name in names:
+        if name.startswith("chunk-") and name.endswith(".json"):
+            chunk = state.read_progress(f"runs/{run}/{name}")
+            entry = per_table.setdefault(chunk["table"], {"chunks": 0, "done": 0, "rows": 0})
+            entry["done"] += 1
+            entry["rows"] += chunk["rows"]
+    return {"run": run, "planned_at": dt.datetime.fromtimestamp(planned_at, dt.timezone.utc).isoformat(timespec="seconds"),
+            "tables": per_table}
+
+
+def _server_position(source: SourceConfig, stream: dict[str, Any] | None) -> dict[str, Any]:
+    from airflow_provider_mysqlcdc.cdc.source.server import current_offset
+
+    conn = source.connect()
+    try:
+        head = current_offset(conn)
+        with conn.cursor() as cur:
+            cur.execute("SHOW BINARY LOGS")
+            sizes = {str(r[0]): int(r[1]) for r in cur.fetchall()}
+    finally:
+        conn.close()
+    out: dict[str, Any] = {"binlog_head": str(head)}
+    if stream and stream.get("last_change_offset"):
+        applied = BinlogOffset.from_dict(stream["last_change_offset"])
+        out["bytes_behind"] = _bytes_between(applied, head, sizes)
+    return out
+
+
+def _bytes_between(a: BinlogOffset, b: BinlogOffset, sizes: dict[str, int]) -> int:
+    if a.file == b.file:
+        return max(0, b.position - a.position)
+    total = sizes.get(a.file, a.position) - a.position + b.position
+    low, high = binlog_file_number(a.file), binlog_file_number(b.file)
+    return total + sum(size for f, size in sizes.items() if low < binlog_file_number(f) < high)
+
+
+def print_status(location: str, source: SourceConfig | None = None) -> None:
+    status = pipeline_status(location, source)
+    print(f"pipeline state {status['state']}: registry generation {status['generation']} ({status['created'] or 'none'})")
+    if not status["tables"]:
+        print("  no tables captured yet")
+    for name, table in status["tables"].items():
+        staged = f", {table['staged_splits']} staged" if table["staged_splits"] else ""
+        print(f"  {name:<32} {table['how']}: {table['splits']} split(s){staged}, {table['rows_at_snapshot']} rows at "
+              f"snapshot, high watermarks {table['high_watermarks'][0]} .. {table['high_watermarks'][1]}")
+    run = status["latest_run"]
+    if run:
+        print(f"latest DAG run {run['run']} (planned {run['planned_at']}):")
+        for name, t in sorted(run["tables"].items()):
+            print(f"  {name:<32} chunks done {t['done']}/{t['chunks']}, {t['rows']} rows")
+    stream = status["stream"]
+    if stream:
+        ago = time.time() - stream["finished_at"]
+        last = BinlogOffset.from_dict(stream["last_change_offset"]) if stream.get("last_change_offset") else None
+        print(f"stream: batch {stream['batch']} finished {ago:.0f}s ago; {stream['changes_total']} changes applied by "
+              f"this stream process; last change applied at {last or '-'}")
+        if stream.get("last_change_time_ms"):
+            print(f"  newest change applied was written {time.time() - stream['last_change_time_ms'] / 1000:.0f}s ago")
+    else:
+        print("stream: has not run yet")
+    server = status.get("server")
+    if server:
+        behind = f"; stream behind by {server['bytes_behind']} binlog bytes" if "bytes_behind" in server else ""
+        print(f"server binlog head {server['binlog_head']}{behind}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("state", help="the pipeline's state location (<state_dir>/<dag_id>)")
+    args = parser.parse_args(argv)
+    try:
+        source = SourceConfig.from_env()
+    except ConfigurationError:  # no source configured: report from the state alone
+        source = None
+    print_status(args.state, source)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+"""The registry and what a run changes in it (state/): generations, activation diffs, landing rules."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
+from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.state.changes import (ResnapshotRequest, TablePlan, decide_action, next_tables,
+                                                     parse_offset)
+from airflow_provider_mysqlcdc.state.registry import CapturedTable, Generation, PipelineState, captured_tables
+
+T = TableId("shop", "orders")
+U = TableId("shop", "users")
+
+
+def splits(table: TableId, bounds: list[int]) -> list[SnapshotSplit]:
+    edges = [None, *bounds, None]
+    return [SnapshotSplit(table, i, "id", edges[i], edges[i + 1]) for i in range(len(edges) - 1)]
+
+
+def finish(split: SnapshotSplit, position: int, **extra) -> FinishedSplit:
+    return FinishedSplit(split, BinlogOffset("binlog.000001", position), extra=extra)
+
+
+def test_generations_are_immutable_numbered_and_skip_no_change(tmp_path):
+    state = PipelineState(str(tmp_path / "state"))
+    assert state.latest().number == 0 and state.latest().initial_offset() is None
+    first = state.commit(captured_tables([finish(s, 100 + s.index) for s in splits(T, [10])]))
+    assert first.number == 1 and state.needs_staging(T) and not state.needs_staging(U)
+    assert state.commit(dict(first.tables)).number == 1, "an unchanged registry must not make a generation"
+    second = state.commit({})  # T removed
+    assert second.number == 2 and not second.tables and T in second.history and state.needs_staging(T)
+    assert state.load(1).tables[T].splits == first.tables[T].splits
+    assert state.load(1).initial_offset() == BinlogOffset("binlog.000001", 100)
+
+
+def test_added_since_lists_new_tables_and_replaced_splits_only():
+    old = Generation(1, captured_tables([finish(s, 100) for s in splits(T, [10, 20])]))
+    replaced = finish(splits(T, [10, 20])[1], 300, staged="/x/split-1.parquet")
+    new_tables = captured_tables([finish(s, 100) for s in splits(T, [10, 20])] + [finish(splits(U, [])[0], 200)])
+    new_tables[T].splits[1] = replaced
+    added = Generation(2, new_tables).added_since(old)
+    assert [(f.split.table_id, f.split.index) for f in added] == [(T, 1), (U, 0)]
+
+
+def test_a_rerun_chunk_lands_only_when_newer_and_an_old_run_changes_nothing():
+    planned = splits(T, [10, 20])
+    current = Generation(1, captured_tables([finish(s, 100) for s in planned]))
+    plan = TablePlan(T, "id", "snapshot", planned)
+    rerun = [finish(planned[0], 100), finish(planned[1], 500, staged="p"), finish(planned[2], 100)]
+    tables = next_tables(current, [plan], rerun, exact=True)
+    assert [f.high_watermark.position for f in tables[T].splits] == [100, 500, 100]
+    older = [finish(s, 50) for s in planned]
+    assert next_tables(Generation(2, tables), [plan], older, exact=True)[T].splits == tables[T].splits
+
+
+def test_whole_table_resnapshot_replaces_the_split_set_and_missing_splits_fail():
+    current = Generation(1, captured_tables([finish(s, 100) for s in splits(T, [10, 20])]))
+    replanned = splits(T, [15])
+    plan = TablePlan(T, "id", "resnapshot", replanned)
+    tables = next_tables(current, [plan], [finish(s, 400, staged="p") for s in replanned], exact=True)
+    assert [s.split for s in tables[T].splits] == replanned
+    with pytest.raises(ConfigurationError, match="did not finish"):
+        next_tables(current, [plan], [finish(replanned[0], 400)], exact=True)
+
+
+def test_exact_runs_remove_unnamed_tables_and_stream_only_tables_register_at_their_offset():
+    current = Generation(1, captured_tables([finish(s, 100) for s in splits(T, [])]))
+    plan = TablePlan(U, "id", "stream-only", stream_from=BinlogOffset("binlog.000002", 4))
+    tables = next_tables(current, [plan], [], exact=True)
+    assert set(tables) == {U} and tables[U].splits[0].extra["stream_only"]
+    assert set(next_tables(current, [plan], [], exact=False)) == {T, U}
+
+
+def test_actions_offsets_and_requests_are_checked():
+    registered = CapturedTable("id", [finish(s, 100) for s in splits(T, [10])])
+    whole, ranged = ResnapshotRequest.parse_all(["shop.orders", {"table": "shop.users", "from": 1, "to": 5}])
+    assert decide_action(T, None, [], "initial") == ("snapshot", None)
+    assert decide_action(T, None, [], "latest") == ("stream-only", None)
+    assert decide_action(T, registered, [], "initial") == ("keep", None)
+    assert decide_action(T, registered, [whole], "initial") == ("resnapshot", None)
+    assert decide_action(U, registered, [ranged], "initial") == ("resnapshot-splits", ranged)
+    assert parse_offset("mysql-bin.000042:1234") == BinlogOffset("mysql-bin.000042", 1234)
+    for bad in ("mysql-bin.000042", "x:12", {"file": "binlog.000001"}):
+        with pytest.raises(ConfigurationError, match="Malformed binlog offset"):
+            parse_offset(bad)
+    with pytest.raises(ConfigurationError, match="Unknown startup mode"):
+        decide_action(T, None, [], "earliest")
+    with pytest.raises(ConfigurationError, match="Malformed re-snapshot request"):
+        ResnapshotRequest.parse_all([{"table": "shop.orders", "upto": 3}])
