@@ -1,6 +1,12 @@
 """Runs a DAG from the DAGs folder with ``dag.test()`` in a fresh process and prints the outcome.
 
-    python -m airflow_provider_mysqlcdc.devtools.dag_runner DAG_ID   (AIRFLOW_HOME and the DAGs folder from env)
+    python -m airflow_provider_mysqlcdc.devtools.dag_runner DAG_ID [CONF_JSON]
+    python -m airflow_provider_mysqlcdc.devtools.dag_runner --clear DAG_ID RUN_ID TASK_ID MAP_INDEX
+
+(AIRFLOW_HOME and the DAGs folder from the environment.) ``--clear`` clears one task instance and
+everything downstream through Airflow's REST API (``POST /api/v2/dags/{dag_id}/clearTaskInstances``,
+served in process by Airflow's own FastAPI app), then runs the cleared task instances the way
+``dag.test()`` runs tasks, until the run finishes.
 
 ``dag.test()`` does not raise when a task fails, so the DagRun state and every task instance are
 reported, with the XCom return values, as one ``DAGRUN_RESULT {json}`` line (``run_dag`` parses it).
@@ -46,6 +52,19 @@ def run_dag(dag_id: str, env: dict[str, str], timeout_s: float = 3600, conf: dic
     return {**json.loads(lines[-1][len(MARKER):]), "output": proc.stdout + proc.stderr}
 
 
+def clear_and_resume(dag_id: str, run_id: str, task_id: str, map_index: int, env: dict[str, str],
+                     timeout_s: float = 3600) -> dict[str, Any]:
+    """Clear one (mapped) task instance and its downstream through the REST API, then finish the run."""
+    args = ["--clear", dag_id, run_id, task_id, str(map_index)]
+    proc = subprocess.run([sys.executable, "-m", "airflow_provider_mysqlcdc.devtools.dag_runner", *args],
+                          env=dict(env, AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS="True"), capture_output=True,
+                          text=True, timeout=timeout_s)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith(MARKER)]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"clearing {task_id}[{map_index}] did not finish:\n{(proc.stdout + proc.stderr)[-5000:]}")
+    return {**json.loads(lines[-1][len(MARKER):]), "output": proc.stdout + proc.stderr}
+
+
 def catch_up_stream(source: Any, state: str, sink_root: Path, work_dir: Path) -> dict[str, Any]:
     """One more available-now stream run over the DAG's state and checkpoint, as its next run would do."""
     from airflow_provider_mysqlcdc.spark.stream_job import StreamJob
@@ -58,23 +77,87 @@ def catch_up_stream(source: Any, state: str, sink_root: Path, work_dir: Path) ->
     return SparkSubmit(work_dir=work_dir).run("binlog_stream.py", ["--job", str(work_dir / "stream.json")], secrets)
 
 
-def main(dag_id: str, conf: dict[str, Any]) -> None:
+def _load_dag(dag_id: str) -> Any:
     from airflow.dag_processing.dagbag import DagBag
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
 
     bag = DagBag(dag_folder=os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
     if bag.import_errors:
         raise SystemExit(f"DAG import errors: {bag.import_errors}")
-    dag = bag.get_dag(dag_id)
-    run = dag.test(run_conf=conf or None)
+    return bag.get_dag(dag_id)
+
+
+def _report(dag: Any, run: Any, **extra: Any) -> None:
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
     with create_session() as session:
-        xcoms = {f"{x.task_id}[{x.map_index}]": x.value for x in session.query(XComModel).filter(
-            XComModel.dag_id == dag.dag_id, XComModel.run_id == run.run_id, XComModel.key == "return_value")}
-    tis = [{"task_id": ti.task_id, "map_index": ti.map_index, "state": str(ti.state), "label": ti.rendered_map_index}
-           for ti in run.get_task_instances()]
-    print(MARKER + json.dumps({"state": str(run.state), "run_id": run.run_id, "tis": tis, "xcoms": xcoms}, default=str))
+        xcoms = {f"{x.task_id}[{x.map_index}]" + ("" if x.key == "return_value" else f":{x.key}"): x.value
+                 for x in session.query(XComModel).filter(XComModel.dag_id == dag.dag_id,
+                                                          XComModel.run_id == run.run_id)}
+        tis = [{"task_id": ti.task_id, "map_index": ti.map_index, "state": str(ti.state), "label": ti.rendered_map_index,
+                "try_number": ti.try_number} for ti in run.get_task_instances(session=session)]
+    print(MARKER + json.dumps({"state": str(run.state), "run_id": run.run_id, "tis": tis, "xcoms": xcoms, **extra},
+                              default=str))
+
+
+def main(dag_id: str, conf: dict[str, Any]) -> None:
+    dag = _load_dag(dag_id)
+    run = dag.test(run_conf=conf or None)
+    _report(dag, run)
+
+
+def clear_main(dag_id: str, run_id: str, task_id: str, map_index: int) -> None:
+    from fastapi.testclient import TestClient
+
+    from airflow.api_fastapi.app import create_app
+
+    client = TestClient(create_app())
+    response = client.post(f"/api/v2/dags/{dag_id}/clearTaskInstances", json={
+        "dry_run": False, "dag_run_id": run_id, "task_ids": [[task_id, map_index]], "only_failed": False,
+        "include_downstream": True, "reset_dag_runs": True})
+    if response.status_code != 200:
+        raise SystemExit(f"clearTaskInstances answered {response.status_code}: {response.text}")
+    cleared = [(ti["task_id"], ti["map_index"]) for ti in response.json()["task_instances"]]
+    dag = _load_dag(dag_id)
+    run = _resume(dag, run_id)
+    _report(dag, run, cleared=cleared)
+
+
+def _resume(dag: Any, run_id: str) -> Any:
+    """Run a DAG run's runnable task instances until it finishes (the loop of ``dag.test()``)."""
+    import time
+
+    from airflow.models.dagrun import DagRun
+    from airflow.sdk.definitions.dag import _run_task
+    from airflow.serialization.serialized_objects import DagSerialization
+    from airflow.utils.session import create_session
+    from airflow.utils.state import DagRunState, TaskInstanceState
+
+    with create_session() as session:
+        run = session.query(DagRun).filter(DagRun.dag_id == dag.dag_id, DagRun.run_id == run_id).one()
+        run.dag = DagSerialization.deserialize_dag(DagSerialization.serialize_dag(dag))
+        run.state = DagRunState.RUNNING
+        session.commit()
+        while run.state == DagRunState.RUNNING:
+            session.expire_all()
+            schedulable, _ = run.update_state(session=session)
+            for ti in schedulable:
+                ti.try_number += 1
+                ti.state = TaskInstanceState.SCHEDULED
+            session.commit()
+            scheduled = [ti for ti in run.get_task_instances(session=session) if ti.state == TaskInstanceState.SCHEDULED]
+            if not scheduled:
+                time.sleep(1)
+            for ti in scheduled:
+                try:
+                    _run_task(ti=ti, task=dag.task_dict[ti.task_id])
+                except Exception:  # the task's state says it; the run's state is reported
+                    pass
+        return run
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], json.loads(sys.argv[2]) if len(sys.argv) > 2 else {})
+    if sys.argv[1] == "--clear":
+        clear_main(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
+    else:
+        main(sys.argv[1], json.loads(sys.argv[2]) if len(sys.argv) > 2 else {})

@@ -1,64 +1,162 @@
-"""The example DAG end to end with dag.test(): real MariaDB under concurrent writes, real spark-submit
-per chunk, real Delta tables, real Airflow (metadata DB in a temp AIRFLOW_HOME)."""
+"""The example DAG through a pipeline's whole life, with dag.test() and Airflow's REST API: real
+MariaDB under concurrent writes on every table throughout, real spark-submit per chunk, a real
+continuous stream (killed with -9 once), real Delta tables, real Airflow metadata DB.
+
+1. run 1 snapshots table A (named when the DAG is parsed); the stream is not running yet;
+2. one chunk of run 1 is cleared through ``clearTaskInstances``: only it (and downstream) re-runs,
+   and the registry takes its new high watermark;
+3. a continuous stream starts; run 2 adds B through the ``tables`` param while the stream is
+   killed -9 and later restarted from its checkpoint;
+4. run 3 adds C, re-snapshots A whole and a key range of B; run 4 drops C; run 5 adds C back;
+5. after the writers stop, an available-now run catches up: every sink table equals its source,
+   and C did not change while it was not captured.
+"""
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
+import signal
+import subprocess
+import threading
+import time
 
 import pytest
 
 from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
-from airflow_provider_mysqlcdc.devtools.dag_runner import catch_up_stream, example_dag_env, run_dag
+from airflow_provider_mysqlcdc.devtools.dag_runner import catch_up_stream, clear_and_resume, example_dag_env, run_dag
 from airflow_provider_mysqlcdc.devtools.verify import source_rows
 from airflow_provider_mysqlcdc.devtools.workload import SAMPLE_TABLES, RandomWriters, create_sample_tables
 from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_to_rows
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.spark.stream_job import StreamJob
+from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
+from airflow_provider_mysqlcdc.state.registry import PipelineState
+from airflow_provider_mysqlcdc.status import pipeline_status
 
 from .helpers import assert_same_rows
 
 pytestmark = pytest.mark.integration
 
-TABLES = SAMPLE_TABLES[:2]
+TABLES = SAMPLE_TABLES[:3]
 
 
-def test_example_dag_snapshots_and_streams_exactly(mysql_server, cdc_user, database, tmp_path):
+def _name(table: TableId) -> str:
+    return f"`{table.database}`.`{table.table}`"
+
+
+def _assert_run_succeeded(result: dict) -> None:
+    assert result["state"] == "success", result["output"][-4000:]
+    assert all(ti["state"] in ("success", "skipped") for ti in result["tis"]), result["tis"]
+
+
+def _delta_rows(lake, schema) -> dict:
+    return {schema.key_of(r): r for r in arrow_to_rows(DeltaSink(str(lake)).read(schema.table_id), schema)}
+
+
+def test_pipeline_lifecycle_adds_resnapshots_removes_and_stays_exact(mysql_server, cdc_user, database, tmp_path):
     conn = mysql_server.connect()
-    tables = create_sample_tables(conn, database, rows_per_table=2500, seed=21, tables=TABLES)
-    lake, state = tmp_path / "lake", tmp_path / "state"
-    # the first table is named when the DAG is parsed, the second only when it is triggered (DAG params)
-    env = example_dag_env(tmp_path / "airflow", cdc_user, tables[:1], sink_root=lake, state_dir=state,
+    a, b, c = create_sample_tables(conn, database, rows_per_table=2500, seed=21, tables=TABLES)
+    schemas = run_preflight(cdc_user, [a, b, c]).schemas
+    lake, state_dir = tmp_path / "lake", tmp_path / "state"
+    env = example_dag_env(tmp_path / "airflow", cdc_user, [a], sink_root=lake, state_dir=state_dir,
                           split_rows=400, chunk_rows=1200)
-    conf = {"tables": [f"`{tables[1].database}`.`{tables[1].table}`"]}
+    state = PipelineState(str(state_dir / "mysqlcdc_example"))
+    submit = SparkSubmit(master="local[2]", work_dir=tmp_path / "spark")
+    source_file = cdc_user.to_private_file(tmp_path / "secrets" / "source.json")
+    job = StreamJob(state=state.location, sink_root=str(lake), mode="continuous", trigger_interval_s=0.5)
+    (tmp_path / "stream.json").write_text(job.to_json())
+
+    def start_stream() -> subprocess.Popen:
+        return submit.start("binlog_stream.py", ["--job", str(tmp_path / "stream.json")], source_file,
+                            tmp_path / "stream.log")
+
     with RandomWriters(mysql_server.admin, database, writers=2, seed=210, pause_s=0.01, tables=TABLES) as writers:
-        result = run_dag("mysqlcdc_example", env, conf=conf)
-        writers.stop()
-
-    assert result["state"] == "success", result["output"][-3000:]
-    assert all(ti["state"] == "success" for ti in result["tis"]), result["tis"]
-    xcoms = result["xcoms"]
-    groups = {tables[0]: f"{tables[0].database}__{tables[0].table}".replace(" ", "_"), tables[1]: "param_tables"}
-    for table, group in groups.items():
-        chunks = xcoms[f"{group}.plan[-1]"]
-        mapped = [ti for ti in result["tis"] if ti["task_id"] == f"{group}.snapshot"]
+        # 1. the first run snapshots A
+        run1 = run_dag("mysqlcdc_example", env, conf={"stream_mode": "skip"})
+        _assert_run_succeeded(run1)
+        group = f"{database}__{TABLES[0].name}"
+        chunks = run1["xcoms"][f"{group}.plan[-1]"]
+        mapped = [ti for ti in run1["tis"] if ti["task_id"] == f"{group}.snapshot"]
         assert len(chunks) >= 2 and len(mapped) == len(chunks), (chunks, mapped)
-        assert sorted(ti["label"] for ti in mapped) == sorted(c["label"] for c in chunks)
-        assert all(ti["label"].startswith(f"{table} chunk ") for ti in mapped)
+        assert sorted(ti["label"] for ti in mapped) == sorted(ch["label"] for ch in chunks)
+        assert all(ti["label"].startswith(f"{a} chunk ") for ti in mapped)
         for ti in mapped:
-            finished = xcoms[f"{group}.snapshot[{ti['map_index']}]"]["finished_splits"]
+            finished = run1["xcoms"][f"{group}.snapshot[{ti['map_index']}]"]["finished_splits"]
             assert finished and all(f["high_watermark"]["position"] > 0 for f in finished)
-    collected = xcoms["collect_splits[-1]"]
-    assert collected["splits"] == sum(len(c["splits"]) for g in groups.values() for c in xcoms[f"{g}.plan[-1]"])
-    assert sorted(collected["tables"]) == sorted(str(t) for t in tables)
-    assert collected["generation"] == 1 and collected["changed_splits"] == collected["splits"]
+            assert not any("staged" in f.get("extra", {}) for f in finished), "a new table is written directly"
+        assert run1["xcoms"]["collect_splits[-1]"]["generation"] == 1
 
-    # Writers kept going after the DAG's stream caught up; one more available-now run from the
-    # same seed and checkpoint (what the next DAG run does) must leave the sink equal to the source.
-    catch_up_stream(cdc_user, collected["state"], lake, tmp_path / "spark")
-    report = run_preflight(cdc_user, tables)
-    for table_id, schema in report.schemas.items():
-        delta_rows = {schema.key_of(r): r for r in arrow_to_rows(DeltaSink(str(lake)).read(table_id), schema)}
-        assert_same_rows(table_id, source_rows(mysql_server.admin, schema), delta_rows)
+        # 2. clear one chunk through the REST API: it alone re-runs, staged, and its new HW lands
+        before = {f.split.index: f for f in state.latest().tables[a].splits}
+        cleared = clear_and_resume("mysqlcdc_example", run1["run_id"], f"{group}.snapshot", 1, env)
+        _assert_run_succeeded(cleared)
+        assert sorted(map(tuple, cleared["cleared"])) == sorted(
+            [(f"{group}.snapshot", 1), ("collect_splits", -1), ("stream", -1)])
+        tries = {(ti["task_id"], ti["map_index"]): ti["try_number"] for ti in cleared["tis"]}
+        assert tries[(f"{group}.snapshot", 1)] == 2 and tries[(f"{group}.snapshot", 0)] == 1
+        redone = cleared["xcoms"][f"{group}.snapshot[1]"]["finished_splits"]
+        after = {f.split.index: f for f in state.latest().tables[a].splits}
+        assert state.latest().number == 2
+        for f in redone:
+            index = f["split"]["index"]
+            assert after[index].extra["staged"] and after[index].high_watermark > before[index].high_watermark
+        assert all(after[i] == before[i] for i in before if i not in {f["split"]["index"] for f in redone})
+
+        # 3. the stream runs; B is added while the stream is killed -9 (and restarted afterwards)
+        stream = start_stream()
+        time.sleep(25)
+        kill = threading.Timer(20, lambda: os.killpg(stream.pid, signal.SIGKILL))
+        kill.start()
+        run2 = run_dag("mysqlcdc_example", env, conf={"tables": [_name(b)], "stream_mode": "skip"})
+        kill.join()
+        stream.wait()
+        _assert_run_succeeded(run2)
+        assert len([ti for ti in run2["tis"] if ti["task_id"] == "param_tables.snapshot"]) >= 2
+        assert f"{group}.snapshot" not in {ti["task_id"] for ti in run2["tis"] if ti["state"] == "success"}, \
+            "a captured table was read again"
+        assert set(state.latest().tables) == {a, b}
+        stream = start_stream()
+
+        # 4. add C; re-snapshot A whole and a key range of B
+        run3 = run_dag("mysqlcdc_example", env, conf={
+            "tables": [_name(b), _name(c)], "stream_mode": "skip",
+            "resnapshot": [_name(a), {"table": _name(b), "from": 600, "to": 1300}]})
+        _assert_run_succeeded(run3)
+        plans = {p["table"]: p for g in ("param_tables", group) for p in run3["xcoms"][f"{g}.plan[-1]:tables"]["plans"]}
+        assert plans[a.quoted]["action"] == "resnapshot" and plans[c.quoted]["action"] == "snapshot"
+        assert plans[b.quoted]["action"] == "resnapshot-splits" and 1 <= len(plans[b.quoted]["splits"]) < 6
+        registry = state.latest()
+        assert all(f.extra.get("staged") for f in registry.tables[a].splits)
+        assert not any(f.extra.get("staged") for f in registry.tables[c].splits)
+        time.sleep(15)  # let the stream apply the staged splits while the writers go on
+
+        # 5. drop C, then add it back
+        run4 = run_dag("mysqlcdc_example", env, conf={"tables": [_name(b)], "stream_mode": "skip"})
+        _assert_run_succeeded(run4)
+        assert set(state.latest().tables) == {a, b}
+        time.sleep(10)  # the stream reaches the generation without C
+        stream_pid = stream.pid
+        c_frozen = _delta_rows(lake, schemas[c])
+        time.sleep(10)
+        assert _delta_rows(lake, schemas[c]) == c_frozen, "a table no longer captured still changed"
+        run5 = run_dag("mysqlcdc_example", env, conf={"tables": [_name(b), _name(c)], "stream_mode": "skip"})
+        _assert_run_succeeded(run5)
+        assert all(f.extra.get("staged") for f in state.latest().tables[c].splits), "a table added back is staged"
+        time.sleep(10)
+        stats = writers.stop()
+
+    assert stream.poll() is None, (tmp_path / "stream.log").read_text()[-3000:]
+    os.killpg(stream_pid, signal.SIGTERM)
+    stream.wait()
+    catch_up_stream(cdc_user, state.location, lake, tmp_path / "catch-up")
+    for table in (a, b, c):
+        assert_same_rows(table, source_rows(mysql_server.admin, schemas[table]), _delta_rows(lake, schemas[table]))
+    status = pipeline_status(state.location, cdc_user)
+    assert set(status["tables"]) == {str(a), str(b), str(c)} and status["stream"]["changes_total"] > 0
+    assert status["server"]["bytes_behind"] >= 0
+    print(f"\n{stats.transactions} transactions during the life of the pipeline; registry generation "
+          f"{status['generation']}")
 
 
 def test_bad_table_fails_the_plan_task_before_any_spark_job(mysql_server, cdc_user, database, tmp_path):
