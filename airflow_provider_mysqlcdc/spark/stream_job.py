@@ -135,7 +135,7 @@ class BatchApplier:
         finally:
             conn.close()
         if event.chunk_keys:
-            log.info("stream now captures %s", ", ".join(str(t) for t in event.chunk_keys))
+            log.info("registry changes activated for %s", ", ".join(str(t) for t in event.chunk_keys))
 
     def _apply_staged(self, staged: StagedSplitReady, version: int) -> None:
         """Replace a staged split's range by its rows brought forward to the batch start, in one commit."""
