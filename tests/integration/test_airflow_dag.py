@@ -21,6 +21,7 @@ import threading
 import time
 
 import pytest
+from deltalake import DeltaTable
 
 from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
@@ -151,11 +152,25 @@ def test_pipeline_lifecycle_adds_resnapshots_removes_and_stays_exact(mysql_serve
     catch_up_stream(cdc_user, state.location, lake, tmp_path / "catch-up")
     for table in (a, b, c):
         assert_same_rows(table, source_rows(mysql_server.admin, schemas[table]), _delta_rows(lake, schemas[table]))
+        _assert_no_row_went_back(lake, schemas[table])
     status = pipeline_status(state.location, cdc_user)
     assert set(status["tables"]) == {str(a), str(b), str(c)} and status["stream"]["changes_total"] > 0
     assert status["server"]["bytes_behind"] >= 0
     print(f"\n{stats.transactions} transactions during the life of the pipeline; registry generation "
           f"{status['generation']}")
+
+
+def _assert_no_row_went_back(lake, schema) -> None:
+    """Across every commit of the Delta table, each key's ``_cdc_version`` (the binlog offset of the
+    state it shows) never decreases: no re-snapshot or replay took a row back to an older state."""
+    uri = DeltaSink(str(lake)).table_uri(schema.table_id)
+    columns = [*schema.key_columns, "_cdc_version"]
+    last: dict[tuple, int] = {}
+    for version in range(DeltaTable(uri).version() + 1):
+        for row in DeltaTable(uri, version=version).to_pyarrow_table(columns=columns).to_pylist():
+            key = tuple(row[k] for k in schema.key_columns)
+            assert row["_cdc_version"] >= last.get(key, 0), f"{schema.table_id} {key} went back at commit {version}"
+            last[key] = row["_cdc_version"]
 
 
 def test_bad_table_fails_the_plan_task_before_any_spark_job(mysql_server, cdc_user, database, tmp_path):

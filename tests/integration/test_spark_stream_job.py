@@ -1,7 +1,7 @@
 """The stream job under spark-submit: exactly once into Delta, across kill -9 and restarts.
 
-The snapshot is taken in-process (the chunk job has its own test); the seed file holds the finished
-splits. Then the stream runs in continuous mode while writers run, is killed with SIGKILL at
+The snapshot is taken in-process (the chunk job has its own test) and registered as the pipeline's
+first generation. Then the stream runs in continuous mode while writers run, is killed with SIGKILL at
 random moments and restarted from its checkpoint; finally an available-now run catches up. The
 Delta tables must equal the source, and no table may have committed the same batch twice.
 """
@@ -27,9 +27,9 @@ from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_to_rows
 from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SUFFIX
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
-from airflow_provider_mysqlcdc.state.registry import PipelineState, captured_tables
 from airflow_provider_mysqlcdc.spark.stream_job import StreamJob
 from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
+from airflow_provider_mysqlcdc.state.registry import CapturedTable, PipelineState, captured_tables, stream_only_split
 
 from .helpers import assert_same_rows
 
@@ -165,3 +165,35 @@ def test_schema_changes_evolve_delta_or_fail_clearly(mysql_server, cdc_user, dat
         cur.execute(f"UPDATE {table.quoted} SET customer = 1 WHERE id = 100000")
     with pytest.raises(RuntimeError, match="changed from string to int32.*Re-snapshot the table"):
         submit.run("binlog_stream.py", ["--job", str(tmp_path / "stream.json")], source_file)
+
+
+def test_stream_only_table_starts_at_its_offset_with_state_at_a_url(mysql_server, cdc_user, database, tmp_path):
+    """Startup mode latest/offset: no snapshot; exactly the changes after the offset reach the sink.
+    The state location is a ``file://`` URL, the form object storage takes (fsspec)."""
+    from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
+    from airflow_provider_mysqlcdc.cdc.source.server import current_offset
+
+    conn = mysql_server.connect()
+    table = create_sample_tables(conn, database, rows_per_table=300, seed=5, tables=TABLES[:1])[0]
+    schema = load_table_schema(conn, table)
+    with conn.cursor() as cur:
+        cur.execute(f"UPDATE {table.quoted} SET customer = 'before the offset' WHERE id % 5 = 0")
+    start = current_offset(conn)
+    with conn.cursor() as cur:
+        cur.execute(f"UPDATE {table.quoted} SET customer = 'after' WHERE id % 7 = 0")
+        cur.execute(f"DELETE FROM {table.quoted} WHERE id % 11 = 0")
+        cur.execute(f"INSERT INTO {table.quoted} (id, customer) VALUES (90000, 'new')")
+    state = "file://" + str(tmp_path / "state")
+    PipelineState(state).commit({table: CapturedTable("id", [stream_only_split(table, "id", start)])})
+    job = StreamJob(state=state, sink_root=str(tmp_path / "lake"))
+    (tmp_path / "stream.json").write_text(job.to_json())
+    source_file = cdc_user.to_private_file(tmp_path / "secrets" / "source.json")
+    SparkSubmit(master="local[1]", work_dir=tmp_path / "spark").run(
+        "binlog_stream.py", ["--job", str(tmp_path / "stream.json")], source_file)
+
+    source = source_rows(mysql_server.admin, schema)
+    expected = {k: row for k, row in source.items() if (k[0] % 7 == 0) or k[0] == 90000}
+    delta_rows = {schema.key_of(r): r for r in arrow_to_rows(DeltaSink(str(tmp_path / "lake")).read(table), schema)}
+    assert expected and all(k[0] % 11 for k in expected)
+    assert_same_rows(table, expected, delta_rows)
+    assert (tmp_path / "state" / "checkpoint").is_dir() and (tmp_path / "state" / "progress" / "stream.json").exists()
