@@ -4,7 +4,7 @@
 
 Prints the captured tables (registry generation, splits, rows, how each was captured), the chunks
 done per table in the latest DAG run, and the stream: its last micro-batch, the last change it
-applied and how far that is behind the server's binlog head. The server is asked only when a
+applied, the binlog position it committed and how far that is behind the server's binlog head. The server is asked only when a
 source is configured in the environment (``MYSQLCDC_SOURCE_*`` or ``MYSQLCDC_SOURCE_FILE``); the
 state location is all it reads otherwise.
 """
@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
-from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset, binlog_file_number
+from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 
@@ -37,9 +37,10 @@ def pipeline_status(location: str, source: SourceConfig | None = None) -> dict[s
                                 str(max(f.high_watermark for f in captured.splits))],
         }
     status: dict[str, Any] = {"state": location, "generation": generation.number, "created": generation.created,
-                              "tables": tables, "latest_run": _latest_run(state), "stream": state.read_progress("stream.json")}
+                              "tables": tables, "latest_run": _latest_run(state), "stream": state.read_progress("stream.json"),
+                              "stream_offset": state.read_progress("stream-offset.json")}
     if source is not None:
-        status["server"] = _server_position(source, status["stream"])
+        status["server"] = _server_position(source, status["stream_offset"])
     return status
 
 
@@ -67,30 +68,20 @@ def _latest_run(state: PipelineState) -> dict[str, Any] | None:
             "tables": per_table}
 
 
-def _server_position(source: SourceConfig, stream: dict[str, Any] | None) -> dict[str, Any]:
-    from airflow_provider_mysqlcdc.cdc.source.server import current_offset
+def _server_position(source: SourceConfig, committed: dict[str, Any] | None) -> dict[str, Any]:
+    from airflow_provider_mysqlcdc.cdc.source.server import binlog_file_sizes, bytes_between, current_offset
 
     conn = source.connect()
     try:
         head = current_offset(conn)
-        with conn.cursor() as cur:
-            cur.execute("SHOW BINARY LOGS")
-            sizes = {str(r[0]): int(r[1]) for r in cur.fetchall()}
+        sizes = binlog_file_sizes(conn)
     finally:
         conn.close()
     out: dict[str, Any] = {"binlog_head": str(head)}
-    if stream and stream.get("last_change_offset"):
-        applied = BinlogOffset.from_dict(stream["last_change_offset"])
-        out["bytes_behind"] = _bytes_between(applied, head, sizes)
+    if committed:
+        position = BinlogOffset(committed["offset"]["file"], int(committed["offset"]["pos"]))
+        out["bytes_behind"] = bytes_between(position, head, sizes)
     return out
-
-
-def _bytes_between(a: BinlogOffset, b: BinlogOffset, sizes: dict[str, int]) -> int:
-    if a.file == b.file:
-        return max(0, b.position - a.position)
-    total = sizes.get(a.file, a.position) - a.position + b.position
-    low, high = binlog_file_number(a.file), binlog_file_number(b.file)
-    return total + sum(size for f, size in sizes.items() if low < binlog_file_number(f) < high)
 
 
 def print_status(location: str, source: SourceConfig | None = None) -> None:
@@ -117,6 +108,11 @@ def print_status(location: str, source: SourceConfig | None = None) -> None:
             print(f"  newest change applied was written {time.time() - stream['last_change_time_ms'] / 1000:.0f}s ago")
     else:
         print("stream: has not run yet")
+    committed = status["stream_offset"]
+    if committed:
+        offset = committed["offset"]
+        print(f"  stream committed up to {offset['file']}:{offset['pos']} (registry generation {offset['gen']}) "
+              f"{time.time() - committed['committed_at']:.0f}s ago")
     server = status.get("server")
     if server:
         behind = f"; stream behind by {server['bytes_behind']} binlog bytes" if "bytes_behind" in server else ""

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -160,7 +161,8 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return parts
 
     def commit(self, end: dict[str, Any]) -> None:
-        pass
+        """Spark committed the batch ending at ``end``: record it for ``bin/status`` (lag behind the head)."""
+        self._state().write_progress("stream-offset.json", {"offset": end, "committed_at": time.time()})
 
     # --- executors -------------------------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[tuple]:

@@ -47,3 +47,13 @@ def test_parse_accepts_printed_and_json_forms(text):
 def test_malformed_offsets_are_clear_errors(text, fragment):
     with pytest.raises(ConfigurationError, match=fragment):
         BinlogOffset.parse(text)
+
+
+def test_bytes_between_offsets_spans_rotated_files():
+    from airflow_provider_mysqlcdc.cdc.source.server import bytes_between
+
+    sizes = [("binlog.000001", 1000), ("binlog.000002", 500), ("binlog.000003", 300)]
+    a, b = BinlogOffset("binlog.000001", 900), BinlogOffset("binlog.000003", 120)
+    assert bytes_between(a, b, sizes) == 100 + 500 + 120
+    assert bytes_between(BinlogOffset("binlog.000002", 10), BinlogOffset("binlog.000002", 60), sizes) == 50
+    assert bytes_between(b, a, sizes) == 0

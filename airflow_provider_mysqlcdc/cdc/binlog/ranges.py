@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import pymysql
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.source.server import binlog_file_sizes
 
 _ROW_EVENTS = ("write_rows", "update_rows", "delete_rows")
 #: At most this many events are listed to find cut points; the rest of a range stays in its last piece.
@@ -35,7 +36,7 @@ def plan_decode_ranges(conn: pymysql.connections.Connection, start: BinlogOffset
     whole = [DecodeRange(start, None, end)]
     if pieces < 2 or end <= start:
         return whole
-    sizes = [(f, size) for f, size in _binlog_sizes(conn)
+    sizes = [(f, size) for f, size in binlog_file_sizes(conn)
              if start.sort_key[0] <= BinlogOffset(f, 4).sort_key[0] <= end.sort_key[0]]
     files = [f for f, _ in sizes]
     span = sum(size for _, size in sizes) - start.position - (sizes[-1][1] - end.position if sizes else 0)
@@ -74,8 +75,3 @@ def plan_decode_ranges(conn: pymysql.connections.Connection, start: BinlogOffset
     ranges.append(DecodeRange(read_from, decode_after, end))
     return ranges
 
-
-def _binlog_sizes(conn: pymysql.connections.Connection) -> list[tuple[str, int]]:
-    with conn.cursor() as cur:
-        cur.execute("SHOW BINARY LOGS")
-        return [(str(r[0]), int(r[1])) for r in cur.fetchall()]

@@ -12,7 +12,7 @@ from typing import Any
 import pymysql
 
 from airflow_provider_mysqlcdc.cdc.errors import BinlogPurgedError, PreflightError
-from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset, binlog_file_number
 
 
 @dataclass(frozen=True)
@@ -67,11 +67,28 @@ def current_offset(conn: pymysql.connections.Connection, info: ServerInfo | None
     return BinlogOffset(file=str(row["File"]), position=int(row["Position"]), gtid_set=gtid)
 
 
-def binlog_files(conn: pymysql.connections.Connection) -> list[str]:
-    """The binlog files still on the server, oldest first."""
+def binlog_file_sizes(conn: pymysql.connections.Connection) -> list[tuple[str, int]]:
+    """The binlog files still on the server with their sizes in bytes, oldest first."""
     with conn.cursor() as cur:
         cur.execute("SHOW BINARY LOGS")
-        return [str(row[0]) for row in cur.fetchall()]
+        return [(str(row[0]), int(row[1])) for row in cur.fetchall()]
+
+
+def binlog_files(conn: pymysql.connections.Connection) -> list[str]:
+    """The binlog files still on the server, oldest first."""
+    return [name for name, _ in binlog_file_sizes(conn)]
+
+
+def bytes_between(earlier: BinlogOffset, later: BinlogOffset, sizes: list[tuple[str, int]]) -> int:
+    """Binlog bytes from ``earlier`` to ``later`` (how far a reader at ``earlier`` is behind)."""
+    if later <= earlier:
+        return 0
+    if earlier.file == later.file:
+        return later.position - earlier.position
+    by_name = dict(sizes)
+    low, high = binlog_file_number(earlier.file), binlog_file_number(later.file)
+    between = sum(size for name, size in sizes if low < binlog_file_number(name) < high)
+    return by_name.get(earlier.file, earlier.position) - earlier.position + between + later.position
 
 
 def check_offset_available(conn: pymysql.connections.Connection, offset: BinlogOffset) -> None:
