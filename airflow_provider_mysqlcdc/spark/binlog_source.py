@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -161,8 +160,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return parts
 
     def commit(self, end: dict[str, Any]) -> None:
-        """Spark committed the batch ending at ``end``: record it for ``bin/status`` (lag behind the head)."""
-        self._state().write_progress("stream-offset.json", {"offset": end, "committed_at": time.time()})
+        pass
 
     # --- executors -------------------------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[tuple]:

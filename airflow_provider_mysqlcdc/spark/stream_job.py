@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from pyspark.sql.streaming import StreamingQueryListener
+
 from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, SchemaChangeEvent
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
@@ -190,8 +192,39 @@ class BatchApplier:
             "tables": sorted(str(t) for t in self.writers)})
 
 
+def record_processed_offset(state: PipelineState, progress: Any) -> None:
+    """Where the stream has processed to (a query progress's end offset), for ``bin/status``."""
+    sources = (progress or {}).get("sources") if isinstance(progress, dict) else getattr(progress, "sources", None)
+    if not sources:
+        return
+    end = sources[0]["endOffset"] if isinstance(sources[0], dict) else sources[0].endOffset
+    if end:
+        state.write_progress("stream-offset.json", {"offset": json.loads(end) if isinstance(end, str) else end,
+                                                    "committed_at": time.time()})
+
+
+class ProgressListener(StreamingQueryListener):
+    """Records each finished micro-batch's end offset (Spark calls this after the batch commits)."""
+
+    def __init__(self, state: PipelineState):
+        self.state = state
+
+    def onQueryStarted(self, event: Any) -> None:
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:
+        record_processed_offset(self.state, event.progress)
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        pass
+
+
 def run_stream_job(spark: Any, source: SourceConfig, job: StreamJob, source_file: str) -> dict[str, Any]:
     spark.dataSource.register(BinlogDataSource)
+    spark.streams.addListener(ProgressListener(PipelineState(job.state)))
     applier = BatchApplier(source, job)
     stream = (spark.readStream.format(SOURCE_NAME)
               .option("state", job.state).option("source_file", source_file)
@@ -205,6 +238,7 @@ def run_stream_job(spark: Any, source: SourceConfig, job: StreamJob, source_file
     query = writer.start()
     query.awaitTermination()
     progress = query.lastProgress or {}
+    record_processed_offset(PipelineState(job.state), progress)  # the listener may not have run for the last one
     return {"mode": job.mode, "changes_applied": applier.rows_applied, "app_id": job.app_id,
             "streaming_seconds": round(time.monotonic() - started, 3),
             "last_batch": progress.get("batchId"), "end_offset": (progress.get("sources") or [{}])[0].get("endOffset")}

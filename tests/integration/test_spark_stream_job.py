@@ -183,6 +183,7 @@ def test_stream_only_table_starts_at_its_offset_with_state_at_a_url(mysql_server
         cur.execute(f"UPDATE {table.quoted} SET customer = 'after' WHERE id % 7 = 0")
         cur.execute(f"DELETE FROM {table.quoted} WHERE id % 11 = 0")
         cur.execute(f"INSERT INTO {table.quoted} (id, customer) VALUES (90000, 'new')")
+    head = current_offset(conn)
     state = "file://" + str(tmp_path / "state")
     PipelineState(state).commit({table: CapturedTable("id", [stream_only_split(table, "id", start)])})
     job = StreamJob(state=state, sink_root=str(tmp_path / "lake"))
@@ -197,3 +198,5 @@ def test_stream_only_table_starts_at_its_offset_with_state_at_a_url(mysql_server
     assert expected and all(k[0] % 11 for k in expected)
     assert_same_rows(table, expected, delta_rows)
     assert (tmp_path / "state" / "checkpoint").is_dir() and (tmp_path / "state" / "progress" / "stream.json").exists()
+    processed = json.loads((tmp_path / "state" / "progress" / "stream-offset.json").read_text())["offset"]
+    assert processed["gen"] == 1 and (processed["file"], processed["pos"]) == (head.file, head.position)
