@@ -40,10 +40,13 @@ def example_dag_env(airflow_home: Path, source: Any, tables: list[Any], *, sink_
 def run_dag(dag_id: str, env: dict[str, str], timeout_s: float = 3600, conf: dict[str, Any] | None = None) -> dict[str, Any]:
     """Migrate the metadata DB of ``env``'s AIRFLOW_HOME, run the DAG once (with ``conf`` as the run's
     params); states, XComs and output."""
-    airflow = str(Path(sys.executable).parent / "airflow")
-    migrate = subprocess.run([airflow, "db", "migrate"], env=env, capture_output=True, text=True, timeout=600)
-    if migrate.returncode != 0:
-        raise RuntimeError(f"airflow db migrate failed:\n{migrate.stderr[-3000:]}")
+    migrated = Path(env["AIRFLOW_HOME"]) / ".mysqlcdc-migrated"
+    if not migrated.exists():  # once per AIRFLOW_HOME
+        airflow = str(Path(sys.executable).parent / "airflow")
+        migrate = subprocess.run([airflow, "db", "migrate"], env=env, capture_output=True, text=True, timeout=600)
+        if migrate.returncode != 0:
+            raise RuntimeError(f"airflow db migrate failed:\n{migrate.stderr[-3000:]}")
+        migrated.touch()
     proc = subprocess.run([sys.executable, "-m", "airflow_provider_mysqlcdc.devtools.dag_runner", dag_id,
                            json.dumps(conf or {})], env=env, capture_output=True, text=True, timeout=timeout_s)
     lines = [line for line in proc.stdout.splitlines() if line.startswith(MARKER)]

@@ -73,7 +73,12 @@ def test_pipeline_lifecycle_adds_resnapshots_removes_and_stays_exact(mysql_serve
         return submit.start("binlog_stream.py", ["--job", str(tmp_path / "stream.json")], source_file,
                             tmp_path / "stream.log")
 
-    with RandomWriters(mysql_server.admin, database, writers=2, seed=210, pause_s=0.01, tables=TABLES) as writers:
+    started = time.monotonic()
+
+    def step(name: str) -> None:
+        print(f"[{time.monotonic() - started:5.0f}s] {name}", flush=True)
+
+    with RandomWriters(mysql_server.admin, database, writers=2, seed=210, pause_s=0.02, tables=TABLES) as writers:
         # 1. the first run snapshots A
         run1 = run_dag("mysqlcdc_example", env, conf={"stream_mode": "skip"})
         _assert_run_succeeded(run1)
@@ -89,6 +94,7 @@ def test_pipeline_lifecycle_adds_resnapshots_removes_and_stays_exact(mysql_serve
             assert not any("staged" in f.get("extra", {}) for f in finished), "a new table is written directly"
         assert run1["xcoms"]["collect_splits[-1]"]["generation"] == 1
 
+        step("run 1 done")
         # 2. clear one chunk through the REST API: it alone re-runs, staged, and its new HW lands
         before = {f.split.index: f for f in state.latest().tables[a].splits}
         cleared = clear_and_resume("mysqlcdc_example", run1["run_id"], f"{group}.snapshot", 1, env)
@@ -105,6 +111,7 @@ def test_pipeline_lifecycle_adds_resnapshots_removes_and_stays_exact(mysql_serve
             assert after[index].extra["staged"] and after[index].high_watermark > before[index].high_watermark
         assert all(after[i] == before[i] for i in before if i not in {f["split"]["index"] for f in redone})
 
+        step("clear + resume done")
         # 3. the stream runs; B is added while the stream is killed -9 (and restarted afterwards)
         stream = start_stream()
         time.sleep(12)
@@ -120,9 +127,11 @@ def test_pipeline_lifecycle_adds_resnapshots_removes_and_stays_exact(mysql_serve
         assert set(state.latest().tables) == {a, b}
         stream = start_stream()
 
+        step("run 2 done")
         # 4. add C; re-snapshot A whole and a key range of B
+        # (bigger chunks from here on, through the param: the writers keep growing the tables)
         run3 = run_dag("mysqlcdc_example", env, conf={
-            "tables": [_name(b), _name(c)], "stream_mode": "skip",
+            "tables": [_name(b), _name(c)], "stream_mode": "skip", "chunk_rows": 3000,
             "resnapshot": [_name(a), {"table": _name(b), "from": 400, "to": 800}]})
         _assert_run_succeeded(run3)
         plans = {p["table"]: p for g in ("param_tables", group) for p in run3["xcoms"][f"{g}.plan[-1]:tables"]["plans"]}
@@ -132,6 +141,7 @@ def test_pipeline_lifecycle_adds_resnapshots_removes_and_stays_exact(mysql_serve
         assert all(f.extra.get("staged") for f in registry.tables[a].splits)
         assert not any(f.extra.get("staged") for f in registry.tables[c].splits)
 
+        step("run 3 done")
         # 5. drop C, then add it back
         run4 = run_dag("mysqlcdc_example", env, conf={"tables": [_name(b)], "stream_mode": "skip"})
         _assert_run_succeeded(run4)
@@ -141,16 +151,19 @@ def test_pipeline_lifecycle_adds_resnapshots_removes_and_stays_exact(mysql_serve
         c_frozen = _delta_rows(lake, schemas[c])
         time.sleep(10)
         assert _delta_rows(lake, schemas[c]) == c_frozen, "a table no longer captured still changed"
-        run5 = run_dag("mysqlcdc_example", env, conf={"tables": [_name(b), _name(c)], "stream_mode": "skip"})
+        run5 = run_dag("mysqlcdc_example", env, conf={"tables": [_name(b), _name(c)], "stream_mode": "skip",
+                                                      "chunk_rows": 3000})
         _assert_run_succeeded(run5)
         assert all(f.extra.get("staged") for f in state.latest().tables[c].splits), "a table added back is staged"
         time.sleep(5)
         stats = writers.stop()
+        step("run 4, run 5 done")
 
     assert stream.poll() is None, (tmp_path / "stream.log").read_text()[-3000:]
     os.killpg(stream_pid, signal.SIGTERM)
     stream.wait()
     catch_up_stream(cdc_user, state.location, lake, tmp_path / "catch-up")
+    step("caught up")
     for table in (a, b, c):
         assert_same_rows(table, source_rows(mysql_server.admin, schemas[table]), _delta_rows(lake, schemas[table]))
         _assert_no_row_went_back(lake, schemas[table])
@@ -158,7 +171,7 @@ def test_pipeline_lifecycle_adds_resnapshots_removes_and_stays_exact(mysql_serve
     assert set(status["tables"]) == {str(a), str(b), str(c)} and status["stream"]["changes_total"] > 0
     # writers stopped before the catch-up run, which read up to the head: nothing left behind
     assert status["server"]["bytes_behind"] == 0, status
-    assert status["latest_run"]["tables"][str(c)]["done"] == status["latest_run"]["tables"][str(c)]["chunks"] == 2
+    assert status["latest_run"]["tables"][str(c)]["done"] == status["latest_run"]["tables"][str(c)]["chunks"] >= 1
     print(f"\n{stats.transactions} transactions during the life of the pipeline; registry generation "
           f"{status['generation']}")
 
