@@ -28,14 +28,13 @@ from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.devtools.dag_runner import catch_up_stream, clear_and_resume, example_dag_env, run_dag
 from airflow_provider_mysqlcdc.devtools.verify import source_rows
 from airflow_provider_mysqlcdc.devtools.workload import SAMPLE_TABLES, RandomWriters, create_sample_tables
-from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_to_rows
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.spark.stream_job import StreamJob
 from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from airflow_provider_mysqlcdc.status import pipeline_status
 
-from .helpers import assert_same_rows
+from .helpers import assert_same_rows, delta_rows
 
 pytestmark = pytest.mark.integration
 
@@ -49,10 +48,6 @@ def _name(table: TableId) -> str:
 def _assert_run_succeeded(result: dict) -> None:
     assert result["state"] == "success", result["output"][-4000:]
     assert all(ti["state"] in ("success", "skipped") for ti in result["tis"]), result["tis"]
-
-
-def _delta_rows(lake, schema) -> dict:
-    return {schema.key_of(r): r for r in arrow_to_rows(DeltaSink(str(lake)).read(schema.table_id), schema)}
 
 
 def test_pipeline_lifecycle_adds_resnapshots_removes_and_stays_exact(mysql_server, cdc_user, database, tmp_path):
@@ -148,9 +143,9 @@ def test_pipeline_lifecycle_adds_resnapshots_removes_and_stays_exact(mysql_serve
         assert set(state.latest().tables) == {a, b}
         time.sleep(10)  # the stream reaches the generation without C
         stream_pid = stream.pid
-        c_frozen = _delta_rows(lake, schemas[c])
+        c_frozen = delta_rows(lake, schemas[c])
         time.sleep(10)
-        assert _delta_rows(lake, schemas[c]) == c_frozen, "a table no longer captured still changed"
+        assert delta_rows(lake, schemas[c]) == c_frozen, "a table no longer captured still changed"
         run5 = run_dag("mysqlcdc_example", env, conf={"tables": [_name(b), _name(c)], "stream_mode": "skip",
                                                       "chunk_rows": 3000})
         _assert_run_succeeded(run5)
@@ -165,7 +160,7 @@ def test_pipeline_lifecycle_adds_resnapshots_removes_and_stays_exact(mysql_serve
     catch_up_stream(cdc_user, state.location, lake, tmp_path / "catch-up")
     step("caught up")
     for table in (a, b, c):
-        assert_same_rows(table, source_rows(mysql_server.admin, schemas[table]), _delta_rows(lake, schemas[table]))
+        assert_same_rows(table, source_rows(mysql_server.admin, schemas[table]), delta_rows(lake, schemas[table]))
         _assert_no_row_went_back(lake, schemas[table])
     status = pipeline_status(state.location, cdc_user)
     assert set(status["tables"]) == {str(a), str(b), str(c)} and status["stream"]["changes_total"] > 0

@@ -22,13 +22,12 @@ from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 from airflow_provider_mysqlcdc.devtools.verify import source_rows
 from airflow_provider_mysqlcdc.devtools.workload import SAMPLE_TABLES, RandomWriters, create_sample_tables
-from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_to_rows
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_change_batch
 from airflow_provider_mysqlcdc.spark.chunk_job import ChunkJob
 from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
 
-from .helpers import assert_same_rows
+from .helpers import assert_same_rows, delta_rows
 
 pytestmark = pytest.mark.integration
 
@@ -82,5 +81,5 @@ def test_chunk_job_snapshot_then_binlog_equals_source(mysql_server, cdc_user, da
     for batch_id, start in enumerate(range(0, len(emitted), 500)):
         apply_change_batch(writers_by_table, emitted[start:start + 500], app_id="t", batch_id=batch_id)
     for table_id, schema in report.schemas.items():
-        delta_rows = {schema.key_of(r): r for r in arrow_to_rows(sink.read(table_id), schema)}
-        assert_same_rows(table_id, source_rows(mysql_server.admin, schema), delta_rows)
+        delta = delta_rows(lake, schema)
+        assert_same_rows(table_id, source_rows(mysql_server.admin, schema), delta)

@@ -19,14 +19,12 @@ from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
 from airflow_provider_mysqlcdc.devtools.spark_standalone import StandaloneCluster
 from airflow_provider_mysqlcdc.devtools.verify import source_rows
 from airflow_provider_mysqlcdc.devtools.workload import SAMPLE_TABLES, create_sample_tables
-from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_to_rows
-from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.state.registry import PipelineState, captured_tables
 from airflow_provider_mysqlcdc.spark.chunk_job import ChunkJob
 from airflow_provider_mysqlcdc.spark.stream_job import StreamJob
 from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
 
-from .helpers import assert_same_rows
+from .helpers import assert_same_rows, delta_rows
 
 pytestmark = pytest.mark.integration
 
@@ -72,5 +70,4 @@ def test_jobs_run_on_a_standalone_cluster_from_py_files(mysql_server, cdc_user, 
         (tmp_path / "stream.json").write_text(stream.to_json())
         submit.run("binlog_stream.py", ["--job", str(tmp_path / "stream.json")], source_file)
     assert result["rows"] == rows_before and len(result["finished_splits"]) == len(splits) > 1
-    delta_rows = {schema.key_of(r): r for r in arrow_to_rows(DeltaSink(lake).read(table_id), schema)}
-    assert_same_rows(table_id, source_rows(mysql_server.admin, schema), delta_rows)
+    assert_same_rows(table_id, source_rows(mysql_server.admin, schema), delta_rows(lake, schema))

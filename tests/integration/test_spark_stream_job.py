@@ -23,7 +23,6 @@ from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitReader
 from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
 from airflow_provider_mysqlcdc.devtools.verify import source_rows
 from airflow_provider_mysqlcdc.devtools.workload import SAMPLE_TABLES, RandomWriters, create_sample_tables
-from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_to_rows
 from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SUFFIX
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
@@ -31,7 +30,7 @@ from airflow_provider_mysqlcdc.spark.stream_job import StreamJob
 from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
 from airflow_provider_mysqlcdc.state.registry import CapturedTable, PipelineState, captured_tables, stream_only_split
 
-from .helpers import assert_same_rows
+from .helpers import assert_same_rows, delta_rows
 
 pytestmark = pytest.mark.integration
 
@@ -68,10 +67,8 @@ def _committed_batches(lake: Path) -> dict[str, list[int]]:
 
 
 def _assert_sink_equals_source(mysql_server, report, lake: str) -> None:
-    sink = DeltaSink(lake)
     for table_id, schema in report.schemas.items():
-        delta_rows = {schema.key_of(r): r for r in arrow_to_rows(sink.read(table_id), schema)}
-        assert_same_rows(table_id, source_rows(mysql_server.admin, schema), delta_rows)
+        assert_same_rows(table_id, source_rows(mysql_server.admin, schema), delta_rows(lake, schema))
 
 
 def test_stream_survives_kill_9_and_stays_exact(mysql_server, cdc_user, database, tmp_path):
@@ -139,14 +136,13 @@ def test_schema_changes_evolve_delta_or_fail_clearly(mysql_server, cdc_user, dat
         cur.execute(f"INSERT INTO {table.quoted} (id, customer, region) VALUES (100000, 'new', 'apac')")
     submit.run("binlog_stream.py", ["--job", str(tmp_path / "stream.json")], source_file)
     schema = load_table_schema(conn, table)
-    delta = DeltaSink(lake).read(table)
-    assert {"region", "score"} <= set(delta.column_names)
+    assert {"region", "score"} <= set(DeltaSink(lake).read(table).column_names)
     # rows untouched since the ALTER still hold NULL in the new columns in Delta, while the source
     # reports their defaults; compare the rows the stream did carry
-    delta_rows = {schema.key_of(r): r for r in arrow_to_rows(delta, schema)}
+    evolved = delta_rows(lake, schema)
     source = source_rows(mysql_server.admin, schema)
     changed_after_alter = [k for k in source if k[0] % 3 == 0 or k[0] == 100000]
-    assert changed_after_alter and all(delta_rows[k] == source[k] for k in changed_after_alter)
+    assert changed_after_alter and all(evolved[k] == source[k] for k in changed_after_alter)
 
     # TRUNCATE empties the Delta table too; rows written after it arrive as usual.
     with conn.cursor() as cur:
@@ -154,9 +150,9 @@ def test_schema_changes_evolve_delta_or_fail_clearly(mysql_server, cdc_user, dat
         cur.execute(f"TRUNCATE TABLE {table.quoted}")
         cur.execute(f"INSERT INTO {table.quoted} (id, customer, region) VALUES (7, 'after', 'emea'), (8, 'after', NULL)")
     submit.run("binlog_stream.py", ["--job", str(tmp_path / "stream.json")], source_file)
-    delta_rows = {schema.key_of(r): r for r in arrow_to_rows(DeltaSink(lake).read(table), schema)}
-    assert_same_rows(table, source_rows(mysql_server.admin, schema), delta_rows)
-    assert set(delta_rows) == {(7,), (8,)}
+    rows = delta_rows(lake, schema)
+    assert_same_rows(table, source_rows(mysql_server.admin, schema), rows)
+    assert set(rows) == {(7,), (8,)}
 
     # An unsafe type change stops the stream with a clear error instead of corrupting the table.
     with conn.cursor() as cur:
@@ -194,9 +190,8 @@ def test_stream_only_table_starts_at_its_offset_with_state_at_a_url(mysql_server
 
     source = source_rows(mysql_server.admin, schema)
     expected = {k: row for k, row in source.items() if (k[0] % 7 == 0) or k[0] == 90000}
-    delta_rows = {schema.key_of(r): r for r in arrow_to_rows(DeltaSink(str(tmp_path / "lake")).read(table), schema)}
     assert expected and all(k[0] % 11 for k in expected)
-    assert_same_rows(table, expected, delta_rows)
+    assert_same_rows(table, expected, delta_rows(tmp_path / "lake", schema))
     assert (tmp_path / "state" / "checkpoint").is_dir() and (tmp_path / "state" / "progress" / "stream.json").exists()
     processed = json.loads((tmp_path / "state" / "progress" / "stream-offset.json").read_text())["offset"]
     assert processed["gen"] == 1 and (processed["file"], processed["pos"]) == (head.file, head.position)
