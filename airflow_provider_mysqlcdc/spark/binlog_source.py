@@ -224,7 +224,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         def flush() -> Iterator[tuple]:
             decisions = []
-            for record, split in zip(batch, split_filter.locate(batch, exact=True)):
+            for record, split in zip(batch, split_filter.locate(batch)):
                 keep = split is not None and record.offset > split.high_watermark
                 if keep and split.split.split_id in staged_changes:
                     staged_changes[split.split.split_id].append(record)

@@ -6,8 +6,10 @@ continuous stream (killed with -9 once), real Delta tables, real Airflow metadat
 2. one chunk of run 1 is cleared through ``clearTaskInstances``: only it (and downstream) re-runs,
    and the registry takes its new high watermark;
 3. a continuous stream starts; run 2 adds B through the ``tables`` param while the stream is
-   killed -9 and later restarted from its checkpoint;
-4. run 3 adds C, re-snapshots A whole and a key range of B; run 4 drops C; run 5 adds C back;
+   killed -9 (during the chunk jobs, and again in the middle of the micro-batch activating B),
+   each time restarted from its checkpoint;
+4. run 3 adds C, re-snapshots A whole and a key range of B (the stream killed -9 between two
+   staged-split commits); run 4 drops C; run 5 adds C back;
 5. after the writers stop, an available-now run catches up: every sink table equals its source,
    and C did not change while it was not captured.
 """
@@ -61,17 +63,52 @@ def test_pipeline_lifecycle_adds_resnapshots_removes_and_stays_exact(mysql_serve
     state = PipelineState(str(state_dir / "mysqlcdc_example"))
     submit = SparkSubmit(master="local[2]", work_dir=tmp_path / "spark")
     source_file = cdc_user.to_private_file(tmp_path / "secrets" / "source.json")
-    job = StreamJob(state=state.location, sink_root=str(lake), mode="continuous", trigger_interval_s=0.5)
-    (tmp_path / "stream.json").write_text(job.to_json())
-
-    def start_stream() -> subprocess.Popen:
-        return submit.start("binlog_stream.py", ["--job", str(tmp_path / "stream.json")], source_file,
-                            tmp_path / "stream.log")
-
     started = time.monotonic()
 
     def step(name: str) -> None:
         print(f"[{time.monotonic() - started:5.0f}s] {name}", flush=True)
+
+    job = StreamJob(state=state.location, sink_root=str(lake), mode="continuous", trigger_interval_s=0.5)
+    (tmp_path / "stream.json").write_text(job.to_json())
+
+    current: list[subprocess.Popen] = []
+
+    def start_stream() -> subprocess.Popen:
+        current[:] = [submit.start("binlog_stream.py", ["--job", str(tmp_path / "stream.json")], source_file,
+                                   tmp_path / "stream.log")]
+        return current[0]
+
+    def kill_when_logged(text: str) -> threading.Thread:
+        """From now on, watch the stream's log; kill -9 the stream the moment it logs ``text``."""
+        log_path = tmp_path / "stream.log"
+        position = log_path.stat().st_size if log_path.exists() else 0
+
+        def watch() -> None:
+            deadline, pending = time.monotonic() + 300, ""
+            with open(log_path, errors="replace") as log:
+                log.seek(position)
+                while time.monotonic() < deadline:
+                    pending += log.readline()
+                    if pending.endswith("\n"):
+                        if text in pending:
+                            os.killpg(current[0].pid, signal.SIGKILL)
+                            watcher.killed = True
+                            return
+                        pending = ""
+                    else:
+                        time.sleep(0.01)
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.killed = False
+        watcher.start()
+        return watcher
+
+    def restart_after(watcher: threading.Thread, what: str) -> subprocess.Popen:
+        watcher.join(timeout=300)
+        assert watcher.killed, f"the stream never logged what it should have been killed at ({what})"
+        current[0].wait()
+        step(f"stream killed -9 {what}; restarting")
+        return start_stream()
 
     with RandomWriters(mysql_server.admin, database, writers=2, seed=210, pause_s=0.02, tables=TABLES) as writers:
         # 1. the first run snapshots A
@@ -120,11 +157,14 @@ def test_pipeline_lifecycle_adds_resnapshots_removes_and_stays_exact(mysql_serve
         assert f"{group}.snapshot" not in {ti["task_id"] for ti in run2["tis"] if ti["state"] == "success"}, \
             "a captured table was read again"
         assert set(state.latest().tables) == {a, b}
-        stream = start_stream()
+        watcher = kill_when_logged("registry changes activated for")
+        start_stream()
+        stream = restart_after(watcher, "in the middle of the micro-batch activating B")
 
         step("run 2 done")
         # 4. add C; re-snapshot A whole and a key range of B
         # (bigger chunks from here on, through the param: the writers keep growing the tables)
+        watcher = kill_when_logged("applied staged split")
         run3 = run_dag("mysqlcdc_example", env, conf={
             "tables": [_name(b), _name(c)], "stream_mode": "skip", "chunk_rows": 3000,
             "resnapshot": [_name(a), {"table": _name(b), "from": 400, "to": 800}]})
@@ -135,6 +175,7 @@ def test_pipeline_lifecycle_adds_resnapshots_removes_and_stays_exact(mysql_serve
         registry = state.latest()
         assert all(f.extra.get("staged") for f in registry.tables[a].splits)
         assert not any(f.extra.get("staged") for f in registry.tables[c].splits)
+        stream = restart_after(watcher, "between two staged-split commits")
 
         step("run 3 done")
         # 5. drop C, then add it back

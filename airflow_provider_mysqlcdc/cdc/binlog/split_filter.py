@@ -12,7 +12,7 @@ starts, in the column's database order (records/ordering.py).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,30 +65,40 @@ class FinishedSplitFilter:
         return self.filter([record])[0]
 
     def filter(self, records: list[ChangeRecord]) -> list[bool]:
-        """Decide a batch at once, so that collation weights are fetched in one round trip."""
-        return [split is not None and record.offset > split.high_watermark
-                for record, split in zip(records, self.locate(records))]
-
-    def locate(self, records: list[ChangeRecord], *, exact: bool = False) -> list[FinishedSplit | None]:
-        """The split holding each record's key (None: table not captured). Unless ``exact``, records
-        past their table's largest high watermark get its last split without a lookup (any split
-        emits them), which keeps the pure binlog phase free of key lookups."""
-        located: list[FinishedSplit | None] = [None] * len(records)
+        """Decide a batch at once, so that collation weights are fetched in one round trip. Records
+        past their table's largest high watermark are emitted without a key lookup, which keeps the
+        pure binlog phase cheap."""
+        decisions = [False] * len(records)
         pending: dict[TableId, list[int]] = {}
         for i, record in enumerate(records):
             table = self._tables.get(record.table_id)
             if table is None:
                 continue
-            if not exact and record.offset > table.max_high_watermark:
-                located[i] = table.splits[-1]
+            if record.offset > table.max_high_watermark:
+                decisions[i] = True
             else:
                 pending.setdefault(record.table_id, []).append(i)
+        for i, split in self._lookup(records, pending):
+            decisions[i] = records[i].offset > split.high_watermark
+        return decisions
+
+    def locate(self, records: list[ChangeRecord]) -> list[FinishedSplit | None]:
+        """The split holding each record's key (None: table not captured)."""
+        located: list[FinishedSplit | None] = [None] * len(records)
+        pending: dict[TableId, list[int]] = {}
+        for i, record in enumerate(records):
+            if record.table_id in self._tables:
+                pending.setdefault(record.table_id, []).append(i)
+        for i, split in self._lookup(records, pending):
+            located[i] = split
+        return located
+
+    def _lookup(self, records: list[ChangeRecord], pending: dict[TableId, list[int]]) -> Iterator[tuple[int, FinishedSplit]]:
         for table_id, indexes in pending.items():
             table = self._tables[table_id]
             keys = table.ordering.sort_keys([records[i].image[table.chunk_key] for i in indexes])
             for i, key in zip(indexes, keys):
-                located[i] = table.splits[bisect.bisect_right(table.starts, key)]
-        return located
+                yield i, table.splits[bisect.bisect_right(table.starts, key)]
 
 
 def _check_contiguous(table_id: TableId, splits: list[FinishedSplit]) -> None:

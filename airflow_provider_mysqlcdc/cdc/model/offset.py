@@ -37,7 +37,8 @@ class BinlogOffset:
     gtid_set: str | None = None
 
     def __post_init__(self) -> None:
-        binlog_file_number(self.file)  # validates the name
+        # validates the name; kept, since offsets are compared per change record on the hot path
+        object.__setattr__(self, "_file_number", binlog_file_number(self.file))
         if not isinstance(self.position, int) or self.position < 4:
             raise ConfigurationError(
                 f"Malformed binlog position {self.position!r} in {self.file}: positions are integers >= 4."
@@ -45,7 +46,7 @@ class BinlogOffset:
 
     @property
     def sort_key(self) -> tuple[int, int]:
-        return (binlog_file_number(self.file), self.position)
+        return (self._file_number, self.position)  # type: ignore[attr-defined]
 
     @property
     def version(self) -> int:
