@@ -25,8 +25,10 @@ import time
 import pytest
 from deltalake import DeltaTable
 
+from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 from airflow_provider_mysqlcdc.devtools.dag_runner import catch_up_stream, clear_and_resume, example_dag_env, run_dag
 from airflow_provider_mysqlcdc.devtools.verify import source_rows
 from airflow_provider_mysqlcdc.devtools.workload import SAMPLE_TABLES, RandomWriters, create_sample_tables
@@ -52,7 +54,8 @@ def _assert_run_succeeded(result: dict) -> None:
     assert all(ti["state"] in ("success", "skipped") for ti in result["tis"]), result["tis"]
 
 
-def test_pipeline_lifecycle_adds_resnapshots_removes_and_stays_exact(mysql_server, cdc_user, database, tmp_path):
+def test_pipeline_lifecycle_adds_resnapshots_removes_and_stays_exact(mysql_server, cdc_user, database, tmp_path,
+                                                                     request):
     conn = mysql_server.connect()
     a, b, c = create_sample_tables(conn, database, rows_per_table=1500, seed=21, tables=TABLES)
     schemas = run_preflight(cdc_user, [a, b, c]).schemas
@@ -72,6 +75,7 @@ def test_pipeline_lifecycle_adds_resnapshots_removes_and_stays_exact(mysql_serve
     (tmp_path / "stream.json").write_text(job.to_json())
 
     current: list[subprocess.Popen] = []
+    request.addfinalizer(lambda: current and current[0].poll() is None and os.killpg(current[0].pid, signal.SIGKILL))
 
     def start_stream() -> subprocess.Popen:
         current[:] = [submit.start("binlog_stream.py", ["--job", str(tmp_path / "stream.json")], source_file,
@@ -102,6 +106,17 @@ def test_pipeline_lifecycle_adds_resnapshots_removes_and_stays_exact(mysql_serve
         watcher.killed = False
         watcher.start()
         return watcher
+
+    def wait_for_stream(generation: int, position: BinlogOffset | None = None) -> None:
+        """Until the stream has processed a batch of ``generation`` (and up to ``position``)."""
+        deadline = time.monotonic() + 240
+        while True:
+            done = state.read_progress("stream-offset.json")
+            if done and done["offset"]["gen"] >= generation and (
+                    position is None or BinlogOffset(done["offset"]["file"], int(done["offset"]["pos"])) >= position):
+                return
+            assert current[0].poll() is None and time.monotonic() < deadline, "the stream did not get there"
+            time.sleep(0.5)
 
     def restart_after(watcher: threading.Thread, what: str) -> subprocess.Popen:
         watcher.join(timeout=300)
@@ -182,11 +197,11 @@ def test_pipeline_lifecycle_adds_resnapshots_removes_and_stays_exact(mysql_serve
         run4 = run_dag("mysqlcdc_example", env, conf={"tables": [_name(b)], "stream_mode": "skip"})
         _assert_run_succeeded(run4)
         assert set(state.latest().tables) == {a, b}
-        time.sleep(10)  # the stream reaches the generation without C
-        stream_pid = stream.pid
+        wait_for_stream(state.latest().number)  # the stream has processed a batch without C
         c_frozen = delta_rows(lake, schemas[c])
-        time.sleep(10)
+        wait_for_stream(state.latest().number, current_offset(conn))  # and everything written since
         assert delta_rows(lake, schemas[c]) == c_frozen, "a table no longer captured still changed"
+        stream_pid = stream.pid
         run5 = run_dag("mysqlcdc_example", env, conf={"tables": [_name(b), _name(c)], "stream_mode": "skip",
                                                       "chunk_rows": 3000})
         _assert_run_succeeded(run5)
