@@ -91,10 +91,8 @@ class DeltaSink(Sink):
         transactions = [Transaction(app_id, batch_id)] if app_id is not None and batch_id is not None else []
 
         def write() -> bool:
-            if transactions:
-                done = DeltaTable(uri, storage_options=self.storage_options).transaction_version(app_id)
-                if done is not None and done >= batch_id:
-                    return False
+            if transactions and _already_committed(self._open(uri), app_id, batch_id):
+                return False
             write_deltalake(uri, rows, mode="overwrite", predicate=predicate, schema_mode="merge"
                             if predicate is None else None, storage_options=self.storage_options,
                             commit_properties=CommitProperties(app_transactions=transactions) if transactions else None)
@@ -107,8 +105,7 @@ class DeltaSink(Sink):
 
         def merge() -> bool:
             table = DeltaTable(uri, storage_options=self.storage_options)
-            done = table.transaction_version(app_id)
-            if done is not None and done >= batch_id:
+            if _already_committed(table, app_id, batch_id):
                 return False
             keys = " AND ".join(f"t.{sql_identifier(k)} = s.{sql_identifier(k)}" for k in schema.key_columns)
             (
@@ -129,8 +126,7 @@ class DeltaSink(Sink):
 
         def delete_all() -> bool:
             table = DeltaTable(uri, storage_options=self.storage_options)
-            done = table.transaction_version(app_id)
-            if done is not None and done >= batch_id:
+            if _already_committed(table, app_id, batch_id):
                 return False
             table.delete(commit_properties=CommitProperties(app_transactions=[Transaction(app_id, batch_id)]))
             return True
@@ -142,11 +138,7 @@ class DeltaSink(Sink):
         uri = self.table_uri(table_id) + CHANGELOG_SUFFIX
 
         def append() -> bool:
-            try:
-                done = DeltaTable(uri, storage_options=self.storage_options).transaction_version(app_id)
-            except TableNotFoundError:
-                done = None
-            if done is not None and done >= batch_id:
+            if _already_committed(self._open(uri), app_id, batch_id):
                 return False
             write_deltalake(uri, changes, mode="append", storage_options=self.storage_options,
                             commit_properties=CommitProperties(app_transactions=[Transaction(app_id, batch_id)]))
@@ -155,13 +147,23 @@ class DeltaSink(Sink):
         return _retry_conflicts(append, f"changelog batch {batch_id} of {table_id}")
 
     def applied_batch(self, table_id: TableId, app_id: str) -> int | None:
+        table = self._open(self.table_uri(table_id))
+        return table.transaction_version(app_id) if table is not None else None
+
+    def _open(self, uri: str) -> DeltaTable | None:
         try:
-            return DeltaTable(self.table_uri(table_id), storage_options=self.storage_options).transaction_version(app_id)
+            return DeltaTable(uri, storage_options=self.storage_options)
         except TableNotFoundError:
             return None
 
     def read(self, table_id: TableId) -> pa.Table:
         return DeltaTable(self.table_uri(table_id), storage_options=self.storage_options).to_pyarrow_table()
+
+
+def _already_committed(table: DeltaTable | None, app_id: str, batch_id: int) -> bool:
+    """True when ``table`` records ``batch_id`` (or a later batch) of ``app_id``: the idempotency check."""
+    done = table.transaction_version(app_id) if table is not None else None
+    return done is not None and done >= batch_id
 
 
 def _retry_conflicts(operation: Callable[[], T], what: str) -> T:

@@ -213,7 +213,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         source = self._source()
         tables = {f.split.table_id for f in behind}
         added_ids = {f.split.split_id for f in added}
-        splits = [f if f.split.split_id in added_ids and f.split.table_id in tables
+        splits = [f if f.split.split_id in added_ids
                   else dataclasses.replace(f, high_watermark=max(f.high_watermark, partition.start))
                   for t in sorted(tables) for f in new.tables[t].splits]
         schemas, orderings = _schemas_and_orderings(source, new, tables)

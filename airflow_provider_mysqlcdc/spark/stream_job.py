@@ -82,11 +82,19 @@ class BatchApplier:
         self.writers: dict[TableId, SinkWriter] = {}
         self.rows_applied = 0
 
-    def _load_writer(self, conn: Any, table_id: TableId, chunk_key: str) -> None:
-        schema = load_table_schema(conn, table_id)
-        self.sink.prepare(schema)  # refuses unsafe type changes with a clear error
-        self.writers[table_id] = SinkWriter(self.sink, schema, chunk_key,
-                                            KeyOrdering(schema.column(chunk_key), self.source.connect))
+    def _load_writers(self, chunk_keys: dict[TableId, str]) -> None:
+        """(Re)load the schema of each table, prepare its sink table and make its writer."""
+        if not chunk_keys:
+            return
+        conn = self.source.connect()
+        try:
+            for table_id, chunk_key in chunk_keys.items():
+                schema = load_table_schema(conn, table_id)
+                self.sink.prepare(schema)  # refuses unsafe type changes with a clear error
+                self.writers[table_id] = SinkWriter(self.sink, schema, chunk_key,
+                                                    KeyOrdering(schema.column(chunk_key), self.source.connect))
+        finally:
+            conn.close()
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
         started = time.monotonic()
@@ -119,23 +127,18 @@ class BatchApplier:
         self.rows_applied += changes
         self._log_progress(batch_id, items, changes, read_s, time.monotonic() - started)
 
+    def _chunk_key(self, table_id: TableId) -> str:
+        if table_id in self.writers:
+            return self.writers[table_id].chunk_key
+        return self.state.latest().chunk_keys[table_id]  # restarted after the batch that activated it
+
     def _writer(self, table_id: TableId) -> SinkWriter:
-        if table_id not in self.writers:  # restarted after the batch that activated it
-            chunk_key = self.state.latest().chunk_keys[table_id]
-            conn = self.source.connect()
-            try:
-                self._load_writer(conn, table_id, chunk_key)
-            finally:
-                conn.close()
+        if table_id not in self.writers:
+            self._load_writers({table_id: self._chunk_key(table_id)})
         return self.writers[table_id]
 
     def _activate(self, event: TablesActivated) -> None:
-        conn = self.source.connect()
-        try:
-            for table_id, chunk_key in event.chunk_keys.items():
-                self._load_writer(conn, table_id, chunk_key)
-        finally:
-            conn.close()
+        self._load_writers(event.chunk_keys)
         if event.chunk_keys:
             log.info("registry changes activated for %s", ", ".join(str(t) for t in event.chunk_keys))
 
@@ -165,12 +168,7 @@ class BatchApplier:
             for table_id in affected:
                 self.sink.truncate(table_id, app_id=self.job.app_id, batch_id=version)
             return True
-        conn = self.source.connect()
-        try:
-            for table_id in affected:
-                self._load_writer(conn, table_id, self._writer(table_id).chunk_key)
-        finally:
-            conn.close()
+        self._load_writers({table_id: self._chunk_key(table_id) for table_id in affected})
         return False
 
     def _log_progress(self, batch_id: int, items: list[Any], changes: int, read_s: float, seconds: float) -> None:
@@ -194,13 +192,10 @@ class BatchApplier:
 
 def record_processed_offset(state: PipelineState, progress: Any) -> None:
     """Where the stream has processed to (a query progress's end offset), for ``bin/status``."""
-    sources = (progress or {}).get("sources") if isinstance(progress, dict) else getattr(progress, "sources", None)
-    if not sources:
-        return
-    end = sources[0]["endOffset"] if isinstance(sources[0], dict) else sources[0].endOffset
+    sources = (progress or {}).get("sources")  # StreamingQueryProgress and SourceProgress are dicts
+    end = sources[0]["endOffset"] if sources else None
     if end:
-        state.write_progress("stream-offset.json", {"offset": json.loads(end) if isinstance(end, str) else end,
-                                                    "committed_at": time.time()})
+        state.write_progress("stream-offset.json", {"offset": json.loads(end), "committed_at": time.time()})
 
 
 class ProgressListener(StreamingQueryListener):

@@ -44,7 +44,7 @@ class SparkSubmit:
     python: str = sys.executable
     conf: dict[str, str] = field(default_factory=dict)
     work_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="mysqlcdc-spark-")))
-    last_log: str = ""  # stderr of the last run(), for progress lines and diagnostics
+    last_log: str = ""  # stdout and stderr of the last run(), for diagnostics
 
     def command(self, script: str, args: list[str], py_files: Path) -> list[str]:
         cmd = [str(spark_home() / "bin" / "spark-submit"), "--master", self.master, "--py-files", str(py_files)]
@@ -90,7 +90,13 @@ class SparkSubmit:
         stderr: list[str] = []
         drain = threading.Thread(target=lambda: stderr.extend(proc.stderr), daemon=True)  # type: ignore[arg-type]
         drain.start()
-        timer = threading.Timer(timeout_s, proc.kill) if timeout_s else None
+        timed_out = threading.Event()
+
+        def kill() -> None:
+            timed_out.set()
+            proc.kill()
+
+        timer = threading.Timer(timeout_s, kill) if timeout_s else None
         if timer:
             timer.start()
         stdout: list[str] = []
@@ -110,5 +116,5 @@ class SparkSubmit:
             error = parse_error(out)
             detail = error or "\n".join(err.splitlines()[-40:])
             raise SparkJobFailed(f"spark-submit {script} failed with exit code {returncode}"
-                                 f"{' (timed out)' if timer and not timer.is_alive() and returncode < 0 else ''}: {detail}")
+                                 f"{f' (timed out after {timeout_s}s)' if timed_out.is_set() else ''}: {detail}")
         return parse_result(out)
