@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.devtools.verify import Rows, differences
 from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_to_rows
@@ -23,3 +25,17 @@ def delta_rows(lake: object, schema: TableSchema) -> Rows:
     by_key = {schema.key_of(r): r for r in rows}
     assert len(by_key) == len(rows), f"{schema.table_id}: {len(rows) - len(by_key)} duplicated key(s) in Delta"
     return by_key
+
+
+def transactions_between(source: SourceConfig, start: BinlogOffset, end: BinlogOffset) -> int:
+    """How many transactions (of any table) the binlog holds in (start, end].
+
+    Stream offsets are compared with the server head this way, not byte for byte: MariaDB writes
+    a Binlog_checkpoint event asynchronously after a rotation, so the head can move by a few bytes
+    with no transaction behind it."""
+    from airflow_provider_mysqlcdc.cdc.binlog.reader import BinlogReader, TransactionCommitted
+
+    if end <= start:
+        return 0
+    reader = BinlogReader(source, start=start, end=end, key_columns={})
+    return sum(isinstance(item, TransactionCommitted) for item in reader)
