@@ -69,9 +69,14 @@ def _param(name: str, default: Any) -> str:
 def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
                       mysqlcdc_conn_id: str = MySqlCdcHook.default_conn_name, split_rows: int = DEFAULT_SPLIT_ROWS,
                       chunk_rows: int = DEFAULT_CHUNK_ROWS, stream_mode: str = "available-now",
-                      spark_master: str = "local[2]", changelog: bool = False,
+                      spark_master: str = "local[2]", spark_conn_id: str | None = None,
+                      spark_conf: dict[str, Any] | None = None, changelog: bool = False,
                       tables_param: bool = False) -> dict[str, Any]:
-    """Build the graph in the current DAG; ``tables_param`` adds the group for trigger-time tables."""
+    """Build the graph in the current DAG; ``tables_param`` adds the group for trigger-time tables.
+
+    Spark: ``spark_conn_id`` names an Airflow ``spark`` connection (master, queue, namespace, Kerberos;
+    hooks/spark.py), else ``spark_master`` is used; ``spark_conf`` is added to every job."""
+    spark = dict(spark_master=spark_master, spark_conn_id=spark_conn_id, spark_conf=spark_conf)
     state = f"{state_dir.rstrip('/')}/{{{{ dag.dag_id }}}}"
     sink = _param("sink_root", sink_root)
     common = dict(state=state, mysqlcdc_conn_id=mysqlcdc_conn_id, split_rows=_param("split_rows", split_rows),
@@ -86,8 +91,8 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
         with TaskGroup(group_id=group_id):
             plan = MySqlCdcPlanOperator(task_id="plan", tables=group_tables, **common)
             snapshot = MySqlCdcSnapshotOperator.partial(
-                task_id="snapshot", sink_root=sink, state=state, mysqlcdc_conn_id=mysqlcdc_conn_id,
-                spark_master=spark_master, map_index_template="{{ task.chunk['label'] }}",
+                task_id="snapshot", sink_root=sink, state=state, mysqlcdc_conn_id=mysqlcdc_conn_id, **spark,
+                map_index_template="{{ task.chunk['label'] }}",
             ).expand(chunk=plan.output)
         plan_ids.append(plan.task_id)
         snapshots.append(snapshot.output)
@@ -96,6 +101,6 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
                                             state=state, trigger_rule="none_failed")
     stream = MySqlCdcStreamOperator(task_id="stream", state=state, sink_root=sink,
                                     mode=_param("stream_mode", stream_mode), mysqlcdc_conn_id=mysqlcdc_conn_id,
-                                    spark_master=spark_master, changelog=changelog)
+                                    changelog=changelog, **spark)
     collect >> stream
     return {"plan_task_ids": plan_ids, "snapshots": snapshots, "collect": collect, "stream": stream}

@@ -2,7 +2,9 @@
 
 Settings come from the environment so that the demo and the tests can point it anywhere:
 MYSQLCDC_EXAMPLE_TABLES (comma-separated db.table), MYSQLCDC_SINK_ROOT, MYSQLCDC_STATE_DIR,
-MYSQLCDC_SPLIT_ROWS, MYSQLCDC_CHUNK_ROWS. The source is the Airflow connection ``mysqlcdc_default``.
+MYSQLCDC_SPLIT_ROWS, MYSQLCDC_CHUNK_ROWS, MYSQLCDC_SPARK_CONN_ID (an Airflow ``spark`` connection;
+unset: Spark local mode) and MYSQLCDC_SPARK_CONF (JSON, e.g. '{"spark.executor.memory": "4g"}').
+The source is the Airflow connection ``mysqlcdc_default``.
 Everything else is a DAG param, e.g. more tables, or a re-snapshot while streaming:
 
     airflow dags trigger mysqlcdc_example --conf '{"tables": ["shop.customers"]}'
@@ -11,6 +13,7 @@ Everything else is a DAG param, e.g. more tables, or a re-snapshot while streami
 
 from __future__ import annotations
 
+import json
 import os
 
 from airflow.sdk import DAG
@@ -31,5 +34,7 @@ with DAG(
         state_dir=os.environ.get("MYSQLCDC_STATE_DIR", "/tmp/mysqlcdc/state"),
         split_rows=SPLIT_ROWS,
         chunk_rows=CHUNK_ROWS,
+        spark_conn_id=os.environ.get("MYSQLCDC_SPARK_CONN_ID") or None,
+        spark_conf=json.loads(os.environ.get("MYSQLCDC_SPARK_CONF") or "{}"),
         tables_param=True,
     )

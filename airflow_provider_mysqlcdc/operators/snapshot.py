@@ -1,8 +1,9 @@
 """``MySqlCdcSnapshotOperator``: the operator DAG authors see once per chunk (it is mapped).
 
 One spark-submit of ``spark_jobs/snapshot_chunk.py`` reads a few consecutive splits of one table
-and returns the finished splits with their high watermarks through XCom (the job reports them in a
-result file, in local and cluster deploy modes alike). Clearing one of its task instances re-reads
+and returns the finished splits with their high watermarks through XCom (the job's driver prints
+them as one marked line on stdout, read from spark-submit's output: client deploy mode, on any
+master; hooks/spark.py). Clearing one of its task instances re-reads
 exactly that chunk. A table no stream has ever captured is written to the sink directly; for any
 other table the rows are staged for the stream to apply (state/registry.py), so that a re-run
 chunk can never take the sink back in time.
@@ -19,6 +20,7 @@ from airflow.sdk import BaseOperator, Context
 
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
+from airflow_provider_mysqlcdc.hooks.spark import spark_target
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 
 
@@ -27,10 +29,11 @@ def run_folder(run_id: str) -> str:
 
 
 class MySqlCdcSnapshotOperator(BaseOperator):
-    template_fields: Sequence[str] = ("chunk", "sink_root", "state", "spark_master")
+    template_fields: Sequence[str] = ("chunk", "sink_root", "state", "spark_master", "spark_conn_id", "spark_conf")
 
     def __init__(self, *, chunk: dict[str, Any], sink_root: str, state: str,
                  mysqlcdc_conn_id: str = MySqlCdcHook.default_conn_name, spark_master: str = "local[2]",
+                 spark_conn_id: str | None = None, spark_conf: dict[str, Any] | None = None,
                  partitions_per_split: int = 0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.chunk = chunk
@@ -38,12 +41,15 @@ class MySqlCdcSnapshotOperator(BaseOperator):
         self.state = state
         self.mysqlcdc_conn_id = mysqlcdc_conn_id
         self.spark_master = spark_master
+        self.spark_conn_id = spark_conn_id
+        self.spark_conf = spark_conf
         self.partitions_per_split = partitions_per_split
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_mysqlcdc.spark.chunk_job import ChunkJob
 
         hook = MySqlCdcHook(self.mysqlcdc_conn_id)
+        spark = spark_target(spark_conn_id=self.spark_conn_id, spark_master=self.spark_master, spark_conf=self.spark_conf)
         chunk = self.chunk if isinstance(self.chunk, dict) else json.loads(self.chunk)
         table_id = TableId.parse(chunk["table"])
         state = PipelineState(self.state)
@@ -53,7 +59,7 @@ class MySqlCdcSnapshotOperator(BaseOperator):
                        stage_to=stage_to)
         self.log.info("snapshot %s: %d split(s) with spark-submit%s", chunk["label"], len(chunk["splits"]),
                       "; captured before, so staged for the stream" if stage_to else "")
-        result = hook.run_spark_job("snapshot_chunk.py", job.to_json(), spark_master=self.spark_master, log=self.log)
+        result = hook.run_spark_job("snapshot_chunk.py", job.to_json(), spark=spark, log=self.log)
         self.log.info("snapshot %s done: %d rows, %d binlog changes merged, %.1fs", chunk["label"], result["rows"],
                       result["binlog_events_merged"], result["seconds"])
         self._record_progress(state, context, chunk, result)

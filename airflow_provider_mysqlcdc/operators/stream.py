@@ -17,15 +17,17 @@ from airflow.sdk import BaseOperator, Context
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
+from airflow_provider_mysqlcdc.hooks.spark import checked_spark_conf, spark_target
 
 STREAM_MODES = ("available-now", "continuous", "skip")
 
 
 class MySqlCdcStreamOperator(BaseOperator):
-    template_fields: Sequence[str] = ("state", "sink_root", "mode", "spark_master")
+    template_fields: Sequence[str] = ("state", "sink_root", "mode", "spark_master", "spark_conn_id", "spark_conf")
 
     def __init__(self, *, state: str, sink_root: str, mode: str = "available-now",
                  mysqlcdc_conn_id: str = MySqlCdcHook.default_conn_name, spark_master: str = "local[2]",
+                 spark_conn_id: str | None = None, spark_conf: dict[str, Any] | None = None,
                  trigger_interval_s: float = 1.0, changelog: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.state = state
@@ -33,6 +35,8 @@ class MySqlCdcStreamOperator(BaseOperator):
         self.mode = mode
         self.mysqlcdc_conn_id = mysqlcdc_conn_id
         self.spark_master = spark_master
+        self.spark_conn_id = spark_conn_id
+        self.spark_conf = checked_spark_conf(spark_conf) if isinstance(spark_conf, dict) else spark_conf
         self.trigger_interval_s = trigger_interval_s
         self.changelog = changelog
 
@@ -45,11 +49,12 @@ class MySqlCdcStreamOperator(BaseOperator):
             self.log.info("stream mode 'skip': a stream running elsewhere picks up this run's registry changes")
             return {"mode": "skip"}
         hook = MySqlCdcHook(self.mysqlcdc_conn_id)
+        spark = spark_target(spark_conn_id=self.spark_conn_id, spark_master=self.spark_master, spark_conf=self.spark_conf)
         low, high = hook.server_id_range()
         job = StreamJob(state=self.state, sink_root=self.sink_root, mode=self.mode,
                         trigger_interval_s=self.trigger_interval_s, server_id_range=f"{low}-{high}",
                         changelog=self.changelog)
-        result = hook.run_spark_job("binlog_stream.py", job.to_json(), spark_master=self.spark_master, log=self.log,
+        result = hook.run_spark_job("binlog_stream.py", job.to_json(), spark=spark, log=self.log,
                                     timeout_s=None if self.mode == "continuous" else 6 * 3600)
         self.log.info("stream (%s) applied %d changes; end offset %s", self.mode, result["changes_applied"],
                       result.get("end_offset"))

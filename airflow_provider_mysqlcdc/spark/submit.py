@@ -1,7 +1,7 @@
 """Running the programs of ``spark_jobs/`` with spark-submit (tests, the demo, and the Airflow glue).
 
-The source password never goes into argv or Spark conf: it sits in a private file whose path is
-passed through the environment (``MYSQLCDC_SOURCE_FILE``).
+The source password never goes into argv, Spark conf or the environment of Spark's processes: it
+sits in a private file whose path is passed through the environment (``MYSQLCDC_SOURCE_FILE``).
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ log = logging.getLogger(__name__)
 #: lines of our own loggers (module names) are progress worth showing in task logs
 PROGRESS_MARK = "airflow_provider_mysqlcdc"
 RESULT_MARKERS = (RESULT_MARKER, ERROR_MARKER)
+#: environment Spark's processes do not inherit: our credentials, and Airflow's connections and
+#: variables (an Airflow worker configured through the environment holds passwords there)
+PRIVATE_ENV_PREFIXES = (ENV_PREFIX, "AIRFLOW_CONN_", "AIRFLOW_VAR_")
 
 
 class SparkJobFailed(RuntimeError):
@@ -53,7 +56,7 @@ class SparkSubmit:
         return cmd + [str(spark_job_script(script)), *args]
 
     def environment(self, source_file: Path) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
+        env = {k: v for k, v in os.environ.items() if not k.startswith(PRIVATE_ENV_PREFIXES)}
         # Python workers the driver's JVM starts itself (the streaming data source's planner) do not
         # get --py-files on their path; they inherit the JVM's PYTHONPATH, so the zip goes there too.
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(self.py_files_zip), env.get("PYTHONPATH", "")) if p)

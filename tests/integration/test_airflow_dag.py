@@ -16,6 +16,7 @@ continuous stream (killed with -9 once), real Delta tables, real Airflow metadat
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -38,7 +39,7 @@ from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from airflow_provider_mysqlcdc.status import pipeline_status
 
-from .helpers import assert_same_rows, delta_rows, transactions_between
+from .helpers import SecretWatch, assert_same_rows, delta_rows, files_holding, transactions_between
 
 pytestmark = pytest.mark.integration
 
@@ -63,6 +64,12 @@ def test_pipeline_lifecycle_adds_resnapshots_removes_and_stays_exact(mysql_serve
     # 5 splits per table, 2 chunks (spark-submits) per table
     env = example_dag_env(tmp_path / "airflow", cdc_user, [a], sink_root=lake, state_dir=state_dir,
                           split_rows=300, chunk_rows=900)
+    # the DAG's Spark jobs go through an Airflow spark connection, with event logs on (searched for secrets)
+    events = tmp_path / "spark-events"
+    events.mkdir()
+    env.update(AIRFLOW_CONN_MYSQLCDC_SPARK=json.dumps({"conn_type": "spark", "host": "local[2]"}),
+               MYSQLCDC_SPARK_CONN_ID="mysqlcdc_spark",
+               MYSQLCDC_SPARK_CONF=json.dumps({"spark.eventLog.enabled": True, "spark.eventLog.dir": str(events)}))
     state = PipelineState(str(state_dir / "mysqlcdc_example"))
     submit = SparkSubmit(master="local[2]", work_dir=tmp_path / "spark")
     source_file = cdc_user.to_private_file(tmp_path / "secrets" / "source.json")
@@ -125,6 +132,8 @@ def test_pipeline_lifecycle_adds_resnapshots_removes_and_stays_exact(mysql_serve
         step(f"stream killed -9 {what}; restarting")
         return start_stream()
 
+    watch = SecretWatch(cdc_user.password).start()
+    request.addfinalizer(watch.stop)
     with RandomWriters(mysql_server.admin, database, writers=2, seed=210, pause_s=0.02, tables=TABLES) as writers:
         # 1. the first run snapshots A
         run1 = run_dag("mysqlcdc_example", env, conf={"stream_mode": "skip"})
@@ -225,6 +234,13 @@ def test_pipeline_lifecycle_adds_resnapshots_removes_and_stays_exact(mysql_serve
     committed = BinlogOffset(status["stream_offset"]["offset"]["file"], int(status["stream_offset"]["offset"]["pos"]))
     assert transactions_between(cdc_user, committed, current_offset(conn)) == 0, status
     assert status["latest_run"]["tables"][str(c)]["done"] == status["latest_run"]["tables"][str(c)]["chunks"] >= 1
+    # the source password reached no process argument or Spark environment, no log, XCom (the
+    # metadata DB), Spark event log, state, checkpoint or sink file
+    assert not watch.stop() and watch.samples > 20, (watch.found, watch.samples)
+    runs = (run1, cleared, run2, run3, run4, run5)
+    assert not [r["run_id"] for r in runs if cdc_user.password in r["output"] + json.dumps(r["xcoms"])]
+    assert any(events.iterdir()), "the jobs did not get the spark_conf of the DAG (no event log)"
+    assert not files_holding(cdc_user.password, tmp_path)
     print(f"\n{stats.transactions} transactions during the life of the pipeline; registry generation "
           f"{status['generation']}")
 
