@@ -32,6 +32,7 @@ from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_change_batch
 from airflow_provider_mysqlcdc.spark.binlog_source import (SOURCE_NAME, BinlogDataSource, StagedSplitReady,
                                                           TablesActivated)
+from airflow_provider_mysqlcdc.state.cleanup import release_staged_files
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from airflow_provider_mysqlcdc.state.staged import read_staged
 
@@ -190,12 +191,28 @@ class BatchApplier:
             "tables": sorted(str(t) for t in self.writers)})
 
 
+def progress_offset(progress: Any, which: str) -> dict[str, Any] | None:
+    """``startOffset`` or ``endOffset`` of a query progress (StreamingQueryProgress and SourceProgress are dicts)."""
+    sources = (progress or {}).get("sources")
+    text = sources[0].get(which) if sources else None
+    return json.loads(text) if text else None
+
+
 def record_processed_offset(state: PipelineState, progress: Any) -> None:
     """Where the stream has processed to (a query progress's end offset), for ``bin/status``."""
-    sources = (progress or {}).get("sources")  # StreamingQueryProgress and SourceProgress are dicts
-    end = sources[0]["endOffset"] if sources else None
+    end = progress_offset(progress, "endOffset")
     if end:
-        state.write_progress("stream-offset.json", {"offset": json.loads(end), "committed_at": time.time()})
+        state.write_progress("stream-offset.json", {"offset": end, "committed_at": time.time()})
+
+
+def release_applied_staged_files(state: PipelineState, committed: dict[str, Any] | None) -> None:
+    """Delete staged files no restart from a checkpoint at ``committed`` can read (state/cleanup.py)."""
+    if not committed:
+        return
+    try:
+        release_staged_files(state, int(committed.get("gen", 0)))
+    except Exception as exc:  # never stop the stream for housekeeping: the files stay until the next batch
+        log.warning("could not release staged split files yet: %s", exc)
 
 
 class ProgressListener(StreamingQueryListener):
@@ -209,6 +226,8 @@ class ProgressListener(StreamingQueryListener):
 
     def onQueryProgress(self, event: Any) -> None:
         record_processed_offset(self.state, event.progress)
+        # the batch's start is the previous batch's end: committed in the checkpoint, never replayed
+        release_applied_staged_files(self.state, progress_offset(event.progress, "startOffset"))
 
     def onQueryIdle(self, event: Any) -> None:
         pass
@@ -234,6 +253,8 @@ def run_stream_job(spark: Any, source: SourceConfig, job: StreamJob, source_file
     query.awaitTermination()
     progress = query.lastProgress or {}
     record_processed_offset(PipelineState(job.state), progress)  # the listener may not have run for the last one
+    # the query ended without error: its last batch is committed too
+    release_applied_staged_files(PipelineState(job.state), progress_offset(progress, "endOffset"))
     return {"mode": job.mode, "changes_applied": applier.rows_applied, "app_id": job.app_id,
             "streaming_seconds": round(time.monotonic() - started, 3),
             "last_batch": progress.get("batchId"), "end_offset": (progress.get("sources") or [{}])[0].get("endOffset")}

@@ -18,3 +18,17 @@ def read_staged(url: str) -> pa.Table:
     fs, path = fsspec.core.url_to_fs(url)
     with fs.open(path, "rb") as f:
         return pq.read_table(f)
+
+
+def delete_staged(url: str) -> None:
+    """Delete a staged file and its chunk folder once empty (already gone is fine: an interrupted
+    release is simply done again)."""
+    fs, path = fsspec.core.url_to_fs(url)
+    if fs.exists(path):
+        fs.rm(path)
+    folder = path.rsplit("/", 1)[0]
+    try:
+        if fs.isdir(folder) and not fs.ls(folder, detail=False):
+            fs.rmdir(folder)
+    except OSError:  # object stores have no folders to remove, or another file arrived meanwhile
+        pass

@@ -234,6 +234,10 @@ def test_pipeline_lifecycle_adds_resnapshots_removes_and_stays_exact(mysql_serve
     committed = BinlogOffset(status["stream_offset"]["offset"]["file"], int(status["stream_offset"]["offset"]["pos"]))
     assert transactions_between(cdc_user, committed, current_offset(conn)) == 0, status
     assert status["latest_run"]["tables"][str(c)]["done"] == status["latest_run"]["tables"][str(c)]["chunks"] >= 1
+    # every staged split file was applied, so the stream released it (state/cleanup.py)
+    staged = {f.extra["staged"] for n in range(1, state.latest_number() + 1)
+              for f in state.load(n).finished_splits if f.extra.get("staged")}
+    assert staged and not [u for u in staged if os.path.exists(u)], "applied staged files were kept"
     # the source password reached no process argument or Spark environment, no log, XCom (the
     # metadata DB), Spark event log, state, checkpoint or sink file
     assert not watch.stop() and watch.samples > 20, (watch.found, watch.samples)

@@ -1,0 +1,50 @@
+"""Releasing staged split files once no stream restart can need them.
+
+A staged file is read when the stream activates the generation that added its split. Once the
+stream's checkpoint has committed a batch that *started* at a generation ``g`` (so every generation
+up to ``g`` was activated and committed), no restart replays those activations: the files their
+splits added are garbage, unless a later, not yet activated generation adds the same file again.
+Later generations carry the same split forward unchanged, but carrying is not adding: only added
+splits are read. Called by the stream job after each micro-batch; the next run picks up where a
+crashed one stopped (``progress/staged-released.json``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from airflow_provider_mysqlcdc.state.registry import PipelineState
+from airflow_provider_mysqlcdc.state.staged import delete_staged
+
+log = logging.getLogger(__name__)
+
+RELEASED = "staged-released.json"
+
+
+def release_staged_files(state: PipelineState, committed_generation: int) -> list[str]:
+    """Delete the staged files of generations up to ``committed_generation``; returns their URLs."""
+    through = int((state.read_progress(RELEASED) or {}).get("through", 0))
+    if committed_generation <= through:
+        return []
+    latest = state.latest_number()
+    released = _staged_added(state, through + 1, committed_generation)
+    still_needed = _staged_added(state, committed_generation + 1, latest)
+    deleted = sorted(released - still_needed)
+    for url in deleted:
+        delete_staged(url)
+    state.write_progress(RELEASED, {"through": committed_generation, "released_at": time.time()})
+    if deleted:
+        log.info("released %d staged split file(s) the stream applied (generations %d-%d)", len(deleted),
+                 through + 1, committed_generation)
+    return deleted
+
+
+def _staged_added(state: PipelineState, first: int, last: int) -> set[str]:
+    urls: set[str] = set()
+    previous = state.load(first - 1) if first <= last else None
+    for number in range(first, last + 1):
+        current = state.load(number)
+        urls.update(f.extra["staged"] for f in current.added_since(previous) if f.extra.get("staged"))
+        previous = current
+    return urls
