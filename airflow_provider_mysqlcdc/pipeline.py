@@ -24,6 +24,7 @@ from typing import Any
 
 from airflow.sdk import Param, TaskGroup
 
+from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
 from airflow_provider_mysqlcdc.operators.collect import MySqlCdcCollectSplitsOperator
 from airflow_provider_mysqlcdc.operators.plan import DEFAULT_CHUNK_ROWS, DEFAULT_SPLIT_ROWS, MySqlCdcPlanOperator, \
@@ -103,4 +104,14 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
                                     mode=_param("stream_mode", stream_mode), mysqlcdc_conn_id=mysqlcdc_conn_id,
                                     changelog=changelog, **spark)
     collect >> stream
+    _require_one_run_at_a_time(collect)
     return {"plan_task_ids": plan_ids, "snapshots": snapshots, "collect": collect, "stream": stream}
+
+
+def _require_one_run_at_a_time(task: Any) -> None:
+    """Two runs of one pipeline would plan, snapshot and land generations against the same registry
+    at once; refuse the DAG when it is parsed rather than let the second collect fail later."""
+    dag = task.dag if task.has_dag() else None
+    if dag is not None and dag.max_active_runs != 1:
+        raise ConfigurationError(f"DAG {dag.dag_id!r} allows {dag.max_active_runs} active runs, but runs of one CDC "
+                                 "pipeline share its registry and must not overlap: pass max_active_runs=1 to DAG(...).")

@@ -126,6 +126,20 @@ def clear_main(dag_id: str, run_id: str, task_id: str, map_index: int) -> None:
     _report(dag, run, cleared=cleared)
 
 
+def mark_running(dag_id: str, run_id: str, env: dict[str, str]) -> None:
+    """Put a finished DAG run back in the running state (as a backfill's run next to this one would be)."""
+    code = ("import sys\n"
+            "from airflow.models.dagrun import DagRun\n"
+            "from airflow.utils.session import create_session\n"
+            "with create_session() as session:\n"
+            "    run = session.query(DagRun).filter(DagRun.dag_id == sys.argv[1], DagRun.run_id == sys.argv[2]).one()\n"
+            "    run.state = 'running'\n")
+    proc = subprocess.run([sys.executable, "-c", code, dag_id, run_id], env=env, capture_output=True, text=True,
+                          timeout=300)
+    if proc.returncode != 0:
+        raise RuntimeError(f"could not mark {run_id} running:\n{proc.stderr[-3000:]}")
+
+
 def _resume(dag: Any, run_id: str) -> Any:
     """Run a DAG run's runnable task instances until it finishes (the loop of ``dag.test()``)."""
     import time

@@ -92,6 +92,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         self.resnapshot = resnapshot
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
+        self._refuse_overlapping_runs(context)
         table_ids = parse_tables(self.tables, allow_empty=True)
         settings = self._settings()
         if table_ids is None:
@@ -126,6 +127,17 @@ class MySqlCdcPlanOperator(BaseOperator):
             {"chunks": len(chunks), "planned_at": time.time(), "tables": {str(p.table_id): p.action for p in plans},
              "chunk_tables": [c["table"] for c in chunks]})
         return chunks
+
+    def _refuse_overlapping_runs(self, context: Context) -> None:
+        """Runs of one pipeline share its registry and must not overlap. The builder requires
+        ``max_active_runs=1``, but a backfill applies its own max_active_runs apart from the DAG's."""
+        dag_id = context["dag"].dag_id
+        running = context["ti"].get_dr_count(dag_id=dag_id, states=["running"])
+        if running > 1:
+            raise ConfigurationError(
+                f"{running - 1} other run(s) of DAG {dag_id!r} are running, and runs of one CDC pipeline must not "
+                "overlap (they share its registry). Let the other run finish, then clear this one; for a backfill, "
+                "pass --max-active-runs 1 (or max_active_runs=1 in the REST call).")
 
     def _settings(self) -> dict[str, Any]:
         split_rows, chunk_rows = int(native(self.split_rows)), int(native(self.chunk_rows))

@@ -30,7 +30,8 @@ from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
-from airflow_provider_mysqlcdc.devtools.dag_runner import catch_up_stream, clear_and_resume, example_dag_env, run_dag
+from airflow_provider_mysqlcdc.devtools.dag_runner import (catch_up_stream, clear_and_resume, example_dag_env,
+                                                           mark_running, run_dag)
 from airflow_provider_mysqlcdc.devtools.verify import source_rows
 from airflow_provider_mysqlcdc.devtools.workload import SAMPLE_TABLES, RandomWriters, create_sample_tables
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
@@ -276,3 +277,11 @@ def test_bad_table_fails_the_plan_task_before_any_spark_job(mysql_server, cdc_us
     assert not (tmp_path / "lake").exists(), "a Spark job ran although the plan failed"
     # dag.test() prints the task logs
     assert f"Table {database}.nokey has no primary key" in result["output"] and "ADD PRIMARY KEY" in result["output"]
+
+    # a run next to a running one (a backfill's max_active_runs applies apart from the DAG's) stops at plan
+    mark_running("mysqlcdc_example", result["run_id"], env)
+    overlapping = run_dag("mysqlcdc_example", env)
+    assert overlapping["state"] == "failed"
+    assert {ti["state"] for ti in overlapping["tis"] if ti["task_id"].endswith(".plan")} == {"failed"}
+    assert "1 other run(s) of DAG 'mysqlcdc_example' are running" in overlapping["output"]
+    assert "has no primary key" not in overlapping["output"], "the overlap must be refused before anything else"

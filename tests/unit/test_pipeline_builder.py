@@ -1,0 +1,32 @@
+"""The builder's task graph, parsed with the real Airflow SDK (no metadata DB needed to parse)."""
+
+from __future__ import annotations
+
+import pytest
+from airflow.sdk import DAG
+
+from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
+from airflow_provider_mysqlcdc.pipeline import mysqlcdc_params, mysqlcdc_pipeline
+
+
+def test_graph_has_a_group_per_parse_time_table_and_one_for_trigger_time_tables():
+    with DAG("cdc", schedule=None, max_active_runs=1, params=mysqlcdc_params(sink_root="/lake")) as dag:
+        mysqlcdc_pipeline(tables=["shop.orders"], sink_root="/lake", state_dir="/state", tables_param=True,
+                          spark_conf={"spark.executor.memory": "2g"})
+    assert set(dag.task_ids) == {"shop__orders.plan", "shop__orders.snapshot", "param_tables.plan",
+                                 "param_tables.snapshot", "collect_splits", "stream"}
+    assert dag.get_task("stream").spark_conf == {"spark.executor.memory": "2g"}
+    assert dag.get_task("collect_splits").downstream_task_ids == {"stream"}
+
+
+def test_a_dag_allowing_overlapping_runs_is_refused_when_parsed():
+    with pytest.raises(ConfigurationError, match="allows 3 active runs.*max_active_runs=1"):
+        with DAG("cdc_overlapping", schedule=None, max_active_runs=3):
+            mysqlcdc_pipeline(tables=["shop.orders"], sink_root="/lake", state_dir="/state")
+
+
+def test_a_secret_in_spark_conf_is_refused_when_parsed():
+    with pytest.raises(ConfigurationError, match="looks like a secret"):
+        with DAG("cdc_secret", schedule=None, max_active_runs=1):
+            mysqlcdc_pipeline(tables=["shop.orders"], sink_root="/lake", state_dir="/state",
+                              spark_conf={"spark.hadoop.fs.s3a.secret.key": "x"})
