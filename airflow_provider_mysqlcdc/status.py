@@ -19,6 +19,7 @@ from typing import Any
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
+from airflow_provider_mysqlcdc.state.drift import pending_drift
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 
 
@@ -35,6 +36,7 @@ def pipeline_status(location: str, source: SourceConfig | None = None) -> dict[s
             "staged_splits": sum(1 for f in captured.splits if f.extra.get("staged")),
             "high_watermarks": [str(min(f.high_watermark for f in captured.splits)),
                                 str(max(f.high_watermark for f in captured.splits))],
+            "schema_drift": pending_drift(state, table_id, captured),
         }
     status: dict[str, Any] = {"state": location, "generation": generation.number, "created": generation.created,
                               "tables": tables, "latest_run": _latest_run(state), "stream": state.read_progress("stream.json"),
@@ -93,6 +95,10 @@ def print_status(location: str, source: SourceConfig | None = None) -> None:
         staged = f", {table['staged_splits']} staged" if table["staged_splits"] else ""
         print(f"  {name:<32} {table['how']}: {table['splits']} split(s){staged}, {table['rows_at_snapshot']} rows at "
               f"snapshot, high watermarks {table['high_watermarks'][0]} .. {table['high_watermarks'][1]}")
+        if table["schema_drift"]:
+            drift = table["schema_drift"]
+            print(f"  {'':<32} schema drift at {BinlogOffset.from_dict(drift['offset'])} ({drift['reason']}): the next "
+                  "DAG run re-snapshots it")
     run = status["latest_run"]
     if run:
         print(f"latest DAG run {run['run']} (planned {run['planned_at']}):")

@@ -18,6 +18,7 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
+from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
@@ -27,6 +28,7 @@ from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
 from airflow_provider_mysqlcdc.operators.snapshot import run_folder
 from airflow_provider_mysqlcdc.state.changes import ResnapshotRequest, TablePlan, decide_action, parse_offset, \
     splits_overlapping
+from airflow_provider_mysqlcdc.state.drift import pending_drift
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 
 #: Rows per split (one atomic replace in the sink) and per chunk (one spark-submit). A spark-submit
@@ -70,8 +72,10 @@ def parse_tables(tables: Any, *, allow_empty: bool = False) -> list[TableId] | N
 
 
 class MySqlCdcPlanOperator(BaseOperator):
-    """Preflight and the chunk plan of ``tables``. ``tables=None`` (a trigger-time param left
-    unset) plans nothing and removes nothing; a list is the complete set for this group."""
+    """Preflight and the chunk plan of ``tables``. A list is the complete set for this group.
+    ``tables=None`` (a trigger-time param left unset) removes nothing and plans nothing, except with
+    ``unset_covers_captured_except``: then the group covers the captured tables other than those
+    (the DAG's parse-time tables), so re-snapshot requests and schema drift still reach them."""
 
     template_fields: Sequence[str] = ("tables", "state", "split_rows", "chunk_rows", "chunk_key_columns",
                                       "startup_mode", "start_offset", "resnapshot")
@@ -79,8 +83,10 @@ class MySqlCdcPlanOperator(BaseOperator):
     def __init__(self, *, tables: Any, state: str, mysqlcdc_conn_id: str = MySqlCdcHook.default_conn_name,
                  split_rows: int | str = DEFAULT_SPLIT_ROWS, chunk_rows: int | str = DEFAULT_CHUNK_ROWS,
                  chunk_key_columns: dict[str, str] | str | None = None, startup_mode: str = "initial",
-                 start_offset: Any = None, resnapshot: Any = None, **kwargs: Any) -> None:
+                 start_offset: Any = None, resnapshot: Any = None,
+                 unset_covers_captured_except: Sequence[str] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.unset_covers_captured_except = unset_covers_captured_except
         self.tables = tables
         self.state = state
         self.mysqlcdc_conn_id = mysqlcdc_conn_id
@@ -95,11 +101,15 @@ class MySqlCdcPlanOperator(BaseOperator):
         self._refuse_overlapping_runs(context)
         table_ids = parse_tables(self.tables, allow_empty=True)
         settings = self._settings()
-        if table_ids is None:
+        registry = PipelineState(self.state).latest()
+        exact = table_ids is not None
+        if table_ids is None and self.unset_covers_captured_except is not None:
+            others = set(parse_tables(list(self.unset_covers_captured_except), allow_empty=True) or [])
+            table_ids = [t for t in sorted(registry.tables) if t not in others]
+        if not table_ids and not exact:
             self.log.info("no tables given for this group: nothing planned, the captured set unchanged")
             context["ti"].xcom_push(key="tables", value={"exact": False, "plans": []})
             return []
-        registry = PipelineState(self.state).latest()
         source = MySqlCdcHook(self.mysqlcdc_conn_id).source_config()
         report = run_preflight(source, table_ids, settings["chunk_keys"])
         conn = source.connect()
@@ -121,7 +131,7 @@ class MySqlCdcPlanOperator(BaseOperator):
                           f", {len(plan.splits)} split(s)" if plan.splits else
                           f" from {plan.stream_from}" if plan.action == "stream-only" else " (already captured)")
         self.log.info("planned %d chunk(s) for %d table(s); binlog head at planning: %s", len(chunks), len(plans), head)
-        context["ti"].xcom_push(key="tables", value={"exact": True, "plans": [p.to_dict() for p in plans]})
+        context["ti"].xcom_push(key="tables", value={"exact": exact, "plans": [p.to_dict() for p in plans]})
         PipelineState(self.state).write_progress(
             f"{run_folder(context['run_id'])}/plan-{self.task_id}.json",
             {"chunks": len(chunks), "planned_at": time.time(), "tables": {str(p.table_id): p.action for p in plans},
@@ -157,7 +167,12 @@ class MySqlCdcPlanOperator(BaseOperator):
 
     def _plan_table(self, conn: Any, source: Any, report: Any, registered: Any, table_id: TableId,
                     settings: dict[str, Any], stream_from: Any) -> TablePlan:
-        action, request = decide_action(table_id, registered, settings["resnapshot"], settings["startup_mode"])
+        drift = pending_drift(PipelineState(self.state), table_id, registered)
+        if drift:
+            self.log.warning("%s: re-snapshotting the whole table: the stream saw its schema drift at %s (%s)",
+                             table_id, BinlogOffset.from_dict(drift["offset"]), drift["reason"])
+        action, request = decide_action(table_id, registered, settings["resnapshot"], settings["startup_mode"],
+                                        drifted=drift is not None)
         chunk_key = registered.chunk_key if action in ("keep", "resnapshot-splits") else report.chunk_keys[table_id]
         plan = TablePlan(table_id, chunk_key, action)
         if action == "stream-only":

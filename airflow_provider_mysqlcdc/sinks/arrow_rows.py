@@ -115,6 +115,14 @@ def data_schema(schema: TableSchema) -> pa.Schema:
     return pa.schema([f for f in target if f.name not in METADATA_COLUMNS])
 
 
+def conform_to(data: pa.Table, target: pa.Schema) -> tuple[pa.Table, list[str]]:
+    """``data`` with ``target``'s columns by name (absent ones NULL) and the names ``target`` lacks,
+    for rows read under an older shape of the table (a staged split read before a DDL)."""
+    columns = [data.column(f.name).cast(f.type) if f.name in data.column_names else pa.nulls(data.num_rows, f.type)
+               for f in target]
+    return pa.Table.from_arrays(columns, schema=target), sorted(set(data.column_names) - set(target.names))
+
+
 def rows_to_data_table(schema: TableSchema, rows: Sequence[dict[str, Any]]) -> pa.Table:
     """Normalised rows (dicts) as an Arrow table of the source columns."""
     target = data_schema(schema)

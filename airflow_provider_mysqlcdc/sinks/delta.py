@@ -91,10 +91,11 @@ class DeltaSink(Sink):
         transactions = [Transaction(app_id, batch_id)] if app_id is not None and batch_id is not None else []
 
         def write() -> bool:
-            if transactions and _already_committed(self._open(uri), app_id, batch_id):
+            table = self._open(uri)
+            if transactions and _already_committed(table, app_id, batch_id):
                 return False
-            write_deltalake(uri, rows, mode="overwrite", predicate=predicate, schema_mode="merge"
-                            if predicate is None else None, storage_options=self.storage_options,
+            write_deltalake(uri, _with_dropped_columns(rows, table), mode="overwrite", predicate=predicate,
+                            schema_mode="merge", storage_options=self.storage_options,
                             commit_properties=CommitProperties(app_transactions=transactions) if transactions else None)
             return True
 
@@ -156,8 +157,24 @@ class DeltaSink(Sink):
         except TableNotFoundError:
             return None
 
+    def column_names(self, table_id: TableId) -> list[str]:
+        """The table's column names (metadata columns included); none for a table not written yet."""
+        table = self._open(self.table_uri(table_id))
+        return [] if table is None else [f.name for f in table.schema().fields]
+
     def read(self, table_id: TableId) -> pa.Table:
         return DeltaTable(self.table_uri(table_id), storage_options=self.storage_options).to_pyarrow_table()
+
+
+def _with_dropped_columns(rows: pa.Table, table: DeltaTable | None) -> pa.Table:
+    """``rows`` plus, as NULL, the table's columns they lack (columns the source dropped or renamed
+    since they were added): a range overwrite must carry every column of the table."""
+    if table is None:
+        return rows
+    missing = [f for f in pa.schema(table.schema().to_arrow()) if f.name not in rows.column_names]
+    for field in missing:
+        rows = rows.append_column(field.with_nullable(True), pa.nulls(rows.num_rows, field.type))
+    return rows
 
 
 def _already_committed(table: DeltaTable | None, app_id: str, batch_id: int) -> bool:

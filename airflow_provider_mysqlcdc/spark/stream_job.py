@@ -27,12 +27,13 @@ from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
-from airflow_provider_mysqlcdc.sinks.arrow_rows import merge_changes_into_table
+from airflow_provider_mysqlcdc.sinks.arrow_rows import METADATA_COLUMNS, conform_to, merge_changes_into_table
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_change_batch
 from airflow_provider_mysqlcdc.spark.binlog_source import (SOURCE_NAME, BinlogDataSource, StagedSplitReady,
                                                           TablesActivated)
 from airflow_provider_mysqlcdc.state.cleanup import release_staged_files
+from airflow_provider_mysqlcdc.state.drift import record_drift
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from airflow_provider_mysqlcdc.state.staged import read_staged
 
@@ -145,10 +146,16 @@ class BatchApplier:
 
     def _apply_staged(self, staged: StagedSplitReady, version: int) -> None:
         """Replace a staged split's range by its rows brought forward to the batch start, in one commit."""
-        writer = self._writer(staged.split.split.table_id)
-        data = read_staged(staged.split.extra["staged"]).cast(writer.data_schema)
-        merged = merge_changes_into_table(writer.schema, data, staged.changes)
+        table_id = staged.split.split.table_id
+        writer = self._writer(table_id)
         as_of = dataclasses.replace(staged.split, high_watermark=max(staged.as_of, staged.split.high_watermark))
+        data, unknown = conform_to(read_staged(staged.split.extra["staged"]), writer.data_schema)
+        if unknown:  # read before a DDL this stream's schema already reflects
+            self._drifted(table_id, as_of.high_watermark, f"staged rows carry column(s) {', '.join(unknown)} the "
+                                                          "table no longer has")
+        if staged.changes:
+            self._note_unknown_columns(staged.changes, {table_id: writer})
+        merged = merge_changes_into_table(writer.schema, data, staged.changes)
         written = writer.write_split_table(as_of, merged, app_id=self.job.app_id, batch_id=version)
         log.info("applied staged split %s (%d rows, %d later changes merged, as of %s)%s",
                  staged.split.split.split_id, merged.num_rows, len(staged.changes), as_of.high_watermark,
@@ -157,6 +164,7 @@ class BatchApplier:
     def _apply(self, records: list[ChangeRecord], version: int) -> None:
         if records:
             writers = {t: self._writer(t) for t in {r.table_id for r in records}}
+            self._note_unknown_columns(records, writers)
             apply_change_batch(writers, records, app_id=self.job.app_id, batch_id=version,
                                changelog=self.job.changelog)
 
@@ -169,8 +177,34 @@ class BatchApplier:
             for table_id in affected:
                 self.sink.truncate(table_id, app_id=self.job.app_id, batch_id=version)
             return True
+        # the columns before: this stream's schema, or (first time it meets the table) the sink's
+        before = {t: {c.name for c in self.writers[t].schema.columns} if t in self.writers else
+                  set(self.sink.column_names(t)) - set(METADATA_COLUMNS) for t in affected}
         self._load_writers({table_id: self._chunk_key(table_id) for table_id in affected})
+        for table_id in affected:
+            vanished = before[table_id] - {c.name for c in self.writers[table_id].schema.columns}
+            if vanished:
+                self._drifted(table_id, event.offset, f"column(s) {', '.join(sorted(vanished))} dropped or renamed by "
+                                                      f"{event.statement[:300]!r}")
         return False
+
+    def _note_unknown_columns(self, records: list[ChangeRecord], writers: dict[TableId, SinkWriter]) -> None:
+        """Changes written before a DDL the loaded schema already reflects carry names it lacks."""
+        names = {t: {c.name for c in w.schema.columns} for t, w in writers.items()}
+        for record in records:
+            image = record.after if record.after is not None else record.before
+            if image.keys() <= names[record.table_id]:  # the hot path: a subset test allocates nothing
+                continue
+            unknown = image.keys() - names[record.table_id]
+            if unknown:
+                self._drifted(record.table_id, record.offset, f"changes carry column(s) {', '.join(sorted(unknown))} "
+                                                              "the table no longer has")
+                names[record.table_id] |= unknown  # once per table and batch
+
+    def _drifted(self, table_id: TableId, offset: Any, reason: str) -> None:
+        log.warning("schema drift in %s at %s: %s; the sink cannot follow this exactly by itself, so the next DAG "
+                    "run re-snapshots the table (state/drift.py)", table_id, offset, reason)
+        record_drift(self.state, table_id, offset, reason)
 
     def _log_progress(self, batch_id: int, items: list[Any], changes: int, read_s: float, seconds: float) -> None:
         conn = self.source.connect()
@@ -195,7 +229,10 @@ def progress_offset(progress: Any, which: str) -> dict[str, Any] | None:
     """``startOffset`` or ``endOffset`` of a query progress (StreamingQueryProgress and SourceProgress are dicts)."""
     sources = (progress or {}).get("sources")
     text = sources[0].get(which) if sources else None
-    return json.loads(text) if text else None
+    try:
+        return json.loads(text) if text else None
+    except ValueError:  # no offset yet (the first batch of a query)
+        return None
 
 
 def record_processed_offset(state: PipelineState, progress: Any) -> None:

@@ -98,12 +98,15 @@ def parse_offset(value: Any) -> BinlogOffset:
 
 
 def decide_action(table_id: TableId, registered: CapturedTable | None, requests: list[ResnapshotRequest],
-                  startup_mode: str) -> tuple[str, ResnapshotRequest | None]:
+                  startup_mode: str, drifted: bool = False) -> tuple[str, ResnapshotRequest | None]:
+    """What a run does for a table; ``drifted``: the stream saw a DDL the sink cannot follow (state/drift.py)."""
     if startup_mode not in STARTUP_MODES:
         raise ConfigurationError(f"Unknown startup mode {startup_mode!r}: use one of {', '.join(STARTUP_MODES)}.")
     request = next((r for r in requests if r.table_id == table_id), None)
     if registered is None:
         return ("snapshot" if startup_mode == "initial" or request else "stream-only"), None
+    if drifted:
+        return "resnapshot", None
     if request is None:
         return "keep", None
     stream_only = any(f.extra.get("stream_only") for f in registered.splits)

@@ -9,9 +9,11 @@ continuous stream (killed with -9 once), real Delta tables, real Airflow metadat
    killed -9 (during the chunk jobs, and again in the middle of the micro-batch activating B),
    each time restarted from its checkpoint;
 4. run 3 adds C, re-snapshots A whole and a key range of B (the stream killed -9 between two
-   staged-split commits); run 4 drops C; run 5 adds C back;
+   staged-split commits); a column of B is renamed while streaming (schema drift: run 4 re-snapshots
+   B by itself); run 4 drops C; run 5 adds C back;
 5. after the writers stop, an available-now run catches up: every sink table equals its source,
-   and C did not change while it was not captured.
+   C did not change while it was not captured, every applied staged file was released, and the
+   password appeared in no argv, Spark environment, log, XCom, event log or file.
 """
 
 from __future__ import annotations
@@ -60,6 +62,9 @@ def test_pipeline_lifecycle_adds_resnapshots_removes_and_stays_exact(mysql_serve
                                                                      request):
     conn = mysql_server.connect()
     a, b, c = create_sample_tables(conn, database, rows_per_table=1500, seed=21, tables=TABLES)
+    with conn.cursor() as cur:  # a column the writers never touch, renamed while streaming (step 5)
+        cur.execute(f"ALTER TABLE {b.quoted} ADD COLUMN label VARCHAR(20) NULL")
+        cur.execute(f"UPDATE {b.quoted} SET label = 'first'")
     schemas = run_preflight(cdc_user, [a, b, c]).schemas
     lake, state_dir = tmp_path / "lake", tmp_path / "state"
     # 5 splits per table, 2 chunks (spark-submits) per table
@@ -203,10 +208,18 @@ def test_pipeline_lifecycle_adds_resnapshots_removes_and_stays_exact(mysql_serve
         stream = restart_after(watcher, "between two staged-split commits")
 
         step("run 3 done")
-        # 5. drop C, then add it back
+        # 5. rename a column of B while streaming: rows the stream does not touch again would keep the
+        # value under the old name, so the stream records schema drift and the next run re-snapshots B
+        with conn.cursor() as cur:
+            cur.execute(f"ALTER TABLE {b.quoted} RENAME COLUMN label TO tag")
+        wait_for_stream(state.latest().number, current_offset(conn))
+        # drop C, then add it back
         run4 = run_dag("mysqlcdc_example", env, conf={"tables": [_name(b)], "stream_mode": "skip"})
         _assert_run_succeeded(run4)
         assert set(state.latest().tables) == {a, b}
+        plans = {p["table"]: p["action"] for p in run4["xcoms"]["param_tables.plan[-1]:tables"]["plans"]}
+        assert plans[b.quoted] == "resnapshot", "schema drift of B did not re-snapshot it"
+        assert "schema drift" in run4["output"]
         wait_for_stream(state.latest().number)  # the stream has processed a batch without C
         c_frozen = delta_rows(lake, schemas[c])
         wait_for_stream(state.latest().number, current_offset(conn))  # and everything written since
@@ -225,6 +238,8 @@ def test_pipeline_lifecycle_adds_resnapshots_removes_and_stays_exact(mysql_serve
     stream.wait()
     catch_up_stream(cdc_user, state.location, lake, tmp_path / "catch-up")
     step("caught up")
+    schemas = run_preflight(cdc_user, [a, b, c]).schemas  # B's column is called tag now
+    assert "tag" in DeltaSink(str(lake)).column_names(b)
     for table in (a, b, c):
         assert_same_rows(table, source_rows(mysql_server.admin, schemas[table]), delta_rows(lake, schemas[table]))
         _assert_no_row_went_back(lake, schemas[table])

@@ -155,6 +155,15 @@ def test_schema_changes_evolve_delta_or_fail_clearly(mysql_server, cdc_user, dat
     assert_same_rows(table, source_rows(mysql_server.admin, schema), rows)
     assert set(rows) == {(7,), (8,)}
 
+    # A dropped column is schema drift: the stream goes on and records the table for a re-snapshot.
+    with conn.cursor() as cur:
+        cur.execute(f"ALTER TABLE {table.quoted} DROP COLUMN region")
+        cur.execute(f"UPDATE {table.quoted} SET customer = 'after drop' WHERE id = 7")
+    submit.run("binlog_stream.py", ["--job", str(tmp_path / "stream.json")], source_file)
+    drift = PipelineState(str(tmp_path / "state")).read_progress("schema-drift.json")
+    assert "region" in drift[str(table)]["reason"], drift
+    assert delta_rows(lake, load_table_schema(conn, table))[(7,)]["customer"] == "after drop"
+
     # An unsafe type change stops the stream with a clear error instead of corrupting the table.
     with conn.cursor() as cur:
         cur.execute(f"UPDATE {table.quoted} SET customer = NULL")
