@@ -19,13 +19,14 @@ from typing import Any
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
-from airflow_provider_mysqlcdc.state.drift import pending_drift
+from airflow_provider_mysqlcdc.state.drift import pending_drift, read_drift
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 
 
 def pipeline_status(location: str, source: SourceConfig | None = None) -> dict[str, Any]:
     state = PipelineState(location)
     generation = state.latest()
+    drift = read_drift(state)
     tables = {}
     for table_id, captured in sorted(generation.tables.items()):
         stream_only = any(f.extra.get("stream_only") for f in captured.splits)
@@ -36,7 +37,7 @@ def pipeline_status(location: str, source: SourceConfig | None = None) -> dict[s
             "staged_splits": sum(1 for f in captured.splits if f.extra.get("staged")),
             "high_watermarks": [str(min(f.high_watermark for f in captured.splits)),
                                 str(max(f.high_watermark for f in captured.splits))],
-            "schema_drift": pending_drift(state, table_id, captured),
+            "schema_drift": pending_drift(drift, table_id, captured),
         }
     status: dict[str, Any] = {"state": location, "generation": generation.number, "created": generation.created,
                               "tables": tables, "latest_run": _latest_run(state), "stream": state.read_progress("stream.json"),

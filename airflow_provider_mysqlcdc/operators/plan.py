@@ -28,7 +28,7 @@ from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
 from airflow_provider_mysqlcdc.operators.snapshot import run_folder
 from airflow_provider_mysqlcdc.state.changes import ResnapshotRequest, TablePlan, decide_action, parse_offset, \
     splits_overlapping
-from airflow_provider_mysqlcdc.state.drift import pending_drift
+from airflow_provider_mysqlcdc.state.drift import pending_drift, read_drift
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 
 #: Rows per split (one atomic replace in the sink) and per chunk (one spark-submit). A spark-submit
@@ -101,7 +101,8 @@ class MySqlCdcPlanOperator(BaseOperator):
         self._refuse_overlapping_runs(context)
         table_ids = parse_tables(self.tables, allow_empty=True)
         settings = self._settings()
-        registry = PipelineState(self.state).latest()
+        state = PipelineState(self.state)
+        registry = state.latest()
         exact = table_ids is not None
         if table_ids is None and self.unset_covers_captured_except is not None:
             others = set(parse_tables(list(self.unset_covers_captured_except), allow_empty=True) or [])
@@ -121,7 +122,8 @@ class MySqlCdcPlanOperator(BaseOperator):
                 check_offset_available(conn, stream_from)
                 if stream_from > head:
                     raise ConfigurationError(f"Start offset {stream_from} is beyond the server's binlog head {head}.")
-            plans = [self._plan_table(conn, source, report, registry.tables.get(t), t, settings, stream_from)
+            drift = read_drift(state)
+            plans = [self._plan_table(conn, source, report, registry.tables.get(t), t, settings, stream_from, drift)
                      for t in table_ids]
         finally:
             conn.close()
@@ -132,7 +134,7 @@ class MySqlCdcPlanOperator(BaseOperator):
                           f" from {plan.stream_from}" if plan.action == "stream-only" else " (already captured)")
         self.log.info("planned %d chunk(s) for %d table(s); binlog head at planning: %s", len(chunks), len(plans), head)
         context["ti"].xcom_push(key="tables", value={"exact": exact, "plans": [p.to_dict() for p in plans]})
-        PipelineState(self.state).write_progress(
+        state.write_progress(
             f"{run_folder(context['run_id'])}/plan-{self.task_id}.json",
             {"chunks": len(chunks), "planned_at": time.time(), "tables": {str(p.table_id): p.action for p in plans},
              "chunk_tables": [c["table"] for c in chunks]})
@@ -166,13 +168,13 @@ class MySqlCdcPlanOperator(BaseOperator):
                 "resnapshot": ResnapshotRequest.parse_all(native(self.resnapshot))}
 
     def _plan_table(self, conn: Any, source: Any, report: Any, registered: Any, table_id: TableId,
-                    settings: dict[str, Any], stream_from: Any) -> TablePlan:
-        drift = pending_drift(PipelineState(self.state), table_id, registered)
-        if drift:
+                    settings: dict[str, Any], stream_from: Any, drift: dict[str, Any]) -> TablePlan:
+        pending = pending_drift(drift, table_id, registered)
+        if pending:
             self.log.warning("%s: re-snapshotting the whole table: the stream saw its schema drift at %s (%s)",
-                             table_id, BinlogOffset.from_dict(drift["offset"]), drift["reason"])
+                             table_id, BinlogOffset.from_dict(pending["offset"]), pending["reason"])
         action, request = decide_action(table_id, registered, settings["resnapshot"], settings["startup_mode"],
-                                        drifted=drift is not None)
+                                        drifted=pending is not None)
         chunk_key = registered.chunk_key if action in ("keep", "resnapshot-splits") else report.chunk_keys[table_id]
         plan = TablePlan(table_id, chunk_key, action)
         if action == "stream-only":

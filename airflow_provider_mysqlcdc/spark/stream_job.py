@@ -178,11 +178,11 @@ class BatchApplier:
                 self.sink.truncate(table_id, app_id=self.job.app_id, batch_id=version)
             return True
         # the columns before: this stream's schema, or (first time it meets the table) the sink's
-        before = {t: {c.name for c in self.writers[t].schema.columns} if t in self.writers else
+        before = {t: set(self.writers[t].schema.column_names) if t in self.writers else
                   set(self.sink.column_names(t)) - set(METADATA_COLUMNS) for t in affected}
         self._load_writers({table_id: self._chunk_key(table_id) for table_id in affected})
         for table_id in affected:
-            vanished = before[table_id] - {c.name for c in self.writers[table_id].schema.columns}
+            vanished = before[table_id] - set(self.writers[table_id].schema.column_names)
             if vanished:
                 self._drifted(table_id, event.offset, f"column(s) {', '.join(sorted(vanished))} dropped or renamed by "
                                                       f"{event.statement[:300]!r}")
@@ -190,16 +190,15 @@ class BatchApplier:
 
     def _note_unknown_columns(self, records: list[ChangeRecord], writers: dict[TableId, SinkWriter]) -> None:
         """Changes written before a DDL the loaded schema already reflects carry names it lacks."""
-        names = {t: {c.name for c in w.schema.columns} for t, w in writers.items()}
+        names = {t: set(w.schema.column_names) for t, w in writers.items()}
         for record in records:
             image = record.after if record.after is not None else record.before
             if image.keys() <= names[record.table_id]:  # the hot path: a subset test allocates nothing
                 continue
             unknown = image.keys() - names[record.table_id]
-            if unknown:
-                self._drifted(record.table_id, record.offset, f"changes carry column(s) {', '.join(sorted(unknown))} "
-                                                              "the table no longer has")
-                names[record.table_id] |= unknown  # once per table and batch
+            self._drifted(record.table_id, record.offset, f"changes carry column(s) {', '.join(sorted(unknown))} "
+                                                          "the table no longer has")
+            names[record.table_id] |= unknown  # once per table and batch
 
     def _drifted(self, table_id: TableId, offset: Any, reason: str) -> None:
         log.warning("schema drift in %s at %s: %s; the sink cannot follow this exactly by itself, so the next DAG "
@@ -274,8 +273,9 @@ class ProgressListener(StreamingQueryListener):
 
 
 def run_stream_job(spark: Any, source: SourceConfig, job: StreamJob, source_file: str) -> dict[str, Any]:
+    state = PipelineState(job.state)
     spark.dataSource.register(BinlogDataSource)
-    spark.streams.addListener(ProgressListener(PipelineState(job.state)))
+    spark.streams.addListener(ProgressListener(state))
     applier = BatchApplier(source, job)
     stream = (spark.readStream.format(SOURCE_NAME)
               .option("state", job.state).option("source_file", source_file)
@@ -289,9 +289,9 @@ def run_stream_job(spark: Any, source: SourceConfig, job: StreamJob, source_file
     query = writer.start()
     query.awaitTermination()
     progress = query.lastProgress or {}
-    record_processed_offset(PipelineState(job.state), progress)  # the listener may not have run for the last one
+    record_processed_offset(state, progress)  # the listener may not have run for the last one
     # the query ended without error: its last batch is committed too
-    release_applied_staged_files(PipelineState(job.state), progress_offset(progress, "endOffset"))
+    release_applied_staged_files(state, progress_offset(progress, "endOffset"))
     return {"mode": job.mode, "changes_applied": applier.rows_applied, "app_id": job.app_id,
             "streaming_seconds": round(time.monotonic() - started, 3),
             "last_batch": progress.get("batchId"), "end_offset": (progress.get("sources") or [{}])[0].get("endOffset")}

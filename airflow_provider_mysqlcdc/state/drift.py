@@ -23,7 +23,7 @@ DRIFT = "schema-drift.json"
 
 def record_drift(state: PipelineState, table_id: TableId, offset: BinlogOffset, reason: str) -> None:
     """Note that ``table_id`` drifted at ``offset`` (the latest drift of a table is kept)."""
-    drift = state.read_progress(DRIFT) or {}
+    drift = read_drift(state)
     known = drift.get(str(table_id))
     if known and BinlogOffset.from_dict(known["offset"]) >= offset:
         return
@@ -31,9 +31,15 @@ def record_drift(state: PipelineState, table_id: TableId, offset: BinlogOffset, 
     state.write_progress(DRIFT, drift)
 
 
-def pending_drift(state: PipelineState, table_id: TableId, captured: CapturedTable | None) -> dict[str, Any] | None:
+def read_drift(state: PipelineState) -> dict[str, dict[str, Any]]:
+    """Every table's latest drift, by table name (read once, then ask ``pending_drift`` per table)."""
+    return state.read_progress(DRIFT) or {}
+
+
+def pending_drift(drift: dict[str, dict[str, Any]], table_id: TableId,
+                  captured: CapturedTable | None) -> dict[str, Any] | None:
     """The table's drift when some of its splits were read before it, i.e. a re-snapshot is due."""
-    entry = (state.read_progress(DRIFT) or {}).get(str(table_id))
+    entry = drift.get(str(table_id))
     if entry is None or captured is None or not captured.splits:
         return None
     at = BinlogOffset.from_dict(entry["offset"])

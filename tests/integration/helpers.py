@@ -54,6 +54,7 @@ class SecretWatch:
         self.secret = secret.encode()
         self.interval_s = interval_s
         self.found: list[str] = []
+        self._reported: set[str] = set()  # pids, each reported once
         self.samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -71,17 +72,17 @@ class SecretWatch:
         while not self._stop.wait(self.interval_s):
             self.samples += 1
             for proc in Path("/proc").iterdir():
-                if not proc.name.isdigit():
+                if not proc.name.isdigit() or proc.name in self._reported:
                     continue
-                if any(f" {proc.name}:" in f for f in self.found):
-                    continue  # reported once per process
                 try:
                     argv = (proc / "cmdline").read_bytes()
                     if self.secret in argv:
                         self.found.append(f"argv of process {proc.name}: {argv[:200]!r}")
+                        self._reported.add(proc.name)
                     if b"org.apache.spark" in argv or b"pyspark" in argv:
                         if self.secret in (proc / "environ").read_bytes():
                             self.found.append(f"environment of Spark process {proc.name}: {argv[:200]!r}")
+                            self._reported.add(proc.name)
                 except OSError:  # the process ended meanwhile
                     continue
 

@@ -94,18 +94,18 @@ def test_actions_offsets_and_requests_are_checked():
 
 
 def test_schema_drift_resnapshots_a_table_read_before_it_and_only_then(tmp_path):
-    from airflow_provider_mysqlcdc.state.drift import pending_drift, record_drift
+    from airflow_provider_mysqlcdc.state.drift import pending_drift, read_drift, record_drift
 
     state = PipelineState(str(tmp_path / "state"))
     captured = captured_tables([finish(s, 100 + s.index) for s in splits(T, [10])])[T]
-    assert pending_drift(state, T, captured) is None
+    assert pending_drift(read_drift(state), T, captured) is None
     record_drift(state, T, BinlogOffset("binlog.000001", 500), "column(s) note dropped or renamed")
     record_drift(state, T, BinlogOffset("binlog.000001", 400), "an earlier one")  # the latest drift is kept
-    assert pending_drift(state, T, captured)["reason"] == "column(s) note dropped or renamed"
-    assert pending_drift(state, U, captured) is None
+    assert pending_drift(read_drift(state), T, captured)["reason"] == "column(s) note dropped or renamed"
+    assert pending_drift(read_drift(state), U, captured) is None
     assert decide_action(T, captured, [], "initial", drifted=True) == ("resnapshot", None)
     assert decide_action(T, captured, [], "initial") == ("keep", None)
     assert decide_action(U, None, [], "initial", drifted=True) == ("snapshot", None)
     # re-snapshotted after the drift (every split read past it): nothing is due any more
     again = captured_tables([finish(s, 600 + s.index) for s in splits(T, [10])])[T]
-    assert pending_drift(state, T, again) is None
+    assert pending_drift(read_drift(state), T, again) is None
