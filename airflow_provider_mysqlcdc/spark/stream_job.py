@@ -22,7 +22,7 @@ from typing import Any
 
 from pyspark.sql.streaming import StreamingQueryListener
 
-from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, SchemaChangeEvent
+from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, SchemaChangeEvent, TableEventKind
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
@@ -173,8 +173,9 @@ class BatchApplier:
         captured = set(self.writers) | set(self.state.latest().tables)
         affected = [t for t in event.table_ids if t in captured]
         log.warning("schema change at %s affects %s: %s", event.offset, affected or "no captured table", event.statement)
-        if affected and event.statement.lstrip().upper().startswith("TRUNCATE"):
-            for table_id in affected:
+        truncated = [t for t in affected if any(c.kind is TableEventKind.TRUNCATED for c in event.changes_of(t))]
+        if truncated:
+            for table_id in truncated:
                 self.sink.truncate(table_id, app_id=self.job.app_id, batch_id=version)
             return True
         # the columns before: this stream's schema, or (first time it meets the table) the sink's

@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from airflow_provider_mysqlcdc.cdc.binlog.reader import BinlogReader, TransactionCommitted
-from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, Operation, SchemaChangeEvent
+from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, Operation, SchemaChangeEvent, TableEventKind
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 
@@ -129,3 +129,55 @@ def test_one_big_transaction_decoded_in_pieces_gives_the_same_records(mysql_serv
     pieces = [item for r in ranges for item in read(start=r.read_from, end=r.end, decode_after=r.decode_after)]
     assert len(pieces) == len(whole) > 25000
     assert sorted(pieces, key=lambda i: (i.offset.sort_key, getattr(i, "row", 0), getattr(i, "part", 0))) == whole
+
+
+def test_table_ddl_as_the_server_logs_it_is_reported_per_captured_table(mysql_server, cdc_user, database):
+    """Every table-level DDL form, run on the server and read back from its binlog (the server
+    rewrites some: DROP TABLE gains a comment, for one)."""
+    conn = mysql_server.connect(database)
+    names = ["t", "t2", "u", "v", "w", "p", "x"]
+    with conn.cursor() as cur:
+        for name in ["t", "u", "v", "w", "x"]:
+            cur.execute(f"CREATE TABLE `{name}` (id INT PRIMARY KEY, v INT)")
+        cur.execute("CREATE TABLE p (id INT PRIMARY KEY, v INT) PARTITION BY RANGE (id) "
+                    "(PARTITION p0 VALUES LESS THAN (10), PARTITION p1 VALUES LESS THAN (20), "
+                    "PARTITION p2 VALUES LESS THAN MAXVALUE)")
+    K = TableEventKind
+    t, t2, u, v, w, p, x = (TableId(database, n) for n in names)
+    cases = [
+        ("TRUNCATE t", [(K.TRUNCATED, t)]),
+        (f"TRUNCATE TABLE `{database}`.`t`", [(K.TRUNCATED, t)]),
+        ("/* nightly */ TRUNCATE /* all */ TABLE t -- done", [(K.TRUNCATED, t)]),
+        ("ALTER TABLE t ADD COLUMN c INT DEFAULT 7", [(K.ALTERED, t)]),
+        ("RENAME TABLE t TO t2, u TO t", [(K.RENAMED, t), (K.REPLACED, t2), (K.RENAMED, u), (K.REPLACED, t)]),
+        ("ALTER TABLE t2 RENAME TO u", [(K.RENAMED, t2), (K.REPLACED, u)]),
+        ("DROP TABLE v, w", [(K.DROPPED, v), (K.DROPPED, w)]),
+        ("CREATE TABLE v (id INT PRIMARY KEY)", [(K.CREATED, v)]),
+        ("CREATE OR REPLACE TABLE v (id INT PRIMARY KEY, z INT)", [(K.REPLACED, v)]),
+        ("ALTER TABLE p TRUNCATE PARTITION p0", [(K.ROWS_CHANGED, p)]),
+        ("ALTER TABLE p DROP PARTITION p1", [(K.ROWS_CHANGED, p)]),
+        ("ALTER TABLE p EXCHANGE PARTITION p0 WITH TABLE x", [(K.ROWS_CHANGED, p), (K.ROWS_CHANGED, x)]),
+        ("CREATE TABLE other_db_free (id INT PRIMARY KEY)", []),  # not captured: not reported
+    ]
+    start = current_offset(conn)
+    with conn.cursor() as cur:
+        for statement, _ in cases:
+            cur.execute(statement)
+    end = current_offset(conn)
+    captured = [TableId(database, n) for n in names]
+    reader = BinlogReader(cdc_user, start=start, end=end, tables=captured, key_columns={})
+    events = [i for i in reader if isinstance(i, SchemaChangeEvent)]
+    assert [[(c.kind, c.table) for c in e.changes] for e in events] == [want for _, want in cases if want]
+
+
+def test_drop_database_drops_every_captured_table_of_it(mysql_server, cdc_user, database):
+    table, conn = _table(mysql_server, database)
+    start = current_offset(conn)
+    with conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE `{database}`")
+        cur.execute(f"CREATE DATABASE `{database}`")  # the fixture drops it again
+    reader = BinlogReader(cdc_user, start=start, end=current_offset(conn),
+                          tables=[table, TableId(database, "never_created"), TableId("elsewhere", "t")], key_columns={})
+    events = [i for i in reader if isinstance(i, SchemaChangeEvent)]
+    assert [[(c.kind, c.table) for c in e.changes] for e in events] == [
+        [(TableEventKind.DROPPED, TableId(database, "never_created")), (TableEventKind.DROPPED, table)]]

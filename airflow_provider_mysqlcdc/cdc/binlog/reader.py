@@ -6,7 +6,8 @@ events (``follow=True``). It yields, in binlog order:
 
 - ``ChangeRecord`` for each row of the captured tables (an update that changes the row key becomes
   a delete plus a create, as Debezium does);
-- ``SchemaChangeEvent`` for each DDL statement (never silently dropped);
+- ``SchemaChangeEvent`` for each DDL statement that touches a captured table, with what it does to
+  each (binlog/ddl.py parses it; never silently dropped);
 - ``TransactionCommitted`` after each committed transaction, whose offset is a safe resume point.
 
 Traps handled here (see the reference page): ``resume_stream=True`` so the start position is used,
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import random
-import re
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -29,9 +29,11 @@ from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, Ro
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from airflow_provider_mysqlcdc.cdc.binlog import library_fixes  # noqa: F401  (patches decoders on import)
+from airflow_provider_mysqlcdc.cdc.binlog.ddl import parse_ddl
 from airflow_provider_mysqlcdc.cdc.binlog.table_map import column_from_table_map
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
-from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, Operation, SchemaChangeEvent
+from airflow_provider_mysqlcdc.cdc.model.records import (ChangeRecord, Operation, SchemaChangeEvent, TableChange,
+                                                         TableEventKind)
 from airflow_provider_mysqlcdc.cdc.records.values import ValueNormalizer
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
@@ -43,11 +45,6 @@ log = logging.getLogger(__name__)
 #: because the server drops an older replica connection that registers with the same id.
 DEFAULT_SERVER_ID_RANGE = (5400, 6399)
 
-_DDL = re.compile(r"^\s*(/\*.*?\*/\s*)*(ALTER|CREATE|DROP|RENAME|TRUNCATE)\b", re.IGNORECASE | re.DOTALL)
-_TABLE_NAMES = re.compile(
-    r"\b(?:TABLE|TABLES|INTO|TO)\s+(?:IF\s+(?:NOT\s+)?EXISTS\s+)?((?:`(?:[^`]|``)+`|[\w$]+)(?:\s*\.\s*(?:`(?:[^`]|``)+`|[\w$]+))?)",
-    re.IGNORECASE,
-)
 
 
 @dataclass(frozen=True)
@@ -176,15 +173,22 @@ class BinlogReader:
             self.committed = offset
             yield TransactionCommitted(offset, self._gtid)
             return
-        if not _DDL.match(statement):
-            return
         database = event.schema.decode() if isinstance(event.schema, bytes) else str(event.schema or "")
-        table_ids = tuple(TableId.parse(name, database) for name in _TABLE_NAMES.findall(statement) if database or "." in name)
-        if self.tables is not None and table_ids and not (set(table_ids) & self.tables):
-            self.committed = offset
+        ddl = parse_ddl(statement, database)
+        changes: tuple[TableChange, ...] = ()
+        if ddl is not None:
+            changes = ddl.changes
+            if ddl.dropped_database is not None and self.tables is not None:
+                changes += tuple(TableChange(TableEventKind.DROPPED, t) for t in sorted(self.tables)
+                                 if t.database == ddl.dropped_database)
+            if self.tables is not None:
+                changes = tuple(c for c in changes if c.table in self.tables)
+        if not changes:
+            if ddl is not None:
+                self.committed = offset  # DDL of other tables commits too
             return
         log.warning("DDL at %s: %s", offset, statement)
-        yield SchemaChangeEvent(database, statement, offset, table_ids, int(event.timestamp) * 1000)
+        yield SchemaChangeEvent(database, statement, offset, changes, int(event.timestamp) * 1000)
         # DDL commits implicitly: the offset after it is a safe resume point.
         self.committed = offset
         yield TransactionCommitted(offset, self._gtid)

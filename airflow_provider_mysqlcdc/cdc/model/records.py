@@ -75,12 +75,42 @@ class ChangeRecord:
         }
 
 
+class TableEventKind(str, enum.Enum):
+    TRUNCATED = "truncated"  # every row removed, without row events
+    DROPPED = "dropped"
+    RENAMED = "renamed"  # the table now lives under ``TableChange.other``
+    REPLACED = "replaced"  # another table now holds this name (CREATE OR REPLACE, RENAME x TO this)
+    CREATED = "created"  # CREATE TABLE (a no-op with IF NOT EXISTS when the table already existed)
+    ROWS_CHANGED = "rows-changed"  # rows removed or swapped without row events (partitions, tablespaces)
+    ALTERED = "altered"  # columns, keys or options changed
+
+    @property
+    def ends_table(self) -> bool:
+        """After this event the name no longer holds the table whose rows the sink has."""
+        return self in (TableEventKind.DROPPED, TableEventKind.RENAMED, TableEventKind.REPLACED)
+
+
+@dataclass(frozen=True)
+class TableChange:
+    kind: TableEventKind
+    table: TableId
+    other: TableId | None = None  # the new name of a rename; the other table of a partition exchange
+
+
 @dataclass(frozen=True)
 class SchemaChangeEvent:
-    """A DDL statement seen in the binlog. Never dropped: the reader hands it to the caller."""
+    """A DDL statement seen in the binlog, with what it does to each table (binlog/ddl.py).
+    Never dropped: the reader hands it to the caller."""
 
     database: str
     statement: str
     offset: BinlogOffset
-    table_ids: tuple[TableId, ...] = field(default_factory=tuple)
+    changes: tuple[TableChange, ...] = field(default_factory=tuple)
     timestamp_ms: int = 0
+
+    @property
+    def table_ids(self) -> tuple[TableId, ...]:
+        return tuple(dict.fromkeys(c.table for c in self.changes))
+
+    def changes_of(self, table_id: TableId) -> list[TableChange]:
+        return [c for c in self.changes if c.table == table_id]
