@@ -36,7 +36,7 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
-from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, Operation
+from airflow_provider_mysqlcdc.cdc.model.records import Operation, TableTruncated, WindowChange
 from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableSchema
 
 METADATA_COLUMNS = ("_cdc_op", "_cdc_binlog_file", "_cdc_binlog_pos", "_cdc_version", "_cdc_event_ts", "_cdc_chunk")
@@ -182,10 +182,14 @@ def drop_keys(data: pa.Table, schema: TableSchema, keys: set[tuple[Any, ...]]) -
     return data.filter(mask)
 
 
-def merge_changes_into_table(schema: TableSchema, data: pa.Table, changes: Sequence[ChangeRecord]) -> pa.Table:
-    """Columnar window merge (changes in binlog order): rows whose key changed take their last image, or go."""
+def merge_changes_into_table(schema: TableSchema, data: pa.Table, changes: Sequence[WindowChange]) -> pa.Table:
+    """Columnar window merge (changes in binlog order): rows whose key changed take their last image, or go;
+    a ``TableTruncated`` removes every row before it (the rows are one split's)."""
     final: dict[tuple, dict | None] = {}
     for record in changes:
+        if isinstance(record, TableTruncated):
+            data, final = data.slice(0, 0), {}
+            continue
         final[schema.key_of(record.image)] = None if record.op is Operation.DELETE else record.after
     if not final:
         return data

@@ -98,6 +98,19 @@ class TableChange:
 
 
 @dataclass(frozen=True)
+class TableTruncated:
+    """Every row of ``table_id`` removed at ``offset``: a ``TRUNCATE`` writes no row events, so a
+    window replay (a split's, or an activation's) carries it in binlog order among the row changes."""
+
+    table_id: TableId
+    offset: BinlogOffset
+
+
+#: what a window replay applies over a split's rows, in binlog order
+WindowChange = ChangeRecord | TableTruncated
+
+
+@dataclass(frozen=True)
 class SchemaChangeEvent:
     """A DDL statement seen in the binlog, with what it does to each table (binlog/ddl.py).
     Never dropped: the reader hands it to the caller."""

@@ -2,8 +2,10 @@
 
 1. low watermark ``LW``; 2. ``SELECT`` the split's key range in a consistent-read transaction;
 3. high watermark ``HW``; 4. if ``HW > LW``, read the binlog ``(LW, HW]``, keep the changes of this
-table whose key lies in the split, and apply them over the selected rows in binlog order.
-The result is the split's exact content as of ``HW``.
+table whose key lies in the split, and apply them over the selected rows in binlog order (a
+``TRUNCATE`` of the table empties the rows there). The result is the split's exact content as of
+``HW``. A DDL in the window that removes rows without row events, or puts another table under the
+name, makes the read unusable: it fails, and the retry reads the split again.
 
 The low watermark must not be later than the snapshot: a transaction already in the binlog but
 not yet visible to the SELECT would otherwise be missed by both. On MariaDB,
@@ -26,8 +28,10 @@ import pymysql
 import pymysql.cursors
 
 from airflow_provider_mysqlcdc.cdc.binlog.reader import BinlogReader, pick_server_id
+from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
-from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord
+from airflow_provider_mysqlcdc.cdc.model.records import (ChangeRecord, SchemaChangeEvent, TableEventKind, TableTruncated,
+                                                         WindowChange)
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit, key_range_sql
 from airflow_provider_mysqlcdc.cdc.records.apply import KeyedRows
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
@@ -160,7 +164,7 @@ class SplitReader:
         status = {name.lower(): value for name, value in cur.fetchall()}
         return BinlogOffset(status["binlog_snapshot_file"], int(status["binlog_snapshot_position"]))
 
-    def window_changes(self, split: SnapshotSplit, low: BinlogOffset, high: BinlogOffset) -> Iterator[ChangeRecord]:
+    def window_changes(self, split: SnapshotSplit, low: BinlogOffset, high: BinlogOffset) -> Iterator[WindowChange]:
         """The changes of this split's key range between the watermarks, in binlog order."""
         checker = SplitRangeChecker(split, self.ordering(split.chunk_key))
         server_id = pick_server_id(self.server_id_range) if self.server_id_range else None
@@ -172,7 +176,23 @@ class SplitReader:
                 if len(batch) >= 500:
                     yield from _in_range(batch, checker)
                     batch = []
+            elif isinstance(item, SchemaChangeEvent):
+                yield from _in_range(batch, checker)
+                batch = []
+                yield from _window_ddl(item, split, low, high)
         yield from _in_range(batch, checker)
+
+
+def _window_ddl(event: SchemaChangeEvent, split: SnapshotSplit, low: BinlogOffset,
+                high: BinlogOffset) -> Iterator[TableTruncated]:
+    for change in event.changes_of(split.table_id):
+        if change.kind is TableEventKind.TRUNCATED:
+            yield TableTruncated(change.table, event.offset)
+        elif change.kind.ends_table or change.kind is TableEventKind.ROWS_CHANGED:
+            raise SchemaChangedError(
+                f"{split.table_id} was {change.kind.value} at {event.offset} ({event.statement[:200]!r}) while split "
+                f"{split.split_id} was read between {low} and {high}, so its rows cannot be brought to the high "
+                "watermark. Retry the chunk: a new read starts after that statement.")
 
 
 def _in_range(batch: list[ChangeRecord], checker: SplitRangeChecker) -> Iterator[ChangeRecord]:

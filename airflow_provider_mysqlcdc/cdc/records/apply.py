@@ -1,7 +1,8 @@
 """Applying change records, in binlog order, to the rows of one table keyed by row key.
 
 This is the upsert the split reader does over its SELECT result, and the reference a sink must
-match: create/update/read replace the row with the after image, delete removes it.
+match: create/update/read replace the row with the after image, delete removes it, and a
+``TableTruncated`` removes every row (the rows held are one split's, so all of them go).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, Operation
+from airflow_provider_mysqlcdc.cdc.model.records import Operation, TableTruncated, WindowChange
 
 
 class KeyedRows:
@@ -25,8 +26,10 @@ class KeyedRows:
     def put(self, row: dict[str, Any]) -> None:
         self.rows[self.key_of(row)] = row
 
-    def apply(self, record: ChangeRecord) -> None:
-        if record.op is Operation.DELETE:
+    def apply(self, record: WindowChange) -> None:
+        if isinstance(record, TableTruncated):
+            self.rows.clear()
+        elif record.op is Operation.DELETE:
             assert record.before is not None
             self.rows.pop(self.key_of(record.before), None)
         else:
@@ -38,7 +41,7 @@ class KeyedRows:
                     self.rows.pop(old_key, None)
             self.put(record.after)
 
-    def apply_all(self, records: Iterable[ChangeRecord]) -> int:
+    def apply_all(self, records: Iterable[WindowChange]) -> int:
         count = 0
         for record in records:
             self.apply(record)
