@@ -2,7 +2,9 @@
 
     python -m airflow_provider_mysqlcdc.status STATE_LOCATION      (bin/status does the same)
 
-Prints the captured tables (registry generation, splits, rows, how each was captured), the chunks
+Prints the captured tables (registry generation, splits, rows, how each was captured, and what
+happened to them that the sink cannot follow by itself: dropped, renamed, replaced, rows changed
+without row events, columns dropped or renamed), the chunks
 done per table in the latest DAG run, and the stream: its last micro-batch, the last change it
 applied, the binlog position it committed and how far that is behind the server's binlog head. The server is asked only when a
 source is configured in the environment (``MYSQLCDC_SOURCE_*`` or ``MYSQLCDC_SOURCE_FILE``); the
@@ -19,7 +21,7 @@ from typing import Any
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
-from airflow_provider_mysqlcdc.state.drift import pending_drift, read_drift
+from airflow_provider_mysqlcdc.state.drift import frozen_since, pending_drift, read_drift
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 
 
@@ -37,7 +39,9 @@ def pipeline_status(location: str, source: SourceConfig | None = None) -> dict[s
             "staged_splits": sum(1 for f in captured.splits if f.extra.get("staged")),
             "high_watermarks": [str(min(f.high_watermark for f in captured.splits)),
                                 str(max(f.high_watermark for f in captured.splits))],
-            "schema_drift": pending_drift(drift, table_id, captured),
+            "drift": [{"kind": e.kind.value, "offset": str(e.offset), "reason": e.reason}
+                      for e in pending_drift(drift, table_id, captured)],
+            "frozen_since": str(since) if (since := frozen_since(drift, table_id, captured)) else None,
         }
     status: dict[str, Any] = {"state": location, "generation": generation.number, "created": generation.created,
                               "tables": tables, "latest_run": _latest_run(state), "stream": state.read_progress("stream.json"),
@@ -96,10 +100,13 @@ def print_status(location: str, source: SourceConfig | None = None) -> None:
         staged = f", {table['staged_splits']} staged" if table["staged_splits"] else ""
         print(f"  {name:<32} {table['how']}: {table['splits']} split(s){staged}, {table['rows_at_snapshot']} rows at "
               f"snapshot, high watermarks {table['high_watermarks'][0]} .. {table['high_watermarks'][1]}")
-        if table["schema_drift"]:
-            drift = table["schema_drift"]
-            print(f"  {'':<32} schema drift at {BinlogOffset.from_dict(drift['offset'])} ({drift['reason']}): the next "
-                  "DAG run re-snapshots it")
+        for event in table["drift"]:
+            print(f"  {'':<32} {event['kind']} at {event['offset']}: {event['reason']}")
+        if table["frozen_since"]:
+            print(f"  {'':<32} the sink holds the table as of {table['frozen_since']}; none of its later changes are "
+                  "applied until it is re-snapshotted (the next DAG run does, if the table exists on the source)")
+        elif table["drift"]:
+            print(f"  {'':<32} the next DAG run re-snapshots it")
     run = status["latest_run"]
     if run:
         print(f"latest DAG run {run['run']} (planned {run['planned_at']}):")

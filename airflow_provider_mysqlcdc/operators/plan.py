@@ -18,18 +18,18 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
-from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId, table_exists
 from airflow_provider_mysqlcdc.cdc.source.server import check_offset_available, current_offset
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
 from airflow_provider_mysqlcdc.operators.snapshot import run_folder
 from airflow_provider_mysqlcdc.state.changes import ResnapshotRequest, TablePlan, decide_action, parse_offset, \
     splits_overlapping
-from airflow_provider_mysqlcdc.state.drift import pending_drift, read_drift
+from airflow_provider_mysqlcdc.state.drift import Drift, pending_drift, read_drift
 from airflow_provider_mysqlcdc.state.registry import PipelineState
+from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
 
 #: Rows per split (one atomic replace in the sink) and per chunk (one spark-submit). A spark-submit
 #: costs 15-20 s before any work here and a chunk reads ~190k rows/s, so 2M rows per chunk keeps
@@ -112,7 +112,12 @@ class MySqlCdcPlanOperator(BaseOperator):
             context["ti"].xcom_push(key="tables", value={"exact": False, "plans": []})
             return []
         source = MySqlCdcHook(self.mysqlcdc_conn_id).source_config()
-        report = run_preflight(source, table_ids, settings["chunk_keys"])
+        drift = read_drift(state)
+        gone = self._gone_tables(source, table_ids, registry, drift)
+        report = run_preflight(source, [t for t in table_ids if t not in gone], settings["chunk_keys"])
+        known = KnownSchemas(state)
+        for schema in report.schemas.values():
+            known.remember(schema)  # the stream describes a table that later leaves the server by it
         conn = source.connect()
         try:
             head = current_offset(conn, report.server)
@@ -122,8 +127,8 @@ class MySqlCdcPlanOperator(BaseOperator):
                 check_offset_available(conn, stream_from)
                 if stream_from > head:
                     raise ConfigurationError(f"Start offset {stream_from} is beyond the server's binlog head {head}.")
-            drift = read_drift(state)
-            plans = [self._plan_table(conn, source, report, registry.tables.get(t), t, settings, stream_from, drift)
+            plans = [TablePlan(t, registry.tables[t].chunk_key, "keep") if t in gone else
+                     self._plan_table(conn, source, report, registry.tables.get(t), t, settings, stream_from, drift)
                      for t in table_ids]
         finally:
             conn.close()
@@ -167,14 +172,34 @@ class MySqlCdcPlanOperator(BaseOperator):
                 "start_offset": parse_offset(offset) if offset is not None else None,
                 "resnapshot": ResnapshotRequest.parse_all(native(self.resnapshot))}
 
+    def _gone_tables(self, source: Any, table_ids: list[TableId], registry: Any, drift: Drift) -> set[TableId]:
+        """Captured tables the stream saw dropped or renamed away and that are not back on the server:
+        their sink keeps its last state, and they are kept as they are instead of failing preflight."""
+        candidates = [t for t in table_ids if any(e.kind.ends_table for e in
+                                                  pending_drift(drift, t, registry.tables.get(t)))]
+        if not candidates:
+            return set()
+        conn = source.connect()
+        try:
+            gone = {t for t in candidates if not table_exists(conn, t)}
+        finally:
+            conn.close()
+        for table_id in sorted(gone):
+            event = [e for e in pending_drift(drift, table_id, registry.tables[table_id]) if e.kind.ends_table][-1]
+            self.log.warning("%s is no longer on the source: %s at %s. Its sink table keeps its state as of then and is "
+                             "not captured from the binlog until a table of that name exists again (the next run then "
+                             "re-snapshots it); leave it out of the DAG's tables to stop capturing it.",
+                             table_id, event.reason, event.offset)
+        return gone
+
     def _plan_table(self, conn: Any, source: Any, report: Any, registered: Any, table_id: TableId,
-                    settings: dict[str, Any], stream_from: Any, drift: dict[str, Any]) -> TablePlan:
+                    settings: dict[str, Any], stream_from: Any, drift: Drift) -> TablePlan:
         pending = pending_drift(drift, table_id, registered)
-        if pending:
-            self.log.warning("%s: re-snapshotting the whole table: the stream saw its schema drift at %s (%s)",
-                             table_id, BinlogOffset.from_dict(pending["offset"]), pending["reason"])
+        for event in pending:
+            self.log.warning("%s: re-snapshotting the whole table: the stream saw it %s at %s (%s)",
+                             table_id, event.kind.value, event.offset, event.reason)
         action, request = decide_action(table_id, registered, settings["resnapshot"], settings["startup_mode"],
-                                        drifted=pending is not None)
+                                        drifted=bool(pending))
         chunk_key = registered.chunk_key if action in ("keep", "resnapshot-splits") else report.chunk_keys[table_id]
         plan = TablePlan(table_id, chunk_key, action)
         if action == "stream-only":

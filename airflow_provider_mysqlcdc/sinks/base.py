@@ -37,8 +37,9 @@ class Sink(ABC):
         """Apply last-change-per-key rows once per ``(app_id, batch_id)``; False if already applied."""
 
     @abstractmethod
-    def truncate(self, table_id: TableId, *, app_id: str, batch_id: int) -> bool:
-        """Remove every row (the source table was truncated) once per ``(app_id, batch_id)``."""
+    def truncate_before(self, table_id: TableId, version: int, *, app_id: str, batch_id: int) -> bool:
+        """Remove every row with ``_cdc_version < version`` (the source table was truncated at that
+        offset; rows a split read after it stay) once per ``(app_id, batch_id)``."""
 
     @abstractmethod
     def append_changelog(self, table_id: TableId, changes: pa.Table, *, app_id: str, batch_id: int) -> bool:

@@ -1,6 +1,7 @@
 """The optional changelog: an append-only Delta table per source table, for users who want the
 change stream rather than the mirror. One row per change, in binlog order: operation, before and
-after images as JSON text, and the change's binlog coordinates. Appends are idempotent per
+after images as JSON text, and the change's binlog coordinates. A ``TRUNCATE`` is one row of
+operation ``t`` with no images. Appends are idempotent per
 ``(app_id, batch)`` like the mirror's merges.
 """
 
@@ -15,6 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord
 
 CHANGELOG_SUFFIX = "__changelog"
@@ -58,3 +60,11 @@ def changelog_table(records: Sequence[ChangeRecord]) -> pa.Table:
          "event_ts": dt.datetime.fromtimestamp(r.timestamp_ms / 1000, dt.timezone.utc)}
         for r in records
     ], schema=CHANGELOG_SCHEMA)
+
+
+def truncation_changelog(offset: BinlogOffset, timestamp_ms: int) -> pa.Table:
+    """The changelog row of a TRUNCATE at ``offset``."""
+    return pa.Table.from_pylist([{"op": "t", "before": None, "after": None, "binlog_file": offset.file,
+                                  "binlog_pos": offset.position, "row_in_event": 0, "part": 0, "version": offset.version,
+                                  "gtid": None, "event_ts": dt.datetime.fromtimestamp(timestamp_ms / 1000, dt.timezone.utc)}],
+                                schema=CHANGELOG_SCHEMA)

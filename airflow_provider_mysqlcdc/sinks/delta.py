@@ -121,18 +121,19 @@ class DeltaSink(Sink):
 
         return _retry_conflicts(merge, f"merge batch {batch_id} into {schema.table_id}")
 
-    def truncate(self, table_id: TableId, *, app_id: str, batch_id: int) -> bool:
-        """Delete every row (a TRUNCATE in the source) once per ``(app_id, batch_id)``."""
+    def truncate_before(self, table_id: TableId, version: int, *, app_id: str, batch_id: int) -> bool:
+        """Delete every row older than ``version`` (a TRUNCATE at that offset) once per ``(app_id, batch_id)``."""
         uri = self.table_uri(table_id)
 
-        def delete_all() -> bool:
+        def delete_older() -> bool:
             table = DeltaTable(uri, storage_options=self.storage_options)
             if _already_committed(table, app_id, batch_id):
                 return False
-            table.delete(commit_properties=CommitProperties(app_transactions=[Transaction(app_id, batch_id)]))
+            table.delete(f"_cdc_version < {int(version)}",
+                         commit_properties=CommitProperties(app_transactions=[Transaction(app_id, batch_id)]))
             return True
 
-        return _retry_conflicts(delete_all, f"truncate {table_id}")
+        return _retry_conflicts(delete_older, f"truncate {table_id} before version {version}")
 
     def append_changelog(self, table_id: TableId, changes: pa.Table, *, app_id: str, batch_id: int) -> bool:
         """Append change rows to ``<table>__changelog`` once per ``(app_id, batch_id)``."""

@@ -18,7 +18,14 @@ to ``start`` by the activation, those after by this and later batches (the filte
 
 Rows are runs of up to 1,000 records pickled together in ``payload`` (the only consumer is our
 Python ``foreachBatch``; pickling keeps every type exact and keeps Spark's per-row cost off the hot
-path). ``version`` (the first item's offset as an int64) and ``row``/``part`` order the runs.
+path). ``version`` (the first item's offset as an int64) and ``row``/``part`` order the runs; ``gen``
+is the registry generation the batch captures, under which the driver applies it (DDL included).
+
+Table DDL in an activation's re-read ``(h, start]`` counts too: for a table the chunk job wrote
+directly, its ``SchemaChangeEvent`` travels like in any batch (a ``TRUNCATE`` there removes exactly
+the rows older than it); for a staged split, a ``TRUNCATE`` of its table joins its ``changes``.
+Executors describe a table that has left the server (dropped, renamed) by its last remembered
+schema (state/schemas.py).
 
 Options: ``state`` (the pipeline's state location), ``source_file`` (path of the private
 credentials file; never the password itself, since options show up in query plans),
@@ -42,16 +49,18 @@ from airflow_provider_mysqlcdc.cdc.binlog.reader import BinlogReader, pick_serve
 from airflow_provider_mysqlcdc.cdc.binlog.split_filter import FinishedSplitFilter
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
-from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, SchemaChangeEvent
+from airflow_provider_mysqlcdc.cdc.model.records import (ChangeRecord, SchemaChangeEvent, TableEventKind, TableTruncated,
+                                                         WindowChange)
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema, load_table_schema
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 from airflow_provider_mysqlcdc.state.registry import Generation, PipelineState
+from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
 
 SOURCE_NAME = "mysqlcdc_binlog"
-SCHEMA = "version LONG, row INT, part INT, kind STRING, count INT, ts_ms LONG, payload BINARY"
+SCHEMA = "version LONG, row INT, part INT, kind STRING, count INT, ts_ms LONG, gen INT, payload BINARY"
 RUN_LENGTH = 1000
 
 
@@ -69,7 +78,7 @@ class StagedSplitReady:
 
     split: FinishedSplit
     as_of: BinlogOffset
-    changes: list[ChangeRecord]
+    changes: list[WindowChange]
 
 
 def offset_dict(offset: BinlogOffset, generation: int) -> dict[str, Any]:
@@ -167,9 +176,9 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if isinstance(partition, Activation):
             yield from self._read_activation(partition)
             return
-        source = self._source()
-        generation = self._state().load(partition.generation)
-        schemas, orderings = _schemas_and_orderings(source, generation, generation.tables)
+        source, state = self._source(), self._state()
+        generation = state.load(partition.generation)
+        schemas, orderings = _schemas_and_orderings(source, state, generation, generation.tables)
         split_filter = FinishedSplitFilter(generation.finished_splits, orderings)
         reader = BinlogReader.for_schemas(source, schemas, start=partition.read_from, end=partition.end,
                                           decode_after=partition.decode_after, server_id=partition.server_id)
@@ -179,13 +188,13 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if isinstance(item, ChangeRecord):
                     batch.append(item)
                     if len(batch) >= RUN_LENGTH:
-                        yield from _change_runs(batch, split_filter.filter(batch))
+                        yield from _change_runs(batch, split_filter.filter(batch), partition.generation)
                         batch = []
                 elif isinstance(item, SchemaChangeEvent):
-                    yield from _change_runs(batch, split_filter.filter(batch))
+                    yield from _change_runs(batch, split_filter.filter(batch), partition.generation)
                     batch = []
-                    yield _marker_row(item.offset.version, 0, "ddl", item.timestamp_ms, item)
-            yield from _change_runs(batch, split_filter.filter(batch))
+                    yield _marker_row(item.offset.version, 0, "ddl", item.timestamp_ms, item, partition.generation)
+            yield from _change_runs(batch, split_filter.filter(batch), partition.generation)
         finally:
             for ordering in orderings.values():
                 ordering.close()
@@ -195,29 +204,35 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         new, old = state.load(partition.generation), state.load(partition.previous)
         added = new.added_since(old)
         tables = {f.split.table_id for f in added}
-        yield _marker_row(-1, 0, "activate", 0, TablesActivated({t: new.tables[t].chunk_key for t in sorted(tables)}))
+        yield _marker_row(-1, 0, "activate", 0, TablesActivated({t: new.tables[t].chunk_key for t in sorted(tables)}),
+                          partition.generation)
         staged = {f.split.split_id: f for f in added if f.extra.get("staged")}
         behind = [f for f in added if f.high_watermark < partition.start]
-        changes: dict[str, list[ChangeRecord]] = {split_id: [] for split_id in staged}
+        changes: dict[str, list[WindowChange]] = {split_id: [] for split_id in staged}
         if behind:
             yield from self._replay_behind(partition, new, added, behind, changes)
         for split_id, split in sorted(staged.items()):
             yield _marker_row(partition.start.version, -1, "staged", 0,
-                              StagedSplitReady(split, partition.start, changes[split_id]))
+                              StagedSplitReady(split, partition.start, changes[split_id]), partition.generation)
 
     def _replay_behind(self, partition: Activation, new: Generation, added: list[FinishedSplit],
-                       behind: list[FinishedSplit], staged_changes: dict[str, list[ChangeRecord]]) -> Iterator[tuple]:
-        """Re-read ``(h, start]`` for the added splits behind ``start``: direct ones' changes are emitted,
-        staged ones' are collected into ``staged_changes``. The other splits of those tables are
-        treated as finished at ``start``, so nothing already streamed comes again."""
-        source = self._source()
+                       behind: list[FinishedSplit], staged_changes: dict[str, list[WindowChange]]) -> Iterator[tuple]:
+        """Re-read ``(h, start]`` for the added splits behind ``start``: direct ones' changes (and their
+        tables' DDL) are emitted, staged ones' are collected into ``staged_changes`` (a TRUNCATE of the
+        table included). The other splits of those tables are treated as finished at ``start``, so
+        nothing already streamed comes again."""
+        source, state = self._source(), self._state()
         tables = {f.split.table_id for f in behind}
         added_ids = {f.split.split_id for f in added}
         splits = [f if f.split.split_id in added_ids
                   else dataclasses.replace(f, high_watermark=max(f.high_watermark, partition.start))
                   for t in sorted(tables) for f in new.tables[t].splits]
-        schemas, orderings = _schemas_and_orderings(source, new, tables)
+        schemas, orderings = _schemas_and_orderings(source, state, new, tables)
         split_filter = FinishedSplitFilter(splits, orderings)
+        staged_tables: dict[TableId, list[str]] = {}
+        for f in added:
+            if f.split.split_id in staged_changes:
+                staged_tables.setdefault(f.split.table_id, []).append(f.split.split_id)
         reader = BinlogReader.for_schemas(source, schemas, start=min(f.high_watermark for f in behind),
                                           end=partition.start, server_id=partition.server_id)
         batch: list[ChangeRecord] = []
@@ -230,26 +245,37 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     staged_changes[split.split.split_id].append(record)
                     keep = False
                 decisions.append(keep)
-            yield from _change_runs(batch, decisions)
+            yield from _change_runs(batch, decisions, partition.generation)
             batch.clear()
 
         try:
-            for item in reader:  # DDL between h and start is already in the schema loaded now
+            for item in reader:
                 if isinstance(item, ChangeRecord):
                     batch.append(item)
                     if len(batch) >= RUN_LENGTH:
                         yield from flush()
+                elif isinstance(item, SchemaChangeEvent):
+                    yield from flush()
+                    for change in item.changes:
+                        if change.table in staged_tables and change.kind is TableEventKind.TRUNCATED:
+                            for split_id in staged_tables[change.table]:
+                                staged_changes[split_id].append(TableTruncated(change.table, item.offset))
+                    direct = tuple(c for c in item.changes if c.table not in staged_tables)
+                    if direct:
+                        yield _marker_row(item.offset.version, 0, "ddl", item.timestamp_ms,
+                                          dataclasses.replace(item, changes=direct), partition.generation)
             yield from flush()
         finally:
             for ordering in orderings.values():
                 ordering.close()
 
 
-def _schemas_and_orderings(source: SourceConfig, generation: Generation,
+def _schemas_and_orderings(source: SourceConfig, state: PipelineState, generation: Generation,
                            tables: Any) -> tuple[list[TableSchema], dict[TableId, KeyOrdering]]:
+    known = KnownSchemas(state)
     conn = source.connect()
     try:
-        schemas = [load_table_schema(conn, t) for t in sorted(tables)]
+        schemas = [known.load(conn, t, remember=False) for t in sorted(tables)]
     finally:
         conn.close()
     orderings = {s.table_id: KeyOrdering(s.column(generation.tables[s.table_id].chunk_key), source.connect)
@@ -257,16 +283,16 @@ def _schemas_and_orderings(source: SourceConfig, generation: Generation,
     return schemas, orderings
 
 
-def _change_runs(batch: list[ChangeRecord], decisions: list[bool]) -> Iterator[tuple]:
+def _change_runs(batch: list[ChangeRecord], decisions: list[bool], generation: int) -> Iterator[tuple]:
     kept = [r for r, keep in zip(batch, decisions) if keep]
     if kept:
         first = kept[0]
         yield (first.offset.version, first.row, first.part, "changes", len(kept),
-               max(r.timestamp_ms for r in kept), pickle.dumps(kept, protocol=pickle.HIGHEST_PROTOCOL))
+               max(r.timestamp_ms for r in kept), generation, pickle.dumps(kept, protocol=pickle.HIGHEST_PROTOCOL))
 
 
-def _marker_row(version: int, row: int, kind: str, ts_ms: int, item: Any) -> tuple:
-    return (version, row, 0, kind, 1, ts_ms, pickle.dumps([item], protocol=pickle.HIGHEST_PROTOCOL))
+def _marker_row(version: int, row: int, kind: str, ts_ms: int, item: Any, generation: int) -> tuple:
+    return (version, row, 0, kind, 1, ts_ms, generation, pickle.dumps([item], protocol=pickle.HIGHEST_PROTOCOL))
 
 
 class BinlogDataSource(DataSource):

@@ -22,19 +22,22 @@ from typing import Any
 
 from pyspark.sql.streaming import StreamingQueryListener
 
+from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, SchemaChangeEvent, TableEventKind
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 from airflow_provider_mysqlcdc.sinks.arrow_rows import METADATA_COLUMNS, conform_to, merge_changes_into_table
+from airflow_provider_mysqlcdc.sinks.changelog import truncation_changelog
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_change_batch
 from airflow_provider_mysqlcdc.spark.binlog_source import (SOURCE_NAME, BinlogDataSource, StagedSplitReady,
                                                           TablesActivated)
 from airflow_provider_mysqlcdc.state.cleanup import release_staged_files
-from airflow_provider_mysqlcdc.state.drift import record_drift
-from airflow_provider_mysqlcdc.state.registry import PipelineState
+from airflow_provider_mysqlcdc.state.drift import Drift, frozen_since, read_drift, record_drift
+from airflow_provider_mysqlcdc.state.registry import Generation, PipelineState
+from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
 from airflow_provider_mysqlcdc.state.staged import read_staged
 
 log = logging.getLogger(__name__)
@@ -74,24 +77,35 @@ class StreamJob:
 
 
 class BatchApplier:
-    """The ``foreachBatch`` function: decode the batch, apply it segment by segment, log progress."""
+    """The ``foreachBatch`` function: decode the batch, apply it segment by segment, log progress.
+
+    A batch is applied under the registry generation it was planned with (``gen`` on its rows), so a
+    batch replayed after a restart decides exactly as the first time: which tables are captured,
+    and which are frozen because their name stopped holding the captured table (state/drift.py).
+    """
 
     def __init__(self, source: SourceConfig, job: StreamJob):
         self.source = source
         self.job = job
         self.sink = DeltaSink(job.sink_root)
         self.state = PipelineState(job.state)
+        self.known = KnownSchemas(self.state)
         self.writers: dict[TableId, SinkWriter] = {}
         self.rows_applied = 0
+        self.generation = Generation(0)
+        self.drift: Drift = {}
+        #: per frozen table, the offset after which none of its changes apply (for the current batch)
+        self.frozen: dict[TableId, BinlogOffset] = {}
 
     def _load_writers(self, chunk_keys: dict[TableId, str]) -> None:
-        """(Re)load the schema of each table, prepare its sink table and make its writer."""
+        """(Re)load the schema of each table, prepare its sink table and make its writer. A table that
+        has left the server (a batch replayed from before its DROP) keeps its last remembered schema."""
         if not chunk_keys:
             return
         conn = self.source.connect()
         try:
             for table_id, chunk_key in chunk_keys.items():
-                schema = load_table_schema(conn, table_id)
+                schema = self.known.load(conn, table_id)
                 self.sink.prepare(schema)  # refuses unsafe type changes with a clear error
                 self.writers[table_id] = SinkWriter(self.sink, schema, chunk_key,
                                                     KeyOrdering(schema.column(chunk_key), self.source.connect))
@@ -102,17 +116,23 @@ class BatchApplier:
         started = time.monotonic()
         # Sorted here, not with orderBy: Spark's sort samples its input first, which would read the
         # binlog range twice.
-        rows = sorted(batch_df.select("version", "row", "part", "payload").collect(),
+        rows = sorted(batch_df.select("version", "row", "part", "gen", "payload").collect(),
                       key=lambda r: (r.version, r.row, r.part))
         read_s = time.monotonic() - started
         items = [item for r in rows for item in pickle.loads(r.payload)]
+        if rows:
+            self._begin(rows[0].gen)
         # Each unit of work (a run of changes, a staged split, a TRUNCATE) commits under its own
         # version batch_id * SEGMENTS + n, so a replayed batch redoes exactly the units it had not committed.
         segment: list[ChangeRecord] = []
         unit = 0
-        changes = 0
+        changes = skipped = 0
         for item in items:
             if isinstance(item, ChangeRecord):
+                since = self.frozen.get(item.table_id)
+                if since is not None and item.offset > since:
+                    skipped += 1
+                    continue
                 segment.append(item)
                 changes += 1
                 continue
@@ -127,12 +147,22 @@ class BatchApplier:
                 unit += 1
         self._apply(segment, batch_id * SEGMENTS + unit)
         self.rows_applied += changes
+        if skipped:
+            log.info("skipped %d change(s) of frozen table(s) %s", skipped, ", ".join(map(str, sorted(self.frozen))))
         self._log_progress(batch_id, items, changes, read_s, time.monotonic() - started)
+
+    def _begin(self, generation: int) -> None:
+        """The batch's generation, its tables' drift, and which of them are frozen."""
+        if generation != self.generation.number:
+            self.generation = self.state.load(generation)
+        self.drift = read_drift(self.state)
+        self.frozen = {t: since for t, captured in self.generation.tables.items()
+                       if (since := frozen_since(self.drift, t, captured)) is not None}
 
     def _chunk_key(self, table_id: TableId) -> str:
         if table_id in self.writers:
             return self.writers[table_id].chunk_key
-        return self.state.latest().chunk_keys[table_id]  # restarted after the batch that activated it
+        return self.generation.chunk_keys[table_id]  # restarted after the batch that activated it
 
     def _writer(self, table_id: TableId) -> SinkWriter:
         if table_id not in self.writers:
@@ -151,10 +181,11 @@ class BatchApplier:
         as_of = dataclasses.replace(staged.split, high_watermark=max(staged.as_of, staged.split.high_watermark))
         data, unknown = conform_to(read_staged(staged.split.extra["staged"]), writer.data_schema)
         if unknown:  # read before a DDL this stream's schema already reflects
-            self._drifted(table_id, as_of.high_watermark, f"staged rows carry column(s) {', '.join(unknown)} the "
-                                                          "table no longer has")
-        if staged.changes:
-            self._note_unknown_columns(staged.changes, {table_id: writer})
+            self._drifted(table_id, TableEventKind.ALTERED, as_of.high_watermark,
+                          f"staged rows carry column(s) {', '.join(unknown)} the table no longer has")
+        records = [c for c in staged.changes if isinstance(c, ChangeRecord)]
+        if records:
+            self._note_unknown_columns(records, {table_id: writer})
         merged = merge_changes_into_table(writer.schema, data, staged.changes)
         written = writer.write_split_table(as_of, merged, app_id=self.job.app_id, batch_id=version)
         log.info("applied staged split %s (%d rows, %d later changes merged, as of %s)%s",
@@ -169,25 +200,56 @@ class BatchApplier:
                                changelog=self.job.changelog)
 
     def _schema_changed(self, event: SchemaChangeEvent, version: int) -> bool:
-        """Follow a DDL statement; True when it committed something to the sink under ``version``."""
-        captured = set(self.writers) | set(self.state.latest().tables)
-        affected = [t for t in event.table_ids if t in captured]
-        log.warning("schema change at %s affects %s: %s", event.offset, affected or "no captured table", event.statement)
-        truncated = [t for t in affected if any(c.kind is TableEventKind.TRUNCATED for c in event.changes_of(t))]
-        if truncated:
-            for table_id in truncated:
-                self.sink.truncate(table_id, app_id=self.job.app_id, batch_id=version)
-            return True
+        """Follow a DDL statement table by table (the README's "event -> what happens to the sink");
+        True when it committed something to the sink under ``version``."""
+        committed = False
+        altered = []
+        for change in event.changes:
+            table_id, kind = change.table, change.kind
+            if table_id not in self.generation.tables:
+                continue
+            since = self.frozen.get(table_id)
+            if since is not None and event.offset > since:
+                if kind in (TableEventKind.CREATED, TableEventKind.REPLACED):
+                    self._drifted(table_id, TableEventKind.CREATED, event.offset,
+                                  f"created again by {event.statement[:300]!r}")
+                continue  # the name holds another table than the sink's: nothing of it applies
+            if kind is TableEventKind.TRUNCATED:
+                self._truncate(table_id, event, version)
+                committed = True
+            elif kind.ends_table:
+                what = f"{kind.value}{f' (now {change.other})' if kind is TableEventKind.RENAMED else ''}"
+                self._drifted(table_id, kind, event.offset, f"{what} by {event.statement[:300]!r}; the sink keeps its "
+                                                            "last state")
+                self.frozen[table_id] = event.offset
+            elif kind is TableEventKind.ROWS_CHANGED:
+                self._drifted(table_id, kind, event.offset, f"rows removed or exchanged without row events by "
+                                                            f"{event.statement[:300]!r}")
+            elif kind is TableEventKind.ALTERED:
+                altered.append(table_id)
+        log.warning("schema change at %s: %s (%s)", event.offset, event.statement,
+                    ", ".join(f"{c.table} {c.kind.value}" for c in event.changes))
+        self._reload_altered(altered, event)
+        return committed
+
+    def _truncate(self, table_id: TableId, event: SchemaChangeEvent, version: int) -> None:
+        """Remove the rows older than the TRUNCATE; a split read after it keeps its rows."""
+        self.sink.truncate_before(table_id, event.offset.version, app_id=self.job.app_id, batch_id=version)
+        if self.job.changelog:
+            self.sink.append_changelog(table_id, truncation_changelog(event.offset, event.timestamp_ms),
+                                       app_id=self.job.app_id, batch_id=version)
+
+    def _reload_altered(self, altered: list[TableId], event: SchemaChangeEvent) -> None:
+        """Reload the altered tables' schemas; a column that vanished is drift."""
         # the columns before: this stream's schema, or (first time it meets the table) the sink's
         before = {t: set(self.writers[t].schema.column_names) if t in self.writers else
-                  set(self.sink.column_names(t)) - set(METADATA_COLUMNS) for t in affected}
-        self._load_writers({table_id: self._chunk_key(table_id) for table_id in affected})
-        for table_id in affected:
+                  set(self.sink.column_names(t)) - set(METADATA_COLUMNS) for t in altered}
+        self._load_writers({table_id: self._chunk_key(table_id) for table_id in altered})
+        for table_id in altered:
             vanished = before[table_id] - set(self.writers[table_id].schema.column_names)
             if vanished:
-                self._drifted(table_id, event.offset, f"column(s) {', '.join(sorted(vanished))} dropped or renamed by "
-                                                      f"{event.statement[:300]!r}")
-        return False
+                self._drifted(table_id, TableEventKind.ALTERED, event.offset,
+                              f"column(s) {', '.join(sorted(vanished))} dropped or renamed by {event.statement[:300]!r}")
 
     def _note_unknown_columns(self, records: list[ChangeRecord], writers: dict[TableId, SinkWriter]) -> None:
         """Changes written before a DDL the loaded schema already reflects carry names it lacks."""
@@ -197,14 +259,14 @@ class BatchApplier:
             if image.keys() <= names[record.table_id]:  # the hot path: a subset test allocates nothing
                 continue
             unknown = image.keys() - names[record.table_id]
-            self._drifted(record.table_id, record.offset, f"changes carry column(s) {', '.join(sorted(unknown))} "
-                                                          "the table no longer has")
+            self._drifted(record.table_id, TableEventKind.ALTERED, record.offset,
+                          f"changes carry column(s) {', '.join(sorted(unknown))} the table no longer has")
             names[record.table_id] |= unknown  # once per table and batch
 
-    def _drifted(self, table_id: TableId, offset: Any, reason: str) -> None:
-        log.warning("schema drift in %s at %s: %s; the sink cannot follow this exactly by itself, so the next DAG "
-                    "run re-snapshots the table (state/drift.py)", table_id, offset, reason)
-        record_drift(self.state, table_id, offset, reason)
+    def _drifted(self, table_id: TableId, kind: TableEventKind, offset: BinlogOffset, reason: str) -> None:
+        if record_drift(self.state, self.drift, table_id, kind, offset, reason):
+            log.warning("%s at %s: %s. The sink cannot follow this exactly by itself: the next DAG run re-snapshots "
+                        "the table if it exists on the source (state/drift.py)", table_id, offset, reason)
 
     def _log_progress(self, batch_id: int, items: list[Any], changes: int, read_s: float, seconds: float) -> None:
         conn = self.source.connect()

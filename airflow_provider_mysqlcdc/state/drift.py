@@ -1,46 +1,102 @@
-"""Schema drift: a captured table whose sink can no longer follow the binlog exactly by itself.
+"""Drift: events after which a captured table's sink can no longer follow the binlog exactly by itself.
 
-The stream writes changes with the table's current columns. After a DDL that drops or renames a
-column, rows the stream does not touch again keep the old column in the sink (a renamed column's
-values stay under the old name), and changes read after the new schema was loaded but written
-before the DDL carry names that schema lacks. Both are repaired by one thing the pipeline does
-exactly while streaming: a staged whole-table re-snapshot. So the stream records the table here
-with the binlog offset of the drift, and the next plan re-snapshots every table whose splits were
-read before that offset (``operators/plan.py``); ``bin/status`` shows it meanwhile.
+The stream records each such event here with its binlog offset and what it was
+(``TableEventKind``), and goes on:
+
+- ``altered``: a column was dropped or renamed. Rows the stream does not touch again keep the old
+  column in the sink, and changes read after the new schema was loaded but written before the DDL
+  carry names that schema lacks.
+- ``rows-changed``: rows were removed or swapped without row events (``ALTER TABLE ... TRUNCATE |
+  DROP | EXCHANGE PARTITION``, ``DISCARD | IMPORT TABLESPACE``): the sink still has them.
+- ``dropped``, ``renamed``, ``replaced``: the name no longer holds the table the sink mirrors
+  (``DROP TABLE``, ``RENAME TABLE``, ``CREATE OR REPLACE TABLE``, a table renamed onto the name).
+  From that offset on the stream applies none of the table's changes: the sink keeps the table's
+  last state ("frozen").
+- ``created``: a table was created again under a frozen name (noted, for ``bin/status``).
+
+One thing repairs all of them exactly while streaming: a staged whole-table re-snapshot, which the
+next plan does for every table with an event after its splits were read (``operators/plan.py``),
+when the table exists on the server; a table that is gone keeps its sink as it was, and the plan and
+``bin/status`` say so. Once the re-snapshot's generation is active, its splits are newer than the
+events, so nothing is pending or frozen any more.
+
+The file is ``progress/schema-drift.json``: ``{"format": 2, "tables": {"`db`.`t`": [event, ...]}}``.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
+from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.model.records import TableEventKind
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.state.registry import CapturedTable, PipelineState
 
 DRIFT = "schema-drift.json"
+FORMAT = 2
+#: events kept per table (the oldest go first; only those after the table's splits matter)
+MAX_EVENTS = 20
 
 
-def record_drift(state: PipelineState, table_id: TableId, offset: BinlogOffset, reason: str) -> None:
-    """Note that ``table_id`` drifted at ``offset`` (the latest drift of a table is kept)."""
-    drift = read_drift(state)
-    known = drift.get(str(table_id))
-    if known and BinlogOffset.from_dict(known["offset"]) >= offset:
-        return
-    drift[str(table_id)] = {"offset": offset.to_dict(), "reason": reason, "noted_at": time.time()}
-    state.write_progress(DRIFT, drift)
+@dataclass(frozen=True)
+class DriftEvent:
+    kind: TableEventKind
+    offset: BinlogOffset
+    reason: str
+    noted_at: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind.value, "offset": self.offset.to_dict(), "reason": self.reason,
+                "noted_at": self.noted_at}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "DriftEvent":
+        return cls(TableEventKind(data.get("kind", TableEventKind.ALTERED.value)), BinlogOffset.from_dict(data["offset"]),
+                   data["reason"], float(data.get("noted_at", 0.0)))
 
 
-def read_drift(state: PipelineState) -> dict[str, dict[str, Any]]:
-    """Every table's latest drift, by table name (read once, then ask ``pending_drift`` per table)."""
-    return state.read_progress(DRIFT) or {}
+Drift = dict[TableId, list[DriftEvent]]
 
 
-def pending_drift(drift: dict[str, dict[str, Any]], table_id: TableId,
-                  captured: CapturedTable | None) -> dict[str, Any] | None:
-    """The table's drift when some of its splits were read before it, i.e. a re-snapshot is due."""
-    entry = drift.get(str(table_id))
-    if entry is None or captured is None or not captured.splits:
-        return None
-    at = BinlogOffset.from_dict(entry["offset"])
-    return entry if min(f.high_watermark for f in captured.splits) < at else None
+def read_drift(state: PipelineState) -> Drift:
+    """Every table's drift events (read once, then ask ``pending_drift`` / ``frozen_since`` per table)."""
+    data = state.read_progress(DRIFT) or {}
+    if "format" not in data:  # format 1: the latest column drift per table, keyed db.table
+        return {TableId.parse(name): [DriftEvent.from_dict(entry)] for name, entry in data.items()}
+    if data["format"] != FORMAT:
+        raise ConfigurationError(f"{state.location}/progress/{DRIFT} has format {data['format']!r}, this version "
+                                 f"reads format {FORMAT}: upgrade airflow-provider-mysqlcdc where the stream runs.")
+    return {TableId.parse(name): [DriftEvent.from_dict(e) for e in events] for name, events in data["tables"].items()}
+
+
+def record_drift(state: PipelineState, drift: Drift, table_id: TableId, kind: TableEventKind, offset: BinlogOffset,
+                 reason: str) -> bool:
+    """Add an event to ``drift`` (as read by ``read_drift``) and write it; False when it was known
+    already (a batch replayed after a restart records the same events again)."""
+    events = drift.setdefault(table_id, [])
+    if any(e.kind is kind and e.offset == offset for e in events):
+        return False
+    events.append(DriftEvent(kind, offset, reason, time.time()))
+    events.sort(key=lambda e: e.offset)
+    del events[:-MAX_EVENTS]
+    state.write_progress(DRIFT, {"format": FORMAT, "tables": {t.quoted: [e.to_dict() for e in evs]
+                                                              for t, evs in sorted(drift.items())}})
+    return True
+
+
+def pending_drift(drift: Drift, table_id: TableId, captured: CapturedTable | None) -> list[DriftEvent]:
+    """The table's events after some of its splits were read: a re-snapshot is due when any."""
+    if captured is None or not captured.splits:
+        return []
+    read_at = min(f.high_watermark for f in captured.splits)
+    return [e for e in drift.get(table_id, []) if e.offset > read_at]
+
+
+def frozen_since(drift: Drift, table_id: TableId, captured: CapturedTable | None) -> BinlogOffset | None:
+    """Where the stream stopped applying the table's changes (its name stopped holding the table), if it did."""
+    ends = [e.offset for e in pending_drift(drift, table_id, captured) if e.kind.ends_table]
+    return min(ends, default=None)
+

@@ -6,6 +6,7 @@ import pytest
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.model.records import TableEventKind
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.state.changes import (ResnapshotRequest, TablePlan, decide_action, next_tables,
@@ -98,14 +99,50 @@ def test_schema_drift_resnapshots_a_table_read_before_it_and_only_then(tmp_path)
 
     state = PipelineState(str(tmp_path / "state"))
     captured = captured_tables([finish(s, 100 + s.index) for s in splits(T, [10])])[T]
-    assert pending_drift(read_drift(state), T, captured) is None
-    record_drift(state, T, BinlogOffset("binlog.000001", 500), "column(s) note dropped or renamed")
-    record_drift(state, T, BinlogOffset("binlog.000001", 400), "an earlier one")  # the latest drift is kept
-    assert pending_drift(read_drift(state), T, captured)["reason"] == "column(s) note dropped or renamed"
-    assert pending_drift(read_drift(state), U, captured) is None
+    assert pending_drift(read_drift(state), T, captured) == []
+    drift = read_drift(state)
+    record_drift(state, drift, T, TableEventKind.ALTERED, BinlogOffset("binlog.000001", 500), "column(s) note dropped")
+    record_drift(state, drift, T, TableEventKind.ALTERED, BinlogOffset("binlog.000001", 50), "before every split")
+    assert [e.reason for e in pending_drift(read_drift(state), T, captured)] == ["column(s) note dropped"]
+    assert pending_drift(read_drift(state), U, captured) == []
     assert decide_action(T, captured, [], "initial", drifted=True) == ("resnapshot", None)
     assert decide_action(T, captured, [], "initial") == ("keep", None)
     assert decide_action(U, None, [], "initial", drifted=True) == ("snapshot", None)
     # re-snapshotted after the drift (every split read past it): nothing is due any more
     again = captured_tables([finish(s, 600 + s.index) for s in splits(T, [10])])[T]
-    assert pending_drift(read_drift(state), T, again) is None
+    assert pending_drift(read_drift(state), T, again) == []
+
+
+def test_recording_the_same_drift_event_twice_keeps_one(tmp_path):
+    from airflow_provider_mysqlcdc.state.drift import read_drift, record_drift
+
+    state = PipelineState(str(tmp_path / "state"))
+    at = BinlogOffset("binlog.000001", 500)
+    assert record_drift(state, read_drift(state), T, TableEventKind.DROPPED, at, "dropped")
+    assert not record_drift(state, read_drift(state), T, TableEventKind.DROPPED, at, "dropped (a replayed batch)")
+    assert [e.kind for e in read_drift(state)[T]] == [TableEventKind.DROPPED]
+
+
+def test_a_table_is_frozen_from_its_first_drop_or_rename_after_its_splits_until_re_snapshotted(tmp_path):
+    from airflow_provider_mysqlcdc.state.drift import frozen_since, read_drift, record_drift
+
+    state = PipelineState(str(tmp_path / "state"))
+    captured = captured_tables([finish(s, 100 + s.index) for s in splits(T, [10])])[T]
+    drift = read_drift(state)
+    record_drift(state, drift, T, TableEventKind.ROWS_CHANGED, BinlogOffset("binlog.000001", 200), "partition")
+    assert frozen_since(read_drift(state), T, captured) is None  # rows changed: re-snapshot, but keep streaming
+    record_drift(state, drift, T, TableEventKind.RENAMED, BinlogOffset("binlog.000001", 300), "renamed")
+    record_drift(state, drift, T, TableEventKind.CREATED, BinlogOffset("binlog.000001", 400), "created again")
+    record_drift(state, drift, T, TableEventKind.DROPPED, BinlogOffset("binlog.000001", 500), "dropped")
+    assert frozen_since(read_drift(state), T, captured) == BinlogOffset("binlog.000001", 300)
+    again = captured_tables([finish(s, 450 + s.index) for s in splits(T, [10])])[T]  # re-read after the rename
+    assert frozen_since(read_drift(state), T, again) == BinlogOffset("binlog.000001", 500)
+
+
+def test_drift_of_an_unknown_format_is_refused_with_the_fix(tmp_path):
+    from airflow_provider_mysqlcdc.state.drift import DRIFT, read_drift
+
+    state = PipelineState(str(tmp_path / "state"))
+    state.write_progress(DRIFT, {"format": 99, "tables": {}})
+    with pytest.raises(ConfigurationError, match="format 99.*upgrade"):
+        read_drift(state)

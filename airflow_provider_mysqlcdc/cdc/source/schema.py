@@ -7,6 +7,7 @@ column the table is chunked by (a configured column, else the first key column).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -158,6 +159,16 @@ class TableSchema:
     def key_of(self, row: dict[str, Any]) -> tuple[Any, ...]:
         return tuple(row[c] for c in self.key_columns)
 
+    def to_dict(self) -> dict[str, Any]:
+        return {"table": self.table_id.quoted, "columns": [dataclasses.asdict(c) for c in self.columns],
+                "primary_key": list(self.primary_key), "unique_not_null_keys": [list(k) for k in self.unique_not_null_keys]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "TableSchema":
+        columns = tuple(Column(**{**c, "labels": tuple(c.get("labels", ()))}) for c in data["columns"])
+        return cls(TableId.parse(data["table"]), columns, tuple(data["primary_key"]),
+                   tuple(tuple(k) for k in data.get("unique_not_null_keys", ())))
+
 
 def parse_labels(column_type: str) -> tuple[str, ...]:
     """The labels of ``enum('a','b')`` / ``set('a','b')`` in definition order."""
@@ -175,13 +186,17 @@ def table_exists(conn: pymysql.connections.Connection, table_id: TableId) -> boo
     return row is not None and row[0] == "BASE TABLE"
 
 
+def missing_table_error(table_id: TableId) -> PreflightError:
+    return PreflightError(
+        f"Table {table_id} does not exist on the source (or is a view, or the CDC user cannot see it): "
+        "check the name, and GRANT SELECT on it to the CDC user."
+    )
+
+
 def load_table_schema(conn: pymysql.connections.Connection, table_id: TableId) -> TableSchema:
     """Read columns and keys of one table; a clear error when it does not exist."""
     if not table_exists(conn, table_id):
-        raise PreflightError(
-            f"Table {table_id} does not exist on the source (or is a view, or the CDC user cannot see it): "
-            "check the name, and GRANT SELECT on it to the CDC user."
-        )
+        raise missing_table_error(table_id)
     with conn.cursor() as cur:
         cur.execute(
             """

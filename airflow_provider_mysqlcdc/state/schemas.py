@@ -1,0 +1,58 @@
+"""The last schema the pipeline saw of each captured table.
+
+A table can leave the server while the pipeline still has work for it: the stream may replay a
+batch that changed the table before a ``DROP TABLE`` or ``RENAME TABLE``, and its Spark tasks place
+keys into splits by the table's key columns. The server cannot describe such a table any more, so
+every process that reads a schema from the server and may need it later remembers it here (the
+plan for every table it plans, the stream for every table it writes), and a table that is gone is
+described by its last remembered schema.
+"""
+
+from __future__ import annotations
+
+import json
+from urllib.parse import quote
+
+import pymysql
+
+from airflow_provider_mysqlcdc.cdc.source.schema import (TableId, TableSchema, load_table_schema, missing_table_error,
+                                                        table_exists)
+from airflow_provider_mysqlcdc.state.registry import PipelineState
+
+SCHEMAS = "schemas"
+
+
+def _file_name(table_id: TableId) -> str:
+    return quote(table_id.quoted, safe="") + ".json"
+
+
+class KnownSchemas:
+    def __init__(self, state: PipelineState):
+        self.state = state
+        self._remembered: dict[TableId, TableSchema | None] = {}
+
+    def remembered(self, table_id: TableId) -> TableSchema | None:
+        if table_id not in self._remembered:
+            name = _file_name(table_id)
+            storage = self.state.storage
+            self._remembered[table_id] = (TableSchema.from_dict(json.loads(storage.read_text(SCHEMAS, name)))
+                                          if storage.exists(SCHEMAS, name) else None)
+        return self._remembered[table_id]
+
+    def remember(self, schema: TableSchema) -> None:
+        if self.remembered(schema.table_id) != schema:
+            self.state.storage.write_text(json.dumps(schema.to_dict()), SCHEMAS, _file_name(schema.table_id))
+            self._remembered[schema.table_id] = schema
+
+    def load(self, conn: pymysql.connections.Connection, table_id: TableId, *, remember: bool = True) -> TableSchema:
+        """The server's schema of the table (remembered), else, for a table no longer on the server,
+        the last one remembered."""
+        if table_exists(conn, table_id):
+            schema = load_table_schema(conn, table_id)
+            if remember:
+                self.remember(schema)
+            return schema
+        schema = self.remembered(table_id)
+        if schema is None:
+            raise missing_table_error(table_id)
+        return schema
