@@ -196,7 +196,7 @@ class MySqlCdcPlanOperator(BaseOperator):
                     settings: dict[str, Any], stream_from: Any, drift: Drift) -> TablePlan:
         pending = pending_drift(drift, table_id, registered)
         for event in pending:
-            self.log.warning("%s: re-snapshotting the whole table: the stream saw it %s at %s (%s)",
+            self.log.warning("%s: re-snapshotting the whole table after schema drift: the stream saw it %s at %s (%s)",
                              table_id, event.kind.value, event.offset, event.reason)
         action, request = decide_action(table_id, registered, settings["resnapshot"], settings["startup_mode"],
                                         drifted=bool(pending))
