@@ -22,7 +22,7 @@ from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.state.drift import frozen_since, pending_drift, read_drift
-from airflow_provider_mysqlcdc.state.registry import PipelineState
+from airflow_provider_mysqlcdc.state.registry import STREAM_OFFSET, PipelineState
 
 
 def pipeline_status(location: str, source: SourceConfig | None = None) -> dict[str, Any]:
@@ -45,7 +45,7 @@ def pipeline_status(location: str, source: SourceConfig | None = None) -> dict[s
         }
     status: dict[str, Any] = {"state": location, "generation": generation.number, "created": generation.created,
                               "tables": tables, "latest_run": _latest_run(state), "stream": state.read_progress("stream.json"),
-                              "stream_offset": state.read_progress("stream-offset.json")}
+                              "stream_offset": state.read_progress(STREAM_OFFSET)}
     if source is not None:
         status["server"] = _server_position(source, status["stream_offset"])
     return status

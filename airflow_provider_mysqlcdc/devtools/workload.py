@@ -189,6 +189,18 @@ class RandomWriters:
             total.add(s)
         return total
 
+    def write(self, transactions: int, seed: int) -> WriterStats:
+        """Run ``transactions`` random transactions on the calling thread (deterministic for a seed,
+        except that keys collide with rows others changed meanwhile)."""
+        rng, stats = random.Random(seed), WriterStats()
+        conn = self.source.connect(autocommit=False)
+        try:
+            for _ in range(transactions):
+                self._transaction(conn, rng, stats)
+        finally:
+            conn.close()
+        return stats
+
     def _run(self, seed: int) -> None:
         rng = random.Random(seed)
         stats = WriterStats()

@@ -1,25 +1,47 @@
 """The sink interface: what the chunk job and the stream job need from a lakehouse table format.
 
 Rows arrive as Arrow tables built by ``arrow_rows.with_metadata`` (source columns plus the metadata
-columns). A sink must make two operations atomic and idempotent:
+columns). A sink must make these operations atomic:
 
 - ``replace_range``: replace every row whose ``_cdc_chunk`` lies in ``[start, end)`` by the given
-  rows in one commit (a split, read again, replaces itself exactly); the stream passes
-  ``(app_id, batch_id)`` too, so that a replayed batch never repeats a replace it already committed;
-- ``merge_changes``: apply one batch of last-change-per-key rows (``_cdc_op`` 'd' deletes) in one
-  commit, recorded under ``(app_id, batch_id)`` so that a replayed batch changes nothing twice.
+  rows in one commit (a split, read again, replaces itself exactly);
+- ``merge_changes``: apply one batch of last-change-per-key rows (``_cdc_op`` 'd' deletes) in one commit;
+- ``truncate_before``: delete the rows older than a TRUNCATE in one commit.
+
+Every commit the stream makes carries a ``StreamCommit``: the binlog position of the last change it
+holds, recorded *in the same commit* as its data, and ``applied_position`` reads it back. The
+stream applies to a table only what comes after that position, so replaying a batch, restarting
+from a checkpoint that was deleted, replaced by an older copy, or started afresh, never applies a
+change twice and never skips one (sinks/writer.py): idempotence belongs to the sink's own state,
+not to the numbering of a checkpoint's batches.
 
 Only ``DeltaSink`` exists and is tested; a user with Spark's own Delta or Iceberg can implement the
-same seven methods.
+same methods.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 
 import pyarrow as pa
 
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
+
+#: a point in binlog order at row granularity: (binlog file number, position, row, part), as
+#: ``ChangeRecord.order_key``; a DDL is (file, position, 0, 0), the k-th staged split applied at the
+#: start S of a micro-batch (S.file, S.position, -1, k)
+Position = tuple[int, int, int, int]
+
+
+@dataclass(frozen=True)
+class StreamCommit:
+    """What a stream records with the data of one commit: who wrote it (``app_id``, the stream
+    checkpoint's identity, and ``batch_id``) and the position of the last change it holds."""
+
+    app_id: str
+    batch_id: int
+    position: Position
 
 
 class Sink(ABC):
@@ -29,25 +51,25 @@ class Sink(ABC):
 
     @abstractmethod
     def replace_range(self, table_id: TableId, start: str | None, end: str | None, rows: pa.Table, *,
-                      app_id: str | None = None, batch_id: int | None = None) -> bool:
+                      commit: StreamCommit | None = None) -> None:
         """Atomically replace the rows with ``start <= _cdc_chunk < end`` (None = open) by ``rows``."""
 
     @abstractmethod
-    def merge_changes(self, schema: TableSchema, changes: pa.Table, *, app_id: str, batch_id: int) -> bool:
-        """Apply last-change-per-key rows once per ``(app_id, batch_id)``; False if already applied."""
+    def merge_changes(self, schema: TableSchema, changes: pa.Table, *, commit: StreamCommit) -> None:
+        """Apply last-change-per-key rows in one commit."""
 
     @abstractmethod
-    def truncate_before(self, table_id: TableId, version: int, *, app_id: str, batch_id: int) -> bool:
+    def truncate_before(self, table_id: TableId, version: int, *, commit: StreamCommit) -> None:
         """Remove every row with ``_cdc_version < version`` (the source table was truncated at that
-        offset; rows a split read after it stay) once per ``(app_id, batch_id)``."""
+        offset; rows a split read after it stay)."""
 
     @abstractmethod
-    def append_changelog(self, table_id: TableId, changes: pa.Table, *, app_id: str, batch_id: int) -> bool:
-        """Append rows of ``changelog.CHANGELOG_SCHEMA`` once per ``(app_id, batch_id)`` (optional feature)."""
+    def append_changelog(self, table_id: TableId, changes: pa.Table, *, commit: StreamCommit) -> None:
+        """Append rows of ``changelog.CHANGELOG_SCHEMA`` to the table's changelog (optional feature)."""
 
     @abstractmethod
-    def applied_batch(self, table_id: TableId, app_id: str) -> int | None:
-        """The last batch id of ``app_id`` committed to this table, if any."""
+    def applied_position(self, table_id: TableId, *, changelog: bool = False) -> Position | None:
+        """The position of the last change a stream committed to the table (or its changelog), if any."""
 
     @abstractmethod
     def read(self, table_id: TableId) -> pa.Table:

@@ -2,7 +2,7 @@
 
 Embedded, no JVM jars, no server; the root is a local path or an object-store URI. Tables live at
 ``<root>/<database>/<table>``. Concurrent chunk writers conflict on unpartitioned tables, so every
-commit is retried: each operation is idempotent, so a retry is always safe.
+commit that failed on a conflict is retried (a failed commit wrote nothing).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_schema
-from airflow_provider_mysqlcdc.sinks.base import Sink
+from airflow_provider_mysqlcdc.sinks.base import Position, Sink, StreamCommit
 from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SUFFIX
 
 log = logging.getLogger(__name__)
@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _MAX_ATTEMPTS = 50
+#: txn app ids holding the position of the last change a stream committed (sinks/base.py)
+_POSITION, _POSITION_ORDER = "mysqlcdc.position", "mysqlcdc.position.order"
+_ORDER_BITS = 24
 
 
 def sql_identifier(name: str) -> str:
@@ -85,72 +88,62 @@ class DeltaSink(Sink):
 
     # --- writes ----------------------------------------------------------------------------------
     def replace_range(self, table_id: TableId, start: str | None, end: str | None, rows: pa.Table, *,
-                      app_id: str | None = None, batch_id: int | None = None) -> bool:
+                      commit: StreamCommit | None = None) -> None:
         uri = self.table_uri(table_id)
         predicate = chunk_range_predicate(start, end)
-        transactions = [Transaction(app_id, batch_id)] if app_id is not None and batch_id is not None else []
 
-        def write() -> bool:
-            table = self._open(uri)
-            if transactions and _already_committed(table, app_id, batch_id):
-                return False
-            write_deltalake(uri, _with_dropped_columns(rows, table), mode="overwrite", predicate=predicate,
+        def write() -> None:
+            write_deltalake(uri, _with_dropped_columns(rows, self._open(uri)), mode="overwrite", predicate=predicate,
                             schema_mode="merge", storage_options=self.storage_options,
-                            commit_properties=CommitProperties(app_transactions=transactions) if transactions else None)
-            return True
+                            commit_properties=_commit_properties(commit))
 
-        return _retry_conflicts(write, f"replace {table_id} [{start}, {end})")
+        _retry_conflicts(write, f"replace {table_id} [{start}, {end})")
 
-    def merge_changes(self, schema: TableSchema, changes: pa.Table, *, app_id: str, batch_id: int) -> bool:
+    def merge_changes(self, schema: TableSchema, changes: pa.Table, *, commit: StreamCommit) -> None:
         uri = self.table_uri(schema.table_id)
+        keys = " AND ".join(f"t.{sql_identifier(k)} = s.{sql_identifier(k)}" for k in schema.key_columns)
 
-        def merge() -> bool:
-            table = DeltaTable(uri, storage_options=self.storage_options)
-            if _already_committed(table, app_id, batch_id):
-                return False
-            keys = " AND ".join(f"t.{sql_identifier(k)} = s.{sql_identifier(k)}" for k in schema.key_columns)
+        def merge() -> None:
             (
-                table.merge(changes, predicate=keys, source_alias="s", target_alias="t", merge_schema=True,
-                            commit_properties=CommitProperties(app_transactions=[Transaction(app_id, batch_id)]))
+                DeltaTable(uri, storage_options=self.storage_options)
+                .merge(changes, predicate=keys, source_alias="s", target_alias="t", merge_schema=True,
+                       commit_properties=_commit_properties(commit))
                 .when_matched_delete(predicate="s._cdc_op = 'd' AND s._cdc_version > t._cdc_version")
                 .when_matched_update_all(predicate="s._cdc_op <> 'd' AND s._cdc_version > t._cdc_version")
                 .when_not_matched_insert_all(predicate="s._cdc_op <> 'd'")
                 .execute()
             )
-            return True
 
-        return _retry_conflicts(merge, f"merge batch {batch_id} into {schema.table_id}")
+        _retry_conflicts(merge, f"merge batch {commit.batch_id} into {schema.table_id}")
 
-    def truncate_before(self, table_id: TableId, version: int, *, app_id: str, batch_id: int) -> bool:
-        """Delete every row older than ``version`` (a TRUNCATE at that offset) once per ``(app_id, batch_id)``."""
+    def truncate_before(self, table_id: TableId, version: int, *, commit: StreamCommit) -> None:
+        """Delete every row older than ``version`` (a TRUNCATE at that offset)."""
         uri = self.table_uri(table_id)
 
-        def delete_older() -> bool:
-            table = DeltaTable(uri, storage_options=self.storage_options)
-            if _already_committed(table, app_id, batch_id):
-                return False
-            table.delete(f"_cdc_version < {int(version)}",
-                         commit_properties=CommitProperties(app_transactions=[Transaction(app_id, batch_id)]))
-            return True
+        def delete_older() -> None:
+            DeltaTable(uri, storage_options=self.storage_options).delete(
+                f"_cdc_version < {int(version)}", commit_properties=_commit_properties(commit))
 
-        return _retry_conflicts(delete_older, f"truncate {table_id} before version {version}")
+        _retry_conflicts(delete_older, f"truncate {table_id} before version {version}")
 
-    def append_changelog(self, table_id: TableId, changes: pa.Table, *, app_id: str, batch_id: int) -> bool:
-        """Append change rows to ``<table>__changelog`` once per ``(app_id, batch_id)``."""
+    def append_changelog(self, table_id: TableId, changes: pa.Table, *, commit: StreamCommit) -> None:
+        """Append change rows to ``<table>__changelog``."""
         uri = self.table_uri(table_id) + CHANGELOG_SUFFIX
 
-        def append() -> bool:
-            if _already_committed(self._open(uri), app_id, batch_id):
-                return False
+        def append() -> None:
             write_deltalake(uri, changes, mode="append", storage_options=self.storage_options,
-                            commit_properties=CommitProperties(app_transactions=[Transaction(app_id, batch_id)]))
-            return True
+                            commit_properties=_commit_properties(commit))
 
-        return _retry_conflicts(append, f"changelog batch {batch_id} of {table_id}")
+        _retry_conflicts(append, f"changelog batch {commit.batch_id} of {table_id}")
 
-    def applied_batch(self, table_id: TableId, app_id: str) -> int | None:
-        table = self._open(self.table_uri(table_id))
-        return table.transaction_version(app_id) if table is not None else None
+    def applied_position(self, table_id: TableId, *, changelog: bool = False) -> Position | None:
+        table = self._open(self.table_uri(table_id) + (CHANGELOG_SUFFIX if changelog else ""))
+        if table is None:
+            return None
+        offset, order = table.transaction_version(_POSITION), table.transaction_version(_POSITION_ORDER)
+        if offset is None or order is None:
+            return None
+        return (offset >> 32, offset & 0xFFFFFFFF, (order >> _ORDER_BITS) - 1, order & ((1 << _ORDER_BITS) - 1))
 
     def _open(self, uri: str) -> DeltaTable | None:
         try:
@@ -178,10 +171,18 @@ def _with_dropped_columns(rows: pa.Table, table: DeltaTable | None) -> pa.Table:
     return rows
 
 
-def _already_committed(table: DeltaTable | None, app_id: str, batch_id: int) -> bool:
-    """True when ``table`` records ``batch_id`` (or a later batch) of ``app_id``: the idempotency check."""
-    done = table.transaction_version(app_id) if table is not None else None
-    return done is not None and done >= batch_id
+def _commit_properties(commit: StreamCommit | None) -> CommitProperties | None:
+    """A stream commit's position, as two Delta ``txn`` actions in the same commit as its data: Delta
+    keeps the latest ``txn`` of every app id in its snapshot state (checkpoints included), so the
+    position is read back in O(1) and never lost to log clean-up. The stream's own ``txn`` (its
+    checkpoint identity and batch) shows which stream wrote the commit."""
+    if commit is None:
+        return None
+    file_number, position, row, part = commit.position
+    return CommitProperties(app_transactions=[
+        Transaction(_POSITION, (file_number << 32) | position),
+        Transaction(_POSITION_ORDER, ((row + 1) << _ORDER_BITS) | part),
+        Transaction(commit.app_id, commit.batch_id)])
 
 
 def _retry_conflicts(operation: Callable[[], T], what: str) -> T:

@@ -3,6 +3,11 @@
 Both paths stamp every row with the metadata columns (arrow_rows.py); ``_cdc_chunk`` comes from
 the chunk key's database order (records/ordering.py), so a split's rows are exactly the string
 range ``[encode(start), encode(end))``.
+
+The stream's writes are exactly-once by position (sinks/base.py): a writer knows the position of
+the last change committed to its table (read from the sink once, then kept), applies only changes
+after it, and records the new position in the same commit. So whatever a restarted stream reads
+again (a replayed batch, a new or older checkpoint's batches, cut differently) is applied once.
 """
 
 from __future__ import annotations
@@ -12,13 +17,14 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
+from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering, encode_int_sort_keys, encode_sort_key
 from airflow_provider_mysqlcdc.cdc.source.schema import TableSchema
 from airflow_provider_mysqlcdc.sinks.arrow_rows import data_schema, python_values, rows_to_data_table, with_metadata
-from airflow_provider_mysqlcdc.sinks.base import Sink
-from airflow_provider_mysqlcdc.sinks.changelog import changelog_table
+from airflow_provider_mysqlcdc.sinks.base import Position, Sink, StreamCommit
+from airflow_provider_mysqlcdc.sinks.changelog import changelog_table, truncation_changelog
 
 
 def last_change_per_key(schema: TableSchema, records: Sequence[ChangeRecord]) -> list[ChangeRecord]:
@@ -28,12 +34,43 @@ def last_change_per_key(schema: TableSchema, records: Sequence[ChangeRecord]) ->
         last[schema.key_of(record.image)] = record
     return list(last.values())
 
+def ddl_position(offset: BinlogOffset) -> Position:
+    """The position of a DDL statement (no row event ends where it ends)."""
+    return (*offset.sort_key, 0, 0)
+
+
+def staged_position(as_of: BinlogOffset, sequence: int) -> Position:
+    """The position of the ``sequence``-th staged split applied at a micro-batch start ``as_of``."""
+    return (*as_of.sort_key, -1, sequence)
+
+
 class SinkWriter:
     def __init__(self, sink: Sink, schema: TableSchema, chunk_key: str, ordering: KeyOrdering):
         self.sink = sink
         self.schema = schema
         self.chunk_key = chunk_key
         self.ordering = ordering
+        #: per target (False: the table, True: its changelog) the last position committed to it
+        self._applied: dict[bool, Position | None] = {}
+
+    def applied(self, changelog: bool = False) -> Position | None:
+        if changelog not in self._applied:
+            self._applied[changelog] = self.sink.applied_position(self.schema.table_id, changelog=changelog)
+        return self._applied[changelog]
+
+    def is_applied(self, position: Position, changelog: bool = False) -> bool:
+        applied = self.applied(changelog)
+        return applied is not None and position <= applied
+
+    def unapplied(self, records: Sequence[ChangeRecord], changelog: bool = False) -> list[ChangeRecord]:
+        """The records after the last position committed (all of them, but after a restart)."""
+        applied = self.applied(changelog)
+        if applied is None or not records or records[0].order_key > applied:
+            return list(records)
+        return [r for r in records if r.order_key > applied]
+
+    def _committed(self, commit: StreamCommit, changelog: bool = False) -> None:
+        self._applied[changelog] = commit.position
 
     def _chunks(self, data: pa.Table) -> pa.Array | list[str]:
         """``_cdc_chunk`` for every row of ``data`` (vectorised for integer chunk keys)."""
@@ -51,14 +88,31 @@ class SinkWriter:
         """Replace exactly the split's key range by its rows as of the high watermark (idempotent)."""
         self.write_split_table(finished, rows_to_data_table(self.schema, rows))
 
-    def write_split_table(self, finished: FinishedSplit, data: pa.Table, *, app_id: str | None = None,
-                          batch_id: int | None = None) -> bool:
-        """The same, for rows already in Arrow (the source columns only); with ``(app_id, batch_id)``
-        at most once per pair (False: already committed)."""
+    def write_split_table(self, finished: FinishedSplit, data: pa.Table, *, commit: StreamCommit | None = None) -> bool:
+        """The same, for rows already in Arrow (the source columns only); a stream's ``commit`` at
+        most once (False: its position was committed already)."""
+        if commit is not None and self.is_applied(commit.position):
+            return False
         table = with_metadata(data, self.schema, ops="r", offsets=finished.high_watermark,
                               event_ts_ms=int(time.time() * 1000), chunks=self._chunks(data))
         start, end = self.split_range(finished)
-        return self.sink.replace_range(self.schema.table_id, start, end, table, app_id=app_id, batch_id=batch_id)
+        self.sink.replace_range(self.schema.table_id, start, end, table, commit=commit)
+        if commit is not None:
+            self._committed(commit)
+        return True
+
+    def truncate_before(self, offset: BinlogOffset, timestamp_ms: int, *, app_id: str, batch_id: int,
+                        changelog: bool = False) -> bool:
+        """A TRUNCATE at ``offset``: remove the rows older than it (a split read after it keeps its rows)."""
+        commit = StreamCommit(app_id, batch_id, ddl_position(offset))
+        if changelog and not self.is_applied(commit.position, changelog=True):
+            self.sink.append_changelog(self.schema.table_id, truncation_changelog(offset, timestamp_ms), commit=commit)
+            self._committed(commit, changelog=True)
+        if self.is_applied(commit.position):
+            return False
+        self.sink.truncate_before(self.schema.table_id, offset.version, commit=commit)
+        self._committed(commit)
+        return True
 
     @property
     def data_schema(self) -> pa.Schema:
@@ -70,29 +124,37 @@ class SinkWriter:
         return with_metadata(data, self.schema, ops=[r.op.value for r in latest], offsets=[r.offset for r in latest],
                              event_ts_ms=[r.timestamp_ms for r in latest], chunks=self._chunks(data))
 
-    def apply_changes(self, records: Sequence[ChangeRecord], *, app_id: str, batch_id: int) -> bool:
-        """Merge one batch; returns False when this batch id was already applied to this table."""
-        if not records:
-            return False
-        return self.sink.merge_changes(self.schema, self.changes_table(records), app_id=app_id, batch_id=batch_id)
+    def apply_changes(self, records: Sequence[ChangeRecord], *, app_id: str, batch_id: int,
+                      changelog: bool = False) -> int:
+        """Merge the records (in binlog order) not applied yet in one commit, and append them to the
+        changelog too when asked; returns how many were merged."""
+        if changelog:
+            new = self.unapplied(records, changelog=True)
+            if new:
+                commit = StreamCommit(app_id, batch_id, new[-1].order_key)
+                self.sink.append_changelog(self.schema.table_id, changelog_table(new), commit=commit)
+                self._committed(commit, changelog=True)
+        new = self.unapplied(records)
+        if not new:
+            return 0
+        commit = StreamCommit(app_id, batch_id, new[-1].order_key)
+        self.sink.merge_changes(self.schema, self.changes_table(new), commit=commit)
+        self._committed(commit)
+        return len(new)
 
 
 def apply_change_batch(writers: dict, records: Sequence[ChangeRecord], *, app_id: str, batch_id: int,
                        changelog: bool = False) -> dict:
-    """Apply one batch of filtered changes, table by table; returns rows merged per table.
-
-    Each table's merge is recorded under ``(app_id, batch_id)``: a batch replayed after a crash
-    skips the tables it already reached and completes the others. With ``changelog``, every change
-    is also appended to the table's changelog, idempotent the same way.
-    """
+    """Apply one batch of filtered changes (in binlog order), table by table, each table in one
+    commit; returns rows merged per table. Changes a table already holds (a batch replayed after a
+    crash, or read again by a new checkpoint) are left out. With ``changelog``, every change is also
+    appended to the table's changelog, exactly once the same way."""
     by_table: dict = {}
     for record in records:
         by_table.setdefault(record.table_id, []).append(record)
     merged = {}
     for table_id, table_records in by_table.items():
-        writer = writers[table_id]
-        if changelog:
-            writer.sink.append_changelog(table_id, changelog_table(table_records), app_id=app_id, batch_id=batch_id)
-        if writer.apply_changes(table_records, app_id=app_id, batch_id=batch_id):
-            merged[table_id] = len(table_records)
+        count = writers[table_id].apply_changes(table_records, app_id=app_id, batch_id=batch_id, changelog=changelog)
+        if count:
+            merged[table_id] = count
     return merged

@@ -29,12 +29,15 @@ schema (state/schemas.py).
 
 Options: ``state`` (the pipeline's state location), ``source_file`` (path of the private
 credentials file; never the password itself, since options show up in query plans),
-``server_id_range`` ("a-b"), ``decode_pieces`` (tasks decoding one large range in parallel).
+``server_id_range`` ("a-b"), ``decode_pieces`` (tasks decoding one large range in parallel),
+``initial_offset`` (where a query without a checkpointed offset starts; default: the registry's
+smallest high watermark, at generation 0).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import pickle
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -115,6 +118,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         low, _, high = options.get("server_id_range", "5400-6399").partition("-")
         self.server_id_range = (int(low), int(high))
         self.decode_pieces = int(options.get("decode_pieces", "2"))
+        self.initial_offset = json.loads(options["initial_offset"]) if options.get("initial_offset") else None
         self._target: dict[str, Any] | None = None
 
     def _source(self) -> SourceConfig:
@@ -138,6 +142,8 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # --- driver ----------------------------------------------------------------------------------
     def initialOffset(self) -> dict[str, Any]:
+        if self.initial_offset is not None:  # a new checkpoint resuming where the last stream committed
+            return self.initial_offset
         # generation 0 (nothing captured): the first batch activates everything the latest generation holds
         start = self._state().latest().initial_offset()
         if start is None:

@@ -1,8 +1,13 @@
 """The stream job: Structured Streaming over the binlog source, merged into the sink per micro-batch.
 
 Exactly once: Spark's checkpoint records each batch's offsets before it runs; ``foreachBatch``
-merges the batch into every table in one commit per table, recorded under ``(app_id, version)``,
-so a batch replayed after a crash (kill -9 included) skips the tables it already reached.
+merges the batch into every table in one commit per table, which records the binlog position of
+its last change (sinks/base.py), so a batch replayed after a crash (kill -9 included) applies only
+what a table does not hold yet. The same makes a lost or replaced checkpoint safe: a stream whose
+checkpoint is new starts where the pipeline's last stream into the same sink committed
+(``progress/stream-offset.json``), else at the registry's smallest high watermark, and applies to
+each table only the changes after its recorded position; a table recorded beyond the server's
+binlog head (the binlog was reset, or this is another server) is refused before anything is written.
 ``available-now`` catches up to the binlog head as of start and exits; ``continuous`` runs
 micro-batches every ``trigger_interval_s`` until stopped. Tables added to the registry while it
 runs are picked up at the next micro-batch (binlog_source.py); staged splits are applied here, in
@@ -12,15 +17,18 @@ binlog order with the batch's changes, under the same idempotency keys.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 import pickle
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
+import fsspec
 from pyspark.sql.streaming import StreamingQueryListener
+
+from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, SchemaChangeEvent, TableEventKind
@@ -29,20 +37,22 @@ from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 from airflow_provider_mysqlcdc.sinks.arrow_rows import METADATA_COLUMNS, conform_to, merge_changes_into_table
-from airflow_provider_mysqlcdc.sinks.changelog import truncation_changelog
+from airflow_provider_mysqlcdc.sinks.base import StreamCommit
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
-from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_change_batch
+from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_change_batch, staged_position
 from airflow_provider_mysqlcdc.spark.binlog_source import (SOURCE_NAME, BinlogDataSource, StagedSplitReady,
                                                           TablesActivated)
 from airflow_provider_mysqlcdc.state.cleanup import release_staged_files
 from airflow_provider_mysqlcdc.state.drift import Drift, frozen_since, read_drift, record_drift
-from airflow_provider_mysqlcdc.state.registry import Generation, PipelineState
+from airflow_provider_mysqlcdc.state.registry import STREAM_OFFSET, Generation, PipelineState
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
 from airflow_provider_mysqlcdc.state.staged import read_staged
 
 log = logging.getLogger(__name__)
 
 MODES = ("available-now", "continuous")
+#: the stream's identity, a file of ours inside Spark's checkpoint folder
+CHECKPOINT_IDENTITY = "mysqlcdc-stream.json"
 #: merges of one micro-batch are versioned batch_id * SEGMENTS + segment (a DDL starts a new segment)
 SEGMENTS = 1_000_000
 
@@ -55,7 +65,7 @@ class StreamJob:
     mode: str = "available-now"
     trigger_interval_s: float = 1.0
     server_id_range: str = "5400-6399"
-    app_id: str = ""
+    app_id: str = ""  # default: the checkpoint's identity (a new checkpoint gets a new one)
     changelog: bool = False  # also append every change to <table>__changelog
     decode_pieces: int = 2  # a large micro-batch range is decoded by this many tasks in parallel
 
@@ -64,9 +74,6 @@ class StreamJob:
             raise ValueError(f"stream mode must be one of {MODES}, got {self.mode!r}")
         if not self.checkpoint:
             self.checkpoint = PipelineState(self.state).checkpoint
-        if not self.app_id:
-            # stable for one checkpoint location: the idempotency key of this stream's commits
-            self.app_id = "mysqlcdc-" + hashlib.sha1(self.checkpoint.encode()).hexdigest()[:16]
 
     @classmethod
     def from_json(cls, text: str) -> "StreamJob":
@@ -125,7 +132,7 @@ class BatchApplier:
         # Each unit of work (a run of changes, a staged split, a TRUNCATE) commits under its own
         # version batch_id * SEGMENTS + n, so a replayed batch redoes exactly the units it had not committed.
         segment: list[ChangeRecord] = []
-        unit = 0
+        unit = staged = 0
         changes = skipped = 0
         for item in items:
             if isinstance(item, ChangeRecord):
@@ -141,8 +148,8 @@ class BatchApplier:
             if isinstance(item, TablesActivated):
                 self._activate(item)
             elif isinstance(item, StagedSplitReady):
-                self._apply_staged(item, batch_id * SEGMENTS + unit)
-                unit += 1
+                self._apply_staged(item, batch_id * SEGMENTS + unit, staged)
+                unit, staged = unit + 1, staged + 1
             elif self._schema_changed(item, batch_id * SEGMENTS + unit):
                 unit += 1
         self._apply(segment, batch_id * SEGMENTS + unit)
@@ -174,10 +181,14 @@ class BatchApplier:
         if event.chunk_keys:
             log.info("registry changes activated for %s", ", ".join(str(t) for t in event.chunk_keys))
 
-    def _apply_staged(self, staged: StagedSplitReady, version: int) -> None:
+    def _apply_staged(self, staged: StagedSplitReady, version: int, sequence: int) -> None:
         """Replace a staged split's range by its rows brought forward to the batch start, in one commit."""
         table_id = staged.split.split.table_id
         writer = self._writer(table_id)
+        commit = StreamCommit(self.job.app_id, version, staged_position(staged.as_of, sequence))
+        if writer.is_applied(commit.position):  # its file may be gone already (state/cleanup.py)
+            log.info("staged split %s was applied before a restart", staged.split.split.split_id)
+            return
         as_of = dataclasses.replace(staged.split, high_watermark=max(staged.as_of, staged.split.high_watermark))
         data, unknown = conform_to(read_staged(staged.split.extra["staged"]), writer.data_schema)
         if unknown:  # read before a DDL this stream's schema already reflects
@@ -187,10 +198,9 @@ class BatchApplier:
         if records:
             self._note_unknown_columns(records, {table_id: writer})
         merged = merge_changes_into_table(writer.schema, data, staged.changes)
-        written = writer.write_split_table(as_of, merged, app_id=self.job.app_id, batch_id=version)
-        log.info("applied staged split %s (%d rows, %d later changes merged, as of %s)%s",
-                 staged.split.split.split_id, merged.num_rows, len(staged.changes), as_of.high_watermark,
-                 "" if written else " - already committed before a restart")
+        writer.write_split_table(as_of, merged, commit=commit)
+        log.info("applied staged split %s (%d rows, %d later changes merged, as of %s)",
+                 staged.split.split.split_id, merged.num_rows, len(staged.changes), as_of.high_watermark)
 
     def _apply(self, records: list[ChangeRecord], version: int) -> None:
         if records:
@@ -234,10 +244,8 @@ class BatchApplier:
 
     def _truncate(self, table_id: TableId, event: SchemaChangeEvent, version: int) -> None:
         """Remove the rows older than the TRUNCATE; a split read after it keeps its rows."""
-        self.sink.truncate_before(table_id, event.offset.version, app_id=self.job.app_id, batch_id=version)
-        if self.job.changelog:
-            self.sink.append_changelog(table_id, truncation_changelog(event.offset, event.timestamp_ms),
-                                       app_id=self.job.app_id, batch_id=version)
+        self._writer(table_id).truncate_before(event.offset, event.timestamp_ms, app_id=self.job.app_id,
+                                               batch_id=version, changelog=self.job.changelog)
 
     def _reload_altered(self, altered: list[TableId], event: SchemaChangeEvent) -> None:
         """Reload the altered tables' schemas; a column that vanished is drift."""
@@ -297,11 +305,53 @@ def progress_offset(progress: Any, which: str) -> dict[str, Any] | None:
         return None
 
 
-def record_processed_offset(state: PipelineState, progress: Any) -> None:
-    """Where the stream has processed to (a query progress's end offset), for ``bin/status``."""
+def record_processed_offset(state: PipelineState, job: StreamJob, progress: Any) -> None:
+    """Where the stream has processed to (a query progress's end offset), for ``bin/status`` and
+    for a later stream whose checkpoint is new (``resume_offset``)."""
     end = progress_offset(progress, "endOffset")
     if end:
-        state.write_progress("stream-offset.json", {"offset": end, "committed_at": time.time()})
+        state.write_progress(STREAM_OFFSET, {"offset": end, "committed_at": time.time(), "sink_root": job.sink_root,
+                                             "app_id": job.app_id})
+
+
+def checkpoint_identity(checkpoint: str) -> tuple[str, bool]:
+    """The stream's identity, kept inside its checkpoint (a deleted checkpoint takes it along);
+    True when it was created now, i.e. the checkpoint is new."""
+    fs, path = fsspec.core.url_to_fs(checkpoint)
+    file = f"{path.rstrip('/')}/{CHECKPOINT_IDENTITY}"
+    if fs.exists(file):
+        with fs.open(file, "r") as f:
+            return json.load(f)["app_id"], False
+    app_id = f"mysqlcdc-{uuid.uuid4().hex[:16]}"
+    fs.makedirs(path, exist_ok=True)
+    with fs.open(file, "w") as f:
+        json.dump({"app_id": app_id, "created": time.time()}, f)
+    return app_id, True
+
+
+def resume_offset(state: PipelineState, job: StreamJob) -> dict[str, Any] | None:
+    """Where a stream with a new checkpoint starts: the end of the last batch a stream of this
+    pipeline committed into the same sink (every table holds every change up to it)."""
+    progress = state.read_progress(STREAM_OFFSET)
+    return progress["offset"] if progress and progress.get("sink_root") == job.sink_root else None
+
+
+def refuse_positions_beyond_the_head(source: SourceConfig, state: PipelineState, sink: DeltaSink) -> None:
+    """A sink table recorded past the server's binlog head was written from another binlog: the
+    server's binlog was reset (RESET MASTER), restored, or this is another server."""
+    conn = source.connect()
+    try:
+        head = current_offset(conn)
+    finally:
+        conn.close()
+    for table_id in sorted(state.latest().tables):
+        position = sink.applied_position(table_id)
+        if position is not None and position[:2] > head.sort_key:
+            raise ConfigurationError(
+                f"The sink table of {table_id} holds changes up to binlog file number {position[0]} position "
+                f"{position[1]}, beyond the server's binlog head {head}: the server's binlog was reset (RESET MASTER), "
+                "the server was restored from a backup, or the connection points at another server. Nothing was "
+                "written. If the source is right, re-snapshot the pipeline into a new sink location and state.")
 
 
 def release_applied_staged_files(state: PipelineState, committed: dict[str, Any] | None) -> None:
@@ -317,14 +367,15 @@ def release_applied_staged_files(state: PipelineState, committed: dict[str, Any]
 class ProgressListener(StreamingQueryListener):
     """Records each finished micro-batch's end offset (Spark calls this after the batch commits)."""
 
-    def __init__(self, state: PipelineState):
+    def __init__(self, state: PipelineState, job: StreamJob):
         self.state = state
+        self.job = job
 
     def onQueryStarted(self, event: Any) -> None:
         pass
 
     def onQueryProgress(self, event: Any) -> None:
-        record_processed_offset(self.state, event.progress)
+        record_processed_offset(self.state, self.job, event.progress)
         # the batch's start is the previous batch's end: committed in the checkpoint, never replayed
         release_applied_staged_files(self.state, progress_offset(event.progress, "startOffset"))
 
@@ -337,12 +388,22 @@ class ProgressListener(StreamingQueryListener):
 
 def run_stream_job(spark: Any, source: SourceConfig, job: StreamJob, source_file: str) -> dict[str, Any]:
     state = PipelineState(job.state)
-    spark.dataSource.register(BinlogDataSource)
-    spark.streams.addListener(ProgressListener(state))
     applier = BatchApplier(source, job)
-    stream = (spark.readStream.format(SOURCE_NAME)
+    refuse_positions_beyond_the_head(source, state, applier.sink)
+    identity, new = checkpoint_identity(job.checkpoint)
+    job.app_id = job.app_id or identity
+    resume = resume_offset(state, job) if new else None
+    if new:
+        log.info("stream checkpoint %s is new (identity %s): it starts %s, and applies to each table only the changes "
+                 "after the position the table records", job.checkpoint, identity,
+                 f"where the pipeline's last stream committed ({resume})" if resume else
+                 "at the registry's smallest high watermark")
+    spark.dataSource.register(BinlogDataSource)
+    spark.streams.addListener(ProgressListener(state, job))
+    reader = (spark.readStream.format(SOURCE_NAME)
               .option("state", job.state).option("source_file", source_file)
-              .option("server_id_range", job.server_id_range).option("decode_pieces", str(job.decode_pieces)).load())
+              .option("server_id_range", job.server_id_range).option("decode_pieces", str(job.decode_pieces)))
+    stream = (reader.option("initial_offset", json.dumps(resume)) if resume else reader).load()
     writer = stream.writeStream.foreachBatch(applier).option("checkpointLocation", job.checkpoint)
     if job.mode == "available-now":
         writer = writer.trigger(availableNow=True)
@@ -352,7 +413,7 @@ def run_stream_job(spark: Any, source: SourceConfig, job: StreamJob, source_file
     query = writer.start()
     query.awaitTermination()
     progress = query.lastProgress or {}
-    record_processed_offset(state, progress)  # the listener may not have run for the last one
+    record_processed_offset(state, job, progress)  # the listener may not have run for the last one
     # the query ended without error: its last batch is committed too
     release_applied_staged_files(state, progress_offset(progress, "endOffset"))
     return {"mode": job.mode, "changes_applied": applier.rows_applied, "app_id": job.app_id,

@@ -34,6 +34,8 @@ from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.state.storage import StateStorage
 
 GENERATIONS = "generations"
+#: progress file: the end offset of the last micro-batch a stream of the pipeline committed
+STREAM_OFFSET = "stream-offset.json"
 
 
 class ConcurrentStateChange(CdcError):
