@@ -31,6 +31,12 @@ def get_provider_info() -> dict[str, Any]:
                                        "must not clash with real replicas of this server.",
                         "schema": {"type": ["string", "null"], "default": "5400-6399"},
                     },
+                    "retry_budget_s": {
+                        "label": "Retry budget (seconds)",
+                        "description": "How long a source outage (restart, dropped connection) may last before a "
+                                       "chunk or stream task fails; meanwhile they retry with backoff.",
+                        "schema": {"type": ["number", "null"], "default": 300},
+                    },
                     "ssl_ca": {"label": "TLS CA file", "description": "Path of the CA certificate (enables TLS)",
                                "schema": {"type": ["string", "null"]}},
                     "ssl_cert": {"label": "TLS client certificate file", "schema": {"type": ["string", "null"]}},

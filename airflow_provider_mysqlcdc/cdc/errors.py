@@ -30,3 +30,7 @@ class BinlogPurgedError(CdcError):
 
 class SchemaChangedError(CdcError):
     """A table's schema changed in a way the reader cannot follow safely."""
+
+
+class SourceUnavailableError(CdcError):
+    """The source stayed unreachable for longer than the retry budget (cdc/source/retry.py)."""

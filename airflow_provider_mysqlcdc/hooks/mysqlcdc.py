@@ -12,6 +12,9 @@ from airflow_provider_mysqlcdc.cdc.source.server import current_offset, server_i
 from airflow_provider_mysqlcdc.hooks.spark import SparkTarget
 
 
+DEFAULT_RETRY_BUDGET_S = 300.0
+
+
 def parse_server_id_range(text: str | None) -> tuple[int, int]:
     text = (text or "5400-6399").strip()
     low, sep, high = text.partition("-")
@@ -55,6 +58,19 @@ class MySqlCdcHook(BaseHook):
             raise ConfigurationError(f"Connection {self.mysqlcdc_conn_id!r} has no host: set the source server's host.")
         return SourceConfig(host=conn.host, port=int(conn.port or 3306), user=conn.login or "",
                             password=conn.password or "", database=conn.schema or None, ssl=ssl)
+
+    def retry_budget_s(self) -> float:
+        """How long the Spark jobs ride out a source outage (extra ``retry_budget_s``, default 300 s).
+        Planning does not retry: a wrong host fails it at once."""
+        value = self._extra(self.get_connection(self.mysqlcdc_conn_id).extra_dejson, "retry_budget_s")
+        try:
+            budget = DEFAULT_RETRY_BUDGET_S if value in (None, "") else float(value)
+        except (TypeError, ValueError):
+            budget = -1.0
+        if budget < 0:
+            raise ConfigurationError(f"Malformed retry_budget_s {value!r} in connection {self.mysqlcdc_conn_id!r}: "
+                                     "give a number of seconds >= 0 (0: fail at the first fault).")
+        return budget
 
     def server_id_range(self) -> tuple[int, int]:
         return parse_server_id_range(self._extra(self.get_connection(self.mysqlcdc_conn_id).extra_dejson,

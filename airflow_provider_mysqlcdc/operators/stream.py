@@ -53,7 +53,7 @@ class MySqlCdcStreamOperator(BaseOperator):
         low, high = hook.server_id_range()
         job = StreamJob(state=self.state, sink_root=self.sink_root, mode=self.mode,
                         trigger_interval_s=self.trigger_interval_s, server_id_range=f"{low}-{high}",
-                        changelog=self.changelog)
+                        changelog=self.changelog, retry_budget_s=hook.retry_budget_s())
         result = hook.run_spark_job("binlog_stream.py", job.to_json(), spark=spark, log=self.log,
                                     timeout_s=None if self.mode == "continuous" else 6 * 3600)
         self.log.info("stream (%s) applied %d changes; end offset %s", self.mode, result["changes_applied"],

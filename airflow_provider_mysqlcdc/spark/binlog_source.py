@@ -31,7 +31,8 @@ Options: ``state`` (the pipeline's state location), ``source_file`` (path of the
 credentials file; never the password itself, since options show up in query plans),
 ``server_id_range`` ("a-b"), ``decode_pieces`` (tasks decoding one large range in parallel),
 ``initial_offset`` (where a query without a checkpointed offset starts; default: the registry's
-smallest high watermark, at generation 0).
+smallest high watermark, at generation 0), ``retry_budget_s`` (how long a source fault may last
+before a read fails: cdc/source/retry.py).
 """
 
 from __future__ import annotations
@@ -119,20 +120,17 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.server_id_range = (int(low), int(high))
         self.decode_pieces = int(options.get("decode_pieces", "2"))
         self.initial_offset = json.loads(options["initial_offset"]) if options.get("initial_offset") else None
+        self.retry_budget_s = float(options.get("retry_budget_s", "0"))
         self._target: dict[str, Any] | None = None
 
     def _source(self) -> SourceConfig:
-        return SourceConfig.from_private_file(Path(self.source_file))
+        return SourceConfig.from_private_file(Path(self.source_file)).with_retry(self.retry_budget_s)
 
     def _state(self) -> PipelineState:
         return PipelineState(self.state_location)
 
     def _latest(self) -> dict[str, Any]:
-        conn = self._source().connect()
-        try:
-            head = current_offset(conn)
-        finally:
-            conn.close()
+        head = self._source().run(current_offset, "reading the binlog head")
         return offset_dict(head, self._state().latest_number())
 
     def _server_ids(self, count: int) -> list[int]:
@@ -162,11 +160,8 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         begin, finish = offset_from_dict(start), offset_from_dict(end)
         generation, previous = int(end["gen"]), int(start.get("gen", 0))
-        conn = self._source().connect()
-        try:
-            ranges = plan_decode_ranges(conn, begin, finish, self.decode_pieces) if finish > begin else []
-        finally:
-            conn.close()
+        ranges = self._source().run(lambda conn: plan_decode_ranges(conn, begin, finish, self.decode_pieces),
+                                    "planning the binlog range") if finish > begin else []
         ids = self._server_ids(len(ranges) + 1)
         parts: list[InputPartition] = [BinlogRange(r.read_from, r.decode_after, r.end, server_id, generation)
                                        for r, server_id in zip(ranges, ids)]
@@ -279,11 +274,8 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 def _schemas_and_orderings(source: SourceConfig, state: PipelineState, generation: Generation,
                            tables: Any) -> tuple[list[TableSchema], dict[TableId, KeyOrdering]]:
     known = KnownSchemas(state)
-    conn = source.connect()
-    try:
-        schemas = [known.load(conn, t, remember=False) for t in sorted(tables)]
-    finally:
-        conn.close()
+    schemas = source.run(lambda conn: [known.load(conn, t, remember=False) for t in sorted(tables)],
+                         "reading table schemas")
     orderings = {s.table_id: KeyOrdering(s.column(generation.tables[s.table_id].chunk_key), source.connect)
                  for s in schemas}
     return schemas, orderings

@@ -48,6 +48,7 @@ class ChunkJob:
     partitions_per_split: int = 0  # 0: Spark's default parallelism
     server_id_range: tuple[int, int] | None = None
     stage_to: str | None = None  # stage the rows here for the stream instead of writing the sink
+    retry_budget_s: float = 300.0  # a source fault lasting longer fails the job (cdc/source/retry.py)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -62,7 +63,12 @@ class ChunkJob:
 
 
 def _read_partition(source: SourceConfig, schema: TableSchema, part: SnapshotSplit) -> tuple[dict, bytes]:
-    """Executor side: SELECT one sub-range; its low watermark and rows as Arrow IPC bytes."""
+    """Executor side: SELECT one sub-range; its low watermark and rows as Arrow IPC bytes (read again
+    from scratch after a transient source fault)."""
+    return source.retry_policy.run(lambda: _read_partition_once(source, schema, part), f"reading {part.split_id}")
+
+
+def _read_partition_once(source: SourceConfig, schema: TableSchema, part: SnapshotSplit) -> tuple[dict, bytes]:
     if fast_select_supported(schema):
         low, table = select_arrow(source, schema, part)
         table = table.cast(data_schema(schema))
@@ -78,23 +84,19 @@ def _read_partition(source: SourceConfig, schema: TableSchema, part: SnapshotSpl
 
 
 def plan_partitions(source: SourceConfig, schema: TableSchema, split: SnapshotSplit, partitions: int) -> list[SnapshotSplit]:
-    conn = source.connect()
-    try:
+    def plan(conn: Any) -> list[SnapshotSplit]:
         rows = ChunkSplitter(conn, schema, SplitOptions(chunk_key_column=split.chunk_key)).count_rows(split)
         size = max(1, math.ceil(rows / max(1, partitions)))
         return ChunkSplitter(conn, schema, SplitOptions(chunk_size=size, chunk_key_column=split.chunk_key)).split(within=split)
-    finally:
-        conn.close()
+
+    return source.run(plan, f"planning the partitions of {split.split_id}")
 
 
 def run_chunk_job(spark: Any, source: SourceConfig, job: ChunkJob) -> dict[str, Any]:
     started = time.monotonic()
     table_id = TableId.parse(job.table)
-    conn = source.connect()
-    try:
-        schema = load_table_schema(conn, table_id)
-    finally:
-        conn.close()
+    source = source.with_retry(job.retry_budget_s)
+    schema = source.run(lambda conn: load_table_schema(conn, table_id), f"reading the schema of {table_id}")
     splits = [SnapshotSplit.from_dict(s) for s in job.splits]
     sink = DeltaSink(job.sink_root)
     sink.prepare(schema)

@@ -68,6 +68,7 @@ class StreamJob:
     app_id: str = ""  # default: the checkpoint's identity (a new checkpoint gets a new one)
     changelog: bool = False  # also append every change to <table>__changelog
     decode_pieces: int = 2  # a large micro-batch range is decoded by this many tasks in parallel
+    retry_budget_s: float = 300.0  # a source fault lasting longer fails the stream (cdc/source/retry.py)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -109,15 +110,11 @@ class BatchApplier:
         has left the server (a batch replayed from before its DROP) keeps its last remembered schema."""
         if not chunk_keys:
             return
-        conn = self.source.connect()
-        try:
-            for table_id, chunk_key in chunk_keys.items():
-                schema = self.known.load(conn, table_id)
-                self.sink.prepare(schema)  # refuses unsafe type changes with a clear error
-                self.writers[table_id] = SinkWriter(self.sink, schema, chunk_key,
-                                                    KeyOrdering(schema.column(chunk_key), self.source.connect))
-        finally:
-            conn.close()
+        schemas = self.source.run(lambda conn: [self.known.load(conn, t) for t in chunk_keys], "reading table schemas")
+        for schema, (table_id, chunk_key) in zip(schemas, chunk_keys.items()):
+            self.sink.prepare(schema)  # refuses unsafe type changes with a clear error
+            self.writers[table_id] = SinkWriter(self.sink, schema, chunk_key,
+                                                KeyOrdering(schema.column(chunk_key), self.source.connect))
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
         started = time.monotonic()
@@ -277,11 +274,7 @@ class BatchApplier:
                         "the table if it exists on the source (state/drift.py)", table_id, offset, reason)
 
     def _log_progress(self, batch_id: int, items: list[Any], changes: int, read_s: float, seconds: float) -> None:
-        conn = self.source.connect()
-        try:
-            head = current_offset(conn)
-        finally:
-            conn.close()
+        head = self.source.run(current_offset, "reading the binlog head")
         newest = max((getattr(i, "timestamp_ms", 0) for i in items), default=0)
         lag_s = time.time() - newest / 1000 if newest else 0.0
         applied_to = max((i.offset for i in items if isinstance(i, ChangeRecord)), default=None)
@@ -339,11 +332,7 @@ def resume_offset(state: PipelineState, job: StreamJob) -> dict[str, Any] | None
 def refuse_positions_beyond_the_head(source: SourceConfig, state: PipelineState, sink: DeltaSink) -> None:
     """A sink table recorded past the server's binlog head was written from another binlog: the
     server's binlog was reset (RESET MASTER), restored, or this is another server."""
-    conn = source.connect()
-    try:
-        head = current_offset(conn)
-    finally:
-        conn.close()
+    head = source.run(current_offset, "reading the binlog head")
     for table_id in sorted(state.latest().tables):
         position = sink.applied_position(table_id)
         if position is not None and position[:2] > head.sort_key:
@@ -388,6 +377,7 @@ class ProgressListener(StreamingQueryListener):
 
 def run_stream_job(spark: Any, source: SourceConfig, job: StreamJob, source_file: str) -> dict[str, Any]:
     state = PipelineState(job.state)
+    source = source.with_retry(job.retry_budget_s)
     applier = BatchApplier(source, job)
     refuse_positions_beyond_the_head(source, state, applier.sink)
     identity, new = checkpoint_identity(job.checkpoint)
@@ -402,7 +392,8 @@ def run_stream_job(spark: Any, source: SourceConfig, job: StreamJob, source_file
     spark.streams.addListener(ProgressListener(state, job))
     reader = (spark.readStream.format(SOURCE_NAME)
               .option("state", job.state).option("source_file", source_file)
-              .option("server_id_range", job.server_id_range).option("decode_pieces", str(job.decode_pieces)))
+              .option("server_id_range", job.server_id_range).option("decode_pieces", str(job.decode_pieces))
+              .option("retry_budget_s", str(job.retry_budget_s)))
     stream = (reader.option("initial_offset", json.dumps(resume)) if resume else reader).load()
     writer = stream.writeStream.foreachBatch(applier).option("checkpointLocation", job.checkpoint)
     if job.mode == "available-now":

@@ -10,7 +10,11 @@ events (``follow=True``). It yields, in binlog order:
   each (binlog/ddl.py parses it; never silently dropped);
 - ``TransactionCommitted`` after each committed transaction, whose offset is a safe resume point.
 
-Traps handled here (see the reference page): ``resume_stream=True`` so the start position is used,
+A transient fault (the server restarts, the connection drops) is ridden out within the source's
+retry budget (source/retry.py): the reader reconnects at the last transaction boundary it reached
+and reads past what it already handed out, so nothing is yielded twice or skipped.
+
+Traps handled here: ``resume_stream=True`` so the start position is used,
 ``is_mariadb`` left off (with it and no GTID the library starts at the first binlog), rotations
 tracked from RotateEvent's ``next_binlog``, end offsets compared as (file, position), and
 compressed transaction payloads rejected by preflight because the library drops them.
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -104,18 +109,36 @@ class BinlogReader:
         )
 
     def __iter__(self) -> Iterator[BinlogItem]:
-        conn = self.source.connect()
-        try:
-            check_offset_available(conn, self.start)
-        finally:
-            conn.close()
+        self.source.run(lambda conn: check_offset_available(conn, self.start), f"checking binlog offset {self.start}")
         if self.end is not None and self.end <= self.start:
             return
+        policy, attempt, fault_started = self.source.retry_policy, 0, 0.0
+        read_from, decode_after = self.start, self.decode_after
+        while True:
+            try:
+                for item in self._read(read_from, decode_after):
+                    attempt = 0  # events flow again: a later fault gets the whole budget
+                    yield item
+                return
+            except Exception as exc:  # noqa: BLE001 - backoff re-raises what is not transient
+                if attempt == 0:
+                    fault_started = time.monotonic()
+                policy.backoff(exc, fault_started, attempt, f"reading the binlog at {self.position}")
+                attempt += 1
+                # start over at the last transaction boundary, reading past (not yielding again)
+                # what this reader already handed out
+                read_from = self.committed
+                if self.position > read_from:
+                    decode_after = self.position if decode_after is None else max(decode_after, self.position)
+            finally:
+                self.close()
+
+    def _read(self, read_from: BinlogOffset, decode_after: BinlogOffset | None) -> Iterator[BinlogItem]:
         self._stream = BinLogStreamReader(
             connection_settings=self.source.replication_settings(),
             server_id=self.server_id,
-            log_file=self.start.file,
-            log_pos=self.start.position,
+            log_file=read_from.file,
+            log_pos=read_from.position,
             resume_stream=True,
             blocking=self.follow,
             only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, QueryEvent, XidEvent, RotateEvent,
@@ -125,28 +148,25 @@ class BinlogReader:
             only_tables=sorted({t.table for t in self.tables}) if self.tables else None,
             slave_heartbeat=self.heartbeat_s if self.follow else None,
         )
-        current_file = self.start.file
-        try:
-            for event in self._stream:
-                if isinstance(event, RotateEvent):
-                    current_file = event.next_binlog
-                    self.position = BinlogOffset(current_file, max(int(event.position), 4))
-                    continue
-                end_pos = int(event.packet.log_pos)
-                if end_pos == 0:  # artificial events sent on connect
-                    continue
-                offset = BinlogOffset(current_file, end_pos)
-                if self.end is not None and offset > self.end:
-                    break
-                self.position = offset
-                if self.decode_after is not None and offset <= self.decode_after and \
-                        not isinstance(event, (GtidEvent, MariadbGtidEvent)):
-                    continue  # another piece of the range decodes this event (GTIDs still name the transaction)
-                yield from self._handle(event, offset)
-                if self.end is not None and offset >= self.end:
-                    break
-        finally:
-            self.close()
+        current_file = read_from.file
+        for event in self._stream:
+            if isinstance(event, RotateEvent):
+                current_file = event.next_binlog
+                self.position = max(self.position, BinlogOffset(current_file, max(int(event.position), 4)))
+                continue
+            end_pos = int(event.packet.log_pos)
+            if end_pos == 0:  # artificial events sent on connect
+                continue
+            offset = BinlogOffset(current_file, end_pos)
+            if self.end is not None and offset > self.end:
+                break
+            self.position = max(self.position, offset)
+            if decode_after is not None and offset <= decode_after and \
+                    not isinstance(event, (GtidEvent, MariadbGtidEvent)):
+                continue  # read by another piece of the range, or before a reconnect (GTIDs still name the transaction)
+            yield from self._handle(event, offset)
+            if self.end is not None and offset >= self.end:
+                break
 
     def close(self) -> None:
         if self._stream is not None:

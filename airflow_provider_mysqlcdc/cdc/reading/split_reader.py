@@ -87,9 +87,7 @@ class SplitReader:
         for ordering in self._orderings.values():
             ordering.close()
         self._orderings.clear()
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        self._drop_connection()
 
     def __enter__(self) -> "SplitReader":
         return self
@@ -99,8 +97,22 @@ class SplitReader:
 
     def current_offset(self) -> BinlogOffset:
         """The binlog head now (a split's high watermark when read right after its rows)."""
-        conn = self._connection()
-        return current_offset(conn, self._info)
+        def read() -> BinlogOffset:
+            try:
+                return current_offset(self._connection(), self._info)
+            except Exception:
+                self._drop_connection()  # a lost connection is opened again by the next attempt
+                raise
+
+        return self.source.retry_policy.run(read, "reading the binlog head")
+
+    def _drop_connection(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except Exception:  # noqa: BLE001 - already broken
+                pass
+            self._conn = None
 
     def ordering(self, chunk_key: str) -> KeyOrdering:
         if chunk_key not in self._orderings:

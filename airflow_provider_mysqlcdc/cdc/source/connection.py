@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pymysql
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
+from airflow_provider_mysqlcdc.cdc.source.retry import RetryPolicy
+
+T = TypeVar("T")
 
 #: Environment variables read by ``SourceConfig.from_env``.
 ENV_PREFIX = "MYSQLCDC_SOURCE_"
@@ -29,9 +33,37 @@ class SourceConfig:
     database: str | None = None
     connect_timeout_s: int = 10
     ssl: dict[str, Any] | None = None
+    #: how long a transient fault may last before an operation fails (0: fail at once); retry.py
+    retry_budget_s: float = 0.0
+
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        return RetryPolicy(budget_s=self.retry_budget_s)
+
+    def with_retry(self, budget_s: float) -> "SourceConfig":
+        return replace(self, retry_budget_s=budget_s)
 
     def connect(self, *, autocommit: bool = True, **kwargs: Any) -> pymysql.connections.Connection:
-        """Open a pymysql connection in UTC with utf8mb4, so values decode the same as the binlog's."""
+        """Open a pymysql connection in UTC with utf8mb4, so values decode the same as the binlog's;
+        a transient fault is ridden out within the retry budget."""
+        if self.retry_budget_s > 0:
+            return self.retry_policy.run(lambda: self._connect_once(autocommit, kwargs),
+                                         f"connecting to {self.host}:{self.port}")
+        return self._connect_once(autocommit, kwargs)
+
+    def run(self, operation: Callable[[pymysql.connections.Connection], T], what: str) -> T:
+        """``operation`` on a fresh connection, closed afterwards; started over on a transient fault
+        within the retry budget (so ``operation`` must be idempotent, e.g. read-only)."""
+        def attempt() -> T:
+            conn = self._connect_once(True, {})
+            try:
+                return operation(conn)
+            finally:
+                conn.close()
+
+        return self.retry_policy.run(attempt, what)
+
+    def _connect_once(self, autocommit: bool, kwargs: dict[str, Any]) -> pymysql.connections.Connection:
         try:
             return pymysql.connect(
                 host=self.host,
