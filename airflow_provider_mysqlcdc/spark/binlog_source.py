@@ -140,14 +140,9 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # --- driver ----------------------------------------------------------------------------------
     def initialOffset(self) -> dict[str, Any]:
-        if self.initial_offset is not None:  # a new checkpoint resuming where the last stream committed
-            return self.initial_offset
-        # generation 0 (nothing captured): the first batch activates everything the latest generation holds
-        start = self._state().latest().initial_offset()
-        if start is None:
-            raise ConfigurationError(f"No tables are captured at {self.state_location}: run the snapshot (or register "
-                                     "tables with startup mode 'latest'/'offset') before starting the stream.")
-        return offset_dict(start, 0)
+        # fixed when the checkpoint was created (stream_job.stream_identity), so that a batch 0 Spark
+        # runs again starts where it started the first time
+        return self.initial_offset if self.initial_offset is not None else registry_start_offset(self._state())
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._latest()
@@ -269,6 +264,16 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         finally:
             for ordering in orderings.values():
                 ordering.close()
+
+
+def registry_start_offset(state: PipelineState) -> dict[str, Any]:
+    """Where a stream without a checkpoint starts: the registry's smallest high watermark, at generation
+    0 (nothing captured), so the first batch activates everything the latest generation holds."""
+    start = state.latest().initial_offset()
+    if start is None:
+        raise ConfigurationError(f"No tables are captured at {state.location}: run the snapshot (or register "
+                                 "tables with startup mode 'latest'/'offset') before starting the stream.")
+    return offset_dict(start, 0)
 
 
 def _schemas_and_orderings(source: SourceConfig, state: PipelineState, generation: Generation,

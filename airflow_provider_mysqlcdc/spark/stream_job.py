@@ -41,7 +41,7 @@ from airflow_provider_mysqlcdc.sinks.base import StreamCommit
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_change_batch, staged_position
 from airflow_provider_mysqlcdc.spark.binlog_source import (SOURCE_NAME, BinlogDataSource, StagedSplitReady,
-                                                          TablesActivated)
+                                                          TablesActivated, registry_start_offset)
 from airflow_provider_mysqlcdc.state.cleanup import release_staged_files
 from airflow_provider_mysqlcdc.state.drift import Drift, frozen_since, read_drift, record_drift
 from airflow_provider_mysqlcdc.state.registry import STREAM_OFFSET, Generation, PipelineState
@@ -307,19 +307,31 @@ def record_processed_offset(state: PipelineState, job: StreamJob, progress: Any)
                                              "app_id": job.app_id})
 
 
-def checkpoint_identity(checkpoint: str) -> tuple[str, bool]:
-    """The stream's identity, kept inside its checkpoint (a deleted checkpoint takes it along);
-    True when it was created now, i.e. the checkpoint is new."""
+@dataclass(frozen=True)
+class StreamIdentity:
+    app_id: str  # the app id of the stream's Delta txn actions
+    initial_offset: dict[str, Any] | None  # where batch 0 starts, the same if Spark runs batch 0 again
+    new: bool  # the checkpoint was created now
+
+
+def stream_identity(checkpoint: str, first_offset: Any) -> StreamIdentity:
+    """The stream's identity, kept in a file of ours inside its checkpoint (a deleted checkpoint takes
+    it along). A new checkpoint also records where its first batch starts (``first_offset()``):
+    Spark asks the source for that again when it re-runs a batch 0 that did not commit, and the
+    registry may have moved on meanwhile."""
     fs, path = fsspec.core.url_to_fs(checkpoint)
-    file = f"{path.rstrip('/')}/{CHECKPOINT_IDENTITY}"
+    path = path.rstrip("/")
+    file = f"{path}/{CHECKPOINT_IDENTITY}"
     if fs.exists(file):
         with fs.open(file, "r") as f:
-            return json.load(f)["app_id"], False
-    app_id = f"mysqlcdc-{uuid.uuid4().hex[:16]}"
+            data = json.load(f)
+        return StreamIdentity(data["app_id"], data.get("initial_offset"), False)
+    new = not (fs.exists(f"{path}/offsets") and fs.ls(f"{path}/offsets", detail=False))
+    identity = StreamIdentity(f"mysqlcdc-{uuid.uuid4().hex[:16]}", first_offset() if new else None, new)
     fs.makedirs(path, exist_ok=True)
     with fs.open(file, "w") as f:
-        json.dump({"app_id": app_id, "created": time.time()}, f)
-    return app_id, True
+        json.dump({"app_id": identity.app_id, "initial_offset": identity.initial_offset, "created": time.time()}, f)
+    return identity
 
 
 def resume_offset(state: PipelineState, job: StreamJob) -> dict[str, Any] | None:
@@ -380,21 +392,20 @@ def run_stream_job(spark: Any, source: SourceConfig, job: StreamJob, source_file
     source = source.with_retry(job.retry_budget_s)
     applier = BatchApplier(source, job)
     refuse_positions_beyond_the_head(source, state, applier.sink)
-    identity, new = checkpoint_identity(job.checkpoint)
-    job.app_id = job.app_id or identity
-    resume = resume_offset(state, job) if new else None
-    if new:
-        log.info("stream checkpoint %s is new (identity %s): it starts %s, and applies to each table only the changes "
-                 "after the position the table records", job.checkpoint, identity,
-                 f"where the pipeline's last stream committed ({resume})" if resume else
-                 "at the registry's smallest high watermark")
+    identity = stream_identity(job.checkpoint, lambda: resume_offset(state, job) or registry_start_offset(state))
+    job.app_id = job.app_id or identity.app_id
+    if identity.new:
+        log.info("stream checkpoint %s is new (identity %s): it starts at %s, and applies to each table only the "
+                 "changes after the position the table records", job.checkpoint, identity.app_id, identity.initial_offset)
     spark.dataSource.register(BinlogDataSource)
     spark.streams.addListener(ProgressListener(state, job))
     reader = (spark.readStream.format(SOURCE_NAME)
               .option("state", job.state).option("source_file", source_file)
               .option("server_id_range", job.server_id_range).option("decode_pieces", str(job.decode_pieces))
               .option("retry_budget_s", str(job.retry_budget_s)))
-    stream = (reader.option("initial_offset", json.dumps(resume)) if resume else reader).load()
+    if identity.initial_offset:
+        reader = reader.option("initial_offset", json.dumps(identity.initial_offset))
+    stream = reader.load()
     writer = stream.writeStream.foreachBatch(applier).option("checkpointLocation", job.checkpoint)
     if job.mode == "available-now":
         writer = writer.trigger(availableNow=True)
