@@ -25,7 +25,17 @@ class ConfigurationError(CdcError):
 
 
 class BinlogPurgedError(CdcError):
-    """The binlog file a reader needs is no longer on the server."""
+    """The binlog file a reader needs is no longer on the server. ``missing`` is the offset the
+    reader needed, ``oldest`` the first offset the server still has (None: it has no binlog)."""
+
+    def __init__(self, message: str, missing: object = None, oldest: object = None):
+        super().__init__(message)
+        self.missing = missing
+        self.oldest = oldest
+
+
+class SourceChangedError(CdcError):
+    """Offsets point beyond the server's binlog: it was reset (RESET MASTER), restored, or is another server."""
 
 
 class SchemaChangedError(CdcError):

@@ -16,6 +16,7 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
+from airflow_provider_mysqlcdc.cdc.model.records import ON_BINLOG_PURGED
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
 from airflow_provider_mysqlcdc.hooks.spark import checked_spark_conf, spark_target
 
@@ -23,13 +24,34 @@ STREAM_MODES = ("available-now", "continuous", "skip")
 
 
 class MySqlCdcStreamOperator(BaseOperator):
+    """The binlog stream into the sink (see the module doc for the modes).
+
+    :param state: the pipeline's state location (``<state_dir>/<dag_id>``)
+    :param sink_root: where the Delta tables live
+    :param mode: ``available-now``, ``continuous`` or ``skip``
+    :param mysqlcdc_conn_id: the ``mysqlcdc`` connection of the source
+    :param spark_master: Spark master when no ``spark_conn_id`` is given
+    :param spark_conn_id: an Airflow ``spark`` connection to run on
+    :param spark_conf: extra Spark configuration (no secrets)
+    :param trigger_interval_s: micro-batch interval in ``continuous`` mode
+    :param changelog: also append every change to ``<table>__changelog``
+    :param on_binlog_purged: binlog the stream needs was purged: ``fail`` (the default, with the way
+        out) or ``resnapshot`` (record exactly the tables that needed it; the next DAG run
+        re-snapshots them, as Debezium's ``when_needed`` does)
+    """
+
     template_fields: Sequence[str] = ("state", "sink_root", "mode", "spark_master", "spark_conn_id", "spark_conf")
 
     def __init__(self, *, state: str, sink_root: str, mode: str = "available-now",
                  mysqlcdc_conn_id: str = MySqlCdcHook.default_conn_name, spark_master: str = "local[2]",
                  spark_conn_id: str | None = None, spark_conf: dict[str, Any] | None = None,
-                 trigger_interval_s: float = 1.0, changelog: bool = False, **kwargs: Any) -> None:
+                 trigger_interval_s: float = 1.0, changelog: bool = False, on_binlog_purged: str = "fail",
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        if on_binlog_purged not in ON_BINLOG_PURGED:
+            raise ConfigurationError(f"on_binlog_purged must be one of {', '.join(ON_BINLOG_PURGED)}, got "
+                                     f"{on_binlog_purged!r}.")
+        self.on_binlog_purged = on_binlog_purged
         self.state = state
         self.sink_root = sink_root
         self.mode = mode
@@ -53,7 +75,8 @@ class MySqlCdcStreamOperator(BaseOperator):
         low, high = hook.server_id_range()
         job = StreamJob(state=self.state, sink_root=self.sink_root, mode=self.mode,
                         trigger_interval_s=self.trigger_interval_s, server_id_range=f"{low}-{high}",
-                        changelog=self.changelog, retry_budget_s=hook.retry_budget_s())
+                        changelog=self.changelog, retry_budget_s=hook.retry_budget_s(),
+                        on_binlog_purged=self.on_binlog_purged)
         result = hook.run_spark_job("binlog_stream.py", job.to_json(), spark=spark, log=self.log,
                                     timeout_s=None if self.mode == "continuous" else 6 * 3600)
         self.log.info("stream (%s) applied %d changes; end offset %s", self.mode, result["changes_applied"],

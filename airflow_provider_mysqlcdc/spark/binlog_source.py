@@ -31,7 +31,10 @@ Options: ``state`` (the pipeline's state location), ``source_file`` (path of the
 credentials file; never the password itself, since options show up in query plans),
 ``server_id_range`` ("a-b"), ``decode_pieces`` (tasks decoding one large range in parallel),
 ``initial_offset`` (where a query without a checkpointed offset starts; default: the registry's
-smallest high watermark, at generation 0), ``retry_budget_s`` (how long a source fault may last
+smallest high watermark, at generation 0), ``on_binlog_purged`` (``fail``, the default, or
+``resnapshot``: a batch whose start was purged reads from the oldest binlog left and announces the
+gap with ``BinlogPurged``, and an activation whose re-read was purged skips those tables the same
+way), ``retry_budget_s`` (how long a source fault may last
 before a read fails: cdc/source/retry.py).
 """
 
@@ -48,18 +51,18 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
-from airflow_provider_mysqlcdc.cdc.binlog.ranges import plan_decode_ranges
+from airflow_provider_mysqlcdc.cdc.binlog.ranges import DecodeRange, plan_decode_ranges
 from airflow_provider_mysqlcdc.cdc.binlog.reader import BinlogReader, pick_server_id
 from airflow_provider_mysqlcdc.cdc.binlog.split_filter import FinishedSplitFilter
-from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
+from airflow_provider_mysqlcdc.cdc.errors import BinlogPurgedError, ConfigurationError, SourceChangedError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
-from airflow_provider_mysqlcdc.cdc.model.records import (ChangeRecord, SchemaChangeEvent, TableEventKind, TableTruncated,
-                                                         WindowChange)
+from airflow_provider_mysqlcdc.cdc.model.records import (BinlogPurged, ChangeRecord, SchemaChangeEvent, TableEventKind,
+                                                         TableTruncated, WindowChange)
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
-from airflow_provider_mysqlcdc.cdc.source.server import current_offset
+from airflow_provider_mysqlcdc.cdc.source.server import check_offset_available, current_offset
 from airflow_provider_mysqlcdc.state.registry import Generation, PipelineState
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
 
@@ -106,8 +109,17 @@ class BinlogRange(InputPartition):
 class Activation(InputPartition):
     """The splits ``generation`` adds to ``previous``, activated at ``start`` (see the module doc)."""
 
-    def __init__(self, previous: int, generation: int, start: BinlogOffset, server_id: int):
+    def __init__(self, previous: int, generation: int, start: BinlogOffset, server_id: int, on_binlog_purged: str):
         self.previous, self.generation, self.start, self.server_id = previous, generation, start, server_id
+        self.on_binlog_purged = on_binlog_purged
+
+
+class PurgedGap(InputPartition):
+    """The start of a micro-batch's range was purged: the batch reads from the oldest binlog left, and
+    this partition tells the driver which changes were lost (``on_binlog_purged="resnapshot"``)."""
+
+    def __init__(self, gap: BinlogPurged, generation: int):
+        self.gap, self.generation = gap, generation
 
 
 class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -121,6 +133,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.decode_pieces = int(options.get("decode_pieces", "2"))
         self.initial_offset = json.loads(options["initial_offset"]) if options.get("initial_offset") else None
         self.retry_budget_s = float(options.get("retry_budget_s", "0"))
+        self.on_binlog_purged = options.get("on_binlog_purged", "fail")
         self._target: dict[str, Any] | None = None
 
     def _source(self) -> SourceConfig:
@@ -149,19 +162,32 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, Any], limit: Any) -> dict[str, Any]:
         latest = self._target if self._target is not None else self._latest()
+        if offset_from_dict(latest) < offset_from_dict(start):  # never a stall: say what happened
+            raise SourceChangedError(
+                f"The stream has processed the binlog up to {offset_from_dict(start)}, but the server's binlog now ends "
+                f"at {offset_from_dict(latest)}: its binlog was reset (RESET MASTER), it was restored from a backup, or "
+                "the connection points at another server. Nothing more was written. If the source is right, "
+                "re-snapshot the pipeline into a new sink location and state.")
         position = max(offset_from_dict(latest), offset_from_dict(start))
         return offset_dict(position, max(int(latest["gen"]), int(start.get("gen", 0))))
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         begin, finish = offset_from_dict(start), offset_from_dict(end)
         generation, previous = int(end["gen"]), int(start.get("gen", 0))
-        ranges = self._source().run(lambda conn: plan_decode_ranges(conn, begin, finish, self.decode_pieces),
-                                    "planning the binlog range") if finish > begin else []
+
+        def plan(conn: Any) -> tuple[BinlogPurged | None, list[DecodeRange]]:
+            gap = _purged_or_raise(conn, begin, self.on_binlog_purged) if finish > begin else None
+            read_from = gap.resumed_at if gap else begin
+            return gap, plan_decode_ranges(conn, read_from, finish, self.decode_pieces) if finish > read_from else []
+
+        gap, ranges = self._source().run(plan, "planning the binlog range")
         ids = self._server_ids(len(ranges) + 1)
         parts: list[InputPartition] = [BinlogRange(r.read_from, r.decode_after, r.end, server_id, generation)
                                        for r, server_id in zip(ranges, ids)]
+        if gap is not None:
+            parts.insert(0, PurgedGap(gap, generation))
         if generation != previous:
-            parts.insert(0, Activation(previous, generation, begin, ids[-1]))
+            parts.insert(0, Activation(previous, generation, begin, ids[-1], self.on_binlog_purged))
         return parts
 
     def commit(self, end: dict[str, Any]) -> None:
@@ -171,6 +197,9 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[tuple]:
         if isinstance(partition, Activation):
             yield from self._read_activation(partition)
+            return
+        if isinstance(partition, PurgedGap):
+            yield _marker_row(partition.gap.lost_from.version, 0, "purged", 0, partition.gap, partition.generation)
             return
         source, state = self._source(), self._state()
         generation = state.load(partition.generation)
@@ -204,12 +233,31 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                           partition.generation)
         staged = {f.split.split_id: f for f in added if f.extra.get("staged")}
         behind = [f for f in added if f.high_watermark < partition.start]
+        lost = self._lost_to_purge(behind, partition)
+        if lost is not None:  # these tables are re-snapshotted by the next run: nothing of them is applied now
+            yield _marker_row(lost.lost_from.version, 0, "purged", 0, lost, partition.generation)
+            added = [f for f in added if f.split.table_id not in lost.tables]
+            behind = [f for f in behind if f.split.table_id not in lost.tables]
+            staged = {i: f for i, f in staged.items() if f.split.table_id not in lost.tables}
         changes: dict[str, list[WindowChange]] = {split_id: [] for split_id in staged}
         if behind:
             yield from self._replay_behind(partition, new, added, behind, changes)
         for split_id, split in sorted(staged.items()):
             yield _marker_row(partition.start.version, -1, "staged", 0,
                               StagedSplitReady(split, partition.start, changes[split_id]), partition.generation)
+
+    def _lost_to_purge(self, behind: list[FinishedSplit], partition: Activation) -> BinlogPurged | None:
+        """The tables whose re-read ``(h, start]`` lies partly in purged binlog (an error unless the
+        stream re-snapshots what a purge cost)."""
+        if not behind:
+            return None
+        earliest = min(f.high_watermark for f in behind)
+        gap = self._source().run(lambda conn: _purged_or_raise(conn, earliest, partition.on_binlog_purged),
+                                 "checking the binlog behind an activation")
+        if gap is None:
+            return None
+        tables = tuple(sorted({f.split.table_id for f in behind if f.high_watermark < gap.resumed_at}))
+        return BinlogPurged(earliest, gap.resumed_at, tables)
 
     def _replay_behind(self, partition: Activation, new: Generation, added: list[FinishedSplit],
                        behind: list[FinishedSplit], staged_changes: dict[str, list[WindowChange]]) -> Iterator[tuple]:
@@ -274,6 +322,16 @@ def registry_start_offset(state: PipelineState) -> dict[str, Any]:
         raise ConfigurationError(f"No tables are captured at {state.location}: run the snapshot (or register "
                                  "tables with startup mode 'latest'/'offset') before starting the stream.")
     return offset_dict(start, 0)
+
+
+def _purged_or_raise(conn: Any, offset: BinlogOffset, on_binlog_purged: str) -> BinlogPurged | None:
+    try:
+        check_offset_available(conn, offset)
+        return None
+    except BinlogPurgedError as exc:
+        if on_binlog_purged != "resnapshot":
+            raise
+        return BinlogPurged(offset, exc.oldest)
 
 
 def _schemas_and_orderings(source: SourceConfig, state: PipelineState, generation: Generation,

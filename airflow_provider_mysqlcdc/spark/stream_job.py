@@ -31,7 +31,8 @@ from pyspark.sql.streaming import StreamingQueryListener
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
-from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, SchemaChangeEvent, TableEventKind
+from airflow_provider_mysqlcdc.cdc.model.records import (ON_BINLOG_PURGED, BinlogPurged, ChangeRecord, SchemaChangeEvent,
+                                                         TableEventKind)
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
@@ -69,10 +70,16 @@ class StreamJob:
     changelog: bool = False  # also append every change to <table>__changelog
     decode_pieces: int = 2  # a large micro-batch range is decoded by this many tasks in parallel
     retry_budget_s: float = 300.0  # a source fault lasting longer fails the stream (cdc/source/retry.py)
+    #: binlog the stream needs was purged: "fail" (with the way out), or "resnapshot": record exactly
+    #: the tables that needed it (frozen meanwhile), which the next DAG run re-snapshots
+    on_binlog_purged: str = "fail"
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"stream mode must be one of {MODES}, got {self.mode!r}")
+        if self.on_binlog_purged not in ON_BINLOG_PURGED:
+            raise ConfigurationError(f"on_binlog_purged must be one of {', '.join(ON_BINLOG_PURGED)}, got "
+                                     f"{self.on_binlog_purged!r}.")
         if not self.checkpoint:
             self.checkpoint = PipelineState(self.state).checkpoint
 
@@ -144,6 +151,8 @@ class BatchApplier:
             segment, unit = [], unit + 1
             if isinstance(item, TablesActivated):
                 self._activate(item)
+            elif isinstance(item, BinlogPurged):
+                self._purged(item)
             elif isinstance(item, StagedSplitReady):
                 self._apply_staged(item, batch_id * SEGMENTS + unit, staged)
                 unit, staged = unit + 1, staged + 1
@@ -238,6 +247,18 @@ class BatchApplier:
                     ", ".join(f"{c.table} {c.kind.value}" for c in event.changes))
         self._reload_altered(altered, event)
         return committed
+
+    def _purged(self, gap: BinlogPurged) -> None:
+        """Binlog this batch needed was purged: freeze exactly the tables that needed it."""
+        tables = gap.tables if gap.tables is not None else \
+            [t for t, c in sorted(self.generation.tables.items()) if min(f.high_watermark for f in c.splits) < gap.resumed_at]
+        log.warning("binlog from %s to %s was purged before the stream read it (on_binlog_purged='resnapshot'): %s",
+                    gap.lost_from, gap.resumed_at, ", ".join(map(str, tables)) or "no table needed it")
+        for table_id in tables:
+            self._drifted(table_id, TableEventKind.BINLOG_PURGED, gap.resumed_at,
+                          f"binlog from {gap.lost_from} to {gap.resumed_at} was purged before the stream read it; the "
+                          "sink keeps the table as it was")
+            self.frozen[table_id] = min(self.frozen.get(table_id, gap.resumed_at), gap.resumed_at)
 
     def _truncate(self, table_id: TableId, event: SchemaChangeEvent, version: int) -> None:
         """Remove the rows older than the TRUNCATE; a split read after it keeps its rows."""
@@ -402,7 +423,7 @@ def run_stream_job(spark: Any, source: SourceConfig, job: StreamJob, source_file
     reader = (spark.readStream.format(SOURCE_NAME)
               .option("state", job.state).option("source_file", source_file)
               .option("server_id_range", job.server_id_range).option("decode_pieces", str(job.decode_pieces))
-              .option("retry_budget_s", str(job.retry_budget_s)))
+              .option("retry_budget_s", str(job.retry_budget_s)).option("on_binlog_purged", job.on_binlog_purged))
     if identity.initial_offset:
         reader = reader.option("initial_offset", json.dumps(identity.initial_offset))
     stream = reader.load()

@@ -13,6 +13,8 @@ The stream records each such event here with its binlog offset and what it was
   From that offset on the stream applies none of the table's changes: the sink keeps the table's
   last state ("frozen").
 - ``created``: a table was created again under a frozen name (noted, for ``bin/status``).
+- ``binlog-purged``: binlog the stream needed for the table was purged (with the stream's
+  ``on_binlog_purged="resnapshot"``): changes are lost, so the table is frozen as well.
 
 One thing repairs all of them exactly while streaming: a staged whole-table re-snapshot, which the
 next plan does for every table with an event after its splits were read (``operators/plan.py``),
@@ -97,6 +99,6 @@ def pending_drift(drift: Drift, table_id: TableId, captured: CapturedTable | Non
 
 def frozen_since(drift: Drift, table_id: TableId, captured: CapturedTable | None) -> BinlogOffset | None:
     """Where the stream stopped applying the table's changes (its name stopped holding the table), if it did."""
-    ends = [e.offset for e in pending_drift(drift, table_id, captured) if e.kind.ends_table]
+    ends = [e.offset for e in pending_drift(drift, table_id, captured) if e.kind.freezes]
     return min(ends, default=None)
 

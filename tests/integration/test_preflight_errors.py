@@ -15,7 +15,7 @@ import uuid
 import pytest
 
 from airflow_provider_mysqlcdc.cdc.binlog.reader import BinlogReader
-from airflow_provider_mysqlcdc.cdc.errors import BinlogPurgedError, ConfigurationError, PreflightFailures
+from airflow_provider_mysqlcdc.cdc.errors import BinlogPurgedError, ConfigurationError, PreflightFailures, SourceChangedError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
@@ -95,7 +95,8 @@ def test_purged_binlog_is_a_clear_error(spare_server):
             time.sleep(0.1)
         assert old.file not in binlog_files(conn)
     reader = BinlogReader(spare_server.root_config(), start=old, key_columns={})
-    with pytest.raises(BinlogPurgedError, match=rf"Binlog file {old.file} .* no longer on the server.*re-snapshot"):
+    with pytest.raises(BinlogPurgedError, match=rf"Binlog file {old.file} \(needed from offset {old}\) is no longer on "
+                                                rf"the server.*on_binlog_purged='resnapshot'.*retry it"):
         list(reader)
 
 
@@ -172,6 +173,6 @@ def test_wrong_password_and_unreachable_server(mysql_server):
         run_preflight(SourceConfig(host="127.0.0.1", port=closed_port, connect_timeout_s=2), [])
 
 
-def test_offset_in_unknown_file_is_reported_as_purged(cdc_user):
-    with pytest.raises(BinlogPurgedError, match="binlog.999999"):
+def test_offset_beyond_the_servers_binlog_is_reported_as_another_binlog(cdc_user):
+    with pytest.raises(SourceChangedError, match="binlog.999999:4 lies beyond the server's binlog.*RESET MASTER"):
         list(BinlogReader(cdc_user, start=BinlogOffset("binlog.999999", 4), key_columns={}))

@@ -83,11 +83,17 @@ class TableEventKind(str, enum.Enum):
     CREATED = "created"  # CREATE TABLE (a no-op with IF NOT EXISTS when the table already existed)
     ROWS_CHANGED = "rows-changed"  # rows removed or swapped without row events (partitions, tablespaces)
     ALTERED = "altered"  # columns, keys or options changed
+    BINLOG_PURGED = "binlog-purged"  # the stream found binlog it needed for the table purged (not DDL)
 
     @property
     def ends_table(self) -> bool:
         """After this event the name no longer holds the table whose rows the sink has."""
         return self in (TableEventKind.DROPPED, TableEventKind.RENAMED, TableEventKind.REPLACED)
+
+    @property
+    def freezes(self) -> bool:
+        """After this event none of the table's changes can be applied exactly until it is re-snapshotted."""
+        return self.ends_table or self is TableEventKind.BINLOG_PURGED
 
 
 @dataclass(frozen=True)
@@ -108,6 +114,22 @@ class TableTruncated:
 
 #: what a window replay applies over a split's rows, in binlog order
 WindowChange = ChangeRecord | TableTruncated
+
+
+#: what a stream does when binlog it needs was purged: fail with the way out, or re-snapshot exactly
+#: the tables that needed it (``BinlogPurged``)
+ON_BINLOG_PURGED = ("fail", "resnapshot")
+
+
+@dataclass(frozen=True)
+class BinlogPurged:
+    """Binlog the stream needed was purged: its changes from ``lost_from`` up to ``resumed_at`` (the
+    oldest offset the server still has) are gone. ``tables`` are the tables that needed them; None:
+    every captured table whose splits were read before ``resumed_at``."""
+
+    lost_from: BinlogOffset
+    resumed_at: BinlogOffset
+    tables: tuple[TableId, ...] | None = None
 
 
 @dataclass(frozen=True)

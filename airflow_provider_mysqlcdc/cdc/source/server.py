@@ -11,7 +11,7 @@ from typing import Any
 
 import pymysql
 
-from airflow_provider_mysqlcdc.cdc.errors import BinlogPurgedError, PreflightError
+from airflow_provider_mysqlcdc.cdc.errors import BinlogPurgedError, PreflightError, SourceChangedError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset, binlog_file_number
 
 
@@ -74,6 +74,11 @@ def binlog_file_sizes(conn: pymysql.connections.Connection) -> list[tuple[str, i
         return [(str(row[0]), int(row[1])) for row in cur.fetchall()]
 
 
+def oldest_offset(conn: pymysql.connections.Connection) -> BinlogOffset:
+    """The first offset of the oldest binlog file the server still has."""
+    return BinlogOffset(binlog_file_sizes(conn)[0][0], 4)
+
+
 def binlog_files(conn: pymysql.connections.Connection) -> list[str]:
     """The binlog files still on the server, oldest first."""
     return [name for name, _ in binlog_file_sizes(conn)]
@@ -92,13 +97,21 @@ def bytes_between(earlier: BinlogOffset, later: BinlogOffset, sizes: list[tuple[
 
 
 def check_offset_available(conn: pymysql.connections.Connection, offset: BinlogOffset) -> None:
-    """Fail clearly when the binlog file an offset points into has been purged."""
-    files = binlog_files(conn)
-    if offset.file not in files:
-        oldest = files[0] if files else "none"
-        raise BinlogPurgedError(
-            f"Binlog file {offset.file} (needed from offset {offset}) is no longer on the server; the oldest "
-            f"is {oldest}. The changes in between are lost to CDC: re-snapshot the affected tables "
-            "(startup mode 'initial'), and raise binlog retention (expire_logs_days / "
-            "binlog_expire_logs_seconds) above the longest pause of the pipeline."
-        )
+    """Fail clearly when the binlog an offset points into has been purged, or is not this server's."""
+    sizes = binlog_file_sizes(conn)
+    if sizes and offset.file in dict(sizes) and (offset.file != sizes[-1][0] or offset.position <= sizes[-1][1]):
+        return
+    newest = BinlogOffset(sizes[-1][0], max(4, sizes[-1][1])) if sizes else None
+    if newest is None or offset > newest:
+        raise SourceChangedError(
+            f"Offset {offset} lies beyond the server's binlog, which ends at {newest or 'nothing'}: the server's binlog "
+            "was reset (RESET MASTER), the server was restored from a backup, or the connection points at another "
+            "server. Nothing was read. If the source is right, re-snapshot the pipeline into a new sink location and "
+            "state.")
+    oldest = BinlogOffset(sizes[0][0], 4)
+    raise BinlogPurgedError(
+        f"Binlog file {offset.file} (needed from offset {offset}) is no longer on the server; the oldest is "
+        f"{sizes[0][0]}. The changes from {offset} to {oldest} are lost to CDC. For the stream: run it with "
+        "on_binlog_purged='resnapshot' to re-snapshot exactly the tables that needed them (or re-snapshot those "
+        "tables yourself); for a chunk task: retry it. Then raise binlog retention (expire_logs_days / "
+        "binlog_expire_logs_seconds) above the longest pause of the pipeline.", missing=offset, oldest=oldest)
