@@ -266,16 +266,26 @@ class BatchApplier:
                                                batch_id=version, changelog=self.job.changelog)
 
     def _reload_altered(self, altered: list[TableId], event: SchemaChangeEvent) -> None:
-        """Reload the altered tables' schemas; a column that vanished is drift."""
+        """Reload the altered tables' schemas. A column that vanished is drift, and so is a column the
+        statement adds that rows existing before it hold a value in (a DEFAULT, NOT NULL, generated):
+        the sink has those rows with NULL there until they are read again."""
         # the columns before: this stream's schema, or (first time it meets the table) the sink's
         before = {t: set(self.writers[t].schema.column_names) if t in self.writers else
                   set(self.sink.column_names(t)) - set(METADATA_COLUMNS) for t in altered}
         self._load_writers({table_id: self._chunk_key(table_id) for table_id in altered})
+        added = {c.table: c.added_columns for c in event.changes if c.kind is TableEventKind.ALTERED}
         for table_id in altered:
-            vanished = before[table_id] - set(self.writers[table_id].schema.column_names)
+            schema = self.writers[table_id].schema
+            vanished = before[table_id] - set(schema.column_names)
             if vanished:
                 self._drifted(table_id, TableEventKind.ALTERED, event.offset,
                               f"column(s) {', '.join(sorted(vanished))} dropped or renamed by {event.statement[:300]!r}")
+            present = {c.name: c for c in schema.columns}
+            filled = [n for n in added.get(table_id, ()) if n in present and present[n].fills_existing_rows]
+            if filled:
+                self._drifted(table_id, TableEventKind.ALTERED, event.offset,
+                              f"column(s) {', '.join(filled)} added by {event.statement[:300]!r} hold a default (or "
+                              "generated) value in rows written before, which the binlog does not carry")
 
     def _note_unknown_columns(self, records: list[ChangeRecord], writers: dict[TableId, SinkWriter]) -> None:
         """Changes written before a DDL the loaded schema already reflects carry names it lacks."""

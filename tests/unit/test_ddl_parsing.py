@@ -152,3 +152,14 @@ def test_a_chain_of_renames_names_every_step():
 
 def test_ends_table_marks_the_events_after_which_the_sink_rows_belong_to_no_table():
     assert {k for k in K if k.ends_table} == {K.DROPPED, K.RENAMED, K.REPLACED}
+
+
+@pytest.mark.parametrize("statement, added", [
+    ("ALTER TABLE t ADD COLUMN c INT DEFAULT 5", ("c",)),
+    ("ALTER TABLE t ADD c VARCHAR(10) NOT NULL DEFAULT 'a,b', ADD COLUMN IF NOT EXISTS `d e` DATE", ("c", "d e")),
+    ("ALTER TABLE t ADD COLUMN (h INT DEFAULT 1, i DECIMAL(10, 2) DEFAULT 2.5)", ("h", "i")),
+    ("ALTER TABLE t ADD INDEX (c), ADD PRIMARY KEY (id), ADD UNIQUE KEY u (c), DROP COLUMN x", ()),
+])
+def test_an_alteration_names_the_columns_it_adds(statement, added):
+    parsed = parse_ddl(statement, "shop")
+    assert parsed is not None and parsed.changes == (TableChange(K.ALTERED, T, added_columns=added),)

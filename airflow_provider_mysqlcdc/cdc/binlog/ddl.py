@@ -22,7 +22,8 @@ default database):
 - ``CREATE TABLE [IF NOT EXISTS] t``               -> CREATED
 - ``ALTER TABLE t TRUNCATE|DROP PARTITION``, ``EXCHANGE PARTITION p WITH TABLE u``,
   ``DISCARD|IMPORT TABLESPACE``                    -> ROWS_CHANGED (rows go or come without row events)
-- any other ``ALTER TABLE``, ``CREATE|DROP INDEX`` -> ALTERED
+- any other ``ALTER TABLE``, ``CREATE|DROP INDEX`` -> ALTERED (with the names of the columns an
+  ``ADD [COLUMN]`` clause adds)
 
 Temporary tables are never in a row-based binlog's row events, so statements on them change nothing.
 """
@@ -42,6 +43,9 @@ _QUOTED = {TokenType.IDENTIFIER, TokenType.STRING}
 _SEPARATORS = {TokenType.COMMA, TokenType.DOT, TokenType.L_PAREN, TokenType.R_PAREN, TokenType.SEMICOLON}
 #: statements that are never DDL and are frequent (one per transaction): skip the tokenizer
 _NOT_DDL = frozenset({"BEGIN", "COMMIT", "ROLLBACK", "XA START", "XA END", "XA PREPARE", "XA COMMIT"})
+#: what follows ADD in an ALTER TABLE clause that adds no column
+_ADD_NOT_A_COLUMN = frozenset({"INDEX", "KEY", "CONSTRAINT", "PRIMARY", "UNIQUE", "FOREIGN", "FULLTEXT", "SPATIAL",
+                               "CHECK", "PARTITION", "PERIOD", "SYSTEM", "VECTOR"})
 
 
 @dataclass(frozen=True)
@@ -270,19 +274,53 @@ class _Parser:
             return None
         self._skip_wait()
         changes: list[TableChange] = []
+        added: list[str] = []
         altered = False
         while self.i < len(self.tokens):
-            change = self._alter_clause(table)
+            columns = self._added_columns()
+            change = None if columns is not None else self._alter_clause(table)
             if change is None:
                 altered = True
+                added += columns or []
             else:
                 changes.extend(change)
             self._skip_to_comma()
             if self._at(TokenType.COMMA):
                 self.i += 1
         if altered or not changes:
-            changes.insert(0, TableChange(TableEventKind.ALTERED, table))
+            changes.insert(0, TableChange(TableEventKind.ALTERED, table, added_columns=tuple(added)))
         return DdlStatement(tuple(changes))
+
+    def _added_columns(self) -> list[str] | None:
+        """The names an ``ADD [COLUMN] [IF NOT EXISTS] name ...`` or ``ADD [COLUMN] (name ..., ...)``
+        clause adds; None for any other clause (``ADD INDEX``, ``ADD PRIMARY KEY``, ...)."""
+        following = self._word(1).split()  # sqlglot lexes some keyword pairs as one token: 'PRIMARY KEY'
+        if self._word() != "ADD" or (following and following[0] in _ADD_NOT_A_COLUMN):
+            return None
+        self.i += 1
+        self._accept("COLUMN")
+        self._accept("IF", "NOT", "EXISTS")
+        if not self._at(TokenType.L_PAREN):
+            name = self._name_part()
+            return [name] if name is not None else []
+        names, depth, expect_name = [], 0, False
+        while self.i < len(self.tokens):  # a list of column definitions: a name after "(" and each comma
+            kind = self.tokens[self.i].token_type
+            if kind == TokenType.L_PAREN:
+                depth += 1
+                expect_name = depth == 1
+            elif kind == TokenType.R_PAREN:
+                depth -= 1
+                if depth == 0:
+                    self.i += 1
+                    return names
+            elif kind == TokenType.COMMA and depth == 1:
+                expect_name = True
+            elif expect_name:
+                names.append(self.tokens[self.i].text)
+                expect_name = False
+            self.i += 1
+        return names
 
     def _alter_clause(self, table: TableId) -> list[TableChange] | None:
         """The change one ALTER TABLE clause makes, or None for a schema change (columns, keys, options)."""

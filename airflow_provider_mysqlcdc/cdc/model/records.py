@@ -101,6 +101,7 @@ class TableChange:
     kind: TableEventKind
     table: TableId
     other: TableId | None = None  # the new name of a rename; the other table of a partition exchange
+    added_columns: tuple[str, ...] = ()  # ALTERED: the columns its ADD [COLUMN] clauses add
 
 
 @dataclass(frozen=True)

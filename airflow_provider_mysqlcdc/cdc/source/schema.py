@@ -75,6 +75,9 @@ class Column:
     unsigned: bool = False
     #: labels of an ENUM or SET column, in definition order
     labels: tuple[str, ...] = ()
+    #: rows that existed when the column was added hold a value other than NULL in it: the column
+    #: has a DEFAULT, is NOT NULL (an implicit default), or is generated
+    fills_existing_rows: bool = False
 
     @property
     def is_text(self) -> bool:
@@ -201,7 +204,8 @@ def load_table_schema(conn: pymysql.connections.Connection, table_id: TableId) -
         cur.execute(
             """
             SELECT COLUMN_NAME, LOWER(DATA_TYPE), COLUMN_TYPE, IS_NULLABLE, NUMERIC_PRECISION, NUMERIC_SCALE,
-                   DATETIME_PRECISION, CHARACTER_MAXIMUM_LENGTH, CHARACTER_SET_NAME, COLLATION_NAME
+                   DATETIME_PRECISION, CHARACTER_MAXIMUM_LENGTH, CHARACTER_SET_NAME, COLLATION_NAME,
+                   COLUMN_DEFAULT, EXTRA
             FROM information_schema.COLUMNS
             WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s
             ORDER BY ORDINAL_POSITION
@@ -222,6 +226,8 @@ def load_table_schema(conn: pymysql.connections.Connection, table_id: TableId) -
                 collation=r[9],
                 unsigned="unsigned" in r[2].lower(),
                 labels=parse_labels(r[2]) if r[1] in ("enum", "set") else (),
+                # MariaDB reports DEFAULT NULL as the text 'NULL', MySQL as SQL NULL
+                fills_existing_rows=r[3] != "YES" or r[10] not in (None, "NULL") or "GENERATED" in (r[11] or "").upper(),
             )
             for r in cur.fetchall()
         )
