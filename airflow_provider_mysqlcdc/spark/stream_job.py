@@ -133,8 +133,9 @@ class BatchApplier:
         items = [item for r in rows for item in pickle.loads(r.payload)]
         if rows:
             self._begin(rows[0].gen)
-        # Each unit of work (a run of changes, a staged split, a TRUNCATE) commits under its own
-        # version batch_id * SEGMENTS + n, so a replayed batch redoes exactly the units it had not committed.
+        # Each unit of work (a run of changes, a staged split, a TRUNCATE) commits on its own with the
+        # position it reaches (sinks/writer.py), so a replayed batch redoes exactly what no table holds
+        # yet; batch_id * SEGMENTS + n names the unit in the Delta log.
         segment: list[ChangeRecord] = []
         unit = staged = 0
         changes = skipped = 0

@@ -21,7 +21,6 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_mysqlcdc.cdc.model.records import TableEventKind
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitReader
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema, load_table_schema, table_exists
