@@ -19,6 +19,13 @@ from airflow_provider_mysqlcdc.state.registry import PipelineState
 
 
 class MySqlCdcCollectSplitsOperator(BaseOperator):
+    """Checks that every planned split finished and lands the results as the registry's next generation.
+
+    :param plan_task_ids: the plan tasks whose ``tables`` XCom says what this run planned
+    :param results: the snapshot tasks' finished splits (the latest XCom of every chunk)
+    :param state: the pipeline's state location
+    """
+
     template_fields: Sequence[str] = ("results", "state")
 
     def __init__(self, *, plan_task_ids: Sequence[str], results: Any, state: str, **kwargs: Any) -> None:

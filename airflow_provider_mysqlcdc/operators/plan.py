@@ -75,7 +75,19 @@ class MySqlCdcPlanOperator(BaseOperator):
     """Preflight and the chunk plan of ``tables``. A list is the complete set for this group.
     ``tables=None`` (a trigger-time param left unset) removes nothing and plans nothing, except with
     ``unset_covers_captured_except``: then the group covers the captured tables other than those
-    (the DAG's parse-time tables), so re-snapshot requests and schema drift still reach them."""
+    (the DAG's parse-time tables), so re-snapshot requests and schema drift still reach them.
+
+    :param tables: ``db.table`` names (a list, a comma-separated string or a rendered list), or None
+    :param state: the pipeline's state location (``<state_dir>/<dag_id>``)
+    :param mysqlcdc_conn_id: the ``mysqlcdc`` connection of the source
+    :param split_rows: rows per split (one atomic replace in the sink)
+    :param chunk_rows: rows per chunk (one spark-submit)
+    :param chunk_key_columns: ``{"db.table": "column"}``, a chunk key other than the first key column
+    :param startup_mode: for tables new to the pipeline: ``initial``, ``latest`` or ``offset``
+    :param start_offset: ``binlog.000042:1234`` for startup mode ``offset``
+    :param resnapshot: ``"db.table"`` or ``{"table": ..., "from": low, "to": high}`` items
+    :param unset_covers_captured_except: see above
+    """
 
     template_fields: Sequence[str] = ("tables", "state", "split_rows", "chunk_rows", "chunk_key_columns",
                                       "startup_mode", "start_offset", "resnapshot")

@@ -29,6 +29,18 @@ def run_folder(run_id: str) -> str:
 
 
 class MySqlCdcSnapshotOperator(BaseOperator):
+    """One chunk of one table: a spark-submit of the chunk job, returning its finished splits.
+
+    :param chunk: one item of the plan task's return value (label, table, splits); mapped over them
+    :param sink_root: where the Delta tables live
+    :param state: the pipeline's state location; a table it captured already is staged there
+    :param mysqlcdc_conn_id: the ``mysqlcdc`` connection of the source (its ``retry_budget_s`` applies)
+    :param spark_master: Spark master when no ``spark_conn_id`` is given
+    :param spark_conn_id: an Airflow ``spark`` connection to run on
+    :param spark_conf: extra Spark configuration (no secrets)
+    :param partitions_per_split: Spark partitions reading one split (0: Spark's default parallelism)
+    """
+
     template_fields: Sequence[str] = ("chunk", "sink_root", "state", "spark_master", "spark_conn_id", "spark_conf")
 
     def __init__(self, *, chunk: dict[str, Any], sink_root: str, state: str,
