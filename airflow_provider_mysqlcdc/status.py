@@ -37,7 +37,7 @@ def pipeline_status(location: str, source: SourceConfig | None = None) -> dict[s
             "splits": 0 if stream_only else len(captured.splits),
             "rows_at_snapshot": sum(f.rows for f in captured.splits),
             "staged_splits": sum(1 for f in captured.splits if f.extra.get("staged")),
-            "high_watermarks": [str(min(f.high_watermark for f in captured.splits)),
+            "high_watermarks": [str(captured.first_high_watermark),
                                 str(max(f.high_watermark for f in captured.splits))],
             "drift": [{"kind": e.kind.value, "offset": str(e.offset), "reason": e.reason}
                       for e in pending_drift(drift, table_id, captured)],

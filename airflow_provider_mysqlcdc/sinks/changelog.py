@@ -1,8 +1,8 @@
 """The optional changelog: an append-only Delta table per source table, for users who want the
 change stream rather than the mirror. One row per change, in binlog order: operation, before and
 after images as JSON text, and the change's binlog coordinates. A ``TRUNCATE`` is one row of
-operation ``t`` with no images. Appends are idempotent per
-``(app_id, batch)`` like the mirror's merges.
+operation ``t`` with no images. Appends happen exactly once, by position, like the mirror's
+merges (sinks/writer.py).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ again (a replayed batch, a new or older checkpoint's batches, cut differently) i
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pyarrow as pa
 
@@ -33,6 +33,7 @@ def last_change_per_key(schema: TableSchema, records: Sequence[ChangeRecord]) ->
     for record in records:
         last[schema.key_of(record.image)] = record
     return list(last.values())
+
 
 def ddl_position(offset: BinlogOffset) -> Position:
     """The position of a DDL statement (no row event ends where it ends)."""
@@ -69,8 +70,13 @@ class SinkWriter:
             return list(records)
         return [r for r in records if r.order_key > applied]
 
-    def _committed(self, commit: StreamCommit, changelog: bool = False) -> None:
+    def _once(self, commit: StreamCommit, write: Callable[[], None], changelog: bool = False) -> bool:
+        """``write()`` (a commit carrying ``commit``) unless the target holds its position already."""
+        if self.is_applied(commit.position, changelog):
+            return False
+        write()
         self._applied[changelog] = commit.position
+        return True
 
     def _chunks(self, data: pa.Table) -> pa.Array | list[str]:
         """``_cdc_chunk`` for every row of ``data`` (vectorised for integer chunk keys)."""
@@ -91,28 +97,26 @@ class SinkWriter:
     def write_split_table(self, finished: FinishedSplit, data: pa.Table, *, commit: StreamCommit | None = None) -> bool:
         """The same, for rows already in Arrow (the source columns only); a stream's ``commit`` at
         most once (False: its position was committed already)."""
-        if commit is not None and self.is_applied(commit.position):
-            return False
-        table = with_metadata(data, self.schema, ops="r", offsets=finished.high_watermark,
-                              event_ts_ms=int(time.time() * 1000), chunks=self._chunks(data))
-        start, end = self.split_range(finished)
-        self.sink.replace_range(self.schema.table_id, start, end, table, commit=commit)
-        if commit is not None:
-            self._committed(commit)
-        return True
+        def write() -> None:
+            table = with_metadata(data, self.schema, ops="r", offsets=finished.high_watermark,
+                                  event_ts_ms=int(time.time() * 1000), chunks=self._chunks(data))
+            start, end = self.split_range(finished)
+            self.sink.replace_range(self.schema.table_id, start, end, table, commit=commit)
+
+        if commit is None:
+            write()
+            return True
+        return self._once(commit, write)
 
     def truncate_before(self, offset: BinlogOffset, timestamp_ms: int, *, app_id: str, batch_id: int,
                         changelog: bool = False) -> bool:
         """A TRUNCATE at ``offset``: remove the rows older than it (a split read after it keeps its rows)."""
         commit = StreamCommit(app_id, batch_id, ddl_position(offset))
-        if changelog and not self.is_applied(commit.position, changelog=True):
-            self.sink.append_changelog(self.schema.table_id, truncation_changelog(offset, timestamp_ms), commit=commit)
-            self._committed(commit, changelog=True)
-        if self.is_applied(commit.position):
-            return False
-        self.sink.truncate_before(self.schema.table_id, offset.version, commit=commit)
-        self._committed(commit)
-        return True
+        table_id = self.schema.table_id
+        if changelog:
+            self._once(commit, lambda: self.sink.append_changelog(table_id, truncation_changelog(offset, timestamp_ms),
+                                                                  commit=commit), changelog=True)
+        return self._once(commit, lambda: self.sink.truncate_before(table_id, offset.version, commit=commit))
 
     @property
     def data_schema(self) -> pa.Schema:
@@ -129,17 +133,16 @@ class SinkWriter:
         """Merge the records (in binlog order) not applied yet in one commit, and append them to the
         changelog too when asked; returns how many were merged."""
         if changelog:
-            new = self.unapplied(records, changelog=True)
-            if new:
-                commit = StreamCommit(app_id, batch_id, new[-1].order_key)
-                self.sink.append_changelog(self.schema.table_id, changelog_table(new), commit=commit)
-                self._committed(commit, changelog=True)
+            logged = self.unapplied(records, changelog=True)
+            if logged:
+                commit = StreamCommit(app_id, batch_id, logged[-1].order_key)
+                self._once(commit, lambda: self.sink.append_changelog(self.schema.table_id, changelog_table(logged),
+                                                                      commit=commit), changelog=True)
         new = self.unapplied(records)
         if not new:
             return 0
         commit = StreamCommit(app_id, batch_id, new[-1].order_key)
-        self.sink.merge_changes(self.schema, self.changes_table(new), commit=commit)
-        self._committed(commit)
+        self._once(commit, lambda: self.sink.merge_changes(self.schema, self.changes_table(new), commit=commit))
         return len(new)
 
 

@@ -54,7 +54,7 @@ from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from airflow_provider_mysqlcdc.cdc.binlog.ranges import DecodeRange, plan_decode_ranges
 from airflow_provider_mysqlcdc.cdc.binlog.reader import BinlogReader, pick_server_id
 from airflow_provider_mysqlcdc.cdc.binlog.split_filter import FinishedSplitFilter
-from airflow_provider_mysqlcdc.cdc.errors import BinlogPurgedError, ConfigurationError, SourceChangedError
+from airflow_provider_mysqlcdc.cdc.errors import BinlogPurgedError, ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import (BinlogPurged, ChangeRecord, SchemaChangeEvent, TableEventKind,
                                                          TableTruncated, WindowChange)
@@ -62,7 +62,7 @@ from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
-from airflow_provider_mysqlcdc.cdc.source.server import check_offset_available, current_offset
+from airflow_provider_mysqlcdc.cdc.source.server import binlog_changed_error, check_offset_available, current_offset
 from airflow_provider_mysqlcdc.state.registry import Generation, PipelineState
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
 
@@ -163,13 +163,9 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict[str, Any], limit: Any) -> dict[str, Any]:
         latest = self._target if self._target is not None else self._latest()
         if offset_from_dict(latest) < offset_from_dict(start):  # never a stall: say what happened
-            raise SourceChangedError(
-                f"The stream has processed the binlog up to {offset_from_dict(start)}, but the server's binlog now ends "
-                f"at {offset_from_dict(latest)}: its binlog was reset (RESET MASTER), it was restored from a backup, or "
-                "the connection points at another server. Nothing more was written. If the source is right, "
-                "re-snapshot the pipeline into a new sink location and state.")
-        position = max(offset_from_dict(latest), offset_from_dict(start))
-        return offset_dict(position, max(int(latest["gen"]), int(start.get("gen", 0))))
+            raise binlog_changed_error(f"The stream has processed the binlog up to {offset_from_dict(start)}, but the "
+                                       f"server's binlog now ends at {offset_from_dict(latest)}")
+        return offset_dict(offset_from_dict(latest), max(int(latest["gen"]), int(start.get("gen", 0))))
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         begin, finish = offset_from_dict(start), offset_from_dict(end)

@@ -36,7 +36,7 @@ from airflow_provider_mysqlcdc.cdc.model.records import (ON_BINLOG_PURGED, Binlo
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
-from airflow_provider_mysqlcdc.cdc.source.server import current_offset
+from airflow_provider_mysqlcdc.cdc.source.server import binlog_changed_error, current_offset
 from airflow_provider_mysqlcdc.sinks.arrow_rows import METADATA_COLUMNS, conform_to, merge_changes_into_table
 from airflow_provider_mysqlcdc.sinks.base import StreamCommit
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
@@ -170,8 +170,15 @@ class BatchApplier:
         if generation != self.generation.number:
             self.generation = self.state.load(generation)
         self.drift = read_drift(self.state)
-        self.frozen = {t: since for t, captured in self.generation.tables.items()
-                       if (since := frozen_since(self.drift, t, captured)) is not None}
+        self.frozen = {}
+        for table_id in self.generation.tables:
+            self._refreeze(table_id)
+
+    def _refreeze(self, table_id: TableId) -> None:
+        """Whether (from where) the table is frozen, by its drift under this batch's generation."""
+        since = frozen_since(self.drift, table_id, self.generation.tables.get(table_id))
+        if since is not None:
+            self.frozen[table_id] = since
 
     def _chunk_key(self, table_id: TableId) -> str:
         if table_id in self.writers:
@@ -238,7 +245,7 @@ class BatchApplier:
                 what = f"{kind.value}{f' (now {change.other})' if kind is TableEventKind.RENAMED else ''}"
                 self._drifted(table_id, kind, event.offset, f"{what} by {event.statement[:300]!r}; the sink keeps its "
                                                             "last state")
-                self.frozen[table_id] = event.offset
+                self._refreeze(table_id)
             elif kind is TableEventKind.ROWS_CHANGED:
                 self._drifted(table_id, kind, event.offset, f"rows removed or exchanged without row events by "
                                                             f"{event.statement[:300]!r}")
@@ -252,14 +259,14 @@ class BatchApplier:
     def _purged(self, gap: BinlogPurged) -> None:
         """Binlog this batch needed was purged: freeze exactly the tables that needed it."""
         tables = gap.tables if gap.tables is not None else \
-            [t for t, c in sorted(self.generation.tables.items()) if min(f.high_watermark for f in c.splits) < gap.resumed_at]
+            [t for t, c in sorted(self.generation.tables.items()) if c.first_high_watermark < gap.resumed_at]
         log.warning("binlog from %s to %s was purged before the stream read it (on_binlog_purged='resnapshot'): %s",
                     gap.lost_from, gap.resumed_at, ", ".join(map(str, tables)) or "no table needed it")
         for table_id in tables:
             self._drifted(table_id, TableEventKind.BINLOG_PURGED, gap.resumed_at,
                           f"binlog from {gap.lost_from} to {gap.resumed_at} was purged before the stream read it; the "
                           "sink keeps the table as it was")
-            self.frozen[table_id] = min(self.frozen.get(table_id, gap.resumed_at), gap.resumed_at)
+            self._refreeze(table_id)
 
     def _truncate(self, table_id: TableId, event: SchemaChangeEvent, version: int) -> None:
         """Remove the rows older than the TRUNCATE; a split read after it keeps its rows."""
@@ -380,11 +387,8 @@ def refuse_positions_beyond_the_head(source: SourceConfig, state: PipelineState,
     for table_id in sorted(state.latest().tables):
         position = sink.applied_position(table_id)
         if position is not None and position[:2] > head.sort_key:
-            raise ConfigurationError(
-                f"The sink table of {table_id} holds changes up to binlog file number {position[0]} position "
-                f"{position[1]}, beyond the server's binlog head {head}: the server's binlog was reset (RESET MASTER), "
-                "the server was restored from a backup, or the connection points at another server. Nothing was "
-                "written. If the source is right, re-snapshot the pipeline into a new sink location and state.")
+            raise binlog_changed_error(f"The sink table of {table_id} holds changes up to binlog file number "
+                                       f"{position[0]} position {position[1]}, beyond the server's binlog head {head}")
 
 
 def release_applied_staged_files(state: PipelineState, committed: dict[str, Any] | None) -> None:

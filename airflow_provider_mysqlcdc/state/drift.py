@@ -93,8 +93,7 @@ def pending_drift(drift: Drift, table_id: TableId, captured: CapturedTable | Non
     """The table's events after some of its splits were read: a re-snapshot is due when any."""
     if captured is None or not captured.splits:
         return []
-    read_at = min(f.high_watermark for f in captured.splits)
-    return [e for e in drift.get(table_id, []) if e.offset > read_at]
+    return [e for e in drift.get(table_id, []) if e.offset > captured.first_high_watermark]
 
 
 def frozen_since(drift: Drift, table_id: TableId, captured: CapturedTable | None) -> BinlogOffset | None:

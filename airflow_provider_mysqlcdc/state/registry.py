@@ -56,6 +56,11 @@ class CapturedTable:
     chunk_key: str
     splits: list[FinishedSplit]
 
+    @property
+    def first_high_watermark(self) -> BinlogOffset:
+        """The earliest point any of its splits was read at: events after it may be missing from the sink."""
+        return min(f.high_watermark for f in self.splits)
+
     def to_dict(self) -> dict[str, Any]:
         return {"chunk_key": self.chunk_key, "splits": [f.to_dict() for f in self.splits]}
 

@@ -96,6 +96,14 @@ def bytes_between(earlier: BinlogOffset, later: BinlogOffset, sizes: list[tuple[
     return by_name.get(earlier.file, earlier.position) - earlier.position + between + later.position
 
 
+def binlog_changed_error(what: str) -> SourceChangedError:
+    """``what`` (an offset past the server's binlog) explained, with the way out."""
+    return SourceChangedError(
+        f"{what}: the server's binlog was reset (RESET MASTER), the server was restored from a backup, or the "
+        "connection points at another server. Nothing more was read or written. If the source is right, "
+        "re-snapshot the pipeline into a new sink location and state.")
+
+
 def check_offset_available(conn: pymysql.connections.Connection, offset: BinlogOffset) -> None:
     """Fail clearly when the binlog an offset points into has been purged, or is not this server's."""
     sizes = binlog_file_sizes(conn)
@@ -103,11 +111,7 @@ def check_offset_available(conn: pymysql.connections.Connection, offset: BinlogO
         return
     newest = BinlogOffset(sizes[-1][0], max(4, sizes[-1][1])) if sizes else None
     if newest is None or offset > newest:
-        raise SourceChangedError(
-            f"Offset {offset} lies beyond the server's binlog, which ends at {newest or 'nothing'}: the server's binlog "
-            "was reset (RESET MASTER), the server was restored from a backup, or the connection points at another "
-            "server. Nothing was read. If the source is right, re-snapshot the pipeline into a new sink location and "
-            "state.")
+        raise binlog_changed_error(f"Offset {offset} lies beyond the server's binlog, which ends at {newest or 'nothing'}")
     oldest = BinlogOffset(sizes[0][0], 4)
     raise BinlogPurgedError(
         f"Binlog file {offset.file} (needed from offset {offset}) is no longer on the server; the oldest is "
