@@ -16,10 +16,10 @@ than ``start``, the splits it adds are activated first, by one more partition:
 Every change of an added split after its high watermark is therefore applied exactly once: those up
 to ``start`` by the activation, those after by this and later batches (the filter drops the rest).
 
-Rows are runs of up to 1,000 records pickled together in ``payload`` (the only consumer is our
-Python ``foreachBatch``; pickling keeps every type exact and keeps Spark's per-row cost off the hot
-path). ``version`` (the first item's offset as an int64) and ``row``/``part`` order the runs; ``gen``
-is the registry generation the batch captures, under which the driver applies it (DDL included).
+A micro-batch ends where a transaction ends, after at most ``max_batch_bytes`` of binlog or
+``max_batch_events`` events (ranges.py ``batch_end``; a larger transaction makes a batch of its own).
+Its rows are described in batch_rows.py: what a partition decodes beyond ``inline_bytes`` travels
+through spill files in the state location, not through Spark, so neither side holds a whole batch.
 
 Table DDL in an activation's re-read ``(h, start]`` counts too: for a table the chunk job wrote
 directly, its ``SchemaChangeEvent`` travels like in any batch (a ``TRUNCATE`` there removes exactly
@@ -30,6 +30,7 @@ schema (state/schemas.py).
 Options: ``state`` (the pipeline's state location), ``source_file`` (path of the private
 credentials file; never the password itself, since options show up in query plans),
 ``server_id_range`` ("a-b"), ``decode_pieces`` (tasks decoding one large range in parallel),
+``max_batch_bytes`` / ``max_batch_events`` (0: no limit), ``inline_bytes`` (per partition),
 ``initial_offset`` (where a query without a checkpointed offset starts; default: the registry's
 smallest high watermark, at generation 0), ``on_binlog_purged`` (``fail``, the default, or
 ``resnapshot``: a batch whose start was purged reads from the oldest binlog left and announces the
@@ -42,16 +43,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import pickle
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxBytes, ReadMaxRows,
+                                              SupportsTriggerAvailableNow)
 
-from airflow_provider_mysqlcdc.cdc.binlog.ranges import DecodeRange, plan_decode_ranges
+from airflow_provider_mysqlcdc.cdc.binlog.ranges import DecodeRange, batch_end, plan_decode_ranges
 from airflow_provider_mysqlcdc.cdc.binlog.reader import BinlogReader, pick_server_id
 from airflow_provider_mysqlcdc.cdc.binlog.split_filter import FinishedSplitFilter
 from airflow_provider_mysqlcdc.cdc.errors import BinlogPurgedError, ConfigurationError
@@ -64,11 +65,11 @@ from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.cdc.source.server import binlog_changed_error, check_offset_available, current_offset
 from airflow_provider_mysqlcdc.state.registry import Generation, PipelineState
+from airflow_provider_mysqlcdc.spark.batch_rows import RUN_LENGTH, SCHEMA, RowEmitter
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
+from airflow_provider_mysqlcdc.state.spill import new_spill_folder
 
 SOURCE_NAME = "mysqlcdc_binlog"
-SCHEMA = "version LONG, row INT, part INT, kind STRING, count INT, ts_ms LONG, gen INT, payload BINARY"
-RUN_LENGTH = 1000
 
 
 @dataclass
@@ -100,18 +101,21 @@ class BinlogRange(InputPartition):
     """One piece of a micro-batch's binlog range (ranges.py), decoded by one executor task."""
 
     def __init__(self, read_from: BinlogOffset, decode_after: BinlogOffset | None, end: BinlogOffset,
-                 server_id: int, generation: int):
+                 server_id: int, generation: int, spill_folder: str):
         self.read_from, self.decode_after, self.end = read_from, decode_after, end
         self.server_id = server_id  # distinct per piece: the server drops a replica connection that reuses an id
         self.generation = generation
+        self.spill_folder = spill_folder
 
 
 class Activation(InputPartition):
     """The splits ``generation`` adds to ``previous``, activated at ``start`` (see the module doc)."""
 
-    def __init__(self, previous: int, generation: int, start: BinlogOffset, server_id: int, on_binlog_purged: str):
+    def __init__(self, previous: int, generation: int, start: BinlogOffset, server_id: int, on_binlog_purged: str,
+                 spill_folder: str):
         self.previous, self.generation, self.start, self.server_id = previous, generation, start, server_id
         self.on_binlog_purged = on_binlog_purged
+        self.spill_folder = spill_folder
 
 
 class PurgedGap(InputPartition):
@@ -134,6 +138,9 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.initial_offset = json.loads(options["initial_offset"]) if options.get("initial_offset") else None
         self.retry_budget_s = float(options.get("retry_budget_s", "0"))
         self.on_binlog_purged = options.get("on_binlog_purged", "fail")
+        self.max_batch_bytes = int(options.get("max_batch_bytes", "0"))
+        self.max_batch_events = int(options.get("max_batch_events", "0"))
+        self.inline_bytes = int(options.get("inline_bytes", "0"))
         self._target: dict[str, Any] | None = None
 
     def _source(self) -> SourceConfig:
@@ -160,12 +167,21 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._latest()
 
-    def latestOffset(self, start: dict[str, Any], limit: Any) -> dict[str, Any]:
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxBytes(self.max_batch_bytes) if self.max_batch_bytes else ReadAllAvailable()
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         latest = self._target if self._target is not None else self._latest()
-        if offset_from_dict(latest) < offset_from_dict(start):  # never a stall: say what happened
-            raise binlog_changed_error(f"The stream has processed the binlog up to {offset_from_dict(start)}, but the "
-                                       f"server's binlog now ends at {offset_from_dict(latest)}")
-        return offset_dict(offset_from_dict(latest), max(int(latest["gen"]), int(start.get("gen", 0))))
+        begin, head = offset_from_dict(start), offset_from_dict(latest)
+        if head < begin:  # never a stall: say what happened
+            raise binlog_changed_error(f"The stream has processed the binlog up to {begin}, but the "
+                                       f"server's binlog now ends at {head}")
+        max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else 0
+        max_events = limit.max_rows if isinstance(limit, ReadMaxRows) else self.max_batch_events
+        if not isinstance(limit, ReadAllAvailable) and (max_bytes or max_events):
+            head = self._source().run(lambda conn: batch_end(conn, begin, head, max_bytes=max_bytes,
+                                                             max_events=max_events), "finding the batch's end")
+        return offset_dict(head, max(int(latest["gen"]), int(start.get("gen", 0))))
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         begin, finish = offset_from_dict(start), offset_from_dict(end)
@@ -178,12 +194,13 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         gap, ranges = self._source().run(plan, "planning the binlog range")
         ids = self._server_ids(len(ranges) + 1)
-        parts: list[InputPartition] = [BinlogRange(r.read_from, r.decode_after, r.end, server_id, generation)
+        spill = new_spill_folder(self._state())
+        parts: list[InputPartition] = [BinlogRange(r.read_from, r.decode_after, r.end, server_id, generation, spill)
                                        for r, server_id in zip(ranges, ids)]
         if gap is not None:
             parts.insert(0, PurgedGap(gap, generation))
         if generation != previous:
-            parts.insert(0, Activation(previous, generation, begin, ids[-1], self.on_binlog_purged))
+            parts.insert(0, Activation(previous, generation, begin, ids[-1], self.on_binlog_purged, spill))
         return parts
 
     def commit(self, end: dict[str, Any]) -> None:
@@ -195,8 +212,10 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             yield from self._read_activation(partition)
             return
         if isinstance(partition, PurgedGap):
-            yield _marker_row(partition.gap.lost_from.version, 0, "purged", 0, partition.gap, partition.generation)
+            yield from RowEmitter(partition.generation).marker(partition.gap.lost_from.version, 0, "purged", 0,
+                                                               partition.gap)
             return
+        rows = RowEmitter(partition.generation, spill_folder=partition.spill_folder, inline_bytes=self.inline_bytes)
         source, state = self._source(), self._state()
         generation = state.load(partition.generation)
         schemas, orderings = _schemas_and_orderings(source, state, generation, generation.tables)
@@ -209,13 +228,14 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if isinstance(item, ChangeRecord):
                     batch.append(item)
                     if len(batch) >= RUN_LENGTH:
-                        yield from _change_runs(batch, split_filter.filter(batch), partition.generation)
+                        yield from rows.changes(batch, split_filter.filter(batch))
                         batch = []
                 elif isinstance(item, SchemaChangeEvent):
-                    yield from _change_runs(batch, split_filter.filter(batch), partition.generation)
+                    yield from rows.changes(batch, split_filter.filter(batch))
                     batch = []
-                    yield _marker_row(item.offset.version, 0, "ddl", item.timestamp_ms, item, partition.generation)
-            yield from _change_runs(batch, split_filter.filter(batch), partition.generation)
+                    yield from rows.marker(item.offset.version, 0, "ddl", item.timestamp_ms, item)
+            yield from rows.changes(batch, split_filter.filter(batch))
+            yield from rows.close()
         finally:
             for ordering in orderings.values():
                 ordering.close()
@@ -225,22 +245,24 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         new, old = state.load(partition.generation), state.load(partition.previous)
         added = new.added_since(old)
         tables = {f.split.table_id for f in added}
-        yield _marker_row(-1, 0, "activate", 0, TablesActivated({t: new.tables[t].chunk_key for t in sorted(tables)}),
-                          partition.generation)
+        rows = RowEmitter(partition.generation, spill_folder=partition.spill_folder, inline_bytes=self.inline_bytes)
+        activated = TablesActivated({t: new.tables[t].chunk_key for t in sorted(tables)})
+        yield from rows.marker(-1, 0, "activate", 0, activated)
         staged = {f.split.split_id: f for f in added if f.extra.get("staged")}
         behind = [f for f in added if f.high_watermark < partition.start]
         lost = self._lost_to_purge(behind, partition)
         if lost is not None:  # these tables are re-snapshotted by the next run: nothing of them is applied now
-            yield _marker_row(lost.lost_from.version, 0, "purged", 0, lost, partition.generation)
+            yield from rows.marker(lost.lost_from.version, 0, "purged", 0, lost)
             added = [f for f in added if f.split.table_id not in lost.tables]
             behind = [f for f in behind if f.split.table_id not in lost.tables]
             staged = {i: f for i, f in staged.items() if f.split.table_id not in lost.tables}
         changes: dict[str, list[WindowChange]] = {split_id: [] for split_id in staged}
         if behind:
-            yield from self._replay_behind(partition, new, added, behind, changes)
+            yield from self._replay_behind(partition, new, added, behind, changes, rows)
         for split_id, split in sorted(staged.items()):
-            yield _marker_row(partition.start.version, -1, "staged", 0,
-                              StagedSplitReady(split, partition.start, changes[split_id]), partition.generation)
+            yield from rows.marker(partition.start.version, -1, "staged", 0,
+                                   StagedSplitReady(split, partition.start, changes[split_id]))
+        yield from rows.close()
 
     def _lost_to_purge(self, behind: list[FinishedSplit], partition: Activation) -> BinlogPurged | None:
         """The tables whose re-read ``(h, start]`` lies partly in purged binlog (an error unless the
@@ -256,7 +278,8 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return BinlogPurged(earliest, gap.resumed_at, tables)
 
     def _replay_behind(self, partition: Activation, new: Generation, added: list[FinishedSplit],
-                       behind: list[FinishedSplit], staged_changes: dict[str, list[WindowChange]]) -> Iterator[tuple]:
+                       behind: list[FinishedSplit], staged_changes: dict[str, list[WindowChange]],
+                       rows: RowEmitter) -> Iterator[tuple]:
         """Re-read ``(h, start]`` for the added splits behind ``start``: direct ones' changes (and their
         tables' DDL) are emitted, staged ones' are collected into ``staged_changes`` (a TRUNCATE of the
         table included). The other splits of those tables are treated as finished at ``start``, so
@@ -285,7 +308,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     staged_changes[split.split.split_id].append(record)
                     keep = False
                 decisions.append(keep)
-            yield from _change_runs(batch, decisions, partition.generation)
+            yield from rows.changes(batch, decisions)
             batch.clear()
 
         try:
@@ -302,8 +325,8 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                 staged_changes[split_id].append(TableTruncated(change.table, item.offset))
                     direct = tuple(c for c in item.changes if c.table not in staged_tables)
                     if direct:
-                        yield _marker_row(item.offset.version, 0, "ddl", item.timestamp_ms,
-                                          dataclasses.replace(item, changes=direct), partition.generation)
+                        yield from rows.marker(item.offset.version, 0, "ddl", item.timestamp_ms,
+                                               dataclasses.replace(item, changes=direct))
             yield from flush()
         finally:
             for ordering in orderings.values():
@@ -338,18 +361,6 @@ def _schemas_and_orderings(source: SourceConfig, state: PipelineState, generatio
     orderings = {s.table_id: KeyOrdering(s.column(generation.tables[s.table_id].chunk_key), source.connect)
                  for s in schemas}
     return schemas, orderings
-
-
-def _change_runs(batch: list[ChangeRecord], decisions: list[bool], generation: int) -> Iterator[tuple]:
-    kept = [r for r, keep in zip(batch, decisions) if keep]
-    if kept:
-        first = kept[0]
-        yield (first.offset.version, first.row, first.part, "changes", len(kept),
-               max(r.timestamp_ms for r in kept), generation, pickle.dumps(kept, protocol=pickle.HIGHEST_PROTOCOL))
-
-
-def _marker_row(version: int, row: int, kind: str, ts_ms: int, item: Any, generation: int) -> tuple:
-    return (version, row, 0, kind, 1, ts_ms, generation, pickle.dumps([item], protocol=pickle.HIGHEST_PROTOCOL))
 
 
 class BinlogDataSource(DataSource):

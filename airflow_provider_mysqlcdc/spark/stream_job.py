@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import pickle
 import time
 import uuid
 from dataclasses import dataclass
@@ -41,12 +40,14 @@ from airflow_provider_mysqlcdc.sinks.arrow_rows import METADATA_COLUMNS, conform
 from airflow_provider_mysqlcdc.sinks.base import StreamCommit
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_change_batch, staged_position
+from airflow_provider_mysqlcdc.spark.batch_rows import batch_items, row_key, spill_urls
 from airflow_provider_mysqlcdc.spark.binlog_source import (SOURCE_NAME, BinlogDataSource, StagedSplitReady,
                                                           TablesActivated, registry_start_offset)
 from airflow_provider_mysqlcdc.state.cleanup import release_staged_files
 from airflow_provider_mysqlcdc.state.drift import Drift, frozen_since, read_drift, record_drift
 from airflow_provider_mysqlcdc.state.registry import STREAM_OFFSET, Generation, PipelineState
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
+from airflow_provider_mysqlcdc.state.spill import remove_all_spill_folders, remove_spill_folder
 from airflow_provider_mysqlcdc.state.staged import read_staged
 
 log = logging.getLogger(__name__)
@@ -73,6 +74,15 @@ class StreamJob:
     #: binlog the stream needs was purged: "fail" (with the way out), or "resnapshot": record exactly
     #: the tables that needed it (frozen meanwhile), which the next DAG run re-snapshots
     on_binlog_purged: str = "fail"
+    #: a micro-batch ends at the first transaction end after this much binlog (0: no limit); a larger
+    #: transaction makes a batch of its own
+    max_batch_bytes: int = 128 << 20
+    max_batch_events: int = 0  # the same in binlog events (0: no limit)
+    #: what a decoding task sends through Spark to the driver; the rest goes through spill files
+    inline_bytes: int = 32 << 20
+    #: changes held and merged at once: a batch with more (one huge transaction) is merged in pieces of
+    #: this many, each one commit recording its position (sinks/writer.py)
+    max_apply_changes: int = 100_000
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -80,6 +90,12 @@ class StreamJob:
         if self.on_binlog_purged not in ON_BINLOG_PURGED:
             raise ConfigurationError(f"on_binlog_purged must be one of {', '.join(ON_BINLOG_PURGED)}, got "
                                      f"{self.on_binlog_purged!r}.")
+        for name in ("max_batch_bytes", "max_batch_events", "inline_bytes"):
+            if getattr(self, name) < 0:
+                raise ConfigurationError(f"{name} must be 0 (no limit) or a positive number of bytes/events, got "
+                                         f"{getattr(self, name)}.")
+        if self.max_apply_changes < 1:
+            raise ConfigurationError(f"max_apply_changes must be a positive number, got {self.max_apply_changes}.")
         if not self.checkpoint:
             self.checkpoint = PipelineState(self.state).checkpoint
 
@@ -126,27 +142,33 @@ class BatchApplier:
     def __call__(self, batch_df: Any, batch_id: int) -> None:
         started = time.monotonic()
         # Sorted here, not with orderBy: Spark's sort samples its input first, which would read the
-        # binlog range twice.
-        rows = sorted(batch_df.select("version", "row", "part", "gen", "payload").collect(),
-                      key=lambda r: (r.version, r.row, r.part))
+        # binlog range twice. The rows are small: what does not fit a task's inline budget comes
+        # through spill files, read one run at a time (batch_rows.py).
+        rows = sorted(batch_df.collect(), key=row_key)
         read_s = time.monotonic() - started
-        items = [item for r in rows for item in pickle.loads(r.payload)]
         if rows:
             self._begin(rows[0].gen)
         # Each unit of work (a run of changes, a staged split, a TRUNCATE) commits on its own with the
         # position it reaches (sinks/writer.py), so a replayed batch redoes exactly what no table holds
-        # yet; batch_id * SEGMENTS + n names the unit in the Delta log.
+        # yet; batch_id * SEGMENTS + n names the unit in the Delta log. A run longer than
+        # max_apply_changes is merged in pieces, so memory never holds more.
         segment: list[ChangeRecord] = []
         unit = staged = 0
         changes = skipped = 0
-        for item in items:
+        newest_ms, last_change = 0, None
+        for item in batch_items(rows):
+            newest_ms = max(newest_ms, getattr(item, "timestamp_ms", 0))
             if isinstance(item, ChangeRecord):
+                last_change = item.offset
                 since = self.frozen.get(item.table_id)
                 if since is not None and item.offset > since:
                     skipped += 1
                     continue
                 segment.append(item)
                 changes += 1
+                if len(segment) >= self.job.max_apply_changes:
+                    self._apply(segment, batch_id * SEGMENTS + unit)
+                    segment, unit = [], unit + 1
                 continue
             self._apply(segment, batch_id * SEGMENTS + unit)
             segment, unit = [], unit + 1
@@ -163,7 +185,11 @@ class BatchApplier:
         self.rows_applied += changes
         if skipped:
             log.info("skipped %d change(s) of frozen table(s) %s", skipped, ", ".join(map(str, sorted(self.frozen))))
-        self._log_progress(batch_id, items, changes, read_s, time.monotonic() - started)
+        spilled = spill_urls(rows)
+        for folder in sorted({url.rsplit("/", 1)[0] for url in spilled}):
+            remove_spill_folder(folder)
+        self._log_progress(batch_id, changes, unit + 1, len(spilled), newest_ms, last_change, read_s,
+                           time.monotonic() - started)
 
     def _begin(self, generation: int) -> None:
         """The batch's generation, its tables' drift, and which of them are frozen."""
@@ -312,14 +338,13 @@ class BatchApplier:
             log.warning("%s at %s: %s. The sink cannot follow this exactly by itself: the next DAG run re-snapshots "
                         "the table if it exists on the source (state/drift.py)", table_id, offset, reason)
 
-    def _log_progress(self, batch_id: int, items: list[Any], changes: int, read_s: float, seconds: float) -> None:
+    def _log_progress(self, batch_id: int, changes: int, units: int, spill_files: int, newest: int,
+                      applied_to: BinlogOffset | None, read_s: float, seconds: float) -> None:
         head = self.source.run(current_offset, "reading the binlog head")
-        newest = max((getattr(i, "timestamp_ms", 0) for i in items), default=0)
         lag_s = time.time() - newest / 1000 if newest else 0.0
-        applied_to = max((i.offset for i in items if isinstance(i, ChangeRecord)), default=None)
-        log.info("stream batch %d: %d changes applied in %.2fs (%.2fs reading the binlog, %.2fs merging; %d in total); "
-                 "binlog head %s; event-time lag %.1fs", batch_id, changes, seconds, read_s, seconds - read_s,
-                 self.rows_applied, head, lag_s)
+        log.info("stream batch %d: %d changes applied in %.2fs (%.2fs reading the binlog, %.2fs merging; %d unit(s), "
+                 "%d spill file(s); %d in total); binlog head %s; event-time lag %.1fs", batch_id, changes, seconds,
+                 read_s, seconds - read_s, units, spill_files, self.rows_applied, head, lag_s)
         self.state.write_progress("stream.json", {
             "app_id": self.job.app_id, "batch": batch_id, "finished_at": time.time(), "changes_in_batch": changes,
             "changes_total": self.rows_applied, "last_change_offset": applied_to.to_dict() if applied_to else None,
@@ -428,6 +453,7 @@ def run_stream_job(spark: Any, source: SourceConfig, job: StreamJob, source_file
     source = source.with_retry(job.retry_budget_s)
     applier = BatchApplier(source, job)
     refuse_positions_beyond_the_head(source, state, applier.sink)
+    remove_all_spill_folders(state)
     identity = stream_identity(job.checkpoint, lambda: resume_offset(state, job) or registry_start_offset(state))
     job.app_id = job.app_id or identity.app_id
     if identity.new:
@@ -438,7 +464,9 @@ def run_stream_job(spark: Any, source: SourceConfig, job: StreamJob, source_file
     reader = (spark.readStream.format(SOURCE_NAME)
               .option("state", job.state).option("source_file", source_file)
               .option("server_id_range", job.server_id_range).option("decode_pieces", str(job.decode_pieces))
-              .option("retry_budget_s", str(job.retry_budget_s)).option("on_binlog_purged", job.on_binlog_purged))
+              .option("retry_budget_s", str(job.retry_budget_s)).option("on_binlog_purged", job.on_binlog_purged)
+              .option("max_batch_bytes", str(job.max_batch_bytes)).option("max_batch_events", str(job.max_batch_events))
+              .option("inline_bytes", str(job.inline_bytes)))
     if identity.initial_offset:
         reader = reader.option("initial_offset", json.dumps(identity.initial_offset))
     stream = reader.load()

@@ -1,0 +1,56 @@
+"""A micro-batch's rows: inline up to a budget, then through spill files, read back in binlog order."""
+
+from __future__ import annotations
+
+from collections import namedtuple
+
+import pytest
+
+from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, Operation
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.spark.batch_rows import SPILLED, RowEmitter, batch_items, row_key, spill_urls
+
+Row = namedtuple("Row", "version row part kind count ts_ms gen payload")
+TABLE = TableId("db", "t")
+
+
+def _records(first_position: int, count: int) -> list[ChangeRecord]:
+    return [ChangeRecord(Operation.CREATE, TABLE, None, {"id": i, "pad": "x" * 200},
+                         BinlogOffset("b.000001", first_position + i),
+                         timestamp_ms=i) for i in range(count)]
+
+
+def _emit(emitter: RowEmitter, runs: list[list[ChangeRecord]]) -> list[Row]:
+    rows = []
+    for run in runs:
+        rows += emitter.changes(run, [True] * len(run))
+    rows += emitter.marker(runs[-1][-1].offset.version + 1, 0, "ddl", 0, "a DDL marker")
+    rows += emitter.close()
+    return [Row(*r) for r in rows]
+
+
+def test_rows_beyond_the_inline_budget_travel_in_spill_files_and_come_back_in_order(tmp_path):
+    runs = [_records(100 + 10 * n, 10) for n in range(20)]
+    rows = _emit(RowEmitter(3, spill_folder=str(tmp_path / "spill"), inline_bytes=5000), runs)
+
+    inline = [r for r in rows if r.kind != SPILLED]
+    assert 0 < sum(len(r.payload) for r in inline if r.kind == "changes") < 5000 + 4000  # one run may cross it
+    assert [r.kind for r in rows].count(SPILLED) == 1 and all(r.gen == 3 for r in rows)
+    assert len(spill_urls(rows)) == 1 and list((tmp_path / "spill").iterdir())
+
+    items = list(batch_items(sorted(rows, key=row_key)))
+    assert [i.offset.position for i in items[:-1]] == [r.offset.position for run in runs for r in run]
+    assert items[-1] == "a DDL marker"
+
+
+def test_without_a_spill_folder_every_row_is_inline(tmp_path):
+    rows = _emit(RowEmitter(1), [_records(100, 5), _records(200, 5)])
+    assert [r.kind for r in rows] == ["changes", "changes", "ddl"]
+    assert len(list(batch_items(rows))) == 11
+
+
+def test_rows_out_of_binlog_order_are_refused_not_applied(tmp_path):
+    rows = _emit(RowEmitter(1), [_records(100, 5), _records(200, 5)])
+    with pytest.raises(RuntimeError, match="out of binlog order"):
+        list(batch_items([rows[1], rows[0]]))
