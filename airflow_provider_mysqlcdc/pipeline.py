@@ -72,8 +72,10 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
                       chunk_rows: int = DEFAULT_CHUNK_ROWS, stream_mode: str = "available-now",
                       spark_master: str = "local[2]", spark_conn_id: str | None = None,
                       spark_conf: dict[str, Any] | None = None, changelog: bool = False,
-                      on_binlog_purged: str = "fail", tables_param: bool = False) -> dict[str, Any]:
-    """Build the graph in the current DAG; ``tables_param`` adds the group for trigger-time tables.
+                      on_binlog_purged: str = "fail", tables_param: bool = False,
+                      stream_limits: dict[str, int] | None = None) -> dict[str, Any]:
+    """Build the graph in the current DAG; ``tables_param`` adds the group for trigger-time tables;
+    ``stream_limits`` (``max_batch_bytes``, ``max_batch_events``, ``max_apply_changes``) go to the stream.
 
     Spark: ``spark_conn_id`` names an Airflow ``spark`` connection (master, queue, namespace, Kerberos;
     hooks/spark.py), else ``spark_master`` is used; ``spark_conf`` is added to every job."""
@@ -103,7 +105,8 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
                                             state=state, trigger_rule="none_failed")
     stream = MySqlCdcStreamOperator(task_id="stream", state=state, sink_root=sink,
                                     mode=_param("stream_mode", stream_mode), mysqlcdc_conn_id=mysqlcdc_conn_id,
-                                    changelog=changelog, on_binlog_purged=on_binlog_purged, **spark)
+                                    changelog=changelog, on_binlog_purged=on_binlog_purged, **(stream_limits or {}),
+                                    **spark)
     collect >> stream
     _require_one_run_at_a_time(collect)
     return {"plan_task_ids": plan_ids, "snapshots": snapshots, "collect": collect, "stream": stream}

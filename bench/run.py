@@ -7,7 +7,11 @@
    vs a partitioned Spark JDBC read written to Parquet; work after Spark start-up and end to end;
 2. stream apply rate for a large UPDATE burst: our stream job vs ``mariadb-binlog -v`` vs raw
    python-mysql-replication decoding of the same binlog range;
-3. commit-to-visible latency in Delta at a steady 1,000 row changes/s (p50, p99).
+3. commit-to-visible latency in Delta at a steady 1,000 row changes/s (p50, p99);
+4. peak memory (RSS of the driver and the executors) of the stream for one 5M-row UPDATE, side by
+   side with a transaction a fifth that size and with the memory limits switched off (bench/memory.py).
+
+    bin/bench --only memory --memory-rows 5000000   # one benchmark: prints its numbers and report
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from airflow_provider_mysqlcdc.spark.stream_job import StreamJob
 from airflow_provider_mysqlcdc.spark.submit import SparkSubmit, spark_home
 
 from bench.customer_table import create_customer_table
+from bench.memory import bench_memory, memory_report
 
 ROOT = Path(__file__).resolve().parent.parent
 JDBC_JAR = Path("/usr/share/java/mariadb-java-client.jar")
@@ -240,7 +245,7 @@ def verdict(ok: bool, detail: str) -> str:
     return ("met" if ok else "MISSED") + f" ({detail})"
 
 
-def report(snap: dict, stream: dict, latency: dict) -> str:
+def report(snap: dict, stream: dict, latency: dict, memory: dict) -> str:
     n = snap["rows"]
     quick = n / snap["mariadb_quick_s"]
     ours_work, ours_total = n / snap["ours_work_s"], n / snap["ours_total_s"]
@@ -275,6 +280,7 @@ def report(snap: dict, stream: dict, latency: dict) -> str:
         "| p50 | p99 |", "|---:|---:|", f"| {latency['p50_s']:.2f} s | {latency['p99_s']:.2f} s |", "",
         f"- p50 < 2 s: {verdict(p50 < 2, f'{p50:.2f} s')}",
         f"- p99 < 5 s: {verdict(p99 < 5, f'{p99:.2f} s')}", "",
+        *memory_report(memory),
     ]
     notes = ROOT / "bench" / "notes.md"
     return "\n".join(lines) + ("\n" + notes.read_text() if notes.exists() else "")
@@ -285,7 +291,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--burst", type=int, default=200_000)
     parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
-    parser.add_argument("--only", choices=["snapshot", "stream", "latency"],
+    parser.add_argument("--memory-rows", type=int, default=5_000_000,
+                        help="rows of the one UPDATE the memory benchmark streams")
+    parser.add_argument("--only", choices=["snapshot", "stream", "latency", "memory"],
                         help="run one benchmark and print its numbers (docs/benchmarks.md is left alone)")
     args = parser.parse_args(argv)
     ensure_jdbc_jar()
@@ -299,18 +307,23 @@ def main(argv: list[str] | None = None) -> int:
                     cur.execute("CREATE DATABASE IF NOT EXISTS bench")
                 run = {"snapshot": lambda: bench_snapshot(server, work, args.rows, secrets),
                        "stream": lambda: bench_stream(server, work, args.burst, secrets),
-                       "latency": lambda: bench_latency(server, work, secrets)}[args.only]
-                print(json.dumps(run(), indent=2))
+                       "latency": lambda: bench_latency(server, work, secrets),
+                       "memory": lambda: bench_memory(server, work, secrets, args.memory_rows)}[args.only]
+                result = run()
+                print(json.dumps(result, indent=2))
+                if args.only == "memory":
+                    print("\n".join(memory_report(result)))
                 return 0
             snap = bench_snapshot(server, work, args.rows, secrets)
             stream = bench_stream(server, work, args.burst, secrets)
             latency = bench_latency(server, work, secrets)
-        text = report(snap, stream, latency)
+            memory = bench_memory(server, work, secrets, args.memory_rows)
+        text = report(snap, stream, latency, memory)
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(text)
         print(text)
         (Path(args.out).with_suffix(".json")).write_text(json.dumps({"snapshot": snap, "stream": stream,
-                                                                       "latency": latency}, indent=2))
+                                                                       "latency": latency, "memory": memory}, indent=2))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -38,6 +38,12 @@ class MySqlCdcStreamOperator(BaseOperator):
     :param on_binlog_purged: binlog the stream needs was purged: ``fail`` (the default, with the way
         out) or ``resnapshot`` (record exactly the tables that needed it; the next DAG run
         re-snapshots them, as Debezium's ``when_needed`` does)
+    :param max_batch_bytes: a micro-batch ends at the first transaction end after this much binlog
+        (default 128 MiB; 0: no limit); a larger transaction makes a batch of its own
+    :param max_batch_events: the same in binlog events (default: no limit)
+    :param max_apply_changes: changes merged per commit (default 100,000): a larger batch, one huge
+        transaction too, is merged in pieces, each recording its binlog position (so memory stays
+        bounded and a restart resumes exactly; readers may see such a transaction in pieces)
     """
 
     template_fields: Sequence[str] = ("state", "sink_root", "mode", "spark_master", "spark_conn_id", "spark_conf")
@@ -46,7 +52,8 @@ class MySqlCdcStreamOperator(BaseOperator):
                  mysqlcdc_conn_id: str = MySqlCdcHook.default_conn_name, spark_master: str = "local[2]",
                  spark_conn_id: str | None = None, spark_conf: dict[str, Any] | None = None,
                  trigger_interval_s: float = 1.0, changelog: bool = False, on_binlog_purged: str = "fail",
-                 **kwargs: Any) -> None:
+                 max_batch_bytes: int | None = None, max_batch_events: int | None = None,
+                 max_apply_changes: int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if on_binlog_purged not in ON_BINLOG_PURGED:
             raise ConfigurationError(f"on_binlog_purged must be one of {', '.join(ON_BINLOG_PURGED)}, got "
@@ -61,6 +68,10 @@ class MySqlCdcStreamOperator(BaseOperator):
         self.spark_conf = checked_spark_conf(spark_conf) if isinstance(spark_conf, dict) else spark_conf
         self.trigger_interval_s = trigger_interval_s
         self.changelog = changelog
+        # None: the stream job's default (spark/stream_job.py), defined there once
+        self.limits = {name: value for name, value in (("max_batch_bytes", max_batch_bytes),
+                                                       ("max_batch_events", max_batch_events),
+                                                       ("max_apply_changes", max_apply_changes)) if value is not None}
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_mysqlcdc.spark.stream_job import StreamJob
@@ -76,7 +87,7 @@ class MySqlCdcStreamOperator(BaseOperator):
         job = StreamJob(state=self.state, sink_root=self.sink_root, mode=self.mode,
                         trigger_interval_s=self.trigger_interval_s, server_id_range=f"{low}-{high}",
                         changelog=self.changelog, retry_budget_s=hook.retry_budget_s(),
-                        on_binlog_purged=self.on_binlog_purged)
+                        on_binlog_purged=self.on_binlog_purged, **self.limits)
         result = hook.run_spark_job("binlog_stream.py", job.to_json(), spark=spark, log=self.log,
                                     timeout_s=None if self.mode == "continuous" else 6 * 3600)
         self.log.info("stream (%s) applied %d changes; end offset %s", self.mode, result["changes_applied"],

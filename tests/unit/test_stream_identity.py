@@ -29,3 +29,4 @@ def test_a_checkpoint_spark_already_wrote_offsets_to_is_not_new(tmp_path):
     (offsets / "0").write_text("v1")
     identity = stream_identity(str(tmp_path / "checkpoint"), lambda: {"file": "binlog.000001", "pos": 4, "gen": 0})
     assert not identity.new and identity.initial_offset is None
+
