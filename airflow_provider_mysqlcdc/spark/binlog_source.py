@@ -219,7 +219,8 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         source, state = self._source(), self._state()
         generation = state.load(partition.generation)
         schemas, orderings = _schemas_and_orderings(source, state, generation, generation.tables)
-        split_filter = FinishedSplitFilter(generation.finished_splits, orderings)
+        split_filter = FinishedSplitFilter([f for f in generation.finished_splits if f.split.table_id in orderings],
+                                           orderings)
         reader = BinlogReader.for_schemas(source, schemas, start=partition.read_from, end=partition.end,
                                           decode_after=partition.decode_after, server_id=partition.server_id)
         batch: list[ChangeRecord] = []
@@ -291,7 +292,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                   else dataclasses.replace(f, high_watermark=max(f.high_watermark, partition.start))
                   for t in sorted(tables) for f in new.tables[t].splits]
         schemas, orderings = _schemas_and_orderings(source, state, new, tables)
-        split_filter = FinishedSplitFilter(splits, orderings)
+        split_filter = FinishedSplitFilter([f for f in splits if f.split.table_id in orderings], orderings)
         staged_tables: dict[TableId, list[str]] = {}
         for f in added:
             if f.split.split_id in staged_changes:
@@ -356,10 +357,12 @@ def _purged_or_raise(conn: Any, offset: BinlogOffset, on_binlog_purged: str) -> 
 def _schemas_and_orderings(source: SourceConfig, state: PipelineState, generation: Generation,
                            tables: Any) -> tuple[list[TableSchema], dict[TableId, KeyOrdering]]:
     known = KnownSchemas(state)
-    schemas = source.run(lambda conn: [known.load(conn, t, remember=False) for t in sorted(tables)],
-                         "reading table schemas")
+    schemas = source.run(lambda conn: [known.for_stream(conn, t, generation.tables[t].chunk_key, remember=False)
+                                       for t in sorted(tables)], "reading table schemas")
+    # a table whose chunk key a DDL renamed or dropped is frozen at that DDL (stream_job.py): none of
+    # its changes are placed into splits or applied, so it gets no ordering
     orderings = {s.table_id: KeyOrdering(s.column(generation.tables[s.table_id].chunk_key), source.connect)
-                 for s in schemas}
+                 for s in schemas if generation.tables[s.table_id].chunk_key in s.column_names}
     return schemas, orderings
 
 

@@ -34,7 +34,7 @@ from airflow_provider_mysqlcdc.cdc.model.records import (ON_BINLOG_PURGED, Binlo
                                                          TableEventKind)
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.cdc.source.server import binlog_changed_error, current_offset
 from airflow_provider_mysqlcdc.sinks.arrow_rows import METADATA_COLUMNS, conform_to, merge_changes_into_table
 from airflow_provider_mysqlcdc.sinks.base import StreamCommit
@@ -129,15 +129,20 @@ class BatchApplier:
         self.frozen: dict[TableId, BinlogOffset] = {}
 
     def _load_writers(self, chunk_keys: dict[TableId, str]) -> None:
-        """(Re)load the schema of each table, prepare its sink table and make its writer. A table that
-        has left the server (a batch replayed from before its DROP) keeps its last remembered schema."""
+        """Load the schema of each table and make its writer. A table that has left the server (a
+        batch replayed from before its DROP) keeps its last remembered schema, and so does a table
+        whose key a DDL the stream has not reached yet changed (state/schemas.py)."""
         if not chunk_keys:
             return
-        schemas = self.source.run(lambda conn: [self.known.load(conn, t) for t in chunk_keys], "reading table schemas")
-        for schema, (table_id, chunk_key) in zip(schemas, chunk_keys.items()):
-            self.sink.prepare(schema)  # refuses unsafe type changes with a clear error
-            self.writers[table_id] = SinkWriter(self.sink, schema, chunk_key,
-                                                KeyOrdering(schema.column(chunk_key), self.source.connect))
+        schemas = self.source.run(lambda conn: [self.known.for_stream(conn, t, k) for t, k in chunk_keys.items()],
+                                  "reading table schemas")
+        for schema, chunk_key in zip(schemas, chunk_keys.values()):
+            self._make_writer(schema, chunk_key)
+
+    def _make_writer(self, schema: TableSchema, chunk_key: str) -> None:
+        self.sink.prepare(schema)  # refuses unsafe type changes with a clear error
+        self.writers[schema.table_id] = SinkWriter(self.sink, schema, chunk_key,
+                                                   KeyOrdering(schema.column(chunk_key), self.source.connect))
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
         started = time.monotonic()
@@ -306,10 +311,22 @@ class BatchApplier:
         # the columns before: this stream's schema, or (first time it meets the table) the sink's
         before = {t: set(self.writers[t].schema.column_names) if t in self.writers else
                   set(self.sink.column_names(t)) - set(METADATA_COLUMNS) for t in altered}
-        self._load_writers({table_id: self._chunk_key(table_id) for table_id in altered})
+        old = {t: self._writer(t) for t in altered}  # the schema the table's changes so far were written under
+        schemas = self.source.run(lambda conn: [self.known.load(conn, t, remember=False) for t in altered],
+                                  "reading table schemas")
         added = {c.table: c.added_columns for c in event.changes if c.kind is TableEventKind.ALTERED}
-        for table_id in altered:
-            schema = self.writers[table_id].schema
+        for table_id, schema in zip(altered, schemas):
+            keys, chunk_key = old[table_id].schema.key_columns, old[table_id].chunk_key
+            if schema.key_columns != keys or chunk_key not in schema.column_names:
+                # the sink's rows cannot be matched to the changes from here on: the old writer (and
+                # the remembered schema, which a replay of the changes before this DDL needs) stay
+                self._drifted(table_id, TableEventKind.KEY_CHANGED, event.offset,
+                              f"key ({', '.join(keys)}; chunk key {chunk_key}) changed by {event.statement[:300]!r} "
+                              f"to ({', '.join(schema.key_columns)}); the sink keeps the table's last state")
+                self._refreeze(table_id)
+                continue
+            self.known.remember(schema)
+            self._make_writer(schema, chunk_key)
             vanished = before[table_id] - set(schema.column_names)
             if vanished:
                 self._drifted(table_id, TableEventKind.ALTERED, event.offset,

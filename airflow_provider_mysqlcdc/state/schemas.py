@@ -6,6 +6,12 @@ keys into splits by the table's key columns. The server cannot describe such a t
 every process that reads a schema from the server and may need it later remembers it here (the
 plan for every table it plans, the stream for every table it writes), and a table that is gone is
 described by its last remembered schema.
+
+The same memory keeps a stream from being wedged by a key change it has not reached yet: a batch
+replayed from before ``ALTER TABLE ... RENAME COLUMN id TO id2`` (or a DROP/CHANGE of a key column)
+holds changes keyed by ``id`` while the server already says ``id2``. ``for_stream`` describes such a
+table by the remembered schema until the stream reaches the statement (which freezes the table
+until it is re-snapshotted).
 """
 
 from __future__ import annotations
@@ -56,3 +62,17 @@ class KnownSchemas:
         if schema is None:
             raise missing_table_error(table_id)
         return schema
+
+    def for_stream(self, conn: pymysql.connections.Connection, table_id: TableId, chunk_key: str, *,
+                   remember: bool = True) -> TableSchema:
+        """The schema a stream applies the table's pending changes with: the server's, unless its key
+        columns or chunk key differ from the remembered schema's (a DDL the stream has not reached
+        yet changed them), then the remembered one."""
+        server = self.load(conn, table_id, remember=False)
+        known = self.remembered(table_id)
+        if known is not None and chunk_key in known.column_names and (
+                server.key_columns != known.key_columns or chunk_key not in server.column_names):
+            return known
+        if remember:
+            self.remember(server)
+        return server

@@ -214,19 +214,25 @@ class BinlogReader:
         yield TransactionCommitted(offset, self._gtid)
 
     def _normalizer(self, event: Any, table_id: TableId) -> ValueNormalizer:
+        """The decoder of rows written under this table map's columns. Its key columns are the
+        schema's, unless the event was written under other columns (a batch from before or after a
+        DDL that renamed or dropped one): then the table map's own primary key."""
         signature = tuple((c.name, c.type, c.unsigned, c.character_set_name, getattr(c, "max_length", None),
                            tuple(c.set_values or ()), tuple(c.enum_values or ())) for c in event.columns)
         key = (table_id, signature)
         normalizer = self._normalizers.get(key)
         if normalizer is None:
             columns = tuple(column_from_table_map(c) for c in event.columns)
-            normalizer = ValueNormalizer(TableSchema(table_id, columns, self.key_columns.get(table_id, ())))
+            keys = self.key_columns.get(table_id, ())
+            if not set(keys) <= {c.name for c in columns}:
+                keys = tuple(c.name for c in event.columns if getattr(c, "is_primary", False))
+            normalizer = ValueNormalizer(TableSchema(table_id, columns, keys))
             self._normalizers[key] = normalizer
         return normalizer
 
     def _rows(self, event: Any, table_id: TableId, offset: BinlogOffset) -> Iterator[ChangeRecord]:
-        normalize = self._normalizer(event, table_id).row
-        keys = self.key_columns.get(table_id, ())
+        normalizer = self._normalizer(event, table_id)
+        normalize, keys = normalizer.row, normalizer.schema.key_columns
         ts, gtid = int(event.timestamp) * 1000, self._gtid
         create, delete, update = Operation.CREATE, Operation.DELETE, Operation.UPDATE
         if isinstance(event, (WriteRowsEvent, DeleteRowsEvent)):

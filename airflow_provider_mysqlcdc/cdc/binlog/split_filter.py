@@ -6,7 +6,10 @@ watermark of its table, every change of the table is emitted (the table's "pure 
 The binlog phase starts at the smallest high watermark over all splits.
 
 Splits of a table are contiguous key ranges, so a key is placed by binary search over the split
-starts, in the column's database order (records/ordering.py).
+starts, in the column's database order (records/ordering.py). A change written after a DDL that
+renamed or dropped the chunk key column carries no chunk key: it cannot be placed, is emitted, and
+the stream freezes the table at that DDL (its key changed: it needs a re-snapshot), so none of its
+changes after it are applied.
 """
 
 from __future__ import annotations
@@ -74,7 +77,7 @@ class FinishedSplitFilter:
             table = self._tables.get(record.table_id)
             if table is None:
                 continue
-            if record.offset > table.max_high_watermark:
+            if record.offset > table.max_high_watermark or table.chunk_key not in record.image:
                 decisions[i] = True
             else:
                 pending.setdefault(record.table_id, []).append(i)
@@ -83,11 +86,12 @@ class FinishedSplitFilter:
         return decisions
 
     def locate(self, records: list[ChangeRecord]) -> list[FinishedSplit | None]:
-        """The split holding each record's key (None: table not captured)."""
+        """The split holding each record's key (None: table not captured, or no chunk key)."""
         located: list[FinishedSplit | None] = [None] * len(records)
         pending: dict[TableId, list[int]] = {}
         for i, record in enumerate(records):
-            if record.table_id in self._tables:
+            table = self._tables.get(record.table_id)
+            if table is not None and table.chunk_key in record.image:
                 pending.setdefault(record.table_id, []).append(i)
         for i, split in self._lookup(records, pending):
             located[i] = split

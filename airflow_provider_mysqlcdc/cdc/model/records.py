@@ -84,6 +84,9 @@ class TableEventKind(str, enum.Enum):
     ROWS_CHANGED = "rows-changed"  # rows removed or swapped without row events (partitions, tablespaces)
     ALTERED = "altered"  # columns, keys or options changed
     BINLOG_PURGED = "binlog-purged"  # the stream found binlog it needed for the table purged (not DDL)
+    #: a key or chunk key column renamed or dropped, or the key changed (found by the stream when it
+    #: reloads the schema after an ALTER): the sink's rows cannot be matched to later changes
+    KEY_CHANGED = "key-changed"
 
     @property
     def ends_table(self) -> bool:
@@ -93,7 +96,7 @@ class TableEventKind(str, enum.Enum):
     @property
     def freezes(self) -> bool:
         """After this event none of the table's changes can be applied exactly until it is re-snapshotted."""
-        return self.ends_table or self is TableEventKind.BINLOG_PURGED
+        return self.ends_table or self in (TableEventKind.BINLOG_PURGED, TableEventKind.KEY_CHANGED)
 
 
 @dataclass(frozen=True)
