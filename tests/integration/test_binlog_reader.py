@@ -81,6 +81,25 @@ def test_ddl_is_surfaced_and_old_events_decode_with_the_old_schema(mysql_server,
     assert len(items) == 4
 
 
+def test_a_decimal_scale_change_decodes_each_event_with_its_own_scale(mysql_server, cdc_user, database):
+    from decimal import Decimal
+
+    conn = mysql_server.connect(database)
+    table = TableId(database, "money")
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE TABLE {table.quoted} (id INT PRIMARY KEY, d DECIMAL(10,2))")
+    start = current_offset(conn)
+    with conn.cursor() as cur:
+        cur.execute(f"INSERT INTO {table.quoted} VALUES (1, 1.25)")
+        cur.execute(f"ALTER TABLE {table.quoted} MODIFY d DECIMAL(10,4)")
+        cur.execute(f"INSERT INTO {table.quoted} VALUES (2, 1.2345)")
+        end = current_offset(conn)
+    records = [i for i in BinlogReader.for_schemas(cdc_user, [load_table_schema(conn, table)], start=start, end=end)
+               if isinstance(i, ChangeRecord)]
+    assert [str(r.after["d"]) for r in records] == ["1.25", "1.2345"]
+    assert records[1].after["d"] == Decimal("1.2345")
+
+
 def test_follow_mode_waits_for_new_events(mysql_server, cdc_user, database):
     table, conn = _table(mysql_server, database)
     schema = load_table_schema(conn, table)

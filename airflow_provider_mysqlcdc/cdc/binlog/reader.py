@@ -217,7 +217,9 @@ class BinlogReader:
         """The decoder of rows written under this table map's columns. Its key columns are the
         schema's, unless the event was written under other columns (a batch from before or after a
         DDL that renamed or dropped one): then the table map's own primary key."""
-        signature = tuple((c.name, c.type, c.unsigned, c.character_set_name, getattr(c, "max_length", None),
+        # everything column_from_table_map reads: a DECIMAL whose scale changed is another decoder
+        signature = tuple((c.name, c.type, c.unsigned, c.character_set_name, c.collation_name,
+                           getattr(c, "max_length", None), getattr(c, "decimals", None),
                            tuple(c.set_values or ()), tuple(c.enum_values or ())) for c in event.columns)
         key = (table_id, signature)
         normalizer = self._normalizers.get(key)
