@@ -106,8 +106,11 @@ class DeltaSink(Sink):
         def merge() -> None:
             (
                 DeltaTable(uri, storage_options=self.storage_options)
+                # the changes are a bounded in-memory table (the stream merges at most max_apply_changes at
+                # once), so delta-rs may derive a pruning predicate from their key ranges and skip the
+                # target files outside them (its streamed execution gives that up)
                 .merge(changes, predicate=keys, source_alias="s", target_alias="t", merge_schema=True,
-                       commit_properties=_commit_properties(commit))
+                       streamed_exec=False, commit_properties=_commit_properties(commit))
                 .when_matched_delete(predicate="s._cdc_op = 'd' AND s._cdc_version > t._cdc_version")
                 .when_matched_update_all(predicate="s._cdc_op <> 'd' AND s._cdc_version > t._cdc_version")
                 .when_not_matched_insert_all(predicate="s._cdc_op <> 'd'")
