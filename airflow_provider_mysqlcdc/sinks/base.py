@@ -6,7 +6,8 @@ columns). A sink must make these operations atomic:
 - ``replace_range``: replace every row whose ``_cdc_chunk`` lies in ``[start, end)`` by the given
   rows in one commit (a split, read again, replaces itself exactly);
 - ``merge_changes``: apply one batch of last-change-per-key rows (``_cdc_op`` 'd' deletes) in one commit;
-- ``truncate_before``: delete the rows older than a TRUNCATE in one commit.
+- ``truncate_before``: delete the rows older than a TRUNCATE in one commit;
+- ``fill_before``: give the rows older than an ``ADD COLUMN ... DEFAULT`` that default, in one commit.
 
 Every commit the stream makes carries a ``StreamCommit``: the binlog position of the last change it
 holds, recorded *in the same commit* as its data, and ``applied_position`` reads it back. The
@@ -62,6 +63,12 @@ class Sink(ABC):
     def truncate_before(self, table_id: TableId, version: int, *, commit: StreamCommit) -> None:
         """Remove every row with ``_cdc_version < version`` (the source table was truncated at that
         offset; rows a split read after it stay)."""
+
+    @abstractmethod
+    def fill_before(self, table_id: TableId, values: dict[str, pa.Scalar], version: int, *,
+                    commit: StreamCommit) -> None:
+        """Set each column of ``values`` to its value in every row with ``_cdc_version < version``
+        (columns an ALTER at that offset added, with the DEFAULT the source gave existing rows)."""
 
     @abstractmethod
     def append_changelog(self, table_id: TableId, changes: pa.Table, *, commit: StreamCommit) -> None:

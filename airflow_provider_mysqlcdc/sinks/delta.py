@@ -8,13 +8,14 @@ commit that failed on a conflict is retried (a failed commit wrote nothing).
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
 from collections.abc import Callable
 from typing import TypeVar
 
 import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import CommitProperties, DeltaTable, TableFeatures, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError
@@ -40,6 +41,37 @@ def sql_identifier(name: str) -> str:
 
 def sql_string(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
+
+
+_UNITS = {"s": "Second", "ms": "Millisecond", "us": "Microsecond", "ns": "Nanosecond"}
+
+
+def sql_literal(value: pa.Scalar) -> str | None:
+    """``value`` as a DataFusion SQL expression of exactly its Arrow type, or None for a type this
+    does not cover."""
+    t = value.type
+    if not value.is_valid:
+        return "NULL"
+    v = value.as_py()
+    if pa.types.is_boolean(t):
+        return "TRUE" if v else "FALSE"
+    if pa.types.is_integer(t):
+        return f"arrow_cast({int(v)}, '{str(t).replace('int', 'Int').replace('uInt', 'UInt')}')"
+    if pa.types.is_floating(t) and math.isfinite(v):
+        return f"arrow_cast({v!r}, 'Float{t.bit_width}')"
+    if pa.types.is_decimal128(t):
+        return f"arrow_cast({sql_string(str(v))}, 'Decimal128({t.precision}, {t.scale})')"
+    if pa.types.is_string(t):
+        return sql_string(v)
+    if pa.types.is_binary(t):
+        return f"decode({sql_string(v.hex())}, 'hex')"
+    if pa.types.is_date32(t):
+        return f"arrow_cast({sql_string(v.isoformat())}, 'Date32')"
+    if pa.types.is_timestamp(t):
+        text = v.replace(tzinfo=None).isoformat() if t.tz else v.isoformat()
+        zone = f'Some("{t.tz}")' if t.tz else "None"
+        return f"arrow_cast({sql_string(text)}, 'Timestamp({_UNITS[t.unit]}, {zone})')"
+    return None
 
 
 def chunk_range_predicate(start: str | None, end: str | None) -> str | None:
@@ -73,6 +105,18 @@ class DeltaSink(Sink):
                 pass  # created concurrently by another writer
             return
         self._check_evolution(schema.table_id, pa.schema(table.schema().to_arrow()), target)
+        self._enable_features(table, schema.table_id, target)
+
+    def _enable_features(self, table: DeltaTable, table_id: TableId, target: pa.Schema) -> None:
+        """A DATETIME column added to the source needs the table feature of Delta's TIMESTAMP_NTZ (a
+        table created with one has it already), before a write adds the column."""
+        if not any(pa.types.is_timestamp(f.type) and f.type.tz is None for f in target):
+            return
+        if "timestampNtz" in (table.protocol().writer_features or []):
+            return
+        _retry_conflicts(lambda: DeltaTable(table.table_uri, storage_options=self.storage_options).alter.add_feature(
+            TableFeatures.TimestampWithoutTimezone, allow_protocol_versions_increase=True),
+            f"enable TIMESTAMP_NTZ on {table_id}")
 
     def _check_evolution(self, table_id: TableId, current: pa.Schema, target: pa.Schema) -> None:
         """Added columns are merged in on the next write; a changed type is refused clearly."""
@@ -128,6 +172,23 @@ class DeltaSink(Sink):
                 f"_cdc_version < {int(version)}", commit_properties=_commit_properties(commit))
 
         _retry_conflicts(delete_older, f"truncate {table_id} before version {version}")
+
+    def fill_before(self, table_id: TableId, values: dict[str, pa.Scalar], version: int, *,
+                    commit: StreamCommit) -> None:
+        """Set columns to constant values in every row older than ``version`` (columns an ALTER added,
+        in the rows that existed then), in one commit."""
+        updates = {name: sql_literal(value) for name, value in values.items()}
+        unsupported = sorted(name for name, literal in updates.items() if literal is None)
+        if unsupported:
+            raise ValueError(f"no SQL literal for the type of column(s) {', '.join(unsupported)}")
+        uri = self.table_uri(table_id)
+
+        def update() -> None:
+            DeltaTable(uri, storage_options=self.storage_options).update(
+                updates={sql_identifier(n): u for n, u in updates.items()}, predicate=f"_cdc_version < {int(version)}",
+                commit_properties=_commit_properties(commit))
+
+        _retry_conflicts(update, f"fill {', '.join(values)} of {table_id} before version {version}")
 
     def append_changelog(self, table_id: TableId, changes: pa.Table, *, commit: StreamCommit) -> None:
         """Append change rows to ``<table>__changelog``."""

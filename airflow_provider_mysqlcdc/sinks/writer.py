@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import pyarrow as pa
 
@@ -117,6 +118,15 @@ class SinkWriter:
             self._once(commit, lambda: self.sink.append_changelog(table_id, truncation_changelog(offset, timestamp_ms),
                                                                   commit=commit), changelog=True)
         return self._once(commit, lambda: self.sink.truncate_before(table_id, offset.version, commit=commit))
+
+    def fill_before(self, offset: BinlogOffset, values: dict[str, Any], *, app_id: str, batch_id: int) -> bool:
+        """An ``ADD COLUMN ... DEFAULT`` at ``offset``: rows older than it get the default (``values``,
+        as the source reads them), typed like the sink's columns; once per position."""
+        typed = rows_to_data_table(self.schema, [values])
+        scalars = {name: typed.column(name)[0] for name in values}
+        commit = StreamCommit(app_id, batch_id, ddl_position(offset))
+        return self._once(commit, lambda: self.sink.fill_before(self.schema.table_id, scalars, offset.version,
+                                                               commit=commit))
 
     @property
     def data_schema(self) -> pa.Schema:

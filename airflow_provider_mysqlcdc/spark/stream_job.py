@@ -32,7 +32,9 @@ from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import (ON_BINLOG_PURGED, BinlogPurged, ChangeRecord, SchemaChangeEvent,
                                                          TableEventKind)
+from airflow_provider_mysqlcdc.cdc.binlog.listing import table_ddl_after
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
+from airflow_provider_mysqlcdc.cdc.records.values import column_defaults
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.cdc.source.server import binlog_changed_error, current_offset
@@ -57,6 +59,9 @@ MODES = ("available-now", "continuous")
 CHECKPOINT_IDENTITY = "mysqlcdc-stream.json"
 #: merges of one micro-batch are versioned batch_id * SEGMENTS + segment (a DDL starts a new segment)
 SEGMENTS = 1_000_000
+#: an added column's DEFAULT is filled in place only if no DDL of the table follows within this many
+#: binlog events (a later one may have changed the default); else the table is re-snapshotted
+FILL_LOOKAHEAD_EVENTS = 200_000
 
 
 @dataclass
@@ -284,8 +289,7 @@ class BatchApplier:
                 altered.append(table_id)
         log.warning("schema change at %s: %s (%s)", event.offset, event.statement,
                     ", ".join(f"{c.table} {c.kind.value}" for c in event.changes))
-        self._reload_altered(altered, event)
-        return committed
+        return self._reload_altered(altered, event, version) or committed
 
     def _purged(self, gap: BinlogPurged) -> None:
         """Binlog this batch needed was purged: freeze exactly the tables that needed it."""
@@ -304,10 +308,13 @@ class BatchApplier:
         self._writer(table_id).truncate_before(event.offset, event.timestamp_ms, app_id=self.job.app_id,
                                                batch_id=version, changelog=self.job.changelog)
 
-    def _reload_altered(self, altered: list[TableId], event: SchemaChangeEvent) -> None:
-        """Reload the altered tables' schemas. A column that vanished is drift, and so is a column the
-        statement adds that rows existing before it hold a value in (a DEFAULT, NOT NULL, generated):
-        the sink has those rows with NULL there until they are read again."""
+    def _reload_altered(self, altered: list[TableId], event: SchemaChangeEvent, version: int) -> bool:
+        """Reload the altered tables' schemas; True when it committed something under ``version``.
+        A column that vanished is drift. A column the statement adds that rows existing before it hold
+        a value in gets that value in the sink's older rows when it is a constant DEFAULT the server
+        still has (``_fill_added``); otherwise (an expression, generated, NOT NULL without DEFAULT)
+        it is drift too: the sink has those rows with NULL there until they are read again."""
+        committed = False
         # the columns before: this stream's schema, or (first time it meets the table) the sink's
         before = {t: set(self.writers[t].schema.column_names) if t in self.writers else
                   set(self.sink.column_names(t)) - set(METADATA_COLUMNS) for t in altered}
@@ -332,11 +339,46 @@ class BatchApplier:
                 self._drifted(table_id, TableEventKind.ALTERED, event.offset,
                               f"column(s) {', '.join(sorted(vanished))} dropped or renamed by {event.statement[:300]!r}")
             present = {c.name: c for c in schema.columns}
-            filled = [n for n in added.get(table_id, ()) if n in present and present[n].fills_existing_rows]
-            if filled:
+            filled = tuple(n for n in added.get(table_id, ()) if n in present and present[n].fills_existing_rows)
+            unfilled, wrote = self._fill_added(table_id, filled, event, version)
+            committed = committed or wrote
+            if unfilled:
                 self._drifted(table_id, TableEventKind.ALTERED, event.offset,
-                              f"column(s) {', '.join(filled)} added by {event.statement[:300]!r} hold a default (or "
+                              f"column(s) {', '.join(unfilled)} added by {event.statement[:300]!r} hold a default (or "
                               "generated) value in rows written before, which the binlog does not carry")
+        return committed
+
+    def _fill_added(self, table_id: TableId, names: tuple[str, ...], event: SchemaChangeEvent,
+                    version: int) -> tuple[tuple[str, ...], bool]:
+        """Give the sink's rows older than ``event`` the constant DEFAULT of the columns it added, as
+        the server evaluates it now (``DEFAULT(col)``), provided no later DDL changed the table (the
+        default would not be the one those rows got) within ``FILL_LOOKAHEAD_EVENTS`` events.
+        Returns the columns it could not fill, and whether it committed."""
+        writer = self.writers[table_id]
+        constant = tuple(n for n in names if writer.schema.column(n).default_constant)
+        if not constant:
+            return names, False
+
+        def defaults(conn: Any) -> dict[str, Any] | None | bool:
+            later = table_ddl_after(conn, table_id, event.offset, current_offset(conn), FILL_LOOKAHEAD_EVENTS)
+            return False if later is not False else column_defaults(conn, writer.schema, constant)
+
+        values = self.source.run(defaults, "reading the added columns' defaults")
+        rest = tuple(n for n in names if n not in constant)
+        if values is False:
+            log.info("%s: not filling %s from DEFAULT: a later DDL changed the table, or it lies too far ahead",
+                     table_id, ", ".join(constant))
+            return names, False
+        if values is None:  # no row now: every row older than the ALTER is deleted by a later change
+            return rest, False
+        try:
+            wrote = writer.fill_before(event.offset, values, app_id=self.job.app_id, batch_id=version)
+        except ValueError as exc:  # a type without an SQL literal: re-snapshot instead
+            log.warning("%s: cannot fill %s in place (%s)", table_id, ", ".join(constant), exc)
+            return names, False
+        log.info("%s: rows older than %s got the DEFAULT of %s", table_id, event.offset,
+                 ", ".join(f"{n} = {values[n]!r}" for n in constant))
+        return rest, wrote
 
     def _note_unknown_columns(self, records: list[ChangeRecord], writers: dict[TableId, SinkWriter]) -> None:
         """Changes written before a DDL the loaded schema already reflects carry names it lacks."""

@@ -181,6 +181,16 @@ def select_list(columns: tuple[Column, ...]) -> str:
     )
 
 
+def column_defaults(conn: Any, schema: TableSchema, names: tuple[str, ...]) -> dict[str, Any] | None:
+    """The values the server gives a row in columns it does not set (``DEFAULT(col)``), normalised
+    as a snapshot reads them; None when the table has no row to evaluate them on."""
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT {', '.join(f'DEFAULT({quote_identifier(n)})' for n in names)} "
+                    f"FROM {schema.table_id.quoted} LIMIT 1")
+        row = cur.fetchone()
+    return None if row is None else ValueNormalizer(schema).row_from_tuple(names, tuple(row))
+
+
 class ValueNormalizer:
     """Normalises whole rows of one table; built once per schema."""
 

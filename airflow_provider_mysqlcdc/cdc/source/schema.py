@@ -78,6 +78,9 @@ class Column:
     #: rows that existed when the column was added hold a value other than NULL in it: the column
     #: has a DEFAULT, is NOT NULL (an implicit default), or is generated
     fills_existing_rows: bool = False
+    #: the column's DEFAULT is a constant (a literal, not an expression such as CURRENT_TIMESTAMP, and
+    #: the column is not generated): every row that existed when it was added holds that value
+    default_constant: bool = False
 
     @property
     def is_text(self) -> bool:
@@ -173,6 +176,18 @@ class TableSchema:
                    tuple(tuple(k) for k in data.get("unique_not_null_keys", ())))
 
 
+_NUMBER = re.compile(r"^-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+
+
+def _constant_default(default: str | None, extra: str | None) -> bool:
+    """A literal DEFAULT as information_schema shows it: MariaDB quotes string literals and shows
+    expressions as such (``current_timestamp()``); MySQL marks expressions ``DEFAULT_GENERATED``
+    and does not quote strings, so only its numbers count (anything else is not trusted)."""
+    if default in (None, "NULL") or "GENERATED" in (extra or "").upper():
+        return False
+    return default.startswith("'") or bool(_NUMBER.match(default))
+
+
 def parse_labels(column_type: str) -> tuple[str, ...]:
     """The labels of ``enum('a','b')`` / ``set('a','b')`` in definition order."""
     body = column_type[column_type.index("(") + 1 : column_type.rindex(")")]
@@ -228,6 +243,7 @@ def load_table_schema(conn: pymysql.connections.Connection, table_id: TableId) -
                 labels=parse_labels(r[2]) if r[1] in ("enum", "set") else (),
                 # MariaDB reports DEFAULT NULL as the text 'NULL', MySQL as SQL NULL
                 fills_existing_rows=r[3] != "YES" or r[10] not in (None, "NULL") or "GENERATED" in (r[11] or "").upper(),
+                default_constant=_constant_default(r[10], r[11]),
             )
             for r in cur.fetchall()
         )

@@ -1,0 +1,85 @@
+"""Listing binlog events with ``SHOW BINLOG EVENTS``: positions, kinds and statements, no row data.
+
+The server scans its files; we page through them (``PAGE_EVENTS`` at a time), so listing a range
+costs little memory however long it is. Used to end micro-batches at transaction ends
+(ranges.py) and to look ahead for DDL on a table (``table_ddl_after``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pymysql
+
+from airflow_provider_mysqlcdc.cdc.binlog.ddl import parse_ddl
+from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.cdc.source.server import binlog_file_sizes
+
+#: Events listed per ``SHOW BINLOG EVENTS``
+PAGE_EVENTS = 10_000
+_USE = re.compile(r"^use `((?:[^`]|``)*)`; ", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class ListedEvent:
+    file: str
+    position: int  # where the event starts
+    kind: str  # the event type, lower case ("query", "xid", "gtid", "write_rows_v1", ...)
+    end_position: int  # where it ends (the next event starts)
+    info: str  # a statement for query events, else a summary
+
+    @property
+    def end(self) -> BinlogOffset:
+        return BinlogOffset(self.file, self.end_position)
+
+
+def binlog_events(conn: pymysql.connections.Connection, start: BinlogOffset, head: BinlogOffset) -> Iterator[ListedEvent]:
+    """The events after ``start`` (an event boundary) that end at or before ``head``, in order."""
+    files = [f for f, _ in binlog_file_sizes(conn)
+             if start.sort_key[0] <= BinlogOffset(f, 4).sort_key[0] <= head.sort_key[0]]
+    with conn.cursor() as cur:
+        for file in files:
+            position = start.position if file == start.file else 4
+            while True:
+                cur.execute(f"SHOW BINLOG EVENTS IN %s FROM {int(position)} LIMIT {PAGE_EVENTS}", (file,))
+                rows = cur.fetchall()
+                for row in rows:
+                    event = ListedEvent(file, int(row[1]), str(row[2]).lower(), int(row[4]), str(row[5]).strip())
+                    if event.end > head:
+                        return
+                    yield event
+                if len(rows) < PAGE_EVENTS:
+                    break
+                position = int(rows[-1][4])
+
+
+def opens_transaction(event: ListedEvent) -> bool:
+    """BEGIN, or MariaDB's GTID event of a transactional group (its info reads ``BEGIN GTID d-s-n``)."""
+    return (event.kind == "query" and event.info.upper() == "BEGIN") or (
+        event.kind.startswith("gtid") and event.info.startswith("BEGIN GTID"))
+
+
+def closes_transaction(event: ListedEvent) -> bool:
+    return event.kind.startswith("xid") or (event.kind == "query" and event.info.upper() == "COMMIT")
+
+
+def table_ddl_after(conn: pymysql.connections.Connection, table_id: TableId, after: BinlogOffset,
+                    head: BinlogOffset, max_events: int) -> bool | None:
+    """Whether any DDL after ``after`` (up to ``head``) changes the table; None when more than
+    ``max_events`` events lie in between (too far to look)."""
+    for count, event in enumerate(binlog_events(conn, after, head)):
+        if count >= max_events:
+            return None
+        if event.kind != "query" or event.info.upper() in ("BEGIN", "COMMIT"):
+            continue
+        use = _USE.match(event.info)
+        database = use.group(1).replace("``", "`") if use else ""
+        ddl = parse_ddl(event.info[use.end():] if use else event.info, database)
+        if ddl is None:
+            continue
+        if any(c.table == table_id for c in ddl.changes) or ddl.dropped_database == table_id.database:
+            return True
+    return False

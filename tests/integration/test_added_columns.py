@@ -1,0 +1,109 @@
+"""``ALTER TABLE ... ADD COLUMN`` while streaming: rows that existed before get what the source gives
+them. One scripted history (the module fixture) with one stream run; each test checks one table:
+
+- constant DEFAULTs of several types are filled into the sink's older rows in place, in one commit,
+  so the table equals the source without a re-snapshot;
+- an expression DEFAULT (CURRENT_TIMESTAMP) cannot be known: drift, the next run re-snapshots;
+- a default changed by a later DDL is never filled with the later value: drift instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from airflow_provider_mysqlcdc.cdc.model.records import TableEventKind
+from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
+from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitReader
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
+from airflow_provider_mysqlcdc.devtools.verify import source_rows
+from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
+from airflow_provider_mysqlcdc.spark.stream_job import StreamJob
+from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
+from airflow_provider_mysqlcdc.state.drift import Drift, read_drift
+from airflow_provider_mysqlcdc.state.registry import PipelineState, captured_tables
+from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
+
+from .helpers import assert_same_rows, delta_rows
+
+pytestmark = pytest.mark.integration
+
+CONSTANT = ("ADD COLUMN n INT NOT NULL DEFAULT -7, ADD COLUMN s VARCHAR(20) DEFAULT 'it''s', "
+            "ADD COLUMN d DECIMAL(8,3) DEFAULT 12.5, ADD COLUMN day DATE DEFAULT '2024-02-29', "
+            "ADD COLUMN at DATETIME(6) DEFAULT '2024-01-02 03:04:05.123456', ADD COLUMN b VARBINARY(4) DEFAULT 0x00ff, "
+            "ADD COLUMN big BIGINT UNSIGNED DEFAULT 18446744073709551615, ADD COLUMN e ENUM('x','y') DEFAULT 'y', "
+            "ADD COLUMN none_ INT NULL")
+
+
+@dataclass
+class History:
+    database: str
+    lake: str
+    drift: Drift
+
+    def table(self, name: str) -> TableId:
+        return TableId(self.database, name)
+
+
+@pytest.fixture(scope="module")
+def history(mysql_server, cdc_user, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("added_columns")
+    database = "added_columns"
+    conn = mysql_server.connect()
+    with conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS {database}")
+        cur.execute(f"CREATE DATABASE {database}")
+        for name in ("constant", "expression", "changed_later"):
+            cur.execute(f"CREATE TABLE {database}.{name} (id INT PRIMARY KEY, v INT)")
+            cur.execute(f"INSERT INTO {database}.{name} SELECT seq, 0 FROM {database}.seq_1_to_50")
+    state, lake = PipelineState(str(tmp / "state")), str(tmp / "lake")
+    sink, finished = DeltaSink(lake), []
+    for name in ("constant", "expression", "changed_later"):
+        schema = load_table_schema(conn, TableId(database, name))
+        KnownSchemas(state).remember(schema)
+        sink.prepare(schema)
+        with SplitReader(cdc_user, schema) as reader:
+            writer = SinkWriter(sink, schema, "id", reader.ordering("id"))
+            for split in ChunkSplitter(conn, schema, SplitOptions(chunk_size=20)).split():
+                result = reader.read(split)
+                writer.write_split(result.finished, result.rows)
+                finished.append(result.finished)
+    state.commit(captured_tables(finished))
+    with conn.cursor() as cur:
+        cur.execute(f"UPDATE {database}.constant SET v = 1 WHERE id % 4 = 0")
+        cur.execute(f"ALTER TABLE {database}.constant {CONSTANT}")
+        cur.execute(f"UPDATE {database}.constant SET v = 2, n = id, s = NULL WHERE id % 3 = 0")
+        cur.execute(f"INSERT INTO {database}.constant (id, v) VALUES (100, 9)")
+        cur.execute(f"DELETE FROM {database}.constant WHERE id % 10 = 0")
+        cur.execute(f"ALTER TABLE {database}.expression ADD COLUMN at TIMESTAMP(6) DEFAULT CURRENT_TIMESTAMP(6)")
+        cur.execute(f"ALTER TABLE {database}.changed_later ADD COLUMN c INT DEFAULT 1")
+        cur.execute(f"UPDATE {database}.changed_later SET v = 3 WHERE id = 1")
+        cur.execute(f"ALTER TABLE {database}.changed_later ALTER COLUMN c SET DEFAULT 2")
+    job = StreamJob(state=state.location, sink_root=lake)
+    (tmp / "stream.json").write_text(job.to_json())
+    SparkSubmit(master="local[2]", work_dir=tmp / "spark").run(
+        "binlog_stream.py", ["--job", str(tmp / "stream.json")], cdc_user.to_private_file(tmp / "secrets" / "source.json"))
+    yield History(database, lake, read_drift(state))
+    with conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE {database}")
+
+
+def test_constant_defaults_fill_the_older_rows_in_place(history, mysql_server):
+    table = history.table("constant")
+    schema = load_table_schema(mysql_server.connect(), table)
+    assert_same_rows(table, source_rows(mysql_server.admin, schema), delta_rows(history.lake, schema))
+    assert table not in history.drift
+
+
+def test_an_expression_default_is_drift_for_a_re_snapshot(history):
+    events = history.drift[history.table("expression")]
+    assert [e.kind for e in events] == [TableEventKind.ALTERED] and "column(s) at added by" in events[0].reason
+
+
+def test_a_default_changed_later_is_never_filled_with_the_later_value(history, mysql_server):
+    table = history.table("changed_later")
+    assert [e.kind for e in history.drift[table]] == [TableEventKind.ALTERED]
+    schema = load_table_schema(mysql_server.connect(), table)
+    assert 2 not in {row["c"] for row in delta_rows(history.lake, schema).values()}
