@@ -1,8 +1,11 @@
 """A PySpark streaming data source over the binlog (``spark.readStream.format("mysqlcdc_binlog")``).
 
-Offsets are ``{"file", "pos", "gen"}``: a binlog position read from ``SHOW MASTER STATUS`` (always
-between transactions, so a micro-batch never ends inside one) and the number of the registry
-generation (state/registry.py) the batch captures. A micro-batch ``(start, end]`` is decoded with
+Offsets are ``{"file", "pos", "gen", "gtid", "server_id"}``: a binlog position read from ``SHOW
+MASTER STATUS`` (always between transactions, so a micro-batch never ends inside one), the number
+of the registry generation (state/registry.py) the batch captures, and which binlog the position
+belongs to (the MariaDB GTID position there and the server id): each batch checks them, and the
+first batch of a query checks exactly that the server's binlog holds the start
+(server.py ``check_same_binlog``), so a reset, restored or other server's binlog is refused. A micro-batch ``(start, end]`` is decoded with
 ``end``'s tables and finished-split filter, on the executors. When ``end`` has a newer generation
 than ``start``, the splits it adds are activated first, by one more partition:
 
@@ -63,7 +66,8 @@ from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
-from airflow_provider_mysqlcdc.cdc.source.server import binlog_changed_error, check_offset_available, current_offset
+from airflow_provider_mysqlcdc.cdc.source.server import (binlog_changed_error, check_offset_available, check_same_binlog,
+                                                        current_offset)
 from airflow_provider_mysqlcdc.state.registry import Generation, PipelineState
 from airflow_provider_mysqlcdc.spark.batch_rows import RUN_LENGTH, SCHEMA, RowEmitter
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
@@ -90,11 +94,18 @@ class StagedSplitReady:
 
 
 def offset_dict(offset: BinlogOffset, generation: int) -> dict[str, Any]:
-    return {"file": offset.file, "pos": offset.position, "gen": generation}
+    data: dict[str, Any] = {"file": offset.file, "pos": offset.position, "gen": generation}
+    if offset.gtid_set:
+        data["gtid"] = offset.gtid_set
+    if offset.server_id is not None:
+        data["server_id"] = offset.server_id
+    return data
 
 
 def offset_from_dict(data: dict[str, Any]) -> BinlogOffset:
-    return BinlogOffset(str(data["file"]), int(data["pos"]))
+    server_id = data.get("server_id")
+    return BinlogOffset(str(data["file"]), int(data["pos"]), gtid_set=data.get("gtid"),
+                        server_id=None if server_id is None else int(server_id))
 
 
 class BinlogRange(InputPartition):
@@ -142,6 +153,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.max_batch_events = int(options.get("max_batch_events", "0"))
         self.inline_bytes = int(options.get("inline_bytes", "0"))
         self._target: dict[str, Any] | None = None
+        self._verified = False
 
     def _source(self) -> SourceConfig:
         return SourceConfig.from_private_file(Path(self.source_file)).with_retry(self.retry_budget_s)
@@ -178,10 +190,25 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                        f"server's binlog now ends at {head}")
         max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else 0
         max_events = limit.max_rows if isinstance(limit, ReadMaxRows) else self.max_batch_events
-        if not isinstance(limit, ReadAllAvailable) and (max_bytes or max_events):
-            head = self._source().run(lambda conn: batch_end(conn, begin, head, max_bytes=max_bytes,
-                                                             max_events=max_events), "finding the batch's end")
-        return offset_dict(head, max(int(latest["gen"]), int(start.get("gen", 0))))
+        limited = not isinstance(limit, ReadAllAvailable) and (max_bytes or max_events)
+
+        def end(conn: Any) -> BinlogOffset:
+            self._check_start(conn, begin)
+            return batch_end(conn, begin, head, max_bytes=max_bytes, max_events=max_events) if limited else head
+
+        end_offset = self._source().run(end, "finding the batch's end")
+        return offset_dict(end_offset, max(int(latest["gen"]), int(start.get("gen", 0))))
+
+    def _check_start(self, conn: Any, begin: BinlogOffset) -> None:
+        """The start lies in this server's binlog: cheaply every time, exactly once per query (a reset
+        binlog may have grown past it). A purged start is left to ``partitions`` (on_binlog_purged)."""
+        try:
+            check_offset_available(conn, begin)
+        except BinlogPurgedError:
+            return
+        if not self._verified:
+            check_same_binlog(conn, begin, exact=True)
+            self._verified = True
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         begin, finish = offset_from_dict(start), offset_from_dict(end)

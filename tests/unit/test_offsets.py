@@ -57,3 +57,17 @@ def test_bytes_between_offsets_spans_rotated_files():
     assert bytes_between(a, b, sizes) == 100 + 500 + 120
     assert bytes_between(BinlogOffset("binlog.000002", 10), BinlogOffset("binlog.000002", 60), sizes) == 50
     assert bytes_between(b, a, sizes) == 0
+
+
+def test_an_offset_keeps_which_binlog_it_belongs_to_through_json():
+    offset = BinlogOffset("binlog.000007", 1234, gtid_set="0-1-42,1-2-7", server_id=3)
+    again = BinlogOffset.from_json(offset.to_json())
+    assert (again.gtid_set, again.server_id) == ("0-1-42,1-2-7", 3)
+    assert BinlogOffset("binlog.000007", 1234) == offset  # they do not order or compare
+
+
+def test_gtid_positions_are_read_per_domain():
+    from airflow_provider_mysqlcdc.cdc.source.server import gtid_positions
+
+    assert gtid_positions("0-1-42, 1-2-7") == {0: (1, 42), 1: (2, 7)}
+    assert gtid_positions("") == gtid_positions(None) == {}

@@ -24,7 +24,7 @@ import pymysql
 
 from airflow_provider_mysqlcdc.cdc.binlog.listing import binlog_events, closes_transaction, opens_transaction
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
-from airflow_provider_mysqlcdc.cdc.source.server import binlog_file_sizes
+from airflow_provider_mysqlcdc.cdc.source.server import binlog_file_sizes, gtid_positions
 
 _ROW_EVENTS = ("write_rows", "update_rows", "delete_rows")
 #: At most this many events are listed to find cut points; the rest of a range stays in its last piece.
@@ -40,14 +40,20 @@ def batch_end(conn: pymysql.connections.Connection, start: BinlogOffset, head: B
         return head
     read_bytes = events = 0
     in_transaction = False  # inside BEGIN ... COMMIT (a statement outside one, a DDL, ends where it ends)
+    # the MariaDB GTID position as the batch goes, so that its end says which binlog it belongs to
+    gtids = gtid_positions(start.gtid_set) if start.gtid_set else None
     for event in binlog_events(conn, start, head):
         read_bytes, events = read_bytes + event.end_position - event.position, events + 1
+        if gtids is not None and event.kind.startswith("gtid") and "GTID " in event.info:
+            domain, server, sequence = event.info.rsplit("GTID ", 1)[1].split()[0].split("-")
+            gtids[int(domain)] = (int(server), int(sequence))
         if opens_transaction(event):
             in_transaction = True
         elif closes_transaction(event) or (event.kind == "query" and not in_transaction):
             in_transaction = False
             if (max_bytes and read_bytes >= max_bytes) or (max_events and events >= max_events):
-                return event.end
+                text = ",".join(f"{d}-{s}-{n}" for d, (s, n) in sorted(gtids.items())) if gtids else None
+                return BinlogOffset(event.file, event.end_position, gtid_set=text, server_id=head.server_id)
     return head
 
 

@@ -6,7 +6,8 @@ calls ``log_pos`` of the event before). A change record carries the offset at th
 so "record is after watermark W" is simply ``record.offset > W``.
 
 Binlog file names are ``<basename>.<number>``; offsets of one server order by (number, position).
-The GTID set, where the server has one, is carried along for humans and failover, not for ordering.
+The GTID set and the server id, where known, say which binlog the offset belongs to (server.py
+``check_same_binlog`` refuses an offset the server's binlog does not hold); they do not order.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class BinlogOffset:
     file: str
     position: int
     gtid_set: str | None = None
+    server_id: int | None = None
 
     def __post_init__(self) -> None:
         # validates the name; kept, since offsets are compared per change record on the hot path
@@ -75,12 +77,16 @@ class BinlogOffset:
         data: dict[str, Any] = {"file": self.file, "position": self.position}
         if self.gtid_set:
             data["gtid_set"] = self.gtid_set
+        if self.server_id is not None:
+            data["server_id"] = self.server_id
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "BinlogOffset":
         try:
-            return cls(file=str(data["file"]), position=int(data["position"]), gtid_set=data.get("gtid_set"))
+            server_id = data.get("server_id")
+            return cls(file=str(data["file"]), position=int(data["position"]), gtid_set=data.get("gtid_set"),
+                       server_id=None if server_id is None else int(server_id))
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigurationError(
                 f"Malformed binlog offset {data!r}: expected {{'file': 'binlog.000001', 'position': 4}}."

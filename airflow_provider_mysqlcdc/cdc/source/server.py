@@ -62,9 +62,14 @@ def current_offset(conn: pymysql.connections.Connection, info: ServerInfo | None
             )
         gtid = row.get("Executed_Gtid_Set") or None
         if info.is_mariadb:
-            cur.execute("SELECT @@gtid_binlog_pos")
-            gtid = cur.fetchone()[0] or None
-    return BinlogOffset(file=str(row["File"]), position=int(row["Position"]), gtid_set=gtid)
+            cur.execute("SELECT @@gtid_binlog_pos, @@server_id")
+            gtid, server_id = cur.fetchone()
+            gtid = gtid or None
+        else:
+            cur.execute("SELECT @@server_id")
+            server_id = cur.fetchone()[0]
+    return BinlogOffset(file=str(row["File"]), position=int(row["Position"]), gtid_set=gtid,
+                        server_id=int(server_id))
 
 
 def binlog_file_sizes(conn: pymysql.connections.Connection) -> list[tuple[str, int]]:
@@ -104,10 +109,51 @@ def binlog_changed_error(what: str) -> SourceChangedError:
         "re-snapshot the pipeline into a new sink location and state.")
 
 
+def gtid_positions(text: str | None) -> dict[int, tuple[int, int]]:
+    """A MariaDB GTID position (``0-1-42,1-2-7``) as {domain: (server_id, sequence number)}."""
+    positions = {}
+    for item in (text or "").replace(" ", "").split(","):
+        if item:
+            domain, server, sequence = item.split("-")
+            positions[int(domain)] = (int(server), int(sequence))
+    return positions
+
+
+def check_same_binlog(conn: pymysql.connections.Connection, offset: BinlogOffset, *, exact: bool = False) -> None:
+    """Refuse an offset that was read from another binlog than this server's, with the way out.
+
+    Cheap, on every call: the offset's server id is the server's, and (MariaDB) no GTID domain of the
+    offset is further than the server's binlog head: a reset or restored binlog starts its sequence
+    numbers again. ``exact`` (MariaDB; once per stream start: the server reads the binlog file up to
+    the offset): the binlog holds at the offset the GTID position recorded with it, which also
+    catches a reset binlog that has grown past the old offsets since."""
+    info = server_info(conn)
+    head = current_offset(conn, info)
+    if offset.server_id is not None and head.server_id is not None and offset.server_id != head.server_id:
+        raise binlog_changed_error(f"Offset {offset} was read from the binlog of server_id {offset.server_id}, but the "
+                                   f"server this connection reaches has server_id {head.server_id} (a failover to a "
+                                   "replica is not followed yet)")
+    if not info.is_mariadb or not offset.gtid_set:
+        return
+    recorded, now = gtid_positions(offset.gtid_set), gtid_positions(head.gtid_set)
+    behind = [f"{d}-{s}-{n}" for d, (s, n) in sorted(recorded.items()) if d not in now or now[d][1] < n]
+    if behind:
+        raise binlog_changed_error(f"Offset {offset} comes after GTID(s) {', '.join(behind)}, but the server's binlog "
+                                   f"ends at GTID position {head.gtid_set or 'none'}")
+    if exact:
+        with conn.cursor() as cur:
+            cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (offset.file, offset.position))
+            there = cur.fetchone()[0]
+        if there is None or gtid_positions(there) != recorded:
+            raise binlog_changed_error(f"The binlog held GTID position {offset.gtid_set} at {offset} when it was read, "
+                                       f"but the server's binlog holds {there or 'nothing'} there now")
+
+
 def check_offset_available(conn: pymysql.connections.Connection, offset: BinlogOffset) -> None:
     """Fail clearly when the binlog an offset points into has been purged, or is not this server's."""
     sizes = binlog_file_sizes(conn)
     if sizes and offset.file in dict(sizes) and (offset.file != sizes[-1][0] or offset.position <= sizes[-1][1]):
+        check_same_binlog(conn, offset)
         return
     newest = BinlogOffset(sizes[-1][0], max(4, sizes[-1][1])) if sizes else None
     if newest is None or offset > newest:

@@ -1,0 +1,89 @@
+"""Offsets know which binlog they belong to: a reset or another server's binlog is refused clearly.
+
+The stream's offsets carry the MariaDB GTID position at the offset and the server id. After
+``RESET MASTER`` the binlog starts again at file 1, and once it has grown past the stream's
+position, that position exists again in a different binlog: the stream must say so (with the way
+out) before it writes anything, not read the middle of an unrelated event stream.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from airflow_provider_mysqlcdc.cdc.errors import SourceChangedError
+from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.cdc.source.server import check_same_binlog, current_offset
+from airflow_provider_mysqlcdc.devtools.throwaway_server import ThrowawayMariaDB
+from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.spark.stream_job import StreamJob
+from airflow_provider_mysqlcdc.spark.submit import SparkJobFailed, SparkSubmit
+from airflow_provider_mysqlcdc.state.registry import CapturedTable, PipelineState, stream_only_split
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture()
+def server(tmp_path):
+    server = ThrowawayMariaDB(base_dir=tmp_path / "mariadb").start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _write(conn, table: TableId, first: int, count: int) -> None:
+    with conn.cursor() as cur:
+        for start in range(first, first + count, 100):
+            cur.execute(f"INSERT INTO {table.quoted} SELECT seq, REPEAT('x', 200) FROM shop.seq_{start}_to_{start + 99}")
+
+
+def test_an_offset_is_refused_by_a_reset_binlog_grown_past_it(server):
+    conn = server.connect_root()
+    with conn.cursor() as cur:
+        cur.execute("CREATE DATABASE shop")
+        cur.execute("CREATE TABLE shop.t (id INT PRIMARY KEY, pad VARCHAR(200))")
+    _write(conn, TableId("shop", "t"), 1, 300)
+    offset = current_offset(conn)
+    assert offset.gtid_set and offset.server_id is not None
+    check_same_binlog(conn, offset, exact=True)  # the binlog it was read from
+    with conn.cursor() as cur:
+        cur.execute("RESET MASTER")
+    with pytest.raises(SourceChangedError, match="RESET MASTER"):  # nothing written yet: behind
+        check_same_binlog(conn, offset)
+    _write(conn, TableId("shop", "t"), 1001, 600)
+    grown = current_offset(conn)
+    assert grown.file == offset.file and grown.position > offset.position and grown.gtid_set
+    with pytest.raises(SourceChangedError, match="holds .* there now"):
+        check_same_binlog(conn, offset, exact=True)
+
+
+def test_a_stream_refuses_to_continue_on_a_reset_binlog_and_writes_nothing(server, tmp_path):
+    conn = server.connect_root()
+    table = TableId("shop", "t")
+    with conn.cursor() as cur:
+        cur.execute("CREATE DATABASE shop")
+        cur.execute("CREATE TABLE shop.t (id INT PRIMARY KEY, pad VARCHAR(200))")
+    start = current_offset(conn)
+    _write(conn, table, 1, 200)
+    state = PipelineState(str(tmp_path / "state"))
+    state.commit({table: CapturedTable("id", [stream_only_split(table, "id", start)])})
+    lake = str(tmp_path / "lake")
+    (tmp_path / "stream.json").write_text(StreamJob(state=state.location, sink_root=lake).to_json())
+    source_file = server.root_config().to_private_file(tmp_path / "secrets" / "source.json")
+    submit = SparkSubmit(master="local[1]", work_dir=tmp_path / "spark")
+    submit.run("binlog_stream.py", ["--job", str(tmp_path / "stream.json")], source_file)
+    processed = json.loads((tmp_path / "state" / "progress" / "stream-offset.json").read_text())["offset"]
+    assert processed.get("gtid") and processed.get("server_id") is not None, processed
+    rows_before = DeltaSink(lake).read(table).num_rows
+
+    with conn.cursor() as cur:
+        cur.execute("RESET MASTER")
+        cur.execute("DELETE FROM shop.t")
+    _write(conn, table, 5001, 900)  # the new binlog grows past the stream's position
+    assert current_offset(conn) > BinlogOffset(processed["file"], int(processed["pos"]))
+    with pytest.raises(SparkJobFailed, match="RESET MASTER"):
+        submit.run("binlog_stream.py", ["--job", str(tmp_path / "stream.json")], source_file)
+    assert DeltaSink(lake).read(table).num_rows == rows_before == 200
