@@ -27,7 +27,7 @@ from typing import Any
 import fsspec
 from pyspark.sql.streaming import StreamingQueryListener
 
-from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
+from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError, SchemaChangedError
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import (ON_BINLOG_PURGED, BinlogPurged, ChangeRecord, SchemaChangeEvent,
@@ -332,8 +332,14 @@ class BatchApplier:
                               f"to ({', '.join(schema.key_columns)}); the sink keeps the table's last state")
                 self._refreeze(table_id)
                 continue
+            try:
+                self._make_writer(schema, chunk_key)
+            except SchemaChangedError as exc:  # a type the sink's table cannot take: this table only stops
+                self._drifted(table_id, TableEventKind.TYPE_CHANGED, event.offset,
+                              f"{exc} (changed by {event.statement[:300]!r}; the sink keeps the table's last state)")
+                self._refreeze(table_id)
+                continue
             self.known.remember(schema)
-            self._make_writer(schema, chunk_key)
             vanished = before[table_id] - set(schema.column_names)
             if vanished:
                 self._drifted(table_id, TableEventKind.ALTERED, event.offset,

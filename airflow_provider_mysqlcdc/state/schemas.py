@@ -7,11 +7,11 @@ every process that reads a schema from the server and may need it later remember
 plan for every table it plans, the stream for every table it writes), and a table that is gone is
 described by its last remembered schema.
 
-The same memory keeps a stream from being wedged by a key change it has not reached yet: a batch
-replayed from before ``ALTER TABLE ... RENAME COLUMN id TO id2`` (or a DROP/CHANGE of a key column)
-holds changes keyed by ``id`` while the server already says ``id2``. ``for_stream`` describes such a
-table by the remembered schema until the stream reaches the statement (which freezes the table
-until it is re-snapshotted).
+The same memory keeps a stream from being wedged by a key or type change it has not reached yet: a
+batch replayed from before ``ALTER TABLE ... RENAME COLUMN id TO id2`` (or a DROP/CHANGE of a key
+column, or ``MODIFY d DECIMAL(10,4)``) holds changes keyed by ``id``, or typed as before, while the
+server already says otherwise. ``for_stream`` describes such a table by the remembered schema until
+the stream reaches the statement (which freezes the table until it is re-snapshotted).
 """
 
 from __future__ import annotations
@@ -26,6 +26,12 @@ from airflow_provider_mysqlcdc.cdc.source.schema import (TableId, TableSchema, l
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 
 SCHEMAS = "schemas"
+
+
+def _types_differ(old: TableSchema, new: TableSchema) -> bool:
+    """A column both schemas have changed its type (``COLUMN_TYPE``: DECIMAL(10,2) -> DECIMAL(10,4))."""
+    before = {c.name: c.column_type.lower() for c in old.columns}
+    return any(c.name in before and before[c.name] != c.column_type.lower() for c in new.columns)
 
 
 def _file_name(table_id: TableId) -> str:
@@ -66,12 +72,13 @@ class KnownSchemas:
     def for_stream(self, conn: pymysql.connections.Connection, table_id: TableId, chunk_key: str, *,
                    remember: bool = True) -> TableSchema:
         """The schema a stream applies the table's pending changes with: the server's, unless its key
-        columns or chunk key differ from the remembered schema's (a DDL the stream has not reached
-        yet changed them), then the remembered one."""
+        columns, chunk key or a column's type differ from the remembered schema's (a DDL the stream
+        has not reached yet changed them), then the remembered one."""
         server = self.load(conn, table_id, remember=False)
         known = self.remembered(table_id)
         if known is not None and chunk_key in known.column_names and (
-                server.key_columns != known.key_columns or chunk_key not in server.column_names):
+                server.key_columns != known.key_columns or chunk_key not in server.column_names
+                or _types_differ(known, server)):
             return known
         if remember:
             self.remember(server)

@@ -87,6 +87,8 @@ class TableEventKind(str, enum.Enum):
     #: a key or chunk key column renamed or dropped, or the key changed (found by the stream when it
     #: reloads the schema after an ALTER): the sink's rows cannot be matched to later changes
     KEY_CHANGED = "key-changed"
+    #: a column's type changed in a way the sink's table cannot follow (Delta refuses the new type)
+    TYPE_CHANGED = "type-changed"
 
     @property
     def ends_table(self) -> bool:
@@ -96,7 +98,8 @@ class TableEventKind(str, enum.Enum):
     @property
     def freezes(self) -> bool:
         """After this event none of the table's changes can be applied exactly until it is re-snapshotted."""
-        return self.ends_table or self in (TableEventKind.BINLOG_PURGED, TableEventKind.KEY_CHANGED)
+        return self.ends_table or self in (TableEventKind.BINLOG_PURGED, TableEventKind.KEY_CHANGED,
+                                           TableEventKind.TYPE_CHANGED)
 
 
 @dataclass(frozen=True)
