@@ -146,15 +146,18 @@ class DeltaSink(Sink):
     def merge_changes(self, schema: TableSchema, changes: pa.Table, *, commit: StreamCommit) -> None:
         uri = self.table_uri(schema.table_id)
         keys = " AND ".join(f"t.{sql_identifier(k)} = s.{sql_identifier(k)}" for k in schema.key_columns)
+        integer_keys = all(pa.types.is_integer(changes.schema.field(k).type) for k in schema.key_columns)
 
         def merge() -> None:
             (
                 DeltaTable(uri, storage_options=self.storage_options)
                 # the changes are a bounded in-memory table (the stream merges at most max_apply_changes at
                 # once), so delta-rs may derive a pruning predicate from their key ranges and skip the
-                # target files outside them (its streamed execution gives that up)
+                # target files outside them, which keeps a merge's memory from growing with the table
+                # (its streamed execution gives that up). Only for integer keys: with a DECIMAL(20,0) key
+                # (BIGINT UNSIGNED) the pruned merge inserted rows it should have updated (deltalake 1.6.6)
                 .merge(changes, predicate=keys, source_alias="s", target_alias="t", merge_schema=True,
-                       streamed_exec=False, commit_properties=_commit_properties(commit))
+                       streamed_exec=not integer_keys, commit_properties=_commit_properties(commit))
                 .when_matched_delete(predicate="s._cdc_op = 'd' AND s._cdc_version > t._cdc_version")
                 .when_matched_update_all(predicate="s._cdc_op <> 'd' AND s._cdc_version > t._cdc_version")
                 .when_not_matched_insert_all(predicate="s._cdc_op <> 'd'")
