@@ -65,6 +65,10 @@ class Sink(ABC):
         offset; rows a split read after it stay)."""
 
     @abstractmethod
+    def replace_schema(self, schema: TableSchema) -> None:
+        """Empty the table and give it ``schema`` (column types it cannot evolve) in one commit."""
+
+    @abstractmethod
     def fill_before(self, table_id: TableId, values: dict[str, pa.Scalar], version: int, *,
                     commit: StreamCommit) -> None:
         """Set each column of ``values`` to its value in every row with ``_cdc_version < version``

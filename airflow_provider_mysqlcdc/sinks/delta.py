@@ -107,6 +107,12 @@ class DeltaSink(Sink):
         self._check_evolution(schema.table_id, pa.schema(table.schema().to_arrow()), target)
         self._enable_features(table, schema.table_id, target)
 
+    def replace_schema(self, schema: TableSchema) -> None:
+        """Empty the table and give it ``schema`` in one commit (a whole-table re-snapshot of a table
+        whose column types Delta cannot evolve fills it right after)."""
+        write_deltalake(self.table_uri(schema.table_id), arrow_schema(schema).empty_table(), mode="overwrite",
+                        schema_mode="overwrite", storage_options=self.storage_options)
+
     def _enable_features(self, table: DeltaTable, table_id: TableId, target: pa.Schema) -> None:
         """A DATETIME column added to the source needs the table feature of Delta's TIMESTAMP_NTZ (a
         table created with one has it already), before a write adds the column."""

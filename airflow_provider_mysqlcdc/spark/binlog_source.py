@@ -78,9 +78,11 @@ SOURCE_NAME = "mysqlcdc_binlog"
 
 @dataclass
 class TablesActivated:
-    """Tables (with their chunk keys) a micro-batch starts to capture."""
+    """Tables (with their chunk keys) a micro-batch starts to capture; ``whole``: those whose every
+    split it adds (a snapshot or re-snapshot of the whole table), whose sink table it may replace."""
 
     chunk_keys: dict[TableId, str]
+    whole: tuple[TableId, ...] = ()
 
 
 @dataclass
@@ -274,7 +276,9 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         added = new.added_since(old)
         tables = {f.split.table_id for f in added}
         rows = RowEmitter(partition.generation, spill_folder=partition.spill_folder, inline_bytes=self.inline_bytes)
-        activated = TablesActivated({t: new.tables[t].chunk_key for t in sorted(tables)})
+        added_ids = {f.split.split_id for f in added}
+        whole = tuple(t for t in sorted(tables) if all(f.split.split_id in added_ids for f in new.tables[t].splits))
+        activated = TablesActivated({t: new.tables[t].chunk_key for t in sorted(tables)}, whole)
         yield from rows.marker(-1, 0, "activate", 0, activated)
         staged = {f.split.split_id: f for f in added if f.extra.get("staged")}
         behind = [f for f in added if f.high_watermark < partition.start]

@@ -99,7 +99,8 @@ def run_chunk_job(spark: Any, source: SourceConfig, job: ChunkJob) -> dict[str, 
     schema = source.run(lambda conn: load_table_schema(conn, table_id), f"reading the schema of {table_id}")
     splits = [SnapshotSplit.from_dict(s) for s in job.splits]
     sink = DeltaSink(job.sink_root)
-    sink.prepare(schema)
+    if not job.stage_to:  # staged splits: the stream prepares the table when it applies them
+        sink.prepare(schema)
     partitions = job.partitions_per_split or spark.sparkContext.defaultParallelism
     finished: list[FinishedSplit] = []
     total_rows = 0

@@ -133,19 +133,28 @@ class BatchApplier:
         #: per frozen table, the offset after which none of its changes apply (for the current batch)
         self.frozen: dict[TableId, BinlogOffset] = {}
 
-    def _load_writers(self, chunk_keys: dict[TableId, str]) -> None:
+    def _load_writers(self, chunk_keys: dict[TableId, str], whole: tuple[TableId, ...] = ()) -> None:
         """Load the schema of each table and make its writer. A table that has left the server (a
         batch replayed from before its DROP) keeps its last remembered schema, and so does a table
-        whose key a DDL the stream has not reached yet changed (state/schemas.py)."""
+        whose key a DDL the stream has not reached yet changed (state/schemas.py). ``whole``: tables
+        being (re-)snapshotted entirely, whose sink table takes the new schema even where Delta
+        cannot evolve a column's type."""
         if not chunk_keys:
             return
         schemas = self.source.run(lambda conn: [self.known.for_stream(conn, t, k) for t, k in chunk_keys.items()],
                                   "reading table schemas")
         for schema, chunk_key in zip(schemas, chunk_keys.values()):
-            self._make_writer(schema, chunk_key)
+            self._make_writer(schema, chunk_key, replace=schema.table_id in whole)
 
-    def _make_writer(self, schema: TableSchema, chunk_key: str) -> None:
-        self.sink.prepare(schema)  # refuses unsafe type changes with a clear error
+    def _make_writer(self, schema: TableSchema, chunk_key: str, *, replace: bool = False) -> None:
+        try:
+            self.sink.prepare(schema)  # refuses unsafe type changes with a clear error
+        except SchemaChangedError as exc:
+            if not replace:
+                raise
+            log.warning("%s: %s. Its whole re-snapshot is being applied now: the sink table is replaced by an "
+                        "empty one of the new schema, which the re-snapshot fills", schema.table_id, exc)
+            self.sink.replace_schema(schema)
         self.writers[schema.table_id] = SinkWriter(self.sink, schema, chunk_key,
                                                    KeyOrdering(schema.column(chunk_key), self.source.connect))
 
@@ -227,7 +236,7 @@ class BatchApplier:
         return self.writers[table_id]
 
     def _activate(self, event: TablesActivated) -> None:
-        self._load_writers(event.chunk_keys)
+        self._load_writers(event.chunk_keys, event.whole)
         if event.chunk_keys:
             log.info("registry changes activated for %s", ", ".join(str(t) for t in event.chunk_keys))
 

@@ -1,0 +1,357 @@
+"""A randomized torture run of the stream (``bin/torture --seeds N``; one seed runs in the suite).
+
+On its own MariaDB server: a few tables are snapshotted, then a continuous stream runs while a
+seeded script of rounds changes the source and the deployment:
+
+- DML: single- and multi-row transactions of inserts, updates, key-changing updates and deletes,
+  and large transactions (every row of a table, or thousands of new rows) that the stream merges in
+  pieces and sends through spill files;
+- DDL: add a nullable column or one with a constant DEFAULT, drop or rename a column, widen INT to
+  BIGINT, change a DECIMAL's scale, TRUNCATE in each form, RENAME TABLE away and create the name
+  again, DROP and CREATE;
+- faults: kill -9 of the stream, a server restart under it, a purge of the binlog it has not read
+  (``on_binlog_purged="resnapshot"``), and a deleted checkpoint.
+
+Then the invariant: every table the drift record does not name equals the source (nothing diverges
+silently); the next run re-snapshots exactly the named tables (as the plan does) and then every
+table equals the source. The script is printed with its seed; the same seed gives the same script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
+from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
+from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitReader
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
+from airflow_provider_mysqlcdc.cdc.source.server import current_offset
+from airflow_provider_mysqlcdc.devtools.throwaway_server import ThrowawayMariaDB
+from airflow_provider_mysqlcdc.devtools.verify import differences, source_rows
+from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_to_rows, rows_to_data_table
+from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
+from airflow_provider_mysqlcdc.spark.stream_job import StreamJob
+from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
+from airflow_provider_mysqlcdc.state.drift import pending_drift, read_drift
+from airflow_provider_mysqlcdc.state.registry import STREAM_OFFSET, CapturedTable, PipelineState, captured_tables
+from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
+from airflow_provider_mysqlcdc.state.staged import write_staged
+
+log = logging.getLogger(__name__)
+
+DATABASE = "torture"
+BASE_COLUMNS = "id INT PRIMARY KEY, v INT, s VARCHAR(40), d DECIMAL(10,2)"
+DML, DDL, FAULT = "dml", "ddl", "fault"
+DDL_ACTIONS = ("add_nullable", "add_default", "drop_column", "rename_column", "widen", "decimal_scale", "truncate",
+               "rename_table", "drop_create")
+FAULTS = ("kill9", "server_restart", "purge", "checkpoint_reset")
+FAULT_EVERY = 7
+
+
+@dataclass
+class TortureReport:
+    seed: int
+    script: list[str] = field(default_factory=list)
+    drifted: list[str] = field(default_factory=list)  # tables the drift record named after the stream
+    problems: list[str] = field(default_factory=list)  # invariant violations: empty when the run passed
+
+    def summary(self) -> str:
+        verdict = "PASSED" if not self.problems else "FAILED:\n  " + "\n  ".join(self.problems)
+        return (f"seed {self.seed}: {len(self.script)} rounds, re-snapshotted {', '.join(self.drifted) or 'nothing'}; "
+                f"{verdict}")
+
+
+class Torture:
+    def __init__(self, seed: int, work: Path, *, rounds: int = 30, tables: int = 4, rows: int = 200):
+        self.seed, self.work, self.rounds, self.rows = seed, work, rounds, rows
+        self.rng = random.Random(seed)
+        self.tables = [TableId(DATABASE, f"t{i}") for i in range(tables)]
+        # the last table only ever gets DML: the check before any re-snapshot always has a table to compare
+        self.ddl_tables = self.tables[:-1]
+        # a fault every FAULT_EVERY rounds, each kind in turn (in a seeded order), so every run has all
+        self.faults = list(FAULTS)
+        self.rng.shuffle(self.faults)
+        self.columns: dict[TableId, dict[str, str]] = {}  # the columns DML may set (name -> int|str|dec)
+        self.counter = 0
+        self.report = TortureReport(seed)
+        self.server = ThrowawayMariaDB(base_dir=work / "mariadb", max_binlog_size=256 * 1024)
+        self.state = PipelineState(str(work / "state"))
+        self.lake = str(work / "lake")
+        self.submit = SparkSubmit(master="local[2]", work_dir=work / "spark")
+        self.stream: subprocess.Popen[bytes] | None = None
+        self.stream_log = work / "stream.log"
+
+    # --- the run ---------------------------------------------------------------------------------
+    def run(self) -> TortureReport:
+        self.server.start()
+        try:
+            self._create_and_snapshot()
+            self.source_file = self.server.root_config().to_private_file(self.work / "secrets" / "source.json")
+            self._write_job("continuous")
+            self._start_stream()
+            for number in range(self.rounds):
+                kind = FAULT if number % FAULT_EVERY == FAULT_EVERY - 1 else self.rng.choices((DML, DDL), (4, 1))[0]
+                what = getattr(self, f"_{kind}")()
+                self.report.script.append(f"{number}: {what}")
+                log.info("torture seed %d round %s", self.seed, self.report.script[-1])
+            self._stop_stream()
+            self._catch_up()
+            self._check(after_resnapshot=False)
+            self._next_run()
+            self._catch_up()
+            self._check(after_resnapshot=True)
+        finally:
+            self._stop_stream()
+            self.server.stop()
+        return self.report
+
+    def _conn(self):
+        return self.server.connect_root(DATABASE)
+
+    def _create_and_snapshot(self) -> None:
+        conn = self.server.connect_root()
+        with conn.cursor() as cur:
+            cur.execute(f"CREATE DATABASE {DATABASE}")
+        for table in self.tables:
+            self._create(table)
+        sink, finished = DeltaSink(self.lake), []
+        for table in self.tables:
+            schema = load_table_schema(self._conn(), table)
+            KnownSchemas(self.state).remember(schema)
+            sink.prepare(schema)
+            source = self.server.root_config()
+            with SplitReader(source, schema) as reader:
+                writer = SinkWriter(sink, schema, "id", reader.ordering("id"))
+                for split in ChunkSplitter(self._conn(), schema, SplitOptions(chunk_size=self.rows // 3)).split():
+                    result = reader.read(split)
+                    writer.write_split(result.finished, result.rows)
+                    finished.append(result.finished)
+        self.state.commit(captured_tables(finished))
+
+    def _create(self, table: TableId) -> None:
+        with self._conn().cursor() as cur:
+            cur.execute(f"CREATE TABLE {table.quoted} ({BASE_COLUMNS})")
+            cur.execute(f"INSERT INTO {table.quoted} SELECT seq, seq, CONCAT('row ', seq), seq / 8 "
+                        f"FROM seq_1_to_{self.rows}")
+        self.columns[table] = {"v": "int", "s": "str", "d": "dec"}
+
+    # --- rounds ----------------------------------------------------------------------------------
+    def _value(self, kind: str) -> object:
+        if kind == "int":
+            return self.rng.randint(-1000, 10**6)
+        if kind == "dec":
+            return round(self.rng.uniform(-999, 999), 2)
+        return None if self.rng.random() < 0.1 else f"text {self.rng.randint(0, 10**6)}"
+
+    def _dml(self) -> str:
+        table = self.rng.choice(self.tables)
+        conn = self._conn()
+        columns = self.columns[table]
+        with conn.cursor() as cur:
+            if self.rng.random() < 0.15:  # a large transaction
+                if self.rng.random() < 0.5:
+                    cur.execute(f"UPDATE {table.quoted} SET v = v + 1")
+                    return f"large UPDATE of every row of {table}"
+                first = self.rng.randint(10_000, 50_000)
+                cur.execute(f"INSERT IGNORE INTO {table.quoted} (id) SELECT seq FROM seq_{first}_to_{first + 2999}")
+                return f"large INSERT of 3000 rows into {table}"
+            cur.execute("BEGIN")
+            ops = []
+            for _ in range(self.rng.randint(1, 6)):
+                op = self.rng.choice(("insert", "update", "update", "rekey", "delete"))
+                key = self.rng.randint(1, self.rows * 2)
+                name = self.rng.choice(sorted(columns)) if columns else None
+                if op == "insert" or name is None:
+                    cur.execute(f"INSERT IGNORE INTO {table.quoted} (id) VALUES (%s)", (key,))
+                elif op == "update":
+                    cur.execute(f"UPDATE {table.quoted} SET `{name}` = %s WHERE id = %s",
+                                (self._value(columns[name]), key))
+                elif op == "rekey":
+                    cur.execute(f"UPDATE IGNORE {table.quoted} SET id = %s WHERE id = %s",
+                                (self.rng.randint(1, self.rows * 2), key))
+                else:
+                    cur.execute(f"DELETE FROM {table.quoted} WHERE id BETWEEN %s AND %s", (key, key + 2))
+                ops.append(op)
+            cur.execute("COMMIT")
+        return f"transaction on {table}: {', '.join(ops)}"
+
+    def _ddl(self) -> str:
+        table = self.rng.choice(self.ddl_tables)
+        action = self.rng.choice(DDL_ACTIONS)
+        columns = self.columns[table]
+        self.counter += 1
+        extra = sorted(c for c in columns if c not in ("v",))
+        with self._conn().cursor() as cur:
+            if action == "add_nullable":
+                sql = f"ALTER TABLE {table.quoted} ADD COLUMN c{self.counter} VARCHAR(20) NULL"
+                columns[f"c{self.counter}"] = "str"
+            elif action == "add_default":
+                sql = f"ALTER TABLE {table.quoted} ADD COLUMN c{self.counter} INT NOT NULL DEFAULT {self.counter * 7}"
+                columns[f"c{self.counter}"] = "int"
+            elif action == "drop_column" and extra:
+                name = self.rng.choice(extra)
+                sql = f"ALTER TABLE {table.quoted} DROP COLUMN `{name}`"
+                del columns[name]
+            elif action == "rename_column" and extra:
+                name = self.rng.choice(extra)
+                sql = f"ALTER TABLE {table.quoted} RENAME COLUMN `{name}` TO `r{self.counter}`"
+                columns[f"r{self.counter}"] = columns.pop(name)
+            elif action == "widen":
+                sql = f"ALTER TABLE {table.quoted} MODIFY v BIGINT"
+            elif action == "decimal_scale" and "d" in columns:
+                sql = f"ALTER TABLE {table.quoted} MODIFY d DECIMAL(12,4)"
+            elif action == "truncate":
+                sql = self.rng.choice((f"TRUNCATE {table.table}", f"TRUNCATE TABLE {table.quoted}",
+                                       f"/* cleanup */ TRUNCATE TABLE `{table.table}`"))
+            elif action == "rename_table":
+                sql = f"RENAME TABLE {table.quoted} TO {DATABASE}.old{self.counter}"
+            elif action == "drop_create":
+                sql = f"DROP TABLE {table.quoted}"
+            else:
+                return self._dml()
+            cur.execute(sql)
+        if action in ("rename_table", "drop_create"):
+            self._create(table)
+            sql += f"; CREATE TABLE {table} again with {self.rows} rows"
+        return sql
+
+    def _fault(self) -> str:
+        fault = self.faults.pop(0)
+        self.faults.append(fault)
+        self._wait_for_a_batch()
+        if fault == "kill9":
+            self._kill_stream()
+            self._start_stream()
+        elif fault == "server_restart":
+            self.server.stop()
+            self.server.start()
+        elif fault == "checkpoint_reset":
+            self._kill_stream()
+            shutil.rmtree(self.state.checkpoint, ignore_errors=True)
+            self._start_stream()
+        else:  # purge what the (stopped) stream has not read yet
+            self._kill_stream()
+            self._dml()
+            with self._conn().cursor() as cur:
+                cur.execute("FLUSH BINARY LOGS")
+                cur.execute("PURGE BINARY LOGS TO %s", (current_offset(self._conn()).file,))
+            self._start_stream()
+        return f"fault: {fault}"
+
+    # --- the stream ------------------------------------------------------------------------------
+    def _write_job(self, mode: str) -> None:
+        job = StreamJob(state=self.state.location, sink_root=self.lake, mode=mode, trigger_interval_s=0.5,
+                        max_batch_bytes=512 * 1024, inline_bytes=64 * 1024, max_apply_changes=700,
+                        retry_budget_s=120, on_binlog_purged="resnapshot")
+        (self.work / "stream.json").write_text(job.to_json())
+
+    def _start_stream(self) -> None:
+        self.stream = self.submit.start("binlog_stream.py", ["--job", str(self.work / "stream.json")],
+                                        self.source_file, self.stream_log)
+        self._stream_started = time.time()
+
+    def _wait_for_a_batch(self, timeout_s: float = 240) -> None:
+        """Until the running stream has committed a batch since it started (so faults hit a stream at work)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            progress = self.state.read_progress(STREAM_OFFSET) or {}
+            if progress.get("committed_at", 0) > self._stream_started:
+                return
+            if self.stream is None or self.stream.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"seed {self.seed}: the stream stopped or made no progress:\n"
+                                   + self.stream_log.read_text(errors="replace")[-4000:])
+            time.sleep(0.2)
+
+    def _kill_stream(self) -> None:
+        if self.stream is not None and self.stream.poll() is None:
+            os.killpg(self.stream.pid, signal.SIGKILL)
+            self.stream.wait()
+        self.stream = None
+
+    def _stop_stream(self) -> None:
+        if self.stream is not None and self.stream.poll() is not None:
+            raise RuntimeError(f"seed {self.seed}: the continuous stream died:\n"
+                               + self.stream_log.read_text(errors="replace")[-4000:])
+        self._kill_stream()
+
+    def _catch_up(self) -> None:
+        self._write_job("available-now")
+        self.submit.run("binlog_stream.py", ["--job", str(self.work / "stream.json")], self.source_file)
+
+    # --- the invariant ---------------------------------------------------------------------------
+    def _pending(self) -> list[TableId]:
+        registry, drift = self.state.latest(), read_drift(self.state)
+        return [t for t in self.tables if pending_drift(drift, t, registry.tables.get(t))]
+
+    def _check(self, *, after_resnapshot: bool) -> None:
+        pending = [] if after_resnapshot else self._pending()
+        if not after_resnapshot:
+            self.report.drifted = [str(t) for t in pending]
+        sink = DeltaSink(self.lake)
+        for table in self.tables:
+            if table in pending:
+                continue
+            schema = load_table_schema(self._conn(), table)
+            problem = differences(source_rows(self.server.root_config(), schema),
+                                  {schema.key_of(r): r for r in arrow_to_rows(sink.read(table), schema)})
+            if problem is not None:
+                when = "after the re-snapshot" if after_resnapshot else "not named by the drift record"
+                self.report.problems.append(f"{table} ({when}): {problem}")
+
+    def _next_run(self) -> None:
+        """What the next DAG run does for the tables the drift record names: a staged whole-table
+        re-snapshot in a new generation."""
+        tables = dict(self.state.latest().tables)
+        for table in self._pending():
+            schema = load_table_schema(self._conn(), table)
+            KnownSchemas(self.state).remember(schema)
+            with SplitReader(self.server.root_config(), schema) as reader:
+                result = reader.read(SnapshotSplit(table, 0, "id"))
+            url = f"{self.state.staging_url(table)}/split-0.parquet"
+            write_staged(url, rows_to_data_table(schema, result.rows))
+            tables[table] = CapturedTable("id", [FinishedSplit(result.finished.split, result.finished.high_watermark,
+                                                               result.finished.low_watermark, rows=len(result.rows),
+                                                               extra={"staged": url})])
+        self.state.commit(tables)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, default=5, help="how many seeds to run (from --first-seed on)")
+    parser.add_argument("--first-seed", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=30)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    failed = 0
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
+        work = Path(tempfile.mkdtemp(prefix=f"mysqlcdc-torture-{seed}-"))
+        try:
+            report = Torture(seed, work, rounds=args.rounds).run()
+        except Exception as exc:  # noqa: BLE001 - one seed's crash is its failure, the others still run
+            report = TortureReport(seed, problems=[f"{type(exc).__name__}: {exc}"])
+        print("\n".join([f"--- seed {seed} script", *report.script, report.summary()]), flush=True)
+        (work / "report.json").write_text(json.dumps(report.__dict__, indent=1))
+        if report.problems:
+            failed += 1
+            print(f"kept {work} for inspection", flush=True)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    print(f"{args.seeds - failed} of {args.seeds} seeds passed", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
