@@ -33,22 +33,18 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
-from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
-from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitReader
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
+from airflow_provider_mysqlcdc.devtools.snapshot import snapshot_tables, stage_whole_table
 from airflow_provider_mysqlcdc.devtools.throwaway_server import ThrowawayMariaDB
 from airflow_provider_mysqlcdc.devtools.verify import differences, source_rows
-from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_to_rows, rows_to_data_table
+from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_to_rows
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
-from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
 from airflow_provider_mysqlcdc.spark.stream_job import StreamJob
 from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
 from airflow_provider_mysqlcdc.state.drift import pending_drift, read_drift
-from airflow_provider_mysqlcdc.state.registry import STREAM_OFFSET, CapturedTable, PipelineState, captured_tables
+from airflow_provider_mysqlcdc.state.registry import STREAM_OFFSET, CapturedTable, PipelineState
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
-from airflow_provider_mysqlcdc.state.staged import write_staged
 
 log = logging.getLogger(__name__)
 
@@ -127,19 +123,7 @@ class Torture:
             cur.execute(f"CREATE DATABASE {DATABASE}")
         for table in self.tables:
             self._create(table)
-        sink, finished = DeltaSink(self.lake), []
-        for table in self.tables:
-            schema = load_table_schema(self._conn(), table)
-            KnownSchemas(self.state).remember(schema)
-            sink.prepare(schema)
-            source = self.server.root_config()
-            with SplitReader(source, schema) as reader:
-                writer = SinkWriter(sink, schema, "id", reader.ordering("id"))
-                for split in ChunkSplitter(self._conn(), schema, SplitOptions(chunk_size=self.rows // 3)).split():
-                    result = reader.read(split)
-                    writer.write_split(result.finished, result.rows)
-                    finished.append(result.finished)
-        self.state.commit(captured_tables(finished))
+        snapshot_tables(self.server.root_config(), self.tables, self.lake, self.state, chunk_size=self.rows // 3)
 
     def _create(self, table: TableId) -> None:
         with self._conn().cursor() as cur:
@@ -318,13 +302,7 @@ class Torture:
         for table in self._pending():
             schema = load_table_schema(self._conn(), table)
             KnownSchemas(self.state).remember(schema)
-            with SplitReader(self.server.root_config(), schema) as reader:
-                result = reader.read(SnapshotSplit(table, 0, "id"))
-            url = f"{self.state.staging_url(table)}/split-0.parquet"
-            write_staged(url, rows_to_data_table(schema, result.rows))
-            tables[table] = CapturedTable("id", [FinishedSplit(result.finished.split, result.finished.high_watermark,
-                                                               result.finished.low_watermark, rows=len(result.rows),
-                                                               extra={"staged": url})])
+            tables[table] = CapturedTable("id", [stage_whole_table(self.server.root_config(), self.state, schema)])
         self.state.commit(tables)
 
 

@@ -14,17 +14,13 @@ from dataclasses import dataclass
 import pytest
 
 from airflow_provider_mysqlcdc.cdc.model.records import TableEventKind
-from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
-from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitReader
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
+from airflow_provider_mysqlcdc.devtools.snapshot import snapshot_tables
 from airflow_provider_mysqlcdc.devtools.verify import source_rows
-from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
-from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
 from airflow_provider_mysqlcdc.spark.stream_job import StreamJob
 from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
 from airflow_provider_mysqlcdc.state.drift import Drift, read_drift
-from airflow_provider_mysqlcdc.state.registry import PipelineState, captured_tables
-from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
+from airflow_provider_mysqlcdc.state.registry import PipelineState
 
 from .helpers import assert_same_rows, delta_rows
 
@@ -59,18 +55,7 @@ def history(mysql_server, cdc_user, tmp_path_factory):
             cur.execute(f"CREATE TABLE {database}.{name} (id INT PRIMARY KEY, v INT)")
             cur.execute(f"INSERT INTO {database}.{name} SELECT seq, 0 FROM {database}.seq_1_to_50")
     state, lake = PipelineState(str(tmp / "state")), str(tmp / "lake")
-    sink, finished = DeltaSink(lake), []
-    for name in ("constant", "expression", "changed_later"):
-        schema = load_table_schema(conn, TableId(database, name))
-        KnownSchemas(state).remember(schema)
-        sink.prepare(schema)
-        with SplitReader(cdc_user, schema) as reader:
-            writer = SinkWriter(sink, schema, "id", reader.ordering("id"))
-            for split in ChunkSplitter(conn, schema, SplitOptions(chunk_size=20)).split():
-                result = reader.read(split)
-                writer.write_split(result.finished, result.rows)
-                finished.append(result.finished)
-    state.commit(captured_tables(finished))
+    snapshot_tables(cdc_user, [TableId(database, n) for n in ("constant", "expression", "changed_later")], lake, state)
     with conn.cursor() as cur:
         cur.execute(f"UPDATE {database}.constant SET v = 1 WHERE id % 4 = 0")
         cur.execute(f"ALTER TABLE {database}.constant {CONSTANT}")

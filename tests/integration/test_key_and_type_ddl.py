@@ -15,16 +15,13 @@ from __future__ import annotations
 import pytest
 
 from airflow_provider_mysqlcdc.cdc.model.records import TableEventKind
-from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
-from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitReader
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
+from airflow_provider_mysqlcdc.devtools.snapshot import snapshot_tables
 from airflow_provider_mysqlcdc.devtools.verify import source_rows
-from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
-from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
 from airflow_provider_mysqlcdc.spark.stream_job import StreamJob
 from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
 from airflow_provider_mysqlcdc.state.drift import read_drift
-from airflow_provider_mysqlcdc.state.registry import PipelineState, captured_tables
+from airflow_provider_mysqlcdc.state.registry import PipelineState
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
 
 from .helpers import assert_same_rows, delta_rows
@@ -32,20 +29,12 @@ from .helpers import assert_same_rows, delta_rows
 pytestmark = pytest.mark.integration
 
 
-def _snapshot(cdc_user, conn, tables: list[TableId], lake: str, state: PipelineState) -> None:
-    """Each table in splits of 20 rows, registered and remembered as the plan and chunk tasks do."""
-    sink, finished = DeltaSink(lake), []
-    for table in tables:
-        schema = load_table_schema(conn, table)
-        KnownSchemas(state).remember(schema)
-        sink.prepare(schema)
-        with SplitReader(cdc_user, schema) as reader:
-            writer = SinkWriter(sink, schema, "id", reader.ordering("id"))
-            for split in ChunkSplitter(conn, schema, SplitOptions(chunk_size=20)).split():
-                result = reader.read(split)
-                writer.write_split(result.finished, result.rows)
-                finished.append(result.finished)
-    state.commit(captured_tables(finished))
+def _stream(state: PipelineState, lake: str, cdc_user, tmp_path) -> None:
+    """One available-now stream run (its first: the server already shows the change)."""
+    (tmp_path / "stream.json").write_text(StreamJob(state=state.location, sink_root=lake).to_json())
+    source_file = cdc_user.to_private_file(tmp_path / "secrets" / "source.json")
+    SparkSubmit(master="local[2]", work_dir=tmp_path / "spark").run(
+        "binlog_stream.py", ["--job", str(tmp_path / "stream.json")], source_file)
 
 
 def test_changes_from_before_a_key_rename_apply_with_their_key_and_the_table_freezes(mysql_server, cdc_user,
@@ -58,7 +47,7 @@ def test_changes_from_before_a_key_rename_apply_with_their_key_and_the_table_fre
             cur.execute(f"INSERT INTO {table.quoted} SELECT seq, 0 FROM seq_1_to_60")
     state = PipelineState(str(tmp_path / "state"))
     lake = str(tmp_path / "lake")
-    _snapshot(cdc_user, conn, [renamed, other], lake, state)
+    snapshot_tables(cdc_user, [renamed, other], lake, state)
     with conn.cursor() as cur:
         cur.execute(f"UPDATE {renamed.quoted} SET v = 1 WHERE id % 3 = 0")  # id changes too: key-changing updates
         cur.execute(f"UPDATE {renamed.quoted} SET id = id + 100 WHERE id % 5 = 0")
@@ -71,12 +60,7 @@ def test_changes_from_before_a_key_rename_apply_with_their_key_and_the_table_fre
         cur.execute(f"UPDATE {other.quoted} SET v = 4 WHERE id % 2 = 0")
         cur.execute(f"DELETE FROM {other.quoted} WHERE id % 9 = 0")
 
-    # the first stream run starts after the rename: the server describes the table by id2 only
-    job = StreamJob(state=state.location, sink_root=lake)
-    (tmp_path / "stream.json").write_text(job.to_json())
-    source_file = cdc_user.to_private_file(tmp_path / "secrets" / "source.json")
-    SparkSubmit(master="local[2]", work_dir=tmp_path / "spark").run(
-        "binlog_stream.py", ["--job", str(tmp_path / "stream.json")], source_file)
+    _stream(state, lake, cdc_user, tmp_path)  # the server describes the table by id2 only by now
 
     old_schema = KnownSchemas(state).remembered(renamed)
     assert old_schema is not None and old_schema.key_columns == ("id",)
@@ -98,7 +82,7 @@ def test_a_type_the_sink_cannot_take_freezes_that_table_and_the_stream_goes_on(m
         cur.execute(f"INSERT INTO {other.quoted} SELECT seq, 0 FROM seq_1_to_60")
     state = PipelineState(str(tmp_path / "state"))
     lake = str(tmp_path / "lake")
-    _snapshot(cdc_user, conn, [money, other], lake, state)
+    snapshot_tables(cdc_user, [money, other], lake, state)
     with conn.cursor() as cur:
         cur.execute(f"UPDATE {money.quoted} SET d = d + 1.25 WHERE id % 3 = 0")
         cur.execute(f"DELETE FROM {money.quoted} WHERE id % 7 = 0")
@@ -109,12 +93,7 @@ def test_a_type_the_sink_cannot_take_freezes_that_table_and_the_stream_goes_on(m
         cur.execute(f"UPDATE {money.quoted} SET d = 0.1234 WHERE id % 2 = 0")
         cur.execute(f"UPDATE {other.quoted} SET v = 4 WHERE id % 2 = 0")
 
-    # the first stream run starts after the change: the server describes d as DECIMAL(10,4) already
-    job = StreamJob(state=state.location, sink_root=lake)
-    (tmp_path / "stream.json").write_text(job.to_json())
-    source_file = cdc_user.to_private_file(tmp_path / "secrets" / "source.json")
-    SparkSubmit(master="local[2]", work_dir=tmp_path / "spark").run(
-        "binlog_stream.py", ["--job", str(tmp_path / "stream.json")], source_file)
+    _stream(state, lake, cdc_user, tmp_path)  # the server describes d as DECIMAL(10,4) by now
 
     assert_same_rows(money, before_change, delta_rows(lake, old_schema))
     events = read_drift(state)[money]

@@ -24,8 +24,8 @@ import pytest
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitReader
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema, load_table_schema, table_exists
+from airflow_provider_mysqlcdc.devtools.snapshot import stage_whole_table
 from airflow_provider_mysqlcdc.devtools.verify import Rows, source_rows
-from airflow_provider_mysqlcdc.sinks.arrow_rows import rows_to_data_table
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
 from airflow_provider_mysqlcdc.spark.stream_job import StreamJob
@@ -34,7 +34,6 @@ from airflow_provider_mysqlcdc.state.changes import decide_action
 from airflow_provider_mysqlcdc.state.drift import pending_drift, read_drift
 from airflow_provider_mysqlcdc.state.registry import CapturedTable, PipelineState, captured_tables
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
-from airflow_provider_mysqlcdc.state.staged import write_staged
 from airflow_provider_mysqlcdc.status import pipeline_status
 
 from .helpers import assert_same_rows, delta_rows
@@ -77,15 +76,6 @@ def _write_direct(sink: DeltaSink, cdc_user, schema: TableSchema, split: Snapsho
     return finished
 
 
-def _stage(state: PipelineState, cdc_user, schema: TableSchema) -> FinishedSplit:
-    """A whole-table re-snapshot staged for the stream, as the chunk job does for a captured table."""
-    finished, rows = _read(cdc_user, schema, SnapshotSplit(schema.table_id, 0, "id"))
-    url = f"{state.staging_url(schema.table_id)}/split-0.parquet"
-    write_staged(url, rows_to_data_table(schema, rows))
-    return FinishedSplit(finished.split, finished.high_watermark, finished.low_watermark, rows=len(rows),
-                         extra={"staged": url})
-
-
 @pytest.fixture(scope="module")
 def history(mysql_server, cdc_user, tmp_path_factory) -> History:
     tmp = tmp_path_factory.mktemp("table-ddl")
@@ -119,7 +109,7 @@ def history(mysql_server, cdc_user, tmp_path_factory) -> History:
 
     # read now, registered only after the first stream run (so that run passes their TRUNCATEs)
     late_added = _write_direct(sink, cdc_user, schemas["late_added"], SnapshotSplit(h.table("late_added"), 0, "id"))
-    staged_re = _stage(h.state, cdc_user, schemas["staged_re"])
+    staged_re = stage_whole_table(cdc_user, h.state, schemas["staged_re"])
 
     with conn.cursor() as cur:
         cur.execute("UPDATE trunc_plain SET v = 'updated' WHERE id < 10")
@@ -171,7 +161,7 @@ def history(mysql_server, cdc_user, tmp_path_factory) -> History:
         if action == "resnapshot":
             schema = load_table_schema(conn, table_id)
             known.remember(schema)
-            tables[table_id] = CapturedTable("id", [_stage(h.state, cdc_user, schema)])
+            tables[table_id] = CapturedTable("id", [stage_whole_table(cdc_user, h.state, schema)])
     tables[h.table("late_added")] = CapturedTable("id", [late_added])
     tables[h.table("staged_re")] = CapturedTable("id", [staged_re])
     h.state.commit(tables)

@@ -1,0 +1,57 @@
+"""In-process snapshots for tests and tools: what the plan and chunk tasks do, without Airflow or Spark.
+
+``snapshot_tables`` reads each table in splits straight into the sink, remembers its schema and
+registers the finished splits as the next generation (a first run). ``stage_whole_table`` reads a
+table as one split into a staged file, as a re-snapshot of a captured table does (the stream
+applies it when it activates the generation that adds it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
+from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
+from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitReader
+from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema, load_table_schema
+from airflow_provider_mysqlcdc.sinks.arrow_rows import rows_to_data_table
+from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
+from airflow_provider_mysqlcdc.state.registry import PipelineState, captured_tables
+from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
+from airflow_provider_mysqlcdc.state.staged import write_staged
+
+
+def snapshot_tables(source: SourceConfig, tables: Sequence[TableId], lake: str, state: PipelineState, *,
+                    chunk_size: int = 20, chunk_key: str = "id") -> None:
+    """Each table in splits of ``chunk_size`` rows into the sink, registered and remembered."""
+    sink, finished = DeltaSink(lake), []
+    conn = source.connect(autocommit=True)
+    try:
+        for table in tables:
+            schema = load_table_schema(conn, table)
+            KnownSchemas(state).remember(schema)
+            sink.prepare(schema)
+            with SplitReader(source, schema) as reader:
+                writer = SinkWriter(sink, schema, chunk_key, reader.ordering(chunk_key))
+                options = SplitOptions(chunk_size=chunk_size, chunk_key_column=chunk_key)
+                for split in ChunkSplitter(conn, schema, options).split():
+                    result = reader.read(split)
+                    writer.write_split(result.finished, result.rows)
+                    finished.append(result.finished)
+    finally:
+        conn.close()
+    state.commit(captured_tables(finished))
+
+
+def stage_whole_table(source: SourceConfig, state: PipelineState, schema: TableSchema,
+                      chunk_key: str = "id") -> FinishedSplit:
+    """The whole table read as one split into a staged file; its finished split points at it."""
+    with SplitReader(source, schema) as reader:
+        result = reader.read(SnapshotSplit(schema.table_id, 0, chunk_key))
+    url = f"{state.staging_url(schema.table_id)}/split-0.parquet"
+    write_staged(url, rows_to_data_table(schema, result.rows))
+    finished = result.finished
+    return FinishedSplit(finished.split, finished.high_watermark, finished.low_watermark, rows=len(result.rows),
+                         extra={"staged": url})
