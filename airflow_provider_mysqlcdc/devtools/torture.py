@@ -54,7 +54,7 @@ DML, DDL, FAULT = "dml", "ddl", "fault"
 DDL_ACTIONS = ("add_nullable", "add_default", "drop_column", "rename_column", "widen", "decimal_scale", "truncate",
                "rename_table", "drop_create")
 FAULTS = ("kill9", "server_restart", "purge", "checkpoint_reset")
-FAULT_EVERY = 7
+FAULT_EVERY = 5
 
 
 @dataclass

@@ -7,17 +7,21 @@
 - A type change Delta refuses (``DECIMAL(10,2)`` to ``DECIMAL(10,4)``): changes before it are
   applied with the old type, the table is frozen there (kind ``type-changed``).
 
-Every other table streams on.
+Every other table streams on. One scripted history (the module fixture, one stream run that starts
+after both statements) serves the tests.
 """
 
 from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
 
 import pytest
 
 from airflow_provider_mysqlcdc.cdc.model.records import TableEventKind
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
 from airflow_provider_mysqlcdc.devtools.snapshot import snapshot_tables
-from airflow_provider_mysqlcdc.devtools.verify import source_rows
+from airflow_provider_mysqlcdc.devtools.verify import Rows, source_rows
 from airflow_provider_mysqlcdc.spark.stream_job import StreamJob
 from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
 from airflow_provider_mysqlcdc.state.drift import read_drift
@@ -29,74 +33,87 @@ from .helpers import assert_same_rows, delta_rows
 pytestmark = pytest.mark.integration
 
 
-def _stream(state: PipelineState, lake: str, cdc_user, tmp_path) -> None:
-    """One available-now stream run (its first: the server already shows the change)."""
-    (tmp_path / "stream.json").write_text(StreamJob(state=state.location, sink_root=lake).to_json())
-    source_file = cdc_user.to_private_file(tmp_path / "secrets" / "source.json")
-    SparkSubmit(master="local[2]", work_dir=tmp_path / "spark").run(
-        "binlog_stream.py", ["--job", str(tmp_path / "stream.json")], source_file)
+@dataclass
+class History:
+    renamed: TableId
+    money: TableId
+    other: TableId
+    lake: str
+    state: PipelineState
+    before_rename: Rows
+    before_type_change: Rows
 
 
-def test_changes_from_before_a_key_rename_apply_with_their_key_and_the_table_freezes(mysql_server, cdc_user,
-                                                                                     database, tmp_path):
-    conn = mysql_server.connect(database)
-    renamed, other = TableId(database, "renamed"), TableId(database, "other")
+@pytest.fixture(scope="module")
+def history(mysql_server, cdc_user, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("key-and-type")
+    database = f"cdc_keytype_{uuid.uuid4().hex[:8]}"
+    conn = mysql_server.connect()
+    renamed, money, other = (TableId(database, n) for n in ("renamed", "money", "other"))
     with conn.cursor() as cur:
-        for table in (renamed, other):
-            cur.execute(f"CREATE TABLE {table.quoted} (id INT PRIMARY KEY, v INT)")
-            cur.execute(f"INSERT INTO {table.quoted} SELECT seq, 0 FROM seq_1_to_60")
-    state = PipelineState(str(tmp_path / "state"))
-    lake = str(tmp_path / "lake")
-    snapshot_tables(cdc_user, [renamed, other], lake, state)
+        cur.execute(f"CREATE DATABASE `{database}`")
+        cur.execute(f"CREATE TABLE {renamed.quoted} (id INT PRIMARY KEY, v INT)")
+        cur.execute(f"INSERT INTO {renamed.quoted} SELECT seq, 0 FROM `{database}`.seq_1_to_60")
+        cur.execute(f"CREATE TABLE {money.quoted} (id INT PRIMARY KEY, d DECIMAL(10,2))")
+        cur.execute(f"INSERT INTO {money.quoted} SELECT seq, seq / 4 FROM `{database}`.seq_1_to_60")
+        cur.execute(f"CREATE TABLE {other.quoted} (id INT PRIMARY KEY, v INT)")
+        cur.execute(f"INSERT INTO {other.quoted} SELECT seq, 0 FROM `{database}`.seq_1_to_60")
+    state, lake = PipelineState(str(tmp / "state")), str(tmp / "lake")
+    snapshot_tables(cdc_user, [renamed, money, other], lake, state)
     with conn.cursor() as cur:
-        cur.execute(f"UPDATE {renamed.quoted} SET v = 1 WHERE id % 3 = 0")  # id changes too: key-changing updates
-        cur.execute(f"UPDATE {renamed.quoted} SET id = id + 100 WHERE id % 5 = 0")
+        cur.execute(f"UPDATE {renamed.quoted} SET v = 1 WHERE id % 3 = 0")
+        cur.execute(f"UPDATE {renamed.quoted} SET id = id + 100 WHERE id % 5 = 0")  # key-changing updates
         cur.execute(f"DELETE FROM {renamed.quoted} WHERE id % 7 = 0")
+        cur.execute(f"UPDATE {money.quoted} SET d = d + 1.25 WHERE id % 3 = 0")
+        cur.execute(f"DELETE FROM {money.quoted} WHERE id % 7 = 0")
     before_rename = source_rows(mysql_server.admin, load_table_schema(conn, renamed))
+    before_type_change = source_rows(mysql_server.admin, load_table_schema(conn, money))
     with conn.cursor() as cur:
         cur.execute(f"ALTER TABLE {renamed.quoted} RENAME COLUMN id TO id2")
         cur.execute(f"UPDATE {renamed.quoted} SET v = 2 WHERE id2 % 2 = 0")
         cur.execute(f"INSERT INTO {renamed.quoted} VALUES (1000, 3)")
-        cur.execute(f"UPDATE {other.quoted} SET v = 4 WHERE id % 2 = 0")
-        cur.execute(f"DELETE FROM {other.quoted} WHERE id % 9 = 0")
-
-    _stream(state, lake, cdc_user, tmp_path)  # the server describes the table by id2 only by now
-
-    old_schema = KnownSchemas(state).remembered(renamed)
-    assert old_schema is not None and old_schema.key_columns == ("id",)
-    assert_same_rows(renamed, before_rename, delta_rows(lake, old_schema))
-    assert [e.kind for e in read_drift(state)[renamed]] == [TableEventKind.KEY_CHANGED]
-    other_schema = load_table_schema(conn, other)
-    assert_same_rows(other, source_rows(mysql_server.admin, other_schema), delta_rows(lake, other_schema))
-    assert other not in read_drift(state)
-
-
-def test_a_type_the_sink_cannot_take_freezes_that_table_and_the_stream_goes_on(mysql_server, cdc_user, database,
-                                                                               tmp_path):
-    conn = mysql_server.connect(database)
-    money, other = TableId(database, "money"), TableId(database, "other")
-    with conn.cursor() as cur:
-        cur.execute(f"CREATE TABLE {money.quoted} (id INT PRIMARY KEY, d DECIMAL(10,2))")
-        cur.execute(f"INSERT INTO {money.quoted} SELECT seq, seq / 4 FROM seq_1_to_60")
-        cur.execute(f"CREATE TABLE {other.quoted} (id INT PRIMARY KEY, v INT)")
-        cur.execute(f"INSERT INTO {other.quoted} SELECT seq, 0 FROM seq_1_to_60")
-    state = PipelineState(str(tmp_path / "state"))
-    lake = str(tmp_path / "lake")
-    snapshot_tables(cdc_user, [money, other], lake, state)
-    with conn.cursor() as cur:
-        cur.execute(f"UPDATE {money.quoted} SET d = d + 1.25 WHERE id % 3 = 0")
-        cur.execute(f"DELETE FROM {money.quoted} WHERE id % 7 = 0")
-    old_schema = load_table_schema(conn, money)
-    before_change = source_rows(mysql_server.admin, old_schema)
-    with conn.cursor() as cur:
         cur.execute(f"ALTER TABLE {money.quoted} MODIFY d DECIMAL(10,4)")
         cur.execute(f"UPDATE {money.quoted} SET d = 0.1234 WHERE id % 2 = 0")
         cur.execute(f"UPDATE {other.quoted} SET v = 4 WHERE id % 2 = 0")
+        cur.execute(f"DELETE FROM {other.quoted} WHERE id % 9 = 0")
 
-    _stream(state, lake, cdc_user, tmp_path)  # the server describes d as DECIMAL(10,4) by now
+    # the stream's first run starts now: the server already says id2 and DECIMAL(10,4)
+    (tmp / "stream.json").write_text(StreamJob(state=state.location, sink_root=lake).to_json())
+    SparkSubmit(master="local[2]", work_dir=tmp / "spark").run(
+        "binlog_stream.py", ["--job", str(tmp / "stream.json")], cdc_user.to_private_file(tmp / "secrets" / "s.json"))
+    yield History(renamed, money, other, lake, state, before_rename, before_type_change)
+    with conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE `{database}`")
 
-    assert_same_rows(money, before_change, delta_rows(lake, old_schema))
-    events = read_drift(state)[money]
+
+def _remembered(h: History, table: TableId):
+    schema = KnownSchemas(h.state).remembered(table)
+    assert schema is not None
+    return schema
+
+
+def test_changes_from_before_a_key_rename_apply_with_the_key_they_were_written_under(history):
+    schema = _remembered(history, history.renamed)
+    assert schema.key_columns == ("id",)
+    assert_same_rows(history.renamed, history.before_rename, delta_rows(history.lake, schema))
+
+
+def test_a_key_rename_freezes_the_table_for_a_re_snapshot(history):
+    assert [e.kind for e in read_drift(history.state)[history.renamed]] == [TableEventKind.KEY_CHANGED]
+
+
+def test_changes_from_before_a_type_change_apply_with_the_old_type(history):
+    schema = _remembered(history, history.money)
+    assert schema.column("d").column_type.lower() == "decimal(10,2)"
+    assert_same_rows(history.money, history.before_type_change, delta_rows(history.lake, schema))
+
+
+def test_a_type_the_sink_cannot_take_freezes_the_table_with_the_reason(history):
+    events = read_drift(history.state)[history.money]
     assert [e.kind for e in events] == [TableEventKind.TYPE_CHANGED] and "decimal" in events[0].reason.lower()
-    other_schema = load_table_schema(conn, other)
-    assert_same_rows(other, source_rows(mysql_server.admin, other_schema), delta_rows(lake, other_schema))
+
+
+def test_every_other_table_streams_on(history, mysql_server):
+    schema = load_table_schema(mysql_server.connect(), history.other)
+    assert_same_rows(history.other, source_rows(mysql_server.admin, schema), delta_rows(history.lake, schema))
+    assert history.other not in read_drift(history.state)

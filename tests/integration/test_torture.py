@@ -17,6 +17,6 @@ SEED = int(os.environ.get("MYSQLCDC_TORTURE_SEED", "1"))
 
 
 def test_a_random_history_with_faults_ends_exact_or_named_and_re_snapshotted(tmp_path):
-    report = Torture(SEED, tmp_path, rounds=30).run()
+    report = Torture(SEED, tmp_path, rounds=20).run()  # four faults, each kind once
     print("\n" + "\n".join(report.script) + "\n" + report.summary())
     assert not report.problems, report.summary()
