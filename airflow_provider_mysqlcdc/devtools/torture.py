@@ -37,9 +37,7 @@ from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_sche
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 from airflow_provider_mysqlcdc.devtools.snapshot import snapshot_tables, stage_whole_table
 from airflow_provider_mysqlcdc.devtools.throwaway_server import ThrowawayMariaDB
-from airflow_provider_mysqlcdc.devtools.verify import differences, source_rows
-from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_to_rows
-from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.devtools.verify import differences, sink_rows, source_rows
 from airflow_provider_mysqlcdc.spark.stream_job import StreamJob
 from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
 from airflow_provider_mysqlcdc.state.drift import pending_drift, read_drift
@@ -284,13 +282,12 @@ class Torture:
         pending = [] if after_resnapshot else self._pending()
         if not after_resnapshot:
             self.report.drifted = [str(t) for t in pending]
-        sink = DeltaSink(self.lake)
         for table in self.tables:
             if table in pending:
                 continue
             schema = load_table_schema(self._conn(), table)
             problem = differences(source_rows(self.server.root_config(), schema),
-                                  {schema.key_of(r): r for r in arrow_to_rows(sink.read(table), schema)})
+                                  sink_rows(self.lake, schema))
             if problem is not None:
                 when = "after the re-snapshot" if after_resnapshot else "not named by the drift record"
                 self.report.problems.append(f"{table} ({when}): {problem}")

@@ -5,8 +5,9 @@ MASTER STATUS`` (always between transactions, so a micro-batch never ends inside
 of the registry generation (state/registry.py) the batch captures, and which binlog the position
 belongs to (the MariaDB GTID position there and the server id): each batch checks them, and the
 first batch of a query checks exactly that the server's binlog holds the start
-(server.py ``check_same_binlog``), so a reset, restored or other server's binlog is refused. A micro-batch ``(start, end]`` is decoded with
-``end``'s tables and finished-split filter, on the executors. When ``end`` has a newer generation
+(server.py ``check_same_binlog``), so a reset, restored or other server's binlog is refused.
+
+A micro-batch ``(start, end]`` is decoded with ``end``'s tables and finished-split filter, on the executors. When ``end`` has a newer generation
 than ``start``, the splits it adds are activated first, by one more partition:
 
 - the tables it adds are announced (``TablesActivated``), so the driver prepares their sink tables;
@@ -66,8 +67,7 @@ from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
-from airflow_provider_mysqlcdc.cdc.source.server import (binlog_changed_error, check_offset_available, check_same_binlog,
-                                                        current_offset)
+from airflow_provider_mysqlcdc.cdc.source.server import binlog_changed_error, check_offset_available, current_offset
 from airflow_provider_mysqlcdc.state.registry import Generation, PipelineState
 from airflow_provider_mysqlcdc.spark.batch_rows import RUN_LENGTH, SCHEMA, RowEmitter
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
@@ -205,12 +205,10 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The start lies in this server's binlog: cheaply every time, exactly once per query (a reset
         binlog may have grown past it). A purged start is left to ``partitions`` (on_binlog_purged)."""
         try:
-            check_offset_available(conn, begin)
+            check_offset_available(conn, begin, exact=not self._verified)
         except BinlogPurgedError:
             return
-        if not self._verified:
-            check_same_binlog(conn, begin, exact=True)
-            self._verified = True
+        self._verified = True
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         begin, finish = offset_from_dict(start), offset_from_dict(end)

@@ -149,11 +149,13 @@ def check_same_binlog(conn: pymysql.connections.Connection, offset: BinlogOffset
                                        f"but the server's binlog holds {there or 'nothing'} there now")
 
 
-def check_offset_available(conn: pymysql.connections.Connection, offset: BinlogOffset) -> None:
-    """Fail clearly when the binlog an offset points into has been purged, or is not this server's."""
+def check_offset_available(conn: pymysql.connections.Connection, offset: BinlogOffset, *,
+                           exact: bool = False) -> None:
+    """Fail clearly when the binlog an offset points into has been purged, or is not this server's
+    (``exact``: see ``check_same_binlog``)."""
     sizes = binlog_file_sizes(conn)
     if sizes and offset.file in dict(sizes) and (offset.file != sizes[-1][0] or offset.position <= sizes[-1][1]):
-        check_same_binlog(conn, offset)
+        check_same_binlog(conn, offset, exact=exact)
         return
     newest = BinlogOffset(sizes[-1][0], max(4, sizes[-1][1])) if sizes else None
     if newest is None or offset > newest:
