@@ -9,6 +9,7 @@ out) before it writes anything, not read the middle of an unrelated event stream
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 
@@ -58,6 +59,38 @@ def test_an_offset_is_refused_by_a_reset_binlog_grown_past_it(server):
     assert grown.file == offset.file and grown.position > offset.position and grown.gtid_set
     with pytest.raises(SourceChangedError, match="holds .* there now"):
         check_same_binlog(conn, offset, exact=True)
+
+
+def test_an_offset_read_under_concurrent_commits_holds_the_gtid_position_of_its_place(server):
+    # The position and the GTID position are two reads; a commit between them must not pair a
+    # position with a GTID that comes after it (the stream then refused its own offsets).
+    conn, writer = server.connect_root(), server.connect_root()
+    with conn.cursor() as cur:
+        cur.execute("CREATE DATABASE shop")
+        cur.execute("CREATE TABLE shop.t (id INT AUTO_INCREMENT PRIMARY KEY, pad VARCHAR(10))")
+    stop = threading.Event()
+
+    def write() -> None:
+        with writer.cursor() as cur:
+            while not stop.is_set():
+                cur.execute("INSERT INTO shop.t (pad) VALUES ('x')")
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    try:
+        offsets = [current_offset(conn) for _ in range(300)]
+    finally:
+        stop.set()
+        thread.join()
+    with conn.cursor() as cur:
+        mismatched = []
+        for offset in offsets:
+            cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (offset.file, offset.position))
+            there = cur.fetchone()[0]
+            if there != offset.gtid_set:
+                mismatched.append(f"{offset}: read {offset.gtid_set}, binlog holds {there}")
+    assert len({o.gtid_set for o in offsets}) > 10, "the writer did not commit while offsets were read"
+    assert not mismatched, mismatched[:5]
 
 
 def test_a_stream_refuses_to_continue_on_a_reset_binlog_and_writes_nothing(server, tmp_path):

@@ -48,27 +48,42 @@ def fetch_dict(cur: Any) -> dict[str, Any] | None:
     return {desc[0]: value for desc, value in zip(cur.description, row)}
 
 
+_CONSISTENT_READ_TRIES = 5  # GTID reads around the binlog status before asking for the exact one
+
+
 def current_offset(conn: pymysql.connections.Connection, info: ServerInfo | None = None) -> BinlogOffset:
-    """The binlog offset after the last event written, i.e. where the next event will start."""
+    """The binlog offset after the last event written, i.e. where the next event will start.
+
+    On MariaDB the GTID position comes from a second read (``@@gtid_binlog_pos``), so a commit
+    between the two would pair the position with a GTID that lies after it. The GTID position is
+    read before and after the binlog status: when both agree, no transaction was written in between
+    (the status waits for a group being written), so the pair is exact; after a few busy tries the
+    server is asked for the GTID position at the position itself (exact, but it reads the file)."""
     info = info or server_info(conn)
     statement = "SHOW BINARY LOG STATUS" if info.has_binary_log_status else "SHOW MASTER STATUS"
     with conn.cursor() as cur:
-        cur.execute(statement)
-        row = fetch_dict(cur)
-        if not row or not row.get("File"):
-            raise PreflightError(
-                "The binary log is off on the source server: start it with log_bin=ON "
-                "(e.g. log-bin=mysql-bin in my.cnf) and restart the server."
-            )
-        gtid = row.get("Executed_Gtid_Set") or None
-        if info.is_mariadb:
-            cur.execute("SELECT @@gtid_binlog_pos, @@server_id")
-            gtid, server_id = cur.fetchone()
-            gtid = gtid or None
+        cur.execute("SELECT @@server_id, @@gtid_binlog_pos" if info.is_mariadb else "SELECT @@server_id, NULL")
+        server_id, gtid_before = cur.fetchone()
+        for _ in range(_CONSISTENT_READ_TRIES):
+            cur.execute(statement)
+            row = fetch_dict(cur)
+            if not row or not row.get("File"):
+                raise PreflightError(
+                    "The binary log is off on the source server: start it with log_bin=ON "
+                    "(e.g. log-bin=mysql-bin in my.cnf) and restart the server."
+                )
+            if not info.is_mariadb:
+                gtid = row.get("Executed_Gtid_Set") or None  # one statement: consistent with the position
+                break
+            cur.execute("SELECT @@gtid_binlog_pos")
+            gtid = cur.fetchone()[0]
+            if gtid == gtid_before:
+                break
+            gtid_before = gtid
         else:
-            cur.execute("SELECT @@server_id")
-            server_id = cur.fetchone()[0]
-    return BinlogOffset(file=str(row["File"]), position=int(row["Position"]), gtid_set=gtid,
+            cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (row["File"], int(row["Position"])))
+            gtid = cur.fetchone()[0]
+    return BinlogOffset(file=str(row["File"]), position=int(row["Position"]), gtid_set=gtid or None,
                         server_id=int(server_id))
 
 
