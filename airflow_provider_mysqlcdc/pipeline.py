@@ -31,7 +31,7 @@ from airflow_provider_mysqlcdc.operators.plan import DEFAULT_CHUNK_ROWS, DEFAULT
     parse_tables
 from airflow_provider_mysqlcdc.operators.snapshot import MySqlCdcSnapshotOperator
 from airflow_provider_mysqlcdc.operators.stream import STREAM_MODES, MySqlCdcStreamOperator
-from airflow_provider_mysqlcdc.state.changes import STARTUP_MODES
+from airflow_provider_mysqlcdc.protocol.actions import StartupMode
 
 
 def group_id_for(table: str) -> str:
@@ -51,7 +51,7 @@ def mysqlcdc_params(*, sink_root: str, split_rows: int = DEFAULT_SPLIT_ROWS, chu
         "chunk_key_columns": Param({}, type="object", description="{'db.table': 'column'}: chunk key other than "
                                                                   "the first primary-key column"),
         "sink_root": Param(sink_root, type="string", description="where the Delta tables live (set once)"),
-        "startup_mode": Param("initial", enum=list(STARTUP_MODES),
+        "startup_mode": Param("initial", enum=[m.value for m in StartupMode],
                               description="for tables new to the pipeline: initial (snapshot, then binlog), latest "
                                           "(binlog from now, no snapshot) or offset (binlog from start_offset)"),
         "start_offset": Param(None, type=["null", "string"], description="binlog.000042:1234 for startup_mode offset"),

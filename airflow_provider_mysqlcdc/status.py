@@ -22,7 +22,11 @@ from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.state.drift import frozen_since, pending_drift, read_drift
-from airflow_provider_mysqlcdc.state.registry import STREAM_OFFSET, PipelineState
+from airflow_provider_mysqlcdc.protocol.envelope import Record, encode
+from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
+from airflow_provider_mysqlcdc.protocol.state import (ChunkProgress, RunPlanProgress, StreamBatchProgress,
+                                                      StreamOffsetProgress)
+from airflow_provider_mysqlcdc.state.registry import STREAM_OFFSET, STREAM_PROGRESS, PipelineState
 
 
 def pipeline_status(location: str, source: SourceConfig | None = None) -> dict[str, Any]:
@@ -31,12 +35,12 @@ def pipeline_status(location: str, source: SourceConfig | None = None) -> dict[s
     drift = read_drift(state)
     tables = {}
     for table_id, captured in sorted(generation.tables.items()):
-        stream_only = any(f.extra.get("stream_only") for f in captured.splits)
+        stream_only = captured.stream_only
         tables[str(table_id)] = {
             "how": "stream only, from " + str(captured.splits[0].high_watermark) if stream_only else "snapshot",
             "splits": 0 if stream_only else len(captured.splits),
             "rows_at_snapshot": sum(f.rows for f in captured.splits),
-            "staged_splits": sum(1 for f in captured.splits if f.extra.get("staged")),
+            "staged_splits": sum(1 for f in captured.splits if f.staged),
             "high_watermarks": [str(captured.first_high_watermark),
                                 str(max(f.high_watermark for f in captured.splits))],
             "drift": [{"kind": e.kind.value, "offset": str(e.offset), "reason": e.reason}
@@ -44,33 +48,40 @@ def pipeline_status(location: str, source: SourceConfig | None = None) -> dict[s
             "frozen_since": str(since) if (since := frozen_since(drift, table_id, captured)) else None,
         }
     status: dict[str, Any] = {"state": location, "generation": generation.number, "created": generation.created,
-                              "tables": tables, "latest_run": _latest_run(state), "stream": state.read_progress("stream.json"),
-                              "stream_offset": state.read_progress(STREAM_OFFSET)}
+                              "tables": tables, "latest_run": _latest_run(state),
+                              "stream": _body(state.read_progress(StreamBatchProgress, STREAM_PROGRESS)),
+                              "stream_offset": _body(state.read_progress(StreamOffsetProgress, STREAM_OFFSET))}
     if source is not None:
         status["server"] = _server_position(source, status["stream_offset"])
     return status
+
+
+def _body(record: Record | None) -> dict[str, Any] | None:
+    """A record as a plain dict for the status report."""
+    return encode(record) if record else None
 
 
 def _latest_run(state: PipelineState) -> dict[str, Any] | None:
     runs = []
     for run in state.storage.list_names("progress", "runs"):
         names = state.storage.list_names("progress", "runs", run)
-        plans = [state.read_progress(f"runs/{run}/{n}") for n in names if n.startswith("plan-") and n.endswith(".json")]
+        plans = [state.read_progress(RunPlanProgress, f"runs/{run}/{n}") for n in names
+                 if n.startswith("plan-") and n.endswith(".json")]
         if plans:
-            runs.append((max(p.get("planned_at", 0) for p in plans), run, plans, names))
+            runs.append((max(p.planned_at for p in plans), run, plans, names))
     if not runs:
         return None
     planned_at, run, plans, names = max(runs)
     per_table: dict[str, dict[str, int]] = {}
     for plan in plans:
-        for table in plan.get("chunk_tables", []):
+        for table in plan.chunk_tables:
             per_table.setdefault(table, {"chunks": 0, "done": 0, "rows": 0})["chunks"] += 1
     for name in names:
         if name.startswith("chunk-") and name.endswith(".json"):
-            chunk = state.read_progress(f"runs/{run}/{name}")
-            entry = per_table.setdefault(chunk["table"], {"chunks": 0, "done": 0, "rows": 0})
+            chunk = state.read_progress(ChunkProgress, f"runs/{run}/{name}")
+            entry = per_table.setdefault(chunk.table, {"chunks": 0, "done": 0, "rows": 0})
             entry["done"] += 1
-            entry["rows"] += chunk["rows"]
+            entry["rows"] += chunk.rows
     return {"run": run, "planned_at": dt.datetime.fromtimestamp(planned_at, dt.timezone.utc).isoformat(timespec="seconds"),
             "tables": per_table}
 
@@ -86,7 +97,7 @@ def _server_position(source: SourceConfig, committed: dict[str, Any] | None) -> 
         conn.close()
     out: dict[str, Any] = {"binlog_head": str(head)}
     if committed:
-        position = BinlogOffset(committed["offset"]["file"], int(committed["offset"]["pos"]))
+        position = StreamOffset.from_spark(committed["offset"]).offset
         out["bytes_behind"] = bytes_between(position, head, sizes)
     return out
 
@@ -124,8 +135,8 @@ def print_status(location: str, source: SourceConfig | None = None) -> None:
         print("stream: has not run yet")
     committed = status["stream_offset"]
     if committed:
-        offset = committed["offset"]
-        print(f"  stream committed up to {offset['file']}:{offset['pos']} (registry generation {offset['gen']}) "
+        offset = StreamOffset.from_spark(committed["offset"])
+        print(f"  stream committed up to {offset.offset} (registry generation {offset.generation}) "
               f"{time.time() - committed['committed_at']:.0f}s ago")
     server = status.get("server")
     if server:

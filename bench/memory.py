@@ -27,9 +27,10 @@ from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_sche
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 from airflow_provider_mysqlcdc.devtools.throwaway_server import ThrowawayMariaDB
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
-from airflow_provider_mysqlcdc.spark.stream_job import StreamJob
+from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
-from airflow_provider_mysqlcdc.state.registry import CapturedTable, PipelineState, stream_only_split
+from airflow_provider_mysqlcdc.protocol.state import CapturedTable, stream_only_split
+from airflow_provider_mysqlcdc.state.registry import PipelineState
 
 ROLES = ("python driver", "driver JVM", "python workers")
 UNBOUNDED = {"max_batch_bytes": 0, "inline_bytes": 0, "max_apply_changes": 10**12}

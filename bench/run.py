@@ -35,10 +35,11 @@ from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_sche
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 from airflow_provider_mysqlcdc.devtools.throwaway_server import ThrowawayMariaDB
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
-from airflow_provider_mysqlcdc.state.registry import CapturedTable, PipelineState, stream_only_split
-from airflow_provider_mysqlcdc.spark.chunk_job import ChunkJob
+from airflow_provider_mysqlcdc.protocol.state import CapturedTable, stream_only_split
+from airflow_provider_mysqlcdc.state.registry import PipelineState
+from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob
 from airflow_provider_mysqlcdc.spark.results import parse_result
-from airflow_provider_mysqlcdc.spark.stream_job import StreamJob
+from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.spark.submit import SparkSubmit, spark_home
 
 from bench.customer_table import create_customer_table
@@ -99,7 +100,7 @@ def bench_snapshot(server: ThrowawayMariaDB, work: Path, rows: int, secrets: Pat
 
     schema = load_table_schema(conn, table)
     splits = ChunkSplitter(conn, schema, SplitOptions(chunk_size=max(1, rows // 2))).split()
-    job = ChunkJob(table=str(table), splits=[s.to_dict() for s in splits], sink_root=str(work / "lake"),
+    job = ChunkJob(table=str(table), splits=splits, sink_root=str(work / "lake"),
                    partitions_per_split=4)
     (work / "chunk.json").write_text(job.to_json())
     submit = SparkSubmit(master="local[2]", work_dir=work / "spark")

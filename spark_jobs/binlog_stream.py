@@ -18,7 +18,8 @@ from pathlib import Path
 def prepare(job_file: Path):
     from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
     from airflow_provider_mysqlcdc.cdc.source.connection import ENV_PREFIX, SourceConfig
-    from airflow_provider_mysqlcdc.spark.stream_job import StreamJob, run_stream_job
+    from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
+    from airflow_provider_mysqlcdc.spark.stream_job import run_stream_job
 
     job = StreamJob.from_json(job_file.read_text())
     source_file = os.environ.get(f"{ENV_PREFIX}FILE")

@@ -17,7 +17,8 @@ from pathlib import Path
 
 def prepare(job_file: Path):
     from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
-    from airflow_provider_mysqlcdc.spark.chunk_job import ChunkJob, run_chunk_job
+    from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob
+    from airflow_provider_mysqlcdc.spark.chunk_job import run_chunk_job
 
     job = ChunkJob.from_json(job_file.read_text())
     source = SourceConfig.from_env()

@@ -70,7 +70,7 @@ def clear_and_resume(dag_id: str, run_id: str, task_id: str, map_index: int, env
 
 def catch_up_stream(source: Any, state: str, sink_root: Path, work_dir: Path) -> dict[str, Any]:
     """One more available-now stream run over the DAG's state and checkpoint, as its next run would do."""
-    from airflow_provider_mysqlcdc.spark.stream_job import StreamJob
+    from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
     from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
 
     work_dir.mkdir(parents=True, exist_ok=True)

@@ -54,4 +54,4 @@ def stage_whole_table(source: SourceConfig, state: PipelineState, schema: TableS
     write_staged(url, rows_to_data_table(schema, result.rows))
     finished = result.finished
     return FinishedSplit(finished.split, finished.high_watermark, finished.low_watermark, rows=len(result.rows),
-                         extra={"staged": url})
+                         staged=url)

@@ -22,6 +22,7 @@ import pymysql
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
+from airflow_provider_mysqlcdc.cdc.source.server import binlog_files, current_offset
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,8 @@ class ThrowawayMariaDB:
     binlog_row_metadata: str = "FULL"
     log_bin: bool = True
     max_binlog_size: int | None = None
+    #: a replica that logs what it applies, with GTIDs in strict order: it can take over as the primary
+    failover_ready: bool = False
 
     _process: subprocess.Popen[bytes] | None = None
     _owns_base_dir: bool = False
@@ -126,6 +129,47 @@ class ThrowawayMariaDB:
     def connect_root(self, database: str | None = None) -> pymysql.connections.Connection:
         return self.root_config(database).connect(autocommit=True)
 
+    def purge_binlogs(self, timeout_s: float = 30.0) -> str:
+        """Start a new binlog file and purge every older one; returns the file that was current.
+
+        The server keeps a file while a binlog dump or its binlog checkpoint still holds it, so
+        this asks again until the files are gone."""
+        with self.connect_root() as conn, conn.cursor() as cur:
+            old = current_offset(conn).file
+            cur.execute("FLUSH BINARY LOGS")
+            deadline = time.monotonic() + timeout_s
+            while old in binlog_files(conn):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"binlog file {old} could not be purged within {timeout_s}s")
+                cur.execute("PURGE BINARY LOGS TO %s", (current_offset(conn).file,))
+                time.sleep(0.1)
+        return old
+
+    # --- replication -------------------------------------------------------------------------------
+    def replicate_from(self, primary: "ThrowawayMariaDB") -> None:
+        """Become a GTID replica of ``primary`` (from its first transaction) and start replicating."""
+        with self.connect_root() as conn, conn.cursor() as cur:
+            cur.execute("CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT=%s, MASTER_USER='root', "
+                        "MASTER_PASSWORD='', MASTER_USE_GTID=slave_pos", (primary.port,))
+            cur.execute("START SLAVE")
+
+    def wait_for(self, primary: "ThrowawayMariaDB", timeout_s: float = 60.0) -> None:
+        """Until this replica has applied everything ``primary`` has written so far."""
+        with primary.connect_root() as conn, conn.cursor() as cur:
+            cur.execute("SELECT @@gtid_binlog_pos")
+            position = cur.fetchone()[0]
+        with self.connect_root() as conn, conn.cursor() as cur:
+            cur.execute("SELECT MASTER_GTID_WAIT(%s, %s)", (position, timeout_s))
+            if cur.fetchone()[0] != 0:
+                cur.execute("SHOW SLAVE STATUS")
+                raise RuntimeError(f"the replica did not reach {position} within {timeout_s}s: {cur.fetchone()}")
+
+    def promote(self) -> None:
+        """Stop replicating and take writes: the failover of a primary to this replica."""
+        with self.connect_root() as conn, conn.cursor() as cur:
+            cur.execute("STOP SLAVE")
+            cur.execute("RESET SLAVE ALL")
+
     # --- internals -------------------------------------------------------------------------------
     def _initialise(self, datadir: Path) -> None:
         datadir.mkdir(parents=True, exist_ok=True)
@@ -173,6 +217,8 @@ class ThrowawayMariaDB:
             ]
         if self.max_binlog_size:
             options.append(f"--max-binlog-size={self.max_binlog_size}")
+        if self.failover_ready:
+            options += ["--log-slave-updates=ON", "--gtid-strict-mode=ON"]
         if os.geteuid() == 0:
             options.append("--user=root")
         return options

@@ -34,14 +34,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
-from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 from airflow_provider_mysqlcdc.devtools.snapshot import snapshot_tables, stage_whole_table
 from airflow_provider_mysqlcdc.devtools.throwaway_server import ThrowawayMariaDB
 from airflow_provider_mysqlcdc.devtools.verify import differences, sink_rows, source_rows
-from airflow_provider_mysqlcdc.spark.stream_job import StreamJob
+from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
 from airflow_provider_mysqlcdc.state.drift import pending_drift, read_drift
-from airflow_provider_mysqlcdc.state.registry import STREAM_OFFSET, CapturedTable, PipelineState
+from airflow_provider_mysqlcdc.protocol.state import CapturedTable, StreamOffsetProgress
+from airflow_provider_mysqlcdc.state.registry import STREAM_OFFSET, PipelineState
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
 
 log = logging.getLogger(__name__)
@@ -227,9 +227,7 @@ class Torture:
         else:  # purge what the (stopped) stream has not read yet
             self._kill_stream()
             self._dml()
-            with self._conn().cursor() as cur:
-                cur.execute("FLUSH BINARY LOGS")
-                cur.execute("PURGE BINARY LOGS TO %s", (current_offset(self._conn()).file,))
+            self.server.purge_binlogs()
             self._start_stream()
         return f"fault: {fault}"
 
@@ -249,8 +247,8 @@ class Torture:
         """Until the running stream has committed a batch since it started (so faults hit a stream at work)."""
         deadline = time.monotonic() + timeout_s
         while True:
-            progress = self.state.read_progress(STREAM_OFFSET) or {}
-            if progress.get("committed_at", 0) > self._stream_started:
+            progress = self.state.read_progress(StreamOffsetProgress, STREAM_OFFSET)
+            if progress and progress.committed_at > self._stream_started:
                 return
             if self.stream is None or self.stream.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"seed {self.seed}: the stream stopped or made no progress:\n"

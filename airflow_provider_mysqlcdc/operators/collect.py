@@ -13,8 +13,10 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
-from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit
-from airflow_provider_mysqlcdc.state.changes import TablePlan, next_tables
+from airflow_provider_mysqlcdc.protocol.envelope import decode
+from airflow_provider_mysqlcdc.protocol.results import ChunkResult
+from airflow_provider_mysqlcdc.protocol.plans import TablePlans
+from airflow_provider_mysqlcdc.state.changes import next_tables
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 
 
@@ -35,11 +37,12 @@ class MySqlCdcCollectSplitsOperator(BaseOperator):
         self.state = state
 
     def execute(self, context: Context) -> dict[str, Any]:
-        groups = [context["ti"].xcom_pull(task_ids=task_id, key="tables") for task_id in self.plan_task_ids]
-        groups = [g for g in groups if g]
-        plans = [TablePlan.from_dict(p) for g in groups for p in g["plans"]]
-        exact = bool(groups) and all(g["exact"] for g in groups)
-        finished = [FinishedSplit.from_dict(f) for result in _items(self.results) for f in result["finished_splits"]]
+        groups = [decode(TablePlans, value, f"the 'tables' XCom of {task_id}") for task_id in self.plan_task_ids
+                  if (value := context["ti"].xcom_pull(task_ids=task_id, key="tables"))]
+        plans = [p for g in groups for p in g.plans]
+        exact = bool(groups) and all(g.exact for g in groups)
+        finished = [f for item in _items(self.results)
+                    for f in decode(ChunkResult, item, "a snapshot task's XCom").finished_splits]
         state = PipelineState(self.state)
         before = state.latest()
         generation = state.commit(next_tables(before, plans, finished, exact=exact))

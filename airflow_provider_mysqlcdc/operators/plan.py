@@ -25,8 +25,11 @@ from airflow_provider_mysqlcdc.cdc.source.schema import TableId, table_exists
 from airflow_provider_mysqlcdc.cdc.source.server import check_offset_available, current_offset
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
 from airflow_provider_mysqlcdc.operators.snapshot import run_folder
-from airflow_provider_mysqlcdc.state.changes import ResnapshotRequest, TablePlan, decide_action, parse_offset, \
-    splits_overlapping
+from airflow_provider_mysqlcdc.protocol.actions import PlanAction
+from airflow_provider_mysqlcdc.protocol.envelope import encode
+from airflow_provider_mysqlcdc.protocol.plans import TablePlan, TablePlans
+from airflow_provider_mysqlcdc.protocol.state import RunPlanProgress
+from airflow_provider_mysqlcdc.state.changes import ResnapshotRequest, decide_action, parse_offset, splits_overlapping
 from airflow_provider_mysqlcdc.state.drift import Drift, pending_drift, read_drift
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
@@ -121,7 +124,7 @@ class MySqlCdcPlanOperator(BaseOperator):
             table_ids = [t for t in sorted(registry.tables) if t not in others]
         if not table_ids and not exact:
             self.log.info("no tables given for this group: nothing planned, the captured set unchanged")
-            context["ti"].xcom_push(key="tables", value={"exact": False, "plans": []})
+            context["ti"].xcom_push(key="tables", value=encode(TablePlans(exact=False)))
             return []
         source = MySqlCdcHook(self.mysqlcdc_conn_id).source_config()
         drift = read_drift(state)
@@ -139,7 +142,7 @@ class MySqlCdcPlanOperator(BaseOperator):
                 check_offset_available(conn, stream_from)
                 if stream_from > head:
                     raise ConfigurationError(f"Start offset {stream_from} is beyond the server's binlog head {head}.")
-            plans = [TablePlan(t, registry.tables[t].chunk_key, "keep") if t in gone else
+            plans = [TablePlan(t, registry.tables[t].chunk_key, PlanAction.KEEP) if t in gone else
                      self._plan_table(conn, source, report, registry.tables.get(t), t, settings, stream_from, drift)
                      for t in table_ids]
         finally:
@@ -148,13 +151,13 @@ class MySqlCdcPlanOperator(BaseOperator):
         for plan in plans:
             self.log.info("%s: %s%s", plan.table_id, plan.action,
                           f", {len(plan.splits)} split(s)" if plan.splits else
-                          f" from {plan.stream_from}" if plan.action == "stream-only" else " (already captured)")
+                          f" from {plan.stream_from}" if plan.action == PlanAction.STREAM_ONLY else " (already captured)")
         self.log.info("planned %d chunk(s) for %d table(s); binlog head at planning: %s", len(chunks), len(plans), head)
-        context["ti"].xcom_push(key="tables", value={"exact": exact, "plans": [p.to_dict() for p in plans]})
+        context["ti"].xcom_push(key="tables", value=encode(TablePlans(exact, plans)))
         state.write_progress(
             f"{run_folder(context['run_id'])}/plan-{self.task_id}.json",
-            {"chunks": len(chunks), "planned_at": time.time(), "tables": {str(p.table_id): p.action for p in plans},
-             "chunk_tables": [c["table"] for c in chunks]})
+            RunPlanProgress(chunks=len(chunks), planned_at=time.time(), actions={str(p.table_id): p.action.value for p in plans},
+                            chunk_tables=[c["table"] for c in chunks]))
         return chunks
 
     def _refuse_overlapping_runs(self, context: Context) -> None:
@@ -212,14 +215,14 @@ class MySqlCdcPlanOperator(BaseOperator):
                              table_id, event.kind.value, event.offset, event.reason)
         action, request = decide_action(table_id, registered, settings["resnapshot"], settings["startup_mode"],
                                         drifted=bool(pending))
-        chunk_key = registered.chunk_key if action in ("keep", "resnapshot-splits") else report.chunk_keys[table_id]
+        chunk_key = registered.chunk_key if action in (PlanAction.KEEP, PlanAction.RESNAPSHOT_SPLITS) else report.chunk_keys[table_id]
         plan = TablePlan(table_id, chunk_key, action)
-        if action == "stream-only":
+        if action == PlanAction.STREAM_ONLY:
             plan.stream_from = stream_from
-        elif action in ("snapshot", "resnapshot"):
+        elif action in (PlanAction.SNAPSHOT, PlanAction.RESNAPSHOT):
             options = SplitOptions(chunk_size=settings["split_rows"], chunk_key_column=chunk_key)
             plan.splits = ChunkSplitter(conn, report.schemas[table_id], options).split()
-        elif action == "resnapshot-splits":
+        elif action == PlanAction.RESNAPSHOT_SPLITS:
             ordering = KeyOrdering(report.schemas[table_id].column(chunk_key), source.connect)
             try:
                 plan.splits = splits_overlapping(registered, ordering, request)

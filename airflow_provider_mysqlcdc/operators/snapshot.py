@@ -13,14 +13,20 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
+from airflow_provider_mysqlcdc.cdc.model.split import SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
 from airflow_provider_mysqlcdc.hooks.spark import spark_target
+from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
+from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob
+from airflow_provider_mysqlcdc.protocol.results import ChunkResult
+from airflow_provider_mysqlcdc.protocol.state import ChunkProgress, RunPlanProgress
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 
 
@@ -58,33 +64,30 @@ class MySqlCdcSnapshotOperator(BaseOperator):
         self.partitions_per_split = partitions_per_split
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_provider_mysqlcdc.spark.chunk_job import ChunkJob
-
         hook = MySqlCdcHook(self.mysqlcdc_conn_id)
         spark = spark_target(spark_conn_id=self.spark_conn_id, spark_master=self.spark_master, spark_conf=self.spark_conf)
         chunk = self.chunk if isinstance(self.chunk, dict) else json.loads(self.chunk)
         table_id = TableId.parse(chunk["table"])
         state = PipelineState(self.state)
         stage_to = state.staging_url(table_id) if state.needs_staging(table_id) else None
-        job = ChunkJob(table=chunk["table"], splits=chunk["splits"], sink_root=self.sink_root,
-                       partitions_per_split=self.partitions_per_split, server_id_range=hook.server_id_range(),
+        job = ChunkJob(table=chunk["table"], splits=[SnapshotSplit.from_dict(s) for s in chunk["splits"]],
+                       sink_root=self.sink_root, partitions_per_split=self.partitions_per_split, server_id_range=hook.server_id_range(),
                        stage_to=stage_to, retry_budget_s=hook.retry_budget_s())
         self.log.info("snapshot %s: %d split(s) with spark-submit%s", chunk["label"], len(chunk["splits"]),
                       "; captured before, so staged for the stream" if stage_to else "")
-        result = hook.run_spark_job("snapshot_chunk.py", job.to_json(), spark=spark, log=self.log)
-        self.log.info("snapshot %s done: %d rows, %d binlog changes merged, %.1fs", chunk["label"], result["rows"],
-                      result["binlog_events_merged"], result["seconds"])
-        self._record_progress(state, context, chunk, result)
-        return {"label": chunk["label"], **result}
+        output = hook.run_spark_job("snapshot_chunk.py", job.to_json(), spark=spark, log=self.log)
+        result = replace(decode(ChunkResult, output, f"the result of chunk {chunk['label']}"), label=chunk["label"])
+        self.log.info("snapshot %s done: %d rows, %d binlog changes merged, %.1fs", chunk["label"], result.rows,
+                      result.binlog_events_merged, result.seconds)
+        self._record_progress(state, context, result)
+        return encode(result)
 
-    def _record_progress(self, state: PipelineState, context: Context, chunk: dict[str, Any],
-                         result: dict[str, Any]) -> None:
+    def _record_progress(self, state: PipelineState, context: Context, result: ChunkResult) -> None:
         """One file per chunk (mapped tasks run concurrently), read back for 'chunks done of total'."""
         folder = run_folder(context["run_id"])
         state.write_progress(f"{folder}/chunk-{self.task_id}-{context['ti'].map_index}.json",
-                             {"label": chunk["label"], "table": chunk["table"], "rows": result["rows"],
-                              "high_watermark": result["high_watermark"]})
+                             ChunkProgress(result.label, result.table, result.rows, result.high_watermark))
         names = state.storage.list_names("progress", folder)
-        planned = sum(state.read_progress(f"{folder}/{n}")["chunks"] for n in names if n.startswith("plan-"))
+        planned = sum(state.read_progress(RunPlanProgress, f"{folder}/{n}").chunks for n in names if n.startswith("plan-"))
         done = len([n for n in names if n.startswith("chunk-") and n.endswith(".json")])
         self.log.info("snapshot progress of this run: %d of %d chunk(s) done", done, planned)

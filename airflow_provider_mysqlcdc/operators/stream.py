@@ -19,8 +19,10 @@ from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.records import ON_BINLOG_PURGED
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
 from airflow_provider_mysqlcdc.hooks.spark import checked_spark_conf, spark_target
+from airflow_provider_mysqlcdc.protocol.actions import StreamMode
+from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 
-STREAM_MODES = ("available-now", "continuous", "skip")
+STREAM_MODES = (*(m.value for m in StreamMode), "skip")
 
 
 class MySqlCdcStreamOperator(BaseOperator):
@@ -68,14 +70,12 @@ class MySqlCdcStreamOperator(BaseOperator):
         self.spark_conf = checked_spark_conf(spark_conf) if isinstance(spark_conf, dict) else spark_conf
         self.trigger_interval_s = trigger_interval_s
         self.changelog = changelog
-        # None: the stream job's default (spark/stream_job.py), defined there once
+        # None: the stream job's default (protocol/jobs.py), defined there once
         self.limits = {name: value for name, value in (("max_batch_bytes", max_batch_bytes),
                                                        ("max_batch_events", max_batch_events),
                                                        ("max_apply_changes", max_apply_changes)) if value is not None}
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_provider_mysqlcdc.spark.stream_job import StreamJob
-
         if self.mode not in STREAM_MODES:
             raise ConfigurationError(f"stream mode must be one of {', '.join(STREAM_MODES)}, got {self.mode!r}")
         if self.mode == "skip":

@@ -1,6 +1,6 @@
 """A PySpark streaming data source over the binlog (``spark.readStream.format("mysqlcdc_binlog")``).
 
-Offsets are ``{"file", "pos", "gen", "gtid", "server_id"}``: a binlog position read from ``SHOW
+Offsets are ``StreamOffset`` records (protocol/offsets.py): a binlog position read from ``SHOW
 MASTER STATUS`` (always between transactions, so a micro-batch never ends inside one), the number
 of the registry generation (state/registry.py) the batch captures, and which binlog the position
 belongs to (the MariaDB GTID position there and the server id): each batch checks them, and the
@@ -68,7 +68,9 @@ from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.cdc.source.server import binlog_changed_error, check_offset_available, current_offset
-from airflow_provider_mysqlcdc.state.registry import Generation, PipelineState
+from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
+from airflow_provider_mysqlcdc.protocol.state import Generation
+from airflow_provider_mysqlcdc.state.registry import PipelineState
 from airflow_provider_mysqlcdc.spark.batch_rows import RUN_LENGTH, SCHEMA, RowEmitter
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
 from airflow_provider_mysqlcdc.state.spill import new_spill_folder
@@ -87,27 +89,12 @@ class TablesActivated:
 
 @dataclass
 class StagedSplitReady:
-    """A staged split to apply: its rows are at ``split.extra["staged"]``, as of its high watermark;
+    """A staged split to apply: its rows are at ``split.staged``, as of its high watermark;
     ``changes`` are its key range's changes after that, up to ``as_of`` (the batch's start)."""
 
     split: FinishedSplit
     as_of: BinlogOffset
     changes: list[WindowChange]
-
-
-def offset_dict(offset: BinlogOffset, generation: int) -> dict[str, Any]:
-    data: dict[str, Any] = {"file": offset.file, "pos": offset.position, "gen": generation}
-    if offset.gtid_set:
-        data["gtid"] = offset.gtid_set
-    if offset.server_id is not None:
-        data["server_id"] = offset.server_id
-    return data
-
-
-def offset_from_dict(data: dict[str, Any]) -> BinlogOffset:
-    server_id = data.get("server_id")
-    return BinlogOffset(str(data["file"]), int(data["pos"]), gtid_set=data.get("gtid"),
-                        server_id=None if server_id is None else int(server_id))
 
 
 class BinlogRange(InputPartition):
@@ -165,7 +152,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _latest(self) -> dict[str, Any]:
         head = self._source().run(current_offset, "reading the binlog head")
-        return offset_dict(head, self._state().latest_number())
+        return StreamOffset(head, self._state().latest_number()).to_spark()
 
     def _server_ids(self, count: int) -> list[int]:
         low, high = self.server_id_range
@@ -186,7 +173,8 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         latest = self._target if self._target is not None else self._latest()
-        begin, head = offset_from_dict(start), offset_from_dict(latest)
+        begin_at, head_at = StreamOffset.from_spark(start), StreamOffset.from_spark(latest)
+        begin, head = begin_at.offset, head_at.offset
         if head < begin:  # never a stall: say what happened
             raise binlog_changed_error(f"The stream has processed the binlog up to {begin}, but the "
                                        f"server's binlog now ends at {head}")
@@ -199,7 +187,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return batch_end(conn, begin, head, max_bytes=max_bytes, max_events=max_events) if limited else head
 
         end_offset = self._source().run(end, "finding the batch's end")
-        return offset_dict(end_offset, max(int(latest["gen"]), int(start.get("gen", 0))))
+        return StreamOffset(end_offset, max(head_at.generation, begin_at.generation)).to_spark()
 
     def _check_start(self, conn: Any, begin: BinlogOffset) -> None:
         """The start lies in this server's binlog: cheaply every time, exactly once per query (a reset
@@ -211,8 +199,9 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._verified = True
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
-        begin, finish = offset_from_dict(start), offset_from_dict(end)
-        generation, previous = int(end["gen"]), int(start.get("gen", 0))
+        begin_at, end_at = StreamOffset.from_spark(start), StreamOffset.from_spark(end)
+        begin, finish = begin_at.offset, end_at.offset
+        generation, previous = end_at.generation, begin_at.generation
 
         def plan(conn: Any) -> tuple[BinlogPurged | None, list[DecodeRange]]:
             gap = _purged_or_raise(conn, begin, self.on_binlog_purged) if finish > begin else None
@@ -278,7 +267,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         whole = tuple(t for t in sorted(tables) if all(f.split.split_id in added_ids for f in new.tables[t].splits))
         activated = TablesActivated({t: new.tables[t].chunk_key for t in sorted(tables)}, whole)
         yield from rows.marker(-1, 0, "activate", 0, activated)
-        staged = {f.split.split_id: f for f in added if f.extra.get("staged")}
+        staged = {f.split.split_id: f for f in added if f.staged}
         behind = [f for f in added if f.high_watermark < partition.start]
         lost = self._lost_to_purge(behind, partition)
         if lost is not None:  # these tables are re-snapshotted by the next run: nothing of them is applied now
@@ -370,7 +359,7 @@ def registry_start_offset(state: PipelineState) -> dict[str, Any]:
     if start is None:
         raise ConfigurationError(f"No tables are captured at {state.location}: run the snapshot (or register "
                                  "tables with startup mode 'latest'/'offset') before starting the stream.")
-    return offset_dict(start, 0)
+    return StreamOffset(start, 0).to_spark()
 
 
 def _purged_or_raise(conn: Any, offset: BinlogOffset, on_binlog_purged: str) -> BinlogPurged | None:

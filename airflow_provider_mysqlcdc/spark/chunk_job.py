@@ -13,11 +13,9 @@ Parquet file per split there instead, and the stream applies them at a micro-bat
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -30,36 +28,15 @@ from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitReader
 from airflow_provider_mysqlcdc.cdc.records.apply import KeyedRows
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema, load_table_schema
+from airflow_provider_mysqlcdc.protocol.envelope import encode
+from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob
+from airflow_provider_mysqlcdc.protocol.results import ChunkResult
 from airflow_provider_mysqlcdc.sinks.arrow_rows import data_schema, merge_changes_into_table, rows_to_data_table
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
 from airflow_provider_mysqlcdc.state.staged import write_staged
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class ChunkJob:
-    """What one spark-submit of the chunk job does; a JSON file with no secrets in it."""
-
-    table: str
-    splits: list[dict[str, Any]]
-    sink_root: str
-    partitions_per_split: int = 0  # 0: Spark's default parallelism
-    server_id_range: tuple[int, int] | None = None
-    stage_to: str | None = None  # stage the rows here for the stream instead of writing the sink
-    retry_budget_s: float = 300.0  # a source fault lasting longer fails the job (cdc/source/retry.py)
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def from_json(cls, text: str) -> "ChunkJob":
-        data = json.loads(text)
-        if data.get("server_id_range"):
-            data["server_id_range"] = tuple(data["server_id_range"])
-        return cls(**data)
-
-    def to_json(self) -> str:
-        return json.dumps(self.__dict__)
 
 
 def _read_partition(source: SourceConfig, schema: TableSchema, part: SnapshotSplit) -> tuple[dict, bytes]:
@@ -97,7 +74,7 @@ def run_chunk_job(spark: Any, source: SourceConfig, job: ChunkJob) -> dict[str, 
     table_id = TableId.parse(job.table)
     source = source.with_retry(job.retry_budget_s)
     schema = source.run(lambda conn: load_table_schema(conn, table_id), f"reading the schema of {table_id}")
-    splits = [SnapshotSplit.from_dict(s) for s in job.splits]
+    splits = job.splits
     sink = DeltaSink(job.sink_root)
     if not job.stage_to:  # staged splits: the stream prepares the table when it applies them
         sink.prepare(schema)
@@ -116,11 +93,11 @@ def run_chunk_job(spark: Any, source: SourceConfig, job: ChunkJob) -> dict[str, 
             low = min(BinlogOffset.from_dict(low) for low, _ in results)
             changes = list(reader.window_changes(split, low, high)) if high > low else []
             data = merge_changes_into_table(schema, data, changes)
-            extra: dict[str, Any] = {"partitions": len(parts), "seconds": round(time.monotonic() - split_started, 3)}
-            if job.stage_to:
-                extra["staged"] = f"{job.stage_to.rstrip('/')}/split-{split.index}.parquet"
-                write_staged(extra["staged"], data)
-            done = FinishedSplit(split, high, low, rows=data.num_rows, binlog_events_merged=len(changes), extra=extra)
+            staged = f"{job.stage_to.rstrip('/')}/split-{split.index}.parquet" if job.stage_to else None
+            if staged:
+                write_staged(staged, data)
+            done = FinishedSplit(split, high, low, rows=data.num_rows, binlog_events_merged=len(changes), staged=staged,
+                                 partitions=len(parts), seconds=round(time.monotonic() - split_started, 3))
             if not job.stage_to:
                 writer.write_split_table(done, data)
             finished.append(done)
@@ -129,11 +106,5 @@ def run_chunk_job(spark: Any, source: SourceConfig, job: ChunkJob) -> dict[str, 
                      "high watermark %s (%.1fs)", table_id, split.index, number, len(splits),
                      "staged for the stream" if job.stage_to else "written", data.num_rows, len(parts),
                      len(changes), high, time.monotonic() - split_started)
-    return {
-        "table": str(table_id),
-        "finished_splits": [f.to_dict() for f in finished],
-        "high_watermark": max(f.high_watermark for f in finished).to_dict(),
-        "rows": total_rows,
-        "binlog_events_merged": sum(f.binlog_events_merged for f in finished),
-        "seconds": round(time.monotonic() - started, 3),
-    }
+    return encode(ChunkResult(str(table_id), finished, total_rows, sum(f.binlog_events_merged for f in finished),
+                              round(time.monotonic() - started, 3)))

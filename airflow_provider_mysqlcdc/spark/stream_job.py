@@ -21,16 +21,17 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import fsspec
 from pyspark.sql.streaming import StreamingQueryListener
 
-from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError, SchemaChangedError
+from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
-from airflow_provider_mysqlcdc.cdc.model.records import (ON_BINLOG_PURGED, BinlogPurged, ChangeRecord, SchemaChangeEvent,
+from airflow_provider_mysqlcdc.cdc.model.records import (BinlogPurged, ChangeRecord, SchemaChangeEvent,
                                                          TableEventKind)
 from airflow_provider_mysqlcdc.cdc.binlog.listing import table_ddl_after
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
@@ -47,14 +48,18 @@ from airflow_provider_mysqlcdc.spark.binlog_source import (SOURCE_NAME, BinlogDa
                                                           TablesActivated, registry_start_offset)
 from airflow_provider_mysqlcdc.state.cleanup import release_staged_files
 from airflow_provider_mysqlcdc.state.drift import Drift, frozen_since, read_drift, record_drift
-from airflow_provider_mysqlcdc.state.registry import STREAM_OFFSET, Generation, PipelineState
+from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
+from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
+from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
+from airflow_provider_mysqlcdc.protocol.state import (CheckpointIdentity, Generation, StreamBatchProgress,
+                                                      StreamOffsetProgress)
+from airflow_provider_mysqlcdc.state.registry import STREAM_OFFSET, STREAM_PROGRESS, PipelineState
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
 from airflow_provider_mysqlcdc.state.spill import remove_all_spill_folders, remove_spill_folder
 from airflow_provider_mysqlcdc.state.staged import read_staged
 
 log = logging.getLogger(__name__)
 
-MODES = ("available-now", "continuous")
 #: the stream's identity, a file of ours inside Spark's checkpoint folder
 CHECKPOINT_IDENTITY = "mysqlcdc-stream.json"
 #: merges of one micro-batch are versioned batch_id * SEGMENTS + segment (a DDL starts a new segment)
@@ -62,54 +67,6 @@ SEGMENTS = 1_000_000
 #: an added column's DEFAULT is filled in place only if no DDL of the table follows within this many
 #: binlog events (a later one may have changed the default); else the table is re-snapshotted
 FILL_LOOKAHEAD_EVENTS = 200_000
-
-
-@dataclass
-class StreamJob:
-    state: str  # the pipeline's state location (registry, staged splits, progress)
-    sink_root: str
-    checkpoint: str = ""  # default: <state>/checkpoint
-    mode: str = "available-now"
-    trigger_interval_s: float = 1.0
-    server_id_range: str = "5400-6399"
-    app_id: str = ""  # default: the checkpoint's identity (a new checkpoint gets a new one)
-    changelog: bool = False  # also append every change to <table>__changelog
-    decode_pieces: int = 2  # a large micro-batch range is decoded by this many tasks in parallel
-    retry_budget_s: float = 300.0  # a source fault lasting longer fails the stream (cdc/source/retry.py)
-    #: binlog the stream needs was purged: "fail" (with the way out), or "resnapshot": record exactly
-    #: the tables that needed it (frozen meanwhile), which the next DAG run re-snapshots
-    on_binlog_purged: str = "fail"
-    #: a micro-batch ends at the first transaction end after this much binlog (0: no limit); a larger
-    #: transaction makes a batch of its own
-    max_batch_bytes: int = 128 << 20
-    max_batch_events: int = 0  # the same in binlog events (0: no limit)
-    #: what a decoding task sends through Spark to the driver; the rest goes through spill files
-    inline_bytes: int = 32 << 20
-    #: changes held and merged at once: a batch with more (one huge transaction) is merged in pieces of
-    #: this many, each one commit recording its position (sinks/writer.py)
-    max_apply_changes: int = 100_000
-
-    def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"stream mode must be one of {MODES}, got {self.mode!r}")
-        if self.on_binlog_purged not in ON_BINLOG_PURGED:
-            raise ConfigurationError(f"on_binlog_purged must be one of {', '.join(ON_BINLOG_PURGED)}, got "
-                                     f"{self.on_binlog_purged!r}.")
-        for name in ("max_batch_bytes", "max_batch_events", "inline_bytes"):
-            if getattr(self, name) < 0:
-                raise ConfigurationError(f"{name} must be 0 (no limit) or a positive number of bytes/events, got "
-                                         f"{getattr(self, name)}.")
-        if self.max_apply_changes < 1:
-            raise ConfigurationError(f"max_apply_changes must be a positive number, got {self.max_apply_changes}.")
-        if not self.checkpoint:
-            self.checkpoint = PipelineState(self.state).checkpoint
-
-    @classmethod
-    def from_json(cls, text: str) -> "StreamJob":
-        return cls(**json.loads(text))
-
-    def to_json(self) -> str:
-        return json.dumps(self.__dict__)
 
 
 class BatchApplier:
@@ -249,7 +206,7 @@ class BatchApplier:
             log.info("staged split %s was applied before a restart", staged.split.split.split_id)
             return
         as_of = dataclasses.replace(staged.split, high_watermark=max(staged.as_of, staged.split.high_watermark))
-        data, unknown = conform_to(read_staged(staged.split.extra["staged"]), writer.data_schema)
+        data, unknown = conform_to(read_staged(staged.split.staged), writer.data_schema)
         if unknown:  # read before a DDL this stream's schema already reflects
             self._drifted(table_id, TableEventKind.ALTERED, as_of.high_watermark,
                           f"staged rows carry column(s) {', '.join(unknown)} the table no longer has")
@@ -419,11 +376,10 @@ class BatchApplier:
         log.info("stream batch %d: %d changes applied in %.2fs (%.2fs reading the binlog, %.2fs merging; %d unit(s), "
                  "%d spill file(s); %d in total); binlog head %s; event-time lag %.1fs", batch_id, changes, seconds,
                  read_s, seconds - read_s, units, spill_files, self.rows_applied, head, lag_s)
-        self.state.write_progress("stream.json", {
-            "app_id": self.job.app_id, "batch": batch_id, "finished_at": time.time(), "changes_in_batch": changes,
-            "changes_total": self.rows_applied, "last_change_offset": applied_to.to_dict() if applied_to else None,
-            "last_change_time_ms": newest or None, "head_at_batch_end": head.to_dict(),
-            "tables": sorted(str(t) for t in self.writers)})
+        self.state.write_progress(STREAM_PROGRESS, StreamBatchProgress(
+            app_id=self.job.app_id, batch=batch_id, finished_at=time.time(), changes_in_batch=changes,
+            changes_total=self.rows_applied, last_change_offset=applied_to, last_change_time_ms=newest or None,
+            head_at_batch_end=head, tables=sorted(str(t) for t in self.writers)))
 
 
 def progress_offset(progress: Any, which: str) -> dict[str, Any] | None:
@@ -441,18 +397,18 @@ def record_processed_offset(state: PipelineState, job: StreamJob, progress: Any)
     for a later stream whose checkpoint is new (``resume_offset``)."""
     end = progress_offset(progress, "endOffset")
     if end:
-        state.write_progress(STREAM_OFFSET, {"offset": end, "committed_at": time.time(), "sink_root": job.sink_root,
-                                             "app_id": job.app_id})
+        state.write_progress(STREAM_OFFSET, StreamOffsetProgress(StreamOffset.from_spark(end), time.time(), job.sink_root,
+                                                                 job.app_id))
 
 
 @dataclass(frozen=True)
 class StreamIdentity:
     app_id: str  # the app id of the stream's Delta txn actions
-    initial_offset: dict[str, Any] | None  # where batch 0 starts, the same if Spark runs batch 0 again
+    initial_offset: StreamOffset | None  # where batch 0 starts, the same if Spark runs batch 0 again
     new: bool  # the checkpoint was created now
 
 
-def stream_identity(checkpoint: str, first_offset: Any) -> StreamIdentity:
+def stream_identity(checkpoint: str, first_offset: Callable[[], StreamOffset]) -> StreamIdentity:
     """The stream's identity, kept in a file of ours inside its checkpoint (a deleted checkpoint takes
     it along). A new checkpoint also records where its first batch starts (``first_offset()``):
     Spark asks the source for that again when it re-runs a batch 0 that did not commit, and the
@@ -462,21 +418,21 @@ def stream_identity(checkpoint: str, first_offset: Any) -> StreamIdentity:
     file = f"{path}/{CHECKPOINT_IDENTITY}"
     if fs.exists(file):
         with fs.open(file, "r") as f:
-            data = json.load(f)
-        return StreamIdentity(data["app_id"], data.get("initial_offset"), False)
+            known = decode(CheckpointIdentity, json.load(f), f"{checkpoint.rstrip('/')}/{CHECKPOINT_IDENTITY}")
+        return StreamIdentity(known.app_id, known.initial_offset, False)
     new = not (fs.exists(f"{path}/offsets") and fs.ls(f"{path}/offsets", detail=False))
     identity = StreamIdentity(f"mysqlcdc-{uuid.uuid4().hex[:16]}", first_offset() if new else None, new)
     fs.makedirs(path, exist_ok=True)
     with fs.open(file, "w") as f:
-        json.dump({"app_id": identity.app_id, "initial_offset": identity.initial_offset, "created": time.time()}, f)
+        json.dump(encode(CheckpointIdentity(identity.app_id, identity.initial_offset, time.time())), f)
     return identity
 
 
-def resume_offset(state: PipelineState, job: StreamJob) -> dict[str, Any] | None:
+def resume_offset(state: PipelineState, job: StreamJob) -> StreamOffset | None:
     """Where a stream with a new checkpoint starts: the end of the last batch a stream of this
     pipeline committed into the same sink (every table holds every change up to it)."""
-    progress = state.read_progress(STREAM_OFFSET)
-    return progress["offset"] if progress and progress.get("sink_root") == job.sink_root else None
+    progress = state.read_progress(StreamOffsetProgress, STREAM_OFFSET)
+    return progress.offset if progress and progress.sink_root == job.sink_root else None
 
 
 def refuse_positions_beyond_the_head(source: SourceConfig, state: PipelineState, sink: DeltaSink) -> None:
@@ -495,7 +451,7 @@ def release_applied_staged_files(state: PipelineState, committed: dict[str, Any]
     if not committed:
         return
     try:
-        release_staged_files(state, int(committed.get("gen", 0)))
+        release_staged_files(state, StreamOffset.from_spark(committed).generation)
     except Exception as exc:  # never stop the stream for housekeeping: the files stay until the next batch
         log.warning("could not release staged split files yet: %s", exc)
 
@@ -528,7 +484,8 @@ def run_stream_job(spark: Any, source: SourceConfig, job: StreamJob, source_file
     applier = BatchApplier(source, job)
     refuse_positions_beyond_the_head(source, state, applier.sink)
     remove_all_spill_folders(state)
-    identity = stream_identity(job.checkpoint, lambda: resume_offset(state, job) or registry_start_offset(state))
+    identity = stream_identity(job.checkpoint, lambda: resume_offset(state, job) or StreamOffset.from_spark(
+        registry_start_offset(state)))
     job.app_id = job.app_id or identity.app_id
     if identity.new:
         log.info("stream checkpoint %s is new (identity %s): it starts at %s, and applies to each table only the "
@@ -542,7 +499,7 @@ def run_stream_job(spark: Any, source: SourceConfig, job: StreamJob, source_file
               .option("max_batch_bytes", str(job.max_batch_bytes)).option("max_batch_events", str(job.max_batch_events))
               .option("inline_bytes", str(job.inline_bytes)))
     if identity.initial_offset:
-        reader = reader.option("initial_offset", json.dumps(identity.initial_offset))
+        reader = reader.option("initial_offset", json.dumps(identity.initial_offset.to_spark()))
     stream = reader.load()
     writer = stream.writeStream.foreachBatch(applier).option("checkpointLocation", job.checkpoint)
     if job.mode == "available-now":

@@ -19,7 +19,7 @@ import datetime as dt
 import decimal
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
@@ -27,12 +27,12 @@ from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
-from airflow_provider_mysqlcdc.state.registry import CapturedTable, Generation, stream_only_split
+from airflow_provider_mysqlcdc.protocol.actions import PlanAction, StartupMode
+from airflow_provider_mysqlcdc.protocol.plans import TablePlan
+from airflow_provider_mysqlcdc.protocol.state import CapturedTable, Generation, stream_only_split
 
 log = logging.getLogger(__name__)
 
-ACTIONS = ("snapshot", "stream-only", "keep", "resnapshot", "resnapshot-splits")
-STARTUP_MODES = ("initial", "latest", "offset")
 
 
 @dataclass(frozen=True)
@@ -65,26 +65,6 @@ class ResnapshotRequest:
         return requests
 
 
-@dataclass
-class TablePlan:
-    table_id: TableId
-    chunk_key: str
-    action: str
-    splits: list[SnapshotSplit] = field(default_factory=list)
-    stream_from: BinlogOffset | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"table": self.table_id.quoted, "chunk_key": self.chunk_key, "action": self.action,
-                "splits": [s.to_dict() for s in self.splits],
-                "stream_from": self.stream_from.to_dict() if self.stream_from else None}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "TablePlan":
-        return cls(TableId.parse(data["table"]), data["chunk_key"], data["action"],
-                   [SnapshotSplit.from_dict(s) for s in data["splits"]],
-                   BinlogOffset.from_dict(data["stream_from"]) if data.get("stream_from") else None)
-
-
 def parse_offset(value: Any) -> BinlogOffset:
     """``'binlog.000042:1234'`` or ``{"file": ..., "position"|"pos": ...}``."""
     try:
@@ -98,21 +78,20 @@ def parse_offset(value: Any) -> BinlogOffset:
 
 
 def decide_action(table_id: TableId, registered: CapturedTable | None, requests: list[ResnapshotRequest],
-                  startup_mode: str, drifted: bool = False) -> tuple[str, ResnapshotRequest | None]:
+                  startup_mode: str, drifted: bool = False) -> tuple[PlanAction, ResnapshotRequest | None]:
     """What a run does for a table; ``drifted``: the stream saw a DDL the sink cannot follow (state/drift.py)."""
-    if startup_mode not in STARTUP_MODES:
-        raise ConfigurationError(f"Unknown startup mode {startup_mode!r}: use one of {', '.join(STARTUP_MODES)}.")
+    if startup_mode not in set(StartupMode):
+        raise ConfigurationError(f"Unknown startup mode {startup_mode!r}: use one of {', '.join(StartupMode)}.")
     request = next((r for r in requests if r.table_id == table_id), None)
     if registered is None:
-        return ("snapshot" if startup_mode == "initial" or request else "stream-only"), None
+        return (PlanAction.SNAPSHOT if startup_mode == StartupMode.INITIAL or request else PlanAction.STREAM_ONLY), None
     if drifted:
-        return "resnapshot", None
+        return PlanAction.RESNAPSHOT, None
     if request is None:
-        return "keep", None
-    stream_only = any(f.extra.get("stream_only") for f in registered.splits)
-    if request.whole_table or stream_only:
-        return "resnapshot", None
-    return "resnapshot-splits", request
+        return PlanAction.KEEP, None
+    if request.whole_table or registered.stream_only:
+        return PlanAction.RESNAPSHOT, None
+    return PlanAction.RESNAPSHOT_SPLITS, request
 
 
 def splits_overlapping(captured: CapturedTable, ordering: KeyOrdering, request: ResnapshotRequest) -> list[SnapshotSplit]:
@@ -159,9 +138,9 @@ def next_tables(current: Generation, plans: Iterable[TablePlan], finished: Itera
         results.setdefault(split.split.table_id, {})[split.split.index] = split
     for plan in plans:
         table_id, registered = plan.table_id, tables.get(plan.table_id)
-        if plan.action == "keep":
+        if plan.action == PlanAction.KEEP:
             continue
-        if plan.action == "stream-only":
+        if plan.action == PlanAction.STREAM_ONLY:
             if registered is None:
                 tables[table_id] = CapturedTable(plan.chunk_key, [stream_only_split(table_id, plan.chunk_key,
                                                                                     plan.stream_from)])
@@ -182,7 +161,7 @@ def next_tables(current: Generation, plans: Iterable[TablePlan], finished: Itera
                 if f.high_watermark > by_index[f.split.index].high_watermark:
                     by_index[f.split.index] = f
             tables[table_id] = CapturedTable(registered.chunk_key, [by_index[i] for i in sorted(by_index)])
-        elif len(new) == len(plan.splits) and plan.action in ("snapshot", "resnapshot") and \
+        elif len(new) == len(plan.splits) and plan.action in (PlanAction.SNAPSHOT, PlanAction.RESNAPSHOT) and \
                 min(f.high_watermark for f in new) > max(f.high_watermark for f in registered.splits):
             # planned afresh (a whole-table re-snapshot): the new split set replaces the old one
             tables[table_id] = CapturedTable(plan.chunk_key, sorted(new, key=lambda f: f.split.index))

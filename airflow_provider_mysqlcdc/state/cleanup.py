@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 
+from airflow_provider_mysqlcdc.protocol.state import StagedRelease
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from airflow_provider_mysqlcdc.state.staged import delete_staged
 
@@ -24,7 +25,8 @@ RELEASED = "staged-released.json"
 
 def release_staged_files(state: PipelineState, committed_generation: int) -> list[str]:
     """Delete the staged files of generations up to ``committed_generation``; returns their URLs."""
-    through = int((state.read_progress(RELEASED) or {}).get("through", 0))
+    released_before = state.read_progress(StagedRelease, RELEASED)
+    through = released_before.through if released_before else 0
     if committed_generation <= through:
         return []
     latest = state.latest_number()
@@ -33,7 +35,7 @@ def release_staged_files(state: PipelineState, committed_generation: int) -> lis
     deleted = sorted(released - still_needed)
     for url in deleted:
         delete_staged(url)
-    state.write_progress(RELEASED, {"through": committed_generation, "released_at": time.time()})
+    state.write_progress(RELEASED, StagedRelease(committed_generation, time.time()))
     if deleted:
         log.info("released %d staged split file(s) the stream applied (generations %d-%d)", len(deleted),
                  through + 1, committed_generation)
@@ -45,6 +47,6 @@ def _staged_added(state: PipelineState, first: int, last: int) -> set[str]:
     previous = state.load(first - 1) if first <= last else None
     for number in range(first, last + 1):
         current = state.load(number)
-        urls.update(f.extra["staged"] for f in current.added_since(previous) if f.extra.get("staged"))
+        urls.update(f.staged for f in current.added_since(previous) if f.staged)
         previous = current
     return urls

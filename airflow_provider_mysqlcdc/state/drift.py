@@ -22,42 +22,22 @@ when the table exists on the server; a table that is gone keeps its sink as it w
 ``bin/status`` say so. Once the re-snapshot's generation is active, its splits are newer than the
 events, so nothing is pending or frozen any more.
 
-The file is ``progress/schema-drift.json``: ``{"format": 2, "tables": {"`db`.`t`": [event, ...]}}``.
+The file is ``progress/schema-drift.json``, a ``DriftLog`` record (protocol/state.py).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Any
 
-from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import TableEventKind
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
-from airflow_provider_mysqlcdc.state.registry import CapturedTable, PipelineState
+from airflow_provider_mysqlcdc.protocol.state import CapturedTable, DriftEvent, DriftLog
+from airflow_provider_mysqlcdc.state.registry import PipelineState
 
 DRIFT = "schema-drift.json"
-FORMAT = 2
 #: events kept per table (the oldest go first; only those after the table's splits matter)
 MAX_EVENTS = 20
-
-
-@dataclass(frozen=True)
-class DriftEvent:
-    kind: TableEventKind
-    offset: BinlogOffset
-    reason: str
-    noted_at: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind.value, "offset": self.offset.to_dict(), "reason": self.reason,
-                "noted_at": self.noted_at}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "DriftEvent":
-        return cls(TableEventKind(data.get("kind", TableEventKind.ALTERED.value)), BinlogOffset.from_dict(data["offset"]),
-                   data["reason"], float(data.get("noted_at", 0.0)))
 
 
 Drift = dict[TableId, list[DriftEvent]]
@@ -65,13 +45,8 @@ Drift = dict[TableId, list[DriftEvent]]
 
 def read_drift(state: PipelineState) -> Drift:
     """Every table's drift events (read once, then ask ``pending_drift`` / ``frozen_since`` per table)."""
-    data = state.read_progress(DRIFT) or {}
-    if "format" not in data:  # format 1: the latest column drift per table, keyed db.table
-        return {TableId.parse(name): [DriftEvent.from_dict(entry)] for name, entry in data.items()}
-    if data["format"] != FORMAT:
-        raise ConfigurationError(f"{state.location}/progress/{DRIFT} has format {data['format']!r}, this version "
-                                 f"reads format {FORMAT}: upgrade airflow-provider-mysqlcdc where the stream runs.")
-    return {TableId.parse(name): [DriftEvent.from_dict(e) for e in events] for name, events in data["tables"].items()}
+    log = state.read_progress(DriftLog, DRIFT)
+    return log.tables if log else {}
 
 
 def record_drift(state: PipelineState, drift: Drift, table_id: TableId, kind: TableEventKind, offset: BinlogOffset,
@@ -84,8 +59,7 @@ def record_drift(state: PipelineState, drift: Drift, table_id: TableId, kind: Ta
     events.append(DriftEvent(kind, offset, reason, time.time()))
     events.sort(key=lambda e: e.offset)
     del events[:-MAX_EVENTS]
-    state.write_progress(DRIFT, {"format": FORMAT, "tables": {t.quoted: [e.to_dict() for e in evs]
-                                                              for t, evs in sorted(drift.items())}})
+    state.write_progress(DRIFT, DriftLog(drift))
     return True
 
 

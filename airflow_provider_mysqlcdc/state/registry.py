@@ -11,11 +11,11 @@ A finished split's rows reach the sink in one of two ways:
 - **direct**: the chunk job replaces the split's key range itself. Only for a table that no
   generation has ever held: no stream writes it, so nothing can interleave with the replace.
 - **staged**: for a table a stream already writes (re-snapshot, cleared chunk, table added back),
-  the chunk job writes the rows as Parquet under ``staged/`` and records the file in
-  ``extra["staged"]``; the stream replaces the range itself, after merging the binlog between the
+  the chunk job writes the rows as Parquet under ``staged/`` and records the file in the split's
+  ``staged`` field; the stream replaces the range itself, after merging the binlog between the
   split's high watermark and its own position into those rows, so the sink never goes back in time.
 
-A split with ``extra["stream_only"]`` has no rows: the table is streamed from that split's high
+A split marked ``stream_only`` has no rows: the table is streamed from that split's high
 watermark without a snapshot (startup modes ``latest`` and ``offset``).
 """
 
@@ -24,89 +24,25 @@ from __future__ import annotations
 import datetime as dt
 import json
 import uuid
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from airflow_provider_mysqlcdc.cdc.errors import CdcError
-from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
-from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
+from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.protocol.envelope import Record, decode, encode
+from airflow_provider_mysqlcdc.protocol.state import CapturedTable, Generation
 from airflow_provider_mysqlcdc.state.storage import StateStorage
 
 GENERATIONS = "generations"
+R = TypeVar("R")
 #: progress file: the end offset of the last micro-batch a stream of the pipeline committed
 STREAM_OFFSET = "stream-offset.json"
+#: progress file: the stream's last micro-batch (its heartbeat)
+STREAM_PROGRESS = "stream.json"
 
 
 class ConcurrentStateChange(CdcError):
     """Two writers raced for the same generation number."""
-
-
-def split_identity(finished: FinishedSplit) -> str:
-    return json.dumps(finished.to_dict(), sort_keys=True)
-
-
-def stream_only_split(table_id: TableId, chunk_key: str, offset: BinlogOffset) -> FinishedSplit:
-    """The whole key space 'finished' at ``offset`` with no rows: stream the table from there."""
-    return FinishedSplit(SnapshotSplit(table_id, 0, chunk_key), offset, extra={"stream_only": True})
-
-
-@dataclass
-class CapturedTable:
-    chunk_key: str
-    splits: list[FinishedSplit]
-
-    @property
-    def first_high_watermark(self) -> BinlogOffset:
-        """The earliest point any of its splits was read at: events after it may be missing from the sink."""
-        return min(f.high_watermark for f in self.splits)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"chunk_key": self.chunk_key, "splits": [f.to_dict() for f in self.splits]}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "CapturedTable":
-        return cls(data["chunk_key"], [FinishedSplit.from_dict(f) for f in data["splits"]])
-
-
-@dataclass
-class Generation:
-    number: int
-    tables: dict[TableId, CapturedTable] = field(default_factory=dict)
-    #: every table any generation up to this one captured (a table added back must be staged)
-    history: set[TableId] = field(default_factory=set)
-    created: str = ""
-
-    @property
-    def finished_splits(self) -> list[FinishedSplit]:
-        return [f for t in sorted(self.tables) for f in self.tables[t].splits]
-
-    @property
-    def chunk_keys(self) -> dict[TableId, str]:
-        return {t: c.chunk_key for t, c in self.tables.items()}
-
-    def initial_offset(self) -> BinlogOffset | None:
-        """Where a stream without a checkpoint starts: the smallest high watermark."""
-        return min((f.high_watermark for f in self.finished_splits), default=None)
-
-    def added_since(self, older: "Generation") -> list[FinishedSplit]:
-        """Splits of this generation that ``older`` did not have (new tables, re-snapshots)."""
-        added = []
-        for table_id, captured in sorted(self.tables.items()):
-            before = older.tables.get(table_id)
-            known = {split_identity(f) for f in before.splits} if before else set()
-            added.extend(f for f in captured.splits if split_identity(f) not in known)
-        return added
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"number": self.number, "created": self.created,
-                "tables": {t.quoted: c.to_dict() for t, c in sorted(self.tables.items())},
-                "history": sorted(t.quoted for t in self.history)}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Generation":
-        return cls(int(data["number"]), {TableId.parse(t): CapturedTable.from_dict(c) for t, c in data["tables"].items()},
-                   {TableId.parse(t) for t in data.get("history", [])}, data.get("created", ""))
 
 
 class PipelineState:
@@ -128,7 +64,8 @@ class PipelineState:
     def load(self, number: int) -> Generation:
         if number == 0:
             return Generation(0)
-        return Generation.from_dict(json.loads(self.storage.read_text(GENERATIONS, f"{number:06d}.json")))
+        name = f"{number:06d}.json"
+        return decode(Generation, json.loads(self.storage.read_text(GENERATIONS, name)), self.storage.url(GENERATIONS, name))
 
     def latest(self) -> Generation:
         return self.load(self.latest_number())
@@ -144,7 +81,7 @@ class PipelineState:
                                         "run one DAG run of a pipeline at a time (max_active_runs=1).")
         generation = Generation(number, dict(tables), latest.history | set(tables),
                                 dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
-        self.storage.write_text(json.dumps(generation.to_dict(), indent=1), GENERATIONS, f"{number:06d}.json")
+        self.storage.write_text(json.dumps(encode(generation), indent=1), GENERATIONS, f"{number:06d}.json")
         return generation
 
     def needs_staging(self, table_id: TableId) -> bool:
@@ -155,11 +92,15 @@ class PipelineState:
         """A fresh directory for one chunk job's staged splits of ``table_id``."""
         return self.storage.url("staged", table_id.database, table_id.table, uuid.uuid4().hex[:12])
 
-    def write_progress(self, name: str, data: dict[str, Any]) -> None:
-        self.storage.write_text(json.dumps(data, default=str), "progress", name)
+    def write_progress(self, name: str, record: Record) -> None:
+        """Write one of the records of protocol/state.py under ``progress/``."""
+        self.storage.write_text(json.dumps(encode(record)), "progress", name)
 
-    def read_progress(self, name: str) -> dict[str, Any] | None:
-        return json.loads(self.storage.read_text("progress", name)) if self.storage.exists("progress", name) else None
+    def read_progress(self, cls: type[R], name: str) -> R | None:
+        """The ``cls`` record at ``progress/<name>``, None when there is none."""
+        if not self.storage.exists("progress", name):
+            return None
+        return decode(cls, json.loads(self.storage.read_text("progress", name)), self.storage.url("progress", name))
 
 
 def captured_tables(finished: list[FinishedSplit]) -> dict[TableId, CapturedTable]:

@@ -37,9 +37,10 @@ from airflow_provider_mysqlcdc.devtools.dag_runner import (catch_up_stream, clea
 from airflow_provider_mysqlcdc.devtools.verify import source_rows
 from airflow_provider_mysqlcdc.devtools.workload import SAMPLE_TABLES, RandomWriters, create_sample_tables
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
-from airflow_provider_mysqlcdc.spark.stream_job import StreamJob
+from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
-from airflow_provider_mysqlcdc.state.registry import PipelineState
+from airflow_provider_mysqlcdc.protocol.state import StreamOffsetProgress
+from airflow_provider_mysqlcdc.state.registry import STREAM_OFFSET, PipelineState
 from airflow_provider_mysqlcdc.status import pipeline_status
 
 from .helpers import SecretWatch, assert_same_rows, delta_rows, files_holding, transactions_between
@@ -124,9 +125,8 @@ def test_pipeline_lifecycle_adds_resnapshots_removes_and_stays_exact(mysql_serve
         """Until the stream has processed a batch of ``generation`` (and up to ``position``)."""
         deadline = time.monotonic() + 240
         while True:
-            done = state.read_progress("stream-offset.json")
-            if done and done["offset"]["gen"] >= generation and (
-                    position is None or BinlogOffset(done["offset"]["file"], int(done["offset"]["pos"])) >= position):
+            done = state.read_progress(StreamOffsetProgress, STREAM_OFFSET)
+            if done and done.offset.generation >= generation and (position is None or done.offset.offset >= position):
                 return
             assert current[0].poll() is None and time.monotonic() < deadline, "the stream did not get there"
             time.sleep(0.5)
@@ -153,7 +153,7 @@ def test_pipeline_lifecycle_adds_resnapshots_removes_and_stays_exact(mysql_serve
         for ti in mapped:
             finished = run1["xcoms"][f"{group}.snapshot[{ti['map_index']}]"]["finished_splits"]
             assert finished and all(f["high_watermark"]["position"] > 0 for f in finished)
-            assert not any("staged" in f.get("extra", {}) for f in finished), "a new table is written directly"
+            assert not any(f.get("staged") for f in finished), "a new table is written directly"
         assert run1["xcoms"]["collect_splits[-1]"]["generation"] == 1
 
         step("run 1 done")
@@ -170,7 +170,7 @@ def test_pipeline_lifecycle_adds_resnapshots_removes_and_stays_exact(mysql_serve
         assert state.latest().number == 2
         for f in redone:
             index = f["split"]["index"]
-            assert after[index].extra["staged"] and after[index].high_watermark > before[index].high_watermark
+            assert after[index].staged and after[index].high_watermark > before[index].high_watermark
         assert all(after[i] == before[i] for i in before if i not in {f["split"]["index"] for f in redone})
 
         step("clear + resume done")
@@ -203,8 +203,8 @@ def test_pipeline_lifecycle_adds_resnapshots_removes_and_stays_exact(mysql_serve
         assert plans[a.quoted]["action"] == "resnapshot" and plans[c.quoted]["action"] == "snapshot"
         assert plans[b.quoted]["action"] == "resnapshot-splits" and 1 <= len(plans[b.quoted]["splits"]) < 5
         registry = state.latest()
-        assert all(f.extra.get("staged") for f in registry.tables[a].splits)
-        assert not any(f.extra.get("staged") for f in registry.tables[c].splits)
+        assert all(f.staged for f in registry.tables[a].splits)
+        assert not any(f.staged for f in registry.tables[c].splits)
         stream = restart_after(watcher, "between two staged-split commits")
 
         step("run 3 done")
@@ -228,7 +228,7 @@ def test_pipeline_lifecycle_adds_resnapshots_removes_and_stays_exact(mysql_serve
         run5 = run_dag("mysqlcdc_example", env, conf={"tables": [_name(b), _name(c)], "stream_mode": "skip",
                                                       "chunk_rows": 3000})
         _assert_run_succeeded(run5)
-        assert all(f.extra.get("staged") for f in state.latest().tables[c].splits), "a table added back is staged"
+        assert all(f.staged for f in state.latest().tables[c].splits), "a table added back is staged"
         time.sleep(5)
         stats = writers.stop()
         step("run 4, run 5 done")
@@ -251,8 +251,8 @@ def test_pipeline_lifecycle_adds_resnapshots_removes_and_stays_exact(mysql_serve
     assert transactions_between(cdc_user, committed, current_offset(conn)) == 0, status
     assert status["latest_run"]["tables"][str(c)]["done"] == status["latest_run"]["tables"][str(c)]["chunks"] >= 1
     # every staged split file was applied, so the stream released it (state/cleanup.py)
-    staged = {f.extra["staged"] for n in range(1, state.latest_number() + 1)
-              for f in state.load(n).finished_splits if f.extra.get("staged")}
+    staged = {f.staged for n in range(1, state.latest_number() + 1)
+              for f in state.load(n).finished_splits if f.staged}
     assert staged and not [u for u in staged if os.path.exists(u)], "applied staged files were kept"
     # the source password reached no process argument or Spark environment, no log, XCom (the
     # metadata DB), Spark event log, state, checkpoint or sink file

@@ -8,7 +8,6 @@ table being added, and the next run re-snapshots them; afterwards the sink equal
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 import pytest
@@ -16,17 +15,17 @@ import pytest
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitReader
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema, load_table_schema
-from airflow_provider_mysqlcdc.cdc.source.server import binlog_files, current_offset
 from airflow_provider_mysqlcdc.devtools.throwaway_server import ThrowawayMariaDB
 from airflow_provider_mysqlcdc.devtools.verify import Rows, source_rows
 from airflow_provider_mysqlcdc.sinks.arrow_rows import rows_to_data_table
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
-from airflow_provider_mysqlcdc.spark.stream_job import StreamJob
+from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
 from airflow_provider_mysqlcdc.state.changes import decide_action
 from airflow_provider_mysqlcdc.state.drift import pending_drift, read_drift
-from airflow_provider_mysqlcdc.state.registry import CapturedTable, PipelineState, captured_tables
+from airflow_provider_mysqlcdc.protocol.state import CapturedTable
+from airflow_provider_mysqlcdc.state.registry import PipelineState, captured_tables
 from airflow_provider_mysqlcdc.state.staged import write_staged
 
 from .helpers import assert_same_rows, delta_rows
@@ -49,18 +48,6 @@ def _read(source, schema: TableSchema) -> tuple[FinishedSplit, list[dict]]:
     with SplitReader(source, schema) as reader:
         result = reader.read(SnapshotSplit(schema.table_id, 0, "id"))
     return result.finished, result.rows
-
-
-def _purge_all_but_the_current_file(conn) -> str:
-    old = current_offset(conn).file
-    with conn.cursor() as cur:
-        cur.execute("FLUSH BINARY LOGS")
-        deadline = time.monotonic() + 30
-        while old in binlog_files(conn):  # a closing binlog dump may hold the file for a moment
-            assert time.monotonic() < deadline, "the old binlog file could not be purged"
-            cur.execute("PURGE BINARY LOGS TO %s", (current_offset(conn).file,))
-            time.sleep(0.1)
-    return old
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +104,7 @@ def _run_history(server: ThrowawayMariaDB, tmp) -> PurgeHistory:
     h.snapshot_of_a = source_rows(source, schemas["a"])
     c = direct("c")  # read now, registered only once the stream is past the purge
     write("lost")  # in the binlog that is purged next: only a and c needed it
-    h.purged_file = _purge_all_but_the_current_file(conn)
+    h.purged_file = server.purge_binlogs()
     b = direct("b")
     state.commit(captured_tables([a, b]))
     write("after the purge")

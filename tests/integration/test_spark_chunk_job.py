@@ -24,7 +24,7 @@ from airflow_provider_mysqlcdc.devtools.verify import source_rows
 from airflow_provider_mysqlcdc.devtools.workload import SAMPLE_TABLES, RandomWriters, create_sample_tables
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_change_batch
-from airflow_provider_mysqlcdc.spark.chunk_job import ChunkJob
+from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob
 from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
 
 from .helpers import assert_same_rows, delta_rows
@@ -48,7 +48,7 @@ def test_chunk_job_snapshot_then_binlog_equals_source(mysql_server, cdc_user, da
             splits = ChunkSplitter(cdc_user.connect(), schema, SplitOptions(chunk_size=700)).split()
             retried = rng.sample(splits, 1)  # one split per table is read twice
             jobs.append(ChunkJob(table=f"`{table_id.database}`.`{table_id.table}`",
-                                 splits=[s.to_dict() for s in splits + retried], sink_root=lake,
+                                 splits=splits + retried, sink_root=lake,
                                  partitions_per_split=3))
         results = []
         for number, job in enumerate(jobs):
@@ -65,7 +65,7 @@ def test_chunk_job_snapshot_then_binlog_equals_source(mysql_server, cdc_user, da
         latest = {}
         for data in result["finished_splits"]:
             f = FinishedSplit.from_dict(data)
-            assert f.extra["partitions"] >= 2 or f.rows < 10
+            assert f.partitions >= 2 or f.rows < 10
             latest[f.split.index] = f  # a retried split's later result wins
         finished += latest.values()
 

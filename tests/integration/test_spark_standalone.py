@@ -20,8 +20,8 @@ from airflow_provider_mysqlcdc.devtools.spark_standalone import StandaloneCluste
 from airflow_provider_mysqlcdc.devtools.verify import source_rows
 from airflow_provider_mysqlcdc.devtools.workload import SAMPLE_TABLES, create_sample_tables
 from airflow_provider_mysqlcdc.state.registry import PipelineState, captured_tables
-from airflow_provider_mysqlcdc.spark.chunk_job import ChunkJob
-from airflow_provider_mysqlcdc.spark.stream_job import StreamJob
+from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob
+from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
 
 from .helpers import assert_same_rows, delta_rows
@@ -55,7 +55,7 @@ def test_jobs_run_on_a_standalone_cluster_from_py_files(mysql_server, cdc_user, 
     splits = ChunkSplitter(cdc_user.connect(), schema, SplitOptions(chunk_size=800)).split()
     lake = str(tmp_path / "lake")
     source_file = cdc_user.to_private_file(tmp_path / "secrets" / "source.json")
-    job = ChunkJob(table=str(table_id), splits=[s.to_dict() for s in splits], sink_root=lake, partitions_per_split=2)
+    job = ChunkJob(table=str(table_id), splits=splits, sink_root=lake, partitions_per_split=2)
     (tmp_path / "job.json").write_text(job.to_json())
     rows_before = len(source_rows(mysql_server.admin, schema))
     with StandaloneCluster(tmp_path / "cluster", python=python_without_project) as cluster:

@@ -27,10 +27,11 @@ from airflow_provider_mysqlcdc.devtools.workload import SAMPLE_TABLES, RandomWri
 from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SUFFIX
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
-from airflow_provider_mysqlcdc.spark.stream_job import StreamJob
+from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
 from airflow_provider_mysqlcdc.state.drift import read_drift
-from airflow_provider_mysqlcdc.state.registry import CapturedTable, PipelineState, captured_tables, stream_only_split
+from airflow_provider_mysqlcdc.protocol.state import CapturedTable, stream_only_split
+from airflow_provider_mysqlcdc.state.registry import PipelineState, captured_tables
 
 from .helpers import assert_same_rows, delta_rows
 

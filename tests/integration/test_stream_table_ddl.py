@@ -28,11 +28,12 @@ from airflow_provider_mysqlcdc.devtools.snapshot import stage_whole_table
 from airflow_provider_mysqlcdc.devtools.verify import Rows, source_rows
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
-from airflow_provider_mysqlcdc.spark.stream_job import StreamJob
+from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
 from airflow_provider_mysqlcdc.state.changes import decide_action
 from airflow_provider_mysqlcdc.state.drift import pending_drift, read_drift
-from airflow_provider_mysqlcdc.state.registry import CapturedTable, PipelineState, captured_tables
+from airflow_provider_mysqlcdc.protocol.state import CapturedTable
+from airflow_provider_mysqlcdc.state.registry import PipelineState, captured_tables
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
 from airflow_provider_mysqlcdc.status import pipeline_status
 

@@ -105,7 +105,7 @@ def stream_outages(own_server, tmp_path_factory) -> Outages:
     from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitReader
     from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
     from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
-    from airflow_provider_mysqlcdc.spark.stream_job import StreamJob
+    from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
     from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
     from airflow_provider_mysqlcdc.state.registry import PipelineState, captured_tables
 

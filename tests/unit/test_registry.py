@@ -9,9 +9,11 @@ from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import TableEventKind
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
-from airflow_provider_mysqlcdc.state.changes import (ResnapshotRequest, TablePlan, decide_action, next_tables,
+from airflow_provider_mysqlcdc.protocol.plans import TablePlan
+from airflow_provider_mysqlcdc.state.changes import (ResnapshotRequest, decide_action, next_tables,
                                                      parse_offset)
-from airflow_provider_mysqlcdc.state.registry import CapturedTable, Generation, PipelineState, captured_tables
+from airflow_provider_mysqlcdc.protocol.state import CapturedTable, Generation
+from airflow_provider_mysqlcdc.state.registry import PipelineState, captured_tables
 
 T = TableId("shop", "orders")
 U = TableId("shop", "users")
@@ -22,8 +24,8 @@ def splits(table: TableId, bounds: list[int]) -> list[SnapshotSplit]:
     return [SnapshotSplit(table, i, "id", edges[i], edges[i + 1]) for i in range(len(edges) - 1)]
 
 
-def finish(split: SnapshotSplit, position: int, **extra) -> FinishedSplit:
-    return FinishedSplit(split, BinlogOffset("binlog.000001", position), extra=extra)
+def finish(split: SnapshotSplit, position: int, **fields) -> FinishedSplit:
+    return FinishedSplit(split, BinlogOffset("binlog.000001", position), **fields)
 
 
 def test_generations_are_immutable_numbered_and_skip_no_change(tmp_path):
@@ -72,7 +74,7 @@ def test_exact_runs_remove_unnamed_tables_and_stream_only_tables_register_at_the
     current = Generation(1, captured_tables([finish(s, 100) for s in splits(T, [])]))
     plan = TablePlan(U, "id", "stream-only", stream_from=BinlogOffset("binlog.000002", 4))
     tables = next_tables(current, [plan], [], exact=True)
-    assert set(tables) == {U} and tables[U].splits[0].extra["stream_only"]
+    assert set(tables) == {U} and tables[U].splits[0].stream_only
     assert set(next_tables(current, [plan], [], exact=False)) == {T, U}
 
 
@@ -137,12 +139,3 @@ def test_a_table_is_frozen_from_its_first_drop_or_rename_after_its_splits_until_
     assert frozen_since(read_drift(state), T, captured) == BinlogOffset("binlog.000001", 300)
     again = captured_tables([finish(s, 450 + s.index) for s in splits(T, [10])])[T]  # re-read after the rename
     assert frozen_since(read_drift(state), T, again) == BinlogOffset("binlog.000001", 500)
-
-
-def test_drift_of_an_unknown_format_is_refused_with_the_fix(tmp_path):
-    from airflow_provider_mysqlcdc.state.drift import DRIFT, read_drift
-
-    state = PipelineState(str(tmp_path / "state"))
-    state.write_progress(DRIFT, {"format": 99, "tables": {}})
-    with pytest.raises(ConfigurationError, match="format 99.*upgrade"):
-        read_drift(state)

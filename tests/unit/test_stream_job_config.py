@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
-from airflow_provider_mysqlcdc.spark.stream_job import StreamJob
+from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 
 
 @pytest.mark.parametrize("limit", [{"max_batch_bytes": -1}, {"max_batch_events": -5}, {"inline_bytes": -1},

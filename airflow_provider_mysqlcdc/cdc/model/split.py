@@ -11,8 +11,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import decimal
-import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
@@ -55,34 +54,47 @@ class SnapshotSplit:
 
 @dataclass(frozen=True)
 class FinishedSplit:
-    """A split that has been read: its content is exact as of ``high_watermark``."""
+    """A split that has been read: its content is exact as of ``high_watermark``.
+
+    ``staged``: the URL of the Parquet file holding its rows, when the stream applies them (the table
+    was captured before; state/registry.py); ``stream_only``: no rows, the table is streamed from
+    ``high_watermark`` without a snapshot. ``partitions`` and ``seconds`` say how it was read."""
 
     split: SnapshotSplit
     high_watermark: BinlogOffset
     low_watermark: BinlogOffset | None = None
     rows: int = 0
     binlog_events_merged: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
+    staged: str | None = None
+    stream_only: bool = False
+    partitions: int = 0
+    seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data = {
             "split": self.split.to_dict(),
             "high_watermark": self.high_watermark.to_dict(),
             "low_watermark": self.low_watermark.to_dict() if self.low_watermark else None,
             "rows": self.rows,
             "binlog_events_merged": self.binlog_events_merged,
-            **({"extra": self.extra} if self.extra else {}),
         }
+        optional = {"staged": self.staged, "stream_only": self.stream_only, "partitions": self.partitions,
+                    "seconds": self.seconds}
+        return {**data, **{k: v for k, v in optional.items() if v}}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "FinishedSplit":
+        extra = data.get("extra", {})  # records written before these fields had names kept them in "extra"
         return cls(
             split=SnapshotSplit.from_dict(data["split"]),
             high_watermark=BinlogOffset.from_dict(data["high_watermark"]),
             low_watermark=BinlogOffset.from_dict(data["low_watermark"]) if data.get("low_watermark") else None,
             rows=int(data.get("rows", 0)),
             binlog_events_merged=int(data.get("binlog_events_merged", 0)),
-            extra=dict(data.get("extra", {})),
+            staged=data.get("staged", extra.get("staged")),
+            stream_only=bool(data.get("stream_only", extra.get("stream_only", False))),
+            partitions=int(data.get("partitions", extra.get("partitions", 0))),
+            seconds=float(data.get("seconds", extra.get("seconds", 0.0))),
         )
 
 
@@ -143,10 +155,3 @@ def decode_value(data: Any) -> Any:
         return dt.timedelta(microseconds=int(text))
     raise ConfigurationError(f"Unknown encoded value kind {kind!r}")
 
-
-def dumps_finished_splits(splits: list[FinishedSplit]) -> str:
-    return json.dumps([s.to_dict() for s in splits])
-
-
-def loads_finished_splits(text: str) -> list[FinishedSplit]:
-    return [FinishedSplit.from_dict(d) for d in json.loads(text)]

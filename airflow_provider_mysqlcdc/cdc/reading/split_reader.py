@@ -132,7 +132,7 @@ class SplitReader:
             split.split_id, selected, merged, low, high, len(rows), high, elapsed,
         )
         finished = FinishedSplit(split, high, low, rows=len(rows), binlog_events_merged=merged,
-                                 extra={"seconds": round(elapsed, 3)})
+                                 seconds=round(elapsed, 3))
         return SplitReadResult(finished, list(rows.rows.values()))
 
     def merge_window(self, split: SnapshotSplit, low: BinlogOffset, high: BinlogOffset, rows: KeyedRows) -> int:

@@ -6,6 +6,7 @@ MySQL 5.7/8.0 and MariaDB answer ``SHOW MASTER STATUS``; MySQL 8.4 replaced it w
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,12 +125,15 @@ def binlog_changed_error(what: str) -> SourceChangedError:
         "re-snapshot the pipeline into a new sink location and state.")
 
 
+_GTID = re.compile(r"(\d+)-(\d+)-(\d+)")
+
+
 def gtid_positions(text: str | None) -> dict[int, tuple[int, int]]:
-    """A MariaDB GTID position (``0-1-42,1-2-7``) as {domain: (server_id, sequence number)}."""
-    positions = {}
-    for item in (text or "").replace(" ", "").split(","):
-        if item:
-            domain, server, sequence = item.split("-")
+    """A MariaDB GTID position (``0-1-42,1-2-7``) or GTID list (``[0-1-42,0-2-40]``) as {domain:
+    (server_id, sequence number)}, the highest sequence number of each domain."""
+    positions: dict[int, tuple[int, int]] = {}
+    for domain, server, sequence in _GTID.findall(text or ""):
+        if int(sequence) >= positions.get(int(domain), (0, -1))[1]:
             positions[int(domain)] = (int(server), int(sequence))
     return positions
 

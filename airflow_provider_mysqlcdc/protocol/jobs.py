@@ -1,0 +1,108 @@
+"""What a task asks a Spark job to do: the job file a chunk task or the stream task writes, and the
+Spark driver reads (``spark_jobs/``). No secret is ever in it: the source's credentials travel in a
+private file of their own (cdc/source/connection.py).
+
+A job file is read by the provider installed where the Spark driver runs, which may be another
+version than the Airflow worker's (a cluster image): a newer job file is refused with the fix
+rather than half understood.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
+from airflow_provider_mysqlcdc.cdc.model.records import ON_BINLOG_PURGED
+from airflow_provider_mysqlcdc.cdc.model.split import SnapshotSplit
+from airflow_provider_mysqlcdc.protocol.actions import StreamMode
+from airflow_provider_mysqlcdc.protocol.envelope import RecordFormat, decode, encode
+
+
+class _JobFile:
+    FORMAT: ClassVar[RecordFormat]
+
+    def to_body(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any], version: int) -> Any:
+        return cls(**body)
+
+    def to_json(self) -> str:
+        return json.dumps(encode(self))  # type: ignore[arg-type]
+
+    @classmethod
+    def from_json(cls, text: str) -> Any:
+        return decode(cls, json.loads(text), f"the {cls.FORMAT.kind} file")
+
+
+@dataclass
+class ChunkJob(_JobFile):
+    """One spark-submit of the chunk job (spark/chunk_job.py): read ``splits`` of ``table``."""
+
+    FORMAT: ClassVar[RecordFormat] = RecordFormat("chunk-job", 1)
+
+    table: str  # db.table
+    splits: list[SnapshotSplit]
+    sink_root: str
+    partitions_per_split: int = 0  # 0: Spark's default parallelism
+    server_id_range: tuple[int, int] | None = None  # replica ids the job's binlog connections use
+    stage_to: str | None = None  # stage the rows here for the stream instead of writing the sink
+    retry_budget_s: float = 300.0  # a source fault lasting longer fails the job (cdc/source/retry.py)
+
+    def to_body(self) -> dict[str, Any]:
+        return {**super().to_body(), "splits": [s.to_dict() for s in self.splits]}
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any], version: int) -> "ChunkJob":
+        ids = body.get("server_id_range")
+        return cls(**{**body, "splits": [SnapshotSplit.from_dict(s) for s in body["splits"]],
+                      "server_id_range": tuple(ids) if ids else None})
+
+
+@dataclass
+class StreamJob(_JobFile):
+    """One spark-submit of the stream job (spark/stream_job.py)."""
+
+    FORMAT: ClassVar[RecordFormat] = RecordFormat("stream-job", 1)
+
+    state: str  # the pipeline's state location (registry, staged splits, progress)
+    sink_root: str
+    checkpoint: str = ""  # default: <state>/checkpoint
+    mode: str = StreamMode.AVAILABLE_NOW.value
+    trigger_interval_s: float = 1.0
+    server_id_range: str = "5400-6399"
+    app_id: str = ""  # default: the checkpoint's identity (a new checkpoint gets a new one)
+    changelog: bool = False  # also append every change to <table>__changelog
+    decode_pieces: int = 2  # a large micro-batch range is decoded by this many tasks in parallel
+    retry_budget_s: float = 300.0  # a source fault lasting longer fails the stream (cdc/source/retry.py)
+    #: binlog the stream needs was purged: "fail" (with the way out), or "resnapshot": record exactly
+    #: the tables that needed it (frozen meanwhile), which the next DAG run re-snapshots
+    on_binlog_purged: str = "fail"
+    #: a micro-batch ends at the first transaction end after this much binlog (0: no limit); a larger
+    #: transaction makes a batch of its own
+    max_batch_bytes: int = 128 << 20
+    max_batch_events: int = 0  # the same in binlog events (0: no limit)
+    #: what a decoding task sends through Spark to the driver; the rest goes through spill files
+    inline_bytes: int = 32 << 20
+    #: changes held and merged at once: a batch with more (one huge transaction) is merged in pieces of
+    #: this many, each one commit recording its position (sinks/writer.py)
+    max_apply_changes: int = 100_000
+
+    def __post_init__(self) -> None:
+        if self.mode not in set(StreamMode):
+            raise ConfigurationError(f"stream mode must be one of {', '.join(StreamMode)}, got {self.mode!r}.")
+        if self.on_binlog_purged not in ON_BINLOG_PURGED:
+            raise ConfigurationError(f"on_binlog_purged must be one of {', '.join(ON_BINLOG_PURGED)}, got "
+                                     f"{self.on_binlog_purged!r}.")
+        for name in ("max_batch_bytes", "max_batch_events", "inline_bytes"):
+            if getattr(self, name) < 0:
+                raise ConfigurationError(f"{name} must be 0 (no limit) or a positive number of bytes/events, got "
+                                         f"{getattr(self, name)}.")
+        if self.max_apply_changes < 1:
+            raise ConfigurationError(f"max_apply_changes must be a positive number, got {self.max_apply_changes}.")
+        if not self.checkpoint:
+            self.checkpoint = f"{self.state.rstrip('/')}/checkpoint"  # state/registry.py PipelineState.checkpoint

@@ -1,0 +1,52 @@
+"""What a plan task decided, handed through XCom to the collect task (and read by ``bin/status``).
+
+One ``TablePlans`` record per plan task: per table its ``PlanAction``, the splits it reads and, for
+a stream-only table, where the stream starts; ``exact``: the task names every table of the pipeline
+(tables it does not name are removed from the registry).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.model.split import SnapshotSplit
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.protocol.actions import PlanAction
+from airflow_provider_mysqlcdc.protocol.envelope import RecordFormat
+
+
+@dataclass
+class TablePlan:
+    table_id: TableId
+    chunk_key: str
+    action: PlanAction
+    splits: list[SnapshotSplit] = field(default_factory=list)
+    stream_from: BinlogOffset | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"table": self.table_id.quoted, "chunk_key": self.chunk_key, "action": PlanAction(self.action).value,
+                "splits": [s.to_dict() for s in self.splits],
+                "stream_from": self.stream_from.to_dict() if self.stream_from else None}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "TablePlan":
+        return cls(TableId.parse(data["table"]), data["chunk_key"], PlanAction.parse(data["action"]),
+                   [SnapshotSplit.from_dict(s) for s in data["splits"]],
+                   BinlogOffset.from_dict(data["stream_from"]) if data.get("stream_from") else None)
+
+
+@dataclass(frozen=True)
+class TablePlans:
+    FORMAT: ClassVar[RecordFormat] = RecordFormat("table-plans", 1)
+
+    exact: bool
+    plans: list[TablePlan] = field(default_factory=list)
+
+    def to_body(self) -> dict[str, Any]:
+        return {"exact": self.exact, "plans": [p.to_dict() for p in self.plans]}
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any], version: int) -> "TablePlans":
+        return cls(bool(body["exact"]), [TablePlan.from_dict(p) for p in body["plans"]])

@@ -1,0 +1,122 @@
+"""Records that cross process boundaries: versioned, typed, and refused clearly when unknown."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.model.records import TableEventKind
+from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.protocol.envelope import ProtocolError, ProtocolVersionError, decode, encode
+from airflow_provider_mysqlcdc.protocol.actions import PlanAction
+from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob, StreamJob
+from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
+from airflow_provider_mysqlcdc.protocol.results import ChunkResult
+from airflow_provider_mysqlcdc.protocol.state import (CapturedTable, CheckpointIdentity, ChunkProgress, DriftEvent,
+                                                      DriftLog, Generation, RunPlanProgress, StagedRelease,
+                                                      StreamBatchProgress, StreamOffsetProgress)
+from airflow_provider_mysqlcdc.state.drift import DRIFT, read_drift
+from airflow_provider_mysqlcdc.state.registry import GENERATIONS, PipelineState
+
+T = TableId("shop", "orders")
+AT = BinlogOffset("binlog.000007", 1234, gtid_set="0-1-42", server_id=1)
+SPLIT = FinishedSplit(SnapshotSplit(T, 0, "id", None, 100), AT, BinlogOffset("binlog.000007", 900), rows=99,
+                      binlog_events_merged=3, staged="file:///state/staged/split-0.parquet", partitions=2, seconds=1.5)
+RECORDS = [
+    StreamOffset(AT, 3),
+    Generation(2, {T: CapturedTable("id", [SPLIT])}, {T}, "2026-11-23T00:00:00+00:00"),
+    DriftLog({T: [DriftEvent(TableEventKind.RENAMED, AT, "RENAME TABLE", 1.0)]}),
+    StreamOffsetProgress(StreamOffset(AT, 3), 1.0, "/lake", "mysqlcdc-1"),
+    StreamBatchProgress("mysqlcdc-1", 5, 1.0, 10, 100, AT, 1700000000000, AT, [str(T)]),
+    StagedRelease(2, 1.0),
+    CheckpointIdentity("mysqlcdc-1", StreamOffset(AT, 0), 1.0),
+    RunPlanProgress(2, 1.0, {str(T): "snapshot"}, [str(T), str(T)]),
+    ChunkProgress("shop.orders chunk 1/2", str(T), 99, AT),
+    ChunkResult(str(T), [SPLIT], 99, 3, 2.5, "shop.orders chunk 1/2"),
+    ChunkJob(str(T), [SPLIT.split], "/lake", 2, (5400, 5499), "/state/staged/x", 60.0),
+    StreamJob("/state", "/lake", mode="continuous", on_binlog_purged="resnapshot", max_batch_events=10),
+]
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=lambda r: type(r).__name__)
+def test_every_record_round_trips_through_json_in_its_envelope(record):
+    data = json.loads(json.dumps(encode(record)))
+    assert data["record"] == type(record).FORMAT.kind and data["format_version"] == type(record).FORMAT.version
+    again = decode(type(record), data, "here")
+    assert again == record
+    if isinstance(record, (StreamOffset, StreamOffsetProgress)):  # offsets compare by position: check identity too
+        offset = again if isinstance(again, StreamOffset) else again.offset
+        assert (offset.offset.gtid_set, offset.offset.server_id) == (AT.gtid_set, AT.server_id)
+
+
+def test_a_record_of_a_newer_format_version_is_refused_naming_the_file_and_the_fix():
+    data = {**encode(RECORDS[1]), "format_version": Generation.FORMAT.version + 1}
+    with pytest.raises(ProtocolVersionError, match=r"generations/000002.json is a registry-generation record of "
+                                                   r"format version 2, .*reads versions up to 1.*Install that version"):
+        decode(Generation, data, "generations/000002.json")
+
+
+def test_a_record_of_another_kind_is_refused():
+    with pytest.raises(ProtocolError, match="'stream-offset' record where a 'registry-generation' record belongs"):
+        decode(Generation, encode(RECORDS[0]), "generations/000002.json")
+
+
+def test_a_malformed_record_names_the_place_and_the_field():
+    with pytest.raises(ProtocolError, match="stream.json: malformed stream-batch-progress record .*batch"):
+        decode(StreamBatchProgress, {"record": "stream-batch-progress", "format_version": 1}, "stream.json")
+
+
+def test_an_unknown_table_event_kind_is_a_protocol_error_not_a_crash():
+    data = encode(RECORDS[2])
+    data["tables"][T.quoted][0]["kind"] = "exploded"
+    with pytest.raises(ProtocolError, match="unknown table event kind 'exploded'"):
+        decode(DriftLog, data, "schema-drift.json")
+
+
+def test_records_written_before_the_envelope_read_as_version_0():
+    legacy_split = {"split": SPLIT.split.to_dict(), "high_watermark": AT.to_dict(), "low_watermark": None, "rows": 99,
+                    "binlog_events_merged": 3, "extra": {"staged": "file:///s.parquet", "partitions": 2, "seconds": 1.5}}
+    generation = decode(Generation, {"number": 2, "created": "", "tables": {T.quoted: {"chunk_key": "id", "splits": [
+        legacy_split]}}, "history": [T.quoted]}, "generations/000002.json")
+    split = generation.tables[T].splits[0]
+    assert (split.staged, split.partitions, split.seconds, split.stream_only) == ("file:///s.parquet", 2, 1.5, False)
+    offset = StreamOffset.from_spark({"file": "binlog.000007", "pos": 1234, "gen": 3, "gtid": "0-1-42", "server_id": 1})
+    assert offset == StreamOffset(AT, 3) and offset.offset.gtid_set == "0-1-42"
+    drift_v2 = {"format": 2, "tables": {T.quoted: [RECORDS[2].tables[T][0].to_dict()]}}
+    assert decode(DriftLog, drift_v2, "schema-drift.json") == RECORDS[2]
+    drift_v1 = {"shop.orders": {"offset": AT.to_dict(), "reason": "column dropped"}}
+    assert decode(DriftLog, drift_v1, "schema-drift.json").tables[T][0].kind is TableEventKind.ALTERED
+
+
+def test_the_state_location_refuses_a_newer_drift_file_before_anything_is_written(tmp_path):
+    state = PipelineState(str(tmp_path / "state"))
+    state.storage.write_text(json.dumps({"record": "schema-drift", "format_version": 99, "tables": {}}), "progress", DRIFT)
+    with pytest.raises(ProtocolVersionError, match=r"progress/schema-drift.json is a schema-drift record of format "
+                                                   r"version 99"):
+        read_drift(state)
+
+
+def test_the_registry_writes_generations_in_their_envelope(tmp_path):
+    state = PipelineState(str(tmp_path / "state"))
+    state.commit({T: CapturedTable("id", [SPLIT])})
+    data = json.loads((tmp_path / "state" / GENERATIONS / "000001.json").read_text())
+    assert (data["record"], data["format_version"]) == ("registry-generation", 1)
+    assert state.latest().tables[T].splits == [SPLIT]
+
+
+def test_a_plan_action_outside_the_vocabulary_is_refused_by_name():
+    from airflow_provider_mysqlcdc.protocol.plans import TablePlan
+
+    plan = TablePlan(T, "id", PlanAction.SNAPSHOT).to_dict()
+    assert plan["action"] == "snapshot" and TablePlan.from_dict(plan).action is PlanAction.SNAPSHOT
+    with pytest.raises(ProtocolError, match="unknown plan action 'snapshot-all'"):
+        TablePlan.from_dict({**plan, "action": "snapshot-all"})
+
+
+def test_a_job_file_from_a_newer_provider_is_refused_before_the_job_starts():
+    text = json.dumps({**encode(RECORDS[-1]), "format_version": 2})
+    with pytest.raises(ProtocolVersionError, match="the stream-job file is a stream-job record of format version 2"):
+        StreamJob.from_json(text)
