@@ -8,6 +8,7 @@
 - ``progress/runs/<run>/plan-<task>.json`` and ``chunk-<task>-<i>.json``: ``RunPlanProgress`` and
   ``ChunkProgress``, for "chunks done of planned" in the task log and ``bin/status``
 - ``<checkpoint>/mysqlcdc-stream.json``: ``CheckpointIdentity`` (``spark/stream_job.py``)
+- ``schemas/<table>.json``: ``RememberedSchema``, the last schema seen of a table (``state/schemas.py``)
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any, ClassVar
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import TableEventKind
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.protocol.envelope import (
     ProtocolError,
     RecordFormat,
@@ -291,3 +292,19 @@ class ChunkProgress:
     def from_body(cls, body: dict[str, Any], version: int) -> "ChunkProgress":
         return cls(body["label"], body["table"], int(body["rows"]), _offset(body.get("high_watermark")))
 
+
+
+# --- schemas ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RememberedSchema:
+    FORMAT: ClassVar[RecordFormat] = RecordFormat("table-schema", 1)
+
+    schema: TableSchema
+
+    def to_body(self) -> dict[str, Any]:
+        return self.schema.to_dict()
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any], version: int) -> "RememberedSchema":
+        return cls(TableSchema.from_dict(body))

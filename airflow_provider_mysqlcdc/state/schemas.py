@@ -23,6 +23,8 @@ import pymysql
 
 from airflow_provider_mysqlcdc.cdc.source.schema import (TableId, TableSchema, load_table_schema, missing_table_error,
                                                         table_exists)
+from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
+from airflow_provider_mysqlcdc.protocol.state import RememberedSchema
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 
 SCHEMAS = "schemas"
@@ -47,13 +49,15 @@ class KnownSchemas:
         if table_id not in self._remembered:
             name = _file_name(table_id)
             storage = self.state.storage
-            self._remembered[table_id] = (TableSchema.from_dict(json.loads(storage.read_text(SCHEMAS, name)))
-                                          if storage.exists(SCHEMAS, name) else None)
+            self._remembered[table_id] = (
+                decode(RememberedSchema, json.loads(storage.read_text(SCHEMAS, name)), storage.url(SCHEMAS, name)).schema
+                if storage.exists(SCHEMAS, name) else None)
         return self._remembered[table_id]
 
     def remember(self, schema: TableSchema) -> None:
         if self.remembered(schema.table_id) != schema:
-            self.state.storage.write_text(json.dumps(schema.to_dict()), SCHEMAS, _file_name(schema.table_id))
+            self.state.storage.write_text(json.dumps(encode(RememberedSchema(schema))), SCHEMAS,
+                                          _file_name(schema.table_id))
             self._remembered[schema.table_id] = schema
 
     def load(self, conn: pymysql.connections.Connection, table_id: TableId, *, remember: bool = True) -> TableSchema:

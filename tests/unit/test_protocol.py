@@ -9,7 +9,7 @@ import pytest
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import TableEventKind
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
 from airflow_provider_mysqlcdc.protocol.envelope import ProtocolError, ProtocolVersionError, decode, encode
 from airflow_provider_mysqlcdc.protocol.actions import PlanAction
 from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob, StreamJob
@@ -17,7 +17,7 @@ from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
 from airflow_provider_mysqlcdc.protocol.results import ChunkResult
 from airflow_provider_mysqlcdc.protocol.state import (CapturedTable, CheckpointIdentity, ChunkProgress, DriftEvent,
                                                       DriftLog, Generation, RunPlanProgress, StagedRelease,
-                                                      StreamBatchProgress, StreamOffsetProgress)
+                                                      RememberedSchema, StreamBatchProgress, StreamOffsetProgress)
 from airflow_provider_mysqlcdc.state.drift import DRIFT, read_drift
 from airflow_provider_mysqlcdc.state.registry import GENERATIONS, PipelineState
 
@@ -38,6 +38,8 @@ RECORDS = [
     ChunkResult(str(T), [SPLIT], 99, 3, 2.5, "shop.orders chunk 1/2"),
     ChunkJob(str(T), [SPLIT.split], "/lake", 2, (5400, 5499), "/state/staged/x", 60.0),
     StreamJob("/state", "/lake", mode="continuous", on_binlog_purged="resnapshot", max_batch_events=10),
+    RememberedSchema(TableSchema(T, (Column("id", "int", "int(11)", False), Column("v", "decimal", "decimal(10,2)", True)),
+                                 ("id",))),
 ]
 
 
@@ -117,6 +119,7 @@ def test_a_plan_action_outside_the_vocabulary_is_refused_by_name():
 
 
 def test_a_job_file_from_a_newer_provider_is_refused_before_the_job_starts():
-    text = json.dumps({**encode(RECORDS[-1]), "format_version": 2})
+    job = next(r for r in RECORDS if isinstance(r, StreamJob))
+    text = json.dumps({**encode(job), "format_version": 2})
     with pytest.raises(ProtocolVersionError, match="the stream-job file is a stream-job record of format version 2"):
         StreamJob.from_json(text)
