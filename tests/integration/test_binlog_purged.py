@@ -15,9 +15,9 @@ import pytest
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitReader
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema, load_table_schema
+from airflow_provider_mysqlcdc.devtools.snapshot import stage_whole_table
 from airflow_provider_mysqlcdc.devtools.throwaway_server import ThrowawayMariaDB
 from airflow_provider_mysqlcdc.devtools.verify import Rows, source_rows
-from airflow_provider_mysqlcdc.sinks.arrow_rows import rows_to_data_table
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
@@ -26,7 +26,6 @@ from airflow_provider_mysqlcdc.state.changes import decide_action
 from airflow_provider_mysqlcdc.state.drift import pending_drift, read_drift
 from airflow_provider_mysqlcdc.protocol.state import CapturedTable
 from airflow_provider_mysqlcdc.state.registry import PipelineState, captured_tables
-from airflow_provider_mysqlcdc.state.staged import write_staged
 
 from .helpers import assert_same_rows, delta_rows
 
@@ -80,13 +79,6 @@ def _run_history(server: ThrowawayMariaDB, tmp) -> PurgeHistory:
             SinkWriter(sink, schemas[name], "id", reader.ordering("id")).write_split(finished, rows)
         return finished
 
-    def staged(name: str) -> FinishedSplit:
-        finished, rows = _read(source, schemas[name])
-        url = f"{state.staging_url(schemas[name].table_id)}/split-0.parquet"
-        write_staged(url, rows_to_data_table(schemas[name], rows))
-        return FinishedSplit(finished.split, finished.high_watermark, finished.low_watermark, rows=len(rows),
-                             extra={"staged": url})
-
     def write(label: str) -> None:
         with conn.cursor() as cur:
             for name in "abc":
@@ -132,7 +124,7 @@ def _run_history(server: ThrowawayMariaDB, tmp) -> PurgeHistory:
                                       drifted=bool(pending_drift(drift, table_id, captured)))
             h.decisions[moment][table_id.table] = action
             if action == "resnapshot":
-                tables[table_id] = CapturedTable("id", [staged(table_id.table)])
+                tables[table_id] = CapturedTable("id", [stage_whole_table(source, state, schemas[table_id.table])])
         tables.update(added or {})
         state.commit(tables)
 
