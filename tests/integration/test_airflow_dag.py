@@ -214,7 +214,7 @@ def test_pipeline_lifecycle_adds_resnapshots_removes_and_stays_exact(mysql_serve
             cur.execute(f"ALTER TABLE {b.quoted} RENAME COLUMN label TO tag")
         wait_for_stream(state.latest().number, current_offset(conn))
         # drop C, then add it back
-        run4 = run_dag("mysqlcdc_example", env, conf={"tables": [_name(b)], "stream_mode": "skip"})
+        run4 = run_dag("mysqlcdc_example", env, conf={"tables": [_name(b)], "stream_mode": "skip", "chunk_rows": 3000})
         _assert_run_succeeded(run4)
         assert set(state.latest().tables) == {a, b}
         plans = {p["table"]: p["action"] for p in run4["xcoms"]["param_tables.plan[-1]:tables"]["plans"]}
