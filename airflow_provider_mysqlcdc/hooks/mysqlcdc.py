@@ -7,24 +7,12 @@ from typing import Any
 from airflow.sdk import BaseHook
 
 from airflow_provider_mysqlcdc.cdc.errors import CdcError, ConfigurationError
-from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
+from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig, parse_server_id_range
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset, server_info
 from airflow_provider_mysqlcdc.hooks.spark import SparkTarget
 
 
 DEFAULT_RETRY_BUDGET_S = 300.0
-
-
-def parse_server_id_range(text: str | None) -> tuple[int, int]:
-    text = (text or "5400-6399").strip()
-    low, sep, high = text.partition("-")
-    try:
-        bounds = (int(low), int(high if sep else low))
-    except ValueError:
-        bounds = (0, -1)
-    if not 1 <= bounds[0] <= bounds[1] <= 2**32 - 1:
-        raise ConfigurationError(f"Malformed server-id range {text!r}: write it as 'low-high', e.g. '5400-6399'.")
-    return bounds
 
 
 class MySqlCdcHook(BaseHook):

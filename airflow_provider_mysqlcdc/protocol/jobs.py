@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.records import ON_BINLOG_PURGED
 from airflow_provider_mysqlcdc.cdc.model.split import SnapshotSplit
+from airflow_provider_mysqlcdc.cdc.source.connection import parse_server_id_range
 from airflow_provider_mysqlcdc.protocol.actions import StreamMode
 from airflow_provider_mysqlcdc.protocol.envelope import RecordFormat, decode, encode
 
@@ -74,7 +75,7 @@ class StreamJob(_JobFile):
     checkpoint: str = ""  # default: <state>/checkpoint
     mode: str = StreamMode.AVAILABLE_NOW.value
     trigger_interval_s: float = 1.0
-    server_id_range: str = "5400-6399"
+    server_id_range: str = ""  # replica ids of its binlog connections, "low-high" (empty: the default range)
     app_id: str = ""  # default: the checkpoint's identity (a new checkpoint gets a new one)
     changelog: bool = False  # also append every change to <table>__changelog
     decode_pieces: int = 2  # a large micro-batch range is decoded by this many tasks in parallel
@@ -102,6 +103,7 @@ class StreamJob(_JobFile):
             if getattr(self, name) < 0:
                 raise ConfigurationError(f"{name} must be 0 (no limit) or a positive number of bytes/events, got "
                                          f"{getattr(self, name)}.")
+        parse_server_id_range(self.server_id_range)  # refused here, before any job starts
         if self.max_apply_changes < 1:
             raise ConfigurationError(f"max_apply_changes must be a positive number, got {self.max_apply_changes}.")
         if not self.checkpoint:

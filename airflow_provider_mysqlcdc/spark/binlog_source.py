@@ -31,16 +31,14 @@ the rows older than it); for a staged split, a ``TRUNCATE`` of its table joins i
 Executors describe a table that has left the server (dropped, renamed) by its last remembered
 schema (state/schemas.py).
 
-Options: ``state`` (the pipeline's state location), ``source_file`` (path of the private
-credentials file; never the password itself, since options show up in query plans),
-``server_id_range`` ("a-b"), ``decode_pieces`` (tasks decoding one large range in parallel),
-``max_batch_bytes`` / ``max_batch_events`` (0: no limit), ``inline_bytes`` (per partition),
-``initial_offset`` (where a query without a checkpointed offset starts; default: the registry's
-smallest high watermark, at generation 0), ``on_binlog_purged`` (``fail``, the default, or
-``resnapshot``: a batch whose start was purged reads from the oldest binlog left and announces the
-gap with ``BinlogPurged``, and an activation whose re-read was purged skips those tables the same
-way), ``retry_budget_s`` (how long a source fault may last
-before a read fails: cdc/source/retry.py).
+Options: ``job`` (the stream job file's JSON, protocol/jobs.py ``StreamJob``: the state location,
+replica server ids, decode pieces, batch limits, inline bytes, ``on_binlog_purged`` and the retry
+budget, each with its one default there), ``source_file`` (path of the private credentials file;
+never the password itself, since options show up in query plans), ``initial_offset`` (where a
+query without a checkpointed offset starts; default: the registry's smallest high watermark, at
+generation 0). With ``on_binlog_purged="resnapshot"``, a batch whose start was purged reads from
+the oldest binlog left and announces the gap with ``BinlogPurged``, and an activation whose re-read
+was purged skips those tables the same way.
 """
 
 from __future__ import annotations
@@ -65,9 +63,10 @@ from airflow_provider_mysqlcdc.cdc.model.records import (BinlogPurged, ChangeRec
                                                          TableTruncated, WindowChange)
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
-from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
+from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig, parse_server_id_range
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.cdc.source.server import binlog_changed_error, check_offset_available, current_offset
+from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
 from airflow_provider_mysqlcdc.protocol.state import Generation
 from airflow_provider_mysqlcdc.state.registry import PipelineState
@@ -130,17 +129,17 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Driver side plans ranges of the binlog; ``read`` runs on executors (on a pickled copy)."""
 
     def __init__(self, options: dict[str, str]):
-        self.state_location = options["state"]
+        job = StreamJob.from_json(options["job"])
+        self.state_location = job.state
         self.source_file = options["source_file"]
-        low, _, high = options.get("server_id_range", "5400-6399").partition("-")
-        self.server_id_range = (int(low), int(high))
-        self.decode_pieces = int(options.get("decode_pieces", "2"))
+        self.server_id_range = parse_server_id_range(job.server_id_range)
+        self.decode_pieces = job.decode_pieces
         self.initial_offset = json.loads(options["initial_offset"]) if options.get("initial_offset") else None
-        self.retry_budget_s = float(options.get("retry_budget_s", "0"))
-        self.on_binlog_purged = options.get("on_binlog_purged", "fail")
-        self.max_batch_bytes = int(options.get("max_batch_bytes", "0"))
-        self.max_batch_events = int(options.get("max_batch_events", "0"))
-        self.inline_bytes = int(options.get("inline_bytes", "0"))
+        self.retry_budget_s = job.retry_budget_s
+        self.on_binlog_purged = job.on_binlog_purged
+        self.max_batch_bytes = job.max_batch_bytes
+        self.max_batch_events = job.max_batch_events
+        self.inline_bytes = job.inline_bytes
         self._target: dict[str, Any] | None = None
         self._verified = False
 

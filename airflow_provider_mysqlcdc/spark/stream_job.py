@@ -492,12 +492,7 @@ def run_stream_job(spark: Any, source: SourceConfig, job: StreamJob, source_file
                  "changes after the position the table records", job.checkpoint, identity.app_id, identity.initial_offset)
     spark.dataSource.register(BinlogDataSource)
     spark.streams.addListener(ProgressListener(state, job))
-    reader = (spark.readStream.format(SOURCE_NAME)
-              .option("state", job.state).option("source_file", source_file)
-              .option("server_id_range", job.server_id_range).option("decode_pieces", str(job.decode_pieces))
-              .option("retry_budget_s", str(job.retry_budget_s)).option("on_binlog_purged", job.on_binlog_purged)
-              .option("max_batch_bytes", str(job.max_batch_bytes)).option("max_batch_events", str(job.max_batch_events))
-              .option("inline_bytes", str(job.inline_bytes)))
+    reader = spark.readStream.format(SOURCE_NAME).option("job", job.to_json()).option("source_file", source_file)
     if identity.initial_offset:
         reader = reader.option("initial_offset", json.dumps(identity.initial_offset.to_spark()))
     stream = reader.load()

@@ -40,17 +40,11 @@ from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import (ChangeRecord, Operation, SchemaChangeEvent, TableChange,
                                                          TableEventKind)
 from airflow_provider_mysqlcdc.cdc.records.values import ValueNormalizer
-from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
+from airflow_provider_mysqlcdc.cdc.source.connection import DEFAULT_SERVER_ID_RANGE, SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.cdc.source.server import check_offset_available
 
 log = logging.getLogger(__name__)
-
-#: Default server-id range for binlog connections; each connection takes a random id from it,
-#: because the server drops an older replica connection that registers with the same id.
-DEFAULT_SERVER_ID_RANGE = (5400, 6399)
-
-
 
 @dataclass(frozen=True)
 class TransactionCommitted:

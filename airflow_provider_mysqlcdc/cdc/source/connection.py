@@ -24,6 +24,24 @@ T = TypeVar("T")
 ENV_PREFIX = "MYSQLCDC_SOURCE_"
 
 
+#: Default server-id range for binlog connections; each connection takes a random id from it,
+#: because the server drops an older replica connection that registers with the same id.
+DEFAULT_SERVER_ID_RANGE = (5400, 6399)
+
+
+def parse_server_id_range(text: str | None) -> tuple[int, int]:
+    """``'low-high'`` (or one id) as a range of replica server ids; empty: the default range."""
+    text = (text or "").strip() or "-".join(map(str, DEFAULT_SERVER_ID_RANGE))
+    low, sep, high = text.partition("-")
+    try:
+        bounds = (int(low), int(high if sep else low))
+    except ValueError:
+        bounds = (0, -1)
+    if not 1 <= bounds[0] <= bounds[1] <= 2**32 - 1:
+        raise ConfigurationError(f"Malformed server-id range {text!r}: write it as 'low-high', e.g. '5400-6399'.")
+    return bounds
+
+
 @dataclass(frozen=True)
 class SourceConfig:
     host: str
