@@ -13,8 +13,8 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
-from airflow_provider_mysqlcdc.protocol.envelope import decode
-from airflow_provider_mysqlcdc.protocol.results import ChunkResult
+from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
+from airflow_provider_mysqlcdc.protocol.results import ChunkResult, CollectResult
 from airflow_provider_mysqlcdc.protocol.plans import TablePlans
 from airflow_provider_mysqlcdc.state.changes import next_tables
 from airflow_provider_mysqlcdc.state.registry import PipelineState
@@ -51,10 +51,9 @@ class MySqlCdcCollectSplitsOperator(BaseOperator):
         self.log.info("registry generation %d at %s: %d table(s) captured; %d split(s) new or replaced; removed: %s",
                       generation.number, self.state, len(generation.tables), len(added),
                       ", ".join(map(str, removed)) or "none")
-        start = generation.initial_offset()
-        return {"state": self.state, "generation": generation.number, "tables": sorted(map(str, generation.tables)),
-                "splits": len(generation.finished_splits), "changed_splits": len(added),
-                "removed": [str(t) for t in removed], "start_offset": start.to_dict() if start else None}
+        return encode(CollectResult(self.state, generation.number, sorted(map(str, generation.tables)),
+                                    len(generation.finished_splits), len(added), [str(t) for t in removed],
+                                    generation.initial_offset()))
 
 
 def _items(groups: Any) -> list[dict[str, Any]]:

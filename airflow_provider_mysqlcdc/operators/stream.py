@@ -20,7 +20,9 @@ from airflow_provider_mysqlcdc.cdc.model.records import ON_BINLOG_PURGED
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
 from airflow_provider_mysqlcdc.hooks.spark import checked_spark_conf, spark_target
 from airflow_provider_mysqlcdc.protocol.actions import StreamMode
+from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
+from airflow_provider_mysqlcdc.protocol.results import StreamResult
 
 STREAM_MODES = (*(m.value for m in StreamMode), "skip")
 
@@ -80,7 +82,7 @@ class MySqlCdcStreamOperator(BaseOperator):
             raise ConfigurationError(f"stream mode must be one of {', '.join(STREAM_MODES)}, got {self.mode!r}")
         if self.mode == "skip":
             self.log.info("stream mode 'skip': a stream running elsewhere picks up this run's registry changes")
-            return {"mode": "skip"}
+            return encode(StreamResult("skip"))
         hook = MySqlCdcHook(self.mysqlcdc_conn_id)
         spark = spark_target(spark_conn_id=self.spark_conn_id, spark_master=self.spark_master, spark_conf=self.spark_conf)
         low, high = hook.server_id_range()
@@ -88,8 +90,9 @@ class MySqlCdcStreamOperator(BaseOperator):
                         trigger_interval_s=self.trigger_interval_s, server_id_range=f"{low}-{high}",
                         changelog=self.changelog, retry_budget_s=hook.retry_budget_s(),
                         on_binlog_purged=self.on_binlog_purged, **self.limits)
-        result = hook.run_spark_job("binlog_stream.py", job.to_json(), spark=spark, log=self.log,
+        output = hook.run_spark_job("binlog_stream.py", job.to_json(), spark=spark, log=self.log,
                                     timeout_s=None if self.mode == "continuous" else 6 * 3600)
-        self.log.info("stream (%s) applied %d changes; end offset %s", self.mode, result["changes_applied"],
-                      result.get("end_offset"))
-        return result
+        result = decode(StreamResult, output, "the stream job's result")
+        self.log.info("stream (%s) applied %d changes; end offset %s", self.mode, result.changes_applied,
+                      result.end_offset or "-")
+        return encode(result)

@@ -11,7 +11,8 @@ an upgrade. What they exchange is defined here, once:
 - ``state.py``: what the state location holds: registry generations, drift, the stream's progress
   and its checkpoint identity, a DAG run's progress.
 - ``jobs.py``: the job files a task hands a Spark job (chunk job, stream job).
-- ``results.py``: a chunk job's result, which its task returns through XCom to the collect task.
+- ``results.py``: what jobs and tasks hand back through XCom: a chunk's result (to the collect
+  task), what collect landed, what a stream run did.
 - ``plans.py``: what a plan task decided per table (XCom to the collect task).
 - ``actions.py``: the closed vocabularies (plan actions, startup and stream modes).
 

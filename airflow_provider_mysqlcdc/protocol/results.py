@@ -1,4 +1,5 @@
-"""What a chunk job hands back: from the Spark job to its task, and through XCom to collect.
+"""What jobs and tasks hand back: a chunk job's result (from the Spark job to its task, and through
+XCom to collect), what collect landed, and what a stream run did.
 
 The chunk task returns the record (with its chunk's label) as its XCom value; the collect task
 reads every chunk's record and lands their finished splits in the next registry generation. A
@@ -14,6 +15,7 @@ from typing import Any, ClassVar
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit
 from airflow_provider_mysqlcdc.protocol.envelope import RecordFormat
+from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
 
 
 @dataclass(frozen=True)
@@ -40,3 +42,55 @@ class ChunkResult:
     def from_body(cls, body: dict[str, Any], version: int) -> "ChunkResult":
         return cls(body["table"], [FinishedSplit.from_dict(f) for f in body["finished_splits"]], int(body["rows"]),
                    int(body.get("binlog_events_merged", 0)), float(body.get("seconds", 0.0)), body.get("label", ""))
+
+
+@dataclass(frozen=True)
+class CollectResult:
+    """What the collect task landed: its XCom value, for the tasks and DAGs downstream."""
+
+    FORMAT: ClassVar[RecordFormat] = RecordFormat("collect-result", 1)
+
+    state: str  # the pipeline's state location
+    generation: int  # the registry generation now latest
+    tables: list[str]  # every captured table (db.table)
+    splits: int
+    changed_splits: int  # splits new or replaced by this run
+    removed: list[str]  # tables this run stopped capturing
+    start_offset: BinlogOffset | None  # where a stream without a checkpoint would start
+
+    def to_body(self) -> dict[str, Any]:
+        return {"state": self.state, "generation": self.generation, "tables": self.tables, "splits": self.splits,
+                "changed_splits": self.changed_splits, "removed": self.removed,
+                "start_offset": self.start_offset.to_dict() if self.start_offset else None}
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any], version: int) -> "CollectResult":
+        start = body.get("start_offset")
+        return cls(body["state"], int(body["generation"]), list(body["tables"]), int(body["splits"]),
+                   int(body["changed_splits"]), list(body["removed"]), BinlogOffset.from_dict(start) if start else None)
+
+
+@dataclass(frozen=True)
+class StreamResult:
+    """What a stream job run did: the stream task's XCom value."""
+
+    FORMAT: ClassVar[RecordFormat] = RecordFormat("stream-result", 1)
+
+    mode: str  # StreamMode, or "skip" (the task ran no stream)
+    changes_applied: int = 0
+    app_id: str = ""
+    streaming_seconds: float = 0.0
+    last_batch: int | None = None
+    end_offset: StreamOffset | None = None
+
+    def to_body(self) -> dict[str, Any]:
+        return {"mode": self.mode, "changes_applied": self.changes_applied, "app_id": self.app_id,
+                "streaming_seconds": self.streaming_seconds, "last_batch": self.last_batch,
+                "end_offset": self.end_offset.to_spark() if self.end_offset else None}
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any], version: int) -> "StreamResult":
+        end = body.get("end_offset")
+        return cls(body["mode"], int(body.get("changes_applied", 0)), body.get("app_id", ""),
+                   float(body.get("streaming_seconds", 0.0)), body.get("last_batch"),
+                   StreamOffset.from_spark(end, "its end offset") if end else None)

@@ -51,6 +51,7 @@ from airflow_provider_mysqlcdc.state.drift import Drift, frozen_since, read_drif
 from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
+from airflow_provider_mysqlcdc.protocol.results import StreamResult
 from airflow_provider_mysqlcdc.protocol.state import (CheckpointIdentity, Generation, StreamBatchProgress,
                                                       StreamOffsetProgress)
 from airflow_provider_mysqlcdc.state.registry import STREAM_OFFSET, STREAM_PROGRESS, PipelineState
@@ -508,6 +509,6 @@ def run_stream_job(spark: Any, source: SourceConfig, job: StreamJob, source_file
     record_processed_offset(state, job, progress)  # the listener may not have run for the last one
     # the query ended without error: its last batch is committed too
     release_applied_staged_files(state, progress_offset(progress, "endOffset"))
-    return {"mode": job.mode, "changes_applied": applier.rows_applied, "app_id": job.app_id,
-            "streaming_seconds": round(time.monotonic() - started, 3),
-            "last_batch": progress.get("batchId"), "end_offset": (progress.get("sources") or [{}])[0].get("endOffset")}
+    end = progress_offset(progress, "endOffset")
+    return encode(StreamResult(job.mode, applier.rows_applied, job.app_id, round(time.monotonic() - started, 3),
+                               progress.get("batchId"), StreamOffset.from_spark(end) if end else None))

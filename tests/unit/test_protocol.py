@@ -14,7 +14,7 @@ from airflow_provider_mysqlcdc.protocol.envelope import ProtocolError, ProtocolV
 from airflow_provider_mysqlcdc.protocol.actions import PlanAction
 from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob, StreamJob
 from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
-from airflow_provider_mysqlcdc.protocol.results import ChunkResult
+from airflow_provider_mysqlcdc.protocol.results import ChunkResult, CollectResult, StreamResult
 from airflow_provider_mysqlcdc.protocol.state import (CapturedTable, CheckpointIdentity, ChunkProgress, DriftEvent,
                                                       DriftLog, Generation, RunPlanProgress, StagedRelease,
                                                       RememberedSchema, StreamBatchProgress, StreamOffsetProgress)
@@ -36,6 +36,8 @@ RECORDS = [
     RunPlanProgress(2, 1.0, {str(T): "snapshot"}, [str(T), str(T)]),
     ChunkProgress("shop.orders chunk 1/2", str(T), 99, AT),
     ChunkResult(str(T), [SPLIT], 99, 3, 2.5, "shop.orders chunk 1/2"),
+    CollectResult("/state", 2, [str(T)], 1, 1, ["shop.gone"], AT),
+    StreamResult("available-now", 12, "mysqlcdc-1", 3.5, 4, StreamOffset(AT, 2)),
     ChunkJob(str(T), [SPLIT.split], "/lake", 2, (5400, 5499), "/state/staged/x", 60.0),
     StreamJob("/state", "/lake", mode="continuous", on_binlog_purged="resnapshot", max_batch_events=10),
     RememberedSchema(TableSchema(T, (Column("id", "int", "int(11)", False), Column("v", "decimal", "decimal(10,2)", True)),
