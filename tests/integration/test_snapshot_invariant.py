@@ -31,7 +31,7 @@ def test_snapshot_plus_filtered_binlog_equals_source_under_concurrent_writes(mys
     rng = random.Random(seed)
     admin = mysql_server.admin
     conn = mysql_server.connect()
-    tables = create_sample_tables(conn, database, rows_per_table=1500, seed=seed)
+    tables = create_sample_tables(conn, database, rows_per_table=1000, seed=seed)
 
     with RandomWriters(admin, database, writers=3, seed=seed * 100) as writers:
         report = run_preflight(cdc_user, tables)

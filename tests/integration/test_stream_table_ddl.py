@@ -41,7 +41,8 @@ from .helpers import assert_same_rows, delta_rows
 
 pytestmark = pytest.mark.integration
 
-CAPTURED_FIRST = ["trunc_plain", "trunc_hw", "dropped", "renamed", "replaced", "recreated", "parted", "staged_re"]
+CAPTURED_FIRST = ["trunc_plain", "trunc_hw", "dropped", "renamed", "replaced", "recreated", "parted", "staged_re",
+                  "uncaptured"]
 
 
 @dataclass
@@ -165,8 +166,10 @@ def history(mysql_server, cdc_user, tmp_path_factory) -> History:
             tables[table_id] = CapturedTable("id", [stage_whole_table(cdc_user, h.state, schema)])
     tables[h.table("late_added")] = CapturedTable("id", [late_added])
     tables[h.table("staged_re")] = CapturedTable("id", [staged_re])
+    del tables[h.table("uncaptured")]  # the run leaves it out: no longer captured
     h.state.commit(tables)
     with conn.cursor() as cur:
+        cur.execute("UPDATE uncaptured SET v = 'after it left the capture' WHERE id < 5")
         cur.execute("UPDATE renamed SET v = 'streamed after the re-snapshot' WHERE id = 10")
         cur.execute("INSERT INTO recreated VALUES (99, 'streamed after the re-snapshot')")
     run_stream()
@@ -219,7 +222,7 @@ def test_the_state_says_what_happened_to_each_table(history, name, kinds):
 def test_the_next_run_re_snapshots_tables_that_exist_again_and_keeps_a_dropped_one(history):
     assert history.decisions == {"trunc_plain": "keep", "trunc_hw": "keep", "staged_re": "keep",
                                  "dropped": "keep (gone)", "renamed": "resnapshot", "replaced": "resnapshot",
-                                 "recreated": "resnapshot", "parted": "resnapshot"}
+                                 "recreated": "resnapshot", "parted": "resnapshot", "uncaptured": "keep"}
 
 
 @pytest.mark.parametrize("name", ["renamed", "replaced", "recreated", "parted"])
@@ -238,6 +241,11 @@ def test_the_stream_applied_every_other_table_through_the_ddl(history):
     for name in ("trunc_plain", "trunc_hw", "staged_re", "late_added"):
         _assert_equal(history, name, history.source_after_second_run[name], history.after_second_run[name])
     assert history.after_first_run["parted"][(30,)]["v"] == "after partition truncate"
+
+
+def test_a_table_left_out_of_the_registry_keeps_its_sink_as_it_was(history):
+    assert history.source_after_second_run["uncaptured"] != history.after_first_run["uncaptured"]
+    _assert_equal(history, "uncaptured", history.after_first_run["uncaptured"], history.after_second_run["uncaptured"])
 
 
 def test_schemas_of_tables_gone_from_the_server_are_remembered(history):
