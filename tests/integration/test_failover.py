@@ -12,6 +12,7 @@ import pytest
 from airflow_provider_mysqlcdc.cdc.binlog.gtid import offset_at_gtid_position, sequences
 from airflow_provider_mysqlcdc.cdc.binlog.listing import binlog_events
 from airflow_provider_mysqlcdc.cdc.errors import BinlogPurgedError, SourceChangedError
+from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 from airflow_provider_mysqlcdc.devtools.throwaway_server import ThrowawayMariaDB
 
@@ -36,12 +37,14 @@ def servers(tmp_path):
         primary.stop()
 
 
-def _write(server: ThrowawayMariaDB, first: int, count: int) -> None:
+def _write(server: ThrowawayMariaDB, first: int, count: int) -> BinlogOffset:
+    """Some transactions and a DDL; returns the server's binlog head after them."""
     with server.connect_root() as conn, conn.cursor() as cur:
         for i in range(first, first + count):
             cur.execute("INSERT INTO shop.t (id, v) VALUES (%s, 0)", (i,))
             cur.execute("UPDATE shop.t SET v = v + 1 WHERE id = %s", (i - 1,))
         cur.execute("ALTER TABLE shop.t ADD COLUMN IF NOT EXISTS c INT")
+        return current_offset(conn)
 
 
 def _gtids_after(server: ThrowawayMariaDB, offset) -> list[dict[int, int]]:
@@ -52,12 +55,8 @@ def _gtids_after(server: ThrowawayMariaDB, offset) -> list[dict[int, int]]:
 
 def test_a_gtid_position_is_found_before_the_same_transactions_on_a_replica(servers):
     primary, replica = servers
-    _write(primary, 1, 20)
-    with primary.connect_root() as conn:
-        first = current_offset(conn)
-    _write(primary, 100, 20)
-    with primary.connect_root() as conn:
-        second = current_offset(conn)
+    first = _write(primary, 1, 20)
+    second = _write(primary, 100, 20)
     _write(primary, 200, 5)
     replica.wait_for(primary)
     with replica.connect_root() as conn:
@@ -75,18 +74,14 @@ def test_a_replica_lacking_transactions_already_read_is_refused_naming_them(serv
     replica.wait_for(primary)
     with replica.connect_root() as conn, conn.cursor() as cur:
         cur.execute("STOP SLAVE")
-    _write(primary, 100, 5)  # read by a stream on the primary, never received by the replica
-    with primary.connect_root() as conn:
-        read_up_to = current_offset(conn)
+    read_up_to = _write(primary, 100, 5)  # read by a stream on the primary, never received by the replica
     with replica.connect_root() as conn, pytest.raises(SourceChangedError, match="lacks transactions 0-\\*-"):
         offset_at_gtid_position(conn, read_up_to.gtid_set)
 
 
 def test_a_gtid_position_in_purged_binlog_is_reported_as_purged(servers):
     primary, replica = servers
-    _write(primary, 1, 5)
-    with primary.connect_root() as conn:
-        early = current_offset(conn)
+    early = _write(primary, 1, 5)
     _write(primary, 100, 5)
     replica.wait_for(primary)
     replica.purge_binlogs()
