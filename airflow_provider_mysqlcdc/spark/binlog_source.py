@@ -162,7 +162,9 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict[str, Any]:
         # fixed when the checkpoint was created (stream_job.stream_identity), so that a batch 0 Spark
         # runs again starts where it started the first time
-        return self.initial_offset if self.initial_offset is not None else registry_start_offset(self._state())
+        if self.initial_offset is not None:
+            return self.initial_offset
+        return registry_start_offset(self._state()).to_spark()
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._latest()
@@ -351,14 +353,14 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 ordering.close()
 
 
-def registry_start_offset(state: PipelineState) -> dict[str, Any]:
+def registry_start_offset(state: PipelineState) -> StreamOffset:
     """Where a stream without a checkpoint starts: the registry's smallest high watermark, at generation
     0 (nothing captured), so the first batch activates everything the latest generation holds."""
     start = state.latest().initial_offset()
     if start is None:
         raise ConfigurationError(f"No tables are captured at {state.location}: run the snapshot (or register "
                                  "tables with startup mode 'latest'/'offset') before starting the stream.")
-    return StreamOffset(start, 0).to_spark()
+    return StreamOffset(start, 0)
 
 
 def _purged_or_raise(conn: Any, offset: BinlogOffset, on_binlog_purged: str) -> BinlogPurged | None:

@@ -383,14 +383,15 @@ class BatchApplier:
             head_at_batch_end=head, tables=sorted(str(t) for t in self.writers)))
 
 
-def progress_offset(progress: Any, which: str) -> dict[str, Any] | None:
+def progress_offset(progress: Any, which: str) -> StreamOffset | None:
     """``startOffset`` or ``endOffset`` of a query progress (StreamingQueryProgress and SourceProgress are dicts)."""
     sources = (progress or {}).get("sources")
     text = sources[0].get(which) if sources else None
     try:
-        return json.loads(text) if text else None
+        data = json.loads(text) if text else None
     except ValueError:  # no offset yet (the first batch of a query)
         return None
+    return StreamOffset.from_spark(data, f"the query progress's {which}") if data else None
 
 
 def record_processed_offset(state: PipelineState, job: StreamJob, progress: Any) -> None:
@@ -398,8 +399,7 @@ def record_processed_offset(state: PipelineState, job: StreamJob, progress: Any)
     for a later stream whose checkpoint is new (``resume_offset``)."""
     end = progress_offset(progress, "endOffset")
     if end:
-        state.write_progress(STREAM_OFFSET, StreamOffsetProgress(StreamOffset.from_spark(end), time.time(), job.sink_root,
-                                                                 job.app_id))
+        state.write_progress(STREAM_OFFSET, StreamOffsetProgress(end, time.time(), job.sink_root, job.app_id))
 
 
 @dataclass(frozen=True)
@@ -447,12 +447,12 @@ def refuse_positions_beyond_the_head(source: SourceConfig, state: PipelineState,
                                        f"{position[0]} position {position[1]}, beyond the server's binlog head {head}")
 
 
-def release_applied_staged_files(state: PipelineState, committed: dict[str, Any] | None) -> None:
+def release_applied_staged_files(state: PipelineState, committed: StreamOffset | None) -> None:
     """Delete staged files no restart from a checkpoint at ``committed`` can read (state/cleanup.py)."""
     if not committed:
         return
     try:
-        release_staged_files(state, StreamOffset.from_spark(committed).generation)
+        release_staged_files(state, committed.generation)
     except Exception as exc:  # never stop the stream for housekeeping: the files stay until the next batch
         log.warning("could not release staged split files yet: %s", exc)
 
@@ -485,8 +485,7 @@ def run_stream_job(spark: Any, source: SourceConfig, job: StreamJob, source_file
     applier = BatchApplier(source, job)
     refuse_positions_beyond_the_head(source, state, applier.sink)
     remove_all_spill_folders(state)
-    identity = stream_identity(job.checkpoint, lambda: resume_offset(state, job) or StreamOffset.from_spark(
-        registry_start_offset(state)))
+    identity = stream_identity(job.checkpoint, lambda: resume_offset(state, job) or registry_start_offset(state))
     job.app_id = job.app_id or identity.app_id
     if identity.new:
         log.info("stream checkpoint %s is new (identity %s): it starts at %s, and applies to each table only the "
@@ -508,7 +507,7 @@ def run_stream_job(spark: Any, source: SourceConfig, job: StreamJob, source_file
     progress = query.lastProgress or {}
     record_processed_offset(state, job, progress)  # the listener may not have run for the last one
     # the query ended without error: its last batch is committed too
-    release_applied_staged_files(state, progress_offset(progress, "endOffset"))
     end = progress_offset(progress, "endOffset")
+    release_applied_staged_files(state, end)
     return encode(StreamResult(job.mode, applier.rows_applied, job.app_id, round(time.monotonic() - started, 3),
-                               progress.get("batchId"), StreamOffset.from_spark(end) if end else None))
+                               progress.get("batchId"), end))

@@ -22,14 +22,13 @@ watermark without a snapshot (startup modes ``latest`` and ``offset``).
 from __future__ import annotations
 
 import datetime as dt
-import json
 import uuid
 from typing import Any, TypeVar
 
 from airflow_provider_mysqlcdc.cdc.errors import CdcError
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
-from airflow_provider_mysqlcdc.protocol.envelope import Record, decode, encode
+from airflow_provider_mysqlcdc.protocol.envelope import Record
 from airflow_provider_mysqlcdc.protocol.state import CapturedTable, Generation
 from airflow_provider_mysqlcdc.state.storage import StateStorage
 
@@ -64,8 +63,10 @@ class PipelineState:
     def load(self, number: int) -> Generation:
         if number == 0:
             return Generation(0)
-        name = f"{number:06d}.json"
-        return decode(Generation, json.loads(self.storage.read_text(GENERATIONS, name)), self.storage.url(GENERATIONS, name))
+        generation = self.storage.read_record(Generation, GENERATIONS, f"{number:06d}.json")
+        if generation is None:
+            raise FileNotFoundError(self.storage.url(GENERATIONS, f"{number:06d}.json"))
+        return generation
 
     def latest(self) -> Generation:
         return self.load(self.latest_number())
@@ -81,7 +82,7 @@ class PipelineState:
                                         "run one DAG run of a pipeline at a time (max_active_runs=1).")
         generation = Generation(number, dict(tables), latest.history | set(tables),
                                 dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
-        self.storage.write_text(json.dumps(encode(generation), indent=1), GENERATIONS, f"{number:06d}.json")
+        self.storage.write_record(generation, GENERATIONS, f"{number:06d}.json", indent=1)
         return generation
 
     def needs_staging(self, table_id: TableId) -> bool:
@@ -94,13 +95,11 @@ class PipelineState:
 
     def write_progress(self, name: str, record: Record) -> None:
         """Write one of the records of protocol/state.py under ``progress/``."""
-        self.storage.write_text(json.dumps(encode(record)), "progress", name)
+        self.storage.write_record(record, "progress", name)
 
     def read_progress(self, cls: type[R], name: str) -> R | None:
         """The ``cls`` record at ``progress/<name>``, None when there is none."""
-        if not self.storage.exists("progress", name):
-            return None
-        return decode(cls, json.loads(self.storage.read_text("progress", name)), self.storage.url("progress", name))
+        return self.storage.read_record(cls, "progress", name)
 
 
 def captured_tables(finished: list[FinishedSplit]) -> dict[TableId, CapturedTable]:

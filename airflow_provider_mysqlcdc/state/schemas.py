@@ -16,14 +16,12 @@ the stream reaches the statement (which freezes the table until it is re-snapsho
 
 from __future__ import annotations
 
-import json
 from urllib.parse import quote
 
 import pymysql
 
 from airflow_provider_mysqlcdc.cdc.source.schema import (TableId, TableSchema, load_table_schema, missing_table_error,
                                                         table_exists)
-from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
 from airflow_provider_mysqlcdc.protocol.state import RememberedSchema
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 
@@ -47,17 +45,13 @@ class KnownSchemas:
 
     def remembered(self, table_id: TableId) -> TableSchema | None:
         if table_id not in self._remembered:
-            name = _file_name(table_id)
-            storage = self.state.storage
-            self._remembered[table_id] = (
-                decode(RememberedSchema, json.loads(storage.read_text(SCHEMAS, name)), storage.url(SCHEMAS, name)).schema
-                if storage.exists(SCHEMAS, name) else None)
+            record = self.state.storage.read_record(RememberedSchema, SCHEMAS, _file_name(table_id))
+            self._remembered[table_id] = record.schema if record else None
         return self._remembered[table_id]
 
     def remember(self, schema: TableSchema) -> None:
         if self.remembered(schema.table_id) != schema:
-            self.state.storage.write_text(json.dumps(encode(RememberedSchema(schema))), SCHEMAS,
-                                          _file_name(schema.table_id))
+            self.state.storage.write_record(RememberedSchema(schema), SCHEMAS, _file_name(schema.table_id))
             self._remembered[schema.table_id] = schema
 
     def load(self, conn: pymysql.connections.Connection, table_id: TableId, *, remember: bool = True) -> TableSchema:

@@ -7,10 +7,15 @@ then moved, so a reader never sees half a file on a local disk.
 
 from __future__ import annotations
 
+import json
 import uuid
-from typing import Any
+from typing import Any, TypeVar
 
 import fsspec
+
+from airflow_provider_mysqlcdc.protocol.envelope import Record, decode, encode
+
+R = TypeVar("R")
 
 
 class StateStorage:
@@ -39,6 +44,15 @@ class StateStorage:
         with self.fs.open(temporary, "w") as f:
             f.write(text)
         self.fs.mv(temporary, target)
+
+    def read_record(self, cls: type[R], *parts: str) -> R | None:
+        """The ``cls`` record (protocol/) stored at ``parts``, None when there is none."""
+        if not self.exists(*parts):
+            return None
+        return decode(cls, json.loads(self.read_text(*parts)), self.url(*parts))
+
+    def write_record(self, record: Record, *parts: str, indent: int | None = None) -> None:
+        self.write_text(json.dumps(encode(record), indent=indent), *parts)
 
     def list_names(self, *parts: str) -> list[str]:
         directory = self.path(*parts)

@@ -19,7 +19,7 @@ import pymysql
 from airflow_provider_mysqlcdc.cdc.binlog.listing import binlog_events
 from airflow_provider_mysqlcdc.cdc.errors import BinlogPurgedError, SourceChangedError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
-from airflow_provider_mysqlcdc.cdc.source.server import binlog_files, current_offset, gtid_positions
+from airflow_provider_mysqlcdc.cdc.source.server import binlog_files, current_offset, gtid_position_at, gtid_positions
 
 #: {domain: sequence number}: where a GTID position stands in each replication domain
 Sequences = dict[int, int]
@@ -69,7 +69,7 @@ def offset_at_gtid_position(conn: pymysql.connections.Connection, position: str)
             break
     else:
         found = head if state == wanted else None
-    there = _gtid_at(conn, found) if found else None
+    there = gtid_position_at(conn, found) if found else None
     if found is None or sequences(there) != wanted:
         raise SourceChangedError(
             f"No offset in this server's binlog holds exactly GTID position {position} (its replication domains "
@@ -90,9 +90,3 @@ def _starting_position(conn: pymysql.connections.Connection, file: str) -> Seque
             if str(row[2]).lower().startswith("gtid_list"):
                 return sequences(str(row[5]))
     return {}
-
-
-def _gtid_at(conn: pymysql.connections.Connection, offset: BinlogOffset) -> str | None:
-    with conn.cursor() as cur:
-        cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (offset.file, offset.position))
-        return cur.fetchone()[0]

@@ -82,8 +82,7 @@ def current_offset(conn: pymysql.connections.Connection, info: ServerInfo | None
                 break
             gtid_before = gtid
         else:
-            cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (row["File"], int(row["Position"])))
-            gtid = cur.fetchone()[0]
+            gtid = gtid_position_at(conn, BinlogOffset(str(row["File"]), int(row["Position"])))
     return BinlogOffset(file=str(row["File"]), position=int(row["Position"]), gtid_set=gtid or None,
                         server_id=int(server_id))
 
@@ -138,6 +137,13 @@ def gtid_positions(text: str | None) -> dict[int, tuple[int, int]]:
     return positions
 
 
+def gtid_position_at(conn: pymysql.connections.Connection, offset: BinlogOffset) -> str | None:
+    """The MariaDB GTID position this server's binlog holds at ``offset`` (it reads the file up to it)."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (offset.file, offset.position))
+        return cur.fetchone()[0]
+
+
 def check_same_binlog(conn: pymysql.connections.Connection, offset: BinlogOffset, *, exact: bool = False) -> None:
     """Refuse an offset that was read from another binlog than this server's, with the way out.
 
@@ -160,9 +166,7 @@ def check_same_binlog(conn: pymysql.connections.Connection, offset: BinlogOffset
         raise binlog_changed_error(f"Offset {offset} comes after GTID(s) {', '.join(behind)}, but the server's binlog "
                                    f"ends at GTID position {head.gtid_set or 'none'}")
     if exact:
-        with conn.cursor() as cur:
-            cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (offset.file, offset.position))
-            there = cur.fetchone()[0]
+        there = gtid_position_at(conn, offset)
         if there is None or gtid_positions(there) != recorded:
             raise binlog_changed_error(f"The binlog held GTID position {offset.gtid_set} at {offset} when it was read, "
                                        f"but the server's binlog holds {there or 'nothing'} there now")
