@@ -151,12 +151,14 @@ class MySqlCdcPlanOperator(BaseOperator):
         for plan in plans:
             self.log.info("%s: %s%s", plan.table_id, plan.action,
                           f", {len(plan.splits)} split(s)" if plan.splits else
-                          f" from {plan.stream_from}" if plan.action == PlanAction.STREAM_ONLY else " (already captured)")
+                          f" from {plan.stream_from}" if plan.action == PlanAction.STREAM_ONLY else
+                          " (already captured)")
         self.log.info("planned %d chunk(s) for %d table(s); binlog head at planning: %s", len(chunks), len(plans), head)
         context["ti"].xcom_push(key="tables", value=encode(TablePlans(exact, plans)))
         state.write_progress(
             f"{run_folder(context['run_id'])}/plan-{self.task_id}.json",
-            RunPlanProgress(chunks=len(chunks), planned_at=time.time(), actions={str(p.table_id): p.action.value for p in plans},
+            RunPlanProgress(chunks=len(chunks), planned_at=time.time(),
+                            actions={str(p.table_id): p.action.value for p in plans},
                             chunk_tables=[c["table"] for c in chunks]))
         return chunks
 
@@ -215,7 +217,8 @@ class MySqlCdcPlanOperator(BaseOperator):
                              table_id, event.kind.value, event.offset, event.reason)
         action, request = decide_action(table_id, registered, settings["resnapshot"], settings["startup_mode"],
                                         drifted=bool(pending))
-        chunk_key = registered.chunk_key if action in (PlanAction.KEEP, PlanAction.RESNAPSHOT_SPLITS) else report.chunk_keys[table_id]
+        keeps_key = action in (PlanAction.KEEP, PlanAction.RESNAPSHOT_SPLITS)
+        chunk_key = registered.chunk_key if keeps_key else report.chunk_keys[table_id]
         plan = TablePlan(table_id, chunk_key, action)
         if action == PlanAction.STREAM_ONLY:
             plan.stream_from = stream_from

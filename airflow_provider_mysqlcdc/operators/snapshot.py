@@ -71,8 +71,8 @@ class MySqlCdcSnapshotOperator(BaseOperator):
         state = PipelineState(self.state)
         stage_to = state.staging_url(table_id) if state.needs_staging(table_id) else None
         job = ChunkJob(table=chunk["table"], splits=[SnapshotSplit.from_dict(s) for s in chunk["splits"]],
-                       sink_root=self.sink_root, partitions_per_split=self.partitions_per_split, server_id_range=hook.server_id_range(),
-                       stage_to=stage_to, retry_budget_s=hook.retry_budget_s())
+                       sink_root=self.sink_root, partitions_per_split=self.partitions_per_split,
+                       server_id_range=hook.server_id_range(), stage_to=stage_to, retry_budget_s=hook.retry_budget_s())
         self.log.info("snapshot %s: %d split(s) with spark-submit%s", chunk["label"], len(chunk["splits"]),
                       "; captured before, so staged for the stream" if stage_to else "")
         output = hook.run_spark_job("snapshot_chunk.py", job.to_json(), spark=spark, log=self.log)
@@ -88,6 +88,7 @@ class MySqlCdcSnapshotOperator(BaseOperator):
         state.write_progress(f"{folder}/chunk-{self.task_id}-{context['ti'].map_index}.json",
                              ChunkProgress(result.label, result.table, result.rows, result.high_watermark))
         names = state.storage.list_names("progress", folder)
-        planned = sum(state.read_progress(RunPlanProgress, f"{folder}/{n}").chunks for n in names if n.startswith("plan-"))
+        planned = sum(state.read_progress(RunPlanProgress, f"{folder}/{n}").chunks
+                      for n in names if n.startswith("plan-"))
         done = len([n for n in names if n.startswith("chunk-") and n.endswith(".json")])
         self.log.info("snapshot progress of this run: %d of %d chunk(s) done", done, planned)

@@ -34,7 +34,8 @@ class ChunkResult:
         return max(f.high_watermark for f in self.finished_splits)
 
     def to_body(self) -> dict[str, Any]:
-        return {"label": self.label, "table": self.table, "finished_splits": [f.to_dict() for f in self.finished_splits],
+        return {"label": self.label, "table": self.table,
+                "finished_splits": [f.to_dict() for f in self.finished_splits],
                 "high_watermark": self.high_watermark.to_dict(), "rows": self.rows,
                 "binlog_events_merged": self.binlog_events_merged, "seconds": self.seconds}
 

@@ -113,8 +113,9 @@ class Generation:
 
     @classmethod
     def from_body(cls, body: dict[str, Any], version: int) -> "Generation":
-        return cls(int(body["number"]), {TableId.parse(t): CapturedTable.from_dict(c) for t, c in body["tables"].items()},
-                   {TableId.parse(t) for t in body.get("history", [])}, body.get("created", ""))
+        tables = {TableId.parse(t): CapturedTable.from_dict(c) for t, c in body["tables"].items()}
+        return cls(int(body["number"]), tables, {TableId.parse(t) for t in body.get("history", [])},
+                   body.get("created", ""))
 
 
 # --- drift -----------------------------------------------------------------------------------------
@@ -208,7 +209,8 @@ class StreamBatchProgress:
     def from_body(cls, body: dict[str, Any], version: int) -> "StreamBatchProgress":
         return cls(body.get("app_id", ""), int(body["batch"]), float(body["finished_at"]),
                    int(body["changes_in_batch"]), int(body["changes_total"]), _offset(body.get("last_change_offset")),
-                   body.get("last_change_time_ms"), _offset(body.get("head_at_batch_end")), list(body.get("tables", [])))
+                   body.get("last_change_time_ms"), _offset(body.get("head_at_batch_end")),
+                   list(body.get("tables", [])))
 
 
 @dataclass(frozen=True)
@@ -240,8 +242,8 @@ class CheckpointIdentity:
     created: float
 
     def to_body(self) -> dict[str, Any]:
-        return {"app_id": self.app_id, "initial_offset": self.initial_offset.to_spark() if self.initial_offset else None,
-                "created": self.created}
+        initial = self.initial_offset.to_spark() if self.initial_offset else None
+        return {"app_id": self.app_id, "initial_offset": initial, "created": self.created}
 
     @classmethod
     def from_body(cls, body: dict[str, Any], version: int) -> "CheckpointIdentity":

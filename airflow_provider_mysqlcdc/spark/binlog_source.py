@@ -7,8 +7,9 @@ belongs to (the MariaDB GTID position there and the server id): each batch check
 first batch of a query checks exactly that the server's binlog holds the start
 (server.py ``check_same_binlog``), so a reset, restored or other server's binlog is refused.
 
-A micro-batch ``(start, end]`` is decoded with ``end``'s tables and finished-split filter, on the executors. When ``end`` has a newer generation
-than ``start``, the splits it adds are activated first, by one more partition:
+A micro-batch ``(start, end]`` is decoded with ``end``'s tables and finished-split filter, on the
+executors. When ``end`` has a newer generation than ``start``, the splits it adds are activated
+first, by one more partition:
 
 - the tables it adds are announced (``TablesActivated``), so the driver prepares their sink tables;
 - for every added split whose high watermark ``h`` is behind ``start``, the binlog ``(h, start]`` of
