@@ -14,6 +14,7 @@ state location is all it reads otherwise.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import time
 from typing import Any
@@ -27,6 +28,7 @@ from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
 from airflow_provider_mysqlcdc.protocol.state import (ChunkProgress, RunPlanProgress, StreamBatchProgress,
                                                       StreamOffsetProgress)
 from airflow_provider_mysqlcdc.state.registry import STREAM_OFFSET, STREAM_PROGRESS, PipelineState
+from airflow_provider_mysqlcdc.state.servers import ServerEpochs
 
 
 def pipeline_status(location: str, source: SourceConfig | None = None) -> dict[str, Any]:
@@ -50,9 +52,10 @@ def pipeline_status(location: str, source: SourceConfig | None = None) -> dict[s
     status: dict[str, Any] = {"state": location, "generation": generation.number, "created": generation.created,
                               "tables": tables, "latest_run": _latest_run(state),
                               "stream": _body(state.read_progress(StreamBatchProgress, STREAM_PROGRESS)),
-                              "stream_offset": _body(state.read_progress(StreamOffsetProgress, STREAM_OFFSET))}
+                              "stream_offset": _body(state.read_progress(StreamOffsetProgress, STREAM_OFFSET)),
+                              "servers": [dataclasses.asdict(e) for e in ServerEpochs(state).history()]}
     if source is not None:
-        status["server"] = _server_position(source, status["stream_offset"])
+        status["server"] = _server_position(source, status["stream_offset"], state)
     return status
 
 
@@ -86,12 +89,12 @@ def _latest_run(state: PipelineState) -> dict[str, Any] | None:
             "tables": per_table}
 
 
-def _server_position(source: SourceConfig, committed: dict[str, Any] | None) -> dict[str, Any]:
-    from airflow_provider_mysqlcdc.cdc.source.server import binlog_file_sizes, bytes_between, current_offset
+def _server_position(source: SourceConfig, committed: dict[str, Any] | None, state: PipelineState) -> dict[str, Any]:
+    from airflow_provider_mysqlcdc.cdc.source.server import binlog_file_sizes, bytes_between
 
     conn = source.connect()
     try:
-        head = current_offset(conn)
+        head = ServerEpochs(state).head(conn)
         sizes = binlog_file_sizes(conn)
     finally:
         conn.close()
@@ -138,6 +141,9 @@ def print_status(location: str, source: SourceConfig | None = None) -> None:
         offset = StreamOffset.from_spark(committed["offset"])
         print(f"  stream committed up to {offset.offset} (registry generation {offset.generation}) "
               f"{time.time() - committed['committed_at']:.0f}s ago")
+    for epoch in status["servers"][1:]:
+        print(f"source failed over: from GTID position {epoch['since']} the pipeline reads server_id "
+              f"{epoch['server_id']} (server epoch {epoch['epoch']}, followed at {epoch['followed_at']})")
     server = status.get("server")
     if server:
         behind = f"; stream behind by {server['bytes_behind']} binlog bytes" if "bytes_behind" in server else ""

@@ -33,6 +33,7 @@ from airflow_provider_mysqlcdc.state.changes import ResnapshotRequest, decide_ac
 from airflow_provider_mysqlcdc.state.drift import Drift, pending_drift, read_drift
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
+from airflow_provider_mysqlcdc.state.servers import ServerEpochs
 
 #: Rows per split (one atomic replace in the sink) and per chunk (one spark-submit). A spark-submit
 #: costs 15-20 s before any work here and a chunk reads ~190k rows/s, so 2M rows per chunk keeps
@@ -136,6 +137,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         conn = source.connect()
         try:
             head = current_offset(conn, report.server)
+            ServerEpochs(state).begin(head)  # the pipeline's first server, the one its offsets are read from
             stream_from = head
             if settings["startup_mode"] == "offset":
                 stream_from = settings["start_offset"]

@@ -2,8 +2,8 @@
 
 Spark keeps these in the stream's checkpoint (``offsets/N``) and hands them back to the data source;
 the stream's progress files and its checkpoint identity hold them too. The keys are short and fixed
-forever (``file``, ``pos``, ``gen``, ``gtid``, ``server_id``): checkpoints written by any version
-must stay readable.
+forever (``file``, ``pos``, ``gen``, ``gtid``, ``server_id``, and ``epoch`` after a failover):
+checkpoints written by any version must stay readable.
 """
 
 from __future__ import annotations
@@ -30,13 +30,16 @@ class StreamOffset:
             body["gtid"] = self.offset.gtid_set
         if self.offset.server_id is not None:
             body["server_id"] = self.offset.server_id
+        if self.offset.epoch:
+            body["epoch"] = self.offset.epoch
         return body
 
     @classmethod
     def from_body(cls, body: dict[str, Any], version: int) -> "StreamOffset":
         server_id = body.get("server_id")  # version 0: the same keys, without the envelope
         return cls(BinlogOffset(str(body["file"]), int(body["pos"]), gtid_set=body.get("gtid"),
-                                server_id=None if server_id is None else int(server_id)),
+                                server_id=None if server_id is None else int(server_id),
+                                epoch=int(body.get("epoch", 0))),
                    int(body.get("gen", 0)))
 
     def to_spark(self) -> dict[str, Any]:

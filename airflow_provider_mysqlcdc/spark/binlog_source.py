@@ -66,13 +66,14 @@ from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig, parse_server_id_range
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
-from airflow_provider_mysqlcdc.cdc.source.server import binlog_changed_error, check_offset_available, current_offset
+from airflow_provider_mysqlcdc.cdc.source.server import binlog_changed_error, check_offset_available
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
 from airflow_provider_mysqlcdc.protocol.state import Generation
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from airflow_provider_mysqlcdc.spark.batch_rows import RUN_LENGTH, SCHEMA, RowEmitter
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
+from airflow_provider_mysqlcdc.state.servers import ServerEpochs
 from airflow_provider_mysqlcdc.state.spill import new_spill_folder
 
 SOURCE_NAME = "mysqlcdc_binlog"
@@ -97,25 +98,32 @@ class StagedSplitReady:
     changes: list[WindowChange]
 
 
+#: split id -> its high watermark placed among the pipeline's servers (state/servers.py), where that
+#: differs from the registry's: after a failover, in the epoch of the server the batch reads from
+Watermarks = dict[str, BinlogOffset]
+
+
 class BinlogRange(InputPartition):
     """One piece of a micro-batch's binlog range (ranges.py), decoded by one executor task."""
 
     def __init__(self, read_from: BinlogOffset, decode_after: BinlogOffset | None, end: BinlogOffset,
-                 server_id: int, generation: int, spill_folder: str):
+                 server_id: int, generation: int, spill_folder: str, watermarks: Watermarks):
         self.read_from, self.decode_after, self.end = read_from, decode_after, end
         self.server_id = server_id  # distinct per piece: the server drops a replica connection that reuses an id
         self.generation = generation
         self.spill_folder = spill_folder
+        self.watermarks = watermarks
 
 
 class Activation(InputPartition):
     """The splits ``generation`` adds to ``previous``, activated at ``start`` (see the module doc)."""
 
     def __init__(self, previous: int, generation: int, start: BinlogOffset, server_id: int, on_binlog_purged: str,
-                 spill_folder: str):
+                 spill_folder: str, watermarks: Watermarks):
         self.previous, self.generation, self.start, self.server_id = previous, generation, start, server_id
         self.on_binlog_purged = on_binlog_purged
         self.spill_folder = spill_folder
+        self.watermarks = watermarks
 
 
 class PurgedGap(InputPartition):
@@ -143,6 +151,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.inline_bytes = job.inline_bytes
         self._target: dict[str, Any] | None = None
         self._verified = False
+        self._epochs: ServerEpochs | None = None  # driver only
 
     def _source(self) -> SourceConfig:
         return SourceConfig.from_private_file(Path(self.source_file)).with_retry(self.retry_budget_s)
@@ -150,8 +159,13 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _state(self) -> PipelineState:
         return PipelineState(self.state_location)
 
+    def _servers(self) -> ServerEpochs:
+        if self._epochs is None:
+            self._epochs = ServerEpochs(self._state())
+        return self._epochs
+
     def _latest(self) -> dict[str, Any]:
-        head = self._source().run(current_offset, "reading the binlog head")
+        head = self._source().run(self._servers().head, "reading the binlog head")
         return StreamOffset(head, self._state().latest_number()).to_spark()
 
     def _server_ids(self, count: int) -> list[int]:
@@ -185,8 +199,9 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         limited = not isinstance(limit, ReadAllAvailable) and (max_bytes or max_events)
 
         def end(conn: Any) -> BinlogOffset:
-            self._check_start(conn, begin)
-            return batch_end(conn, begin, head, max_bytes=max_bytes, max_events=max_events) if limited else head
+            here = self._servers().follow(conn, begin)  # the same point on a server the source failed over to
+            self._check_start(conn, here)
+            return batch_end(conn, here, head, max_bytes=max_bytes, max_events=max_events) if limited else head
 
         end_offset = self._source().run(end, "finding the batch's end")
         return StreamOffset(end_offset, max(head_at.generation, begin_at.generation)).to_spark()
@@ -205,21 +220,45 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin, finish = begin_at.offset, end_at.offset
         generation, previous = end_at.generation, begin_at.generation
 
-        def plan(conn: Any) -> tuple[BinlogPurged | None, list[DecodeRange]]:
-            gap = _purged_or_raise(conn, begin, self.on_binlog_purged) if finish > begin else None
-            read_from = gap.resumed_at if gap else begin
-            return gap, plan_decode_ranges(conn, read_from, finish, self.decode_pieces) if finish > read_from else []
+        def plan(conn: Any) -> tuple[BinlogOffset, Watermarks, BinlogPurged | None, list[DecodeRange]]:
+            here = self._servers().follow(conn, begin)  # the same point on a server the source failed over to
+            watermarks = self._placed_watermarks(conn, begin, here, generation, previous)
+            gap = _purged_or_raise(conn, here, self.on_binlog_purged) if finish > here else None
+            read_from = gap.resumed_at if gap else here
+            ranges = plan_decode_ranges(conn, read_from, finish, self.decode_pieces) if finish > read_from else []
+            return here, watermarks, gap, ranges
 
-        gap, ranges = self._source().run(plan, "planning the binlog range")
+        here, watermarks, gap, ranges = self._source().run(plan, "planning the binlog range")
         ids = self._server_ids(len(ranges) + 1)
         spill = new_spill_folder(self._state())
-        parts: list[InputPartition] = [BinlogRange(r.read_from, r.decode_after, r.end, server_id, generation, spill)
-                                       for r, server_id in zip(ranges, ids)]
+        parts: list[InputPartition] = [BinlogRange(r.read_from, r.decode_after, r.end, server_id, generation, spill,
+                                                   watermarks) for r, server_id in zip(ranges, ids)]
         if gap is not None:
             parts.insert(0, PurgedGap(gap, generation))
         if generation != previous:
-            parts.insert(0, Activation(previous, generation, begin, ids[-1], self.on_binlog_purged, spill))
+            parts.insert(0, Activation(previous, generation, here, ids[-1], self.on_binlog_purged, spill, watermarks))
         return parts
+
+    def _placed_watermarks(self, conn: Any, begin: BinlogOffset, here: BinlogOffset, number: int,
+                           previous: int) -> Watermarks:
+        """The high watermarks of generation ``number`` placed among the pipeline's servers. Where the
+        batch reads another server's binlog than a watermark's (a failover), a watermark the stream
+        still has to compare changes with exactly (after the batch's start ``begin``, or of a split
+        this batch activates) is translated into that binlog by its GTID position."""
+        epochs = self._servers()
+        history, state = epochs.history(), self._state()
+        if not history:
+            return {}
+        new = state.load(number)
+        added = {f.split.split_id for f in new.added_since(state.load(previous))} if number != previous else set()
+        placed: Watermarks = {}
+        for f in new.finished_splits:
+            high = epochs.place(f.high_watermark, history)
+            if high.epoch < here.epoch and (f.split.split_id in added or (high.epoch == begin.epoch and high > begin)):
+                high = epochs.translate(conn, high, here.epoch)
+            if high != f.high_watermark:
+                placed[f.split.split_id] = high
+        return placed
 
     def commit(self, end: dict[str, Any]) -> None:
         pass
@@ -235,7 +274,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         rows = RowEmitter(partition.generation, spill_folder=partition.spill_folder, inline_bytes=self.inline_bytes)
         source, state = self._source(), self._state()
-        generation = state.load(partition.generation)
+        generation = _with_watermarks(state.load(partition.generation), partition.watermarks)
         schemas, orderings = _schemas_and_orderings(source, state, generation, generation.tables)
         split_filter = FinishedSplitFilter([f for f in generation.finished_splits if f.split.table_id in orderings],
                                            orderings)
@@ -262,10 +301,11 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _read_activation(self, partition: Activation) -> Iterator[tuple]:
         state = self._state()
         new, old = state.load(partition.generation), state.load(partition.previous)
-        added = new.added_since(old)
+        added_ids = {f.split.split_id for f in new.added_since(old)}
+        new = _with_watermarks(new, partition.watermarks)
+        added = [f for f in new.finished_splits if f.split.split_id in added_ids]
         tables = {f.split.table_id for f in added}
         rows = RowEmitter(partition.generation, spill_folder=partition.spill_folder, inline_bytes=self.inline_bytes)
-        added_ids = {f.split.split_id for f in added}
         whole = tuple(t for t in sorted(tables) if all(f.split.split_id in added_ids for f in new.tables[t].splits))
         activated = TablesActivated({t: new.tables[t].chunk_key for t in sorted(tables)}, whole)
         yield from rows.marker(-1, 0, "activate", 0, activated)
@@ -362,6 +402,17 @@ def registry_start_offset(state: PipelineState) -> StreamOffset:
         raise ConfigurationError(f"No tables are captured at {state.location}: run the snapshot (or register "
                                  "tables with startup mode 'latest'/'offset') before starting the stream.")
     return StreamOffset(start, 0)
+
+
+def _with_watermarks(generation: Generation, watermarks: Watermarks) -> Generation:
+    """``generation`` with the high watermarks the driver placed (``_placed_watermarks``)."""
+    if not watermarks:
+        return generation
+    return dataclasses.replace(generation, tables={
+        t: dataclasses.replace(c, splits=[dataclasses.replace(f, high_watermark=watermarks.get(f.split.split_id,
+                                                                                              f.high_watermark))
+                                          for f in c.splits])
+        for t, c in generation.tables.items()})
 
 
 def _purged_or_raise(conn: Any, offset: BinlogOffset, on_binlog_purged: str) -> BinlogPurged | None:

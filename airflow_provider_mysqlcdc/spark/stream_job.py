@@ -56,6 +56,7 @@ from airflow_provider_mysqlcdc.protocol.state import (CheckpointIdentity, Genera
                                                       StreamOffsetProgress)
 from airflow_provider_mysqlcdc.state.registry import STREAM_OFFSET, STREAM_PROGRESS, PipelineState
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
+from airflow_provider_mysqlcdc.state.servers import ServerEpochs
 from airflow_provider_mysqlcdc.state.spill import remove_all_spill_folders, remove_spill_folder
 from airflow_provider_mysqlcdc.state.staged import read_staged
 
@@ -333,7 +334,8 @@ class BatchApplier:
             return names, False
 
         def defaults(conn: Any) -> dict[str, Any] | None | bool:
-            later = table_ddl_after(conn, table_id, event.offset, current_offset(conn), FILL_LOOKAHEAD_EVENTS)
+            head = current_offset(conn).in_epoch(event.offset.epoch)  # the server the event was just read from
+            later = table_ddl_after(conn, table_id, event.offset, head, FILL_LOOKAHEAD_EVENTS)
             return False if later is not False else column_defaults(conn, writer.schema, constant)
 
         values = self.source.run(defaults, "reading the added columns' defaults")
@@ -372,7 +374,7 @@ class BatchApplier:
 
     def _log_progress(self, batch_id: int, changes: int, units: int, spill_files: int, newest: int,
                       applied_to: BinlogOffset | None, read_s: float, seconds: float) -> None:
-        head = self.source.run(current_offset, "reading the binlog head")
+        head = self.source.run(ServerEpochs(self.state).head, "reading the binlog head")
         lag_s = time.time() - newest / 1000 if newest else 0.0
         log.info("stream batch %d: %d changes applied in %.2fs (%.2fs reading the binlog, %.2fs merging; %d unit(s), "
                  "%d spill file(s); %d in total); binlog head %s; event-time lag %.1fs", batch_id, changes, seconds,
@@ -439,7 +441,7 @@ def resume_offset(state: PipelineState, job: StreamJob) -> StreamOffset | None:
 def refuse_positions_beyond_the_head(source: SourceConfig, state: PipelineState, sink: DeltaSink) -> None:
     """A sink table recorded past the server's binlog head was written from another binlog: the
     server's binlog was reset (RESET MASTER), restored, or this is another server."""
-    head = source.run(current_offset, "reading the binlog head")
+    head = source.run(ServerEpochs(state).head, "reading the binlog head")  # in its epoch: after a failover, later
     for table_id in sorted(state.latest().tables):
         position = sink.applied_position(table_id)
         if position is not None and position[:2] > head.sort_key:

@@ -87,3 +87,144 @@ def test_a_gtid_position_in_purged_binlog_is_reported_as_purged(servers):
     replica.purge_binlogs()
     with replica.connect_root() as conn, pytest.raises(BinlogPurgedError, match="purged"):
         offset_at_gtid_position(conn, early.gtid_set)
+
+
+# --- the stream follows a failover ------------------------------------------------------------------
+
+@pytest.fixture()
+def failover_pipeline(tmp_path):
+    """A primary whose binlog files are numbered *above* its replica's (so that every offset read on
+    the replica is "older" by file number than those read on the primary), a pipeline capturing
+    ``shop.t`` from the primary, and a stream run that brought the sink up to date there."""
+    primary = ThrowawayMariaDB(base_dir=tmp_path / "primary", server_id=1, failover_ready=True).start()
+    replica = ThrowawayMariaDB(base_dir=tmp_path / "replica", server_id=2, failover_ready=True).start()
+    try:
+        with primary.connect_root() as conn, conn.cursor() as cur:
+            for _ in range(3):
+                cur.execute("FLUSH BINARY LOGS")
+            cur.execute("CREATE DATABASE shop")
+            for name in ("t", "u"):
+                cur.execute(f"CREATE TABLE shop.{name} (id INT PRIMARY KEY, v INT)")
+                cur.executemany(f"INSERT INTO shop.{name} VALUES (%s, 0)", [(i,) for i in range(100)])
+        replica.replicate_from(primary)
+        pipeline = _Pipeline(tmp_path, primary)
+        pipeline.capture_directly("t")
+        _change(primary, "t", 1)
+        pipeline.stream()
+        assert pipeline.sink_equals_source("t")
+        yield primary, replica, pipeline
+    finally:
+        replica.stop()
+        primary.stop()
+
+
+class _Pipeline:
+    def __init__(self, tmp_path, server: ThrowawayMariaDB):
+        from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+        from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
+        from airflow_provider_mysqlcdc.state.registry import PipelineState
+
+        self.tmp, self.lake = tmp_path, str(tmp_path / "lake")
+        self.state = PipelineState(str(tmp_path / "state"))
+        self.sink = DeltaSink(self.lake)
+        self.submit = SparkSubmit(master="local[1]", work_dir=tmp_path / "spark")
+        self.point_at(server)
+
+    def point_at(self, server: ThrowawayMariaDB) -> None:
+        """What a user does after a failover: the connection now reaches the new primary."""
+        self.server, self.source = server, server.root_config()
+        self.source_file = self.source.to_private_file(self.tmp / "secrets" / "source.json")
+
+    def schema(self, name: str):
+        from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
+
+        with self.server.connect_root() as conn:
+            return load_table_schema(conn, TableId("shop", name))
+
+    def capture_directly(self, name: str) -> None:
+        """Snapshot a table no stream writes yet into the sink and register it in a new generation."""
+        from airflow_provider_mysqlcdc.cdc.model.split import SnapshotSplit
+        from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitReader
+        from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
+        from airflow_provider_mysqlcdc.state.registry import captured_tables
+
+        schema = self.schema(name)
+        with SplitReader(self.source, schema) as reader:
+            result = reader.read(SnapshotSplit(schema.table_id, 0, "id"))
+            self.sink.prepare(schema)
+            SinkWriter(self.sink, schema, "id", reader.ordering("id")).write_split(result.finished, result.rows)
+        tables = dict(self.state.latest().tables)
+        tables.update(captured_tables([result.finished]))
+        self.state.commit(tables)
+
+    def stream(self) -> None:
+        from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
+
+        job_file = self.tmp / "stream.json"
+        job_file.write_text(StreamJob(state=self.state.location, sink_root=self.lake).to_json())
+        self.submit.run("binlog_stream.py", ["--job", str(job_file)], self.source_file)
+
+    def sink_equals_source(self, name: str) -> bool:
+        from airflow_provider_mysqlcdc.devtools.verify import source_rows
+
+        from .helpers import assert_same_rows, delta_rows
+
+        schema = self.schema(name)
+        assert_same_rows(schema.table_id, source_rows(self.source, schema), delta_rows(self.lake, schema))
+        return True
+
+
+def _change(server: ThrowawayMariaDB, table: str, round_: int) -> None:
+    """Updates, inserts and deletes, each its own transaction."""
+    with server.connect_root() as conn, conn.cursor() as cur:
+        for i in range(0, 100, 3):
+            cur.execute(f"UPDATE shop.{table} SET v = %s WHERE id = %s", (round_, i))
+        cur.execute(f"INSERT INTO shop.{table} VALUES (%s, %s)", (1000 + round_, round_))
+        cur.execute(f"DELETE FROM shop.{table} WHERE id = %s", (round_ + 1,))
+
+
+def test_the_stream_follows_a_failover_to_a_replica_with_nothing_lost_or_skipped(failover_pipeline):
+    primary, replica, pipeline = failover_pipeline
+    _change(primary, "t", 2)  # written on the primary, not streamed before the failover
+    replica.wait_for(primary)
+    primary.stop()
+    replica.promote()
+    pipeline.point_at(replica)
+    _change(replica, "t", 3)  # at offsets whose file numbers lie below every offset read on the primary
+    pipeline.stream()
+    assert pipeline.sink_equals_source("t")
+    from airflow_provider_mysqlcdc.state.servers import ServerEpochs
+
+    history = ServerEpochs(pipeline.state).history()
+    assert [(e.epoch, e.server_id) for e in history] == [(0, 1), (1, 2)]
+    _change(replica, "t", 4)
+    pipeline.stream()
+    assert pipeline.sink_equals_source("t")
+
+
+def test_a_table_snapshotted_on_the_new_primary_is_streamed_in_its_epoch(failover_pipeline):
+    primary, replica, pipeline = failover_pipeline
+    replica.wait_for(primary)
+    primary.stop()
+    replica.promote()
+    pipeline.point_at(replica)
+    pipeline.capture_directly("u")  # read on the new primary before the stream has followed it
+    _change(replica, "u", 5)
+    _change(replica, "t", 5)
+    pipeline.stream()
+    assert pipeline.sink_equals_source("t") and pipeline.sink_equals_source("u")
+
+
+def test_a_new_primary_lacking_what_the_stream_read_is_refused_before_anything_is_written(failover_pipeline):
+    primary, replica, pipeline = failover_pipeline
+    with replica.connect_root() as conn, conn.cursor() as cur:
+        cur.execute("STOP SLAVE")
+    _change(primary, "t", 6)
+    pipeline.stream()  # reads transactions the replica never receives
+    primary.stop()
+    replica.promote()
+    pipeline.point_at(replica)
+    before = pipeline.sink.read(pipeline.schema("t").table_id).num_rows
+    with pytest.raises(RuntimeError, match="lacks transactions"):
+        pipeline.stream()
+    assert pipeline.sink.read(pipeline.schema("t").table_id).num_rows == before

@@ -71,3 +71,24 @@ def test_gtid_positions_are_read_per_domain():
 
     assert gtid_positions("0-1-42, 1-2-7") == {0: (1, 42), 1: (2, 7)}
     assert gtid_positions("") == gtid_positions(None) == {}
+
+
+def test_an_offset_of_a_later_server_epoch_orders_after_every_offset_of_earlier_ones():
+    primary = BinlogOffset("binlog.000900", 99999)
+    replica = BinlogOffset("binlog.000001", 4, epoch=1)
+    assert primary < replica and primary.version < replica.version
+    assert replica.at("binlog.000002", 4) > replica and replica.at("binlog.000002", 4).epoch == 1
+    assert BinlogOffset("binlog.000001", 4).in_epoch(1) == replica
+    assert BinlogOffset("binlog.000001", 4).version == (1 << 32) | 4  # epoch 0: the version it always had
+
+
+def test_the_epoch_survives_json_and_is_left_out_for_the_first_server():
+    replica = BinlogOffset("binlog.000003", 120, gtid_set="0-2-9", server_id=2, epoch=3)
+    again = BinlogOffset.from_json(replica.to_json())
+    assert again == replica and again.epoch == 3
+    assert "epoch" not in BinlogOffset("binlog.000003", 120).to_dict()
+
+
+def test_a_binlog_file_number_too_large_for_an_epoch_is_a_clear_error():
+    with pytest.raises(ConfigurationError, match="must stay below"):
+        BinlogOffset("binlog.2000000", 4, epoch=1)

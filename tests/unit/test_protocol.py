@@ -17,7 +17,8 @@ from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
 from airflow_provider_mysqlcdc.protocol.results import ChunkResult, CollectResult, StreamResult
 from airflow_provider_mysqlcdc.protocol.state import (CapturedTable, CheckpointIdentity, ChunkProgress, DriftEvent,
                                                       DriftLog, Generation, RunPlanProgress, StagedRelease,
-                                                      RememberedSchema, StreamBatchProgress, StreamOffsetProgress)
+                                                      RememberedSchema, ServerEpoch, ServerHistory, StreamBatchProgress,
+                                                      StreamOffsetProgress)
 from airflow_provider_mysqlcdc.state.drift import DRIFT, read_drift
 from airflow_provider_mysqlcdc.state.registry import GENERATIONS, PipelineState
 
@@ -42,6 +43,8 @@ RECORDS = [
     StreamJob("/state", "/lake", mode="continuous", on_binlog_purged="resnapshot", max_batch_events=10),
     RememberedSchema(TableSchema(T, (Column("id", "int", "int(11)", False), Column("v", "decimal", "decimal(10,2)", True)),
                                  ("id",))),
+    StreamOffset(AT.in_epoch(2), 3),
+    ServerHistory((ServerEpoch(0, 1, None, "2026-11-23T00:00:00+00:00"), ServerEpoch(1, 2, "0-1-42", "x"))),
 ]
 
 
@@ -54,6 +57,7 @@ def test_every_record_round_trips_through_json_in_its_envelope(record):
     if isinstance(record, (StreamOffset, StreamOffsetProgress)):  # offsets compare by position: check identity too
         offset = again if isinstance(again, StreamOffset) else again.offset
         assert (offset.offset.gtid_set, offset.offset.server_id) == (AT.gtid_set, AT.server_id)
+        assert offset.offset.epoch == record.offset.epoch if isinstance(record, StreamOffset) else True
 
 
 def test_a_record_of_a_newer_format_version_is_refused_naming_the_file_and_the_fix():

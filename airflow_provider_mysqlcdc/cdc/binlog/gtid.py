@@ -62,7 +62,7 @@ def offset_at_gtid_position(conn: pymysql.connections.Connection, position: str)
         if not event.kind.startswith("gtid") or event.kind.startswith("gtid_list"):
             continue
         if state == wanted:
-            found = BinlogOffset(event.file, event.position)
+            found = event.start
             break
         state.update(sequences(event.info))  # "BEGIN GTID 0-1-6", or "GTID 0-1-7" for DDL
         if not _not_past(state, wanted):

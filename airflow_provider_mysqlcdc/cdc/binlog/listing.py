@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import pymysql
 
 from airflow_provider_mysqlcdc.cdc.binlog.ddl import parse_ddl
-from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset, binlog_file_number
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.cdc.source.server import binlog_file_sizes
 
@@ -30,30 +30,41 @@ class ListedEvent:
     kind: str  # the event type, lower case ("query", "xid", "gtid", "write_rows_v1", ...)
     end_position: int  # where it ends (the next event starts)
     info: str  # a statement for query events, else a summary
+    epoch: int = 0  # the server's epoch (state/servers.py), given to the offsets below
+
+    @property
+    def start(self) -> BinlogOffset:
+        return BinlogOffset(self.file, self.position, epoch=self.epoch)
 
     @property
     def end(self) -> BinlogOffset:
-        return BinlogOffset(self.file, self.end_position)
+        return BinlogOffset(self.file, self.end_position, epoch=self.epoch)
 
 
 def binlog_events(conn: pymysql.connections.Connection, start: BinlogOffset, head: BinlogOffset) -> Iterator[ListedEvent]:
     """The events after ``start`` (an event boundary) that end at or before ``head``, in order."""
-    files = [f for f, _ in binlog_file_sizes(conn)
-             if start.sort_key[0] <= BinlogOffset(f, 4).sort_key[0] <= head.sort_key[0]]
     with conn.cursor() as cur:
-        for file in files:
+        for file, _ in files_between(conn, start, head):
             position = start.position if file == start.file else 4
             while True:
                 cur.execute(f"SHOW BINLOG EVENTS IN %s FROM {int(position)} LIMIT {PAGE_EVENTS}", (file,))
                 rows = cur.fetchall()
                 for row in rows:
-                    event = ListedEvent(file, int(row[1]), str(row[2]).lower(), int(row[4]), str(row[5]).strip())
+                    event = ListedEvent(file, int(row[1]), str(row[2]).lower(), int(row[4]), str(row[5]).strip(),
+                                        start.epoch)
                     if event.end > head:
                         return
                     yield event
                 if len(rows) < PAGE_EVENTS:
                     break
                 position = int(rows[-1][4])
+
+
+def files_between(conn: pymysql.connections.Connection, start: BinlogOffset,
+                  end: BinlogOffset) -> list[tuple[str, int]]:
+    """The server's binlog files (with their sizes) from ``start``'s file to ``end``'s, in order."""
+    return [(f, size) for f, size in binlog_file_sizes(conn)
+            if start.file_number <= binlog_file_number(f) <= end.file_number]
 
 
 def opens_transaction(event: ListedEvent) -> bool:

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 import pymysql
 
-from airflow_provider_mysqlcdc.cdc.binlog.listing import binlog_events, closes_transaction, opens_transaction
+from airflow_provider_mysqlcdc.cdc.binlog.listing import binlog_events, closes_transaction, files_between, opens_transaction
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
-from airflow_provider_mysqlcdc.cdc.source.server import binlog_file_sizes, gtid_positions
+from airflow_provider_mysqlcdc.cdc.source.server import gtid_positions
 
 _ROW_EVENTS = ("write_rows", "update_rows", "delete_rows")
 #: At most this many events are listed to find cut points; the rest of a range stays in its last piece.
@@ -53,7 +53,8 @@ def batch_end(conn: pymysql.connections.Connection, start: BinlogOffset, head: B
             in_transaction = False
             if (max_bytes and read_bytes >= max_bytes) or (max_events and events >= max_events):
                 text = ",".join(f"{d}-{s}-{n}" for d, (s, n) in sorted(gtids.items())) if gtids else None
-                return BinlogOffset(event.file, event.end_position, gtid_set=text, server_id=head.server_id)
+                return BinlogOffset(event.file, event.end_position, gtid_set=text, server_id=head.server_id,
+                                    epoch=head.epoch)
     return head
 
 
@@ -70,8 +71,7 @@ def plan_decode_ranges(conn: pymysql.connections.Connection, start: BinlogOffset
     whole = [DecodeRange(start, None, end)]
     if pieces < 2 or end <= start:
         return whole
-    sizes = [(f, size) for f, size in binlog_file_sizes(conn)
-             if start.sort_key[0] <= BinlogOffset(f, 4).sort_key[0] <= end.sort_key[0]]
+    sizes = files_between(conn, start, end)
     span = sum(size for _, size in sizes) - start.position - (sizes[-1][1] - end.position if sizes else 0)
     if span < min_bytes:
         return whole
@@ -81,7 +81,7 @@ def plan_decode_ranges(conn: pymysql.connections.Connection, start: BinlogOffset
         if count >= MAX_LISTED_EVENTS or event.end >= end:
             break
         if event.kind.startswith("gtid") or (opens_transaction(event) and transaction is None):
-            transaction = BinlogOffset(event.file, event.position)
+            transaction = event.start
         elif closes_transaction(event) or event.kind == "rotate":
             transaction = None
         elif event.kind.startswith(_ROW_EVENTS) and transaction is not None:

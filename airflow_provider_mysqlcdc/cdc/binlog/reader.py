@@ -146,12 +146,12 @@ class BinlogReader:
         for event in self._stream:
             if isinstance(event, RotateEvent):
                 current_file = event.next_binlog
-                self.position = max(self.position, BinlogOffset(current_file, max(int(event.position), 4)))
+                self.position = max(self.position, read_from.at(current_file, max(int(event.position), 4)))
                 continue
             end_pos = int(event.packet.log_pos)
             if end_pos == 0:  # artificial events sent on connect
                 continue
-            offset = BinlogOffset(current_file, end_pos)
+            offset = read_from.at(current_file, end_pos)
             if self.end is not None and offset > self.end:
                 break
             self.position = max(self.position, offset)

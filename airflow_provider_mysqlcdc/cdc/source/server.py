@@ -156,8 +156,8 @@ def check_same_binlog(conn: pymysql.connections.Connection, offset: BinlogOffset
     head = current_offset(conn, info)
     if offset.server_id is not None and head.server_id is not None and offset.server_id != head.server_id:
         raise binlog_changed_error(f"Offset {offset} was read from the binlog of server_id {offset.server_id}, but the "
-                                   f"server this connection reaches has server_id {head.server_id} (a failover to a "
-                                   "replica is not followed yet)")
+                                   f"server this connection reaches has server_id {head.server_id} (only the stream "
+                                   "follows a failover, on MariaDB with GTIDs)")
     if not info.is_mariadb or not offset.gtid_set:
         return
     recorded, now = gtid_positions(offset.gtid_set), gtid_positions(head.gtid_set)
@@ -180,10 +180,10 @@ def check_offset_available(conn: pymysql.connections.Connection, offset: BinlogO
     if sizes and offset.file in dict(sizes) and (offset.file != sizes[-1][0] or offset.position <= sizes[-1][1]):
         check_same_binlog(conn, offset, exact=exact)
         return
-    newest = BinlogOffset(sizes[-1][0], max(4, sizes[-1][1])) if sizes else None
+    newest = offset.at(sizes[-1][0], max(4, sizes[-1][1])) if sizes else None
     if newest is None or offset > newest:
         raise binlog_changed_error(f"Offset {offset} lies beyond the server's binlog, which ends at {newest or 'nothing'}")
-    oldest = BinlogOffset(sizes[0][0], 4)
+    oldest = offset.at(sizes[0][0], 4)
     raise BinlogPurgedError(
         f"Binlog file {offset.file} (needed from offset {offset}) is no longer on the server; the oldest is "
         f"{sizes[0][0]}. The changes from {offset} to {oldest} are lost to CDC. For the stream: run it with "
