@@ -41,9 +41,10 @@ class MySqlCdcCollectSplitsOperator(BaseOperator):
                   if (value := context["ti"].xcom_pull(task_ids=task_id, key="tables"))]
         plans = [p for g in groups for p in g.plans]
         exact = bool(groups) and all(g.exact for g in groups)
-        finished = [f for item in _items(self.results)
-                    for f in decode(ChunkResult, item, "a snapshot task's XCom").finished_splits]
         state = PipelineState(self.state)
+        servers = state.servers()  # results read on a server the source failed over to compare as newer
+        finished = [servers.place_split(f) for item in _items(self.results)
+                    for f in decode(ChunkResult, item, "a snapshot task's XCom").finished_splits]
         before = state.latest()
         generation = state.commit(next_tables(before, plans, finished, exact=exact))
         added = generation.added_since(before)

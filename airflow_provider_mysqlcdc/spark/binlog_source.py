@@ -222,7 +222,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         def plan(conn: Any) -> tuple[BinlogOffset, Watermarks, BinlogPurged | None, list[DecodeRange]]:
             here = self._servers().follow(conn, begin)  # the same point on a server the source failed over to
-            watermarks = self._placed_watermarks(conn, begin, here, generation, previous)
+            watermarks = self._translated_watermarks(conn, begin, here, generation, previous)
             gap = _purged_or_raise(conn, here, self.on_binlog_purged) if finish > here else None
             read_from = gap.resumed_at if gap else here
             ranges = plan_decode_ranges(conn, read_from, finish, self.decode_pieces) if finish > read_from else []
@@ -239,26 +239,21 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             parts.insert(0, Activation(previous, generation, here, ids[-1], self.on_binlog_purged, spill, watermarks))
         return parts
 
-    def _placed_watermarks(self, conn: Any, begin: BinlogOffset, here: BinlogOffset, number: int,
-                           previous: int) -> Watermarks:
-        """The high watermarks of generation ``number`` placed among the pipeline's servers. Where the
-        batch reads another server's binlog than a watermark's (a failover), a watermark the stream
-        still has to compare changes with exactly (after the batch's start ``begin``, or of a split
-        this batch activates) is translated into that binlog by its GTID position."""
-        epochs = self._servers()
-        history, state = epochs.history(), self._state()
-        if not history:
-            return {}
+    def _translated_watermarks(self, conn: Any, begin: BinlogOffset, here: BinlogOffset, number: int,
+                               previous: int) -> Watermarks:
+        """High watermarks of generation ``number`` read on an earlier server than the one this batch
+        reads (a failover) that the stream still compares changes with exactly (after the batch's
+        start ``begin``, or of a split this batch activates), translated into this server's binlog
+        by their GTID positions."""
+        state = self._state()
         new = state.load(number)
+        if all(f.high_watermark.epoch == here.epoch for f in new.finished_splits):
+            return {}
         added = {f.split.split_id for f in new.added_since(state.load(previous))} if number != previous else set()
-        placed: Watermarks = {}
-        for f in new.finished_splits:
-            high = epochs.place(f.high_watermark, history)
-            if high.epoch < here.epoch and (f.split.split_id in added or (high.epoch == begin.epoch and high > begin)):
-                high = epochs.translate(conn, high, here.epoch)
-            if high != f.high_watermark:
-                placed[f.split.split_id] = high
-        return placed
+        return {f.split.split_id: self._servers().translate(conn, f.high_watermark, here.epoch)
+                for f in new.finished_splits
+                if f.high_watermark.epoch < here.epoch
+                and (f.split.split_id in added or (f.high_watermark.epoch == begin.epoch and f.high_watermark > begin))}
 
     def commit(self, end: dict[str, Any]) -> None:
         pass
@@ -405,14 +400,11 @@ def registry_start_offset(state: PipelineState) -> StreamOffset:
 
 
 def _with_watermarks(generation: Generation, watermarks: Watermarks) -> Generation:
-    """``generation`` with the high watermarks the driver placed (``_placed_watermarks``)."""
+    """``generation`` with the high watermarks the driver translated (``_translated_watermarks``)."""
     if not watermarks:
         return generation
-    return dataclasses.replace(generation, tables={
-        t: dataclasses.replace(c, splits=[dataclasses.replace(f, high_watermark=watermarks.get(f.split.split_id,
-                                                                                              f.high_watermark))
-                                          for f in c.splits])
-        for t, c in generation.tables.items()})
+    return generation.with_splits(lambda f: dataclasses.replace(f, high_watermark=watermarks[f.split.split_id])
+                                  if f.split.split_id in watermarks else f)
 
 
 def _purged_or_raise(conn: Any, offset: BinlogOffset, on_binlog_purged: str) -> BinlogPurged | None:

@@ -17,6 +17,10 @@ A finished split's rows reach the sink in one of two ways:
 
 A split marked ``stream_only`` has no rows: the table is streamed from that split's high
 watermark without a snapshot (startup modes ``latest`` and ``offset``).
+
+High watermarks are read by tasks that do not know which of the pipeline's servers they talked to;
+``load`` places each among them (``servers.json``: state/servers.py), so after a failover they
+compare correctly with the stream's offsets.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from airflow_provider_mysqlcdc.cdc.errors import CdcError
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.protocol.envelope import Record
-from airflow_provider_mysqlcdc.protocol.state import CapturedTable, Generation
+from airflow_provider_mysqlcdc.protocol.state import CapturedTable, Generation, ServerHistory
 from airflow_provider_mysqlcdc.state.storage import StateStorage
 
 GENERATIONS = "generations"
@@ -38,6 +42,8 @@ R = TypeVar("R")
 STREAM_OFFSET = "stream-offset.json"
 #: progress file: the stream's last micro-batch (its heartbeat)
 STREAM_PROGRESS = "stream.json"
+#: the servers the pipeline followed through failovers (state/servers.py)
+SERVERS = "servers.json"
 
 
 class ConcurrentStateChange(CdcError):
@@ -66,13 +72,19 @@ class PipelineState:
         generation = self.storage.read_record(Generation, GENERATIONS, f"{number:06d}.json")
         if generation is None:
             raise FileNotFoundError(self.storage.url(GENERATIONS, f"{number:06d}.json"))
-        return generation
+        return generation.with_splits(self.servers().place_split)
+
+    def servers(self) -> ServerHistory:
+        """The servers the pipeline has read from (empty until its first plan or stream)."""
+        return self.storage.read_record(ServerHistory, SERVERS) or ServerHistory()
 
     def latest(self) -> Generation:
         return self.load(self.latest_number())
 
     def commit(self, tables: dict[TableId, CapturedTable]) -> Generation:
         """Write the next generation, unless ``tables`` equals the latest one; returns the latest."""
+        servers = self.servers()
+        tables = {t: CapturedTable(c.chunk_key, [servers.place_split(f) for f in c.splits]) for t, c in tables.items()}
         latest = self.latest()
         if {t: c.to_dict() for t, c in tables.items()} == {t: c.to_dict() for t, c in latest.tables.items()}:
             return latest

@@ -26,15 +26,13 @@ import logging
 
 import pymysql
 
-from airflow_provider_mysqlcdc.cdc.binlog.gtid import offset_at_gtid_position, sequences
+from airflow_provider_mysqlcdc.cdc.binlog.gtid import offset_at_gtid_position
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.source.server import binlog_changed_error, current_offset, server_info
 from airflow_provider_mysqlcdc.protocol.state import ServerEpoch, ServerHistory
-from airflow_provider_mysqlcdc.state.registry import PipelineState
+from airflow_provider_mysqlcdc.state.registry import SERVERS, PipelineState
 
 log = logging.getLogger(__name__)
-
-HISTORY = "servers.json"
 
 
 class ServerEpochs:
@@ -45,28 +43,11 @@ class ServerEpochs:
         self._translated: dict[tuple[BinlogOffset, int], BinlogOffset] = {}
 
     def history(self) -> tuple[ServerEpoch, ...]:
-        record = self.state.storage.read_record(ServerHistory, HISTORY)
-        return record.epochs if record else ()
-
-    def epoch_of(self, offset: BinlogOffset, history: tuple[ServerEpoch, ...] | None = None) -> int:
-        """The epoch of the server ``offset`` was read from (by its server id and GTID position)."""
-        history = self.history() if history is None else history
-        if offset.server_id is None or not history:
-            return offset.epoch
-        same = [e for e in history if e.server_id == offset.server_id]
-        if not same:
-            return history[-1].epoch + 1  # a server not followed yet: it becomes the next epoch
-        have = sequences(offset.gtid_set)
-        since = [e for e in same if all(have.get(d, 0) >= n for d, n in sequences(e.since).items())]
-        return max(e.epoch for e in since or same)  # a server followed twice: the stint that read it
-
-    def place(self, offset: BinlogOffset, history: tuple[ServerEpoch, ...] | None = None) -> BinlogOffset:
-        epoch = self.epoch_of(offset, history)
-        return offset if epoch == offset.epoch else offset.in_epoch(epoch)
+        return self.state.servers().epochs
 
     def head(self, conn: pymysql.connections.Connection) -> BinlogOffset:
         """The binlog head of the server ``conn`` reaches, in its epoch."""
-        return self.place(current_offset(conn))
+        return self.state.servers().place(current_offset(conn))
 
     def begin(self, head: BinlogOffset) -> None:
         """Record the pipeline's first server (``head`` read from it), unless it has one already."""
@@ -110,7 +91,7 @@ class ServerEpochs:
         return self._translated[key]
 
     def _write(self, epochs: tuple[ServerEpoch, ...]) -> None:
-        self.state.storage.write_record(ServerHistory(epochs), HISTORY, indent=1)
+        self.state.storage.write_record(ServerHistory(epochs), SERVERS, indent=1)
 
 
 def _now() -> str:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_mysqlcdc.cdc.binlog.gtid import offset_at_gtid_position, sequences
+from airflow_provider_mysqlcdc.cdc.binlog.gtid import offset_at_gtid_position
 from airflow_provider_mysqlcdc.cdc.binlog.listing import binlog_events
 from airflow_provider_mysqlcdc.cdc.errors import BinlogPurgedError, SourceChangedError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
-from airflow_provider_mysqlcdc.cdc.source.server import current_offset
+from airflow_provider_mysqlcdc.cdc.source.server import current_offset, gtid_sequences
 from airflow_provider_mysqlcdc.devtools.throwaway_server import ThrowawayMariaDB
 
 pytestmark = pytest.mark.integration
@@ -49,7 +49,7 @@ def _write(server: ThrowawayMariaDB, first: int, count: int) -> BinlogOffset:
 
 def _gtids_after(server: ThrowawayMariaDB, offset) -> list[dict[int, int]]:
     with server.connect_root() as conn:
-        return [sequences(e.info) for e in binlog_events(conn, offset, current_offset(conn))
+        return [gtid_sequences(e.info) for e in binlog_events(conn, offset, current_offset(conn))
                 if e.kind == "gtid"]
 
 
@@ -62,7 +62,7 @@ def test_a_gtid_position_is_found_before_the_same_transactions_on_a_replica(serv
     with replica.connect_root() as conn:
         found = [offset_at_gtid_position(conn, at.gtid_set) for at in (first, second)]
     for at, there in zip((first, second), found):
-        assert there.server_id == 2 and sequences(there.gtid_set) == sequences(at.gtid_set)
+        assert there.server_id == 2 and gtid_sequences(there.gtid_set) == gtid_sequences(at.gtid_set)
         assert there.file != at.file, "the test needs coordinates that differ between the servers"
         after = _gtids_after(primary, at)
         assert after and _gtids_after(replica, there) == after

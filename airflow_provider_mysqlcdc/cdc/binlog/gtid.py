@@ -19,15 +19,10 @@ import pymysql
 from airflow_provider_mysqlcdc.cdc.binlog.listing import binlog_events
 from airflow_provider_mysqlcdc.cdc.errors import BinlogPurgedError, SourceChangedError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
-from airflow_provider_mysqlcdc.cdc.source.server import binlog_files, current_offset, gtid_position_at, gtid_positions
+from airflow_provider_mysqlcdc.cdc.source.server import binlog_files, current_offset, gtid_position_at, gtid_sequences
 
 #: {domain: sequence number}: where a GTID position stands in each replication domain
 Sequences = dict[int, int]
-
-
-def sequences(text: str | None) -> Sequences:
-    """The highest sequence number per domain in a GTID position or list."""
-    return {domain: sequence for domain, (_, sequence) in gtid_positions(text).items()}
 
 
 def _format(position: Sequences) -> str:
@@ -36,9 +31,9 @@ def _format(position: Sequences) -> str:
 
 def offset_at_gtid_position(conn: pymysql.connections.Connection, position: str) -> BinlogOffset:
     """The offset in this server's binlog behind which lie exactly the transactions of ``position``."""
-    wanted = sequences(position)
+    wanted = gtid_sequences(position)
     head = current_offset(conn)
-    have = sequences(head.gtid_set)
+    have = gtid_sequences(head.gtid_set)
     lacking = {d: n for d, n in wanted.items() if have.get(d, 0) < n}
     if lacking:
         raise SourceChangedError(
@@ -64,13 +59,13 @@ def offset_at_gtid_position(conn: pymysql.connections.Connection, position: str)
         if state == wanted:
             found = event.start
             break
-        state.update(sequences(event.info))  # "BEGIN GTID 0-1-6", or "GTID 0-1-7" for DDL
+        state.update(gtid_sequences(event.info))  # "BEGIN GTID 0-1-6", or "GTID 0-1-7" for DDL
         if not _not_past(state, wanted):
             break
     else:
         found = head if state == wanted else None
     there = gtid_position_at(conn, found) if found else None
-    if found is None or sequences(there) != wanted:
+    if found is None or gtid_sequences(there) != wanted:
         raise SourceChangedError(
             f"No offset in this server's binlog holds exactly GTID position {position} (its replication domains "
             "interleave differently, or it holds other transactions under the same GTIDs: check gtid_strict_mode). "
@@ -88,5 +83,5 @@ def _starting_position(conn: pymysql.connections.Connection, file: str) -> Seque
         cur.execute("SHOW BINLOG EVENTS IN %s LIMIT 5", (file,))
         for row in cur.fetchall():
             if str(row[2]).lower().startswith("gtid_list"):
-                return sequences(str(row[5]))
+                return gtid_sequences(str(row[5]))
     return {}

@@ -137,6 +137,11 @@ def gtid_positions(text: str | None) -> dict[int, tuple[int, int]]:
     return positions
 
 
+def gtid_sequences(text: str | None) -> dict[int, int]:
+    """The highest sequence number per domain in a GTID position or list ({domain: sequence})."""
+    return {domain: sequence for domain, (_, sequence) in gtid_positions(text).items()}
+
+
 def gtid_position_at(conn: pymysql.connections.Connection, offset: BinlogOffset) -> str | None:
     """The MariaDB GTID position this server's binlog holds at ``offset`` (it reads the file up to it)."""
     with conn.cursor() as cur:
