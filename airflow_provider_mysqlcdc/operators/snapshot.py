@@ -72,7 +72,8 @@ class MySqlCdcSnapshotOperator(BaseOperator):
         stage_to = state.staging_url(table_id) if state.needs_staging(table_id) else None
         job = ChunkJob(table=chunk["table"], splits=[SnapshotSplit.from_dict(s) for s in chunk["splits"]],
                        sink_root=self.sink_root, partitions_per_split=self.partitions_per_split,
-                       server_id_range=hook.server_id_range(), stage_to=stage_to, retry_budget_s=hook.retry_budget_s())
+                       server_id_range=hook.server_id_range(), stage_to=stage_to, retry_budget_s=hook.retry_budget_s(),
+                       servers=state.servers())
         self.log.info("snapshot %s: %d split(s) with spark-submit%s", chunk["label"], len(chunk["splits"]),
                       "; captured before, so staged for the stream" if stage_to else "")
         output = hook.run_spark_job("snapshot_chunk.py", job.to_json(), spark=spark, log=self.log)

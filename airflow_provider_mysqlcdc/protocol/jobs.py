@@ -20,6 +20,7 @@ from airflow_provider_mysqlcdc.cdc.model.split import SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.source.connection import parse_server_id_range
 from airflow_provider_mysqlcdc.protocol.actions import StreamMode
 from airflow_provider_mysqlcdc.protocol.envelope import RecordFormat, decode, encode
+from airflow_provider_mysqlcdc.protocol.state import ServerHistory
 
 
 class _JobFile:
@@ -53,15 +54,18 @@ class ChunkJob(_JobFile):
     server_id_range: tuple[int, int] | None = None  # replica ids the job's binlog connections use
     stage_to: str | None = None  # stage the rows here for the stream instead of writing the sink
     retry_budget_s: float = 300.0  # a source fault lasting longer fails the job (cdc/source/retry.py)
+    #: the servers the pipeline followed: the job's watermarks are placed among them (state/servers.py)
+    servers: ServerHistory = ServerHistory()
 
     def to_body(self) -> dict[str, Any]:
-        return {**super().to_body(), "splits": [s.to_dict() for s in self.splits]}
+        return {**super().to_body(), "splits": [s.to_dict() for s in self.splits], "servers": self.servers.to_body()}
 
     @classmethod
     def from_body(cls, body: dict[str, Any], version: int) -> "ChunkJob":
         ids = body.get("server_id_range")
+        servers = ServerHistory.from_body(body["servers"], 1) if body.get("servers") else ServerHistory()
         return cls(**{**body, "splits": [SnapshotSplit.from_dict(s) for s in body["splits"]],
-                      "server_id_range": tuple(ids) if ids else None})
+                      "server_id_range": tuple(ids) if ids else None, "servers": servers})
 
 
 @dataclass

@@ -88,9 +88,10 @@ def run_chunk_job(spark: Any, source: SourceConfig, job: ChunkJob) -> dict[str, 
             parts = plan_partitions(source, schema, split, partitions)
             results = (spark.sparkContext.parallelize(parts, len(parts))
                        .map(lambda part: _read_partition(source, schema, part)).collect())
-            high = reader.current_offset()
+            # placed among the pipeline's servers: after a failover, the rows' versions order after the old server's
+            high = job.servers.place(reader.current_offset())
             data = pa.concat_tables([pa.ipc.open_stream(payload).read_all() for _, payload in results])
-            low = min(BinlogOffset.from_dict(low) for low, _ in results)
+            low = min(BinlogOffset.from_dict(low) for low, _ in results).in_epoch(high.epoch)
             changes = list(reader.window_changes(split, low, high)) if high > low else []
             data = merge_changes_into_table(schema, data, changes)
             staged = f"{job.stage_to.rstrip('/')}/split-{split.index}.parquet" if job.stage_to else None

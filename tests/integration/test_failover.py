@@ -215,16 +215,20 @@ def test_a_table_snapshotted_on_the_new_primary_is_streamed_in_its_epoch(failove
     assert pipeline.sink_equals_source("t") and pipeline.sink_equals_source("u")
 
 
-def test_a_new_primary_lacking_what_the_stream_read_is_refused_before_anything_is_written(failover_pipeline):
-    primary, replica, pipeline = failover_pipeline
+def test_following_a_new_primary_that_lacks_what_the_stream_read_is_refused_and_not_recorded(servers, tmp_path):
+    from airflow_provider_mysqlcdc.state.registry import PipelineState
+    from airflow_provider_mysqlcdc.state.servers import ServerEpochs
+
+    primary, replica = servers
+    _write(primary, 1, 5)
+    replica.wait_for(primary)
     with replica.connect_root() as conn, conn.cursor() as cur:
         cur.execute("STOP SLAVE")
-    _change(primary, "t", 6)
-    pipeline.stream()  # reads transactions the replica never receives
-    primary.stop()
+    read_up_to = _write(primary, 100, 5)  # where a stream on the primary got to; the replica never receives it
+    epochs = ServerEpochs(PipelineState(str(tmp_path / "state")))
+    with primary.connect_root() as conn:
+        assert epochs.follow(conn, read_up_to) == read_up_to  # the first server: epoch 0, as read
     replica.promote()
-    pipeline.point_at(replica)
-    before = pipeline.sink.read(pipeline.schema("t").table_id).num_rows
-    with pytest.raises(RuntimeError, match="lacks transactions"):
-        pipeline.stream()
-    assert pipeline.sink.read(pipeline.schema("t").table_id).num_rows == before
+    with replica.connect_root() as conn, pytest.raises(SourceChangedError, match="lacks transactions 0-\\*-"):
+        epochs.follow(conn, read_up_to)
+    assert [(e.epoch, e.server_id) for e in epochs.history()] == [(0, 1)]
