@@ -136,11 +136,10 @@ class MySqlCdcPlanOperator(BaseOperator):
             known.remember(schema)  # the stream describes a table that later leaves the server by it
         conn = source.connect()
         try:
-            head = current_offset(conn, report.server)
-            ServerEpochs(state).begin(head)  # the pipeline's first server, the one its offsets are read from
+            head = ServerEpochs(state).begin(current_offset(conn, report.server))  # in its epoch after a failover
             stream_from = head
             if settings["startup_mode"] == "offset":
-                stream_from = settings["start_offset"]
+                stream_from = settings["start_offset"].in_epoch(head.epoch)  # an offset of the server planned on
                 check_offset_available(conn, stream_from)
                 if stream_from > head:
                     raise ConfigurationError(f"Start offset {stream_from} is beyond the server's binlog head {head}.")

@@ -49,10 +49,12 @@ class ServerEpochs:
         """The binlog head of the server ``conn`` reaches, in its epoch."""
         return self.state.servers().place(current_offset(conn))
 
-    def begin(self, head: BinlogOffset) -> None:
-        """Record the pipeline's first server (``head`` read from it), unless it has one already."""
+    def begin(self, head: BinlogOffset) -> BinlogOffset:
+        """Record the pipeline's first server (``head`` read from it), unless it has one already;
+        returns ``head`` in its server's epoch."""
         if not self.history() and head.server_id is not None:
             self._write((ServerEpoch(0, head.server_id, None, _now()),))
+        return self.state.servers().place(head)
 
     def follow(self, conn: pymysql.connections.Connection, read_up_to: BinlogOffset) -> BinlogOffset:
         """``read_up_to`` (where the stream has read to, maybe on an earlier server) as an offset in
