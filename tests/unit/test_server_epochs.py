@@ -39,3 +39,19 @@ def test_a_generation_is_loaded_with_its_high_watermarks_placed_among_the_server
     assert state.latest().tables[T].splits[0].high_watermark.epoch == 0  # no failover known yet
     state.storage.write_record(FAILOVER, SERVERS)
     assert state.latest().tables[T].splits[0].high_watermark.epoch == 1
+
+
+def test_a_resnapshot_read_on_the_new_primary_replaces_splits_read_on_the_old_one_once_placed():
+    from airflow_provider_mysqlcdc.protocol.actions import PlanAction
+    from airflow_provider_mysqlcdc.protocol.plans import TablePlan
+    from airflow_provider_mysqlcdc.protocol.state import CapturedTable, Generation
+    from airflow_provider_mysqlcdc.state.changes import next_tables
+
+    split = SnapshotSplit(T, 0, "id")
+    old = FinishedSplit(split, BinlogOffset("binlog.000900", 4, gtid_set="0-1-90", server_id=1))
+    new = FinishedSplit(split, BinlogOffset("binlog.000001", 4, gtid_set="0-2-150", server_id=2))  # lower file number
+    current = Generation(1, {T: CapturedTable("id", [old])})
+    plan = TablePlan(T, "id", PlanAction.RESNAPSHOT, [split])
+    assert next_tables(current, [plan], [new], exact=True)[T].splits == [old]  # unplaced: taken for older
+    landed = next_tables(current, [plan], [FAILOVER.place_split(new)], exact=True)[T].splits
+    assert [f.high_watermark.server_id for f in landed] == [2]
