@@ -89,7 +89,7 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
     groups = [(group_id_for(t), [t]) for t in tables]
     if tables_param:
         groups.append(("param_tables", _param("tables", None)))
-    plan_ids, snapshots = [], []
+    plan_ids, snapshots, collected = [], [], []
     for group_id, group_tables in groups:
         with TaskGroup(group_id=group_id):
             plan = MySqlCdcPlanOperator(task_id="plan", tables=group_tables, **common,
@@ -99,10 +99,12 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
                 map_index_template="{{ task.chunk['label'] }}",
             ).expand(chunk=plan.output)
         plan_ids.append(plan.task_id)
-        snapshots.append(snapshot.output)
+        snapshots.append(snapshot)
+        collected.append((plan.task_id, snapshot.task_id))
     # none_failed: a group with nothing to read maps to zero chunks, which Airflow marks skipped
-    collect = MySqlCdcCollectSplitsOperator(task_id="collect_splits", plan_task_ids=plan_ids, results=snapshots,
-                                            state=state, trigger_rule="none_failed")
+    collect = MySqlCdcCollectSplitsOperator(task_id="collect_splits", groups=collected, state=state,
+                                            trigger_rule="none_failed")
+    snapshots >> collect
     stream = MySqlCdcStreamOperator(task_id="stream", state=state, sink_root=sink,
                                     mode=_param("stream_mode", stream_mode), mysqlcdc_conn_id=mysqlcdc_conn_id,
                                     changelog=changelog, on_binlog_purged=on_binlog_purged, **(stream_limits or {}),

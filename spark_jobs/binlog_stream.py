@@ -1,35 +1,10 @@
-"""spark-submit program: the binlog stream, merged into the sink with exactly-once micro-batches.
+"""spark-submit entry point for running from a checkout. The program itself ships inside the
+package (``airflow_provider_mysqlcdc/spark/jobs/binlog_stream.py``), which is what the provider submits:
 
-    spark-submit --py-files airflow_provider_mysqlcdc.zip spark_jobs/binlog_stream.py \
-        --job stream.json [--result result.json]
-
-The job file (``StreamJob``) names the seed (finished splits), the sink, the checkpoint location and
-the mode (``available-now`` or ``continuous``). Credentials: ``MYSQLCDC_SOURCE_FILE``, a private file
-that driver and executors read (never argv or Spark conf).
+    spark-submit --py-files airflow_provider_mysqlcdc.zip spark_jobs/binlog_stream.py --job JOB_FILE
 """
 
-from __future__ import annotations
-
-import os
-import sys
-from pathlib import Path
-
-
-def prepare(job_file: Path):
-    from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
-    from airflow_provider_mysqlcdc.cdc.source.connection import ENV_PREFIX, SourceConfig
-    from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
-    from airflow_provider_mysqlcdc.spark.stream_job import run_stream_job
-
-    job = StreamJob.from_json(job_file.read_text())
-    source_file = os.environ.get(f"{ENV_PREFIX}FILE")
-    if not source_file:
-        raise ConfigurationError(f"{ENV_PREFIX}FILE must name the private credentials file (executors read it too)")
-    source = SourceConfig.from_private_file(Path(source_file))
-    return "mysqlcdc-stream", lambda spark: run_stream_job(spark, source, job, source_file)
-
+import runpy
 
 if __name__ == "__main__":
-    from airflow_provider_mysqlcdc.spark.entrypoint import job_main
-
-    sys.exit(job_main(None, description="MySQL CDC binlog stream", prepare=prepare))
+    runpy.run_module("airflow_provider_mysqlcdc.spark.jobs.binlog_stream", run_name="__main__", alter_sys=True)

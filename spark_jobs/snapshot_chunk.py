@@ -1,31 +1,10 @@
-"""spark-submit program: read snapshot splits of one table in parallel and write them to the sink.
+"""spark-submit entry point for running from a checkout. The program itself ships inside the
+package (``airflow_provider_mysqlcdc/spark/jobs/snapshot_chunk.py``), which is what the provider submits:
 
-    spark-submit --py-files airflow_provider_mysqlcdc.zip spark_jobs/snapshot_chunk.py \
-        --job job.json [--result result.json]
-
-The job file (``ChunkJob``) names the table, the splits and the sink; it holds no secret. The source
-credentials come from the environment: ``MYSQLCDC_SOURCE_FILE`` (a private JSON file) or
-``MYSQLCDC_SOURCE_HOST/PORT/USER/PASSWORD``. The result (finished splits with their high
-watermarks, rows, binlog changes merged, seconds) goes to ``--result`` and to stdout.
+    spark-submit --py-files airflow_provider_mysqlcdc.zip spark_jobs/snapshot_chunk.py --job JOB_FILE
 """
 
-from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-
-def prepare(job_file: Path):
-    from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
-    from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob
-    from airflow_provider_mysqlcdc.spark.chunk_job import run_chunk_job
-
-    job = ChunkJob.from_json(job_file.read_text())
-    source = SourceConfig.from_env()
-    return f"mysqlcdc-chunk {job.table}", lambda spark: run_chunk_job(spark, source, job)
-
+import runpy
 
 if __name__ == "__main__":
-    from airflow_provider_mysqlcdc.spark.entrypoint import job_main
-
-    sys.exit(job_main(None, description="MySQL CDC chunk job", prepare=prepare))
+    runpy.run_module("airflow_provider_mysqlcdc.spark.jobs.snapshot_chunk", run_name="__main__", alter_sys=True)

@@ -87,3 +87,11 @@ def cdc_user(mysql_server: TestServer) -> SourceConfig:
         cur.execute(f"GRANT SELECT, REPLICATION SLAVE, {client} ON *.* TO %s@'%%'", (user,))
     conn.close()
     return SourceConfig(host=mysql_server.admin.host, port=mysql_server.admin.port, user=user, password=password)
+
+
+@pytest.fixture(scope="session")
+def installed_wheel(tmp_path_factory: pytest.TempPathFactory):
+    """The provider built as a wheel and installed in a fresh virtualenv (once per test session)."""
+    from tests.integration.helpers import install_wheel
+
+    return install_wheel(tmp_path_factory.mktemp("wheel"))

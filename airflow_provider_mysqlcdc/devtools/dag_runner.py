@@ -18,19 +18,26 @@ import json
 import os
 import subprocess
 import sys
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 MARKER = "DAGRUN_RESULT "
-EXAMPLE_DAGS = Path(__file__).resolve().parents[2] / "dags"
+#: the interpreter of the Airflow installation that runs the DAG (default: this one)
+DAG_PYTHON = "MYSQLCDC_DAG_PYTHON"
+#: the example DAG's folder in the installed package (dags/ of a checkout links to it)
+EXAMPLE_DAGS = Path(str(files("airflow_provider_mysqlcdc.example_dags")))
 
 
 def example_dag_env(airflow_home: Path, source: Any, tables: list[Any], *, sink_root: Path, state_dir: Path,
-                    split_rows: int, chunk_rows: int) -> dict[str, str]:
-    """Environment for running ``dags/mysqlcdc_example.py`` against ``source`` (a SourceConfig)."""
+                    split_rows: int, chunk_rows: int, python: str = sys.executable,
+                    dags_folder: Path = EXAMPLE_DAGS) -> dict[str, str]:
+    """Environment for running the example DAG (``example_dags/mysqlcdc_example.py``) against ``source``
+    (a SourceConfig); ``python`` and ``dags_folder``: another installation of the provider (a wheel)."""
     connection = {"conn_type": "mysqlcdc", "host": source.host, "port": source.port, "login": source.user,
                   "password": source.password}
-    return dict(os.environ, AIRFLOW_HOME=str(airflow_home), AIRFLOW__CORE__DAGS_FOLDER=str(EXAMPLE_DAGS),
+    return dict(os.environ, AIRFLOW_HOME=str(airflow_home), AIRFLOW__CORE__DAGS_FOLDER=str(dags_folder),
+                **{DAG_PYTHON: python},
                 AIRFLOW__CORE__LOAD_EXAMPLES="False", AIRFLOW_CONN_MYSQLCDC_DEFAULT=json.dumps(connection),
                 MYSQLCDC_EXAMPLE_TABLES=",".join(f"`{t.database}`.`{t.table}`" for t in tables),
                 MYSQLCDC_SINK_ROOT=str(sink_root), MYSQLCDC_STATE_DIR=str(state_dir),
@@ -42,12 +49,12 @@ def run_dag(dag_id: str, env: dict[str, str], timeout_s: float = 3600, conf: dic
     params); states, XComs and output."""
     migrated = Path(env["AIRFLOW_HOME"]) / ".mysqlcdc-migrated"
     if not migrated.exists():  # once per AIRFLOW_HOME
-        airflow = str(Path(sys.executable).parent / "airflow")
-        migrate = subprocess.run([airflow, "db", "migrate"], env=env, capture_output=True, text=True, timeout=600)
+        migrate = subprocess.run([_python(env), "-m", "airflow", "db", "migrate"], env=env, capture_output=True,
+                                 text=True, timeout=600)
         if migrate.returncode != 0:
             raise RuntimeError(f"airflow db migrate failed:\n{migrate.stderr[-3000:]}")
         migrated.touch()
-    proc = subprocess.run([sys.executable, "-m", "airflow_provider_mysqlcdc.devtools.dag_runner", dag_id,
+    proc = subprocess.run([_python(env), "-m", "airflow_provider_mysqlcdc.devtools.dag_runner", dag_id,
                            json.dumps(conf or {})], env=env, capture_output=True, text=True, timeout=timeout_s)
     lines = [line for line in proc.stdout.splitlines() if line.startswith(MARKER)]
     if proc.returncode != 0 or not lines:
@@ -59,13 +66,17 @@ def clear_and_resume(dag_id: str, run_id: str, task_id: str, map_index: int, env
                      timeout_s: float = 3600) -> dict[str, Any]:
     """Clear one (mapped) task instance and its downstream through the REST API, then finish the run."""
     args = ["--clear", dag_id, run_id, task_id, str(map_index)]
-    proc = subprocess.run([sys.executable, "-m", "airflow_provider_mysqlcdc.devtools.dag_runner", *args],
+    proc = subprocess.run([_python(env), "-m", "airflow_provider_mysqlcdc.devtools.dag_runner", *args],
                           env=dict(env, AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS="True"), capture_output=True,
                           text=True, timeout=timeout_s)
     lines = [line for line in proc.stdout.splitlines() if line.startswith(MARKER)]
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"clearing {task_id}[{map_index}] did not finish:\n{(proc.stdout + proc.stderr)[-5000:]}")
     return {**json.loads(lines[-1][len(MARKER):]), "output": proc.stdout + proc.stderr}
+
+
+def _python(env: dict[str, str]) -> str:
+    return env.get(DAG_PYTHON, sys.executable)
 
 
 def catch_up_stream(source: Any, state: str, sink_root: Path, work_dir: Path) -> dict[str, Any]:
@@ -134,7 +145,7 @@ def mark_running(dag_id: str, run_id: str, env: dict[str, str]) -> None:
             "with create_session() as session:\n"
             "    run = session.query(DagRun).filter(DagRun.dag_id == sys.argv[1], DagRun.run_id == sys.argv[2]).one()\n"
             "    run.state = 'running'\n")
-    proc = subprocess.run([sys.executable, "-c", code, dag_id, run_id], env=env, capture_output=True, text=True,
+    proc = subprocess.run([_python(env), "-c", code, dag_id, run_id], env=env, capture_output=True, text=True,
                           timeout=300)
     if proc.returncode != 0:
         raise RuntimeError(f"could not mark {run_id} running:\n{proc.stderr[-3000:]}")

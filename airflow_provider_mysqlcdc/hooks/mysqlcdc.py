@@ -66,7 +66,7 @@ class MySqlCdcHook(BaseHook):
 
     def run_spark_job(self, script: str, job_json: str, *, spark: SparkTarget, log: Any,
                       timeout_s: float | None = 6 * 3600) -> dict[str, Any]:
-        """spark-submit a program of ``spark_jobs/`` with this connection's credentials in a private file
+        """spark-submit a program of ``spark/jobs/`` with this connection's credentials in a private file
         (0600, deleted afterwards; never in argv or Spark conf); our progress lines go to ``log``."""
         import tempfile
         from pathlib import Path

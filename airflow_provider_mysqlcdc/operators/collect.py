@@ -4,6 +4,9 @@ It reads every group's plan (XCom key ``tables``) and the latest result of every
 cleared and re-run chunk's new high watermark included), checks that every planned split finished,
 and commits the next generation to the state location (state/changes.py decides what lands). A
 running stream picks the new generation up at its next micro-batch.
+
+It pulls only XComs that exist: a group with nothing to read maps to zero chunk tasks, and asking
+for their results would log an error (Airflow logs every missing XCom as one) in a healthy run.
 """
 
 from __future__ import annotations
@@ -23,27 +26,32 @@ from airflow_provider_mysqlcdc.state.registry import PipelineState
 class MySqlCdcCollectSplitsOperator(BaseOperator):
     """Checks that every planned split finished and lands the results as the registry's next generation.
 
-    :param plan_task_ids: the plan tasks whose ``tables`` XCom says what this run planned
-    :param results: the snapshot tasks' finished splits (the latest XCom of every chunk)
+    :param groups: per table group, its plan task (whose ``tables`` XCom says what this run planned, and
+        whose return value lists the chunks) and its mapped snapshot task (one finished-splits XCom per chunk)
     :param state: the pipeline's state location
     """
 
-    template_fields: Sequence[str] = ("results", "state")
+    template_fields: Sequence[str] = ("state",)
 
-    def __init__(self, *, plan_task_ids: Sequence[str], results: Any, state: str, **kwargs: Any) -> None:
+    def __init__(self, *, groups: Sequence[tuple[str, str]], state: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.plan_task_ids = list(plan_task_ids)
-        self.results = results
+        self.groups = [(plan, snapshot) for plan, snapshot in groups]
         self.state = state
 
     def execute(self, context: Context) -> dict[str, Any]:
-        groups = [decode(TablePlans, value, f"the 'tables' XCom of {task_id}") for task_id in self.plan_task_ids
-                  if (value := context["ti"].xcom_pull(task_ids=task_id, key="tables"))]
+        ti = context["ti"]
+        groups, results = [], []
+        for plan_id, snapshot_id in self.groups:
+            value = ti.xcom_pull(task_ids=plan_id, key="tables")
+            groups.append(decode(TablePlans, value, f"the 'tables' XCom of {plan_id}"))
+            chunks = len(ti.xcom_pull(task_ids=plan_id) or [])
+            if chunks:
+                results.extend(ti.xcom_pull(task_ids=snapshot_id, map_indexes=list(range(chunks))))
         plans = [p for g in groups for p in g.plans]
         exact = bool(groups) and all(g.exact for g in groups)
         state = PipelineState(self.state)
         servers = state.servers()  # results read on a server the source failed over to compare as newer
-        finished = [servers.place_split(f) for item in _items(self.results)
+        finished = [servers.place_split(f) for item in results
                     for f in decode(ChunkResult, item, "a snapshot task's XCom").finished_splits]
         before = state.latest()
         generation = state.commit(next_tables(before, plans, finished, exact=exact))
@@ -56,12 +64,3 @@ class MySqlCdcCollectSplitsOperator(BaseOperator):
                                     len(generation.finished_splits), len(added), [str(t) for t in removed],
                                     generation.initial_offset()))
 
-
-def _items(groups: Any) -> list[dict[str, Any]]:
-    """One list out of per-group XCom values (each a list, or the lazy sequence of a mapped task)."""
-    out: list[dict[str, Any]] = []
-    for group in groups or []:
-        if group is None:
-            continue
-        out.extend([group] if isinstance(group, dict) else [g for g in group if g])
-    return out

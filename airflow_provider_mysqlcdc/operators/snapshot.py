@@ -1,6 +1,6 @@
 """``MySqlCdcSnapshotOperator``: the operator DAG authors see once per chunk (it is mapped).
 
-One spark-submit of ``spark_jobs/snapshot_chunk.py`` reads a few consecutive splits of one table
+One spark-submit of ``spark/jobs/snapshot_chunk.py`` reads a few consecutive splits of one table
 and returns the finished splits with their high watermarks through XCom (the job's driver prints
 them as one marked line on stdout, read from spark-submit's output: client deploy mode, on any
 master; hooks/spark.py). Clearing one of its task instances re-reads

@@ -1,5 +1,5 @@
 """What a task asks a Spark job to do: the job file a chunk task or the stream task writes, and the
-Spark driver reads (``spark_jobs/``). No secret is ever in it: the source's credentials travel in a
+Spark driver reads (``spark/jobs/``). No secret is ever in it: the source's credentials travel in a
 private file of their own (cdc/source/connection.py).
 
 A job file is read by the provider installed where the Spark driver runs, which may be another

@@ -1,1 +1,1 @@
-"""Spark-side code: what the spark-submit programs in ``spark_jobs/`` run. Imports pyspark lazily."""
+"""Spark-side code: what the spark-submit programs in ``spark/jobs/`` run. Imports pyspark lazily."""

@@ -1,4 +1,4 @@
-"""What every program in ``spark_jobs/`` does around its work: arguments, logging, the Spark
+"""What every program in ``spark/jobs/`` does around its work: arguments, logging, the Spark
 session, and publishing the result or the error (spark/results.py)."""
 
 from __future__ import annotations

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import zipfile
+from importlib.resources import files
 from pathlib import Path
 
 import airflow_provider_mysqlcdc
 
 PACKAGE_DIR = Path(airflow_provider_mysqlcdc.__file__).resolve().parent
-SPARK_JOBS_DIR = PACKAGE_DIR.parent / "spark_jobs"
 
 
 def build_py_files_zip(destination: Path) -> Path:
@@ -21,8 +21,9 @@ def build_py_files_zip(destination: Path) -> Path:
 
 
 def spark_job_script(name: str) -> Path:
-    """Path of a program in ``spark_jobs/`` (e.g. ``snapshot_chunk.py``)."""
-    path = SPARK_JOBS_DIR / name
-    if not path.exists():
-        raise FileNotFoundError(f"{path} not found: spark_jobs/ must sit next to the package")
+    """Path of a spark-submit program of the package (``spark/jobs/``, e.g. ``snapshot_chunk.py``):
+    a file of the installed package, wheel or checkout alike."""
+    path = Path(str(files("airflow_provider_mysqlcdc.spark.jobs").joinpath(name)))
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: the installed airflow-provider-mysqlcdc has no program {name!r}")
     return path

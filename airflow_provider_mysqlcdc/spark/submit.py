@@ -1,4 +1,4 @@
-"""Running the programs of ``spark_jobs/`` with spark-submit (tests, the demo, and the Airflow glue).
+"""Running the programs of ``spark/jobs/`` with spark-submit (tests, the demo, and the Airflow glue).
 
 The source password never goes into argv, Spark conf or the environment of Spark's processes: it
 sits in a private file whose path is passed through the environment (``MYSQLCDC_SOURCE_FILE``).

@@ -1,9 +1,14 @@
-"""Assertions shared by the integration tests."""
+"""Assertions and installations shared by the integration tests."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
+import sysconfig
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
@@ -84,3 +89,41 @@ def files_holding(secret: str, root: Path) -> list[str]:
     needle = secret.encode()
     return [str(p) for p in root.rglob("*")
             if p.is_file() and "secrets" not in p.relative_to(root).parts and needle in p.read_bytes()]
+
+
+@dataclass(frozen=True)
+class WheelInstall:
+    """The provider installed from its wheel into a fresh virtualenv: its interpreter, and the
+    example DAG's folder inside the installed package."""
+
+    python: Path
+    example_dags: Path
+
+
+def install_wheel(tmp: Path) -> WheelInstall:
+    """Build the wheel (``python -m build``) from a copy of the project's files and pip-install it
+    into a fresh virtualenv; the copy is deleted, so no checkout lies beside the install. The
+    virtualenv takes the provider's dependencies (Airflow, PySpark, ...) from this environment by a
+    plain path line in a ``.pth`` file, which does not run this environment's editable-install hook:
+    the provider itself comes only from the wheel, and nothing is downloaded."""
+    repo = Path(__file__).resolve().parents[2]
+    source, dist, venv = tmp / "source", tmp / "dist", tmp / "venv"
+    shutil.copytree(repo, source, symlinks=True, ignore=shutil.ignore_patterns(
+        ".venv", ".git", "build", "*.egg-info", "__pycache__", ".pytest_cache", "var"))
+
+    def run(*cmd: object) -> str:
+        proc = subprocess.run([str(c) for c in cmd], cwd=tmp, capture_output=True, text=True, timeout=600)
+        if proc.returncode != 0:
+            raise AssertionError(f"{' '.join(map(str, cmd))} failed:\n{(proc.stdout + proc.stderr)[-3000:]}")
+        return proc.stdout.strip()
+
+    run(sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", dist, source)
+    shutil.rmtree(source)
+    run(Path(sys.base_prefix) / "bin" / f"python{sys.version_info.major}.{sys.version_info.minor}", "-m", "venv", venv)
+    python = venv / "bin" / "python"
+    site = Path(run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"))
+    (site / "mysqlcdc_test_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    (wheel,) = dist.glob("*.whl")
+    run(python, "-m", "pip", "install", "--no-deps", "--no-index", wheel)
+    return WheelInstall(python, Path(run(python, "-c", "from airflow_provider_mysqlcdc.devtools.dag_runner import "
+                                                       "EXAMPLE_DAGS; print(EXAMPLE_DAGS)")))

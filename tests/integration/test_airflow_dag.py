@@ -15,6 +15,9 @@ continuous stream (killed with -9 once), real Delta tables, real Airflow metadat
    every applied staged file was released, and the password appeared in no argv, Spark
    environment, log, XCom, event log or file.
 
+Airflow runs the DAG from the provider as users install it: the wheel, in a fresh virtualenv with
+no checkout beside it (test_wheel_install.py); the Spark programs it submits are the wheel's.
+
 (A table left out of a run keeps its sink as it was: test_stream_table_ddl.py; named again, it is
 re-snapshotted staged: test_registry.py.)
 """
@@ -63,7 +66,7 @@ def _assert_run_succeeded(result: dict) -> None:
 
 
 def test_pipeline_lifecycle_adds_clears_resnapshots_and_stays_exact(mysql_server, cdc_user, database, tmp_path,
-                                                                    request):
+                                                                    request, installed_wheel):
     conn = mysql_server.connect()
     a, b, c = create_sample_tables(conn, database, rows_per_table=1500, seed=21, tables=TABLES)
     with conn.cursor() as cur:  # a column the writers never touch, renamed while streaming (step 5)
@@ -73,7 +76,8 @@ def test_pipeline_lifecycle_adds_clears_resnapshots_and_stays_exact(mysql_server
     lake, state_dir = tmp_path / "lake", tmp_path / "state"
     # 5 splits per table, 2 chunks (spark-submits) per table
     env = example_dag_env(tmp_path / "airflow", cdc_user, [a], sink_root=lake, state_dir=state_dir,
-                          split_rows=300, chunk_rows=900)
+                          split_rows=300, chunk_rows=900, python=str(installed_wheel.python),
+                          dags_folder=installed_wheel.example_dags)
     # the DAG's Spark jobs go through an Airflow spark connection, with event logs on (searched for secrets)
     events = tmp_path / "spark-events"
     events.mkdir()
@@ -251,6 +255,12 @@ def test_pipeline_lifecycle_adds_clears_resnapshots_and_stays_exact(mysql_server
     assert not watch.stop() and watch.samples > 20, (watch.found, watch.samples)
     runs = (run1, cleared, run2, run3, run4)
     assert not [r["run_id"] for r in runs if cdc_user.password in r["output"] + json.dumps(r["xcoms"])]
+    # healthy runs log no error: a group with nothing to read (param_tables in run 1, A in run 2) has no
+    # chunk results, and collect must not ask for them (Airflow logs each missing XCom as an error)
+    assert not [r["run_id"] for r in runs if "XCom not found" in r["output"]]
+    # the Spark programs the tasks submitted are the wheel's
+    assert f"{installed_wheel.python.parent.parent}/lib" in run1["output"] and "spark/jobs/snapshot_chunk.py" in \
+        run1["output"]
     assert any(events.iterdir()), "the jobs did not get the spark_conf of the DAG (no event log)"
     assert not files_holding(cdc_user.password, tmp_path)
     print(f"\n{stats.transactions} transactions during the life of the pipeline; registry generation "

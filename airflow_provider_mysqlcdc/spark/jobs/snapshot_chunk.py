@@ -1,0 +1,31 @@
+"""spark-submit program: read snapshot splits of one table in parallel and write them to the sink.
+
+    spark-submit --py-files airflow_provider_mysqlcdc.zip airflow_provider_mysqlcdc/spark/jobs/snapshot_chunk.py \
+        --job job.json [--result result.json]
+
+The job file (``ChunkJob``) names the table, the splits and the sink; it holds no secret. The source
+credentials come from the environment: ``MYSQLCDC_SOURCE_FILE`` (a private JSON file) or
+``MYSQLCDC_SOURCE_HOST/PORT/USER/PASSWORD``. The result (finished splits with their high
+watermarks, rows, binlog changes merged, seconds) goes to ``--result`` and to stdout.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+def prepare(job_file: Path):
+    from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
+    from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob
+    from airflow_provider_mysqlcdc.spark.chunk_job import run_chunk_job
+
+    job = ChunkJob.from_json(job_file.read_text())
+    source = SourceConfig.from_env()
+    return f"mysqlcdc-chunk {job.table}", lambda spark: run_chunk_job(spark, source, job)
+
+
+if __name__ == "__main__":
+    from airflow_provider_mysqlcdc.spark.entrypoint import job_main
+
+    sys.exit(job_main(None, description="MySQL CDC chunk job", prepare=prepare))
