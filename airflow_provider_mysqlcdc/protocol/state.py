@@ -70,6 +70,10 @@ class CapturedTable:
     def stream_only(self) -> bool:
         return any(f.stream_only for f in self.splits)
 
+    def with_splits(self, change: Callable[[FinishedSplit], FinishedSplit]) -> "CapturedTable":
+        """This table with ``change`` applied to every finished split."""
+        return CapturedTable(self.chunk_key, [change(f) for f in self.splits])
+
     def to_dict(self) -> dict[str, Any]:
         return {"chunk_key": self.chunk_key, "splits": [f.to_dict() for f in self.splits]}
 
@@ -104,8 +108,7 @@ class Generation:
 
     def with_splits(self, change: Callable[[FinishedSplit], FinishedSplit]) -> "Generation":
         """This generation with ``change`` applied to every finished split."""
-        return dataclasses.replace(self, tables={t: CapturedTable(c.chunk_key, [change(f) for f in c.splits])
-                                                 for t, c in self.tables.items()})
+        return dataclasses.replace(self, tables={t: c.with_splits(change) for t, c in self.tables.items()})
 
     def added_since(self, older: "Generation") -> list[FinishedSplit]:
         """Splits of this generation that ``older`` did not have (new tables, re-snapshots)."""

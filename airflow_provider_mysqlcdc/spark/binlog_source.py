@@ -245,6 +245,8 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         reads (a failover) that the stream still compares changes with exactly (after the batch's
         start ``begin``, or of a split this batch activates), translated into this server's binlog
         by their GTID positions."""
+        if here.epoch == 0:  # the first server: no watermark was read on an earlier one
+            return {}
         state = self._state()
         new = state.load(number)
         if all(f.high_watermark.epoch == here.epoch for f in new.finished_splits):

@@ -84,7 +84,7 @@ class PipelineState:
     def commit(self, tables: dict[TableId, CapturedTable]) -> Generation:
         """Write the next generation, unless ``tables`` equals the latest one; returns the latest."""
         servers = self.servers()
-        tables = {t: CapturedTable(c.chunk_key, [servers.place_split(f) for f in c.splits]) for t, c in tables.items()}
+        tables = {t: c.with_splits(servers.place_split) for t, c in tables.items()}
         latest = self.latest()
         if {t: c.to_dict() for t, c in tables.items()} == {t: c.to_dict() for t, c in latest.tables.items()}:
             return latest
