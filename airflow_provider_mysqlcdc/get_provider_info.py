@@ -13,7 +13,9 @@ def get_provider_info() -> dict[str, Any]:
         "name": "MySQL CDC",
         "description": "Lock-free chunked MySQL/MariaDB CDC (Flink CDC 2.x) orchestrated by Airflow, executed on Spark.",
         "versions": [__version__],
-        "hooks": [{"integration-name": "MySQL CDC", "python-modules": ["airflow_provider_mysqlcdc.hooks.mysqlcdc"]}],
+        "hooks": [{"integration-name": "MySQL CDC", "python-modules": ["airflow_provider_mysqlcdc.hooks.mysqlcdc",
+                                                                        "airflow_provider_mysqlcdc.hooks.spark"]}],
+        "extra-links": ["airflow_provider_mysqlcdc.links.spark.SparkUiLink"],
         "connection-types": [
             {
                 "hook-class-name": "airflow_provider_mysqlcdc.hooks.mysqlcdc.MySqlCdcHook",

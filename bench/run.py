@@ -38,7 +38,6 @@ from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.protocol.state import CapturedTable, stream_only_split
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob
-from airflow_provider_mysqlcdc.spark.results import parse_result
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.spark.submit import SparkSubmit, spark_home
 
@@ -93,7 +92,7 @@ def bench_snapshot(server: ThrowawayMariaDB, work: Path, rows: int, secrets: Pat
     total, proc = timed(lambda: subprocess.run(jdbc, env=env, capture_output=True, text=True))
     if proc.returncode:
         raise RuntimeError(proc.stderr[-3000:])
-    result = parse_result(proc.stdout)
+    result = json.loads(proc.stdout.strip().splitlines()[-1])  # the baseline prints its figures last
     assert result["rows"] == rows, result
     out["jdbc_total_s"], out["jdbc_work_s"] = total, result["seconds"]
     print(f"Spark JDBC -> Parquet: {total:.1f}s total, {result['seconds']:.1f}s work", flush=True)

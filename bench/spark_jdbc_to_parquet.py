@@ -1,7 +1,8 @@
 """Baseline: what a Spark user would do instead, a partitioned JDBC read written to Parquet (no consistency).
 
     spark-submit --jars /usr/share/java/mariadb-java-client.jar bench/spark_jdbc_to_parquet.py URL TABLE OUT N
-Credentials come from MYSQLCDC_SOURCE_FILE (not argv). Prints the work time after Spark start-up.
+Credentials come from MYSQLCDC_SOURCE_FILE (not argv). Prints its row count and work time after Spark start-up as
+the last stdout line (JSON).
 """
 
 import json
@@ -24,5 +25,5 @@ df = (spark.read.format("jdbc").option("url", url).option("driver", "org.mariadb
       .option("numPartitions", partitions).option("fetchsize", 10000).load())
 df.write.mode("overwrite").parquet(out)
 rows = spark.read.parquet(out).count()
-print("MYSQLCDC_RESULT " + json.dumps({"rows": rows, "seconds": time.monotonic() - started}), flush=True)
+print(json.dumps({"rows": rows, "seconds": time.monotonic() - started}), flush=True)
 spark.stop()

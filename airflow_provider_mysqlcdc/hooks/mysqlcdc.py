@@ -9,7 +9,6 @@ from airflow.sdk import BaseHook
 from airflow_provider_mysqlcdc.cdc.errors import CdcError, ConfigurationError
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig, parse_server_id_range
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset, server_info
-from airflow_provider_mysqlcdc.hooks.spark import SparkTarget
 
 
 DEFAULT_RETRY_BUDGET_S = 300.0
@@ -63,22 +62,6 @@ class MySqlCdcHook(BaseHook):
     def server_id_range(self) -> tuple[int, int]:
         return parse_server_id_range(self._extra(self.get_connection(self.mysqlcdc_conn_id).extra_dejson,
                                                  "server_id_range"))
-
-    def run_spark_job(self, script: str, job_json: str, *, spark: SparkTarget, log: Any,
-                      timeout_s: float | None = 6 * 3600) -> dict[str, Any]:
-        """spark-submit a program of ``spark/jobs/`` with this connection's credentials in a private file
-        (0600, deleted afterwards; never in argv or Spark conf); our progress lines go to ``log``."""
-        import tempfile
-        from pathlib import Path
-
-        from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
-
-        with tempfile.TemporaryDirectory(prefix="mysqlcdc-") as work:
-            secrets = self.source_config().to_private_file(Path(work) / "source.json")
-            (Path(work) / "job.json").write_text(job_json)
-            submit = SparkSubmit(master=spark.master, conf=dict(spark.conf), work_dir=Path(work))
-            return submit.run(script, ["--job", str(Path(work) / "job.json")], secrets, timeout_s=timeout_s,
-                              on_progress=lambda line: log.info("%s", line))
 
     def test_connection(self) -> tuple[bool, str]:
         """Used by the UI's Test button: connect, and read the binlog position."""

@@ -1,69 +1,106 @@
-"""Where the pipeline's Spark jobs run: a master URL, or an Airflow ``spark`` connection.
+"""Running the pipeline's Spark programs through the apache-spark provider's ``SparkSubmitHook``.
 
-The connection is the apache-spark provider's own type (the one ``SparkSubmitOperator`` uses), read
-by that provider's hook so that host, port, ``deploy-mode``, ``queue``, ``namespace`` and Kerberos
-extras mean exactly what they mean there. Two differences, both deliberate:
+Where they run is an Airflow ``spark`` connection, the provider's own type, read by its hook: host
+and port (the master URL), ``deploy-mode``, ``queue``, ``namespace``, ``spark-binary`` and Kerberos
+mean exactly what they mean for ``SparkSubmitOperator``, and killing goes through the hook's
+``on_kill`` (the driver on the cluster too). Without a connection, ``spark_master`` (default
+``local[2]``) becomes one, defined the way Airflow defines connections from the environment.
+Two differences, both deliberate:
 
 - a connection id that does not exist fails (the provider's hook silently falls back to YARN);
-- only client deploy mode: the operators hand the job spec and the source credentials to the driver
-  as private local files and read its result from its stdout, so the driver runs where the task runs.
+- the installed pyspark's ``spark-submit`` comes first on the PATH: the binlog source is a Python
+  data source, which needs that exact Spark version on the driver.
 
-The jobs always run with the ``spark-submit`` of the installed pyspark: the binlog source is a
-Python data source, which needs that exact Spark version on the driver. ``spark_conf`` is passed as
-``--conf`` arguments, which any user of the machine can see, so keys that look like secrets are
-refused (give those through the environment or a credentials provider instead).
+The job, the program's log lines, its driver's address (the Spark UI) and its result travel through
+a report folder in the pipeline's state location (spark/report.py), so the driver may run on the
+cluster: ``deploy-mode: cluster``. A Python program cannot be submitted in cluster mode to a
+standalone master (spark-submit refuses it), so there it is started by Spark's own ``PythonRunner``
+as the driver's main class. In cluster mode the driver reads the package zip and the private
+credentials file at the paths the task wrote them: the task's temporary directory must be on a file
+system the cluster's machines share (or set ``TMPDIR`` to one).
+
+``spark_conf`` is passed as ``--conf`` arguments, which any user of the machine can see, so keys that
+look like secrets are refused (give those through the environment or a credentials provider).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
-from collections.abc import Mapping
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
+from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
+from airflow_provider_mysqlcdc.protocol.results import DriverInfo
 
 _SECRET_LOOKING = re.compile(r"password|secret|token|credential|access\.?key|private\.?key", re.IGNORECASE)
+#: what every job gets unless ``spark_conf`` says otherwise
+DEFAULT_CONF = {"spark.sql.shuffle.partitions": "4"}
+#: Spark's own launcher of Python programs, the driver's main class in standalone cluster mode
+PYTHON_RUNNER = "org.apache.spark.deploy.PythonRunner"
 
 
 @dataclass(frozen=True)
 class SparkTarget:
-    """A master URL and the Spark conf every job of a pipeline is submitted with."""
+    """The ``spark`` connection every job of a pipeline is submitted through, and the conf added."""
 
-    master: str = "local[2]"
+    conn_id: str
+    master: str
+    deploy_mode: str = "client"
     conf: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def local(self) -> bool:
+        return self.master.startswith("local")
+
+    @property
+    def standalone_cluster(self) -> bool:
+        return self.deploy_mode == "cluster" and self.master.startswith("spark://")
 
 
 def spark_target(*, spark_conn_id: str | None, spark_master: str,
                  spark_conf: Mapping[str, Any] | None) -> SparkTarget:
     """Resolve the operators' ``spark_conn_id`` / ``spark_master`` / ``spark_conf`` arguments."""
     conf = checked_spark_conf(spark_conf)
-    if not spark_conn_id:
-        return SparkTarget(spark_master, conf)
+    conn_id = spark_conn_id or _master_connection(spark_master)
     from airflow.sdk import BaseHook
 
     try:
-        BaseHook.get_connection(spark_conn_id)
+        conn = BaseHook.get_connection(conn_id)
     except Exception as exc:  # the SDK raises its own "not found" type
-        raise ConfigurationError(f"Spark connection {spark_conn_id!r} does not exist ({exc}): create it (type "
+        raise ConfigurationError(f"Spark connection {conn_id!r} does not exist ({exc}): create it (type "
                                  "'spark', host = master URL such as spark://host:7077, yarn or k8s://...) or "
                                  "leave spark_conn_id unset to use spark_master.") from exc
-    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+    deploy_mode = conn.extra_dejson.get("deploy-mode") or "client"
+    if deploy_mode not in ("client", "cluster"):
+        raise ConfigurationError(f"Spark connection {conn_id!r}: deploy-mode must be 'client' or 'cluster', got "
+                                 f"{deploy_mode!r}.")
+    # the master URL as the provider's hook builds it from the connection (it decides how to submit)
+    if conn.conn_type == "spark" and conn.host and ("://" in conn.host or not conn.port):
+        master = conn.host
+    else:
+        master = f"{conn.conn_type}://{conn.host or ''}"
+    master = f"{master}:{conn.port}" if conn.port else master
+    return SparkTarget(conn_id, master, deploy_mode, conf)
 
-    resolved = SparkSubmitHook(conn_id=spark_conn_id)._connection
-    if resolved.get("deploy_mode") not in (None, "", "client"):
-        raise ConfigurationError(f"Spark connection {spark_conn_id!r} asks for deploy mode "
-                                 f"{resolved['deploy_mode']!r}: the pipeline's jobs run in client deploy mode (their "
-                                 "driver reads the job and credentials from the task's machine and reports back on "
-                                 "stdout). Remove the 'deploy-mode' extra or set it to 'client'.")
-    from_connection = {
-        "spark.yarn.queue": resolved.get("queue"),
-        "spark.kubernetes.namespace": resolved.get("namespace"),
-        "spark.kerberos.principal": resolved.get("principal"),
-        "spark.kerberos.keytab": resolved.get("keytab"),
-    }
-    return SparkTarget(resolved["master"], {**{k: str(v) for k, v in from_connection.items() if v}, **conf})
+
+def _master_connection(master: str) -> str:
+    """A ``spark`` connection for a bare master URL, defined in this process's environment."""
+    conn_id = "mysqlcdc_spark_" + hashlib.sha1(master.encode()).hexdigest()[:10]
+    os.environ.setdefault(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": "spark", "host": master}))
+    return conn_id
 
 
 def checked_spark_conf(spark_conf: Mapping[str, Any] | None) -> dict[str, str]:
@@ -88,3 +125,103 @@ def checked_spark_conf(spark_conf: Mapping[str, Any] | None) -> dict[str, str]:
                                      "environment or a credentials provider of the cluster instead.")
         conf[key] = str(value).lower() if isinstance(value, bool) else str(value)
     return conf
+
+
+class SparkJobRunner:
+    """One program of ``spark/jobs/`` at a time, submitted with ``SparkSubmitHook``; killable."""
+
+    def __init__(self, target: SparkTarget, *, name: str, log: Any, python: str = sys.executable):
+        self.target = target
+        self.name = name
+        self.log = log
+        self.python = python
+        self._hook: Any = None
+        self._driver: DriverInfo | None = None
+
+    def run(self, script: str, job_json: str, *, source: SourceConfig, report_folder: str,
+            on_driver: Callable[[DriverInfo], None] | None = None) -> dict[str, Any]:
+        """Submit ``script`` with ``job_json``; the program's log lines go to the task log as they come.
+        Returns its result, or raises ``SparkJobFailed`` with its own error."""
+        from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+        from airflow_provider_mysqlcdc.spark.packaging import build_py_files_zip, launcher_jar, spark_job_script
+        from airflow_provider_mysqlcdc.spark.report import ReportWatcher
+        from airflow_provider_mysqlcdc.spark.submit import job_arguments, job_outcome, spark_environment
+
+        work = Path(tempfile.mkdtemp(prefix="mysqlcdc-"))  # 0700: the credentials file lives here
+        report = ReportWatcher(report_folder)
+        try:
+            secrets = source.to_private_file(work / "source.json")
+            py_files = build_py_files_zip(work / "airflow_provider_mysqlcdc.zip")
+            report.remove()  # what an earlier attempt of this try left
+            report.write_job(job_json)
+            args = job_arguments(report, secrets)
+            conf = {**DEFAULT_CONF, "spark.pyspark.python": self.python, **self.target.conf}
+            if self.target.standalone_cluster:
+                conf.setdefault("spark.standalone.submit.waitAppCompletion", "true")
+                # what --py-files sets for a Python program: the zip shipped to executors, on their path
+                conf["spark.submit.pyFiles"] = str(py_files)
+                # Python workers the driver's JVM starts itself (the stream's data source planner) get
+                # neither: their Python functions carry the spark.executorEnv.* variables
+                conf["spark.executorEnv.PYTHONPATH"] = str(py_files)
+                application, java_class = str(launcher_jar(work / "launcher.jar")), PYTHON_RUNNER
+                args = [str(spark_job_script(script)), str(py_files), *args]
+            else:
+                application, java_class = str(spark_job_script(script)), None
+                if self.target.deploy_mode == "client":
+                    conf.setdefault("spark.log.level", "WARN")  # the driver's JVM log is the task log
+            self._hook = SparkSubmitHook(conf=conf, conn_id=self.target.conn_id, name=self.name, java_class=java_class,
+                                         py_files=None if java_class else str(py_files),
+                                         files=str(py_files) if java_class else None, application_args=args)
+            env = spark_environment(py_files, self.python, local=self.target.local)
+
+            def driver_started(info: DriverInfo) -> None:
+                self._driver = info
+                self.log.info("Spark application %s, driver on %s%s", info.app_id, info.host,
+                              f", Spark UI {info.ui_url}" if info.ui_url else "")
+                if on_driver:
+                    on_driver(info)
+
+            stop = threading.Event()
+            follower = threading.Thread(target=report.follow, args=(stop, lambda line: self.log.info("%s", line),
+                                                                    driver_started), daemon=True)
+            follower.start()
+            problem = None
+            try:
+                self._hook.submit(application, env=env, start_new_session=True)
+            except Exception as exc:  # the provider raises AirflowException with spark-submit's output
+                problem = str(exc)
+            finally:
+                stop.set()
+                follower.join()
+            return job_outcome(report, f"Spark program {script}", problem)
+        finally:
+            report.remove()
+            shutil.rmtree(work, ignore_errors=True)
+
+    def on_kill(self) -> None:
+        """Stop the running program: the provider's ``on_kill`` (spark-submit, and the driver on a
+        cluster), then the driver's process group when it runs on this machine."""
+        if self._hook is not None:
+            self._hook.on_kill()
+        driver = self._driver
+        if driver is None or self.target.deploy_mode != "client" or driver.host != socket.getfqdn():
+            return
+        try:
+            group = os.getpgid(driver.pid)
+        except ProcessLookupError:
+            return
+        if group == os.getpgid(0):
+            return  # not a group of its own: never signal the task's own group
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(group, sig)
+            except ProcessLookupError:
+                return
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                try:
+                    os.getpgid(driver.pid)
+                except ProcessLookupError:
+                    return
+                time.sleep(0.2)

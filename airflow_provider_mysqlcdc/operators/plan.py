@@ -24,14 +24,13 @@ from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, table_exists
 from airflow_provider_mysqlcdc.cdc.source.server import check_offset_available, current_offset
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
-from airflow_provider_mysqlcdc.operators.snapshot import run_folder
 from airflow_provider_mysqlcdc.protocol.actions import PlanAction
 from airflow_provider_mysqlcdc.protocol.envelope import encode
 from airflow_provider_mysqlcdc.protocol.plans import TablePlan, TablePlans
 from airflow_provider_mysqlcdc.protocol.state import RunPlanProgress
 from airflow_provider_mysqlcdc.state.changes import ResnapshotRequest, decide_action, parse_offset, splits_overlapping
 from airflow_provider_mysqlcdc.state.drift import Drift, pending_drift, read_drift
-from airflow_provider_mysqlcdc.state.registry import PipelineState
+from airflow_provider_mysqlcdc.state.registry import PipelineState, run_folder
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
 from airflow_provider_mysqlcdc.state.servers import ServerEpochs
 

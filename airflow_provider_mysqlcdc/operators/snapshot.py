@@ -1,9 +1,9 @@
 """``MySqlCdcSnapshotOperator``: the operator DAG authors see once per chunk (it is mapped).
 
-One spark-submit of ``spark/jobs/snapshot_chunk.py`` reads a few consecutive splits of one table
-and returns the finished splits with their high watermarks through XCom (the job's driver prints
-them as one marked line on stdout, read from spark-submit's output: client deploy mode, on any
-master; hooks/spark.py). Clearing one of its task instances re-reads
+One run of ``spark/jobs/snapshot_chunk.py`` (submitted with the Spark provider's hook, client or
+cluster deploy mode: hooks/spark.py) reads a few consecutive splits of one table and returns the
+finished splits with their high watermarks through XCom (the job reports them through its report
+folder in the state location). Clearing one of its task instances re-reads
 exactly that chunk. A table no stream has ever captured is written to the sink directly; for any
 other table the rows are staged for the stream to apply (state/registry.py), so that a re-run
 chunk can never take the sink back in time.
@@ -12,60 +12,47 @@ chunk can never take the sink back in time.
 from __future__ import annotations
 
 import json
-import re
-from dataclasses import replace
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
-from airflow.sdk import BaseOperator, Context
+from airflow.sdk import Context
 
 from airflow_provider_mysqlcdc.cdc.model.split import SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
-from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
-from airflow_provider_mysqlcdc.hooks.spark import spark_target
+from airflow_provider_mysqlcdc.operators.spark_job import MySqlCdcSparkJobOperator
 from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
 from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob
 from airflow_provider_mysqlcdc.protocol.results import ChunkResult
 from airflow_provider_mysqlcdc.protocol.state import ChunkProgress, RunPlanProgress
-from airflow_provider_mysqlcdc.state.registry import PipelineState
+from airflow_provider_mysqlcdc.state.registry import PipelineState, run_folder
 
 
-def run_folder(run_id: str) -> str:
-    return "runs/" + re.sub(r"[^A-Za-z0-9_.-]", "_", run_id)
-
-
-class MySqlCdcSnapshotOperator(BaseOperator):
-    """One chunk of one table: a spark-submit of the chunk job, returning its finished splits.
+class MySqlCdcSnapshotOperator(MySqlCdcSparkJobOperator):
+    """One chunk of one table: a run of the chunk job, returning its finished splits.
 
     :param chunk: one item of the plan task's return value (label, table, splits); mapped over them
     :param sink_root: where the Delta tables live
     :param state: the pipeline's state location; a table it captured already is staged there
     :param mysqlcdc_conn_id: the ``mysqlcdc`` connection of the source (its ``retry_budget_s`` applies)
     :param spark_master: Spark master when no ``spark_conn_id`` is given
-    :param spark_conn_id: an Airflow ``spark`` connection to run on
+    :param spark_conn_id: an Airflow ``spark`` connection to submit through (hooks/spark.py)
     :param spark_conf: extra Spark configuration (no secrets)
     :param partitions_per_split: Spark partitions reading one split (0: Spark's default parallelism)
     """
 
     template_fields: Sequence[str] = ("chunk", "sink_root", "state", "spark_master", "spark_conn_id", "spark_conf")
 
-    def __init__(self, *, chunk: dict[str, Any], sink_root: str, state: str,
-                 mysqlcdc_conn_id: str = MySqlCdcHook.default_conn_name, spark_master: str = "local[2]",
-                 spark_conn_id: str | None = None, spark_conf: dict[str, Any] | None = None,
-                 partitions_per_split: int = 0, **kwargs: Any) -> None:
+    def __init__(self, *, chunk: dict[str, Any], sink_root: str, state: str, partitions_per_split: int = 0,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.chunk = chunk
         self.sink_root = sink_root
         self.state = state
-        self.mysqlcdc_conn_id = mysqlcdc_conn_id
-        self.spark_master = spark_master
-        self.spark_conn_id = spark_conn_id
-        self.spark_conf = spark_conf
         self.partitions_per_split = partitions_per_split
 
     def execute(self, context: Context) -> dict[str, Any]:
-        hook = MySqlCdcHook(self.mysqlcdc_conn_id)
-        spark = spark_target(spark_conn_id=self.spark_conn_id, spark_master=self.spark_master, spark_conf=self.spark_conf)
+        hook = self.hook
         chunk = self.chunk if isinstance(self.chunk, dict) else json.loads(self.chunk)
         table_id = TableId.parse(chunk["table"])
         state = PipelineState(self.state)
@@ -74,9 +61,9 @@ class MySqlCdcSnapshotOperator(BaseOperator):
                        sink_root=self.sink_root, partitions_per_split=self.partitions_per_split,
                        server_id_range=hook.server_id_range(), stage_to=stage_to, retry_budget_s=hook.retry_budget_s(),
                        servers=state.servers())
-        self.log.info("snapshot %s: %d split(s) with spark-submit%s", chunk["label"], len(chunk["splits"]),
+        self.log.info("snapshot %s: %d split(s)%s", chunk["label"], len(chunk["splits"]),
                       "; captured before, so staged for the stream" if stage_to else "")
-        output = hook.run_spark_job("snapshot_chunk.py", job.to_json(), spark=spark, log=self.log)
+        output = self.run_spark_program("snapshot_chunk.py", job.to_json(), state, context)
         result = replace(decode(ChunkResult, output, f"the result of chunk {chunk['label']}"), label=chunk["label"])
         self.log.info("snapshot %s done: %d rows, %d binlog changes merged, %.1fs", chunk["label"], result.rows,
                       result.binlog_events_merged, result.seconds)

@@ -13,21 +13,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from airflow.sdk import BaseOperator, Context
+from airflow.sdk import Context
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.records import ON_BINLOG_PURGED
-from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
-from airflow_provider_mysqlcdc.hooks.spark import checked_spark_conf, spark_target
+from airflow_provider_mysqlcdc.hooks.spark import checked_spark_conf
+from airflow_provider_mysqlcdc.operators.spark_job import MySqlCdcSparkJobOperator
 from airflow_provider_mysqlcdc.protocol.actions import StreamMode
 from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.results import StreamResult
+from airflow_provider_mysqlcdc.state.registry import PipelineState
 
 STREAM_MODES = (*(m.value for m in StreamMode), "skip")
 
 
-class MySqlCdcStreamOperator(BaseOperator):
+class MySqlCdcStreamOperator(MySqlCdcSparkJobOperator):
     """The binlog stream into the sink (see the module doc for the modes).
 
     :param state: the pipeline's state location (``<state_dir>/<dag_id>``)
@@ -35,7 +36,7 @@ class MySqlCdcStreamOperator(BaseOperator):
     :param mode: ``available-now``, ``continuous`` or ``skip``
     :param mysqlcdc_conn_id: the ``mysqlcdc`` connection of the source
     :param spark_master: Spark master when no ``spark_conn_id`` is given
-    :param spark_conn_id: an Airflow ``spark`` connection to run on
+    :param spark_conn_id: an Airflow ``spark`` connection to submit through (hooks/spark.py)
     :param spark_conf: extra Spark configuration (no secrets)
     :param trigger_interval_s: micro-batch interval in ``continuous`` mode
     :param changelog: also append every change to ``<table>__changelog``
@@ -52,10 +53,7 @@ class MySqlCdcStreamOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("state", "sink_root", "mode", "spark_master", "spark_conn_id", "spark_conf")
 
-    def __init__(self, *, state: str, sink_root: str, mode: str = "available-now",
-                 mysqlcdc_conn_id: str = MySqlCdcHook.default_conn_name, spark_master: str = "local[2]",
-                 spark_conn_id: str | None = None, spark_conf: dict[str, Any] | None = None,
-                 trigger_interval_s: float = 1.0, changelog: bool = False, on_binlog_purged: str = "fail",
+    def __init__(self, *, state: str, sink_root: str, mode: str = "available-now", trigger_interval_s: float = 1.0, changelog: bool = False, on_binlog_purged: str = "fail",
                  max_batch_bytes: int | None = None, max_batch_events: int | None = None,
                  max_apply_changes: int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -66,10 +64,8 @@ class MySqlCdcStreamOperator(BaseOperator):
         self.state = state
         self.sink_root = sink_root
         self.mode = mode
-        self.mysqlcdc_conn_id = mysqlcdc_conn_id
-        self.spark_master = spark_master
-        self.spark_conn_id = spark_conn_id
-        self.spark_conf = checked_spark_conf(spark_conf) if isinstance(spark_conf, dict) else spark_conf
+        if isinstance(self.spark_conf, dict):  # refused at parse time when it is not a template
+            checked_spark_conf(self.spark_conf)
         self.trigger_interval_s = trigger_interval_s
         self.changelog = changelog
         # None: the stream job's default (protocol/jobs.py), defined there once
@@ -83,15 +79,13 @@ class MySqlCdcStreamOperator(BaseOperator):
         if self.mode == "skip":
             self.log.info("stream mode 'skip': a stream running elsewhere picks up this run's registry changes")
             return encode(StreamResult("skip"))
-        hook = MySqlCdcHook(self.mysqlcdc_conn_id)
-        spark = spark_target(spark_conn_id=self.spark_conn_id, spark_master=self.spark_master, spark_conf=self.spark_conf)
+        hook = self.hook
         low, high = hook.server_id_range()
         job = StreamJob(state=self.state, sink_root=self.sink_root, mode=self.mode,
                         trigger_interval_s=self.trigger_interval_s, server_id_range=f"{low}-{high}",
                         changelog=self.changelog, retry_budget_s=hook.retry_budget_s(),
                         on_binlog_purged=self.on_binlog_purged, **self.limits)
-        output = hook.run_spark_job("binlog_stream.py", job.to_json(), spark=spark, log=self.log,
-                                    timeout_s=None if self.mode == "continuous" else 6 * 3600)
+        output = self.run_spark_program("binlog_stream.py", job.to_json(), PipelineState(self.state), context)
         result = decode(StreamResult, output, "the stream job's result")
         self.log.info("stream (%s) applied %d changes; end offset %s", self.mode, result.changes_applied,
                       result.end_offset or "-")

@@ -95,3 +95,58 @@ class StreamResult:
         return cls(body["mode"], int(body.get("changes_applied", 0)), body.get("app_id", ""),
                    float(body.get("streaming_seconds", 0.0)), body.get("last_batch"),
                    StreamOffset.from_spark(end, "its end offset") if end else None)
+
+
+@dataclass(frozen=True)
+class DriverInfo:
+    """Where a Spark job's driver runs: written to its report folder once its session is up."""
+
+    FORMAT: ClassVar[RecordFormat] = RecordFormat("driver-info", 1)
+
+    app_id: str
+    ui_url: str  # "" when the Spark UI is off
+    host: str
+    pid: int  # the Python driver's process id on ``host``
+
+    def to_body(self) -> dict[str, Any]:
+        return {"app_id": self.app_id, "ui_url": self.ui_url, "host": self.host, "pid": self.pid}
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any], version: int) -> "DriverInfo":
+        return cls(body["app_id"], body.get("ui_url") or "", body["host"], int(body["pid"]))
+
+
+@dataclass(frozen=True)
+class DriverLog:
+    """Log lines of a Spark job's driver, in order: one numbered file per flush of its report folder."""
+
+    FORMAT: ClassVar[RecordFormat] = RecordFormat("driver-log", 1)
+
+    lines: list[str]
+
+    def to_body(self) -> dict[str, Any]:
+        return {"lines": self.lines}
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any], version: int) -> "DriverLog":
+        return cls([str(line) for line in body["lines"]])
+
+
+@dataclass(frozen=True)
+class JobFailure:
+    """Why a Spark job failed, in its own words (the caller raises it instead of a JVM log tail)."""
+
+    FORMAT: ClassVar[RecordFormat] = RecordFormat("job-failure", 1)
+
+    type: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.type}: {self.message}"
+
+    def to_body(self) -> dict[str, Any]:
+        return {"type": self.type, "message": self.message}
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any], version: int) -> "JobFailure":
+        return cls(str(body["type"]), str(body["message"]))

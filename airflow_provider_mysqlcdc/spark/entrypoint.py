@@ -1,40 +1,76 @@
 """What every program in ``spark/jobs/`` does around its work: arguments, logging, the Spark
-session, and publishing the result or the error (spark/results.py)."""
+session, and reporting the result or the failure.
+
+With ``--report-to`` (what the operators and ``spark/submit.py`` pass) the job, its log lines, its
+driver's address and its result travel through that report folder (spark/report.py), so the driver
+may run on the cluster. Without it (a person running a program by hand) the log goes to stderr and
+the result is printed on stdout.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import os
 import sys
 from collections.abc import Callable
-from pathlib import Path
+from contextlib import nullcontext
 from typing import Any
 
-#: prepare(job file) -> (Spark application name, work(spark) -> result)
-Prepare = Callable[[Path], tuple[str, Callable[[Any], dict[str, Any]]]]
+#: prepare(job JSON) -> (Spark application name, work(spark) -> result)
+Prepare = Callable[[str], tuple[str, Callable[[Any], dict[str, Any]]]]
 
 
 def job_main(argv: list[str] | None, *, description: str, prepare: Prepare) -> int:
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--job", required=True, help="path of the job's JSON file (it holds no secret)")
-    parser.add_argument("--result", help="where to write the JSON result")
+    parser.add_argument("--job", help="path or URL of the job's JSON file (it holds no secret); "
+                                      "default: job.json in the report folder")
+    parser.add_argument("--report-to", help="report folder (path or URL) for the log, the driver and the result")
+    parser.add_argument("--source-file", help="path of the private file with the source's credentials "
+                                              "(default: the MYSQLCDC_SOURCE_FILE environment variable)")
     args = parser.parse_args(argv)
-    # force: pyspark may have configured logging already; the driver's stderr reaches the task log
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        stream=sys.stderr, force=True)
+    if not args.job and not args.report_to:
+        parser.error("give --job, --report-to, or both")
+
+    from airflow_provider_mysqlcdc.cdc.source.connection import ENV_PREFIX
+    from airflow_provider_mysqlcdc.spark.report import LOG_FORMAT, JobReport
+
+    if args.source_file:  # executors started from this process, and the job's own code, read it there
+        os.environ[f"{ENV_PREFIX}FILE"] = args.source_file
+    report = JobReport(args.report_to) if args.report_to else None
+    # force: pyspark may have configured logging already. With a report folder our INFO lines go
+    # there (the caller shows them); stderr keeps warnings and errors for the driver's own log.
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stderr, force=True)
+    if report:
+        logging.getLogger().handlers[0].setLevel(logging.WARNING)
 
     from pyspark.sql import SparkSession
 
-    from airflow_provider_mysqlcdc.spark.results import publish_error, publish_result
-
-    app_name, work = prepare(Path(args.job))
-    spark = SparkSession.builder.appName(app_name).getOrCreate()
-    try:
-        result = work(spark)
-    except Exception as exc:
-        publish_error(exc)
-        raise
-    finally:
-        spark.stop()
-    publish_result(result, args.result)
+    with report or nullcontext():
+        try:
+            job_json = _read(args.job) if args.job else report.read_job()  # type: ignore[union-attr]
+            app_name, work = prepare(job_json)
+            spark = SparkSession.builder.appName(app_name).getOrCreate()
+            try:
+                if report:
+                    report.driver_started(spark)
+                result = work(spark)
+            finally:
+                spark.stop()
+        except Exception as exc:
+            if report:
+                report.failed(exc)
+            raise
+        if report:
+            report.succeeded(result)
+        else:
+            print(json.dumps(result, sort_keys=True), flush=True)
     return 0
+
+
+def _read(location: str) -> str:
+    import fsspec
+
+    with fsspec.open(location, "r") as handle:
+        return handle.read()

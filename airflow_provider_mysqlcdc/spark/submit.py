@@ -1,7 +1,9 @@
-"""Running the programs of ``spark/jobs/`` with spark-submit (tests, the demo, and the Airflow glue).
+"""Running the programs of ``spark/jobs/`` (shared by the operators' ``SparkSubmitHook`` path in
+hooks/spark.py, and by tests, the demo and the benchmarks through ``SparkSubmit``).
 
 The source password never goes into argv, Spark conf or the environment of Spark's processes: it
-sits in a private file whose path is passed through the environment (``MYSQLCDC_SOURCE_FILE``).
+sits in a private file whose path the program gets as ``--source-file``. The job, the program's
+log lines and its result travel through a report folder (spark/report.py), never its stdout.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,20 +22,17 @@ from typing import Any
 
 from airflow_provider_mysqlcdc.cdc.source.connection import ENV_PREFIX
 from airflow_provider_mysqlcdc.spark.packaging import build_py_files_zip, spark_job_script
-from airflow_provider_mysqlcdc.spark.results import ERROR_MARKER, RESULT_MARKER, parse_error, parse_result
+from airflow_provider_mysqlcdc.spark.report import ReportWatcher
 
 log = logging.getLogger(__name__)
 
-#: lines of our own loggers (module names) are progress worth showing in task logs
-PROGRESS_MARK = "airflow_provider_mysqlcdc"
-RESULT_MARKERS = (RESULT_MARKER, ERROR_MARKER)
 #: environment Spark's processes do not inherit: our credentials, and Airflow's connections and
 #: variables (an Airflow worker configured through the environment holds passwords there)
 PRIVATE_ENV_PREFIXES = (ENV_PREFIX, "AIRFLOW_CONN_", "AIRFLOW_VAR_")
 
 
 class SparkJobFailed(RuntimeError):
-    """A spark-submit program exited non-zero; the message carries its own error when it published one."""
+    """A Spark program failed; the message carries its own error when it reported one."""
 
 
 def spark_home() -> Path:
@@ -41,13 +41,47 @@ def spark_home() -> Path:
     return Path(pyspark.__file__).resolve().parent
 
 
+def spark_environment(py_files_zip: Path, python: str, local: bool) -> dict[str, str]:
+    """The environment spark-submit runs in: this one without private variables, the installed
+    pyspark's ``spark-submit`` first on the PATH, and the package zip on the Python path."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(PRIVATE_ENV_PREFIXES)}
+    # Python workers the driver's JVM starts itself (the streaming data source's planner) do not
+    # get --py-files on their path; they inherit the JVM's PYTHONPATH, so the zip goes there too.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(py_files_zip), env.get("PYTHONPATH", "")) if p)
+    env["PATH"] = os.pathsep.join(p for p in (str(spark_home() / "bin"), env.get("PATH", "")) if p)
+    env.setdefault("PYSPARK_PYTHON", python)
+    env.setdefault("PYSPARK_DRIVER_PYTHON", python)
+    if local:  # a local master needs no network beyond loopback
+        env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    return env
+
+
+def job_arguments(report: ReportWatcher, source_file: Path, args: list[str] | None = None) -> list[str]:
+    return ["--report-to", report.folder, "--source-file", str(source_file), *(args or [])]
+
+
+def job_outcome(report: ReportWatcher, what: str, exit_problem: str | None) -> dict[str, Any]:
+    """The program's result from its report folder, or ``SparkJobFailed`` with its own error (else
+    ``exit_problem``: how spark-submit ended, with its output's tail)."""
+    failure = report.failure()
+    if failure is not None:
+        raise SparkJobFailed(f"{what} failed: {failure}")
+    result = report.result()
+    if result is None:
+        raise SparkJobFailed(f"{what} ended without a result in {report.folder}"
+                             + (f": {exit_problem}" if exit_problem else " (its driver was stopped, or died)"))
+    return result
+
+
 @dataclass
 class SparkSubmit:
+    """spark-submit as a plain child process (tests, the demo, benchmarks; no Airflow needed)."""
+
     master: str = "local[2]"
     python: str = sys.executable
     conf: dict[str, str] = field(default_factory=dict)
     work_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="mysqlcdc-spark-")))
-    last_log: str = ""  # stdout and stderr of the last run(), for diagnostics
+    last_log: str = ""  # spark-submit's output and the program's log lines of the last run()
 
     def command(self, script: str, args: list[str], py_files: Path) -> list[str]:
         cmd = [str(spark_home() / "bin" / "spark-submit"), "--master", self.master, "--py-files", str(py_files)]
@@ -55,18 +89,8 @@ class SparkSubmit:
             cmd += ["--conf", f"{key}={value}"]
         return cmd + [str(spark_job_script(script)), *args]
 
-    def environment(self, source_file: Path) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(PRIVATE_ENV_PREFIXES)}
-        # Python workers the driver's JVM starts itself (the streaming data source's planner) do not
-        # get --py-files on their path; they inherit the JVM's PYTHONPATH, so the zip goes there too.
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(self.py_files_zip), env.get("PYTHONPATH", "")) if p)
-        env.update({
-            "SPARK_LOCAL_IP": env.get("SPARK_LOCAL_IP", "127.0.0.1"),
-            "PYSPARK_PYTHON": self.python,
-            "PYSPARK_DRIVER_PYTHON": self.python,
-            f"{ENV_PREFIX}FILE": str(source_file),
-        })
-        return env
+    def environment(self) -> dict[str, str]:
+        return spark_environment(self.py_files_zip, self.python, local=True)
 
     @property
     def py_files_zip(self) -> Path:
@@ -78,21 +102,35 @@ class SparkSubmit:
         log.info("spark-submit %s", " ".join(cmd[1:]))
         return cmd
 
+    def new_report(self) -> ReportWatcher:
+        return ReportWatcher(str(self.work_dir / f"report-{uuid.uuid4().hex[:12]}"))
+
     def start(self, script: str, args: list[str], source_file: Path, log_file: Path) -> subprocess.Popen[bytes]:
-        """Start a job in its own process group (a long-running stream); its output goes to ``log_file``."""
+        """Start a job in its own process group (a long-running stream); its output and log lines go to
+        ``log_file`` (the program logs there itself: no report folder)."""
         with open(log_file, "ab") as out:
-            return subprocess.Popen(self._prepared(script, args), env=self.environment(source_file), stdout=out,
-                                    stderr=subprocess.STDOUT, cwd=self.work_dir, start_new_session=True)
+            return subprocess.Popen(self._prepared(script, ["--source-file", str(source_file), *args]),
+                                    env=self.environment(), stdout=out, stderr=subprocess.STDOUT, cwd=self.work_dir,
+                                    start_new_session=True)
 
     def run(self, script: str, args: list[str], source_file: Path, timeout_s: float | None = 1800,
             on_progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-        """Run a job to completion and return its published result; raise with the log tail on failure.
-        Our own log lines are handed to ``on_progress`` as they come (task logs show live progress)."""
-        proc = subprocess.Popen(self._prepared(script, args), env=self.environment(source_file), text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=self.work_dir)
-        stderr: list[str] = []
-        drain = threading.Thread(target=lambda: stderr.extend(proc.stderr), daemon=True)  # type: ignore[arg-type]
-        drain.start()
+        """Run a job to completion and return its reported result; raise with its error on failure.
+        Its log lines are handed to ``on_progress`` as they come."""
+        report = self.new_report()
+        proc = subprocess.Popen(self._prepared(script, job_arguments(report, source_file, args)),
+                                env=self.environment(), text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                cwd=self.work_dir)
+        lines: list[str] = []
+
+        def progress(line: str) -> None:
+            lines.append(line + "\n")
+            if on_progress:
+                on_progress(line)
+
+        stop = threading.Event()
+        follower = threading.Thread(target=report.follow, args=(stop, progress), daemon=True)
+        follower.start()
         timed_out = threading.Event()
 
         def kill() -> None:
@@ -102,22 +140,17 @@ class SparkSubmit:
         timer = threading.Timer(timeout_s, kill) if timeout_s else None
         if timer:
             timer.start()
-        stdout: list[str] = []
         try:
-            for line in proc.stdout:  # type: ignore[union-attr]  # the Python driver logs through the JVM stdout
-                stdout.append(line)
-                if on_progress and PROGRESS_MARK in line and not line.startswith(RESULT_MARKERS):
-                    on_progress(line.rstrip())
-            returncode = proc.wait()
+            output = proc.communicate()[0]
         finally:
             if timer:
                 timer.cancel()
-            drain.join(timeout=10)
-        out, err = "".join(stdout), "".join(stderr)
-        self.last_log = out + err
-        if returncode != 0:
-            error = parse_error(out)
-            detail = error or "\n".join(err.splitlines()[-40:])
-            raise SparkJobFailed(f"spark-submit {script} failed with exit code {returncode}"
-                                 f"{f' (timed out after {timeout_s}s)' if timed_out.is_set() else ''}: {detail}")
-        return parse_result(out)
+            stop.set()
+            follower.join()
+        self.last_log = output + "".join(lines)
+        problem = None
+        if proc.returncode != 0:
+            problem = (f"spark-submit exited with code {proc.returncode}"
+                       f"{f' (timed out after {timeout_s}s)' if timed_out.is_set() else ''}: "
+                       + "\n".join(output.splitlines()[-40:]))
+        return job_outcome(report, f"spark-submit {script}", problem)

@@ -26,6 +26,7 @@ compare correctly with the stream's offsets.
 from __future__ import annotations
 
 import datetime as dt
+import re
 import uuid
 from typing import Any, TypeVar
 
@@ -112,6 +113,20 @@ class PipelineState:
     def read_progress(self, cls: type[R], name: str) -> R | None:
         """The ``cls`` record at ``progress/<name>``, None when there is none."""
         return self.storage.read_record(cls, "progress", name)
+
+    def job_report_url(self, run_id: str, name: str) -> str:
+        """The report folder of one Spark program a task runs (spark/report.py); removed after it."""
+        return self.storage.url(run_folder(run_id), "spark", safe_name(name))
+
+
+def safe_name(name: str) -> str:
+    """``name`` as one path segment of any file system or object store."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+
+
+def run_folder(run_id: str) -> str:
+    """The folder of one DAG run's files (its progress, its jobs' reports)."""
+    return "runs/" + safe_name(run_id)
 
 
 def captured_tables(finished: list[FinishedSplit]) -> dict[TableId, CapturedTable]:

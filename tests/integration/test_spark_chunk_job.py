@@ -7,7 +7,6 @@ the Delta tables, which must equal the source exactly.
 
 from __future__ import annotations
 
-import json
 import random
 
 import pytest
@@ -57,13 +56,11 @@ def test_chunk_job_snapshot_then_binlog_equals_source(mysql_server, cdc_user, da
         for number, job in enumerate(jobs):
             job_file = tmp_path / f"job{number}.json"
             job_file.write_text(job.to_json())
-            results.append(submit.run("snapshot_chunk.py", ["--job", str(job_file), "--result",
-                                                            str(tmp_path / f"result{number}.json")], source_file))
+            results.append(submit.run("snapshot_chunk.py", ["--job", str(job_file)], source_file))
         writers.stop()
     end = current_offset(conn)
 
     for number, result in enumerate(results):
-        assert json.loads((tmp_path / f"result{number}.json").read_text()) == result
         assert result["rows"] > 0 and result["seconds"] > 0
         latest = {}
         for data in result["finished_splits"]:

@@ -1,28 +1,25 @@
-"""The chunk and stream jobs on a Spark standalone cluster whose Python does not have the project.
+"""The pipeline on a Spark standalone cluster, through an Airflow ``spark`` connection in cluster
+deploy mode: every driver runs on the cluster's worker, whose Python does not have the project.
 
-Master and worker run from the pip pyspark on loopback. Driver and executors use a Python that
-sees the venv's third-party packages but not this project, so the code can only come from
-``--py-files``: the test first proves the project is not importable there.
+Master and worker run from the pip pyspark on loopback. Driver and executors use a Python that sees
+the venv's third-party packages but not this project, so the code can only come from the package
+zip the task ships: the test first proves the project is not importable there.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import sysconfig
 
 import pytest
 
-from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit
-from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
 from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
+from airflow_provider_mysqlcdc.devtools.dag_runner import catch_up_stream, example_dag_env, run_dag
 from airflow_provider_mysqlcdc.devtools.spark_standalone import StandaloneCluster
 from airflow_provider_mysqlcdc.devtools.verify import source_rows
-from airflow_provider_mysqlcdc.devtools.workload import SAMPLE_TABLES, create_sample_tables
-from airflow_provider_mysqlcdc.state.registry import PipelineState, captured_tables
-from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob
-from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
-from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
+from airflow_provider_mysqlcdc.devtools.workload import SAMPLE_TABLES, RandomWriters, create_sample_tables
 
 from .helpers import assert_same_rows, delta_rows
 
@@ -45,29 +42,28 @@ def python_without_project(tmp_path_factory):
     return python
 
 
-def test_jobs_run_on_a_standalone_cluster_from_py_files(mysql_server, cdc_user, database, tmp_path,
-                                                        python_without_project):
+def test_the_dag_runs_its_drivers_on_a_standalone_cluster_in_cluster_deploy_mode(
+        mysql_server, cdc_user, database, tmp_path, python_without_project):
     conn = mysql_server.connect()
-    tables = create_sample_tables(conn, database, rows_per_table=2000, seed=8, tables=SAMPLE_TABLES[2:3])
-    report = run_preflight(cdc_user, tables)
-    [table_id] = tables
-    schema = report.schemas[table_id]
-    splits = ChunkSplitter(cdc_user.connect(), schema, SplitOptions(chunk_size=800)).split()
-    lake = str(tmp_path / "lake")
-    source_file = cdc_user.to_private_file(tmp_path / "secrets" / "source.json")
-    job = ChunkJob(table=str(table_id), splits=splits, sink_root=lake, partitions_per_split=2)
-    (tmp_path / "job.json").write_text(job.to_json())
-    rows_before = len(source_rows(mysql_server.admin, schema))
+    [table] = create_sample_tables(conn, database, rows_per_table=2000, seed=8, tables=SAMPLE_TABLES[2:3])
+    schema = run_preflight(cdc_user, [table]).schemas[table]
+    lake, state_dir = tmp_path / "lake", tmp_path / "state"
+    env = example_dag_env(tmp_path / "airflow", cdc_user, [table], sink_root=lake, state_dir=state_dir,
+                          split_rows=800, chunk_rows=3000)
     with StandaloneCluster(tmp_path / "cluster", python=python_without_project) as cluster:
-        submit = SparkSubmit(master=cluster.master_url, python=python_without_project, work_dir=tmp_path / "spark")
-        result = submit.run("snapshot_chunk.py", ["--job", str(tmp_path / "job.json")], source_file)
-        with conn.cursor() as cur:
-            cur.execute(f"UPDATE {table_id.quoted} SET score = -1 ORDER BY `näme-key` LIMIT 50")
-            cur.execute(f"DELETE FROM {table_id.quoted} ORDER BY `näme-key` DESC LIMIT 20")
-        PipelineState(str(tmp_path / "state")).commit(
-            captured_tables([FinishedSplit.from_dict(d) for d in result["finished_splits"]]))
-        stream = StreamJob(state=str(tmp_path / "state"), sink_root=lake)
-        (tmp_path / "stream.json").write_text(stream.to_json())
-        submit.run("binlog_stream.py", ["--job", str(tmp_path / "stream.json")], source_file)
-    assert result["rows"] == rows_before and len(result["finished_splits"]) == len(splits) > 1
-    assert_same_rows(table_id, source_rows(mysql_server.admin, schema), delta_rows(lake, schema))
+        env.update(SPARK_LOCAL_IP="127.0.0.1", MYSQLCDC_SPARK_CONN_ID="cdc_cluster",
+                   AIRFLOW_CONN_CDC_CLUSTER=json.dumps({"conn_type": "spark", "host": cluster.master_url,
+                                                        "extra": {"deploy-mode": "cluster"}}),
+                   MYSQLCDC_SPARK_CONF=json.dumps({"spark.pyspark.python": python_without_project}))
+        with RandomWriters(mysql_server.admin, database, writers=1, seed=81, pause_s=0.01, tables=SAMPLE_TABLES[2:3]):
+            result = run_dag("mysqlcdc_example", env)
+        drivers = sorted(p.name for p in (tmp_path / "cluster" / "work").glob("driver-*"))
+    assert result["state"] == "success", result["output"][-5000:]
+    # both programs ran as drivers the worker launched: the chunk job and the stream
+    assert len(drivers) == 2, drivers
+    group = f"{table.database}__{table.table}"
+    assert result["xcoms"][f"{group}.snapshot[0]:spark_ui_url"].startswith("http://")
+    assert result["xcoms"]["stream[-1]:spark_ui_url"].startswith("http://")
+    assert "chunk job " in result["output"] and "binlog changes merged" in result["output"]  # its log, in the task log
+    catch_up_stream(cdc_user, str(state_dir / "mysqlcdc_example"), lake, tmp_path / "catch-up")
+    assert_same_rows(table, source_rows(mysql_server.admin, schema), delta_rows(str(lake), schema))

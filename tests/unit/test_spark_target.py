@@ -11,20 +11,24 @@ from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.hooks.spark import SparkTarget, spark_target
 
 
-def test_without_a_connection_the_master_and_conf_are_used_as_given():
+def test_without_a_connection_the_master_becomes_a_spark_connection():
+    from airflow.sdk import BaseHook
+
     target = spark_target(spark_conn_id=None, spark_master="local[4]",
                           spark_conf={"spark.eventLog.enabled": True, "spark.executor.memory": "2g"})
-    assert target == SparkTarget("local[4]", {"spark.eventLog.enabled": "true", "spark.executor.memory": "2g"})
+    assert (target.master, target.deploy_mode, target.local) == ("local[4]", "client", True)
+    assert target.conf == {"spark.eventLog.enabled": "true", "spark.executor.memory": "2g"}
+    connection = BaseHook.get_connection(target.conn_id)
+    assert (connection.conn_type, connection.host) == ("spark", "local[4]")
 
 
-def test_a_spark_connection_gives_master_queue_and_namespace(monkeypatch):
+def test_a_spark_connection_gives_master_and_deploy_mode(monkeypatch):
     monkeypatch.setenv("AIRFLOW_CONN_CDC_SPARK", json.dumps(
         {"conn_type": "spark", "host": "spark://master.example", "port": 7077,
-         "extra": {"queue": "etl", "namespace": "cdc", "deploy-mode": "client"}}))
-    target = spark_target(spark_conn_id="cdc_spark", spark_master="local[2]",
-                          spark_conf={"spark.yarn.queue": "override"})
-    assert target.master == "spark://master.example:7077"
-    assert target.conf == {"spark.yarn.queue": "override", "spark.kubernetes.namespace": "cdc"}
+         "extra": {"queue": "etl", "deploy-mode": "cluster"}}))
+    target = spark_target(spark_conn_id="cdc_spark", spark_master="local[2]", spark_conf=None)
+    assert target == SparkTarget("cdc_spark", "spark://master.example:7077", "cluster", {})
+    assert target.standalone_cluster and not target.local
 
 
 def test_a_missing_connection_fails_instead_of_falling_back_to_yarn():
@@ -32,10 +36,10 @@ def test_a_missing_connection_fails_instead_of_falling_back_to_yarn():
         spark_target(spark_conn_id="no_such_spark", spark_master="local[2]", spark_conf=None)
 
 
-def test_cluster_deploy_mode_is_refused_with_the_fix(monkeypatch):
+def test_an_unknown_deploy_mode_is_refused(monkeypatch):
     monkeypatch.setenv("AIRFLOW_CONN_CDC_SPARK", json.dumps(
-        {"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "cluster"}}))
-    with pytest.raises(ConfigurationError, match="deploy mode 'cluster'.*set it to 'client'"):
+        {"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "remote"}}))
+    with pytest.raises(ConfigurationError, match="deploy-mode must be 'client' or 'cluster', got 'remote'"):
         spark_target(spark_conn_id="cdc_spark", spark_master="local[2]", spark_conf=None)
 
 

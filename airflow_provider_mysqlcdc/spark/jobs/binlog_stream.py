@@ -1,7 +1,7 @@
 """spark-submit program: the binlog stream, merged into the sink with exactly-once micro-batches.
 
     spark-submit --py-files airflow_provider_mysqlcdc.zip airflow_provider_mysqlcdc/spark/jobs/binlog_stream.py \
-        --job stream.json [--result result.json]
+        --report-to FOLDER [--job stream.json] [--source-file FILE]
 
 The job file (``StreamJob``) names the seed (finished splits), the sink, the checkpoint location and
 the mode (``available-now`` or ``continuous``). Credentials: ``MYSQLCDC_SOURCE_FILE``, a private file
@@ -15,13 +15,13 @@ import sys
 from pathlib import Path
 
 
-def prepare(job_file: Path):
+def prepare(job_json: str):
     from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
     from airflow_provider_mysqlcdc.cdc.source.connection import ENV_PREFIX, SourceConfig
     from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
     from airflow_provider_mysqlcdc.spark.stream_job import run_stream_job
 
-    job = StreamJob.from_json(job_file.read_text())
+    job = StreamJob.from_json(job_json)
     source_file = os.environ.get(f"{ENV_PREFIX}FILE")
     if not source_file:
         raise ConfigurationError(f"{ENV_PREFIX}FILE must name the private credentials file (executors read it too)")

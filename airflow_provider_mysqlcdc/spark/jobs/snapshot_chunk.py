@@ -1,26 +1,25 @@
 """spark-submit program: read snapshot splits of one table in parallel and write them to the sink.
 
     spark-submit --py-files airflow_provider_mysqlcdc.zip airflow_provider_mysqlcdc/spark/jobs/snapshot_chunk.py \
-        --job job.json [--result result.json]
+        --report-to FOLDER [--job job.json] [--source-file FILE]
 
 The job file (``ChunkJob``) names the table, the splits and the sink; it holds no secret. The source
-credentials come from the environment: ``MYSQLCDC_SOURCE_FILE`` (a private JSON file) or
-``MYSQLCDC_SOURCE_HOST/PORT/USER/PASSWORD``. The result (finished splits with their high
-watermarks, rows, binlog changes merged, seconds) goes to ``--result`` and to stdout.
+credentials come from ``--source-file`` or the environment: ``MYSQLCDC_SOURCE_FILE`` (a private JSON
+file) or ``MYSQLCDC_SOURCE_HOST/PORT/USER/PASSWORD``. The result (finished splits with their high
+watermarks, rows, binlog changes merged, seconds) goes to the report folder (spark/entrypoint.py).
 """
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 
-def prepare(job_file: Path):
+def prepare(job_json: str):
     from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
     from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob
     from airflow_provider_mysqlcdc.spark.chunk_job import run_chunk_job
 
-    job = ChunkJob.from_json(job_file.read_text())
+    job = ChunkJob.from_json(job_json)
     source = SourceConfig.from_env()
     return f"mysqlcdc-chunk {job.table}", lambda spark: run_chunk_job(spark, source, job)
 

@@ -1,0 +1,61 @@
+"""What the chunk and stream operators share: their Spark program, where it runs, its UI link, and
+stopping it when the task is killed (marked failed, cleared, or past its ``execution_timeout``)."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Any
+
+from airflow.sdk import BaseOperator, Context
+
+from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
+from airflow_provider_mysqlcdc.hooks.spark import SparkJobRunner, spark_target
+from airflow_provider_mysqlcdc.links.spark import SPARK_UI_XCOM_KEY, SparkUiLink
+from airflow_provider_mysqlcdc.protocol.results import DriverInfo
+from airflow_provider_mysqlcdc.state.registry import PipelineState
+
+
+class MySqlCdcSparkJobOperator(BaseOperator):
+    """Base of the operators that run a program of ``spark/jobs/`` (not used in DAGs by itself).
+
+    :param mysqlcdc_conn_id: the ``mysqlcdc`` connection of the source
+    :param spark_master: Spark master when no ``spark_conn_id`` is given
+    :param spark_conn_id: an Airflow ``spark`` connection to submit through (hooks/spark.py)
+    :param spark_conf: extra Spark configuration (no secrets)
+    """
+
+    operator_extra_links = (SparkUiLink(),)
+
+    def __init__(self, *, mysqlcdc_conn_id: str = MySqlCdcHook.default_conn_name, spark_master: str = "local[2]",
+                 spark_conn_id: str | None = None, spark_conf: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.mysqlcdc_conn_id = mysqlcdc_conn_id
+        self.spark_master = spark_master
+        self.spark_conn_id = spark_conn_id
+        self.spark_conf = spark_conf
+
+    @cached_property
+    def hook(self) -> MySqlCdcHook:
+        return MySqlCdcHook(self.mysqlcdc_conn_id)
+
+    @cached_property
+    def spark_runner(self) -> SparkJobRunner:
+        target = spark_target(spark_conn_id=self.spark_conn_id, spark_master=self.spark_master,
+                              spark_conf=self.spark_conf)
+        return SparkJobRunner(target, name=f"mysqlcdc {self.dag_id}.{self.task_id}", log=self.log)
+
+    def run_spark_program(self, script: str, job_json: str, state: PipelineState, context: Context) -> dict[str, Any]:
+        """Run ``script`` with ``job_json``, its report folder in the run's folder of ``state``."""
+        ti = context["ti"]
+        report = state.job_report_url(context["run_id"], f"{self.task_id}-{ti.map_index}-{ti.try_number}")
+
+        def driver_started(info: DriverInfo) -> None:
+            if info.ui_url:
+                ti.xcom_push(key=SPARK_UI_XCOM_KEY, value=info.ui_url)
+
+        return self.spark_runner.run(script, job_json, source=self.hook.source_config(), report_folder=report,
+                                     on_driver=driver_started)
+
+    def on_kill(self) -> None:
+        if "spark_runner" in self.__dict__:  # a Spark program was started (or is starting)
+            self.spark_runner.on_kill()
