@@ -143,6 +143,7 @@ class SparkJobRunner:
         """Submit ``script`` with ``job_json``; the program's log lines go to the task log as they come.
         Returns its result, or raises ``SparkJobFailed`` with its own error."""
         from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+        from airflow.providers.common.compat.sdk import AirflowException
 
         from airflow_provider_mysqlcdc.spark.packaging import build_py_files_zip, launcher_jar, spark_job_script
         from airflow_provider_mysqlcdc.spark.report import ReportWatcher
@@ -189,7 +190,7 @@ class SparkJobRunner:
             problem = None
             try:
                 self._hook.submit(application, env=env, start_new_session=True)
-            except Exception as exc:  # the provider raises AirflowException with spark-submit's output
+            except AirflowException as exc:  # how spark-submit ended, with its output's tail
                 problem = str(exc)
             finally:
                 stop.set()

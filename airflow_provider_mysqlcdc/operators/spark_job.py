@@ -25,6 +25,7 @@ class MySqlCdcSparkJobOperator(BaseOperator):
     """
 
     operator_extra_links = (SparkUiLink(),)
+    spark_ui_url = ""  # the running program's Spark UI (links/spark.py)
 
     def __init__(self, *, mysqlcdc_conn_id: str = MySqlCdcHook.default_conn_name, spark_master: str = "local[2]",
                  spark_conn_id: str | None = None, spark_conf: dict[str, Any] | None = None, **kwargs: Any) -> None:
@@ -51,6 +52,7 @@ class MySqlCdcSparkJobOperator(BaseOperator):
 
         def driver_started(info: DriverInfo) -> None:
             if info.ui_url:
+                self.spark_ui_url = info.ui_url
                 ti.xcom_push(key=SPARK_UI_XCOM_KEY, value=info.ui_url)
 
         return self.spark_runner.run(script, job_json, source=self.hook.source_config(), report_folder=report,

@@ -1,0 +1,148 @@
+"""A throwaway ``airflow standalone`` (API server, scheduler, DAG processor, triggerer) and a small
+client of its REST API, for behaviour only a real scheduler shows: killing a task from the UI's
+point of view (mark failed, clear), ``execution_timeout``, deferral.
+
+It runs in its own AIRFLOW_HOME on a free loopback port, with every user an admin (no login), and is
+stopped by its process group.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from airflow_provider_mysqlcdc.devtools.throwaway_server import find_free_port
+
+
+@dataclass
+class AirflowStandalone:
+    env: dict[str, str]  # AIRFLOW_HOME, the DAGs folder and connections (devtools/dag_runner.example_dag_env)
+    python: str = sys.executable
+    port: int = field(default_factory=find_free_port)
+    _process: subprocess.Popen[bytes] | None = None
+    _token: str = ""
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def log_file(self) -> Path:
+        return Path(self.env["AIRFLOW_HOME"]) / "standalone.log"
+
+    def start(self, timeout_s: float = 240) -> "AirflowStandalone":
+        env = dict(self.env, AIRFLOW__API__PORT=str(self.port), AIRFLOW__API__HOST="127.0.0.1",
+                   AIRFLOW__API__BASE_URL=self.url,
+                   AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"{self.url}/execution/",
+                   AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS="True",
+                   AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION="False",
+                   AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL="5",
+                   AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_SEC="2",
+                   # standalone starts its components as `airflow ...` commands found on the PATH
+                   PATH=os.pathsep.join([str(Path(self.python).parent), self.env.get("PATH", "")]))
+        Path(env["AIRFLOW_HOME"]).mkdir(parents=True, exist_ok=True)
+        with open(self.log_file, "ab") as out:
+            self._process = subprocess.Popen([self.python, "-m", "airflow", "standalone"], env=env, stdout=out,
+                                             stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                break
+            try:
+                health = self._request("GET", "/api/v2/monitor/health", auth=False)
+                if all(part.get("status") == "healthy" for name, part in health.items()
+                       if name in ("metadatabase", "scheduler", "dag_processor")):
+                    self._token = self._request("GET", "/auth/token", auth=False)["access_token"]
+                    return self
+            except (OSError, urllib.error.URLError, ValueError, KeyError):
+                pass
+            time.sleep(1)
+        self.stop()
+        raise RuntimeError(f"airflow standalone did not come up:\n{self.log_file.read_text(errors='replace')[-4000:]}")
+
+    def stop(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            os.killpg(self._process.pid, signal.SIGTERM)
+            try:
+                self._process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self._process.pid, signal.SIGKILL)
+                self._process.wait()
+
+    def __enter__(self) -> "AirflowStandalone":
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    # --- the REST API ----------------------------------------------------------------------------
+    def wait_for_dag(self, dag_id: str, timeout_s: float = 120) -> None:
+        self.wait_until(lambda: self._get_or_none(f"/api/v2/dags/{dag_id}"), timeout_s, f"DAG {dag_id} parsed")
+
+    def trigger(self, dag_id: str, conf: dict[str, Any] | None = None) -> str:
+        run = self._request("POST", f"/api/v2/dags/{dag_id}/dagRuns",
+                            {"logical_date": None, "conf": conf or {}})
+        return run["dag_run_id"]
+
+    def task_instance(self, dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> dict[str, Any] | None:
+        suffix = "" if map_index < 0 else f"/{map_index}"
+        return self._get_or_none(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}{suffix}")
+
+    def task_state(self, dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> str | None:
+        ti = self.task_instance(dag_id, run_id, task_id, map_index)
+        return ti.get("state") if ti else None
+
+    def mark(self, dag_id: str, run_id: str, task_id: str, state: str, map_index: int = -1) -> None:
+        """What the UI's "Mark as failed/success" does."""
+        suffix = "" if map_index < 0 else f"/{map_index}"
+        self._request("PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}{suffix}",
+                      {"new_state": state})
+
+    def clear(self, dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> None:
+        """What the UI's "Clear" does to one task instance (a running one is stopped, then re-queued)."""
+        task = task_id if map_index < 0 else [task_id, map_index]
+        self._request("POST", f"/api/v2/dags/{dag_id}/clearTaskInstances",
+                      {"dry_run": False, "dag_run_id": run_id, "task_ids": [task], "only_failed": False,
+                       "include_downstream": False, "include_upstream": False})
+
+    def xcom(self, dag_id: str, run_id: str, task_id: str, key: str, map_index: int = -1) -> Any:
+        entry = self._get_or_none(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/"
+                                  f"{key}?map_index={map_index}")
+        return entry.get("value") if entry else None
+
+    def wait_until(self, predicate: Any, timeout_s: float, what: str) -> Any:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            value = predicate()
+            if value:
+                return value
+            if self._process is not None and self._process.poll() is not None:
+                raise RuntimeError(f"airflow standalone exited while waiting for {what}")
+            time.sleep(0.5)
+        raise TimeoutError(f"{what}: not within {timeout_s}s\n{self.log_file.read_text(errors='replace')[-3000:]}")
+
+    def _get_or_none(self, path: str) -> Any:
+        try:
+            return self._request("GET", path)
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return None
+            raise
+
+    def _request(self, method: str, path: str, body: Any = None, auth: bool = True) -> Any:
+        request = urllib.request.Request(self.url + path, method=method,
+                                         data=None if body is None else json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+        if auth and self._token:
+            request.add_header("Authorization", f"Bearer {self._token}")
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.loads(response.read() or b"null")

@@ -1,0 +1,79 @@
+"""Killing a task under a real scheduler (``airflow standalone``) stops its Spark application.
+
+The example DAG runs with a continuous stream; once the stream's driver is up, the stream task is
+marked failed through the REST API (what the UI's button does). Airflow's supervisor then
+terminates the task, the operator's ``on_kill`` stops spark-submit and the driver, and within
+seconds no process of the run is left. Every file of the run (package zip, credentials, report
+folders) lives under the test's folder (TMPDIR), so "a process of ours" is one whose command line
+names that folder.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_mysqlcdc.devtools.airflow_standalone import AirflowStandalone
+from airflow_provider_mysqlcdc.devtools.dag_runner import example_dag_env
+from airflow_provider_mysqlcdc.devtools.workload import SAMPLE_TABLES, create_sample_tables
+
+pytestmark = pytest.mark.integration
+
+DAG_ID = "mysqlcdc_example"
+
+
+def spark_processes_of(folder: Path) -> list[str]:
+    """Command lines of the Spark processes (JVMs, Python drivers) that name ``folder``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(folder) in argv and ("org.apache.spark" in argv or "binlog_stream.py" in argv):
+            found.append(f"{proc.name}: {argv[:300]}")
+    return found
+
+
+@pytest.fixture()
+def reap(tmp_path):
+    """After the test, kill -9 whatever it left running (so a failure does not burden the rest)."""
+    yield
+    for line in spark_processes_of(tmp_path):
+        try:
+            os.kill(int(line.split(":")[0]), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def test_marking_a_running_stream_task_failed_stops_its_spark_application(mysql_server, cdc_user, database,
+                                                                          tmp_path, reap):
+    [table] = create_sample_tables(mysql_server.connect(), database, rows_per_table=300, seed=3,
+                                   tables=SAMPLE_TABLES[:1])
+    env = example_dag_env(tmp_path / "airflow", cdc_user, [table], sink_root=tmp_path / "lake",
+                          state_dir=tmp_path / "state", split_rows=1000, chunk_rows=1000)
+    (tmp_path / "tmp").mkdir()
+    env["TMPDIR"] = str(tmp_path / "tmp")
+    with AirflowStandalone(env) as airflow:
+        airflow.wait_for_dag(DAG_ID)
+        run_id = airflow.trigger(DAG_ID, {"stream_mode": "continuous"})
+        airflow.wait_until(lambda: airflow.xcom(DAG_ID, run_id, "stream", "spark_ui_url"), 600,
+                           "the continuous stream's driver is up")
+        assert spark_processes_of(tmp_path), "the running stream's processes are not where the test looks"
+        assert airflow.task_state(DAG_ID, run_id, "stream") == "running"
+
+        airflow.mark(DAG_ID, run_id, "stream", "failed")
+        marked = time.monotonic()
+        deadline = marked + 60
+        while spark_processes_of(tmp_path) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        left = spark_processes_of(tmp_path)
+        stopped_after_s = time.monotonic() - marked
+    assert not left, f"still running {stopped_after_s:.0f}s after the task was marked failed:\n" + "\n".join(left)
+    print(f"the stream's Spark application stopped {stopped_after_s:.1f}s after the task was marked failed")
