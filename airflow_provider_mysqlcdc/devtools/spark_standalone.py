@@ -23,6 +23,8 @@ class StandaloneCluster:
     worker_memory: str = "2g"
     python: str | None = None
     port: int = field(default_factory=find_free_port)
+    #: the master's REST submission server (what kills a cluster-mode driver: SparkSubmitHook.on_kill)
+    rest_port: int = field(default_factory=find_free_port)
     _processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     @property
@@ -39,8 +41,10 @@ class StandaloneCluster:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         spark_class = str(home / "bin" / "spark-class")
         master_log = self.work_dir / "master.log"
+        master_env = dict(env, SPARK_MASTER_OPTS=f"-Dspark.master.rest.enabled=true "
+                                                 f"-Dspark.master.rest.port={self.rest_port}")
         self._spawn([spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                     "--port", str(self.port), "--webui-port", str(find_free_port())], env, master_log)
+                     "--port", str(self.port), "--webui-port", str(find_free_port())], master_env, master_log)
         self._wait_for(master_log, "I have been elected leader", timeout_s)
         worker_log = self.work_dir / "worker.log"
         self._spawn([spark_class, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",

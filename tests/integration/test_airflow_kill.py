@@ -3,22 +3,28 @@
 The example DAG runs with a continuous stream; once the stream's driver is up, the stream task is
 marked failed through the REST API (what the UI's button does). Airflow's supervisor then
 terminates the task, the operator's ``on_kill`` stops spark-submit and the driver, and within
-seconds no process of the run is left. Every file of the run (package zip, credentials, report
-folders) lives under the test's folder (TMPDIR), so "a process of ours" is one whose command line
-names that folder.
+seconds no process of the run is left: in local mode (driver in the task's process tree) and in
+cluster deploy mode on a standalone cluster (driver launched by the cluster's worker, killed
+through the master's REST server). Every file of the run (package zip, credentials, report
+folders) lives under the test's folder (TMPDIR), so "a process of ours" is a spark-submit, a
+cluster-launched driver or a Python driver whose command line names that folder, or any
+executor of a standalone cluster (only this test's cluster runs one).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
 from airflow_provider_mysqlcdc.devtools.airflow_standalone import AirflowStandalone
 from airflow_provider_mysqlcdc.devtools.dag_runner import example_dag_env
+from airflow_provider_mysqlcdc.devtools.spark_standalone import StandaloneCluster
 from airflow_provider_mysqlcdc.devtools.workload import SAMPLE_TABLES, create_sample_tables
 
 pytestmark = pytest.mark.integration
@@ -36,7 +42,8 @@ def spark_processes_of(folder: Path) -> list[str]:
             argv = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if str(folder) in argv and ("org.apache.spark" in argv or "binlog_stream.py" in argv):
+        ours = str(folder) in argv and any(m in argv for m in ("SparkSubmit", "DriverWrapper", "binlog_stream.py"))
+        if ours or "CoarseGrainedExecutorBackend" in argv:
             found.append(f"{proc.name}: {argv[:300]}")
     return found
 
@@ -52,15 +59,23 @@ def reap(tmp_path):
             pass
 
 
+@pytest.mark.parametrize("deploy", ["local", "standalone-cluster"])
 def test_marking_a_running_stream_task_failed_stops_its_spark_application(mysql_server, cdc_user, database,
-                                                                          tmp_path, reap):
+                                                                          tmp_path, reap, deploy):
     [table] = create_sample_tables(mysql_server.connect(), database, rows_per_table=300, seed=3,
                                    tables=SAMPLE_TABLES[:1])
     env = example_dag_env(tmp_path / "airflow", cdc_user, [table], sink_root=tmp_path / "lake",
                           state_dir=tmp_path / "state", split_rows=1000, chunk_rows=1000)
     (tmp_path / "tmp").mkdir()
     env["TMPDIR"] = str(tmp_path / "tmp")
-    with AirflowStandalone(env) as airflow:
+    with ExitStack() as stack:
+        if deploy == "standalone-cluster":
+            cluster = stack.enter_context(StandaloneCluster(tmp_path / "cluster"))
+            env.update(SPARK_LOCAL_IP="127.0.0.1", MYSQLCDC_SPARK_CONN_ID="cdc_cluster",
+                       AIRFLOW_CONN_CDC_CLUSTER=json.dumps({
+                           "conn_type": "spark", "host": cluster.master_url,
+                           "extra": {"deploy-mode": "cluster", "rest-port": cluster.rest_port}}))
+        airflow = stack.enter_context(AirflowStandalone(env))
         airflow.wait_for_dag(DAG_ID)
         run_id = airflow.trigger(DAG_ID, {"stream_mode": "continuous"})
         airflow.wait_until(lambda: airflow.xcom(DAG_ID, run_id, "stream", "spark_ui_url"), 600,
@@ -76,4 +91,4 @@ def test_marking_a_running_stream_task_failed_stops_its_spark_application(mysql_
         left = spark_processes_of(tmp_path)
         stopped_after_s = time.monotonic() - marked
     assert not left, f"still running {stopped_after_s:.0f}s after the task was marked failed:\n" + "\n".join(left)
-    print(f"the stream's Spark application stopped {stopped_after_s:.1f}s after the task was marked failed")
+    print(f"{deploy}: the stream's Spark application stopped {stopped_after_s:.1f}s after the task was marked failed")
