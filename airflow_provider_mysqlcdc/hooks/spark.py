@@ -39,11 +39,14 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.protocol.results import DriverInfo
+
+if TYPE_CHECKING:
+    from airflow_provider_mysqlcdc.spark.report import ReportWatcher
 
 _SECRET_LOOKING = re.compile(r"password|secret|token|credential|access\.?key|private\.?key", re.IGNORECASE)
 #: what every job gets unless ``spark_conf`` says otherwise
@@ -136,7 +139,7 @@ class SparkJobRunner:
         self.log = log
         self.python = python
         self._hook: Any = None
-        self._driver: DriverInfo | None = None
+        self._report: ReportWatcher | None = None  # the running program's ReportWatcher: it knows the driver once it is up
 
     def run(self, script: str, job_json: str, *, source: SourceConfig, report_folder: str,
             on_driver: Callable[[DriverInfo], None] | None = None) -> dict[str, Any]:
@@ -150,7 +153,7 @@ class SparkJobRunner:
         from airflow_provider_mysqlcdc.spark.submit import job_arguments, job_outcome, spark_environment
 
         work = Path(tempfile.mkdtemp(prefix="mysqlcdc-"))  # 0700: the credentials file lives here
-        report = ReportWatcher(report_folder)
+        report = self._report = ReportWatcher(report_folder)
         try:
             secrets = source.to_private_file(work / "source.json")
             py_files = build_py_files_zip(work / "airflow_provider_mysqlcdc.zip")
@@ -177,7 +180,6 @@ class SparkJobRunner:
             env = spark_environment(py_files, self.python, local=self.target.local)
 
             def driver_started(info: DriverInfo) -> None:
-                self._driver = info
                 self.log.info("Spark application %s, driver on %s%s", info.app_id, info.host,
                               f", Spark UI {info.ui_url}" if info.ui_url else "")
                 if on_driver:
@@ -205,7 +207,7 @@ class SparkJobRunner:
         cluster), then the driver's process group when it runs on this machine."""
         if self._hook is not None:
             self._hook.on_kill()
-        driver = self._driver
+        driver = self._report.driver if self._report is not None else None
         if driver is None or self.target.deploy_mode != "client" or driver.host != socket.getfqdn():
             return
         try:

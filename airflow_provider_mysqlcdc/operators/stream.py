@@ -53,9 +53,9 @@ class MySqlCdcStreamOperator(MySqlCdcSparkJobOperator):
 
     template_fields: Sequence[str] = ("state", "sink_root", "mode", "spark_master", "spark_conn_id", "spark_conf")
 
-    def __init__(self, *, state: str, sink_root: str, mode: str = "available-now", trigger_interval_s: float = 1.0, changelog: bool = False, on_binlog_purged: str = "fail",
-                 max_batch_bytes: int | None = None, max_batch_events: int | None = None,
-                 max_apply_changes: int | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, state: str, sink_root: str, mode: str = "available-now", trigger_interval_s: float = 1.0,
+                 changelog: bool = False, on_binlog_purged: str = "fail", max_batch_bytes: int | None = None,
+                 max_batch_events: int | None = None, max_apply_changes: int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if on_binlog_purged not in ON_BINLOG_PURGED:
             raise ConfigurationError(f"on_binlog_purged must be one of {', '.join(ON_BINLOG_PURGED)}, got "

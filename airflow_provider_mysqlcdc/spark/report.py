@@ -39,7 +39,8 @@ class JobReport:
         self.storage = StateStorage(folder)
         self.flush_interval_s = flush_interval_s
         self._lines: list[str] = []
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the lines the handler appends
+        self._flushing = threading.Lock()  # one flush at a time: numbered files in the order of their lines
         self._sequence = 0
         self._stop = threading.Event()
         self._flusher = threading.Thread(target=self._flush_periodically, name="job-report", daemon=True)
@@ -77,11 +78,13 @@ class JobReport:
         self.storage.write_record(JobFailure(type(exc).__name__, str(exc)), FAILURE)
 
     def flush(self) -> None:
-        with self._lock:
-            lines, self._lines[:] = list(self._lines), []
-        if lines:
-            self._sequence += 1
-            self.storage.write_record(DriverLog(lines), LOG, f"{self._sequence:09d}.json")
+        """Write the lines logged since the last flush (the periodic flusher and the job's end both call it)."""
+        with self._flushing:
+            with self._lock:
+                lines, self._lines[:] = list(self._lines), []
+            if lines:
+                self._sequence += 1
+                self.storage.write_record(DriverLog(lines), LOG, f"{self._sequence:09d}.json")
 
     def _flush_periodically(self) -> None:
         while not self._stop.wait(self.flush_interval_s):
@@ -111,10 +114,9 @@ class ReportWatcher:
         self.folder = folder
         self.driver: DriverInfo | None = None
 
-    def write_job(self, job_json: str) -> str:
-        """Put the job in the folder; returns its location, for the program's ``--job``."""
+    def write_job(self, job_json: str) -> None:
+        """Put the job in the folder, where the program reads it when given no ``--job``."""
         self.storage.write_text(job_json, JOB)
-        return self.storage.url(JOB)
 
     def poll(self, on_line: Callable[[str], None], on_driver: Callable[[DriverInfo], None] | None = None) -> None:
         """Hand new log lines to ``on_line`` (each once, in order) and the driver, once, to ``on_driver``."""

@@ -49,8 +49,7 @@ def spark_environment(py_files_zip: Path, python: str, local: bool) -> dict[str,
     # get --py-files on their path; they inherit the JVM's PYTHONPATH, so the zip goes there too.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(py_files_zip), env.get("PYTHONPATH", "")) if p)
     env["PATH"] = os.pathsep.join(p for p in (str(spark_home() / "bin"), env.get("PATH", "")) if p)
-    env.setdefault("PYSPARK_PYTHON", python)
-    env.setdefault("PYSPARK_DRIVER_PYTHON", python)
+    env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = python
     if local:  # a local master needs no network beyond loopback
         env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     return env
