@@ -15,6 +15,8 @@ def get_provider_info() -> dict[str, Any]:
         "versions": [__version__],
         "hooks": [{"integration-name": "MySQL CDC", "python-modules": ["airflow_provider_mysqlcdc.hooks.mysqlcdc",
                                                                         "airflow_provider_mysqlcdc.hooks.spark"]}],
+        "triggers": [{"integration-name": "MySQL CDC",
+                      "python-modules": ["airflow_provider_mysqlcdc.triggers.stream"]}],
         "extra-links": ["airflow_provider_mysqlcdc.links.spark.SparkUiLink"],
         "connection-types": [
             {

@@ -58,8 +58,8 @@ def mysqlcdc_params(*, sink_root: str, split_rows: int = DEFAULT_SPLIT_ROWS, chu
         "resnapshot": Param([], type="array", description="re-read while streaming: 'db.table', or "
                                                           "{'table': 'db.table', 'from': low key, 'to': high key}"),
         "stream_mode": Param(stream_mode, enum=list(STREAM_MODES),
-                             description="available-now (catch up and finish), continuous (holds a worker slot until "
-                                         "stopped) or skip (a stream runs elsewhere)"),
+                             description="available-now (catch up and finish), continuous (runs until stopped; "
+                                         "detached when the stream is deferrable) or skip (a stream runs elsewhere)"),
     }
 
 
@@ -73,9 +73,12 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
                       spark_master: str = "local[2]", spark_conn_id: str | None = None,
                       spark_conf: dict[str, Any] | None = None, changelog: bool = False,
                       on_binlog_purged: str = "fail", tables_param: bool = False,
-                      stream_limits: dict[str, int] | None = None) -> dict[str, Any]:
+                      stream_limits: dict[str, int] | None = None,
+                      stream_deferrable: bool | None = None) -> dict[str, Any]:
     """Build the graph in the current DAG; ``tables_param`` adds the group for trigger-time tables;
-    ``stream_limits`` (``max_batch_bytes``, ``max_batch_events``, ``max_apply_changes``) go to the stream.
+    ``stream_limits`` (``max_batch_bytes``, ``max_batch_events``, ``max_apply_changes``) go to the stream;
+    ``stream_deferrable``: a continuous stream runs detached, watched from the triggerer (default:
+    Airflow's ``[operators] default_deferrable``).
 
     Spark: ``spark_conn_id`` names an Airflow ``spark`` connection (master, queue, namespace, Kerberos;
     hooks/spark.py), else ``spark_master`` is used; ``spark_conf`` is added to every job."""
@@ -108,6 +111,7 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
     stream = MySqlCdcStreamOperator(task_id="stream", state=state, sink_root=sink,
                                     mode=_param("stream_mode", stream_mode), mysqlcdc_conn_id=mysqlcdc_conn_id,
                                     changelog=changelog, on_binlog_purged=on_binlog_purged, **(stream_limits or {}),
+                                    **({} if stream_deferrable is None else {"deferrable": stream_deferrable}),
                                     **spark)
     collect >> stream
     _require_one_run_at_a_time(collect)

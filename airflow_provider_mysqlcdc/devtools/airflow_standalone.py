@@ -45,6 +45,8 @@ class AirflowStandalone:
                    AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"{self.url}/execution/",
                    AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS="True",
                    AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION="False",
+                   # LocalExecutor starts this many workers up front (32 by default): a few suffice here
+                   AIRFLOW__CORE__PARALLELISM="4",
                    AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL="5",
                    AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_SEC="2",
                    # standalone starts its components as `airflow ...` commands found on the PATH
@@ -52,7 +54,7 @@ class AirflowStandalone:
         Path(env["AIRFLOW_HOME"]).mkdir(parents=True, exist_ok=True)
         with open(self.log_file, "ab") as out:
             self._process = subprocess.Popen([self.python, "-m", "airflow", "standalone"], env=env, stdout=out,
-                                             stderr=subprocess.STDOUT, start_new_session=True)
+                                             stderr=subprocess.STDOUT, cwd=env["AIRFLOW_HOME"], start_new_session=True)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
@@ -60,7 +62,7 @@ class AirflowStandalone:
             try:
                 health = self._request("GET", "/api/v2/monitor/health", auth=False)
                 if all(part.get("status") == "healthy" for name, part in health.items()
-                       if name in ("metadatabase", "scheduler", "dag_processor")):
+                       if name in ("metadatabase", "scheduler", "dag_processor", "triggerer")):
                     self._token = self._request("GET", "/auth/token", auth=False)["access_token"]
                     return self
             except (OSError, urllib.error.URLError, ValueError, KeyError):

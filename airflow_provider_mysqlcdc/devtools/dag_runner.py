@@ -49,13 +49,14 @@ def run_dag(dag_id: str, env: dict[str, str], timeout_s: float = 3600, conf: dic
     params); states, XComs and output."""
     migrated = Path(env["AIRFLOW_HOME"]) / ".mysqlcdc-migrated"
     if not migrated.exists():  # once per AIRFLOW_HOME
-        migrate = subprocess.run([_python(env), "-m", "airflow", "db", "migrate"], env=env, capture_output=True,
-                                 text=True, timeout=600)
+        migrate = subprocess.run([_python(env), "-m", "airflow", "db", "migrate"], env=env, cwd=env["AIRFLOW_HOME"],
+                                 capture_output=True, text=True, timeout=600)
         if migrate.returncode != 0:
             raise RuntimeError(f"airflow db migrate failed:\n{migrate.stderr[-3000:]}")
         migrated.touch()
     proc = subprocess.run([_python(env), "-m", "airflow_provider_mysqlcdc.devtools.dag_runner", dag_id,
-                           json.dumps(conf or {})], env=env, capture_output=True, text=True, timeout=timeout_s)
+                           json.dumps(conf or {})], env=env, cwd=env["AIRFLOW_HOME"], capture_output=True, text=True,
+                          timeout=timeout_s)
     lines = [line for line in proc.stdout.splitlines() if line.startswith(MARKER)]
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"dag.test() of {dag_id} did not finish:\n{(proc.stdout + proc.stderr)[-5000:]}")
@@ -67,8 +68,8 @@ def clear_and_resume(dag_id: str, run_id: str, task_id: str, map_index: int, env
     """Clear one (mapped) task instance and its downstream through the REST API, then finish the run."""
     args = ["--clear", dag_id, run_id, task_id, str(map_index)]
     proc = subprocess.run([_python(env), "-m", "airflow_provider_mysqlcdc.devtools.dag_runner", *args],
-                          env=dict(env, AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS="True"), capture_output=True,
-                          text=True, timeout=timeout_s)
+                          env=dict(env, AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS="True"), cwd=env["AIRFLOW_HOME"],
+                          capture_output=True, text=True, timeout=timeout_s)
     lines = [line for line in proc.stdout.splitlines() if line.startswith(MARKER)]
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"clearing {task_id}[{map_index}] did not finish:\n{(proc.stdout + proc.stderr)[-5000:]}")

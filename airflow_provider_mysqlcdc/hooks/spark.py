@@ -130,6 +130,14 @@ def checked_spark_conf(spark_conf: Mapping[str, Any] | None) -> dict[str, str]:
     return conf
 
 
+@dataclass(frozen=True)
+class _Submission:
+    work: Path  # the task's private folder: package zip, credentials file
+    report: Any  # ReportWatcher of the program's report folder
+    application: str
+    env: dict[str, str]
+
+
 class SparkJobRunner:
     """One program of ``spark/jobs/`` at a time, submitted with ``SparkSubmitHook``; killable."""
 
@@ -145,12 +153,82 @@ class SparkJobRunner:
             on_driver: Callable[[DriverInfo], None] | None = None) -> dict[str, Any]:
         """Submit ``script`` with ``job_json``; the program's log lines go to the task log as they come.
         Returns its result, or raises ``SparkJobFailed`` with its own error."""
-        from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
         from airflow.providers.common.compat.sdk import AirflowException
+
+        from airflow_provider_mysqlcdc.spark.submit import job_outcome
+
+        submission = self._prepare(script, job_json, source, report_folder, detached=False)
+        report = submission.report
+        try:
+            stop = threading.Event()
+            follower = threading.Thread(target=report.follow, args=(stop, lambda line: self.log.info("%s", line),
+                                                                    self._driver_started(on_driver)), daemon=True)
+            follower.start()
+            problem = None
+            try:
+                self._hook.submit(submission.application, env=submission.env, start_new_session=True)
+            except AirflowException as exc:  # how spark-submit ended, with its output's tail
+                problem = str(exc)
+            finally:
+                stop.set()
+                follower.join()
+            return job_outcome(report, f"Spark program {script}", problem)
+        finally:
+            report.remove()
+            shutil.rmtree(submission.work, ignore_errors=True)
+
+    def start(self, script: str, job_json: str, *, source: SourceConfig, report_folder: str,
+              on_driver: Callable[[DriverInfo], None] | None = None, start_timeout_s: float = 600) -> None:
+        """Submit ``script`` detached: return once its driver is up, and leave it running on its own
+        (the caller watches its report folder: spark/supervision.py). In client mode spark-submit is
+        the driver: it runs in a session of its own and outlives the task's process. The program
+        removes the task's private folder (its credentials file) when it ends; a driver killed with
+        -9 leaves that folder in the temporary directory. Raises ``SparkJobFailed`` when it fails before its driver is up."""
+        from airflow.providers.common.compat.sdk import AirflowException
+
+        from airflow_provider_mysqlcdc.spark.submit import SparkJobFailed, job_outcome
+
+        submission = self._prepare(script, job_json, source, report_folder, detached=True)
+        report, problems = submission.report, []
+
+        def submit() -> None:
+            try:
+                self._hook.submit(submission.application, env=submission.env, start_new_session=True)
+            except AirflowException as exc:
+                problems.append(str(exc))
+
+        submitter = threading.Thread(target=submit, name="spark-submit", daemon=True)
+        submitter.start()
+        deadline = time.monotonic() + start_timeout_s
+        driver_started = self._driver_started(on_driver)
+        while report.driver is None:
+            report.poll(lambda line: self.log.info("%s", line), driver_started)
+            ended = not submitter.is_alive() and not self.target.standalone_cluster
+            if report.failure() is not None or problems or ended:
+                job_outcome(report, f"Spark program {script}", problems[0] if problems else None)  # raises
+            if time.monotonic() > deadline:
+                self.on_kill()
+                raise SparkJobFailed(f"Spark program {script}: no driver came up within {start_timeout_s:.0f}s")
+            time.sleep(1)
+
+    def _driver_started(self, on_driver: Callable[[DriverInfo], None] | None) -> Callable[[DriverInfo], None]:
+        def driver_started(info: DriverInfo) -> None:
+            self.log.info("Spark application %s, driver on %s%s", info.app_id, info.host,
+                          f", Spark UI {info.ui_url}" if info.ui_url else "")
+            if on_driver:
+                on_driver(info)
+
+        return driver_started
+
+    def _prepare(self, script: str, job_json: str, source: SourceConfig, report_folder: str, *,
+                 detached: bool) -> "_Submission":
+        """The work folder (package zip, private credentials file), the report folder with the job in
+        it, and the hook that submits ``script``."""
+        from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
         from airflow_provider_mysqlcdc.spark.packaging import build_py_files_zip, launcher_jar, spark_job_script
         from airflow_provider_mysqlcdc.spark.report import ReportWatcher
-        from airflow_provider_mysqlcdc.spark.submit import job_arguments, job_outcome, spark_environment
+        from airflow_provider_mysqlcdc.spark.submit import job_arguments, spark_environment
 
         work = Path(tempfile.mkdtemp(prefix="mysqlcdc-"))  # 0700: the credentials file lives here
         report = self._report = ReportWatcher(report_folder)
@@ -159,10 +237,10 @@ class SparkJobRunner:
             py_files = build_py_files_zip(work / "airflow_provider_mysqlcdc.zip")
             report.remove()  # what an earlier attempt of this try left
             report.write_job(job_json)
-            args = job_arguments(report, secrets)
+            args = job_arguments(report, secrets, ["--remove-source-folder"] if detached else [])
             conf = {**DEFAULT_CONF, "spark.pyspark.python": self.python, **self.target.conf}
             if self.target.standalone_cluster:
-                conf.setdefault("spark.standalone.submit.waitAppCompletion", "true")
+                conf.setdefault("spark.standalone.submit.waitAppCompletion", "false" if detached else "true")
                 # what --py-files sets for a Python program: the zip shipped to executors, on their path
                 conf["spark.submit.pyFiles"] = str(py_files)
                 # Python workers the driver's JVM starts itself (the stream's data source planner) get
@@ -177,30 +255,11 @@ class SparkJobRunner:
             self._hook = SparkSubmitHook(conf=conf, conn_id=self.target.conn_id, name=self.name, java_class=java_class,
                                          py_files=None if java_class else str(py_files),
                                          files=str(py_files) if java_class else None, application_args=args)
-            env = spark_environment(py_files, self.python, local=self.target.local)
-
-            def driver_started(info: DriverInfo) -> None:
-                self.log.info("Spark application %s, driver on %s%s", info.app_id, info.host,
-                              f", Spark UI {info.ui_url}" if info.ui_url else "")
-                if on_driver:
-                    on_driver(info)
-
-            stop = threading.Event()
-            follower = threading.Thread(target=report.follow, args=(stop, lambda line: self.log.info("%s", line),
-                                                                    driver_started), daemon=True)
-            follower.start()
-            problem = None
-            try:
-                self._hook.submit(application, env=env, start_new_session=True)
-            except AirflowException as exc:  # how spark-submit ended, with its output's tail
-                problem = str(exc)
-            finally:
-                stop.set()
-                follower.join()
-            return job_outcome(report, f"Spark program {script}", problem)
-        finally:
-            report.remove()
+            return _Submission(work, report, application, spark_environment(py_files, self.python,
+                                                                              local=self.target.local))
+        except BaseException:
             shutil.rmtree(work, ignore_errors=True)
+            raise
 
     def on_kill(self) -> None:
         """Stop the running program: the provider's ``on_kill`` (spark-submit, and the driver on a

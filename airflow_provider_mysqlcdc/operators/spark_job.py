@@ -3,6 +3,7 @@ stopping it when the task is killed (marked failed, cleared, or past its ``execu
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cached_property
 from typing import Any
 
@@ -45,18 +46,30 @@ class MySqlCdcSparkJobOperator(BaseOperator):
                               spark_conf=self.spark_conf)
         return SparkJobRunner(target, name=f"mysqlcdc {self.dag_id}.{self.task_id}", log=self.log)
 
-    def run_spark_program(self, script: str, job_json: str, state: PipelineState, context: Context) -> dict[str, Any]:
-        """Run ``script`` with ``job_json``, its report folder in the run's folder of ``state``."""
+    def report_folder(self, state: PipelineState, context: Context) -> str:
+        """Where this try's Spark program reports (spark/report.py), in the run's folder of ``state``."""
         ti = context["ti"]
-        report = state.job_report_url(context["run_id"], f"{self.task_id}-{ti.map_index}-{ti.try_number}")
+        return state.job_report_url(context["run_id"], f"{self.task_id}-{ti.map_index}-{ti.try_number}")
 
+    def run_spark_program(self, script: str, job_json: str, state: PipelineState, context: Context) -> dict[str, Any]:
+        """Run ``script`` with ``job_json`` to its end; its result."""
+        return self.spark_runner.run(script, job_json, source=self.hook.source_config(),
+                                     report_folder=self.report_folder(state, context),
+                                     on_driver=self._driver_started(context))
+
+    def start_spark_program(self, script: str, job_json: str, state: PipelineState, context: Context) -> None:
+        """Start ``script`` detached (SparkJobRunner.start): returns once its driver is up."""
+        self.spark_runner.start(script, job_json, source=self.hook.source_config(),
+                                report_folder=self.report_folder(state, context),
+                                on_driver=self._driver_started(context))
+
+    def _driver_started(self, context: Context) -> Callable[[DriverInfo], None]:
         def driver_started(info: DriverInfo) -> None:
             if info.ui_url:
                 self.spark_ui_url = info.ui_url
-                ti.xcom_push(key=SPARK_UI_XCOM_KEY, value=info.ui_url)
+                context["ti"].xcom_push(key=SPARK_UI_XCOM_KEY, value=info.ui_url)
 
-        return self.spark_runner.run(script, job_json, source=self.hook.source_config(), report_folder=report,
-                                     on_driver=driver_started)
+        return driver_started
 
     def on_kill(self) -> None:
         if "spark_runner" in self.__dict__:  # a Spark program was started (or is starting)

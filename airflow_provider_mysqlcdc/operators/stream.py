@@ -2,18 +2,25 @@
 
 ``available-now`` (the default) catches up to the binlog head as of the task's start and finishes,
 which suits scheduled runs: each DAG run advances the sink, and the checkpoint makes the next one
-continue exactly where this one stopped. ``continuous`` keeps the task (and its worker slot)
-running until it is stopped; choose it deliberately, e.g. in a DAG of its own with
+continue exactly where this one stopped. ``continuous`` runs until it is stopped; choose it deliberately, e.g. in a DAG of its own with
 ``max_active_runs=1``. ``skip`` runs nothing: a continuous stream elsewhere picks up what this run
 registered at its next micro-batch.
+
+With ``deferrable=True`` a continuous stream runs detached: the task submits it, then defers to
+``MySqlCdcStreamTrigger``, which watches it from the triggerer (no worker slot is held) and fails the
+task with the stream's own error if it dies. Marking the task failed or clearing it stops the stream.
+
+Whatever starts it, a stream holds the pipeline's lease (state/lease.py): a second stream on the
+same pipeline fails at its start, naming the one that runs.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
-from airflow.sdk import Context
+from airflow.sdk import Context, conf
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.records import ON_BINLOG_PURGED
@@ -22,8 +29,11 @@ from airflow_provider_mysqlcdc.operators.spark_job import MySqlCdcSparkJobOperat
 from airflow_provider_mysqlcdc.protocol.actions import StreamMode
 from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
-from airflow_provider_mysqlcdc.protocol.results import StreamResult
+from airflow_provider_mysqlcdc.protocol.results import StreamPhase, StreamResult, StreamStatus
+from airflow_provider_mysqlcdc.spark.report import ReportWatcher
+from airflow_provider_mysqlcdc.spark.submit import SparkJobFailed
 from airflow_provider_mysqlcdc.state.registry import PipelineState
+from airflow_provider_mysqlcdc.triggers.stream import MySqlCdcStreamTrigger
 
 STREAM_MODES = (*(m.value for m in StreamMode), "skip")
 
@@ -49,14 +59,21 @@ class MySqlCdcStreamOperator(MySqlCdcSparkJobOperator):
     :param max_apply_changes: changes merged per commit (default 100,000): a larger batch, one huge
         transaction too, is merged in pieces, each recording its binlog position (so memory stays
         bounded and a restart resumes exactly; readers may see such a transaction in pieces)
+    :param deferrable: run a ``continuous`` stream detached and watch it from the triggerer (default:
+        Airflow's ``[operators] default_deferrable``)
+    :param poll_interval_s: how often the trigger looks at a detached stream
     """
 
     template_fields: Sequence[str] = ("state", "sink_root", "mode", "spark_master", "spark_conn_id", "spark_conf")
 
     def __init__(self, *, state: str, sink_root: str, mode: str = "available-now", trigger_interval_s: float = 1.0,
                  changelog: bool = False, on_binlog_purged: str = "fail", max_batch_bytes: int | None = None,
-                 max_batch_events: int | None = None, max_apply_changes: int | None = None, **kwargs: Any) -> None:
+                 max_batch_events: int | None = None, max_apply_changes: int | None = None,
+                 deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+                 poll_interval_s: float = 2.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.deferrable = deferrable
+        self.poll_interval_s = poll_interval_s
         if on_binlog_purged not in ON_BINLOG_PURGED:
             raise ConfigurationError(f"on_binlog_purged must be one of {', '.join(ON_BINLOG_PURGED)}, got "
                                      f"{on_binlog_purged!r}.")
@@ -84,9 +101,33 @@ class MySqlCdcStreamOperator(MySqlCdcSparkJobOperator):
         job = StreamJob(state=self.state, sink_root=self.sink_root, mode=self.mode,
                         trigger_interval_s=self.trigger_interval_s, server_id_range=f"{low}-{high}",
                         changelog=self.changelog, retry_budget_s=hook.retry_budget_s(),
-                        on_binlog_purged=self.on_binlog_purged, **self.limits)
-        output = self.run_spark_program("binlog_stream.py", job.to_json(), PipelineState(self.state), context)
+                        on_binlog_purged=self.on_binlog_purged, holder=_holder(context), **self.limits)
+        state = PipelineState(self.state)
+        if self.deferrable and self.mode == StreamMode.CONTINUOUS.value:
+            job.report = self.report_folder(state, context)
+            submitted_at = time.time()
+            self.start_spark_program("binlog_stream.py", job.to_json(), state, context)
+            self.defer(trigger=MySqlCdcStreamTrigger(state=self.state, report=job.report, submitted_at=submitted_at,
+                                                     poll_interval_s=self.poll_interval_s),
+                       method_name="execute_complete")
+        return self._finished(self.run_spark_program("binlog_stream.py", job.to_json(), state, context))
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        """The detached stream ended: its result, or its own error."""
+        status = decode(StreamStatus, event, "the stream trigger's event")
+        ReportWatcher(self.report_folder(PipelineState(self.state), context)).remove()
+        if status.phase is not StreamPhase.FINISHED or status.result is None:
+            raise SparkJobFailed(status.message)
+        return self._finished(status.result)
+
+    def _finished(self, output: dict[str, Any]) -> dict[str, Any]:
         result = decode(StreamResult, output, "the stream job's result")
         self.log.info("stream (%s) applied %d changes; end offset %s", self.mode, result.changes_applied,
                       result.end_offset or "-")
         return encode(result)
+
+
+def _holder(context: Context) -> str:
+    """The task, as the pipeline's stream lease names it to a stream it refuses (state/lease.py)."""
+    ti = context["ti"]
+    return f"Airflow task {ti.dag_id}.{ti.task_id} of run {context['run_id']}, try {ti.try_number}"

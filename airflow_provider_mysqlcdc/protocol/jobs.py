@@ -72,7 +72,7 @@ class ChunkJob(_JobFile):
 class StreamJob(_JobFile):
     """One spark-submit of the stream job (spark/stream_job.py)."""
 
-    FORMAT: ClassVar[RecordFormat] = RecordFormat("stream-job", 1)
+    FORMAT: ClassVar[RecordFormat] = RecordFormat("stream-job", 2)  # 2: holder, report, lease_ttl_s
 
     state: str  # the pipeline's state location (registry, staged splits, progress)
     sink_root: str
@@ -96,8 +96,15 @@ class StreamJob(_JobFile):
     #: changes held and merged at once: a batch with more (one huge transaction) is merged in pieces of
     #: this many, each one commit recording its position (sinks/writer.py)
     max_apply_changes: int = 100_000
+    #: who starts the stream, named by the pipeline's lease (state/lease.py) to a second stream it refuses
+    holder: str = ""
+    report: str = ""  # its report folder (spark/report.py), in its lease: how a detached stream is found
+    #: a stream sending no lease heartbeat for this long may be taken over (state/lease.py)
+    lease_ttl_s: float = 60.0
 
     def __post_init__(self) -> None:
+        if self.lease_ttl_s <= 0:
+            raise ConfigurationError(f"lease_ttl_s must be a positive number of seconds, got {self.lease_ttl_s}.")
         if self.mode not in set(StreamMode):
             raise ConfigurationError(f"stream mode must be one of {', '.join(StreamMode)}, got {self.mode!r}.")
         if self.on_binlog_purged not in ON_BINLOG_PURGED:

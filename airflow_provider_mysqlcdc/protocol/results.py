@@ -10,6 +10,7 @@ as version 0 (the same fields).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, ClassVar
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
@@ -150,3 +151,31 @@ class JobFailure:
     @classmethod
     def from_body(cls, body: dict[str, Any], version: int) -> "JobFailure":
         return cls(str(body["type"]), str(body["message"]))
+
+
+class StreamPhase(str, Enum):
+    """Where a detached stream is (spark/supervision.py)."""
+
+    STARTING = "starting"  # submitted; its lease not taken yet
+    RUNNING = "running"  # holds the pipeline's lease and sends heartbeats
+    FINISHED = "finished"  # ended with a result (stopped on request, or an available-now run done)
+    FAILED = "failed"  # ended with its own error
+    LOST = "lost"  # gone without a word: no heartbeat, driver dead, or its lease taken over
+
+
+@dataclass(frozen=True)
+class StreamStatus:
+    """A detached stream's state, as its trigger reports it to the task (``execute_complete``)."""
+
+    FORMAT: ClassVar[RecordFormat] = RecordFormat("stream-status", 1)
+
+    phase: StreamPhase
+    message: str = ""
+    result: dict[str, Any] | None = None  # the stream's StreamResult record once FINISHED
+
+    def to_body(self) -> dict[str, Any]:
+        return {"phase": self.phase.value, "message": self.message, "result": self.result}
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any], version: int) -> "StreamStatus":
+        return cls(StreamPhase(body["phase"]), body.get("message", ""), body.get("result"))

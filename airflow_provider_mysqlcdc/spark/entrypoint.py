@@ -13,6 +13,7 @@ import argparse
 import json
 import logging
 import os
+import shutil
 import sys
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -29,6 +30,9 @@ def job_main(argv: list[str] | None, *, description: str, prepare: Prepare) -> i
     parser.add_argument("--report-to", help="report folder (path or URL) for the log, the driver and the result")
     parser.add_argument("--source-file", help="path of the private file with the source's credentials "
                                               "(default: the MYSQLCDC_SOURCE_FILE environment variable)")
+    parser.add_argument("--remove-source-folder", action="store_true",
+                        help="remove the folder of --source-file when the program ends (a detached program "
+                             "outlives the task that wrote it)")
     args = parser.parse_args(argv)
     if not args.job and not args.report_to:
         parser.error("give --job, --report-to, or both")
@@ -45,6 +49,14 @@ def job_main(argv: list[str] | None, *, description: str, prepare: Prepare) -> i
     if report:
         logging.getLogger().handlers[0].setLevel(logging.WARNING)
 
+    try:
+        return _run(args, report, prepare)
+    finally:
+        if args.remove_source_folder and args.source_file:
+            shutil.rmtree(os.path.dirname(os.path.abspath(args.source_file)), ignore_errors=True)
+
+
+def _run(args: argparse.Namespace, report: Any, prepare: Prepare) -> int:
     from pyspark.sql import SparkSession
 
     with report or nullcontext():

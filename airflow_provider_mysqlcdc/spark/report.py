@@ -9,6 +9,7 @@ on the cluster (cluster deploy mode). Nothing travels on the driver's stdout.
     log/<n>.json      DriverLog: our log lines, in order, flushed about once a second
     result.json       the job's result (its own record), written last
     failure.json      JobFailure: what went wrong, in the job's own words
+    stop.json         StopRequest: the caller asks a long-running program (the stream) to stop
 
 The driver side is ``JobReport``; the caller follows the folder with ``ReportWatcher``.
 """
@@ -20,13 +21,15 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 from airflow_provider_mysqlcdc.protocol.results import DriverInfo, DriverLog, JobFailure
+from airflow_provider_mysqlcdc.protocol.state import StopRequest
 from airflow_provider_mysqlcdc.state.storage import StateStorage
 
-JOB, DRIVER, LOG, RESULT, FAILURE = "job.json", "driver.json", "log", "result.json", "failure.json"
+JOB, DRIVER, LOG, RESULT, FAILURE, STOP = "job.json", "driver.json", "log", "result.json", "failure.json", "stop.json"
 #: loggers whose INFO lines are the job's progress (rows read, splits done, batches, lag)
 PROGRESS_LOGGER = "airflow_provider_mysqlcdc"
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -106,6 +109,11 @@ class _LinesHandler(logging.Handler):
             self.lines.append(line)
 
 
+def stop_request(folder: str) -> StopRequest | None:
+    """The program's side of ``ReportWatcher.request_stop``."""
+    return StateStorage(folder).read_record(StopRequest, STOP)
+
+
 class ReportWatcher:
     """The caller's side: follow a report folder while the job runs, then read how it ended."""
 
@@ -146,6 +154,10 @@ class ReportWatcher:
 
     def result(self) -> dict[str, Any] | None:
         return json.loads(self.storage.read_text(RESULT)) if self.storage.exists(RESULT) else None
+
+    def request_stop(self, reason: str) -> None:
+        """Ask the program to stop (the stream looks for this every second, from its start)."""
+        self.storage.write_record(StopRequest(reason, time.time()), STOP)
 
     def remove(self) -> None:
         if self.storage.fs.exists(self.storage.root):

@@ -19,6 +19,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -46,6 +48,7 @@ from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_change_batc
 from airflow_provider_mysqlcdc.spark.batch_rows import batch_items, row_key, spill_urls
 from airflow_provider_mysqlcdc.spark.binlog_source import (SOURCE_NAME, BinlogDataSource, StagedSplitReady,
                                                           TablesActivated, registry_start_offset)
+from airflow_provider_mysqlcdc.spark.report import stop_request
 from airflow_provider_mysqlcdc.state.cleanup import release_staged_files
 from airflow_provider_mysqlcdc.state.drift import Drift, frozen_since, read_drift, record_drift
 from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
@@ -55,6 +58,7 @@ from airflow_provider_mysqlcdc.protocol.results import StreamResult
 from airflow_provider_mysqlcdc.protocol.state import (CheckpointIdentity, Generation, StreamBatchProgress,
                                                       StreamOffsetProgress)
 from airflow_provider_mysqlcdc.state.registry import STREAM_OFFSET, STREAM_PROGRESS, PipelineState
+from airflow_provider_mysqlcdc.state.lease import LeaseKeeper, LeaseLost, StreamLeases
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
 from airflow_provider_mysqlcdc.state.servers import ServerEpochs
 from airflow_provider_mysqlcdc.state.spill import remove_all_spill_folders, remove_spill_folder
@@ -79,9 +83,10 @@ class BatchApplier:
     and which are frozen because their name stopped holding the captured table (state/drift.py).
     """
 
-    def __init__(self, source: SourceConfig, job: StreamJob):
+    def __init__(self, source: SourceConfig, job: StreamJob, fence: Callable[[], None] = lambda: None):
         self.source = source
         self.job = job
+        self.fence = fence  # raises when another stream took the pipeline over (state/lease.py)
         self.sink = DeltaSink(job.sink_root)
         self.state = PipelineState(job.state)
         self.known = KnownSchemas(self.state)
@@ -119,6 +124,7 @@ class BatchApplier:
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
         started = time.monotonic()
+        self.fence()
         # Sorted here, not with orderBy: Spark's sort samples its input first, which would read the
         # binlog range twice. The rows are small: what does not fit a task's inline budget comes
         # through spill files, read one run at a time (batch_rows.py).
@@ -460,16 +466,22 @@ def release_applied_staged_files(state: PipelineState, committed: StreamOffset |
 
 
 class ProgressListener(StreamingQueryListener):
-    """Records each finished micro-batch's end offset (Spark calls this after the batch commits)."""
+    """Records each finished micro-batch's end offset (Spark calls this after the batch commits),
+    unless another stream took the pipeline over meanwhile (``fence``)."""
 
-    def __init__(self, state: PipelineState, job: StreamJob):
+    def __init__(self, state: PipelineState, job: StreamJob, fence: Callable[[], None]):
         self.state = state
         self.job = job
+        self.fence = fence
 
     def onQueryStarted(self, event: Any) -> None:
         pass
 
     def onQueryProgress(self, event: Any) -> None:
+        try:
+            self.fence()
+        except LeaseLost:
+            return
         record_processed_offset(self.state, self.job, event.progress)
         # the batch's start is the previous batch's end: committed in the checkpoint, never replayed
         release_applied_staged_files(self.state, progress_offset(event.progress, "startOffset"))
@@ -483,8 +495,39 @@ class ProgressListener(StreamingQueryListener):
 
 def run_stream_job(spark: Any, source: SourceConfig, job: StreamJob, source_file: str) -> dict[str, Any]:
     state = PipelineState(job.state)
+    context = spark.sparkContext
+    # first of all: nothing below may run while another stream runs (it deletes spill folders, too)
+    held = StreamLeases(state).acquire(job.holder or f"a stream started outside Airflow ({context.appName})",
+                                       ttl_s=job.lease_ttl_s, report=job.report)
+    held.renew(app_id=context.applicationId, ui_url=context.uiWebUrl or "")
+    # a detached stream is asked to stop through its report folder: even before it holds the lease
+    requested = (lambda: stop_request(job.report)) if job.report else (lambda: None)
+    with LeaseKeeper(held, stop_stream=lambda: stop_queries(spark), stop_requested=requested) as keeper:
+        result = _run_stream(spark, source, job, source_file, state, held.check)
+        if keeper.lost:
+            raise keeper.lost
+        if keeper.stop_reason:
+            log.info("the stream stopped on request: %s", keeper.stop_reason)
+        return result
+
+
+def stop_queries(spark: Any, grace_s: float = 10.0) -> None:
+    """Stop the stream's query; end the driver when it has not stopped within ``grace_s`` (a query
+    stopped in the middle of planning a batch may wait forever). Either way is safe: the stream
+    resumes exactly from its checkpoint, as after a kill -9."""
+    stopper = threading.Thread(target=lambda: [query.stop() for query in spark.streams.active], daemon=True)
+    stopper.start()
+    stopper.join(grace_s)
+    if stopper.is_alive():
+        log.error("the stream's query did not stop within %.0fs: ending its driver", grace_s)
+        logging.shutdown()
+        os._exit(3)
+
+
+def _run_stream(spark: Any, source: SourceConfig, job: StreamJob, source_file: str, state: PipelineState,
+                fence: Callable[[], None]) -> dict[str, Any]:
     source = source.with_retry(job.retry_budget_s)
-    applier = BatchApplier(source, job)
+    applier = BatchApplier(source, job, fence)
     refuse_positions_beyond_the_head(source, state, applier.sink)
     remove_all_spill_folders(state)
     identity = stream_identity(job.checkpoint, lambda: resume_offset(state, job) or registry_start_offset(state))
@@ -493,7 +536,7 @@ def run_stream_job(spark: Any, source: SourceConfig, job: StreamJob, source_file
         log.info("stream checkpoint %s is new (identity %s): it starts at %s, and applies to each table only the "
                  "changes after the position the table records", job.checkpoint, identity.app_id, identity.initial_offset)
     spark.dataSource.register(BinlogDataSource)
-    spark.streams.addListener(ProgressListener(state, job))
+    spark.streams.addListener(ProgressListener(state, job, fence))
     reader = spark.readStream.format(SOURCE_NAME).option("job", job.to_json()).option("source_file", source_file)
     if identity.initial_offset:
         reader = reader.option("initial_offset", json.dumps(identity.initial_offset.to_spark()))
@@ -506,6 +549,7 @@ def run_stream_job(spark: Any, source: SourceConfig, job: StreamJob, source_file
     started = time.monotonic()
     query = writer.start()
     query.awaitTermination()
+    fence()  # stopped because another stream took over: record nothing
     progress = query.lastProgress or {}
     record_processed_offset(state, job, progress)  # the listener may not have run for the last one
     # the query ended without error: its last batch is committed too

@@ -258,9 +258,8 @@ def test_pipeline_lifecycle_adds_clears_resnapshots_and_stays_exact(mysql_server
     # healthy runs log no error: a group with nothing to read (param_tables in run 1, A in run 2) has no
     # chunk results, and collect must not ask for them (Airflow logs each missing XCom as an error)
     assert not [r["run_id"] for r in runs if "XCom not found" in r["output"]]
-    # the Spark programs the tasks submitted are the wheel's
-    assert f"{installed_wheel.python.parent.parent}/lib" in run1["output"] and "spark/jobs/snapshot_chunk.py" in \
-        run1["output"]
+    # the Spark programs the tasks submitted are the wheel's (the DAG ran in no checkout's folder)
+    assert str(installed_wheel.example_dags.parent / "spark" / "jobs" / "snapshot_chunk.py") in run1["output"]
     assert any(events.iterdir()), "the jobs did not get the spark_conf of the DAG (no event log)"
     assert not files_holding(cdc_user.password, tmp_path)
     print(f"\n{stats.transactions} transactions during the life of the pipeline; registry generation "

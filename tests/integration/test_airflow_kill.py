@@ -5,7 +5,9 @@ marked failed through the REST API (what the UI's button does). Airflow's superv
 terminates the task, the operator's ``on_kill`` stops spark-submit and the driver, and within
 seconds no process of the run is left: in local mode (driver in the task's process tree) and in
 cluster deploy mode on a standalone cluster (driver launched by the cluster's worker, killed
-through the master's REST server). Every file of the run (package zip, credentials, report
+through the master's REST server), and for a deferred stream (driver detached from the task, the
+task waiting in the triggerer: the trigger's ``on_kill`` asks the stream to stop through its report
+folder, and it releases the pipeline's lease). Every file of the run (package zip, credentials, report
 folders) lives under the test's folder (TMPDIR), so "a process of ours" is a spark-submit, a
 cluster-launched driver or a Python driver whose command line names that folder, or any
 executor of a standalone cluster (only this test's cluster runs one).
@@ -26,6 +28,8 @@ from airflow_provider_mysqlcdc.devtools.airflow_standalone import AirflowStandal
 from airflow_provider_mysqlcdc.devtools.dag_runner import example_dag_env
 from airflow_provider_mysqlcdc.devtools.spark_standalone import StandaloneCluster
 from airflow_provider_mysqlcdc.devtools.workload import SAMPLE_TABLES, create_sample_tables
+from airflow_provider_mysqlcdc.state.lease import StreamLeases
+from airflow_provider_mysqlcdc.state.registry import PipelineState
 
 pytestmark = pytest.mark.integration
 
@@ -59,7 +63,7 @@ def reap(tmp_path):
             pass
 
 
-@pytest.mark.parametrize("deploy", ["local", "standalone-cluster"])
+@pytest.mark.parametrize("deploy", ["local", "standalone-cluster", "deferred"])
 def test_marking_a_running_stream_task_failed_stops_its_spark_application(mysql_server, cdc_user, database,
                                                                           tmp_path, reap, deploy):
     [table] = create_sample_tables(mysql_server.connect(), database, rows_per_table=300, seed=3,
@@ -75,13 +79,21 @@ def test_marking_a_running_stream_task_failed_stops_its_spark_application(mysql_
                        AIRFLOW_CONN_CDC_CLUSTER=json.dumps({
                            "conn_type": "spark", "host": cluster.master_url,
                            "extra": {"deploy-mode": "cluster", "rest-port": cluster.rest_port}}))
+        if deploy == "deferred":
+            env["MYSQLCDC_STREAM_DEFERRABLE"] = "true"
         airflow = stack.enter_context(AirflowStandalone(env))
         airflow.wait_for_dag(DAG_ID)
         run_id = airflow.trigger(DAG_ID, {"stream_mode": "continuous"})
         airflow.wait_until(lambda: airflow.xcom(DAG_ID, run_id, "stream", "spark_ui_url"), 600,
                            "the continuous stream's driver is up")
         assert spark_processes_of(tmp_path), "the running stream's processes are not where the test looks"
-        assert airflow.task_state(DAG_ID, run_id, "stream") == "running"
+        running = "deferred" if deploy == "deferred" else "running"
+        airflow.wait_until(lambda: airflow.task_state(DAG_ID, run_id, "stream") == running, 120,
+                           f"the stream task is {running}")
+        if deploy == "deferred":  # a triggerer runs the trigger (marked failed before, nothing could stop it)
+            airflow.wait_until(lambda: ((airflow.task_instance(DAG_ID, run_id, "stream") or {}).get("trigger") or {})
+                               .get("triggerer_id"), 120, "a triggerer runs the stream's trigger")
+        assert StreamLeases(PipelineState(str(tmp_path / "state" / DAG_ID))).current().live
 
         airflow.mark(DAG_ID, run_id, "stream", "failed")
         marked = time.monotonic()
@@ -91,4 +103,6 @@ def test_marking_a_running_stream_task_failed_stops_its_spark_application(mysql_
         left = spark_processes_of(tmp_path)
         stopped_after_s = time.monotonic() - marked
     assert not left, f"still running {stopped_after_s:.0f}s after the task was marked failed:\n" + "\n".join(left)
+    if deploy == "deferred":  # it stopped cleanly, on request: the next stream may start at once
+        assert StreamLeases(PipelineState(str(tmp_path / "state" / DAG_ID))).current().released
     print(f"{deploy}: the stream's Spark application stopped {stopped_after_s:.1f}s after the task was marked failed")

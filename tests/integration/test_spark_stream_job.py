@@ -28,7 +28,8 @@ from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SUFFIX
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
-from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
+from airflow_provider_mysqlcdc.spark.submit import SparkJobFailed, SparkSubmit
+from airflow_provider_mysqlcdc.state.lease import StreamLeases
 from airflow_provider_mysqlcdc.state.drift import read_drift
 from airflow_provider_mysqlcdc.protocol.state import CapturedTable, stream_only_split
 from airflow_provider_mysqlcdc.state.registry import PipelineState, captured_tables
@@ -74,7 +75,7 @@ def _assert_sink_equals_source(mysql_server, report, lake: str) -> None:
         assert_same_rows(table_id, source_rows(mysql_server.admin, schema), delta_rows(lake, schema))
 
 
-def test_stream_survives_kill_9_and_stays_exact(mysql_server, cdc_user, database, tmp_path):
+def test_stream_survives_kill_9_and_stays_exact_and_refuses_a_second_stream(mysql_server, cdc_user, database, tmp_path):
     rng = random.Random(17)
     conn = mysql_server.connect()
     tables = create_sample_tables(conn, database, rows_per_table=1000, seed=17, tables=TABLES)
@@ -96,6 +97,11 @@ def test_stream_survives_kill_9_and_stays_exact(mysql_server, cdc_user, database
         while not any(_committed_batches(Path(lake)).values()):  # waits on progress, not on a guess
             assert proc.poll() is None and time.monotonic() < deadline, log_file.read_text()[-3000:]
             time.sleep(0.5)
+        # a second stream on the same pipeline refuses to start, naming the running one (state/lease.py)
+        running = StreamLeases(PipelineState(job.state)).current()
+        assert running and running.live and running.heartbeat.app_id, running
+        with pytest.raises(SparkJobFailed, match=f"StreamAlreadyRunning.*{running.heartbeat.app_id}"):
+            submit.run("binlog_stream.py", ["--job", str(tmp_path / "stream.json")], source_file)
         time.sleep(rng.uniform(1, 8))  # then somewhere in the next micro-batches
         assert proc.poll() is None, log_file.read_text()[-3000:]
         os.killpg(proc.pid, signal.SIGKILL)
@@ -103,10 +109,12 @@ def test_stream_survives_kill_9_and_stays_exact(mysql_server, cdc_user, database
         kills = 1
         stats = writers.stop()
 
+    # the killed stream's lease is taken over at once: its driver's process is gone
     job.mode = "available-now"
     (tmp_path / "stream.json").write_text(job.to_json())
     result = submit.run("binlog_stream.py", ["--job", str(tmp_path / "stream.json")], source_file)
     assert result["mode"] == "available-now"
+    assert StreamLeases(PipelineState(job.state)).current().released
 
     _assert_sink_equals_source(mysql_server, report, lake)
     for table, versions in _committed_batches(Path(lake)).items():

@@ -14,10 +14,12 @@ from airflow_provider_mysqlcdc.protocol.envelope import ProtocolError, ProtocolV
 from airflow_provider_mysqlcdc.protocol.actions import PlanAction
 from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob, StreamJob
 from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
-from airflow_provider_mysqlcdc.protocol.results import ChunkResult, CollectResult, StreamResult
+from airflow_provider_mysqlcdc.protocol.results import (ChunkResult, CollectResult, StreamPhase, StreamResult,
+                                                        StreamStatus)
 from airflow_provider_mysqlcdc.protocol.state import (CapturedTable, CheckpointIdentity, ChunkProgress, DriftEvent,
-                                                      DriftLog, Generation, RunPlanProgress, StagedRelease,
-                                                      RememberedSchema, ServerEpoch, ServerHistory, StreamBatchProgress,
+                                                      DriftLog, Generation, LeaseHeartbeat, RunPlanProgress,
+                                                      StagedRelease, RememberedSchema, ServerEpoch, ServerHistory,
+                                                      StopRequest, StreamBatchProgress, StreamLease,
                                                       StreamOffsetProgress)
 from airflow_provider_mysqlcdc.state.drift import DRIFT, read_drift
 from airflow_provider_mysqlcdc.state.registry import GENERATIONS, PipelineState
@@ -41,7 +43,12 @@ RECORDS = [
     StreamResult("available-now", 12, "mysqlcdc-1", 3.5, 4, StreamOffset(AT, 2)),
     ChunkJob(str(T), [SPLIT.split], "/lake", 2, (5400, 5499), "/state/staged/x", 60.0,
              ServerHistory((ServerEpoch(0, 1, None, "x"),))),
-    StreamJob("/state", "/lake", mode="continuous", on_binlog_purged="resnapshot", max_batch_events=10),
+    StreamJob("/state", "/lake", mode="continuous", on_binlog_purged="resnapshot", max_batch_events=10,
+              holder="Airflow task d.stream of run r, try 1", report="/state/runs/r/spark/stream--1-1", lease_ttl_s=30),
+    StreamLease(3, "f00d", "Airflow task d.stream of run r, try 1", "worker-1", 4242, 1.0, 60.0, "/state/runs/r/x"),
+    LeaseHeartbeat("f00d", 2.0, False, "app-1", "http://worker-1:4040"),
+    StopRequest("its Airflow task was marked failed", 3.0),
+    StreamStatus(StreamPhase.FINISHED, "the stream ended", {"record": "stream-result"}),
     RememberedSchema(TableSchema(T, (Column("id", "int", "int(11)", False), Column("v", "decimal", "decimal(10,2)", True)),
                                  ("id",))),
     StreamOffset(AT.in_epoch(2), 3),
@@ -127,6 +134,6 @@ def test_a_plan_action_outside_the_vocabulary_is_refused_by_name():
 
 def test_a_job_file_from_a_newer_provider_is_refused_before_the_job_starts():
     job = next(r for r in RECORDS if isinstance(r, StreamJob))
-    text = json.dumps({**encode(job), "format_version": 2})
-    with pytest.raises(ProtocolVersionError, match="the stream-job file is a stream-job record of format version 2"):
+    text = json.dumps({**encode(job), "format_version": 3})
+    with pytest.raises(ProtocolVersionError, match="the stream-job file is a stream-job record of format version 3"):
         StreamJob.from_json(text)
