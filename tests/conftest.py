@@ -9,6 +9,7 @@ MySQL 8 / MariaDB server; that user must be allowed to create databases and user
 from __future__ import annotations
 
 import os
+import signal
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -95,3 +96,16 @@ def installed_wheel(tmp_path_factory: pytest.TempPathFactory):
     from tests.integration.helpers import install_wheel
 
     return install_wheel(tmp_path_factory.mktemp("wheel"))
+
+
+@pytest.fixture()
+def reap_spark(tmp_path):
+    """After the test, kill -9 the Spark processes it left running (so a failure does not burden the rest)."""
+    from tests.integration.helpers import spark_processes_of
+
+    yield
+    for line in spark_processes_of(tmp_path):
+        try:
+            os.kill(int(line.split(":")[0]), signal.SIGKILL)
+        except ProcessLookupError:
+            pass

@@ -121,6 +121,13 @@ class AirflowStandalone:
                                   f"{key}?map_index={map_index}")
         return entry.get("value") if entry else None
 
+    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int, map_index: int = -1) -> str:
+        """The task log of one try, as text (one JSON event per line)."""
+        data = self._get_or_none(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/"
+                                 f"{try_number}?map_index={map_index}&full_content=true")
+        content = (data or {}).get("content") or []
+        return "\n".join(json.dumps(entry) if not isinstance(entry, str) else entry for entry in content)
+
     def wait_until(self, predicate: Any, timeout_s: float, what: str) -> Any:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

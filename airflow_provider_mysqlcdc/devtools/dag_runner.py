@@ -44,18 +44,25 @@ def example_dag_env(airflow_home: Path, source: Any, tables: list[Any], *, sink_
                 MYSQLCDC_SPLIT_ROWS=str(split_rows), MYSQLCDC_CHUNK_ROWS=str(chunk_rows))
 
 
+def _home(env: dict[str, str]) -> str:
+    """AIRFLOW_HOME, created; Airflow runs there: ``python -m`` puts its working directory first on
+    ``sys.path``, which must not be a checkout of the provider when the wheel is what is tested."""
+    Path(env["AIRFLOW_HOME"]).mkdir(parents=True, exist_ok=True)
+    return env["AIRFLOW_HOME"]
+
+
 def run_dag(dag_id: str, env: dict[str, str], timeout_s: float = 3600, conf: dict[str, Any] | None = None) -> dict[str, Any]:
     """Migrate the metadata DB of ``env``'s AIRFLOW_HOME, run the DAG once (with ``conf`` as the run's
     params); states, XComs and output."""
     migrated = Path(env["AIRFLOW_HOME"]) / ".mysqlcdc-migrated"
     if not migrated.exists():  # once per AIRFLOW_HOME
-        migrate = subprocess.run([_python(env), "-m", "airflow", "db", "migrate"], env=env, cwd=env["AIRFLOW_HOME"],
+        migrate = subprocess.run([_python(env), "-m", "airflow", "db", "migrate"], env=env, cwd=_home(env),
                                  capture_output=True, text=True, timeout=600)
         if migrate.returncode != 0:
             raise RuntimeError(f"airflow db migrate failed:\n{migrate.stderr[-3000:]}")
         migrated.touch()
     proc = subprocess.run([_python(env), "-m", "airflow_provider_mysqlcdc.devtools.dag_runner", dag_id,
-                           json.dumps(conf or {})], env=env, cwd=env["AIRFLOW_HOME"], capture_output=True, text=True,
+                           json.dumps(conf or {})], env=env, cwd=_home(env), capture_output=True, text=True,
                           timeout=timeout_s)
     lines = [line for line in proc.stdout.splitlines() if line.startswith(MARKER)]
     if proc.returncode != 0 or not lines:
@@ -68,7 +75,7 @@ def clear_and_resume(dag_id: str, run_id: str, task_id: str, map_index: int, env
     """Clear one (mapped) task instance and its downstream through the REST API, then finish the run."""
     args = ["--clear", dag_id, run_id, task_id, str(map_index)]
     proc = subprocess.run([_python(env), "-m", "airflow_provider_mysqlcdc.devtools.dag_runner", *args],
-                          env=dict(env, AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS="True"), cwd=env["AIRFLOW_HOME"],
+                          env=dict(env, AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS="True"), cwd=_home(env),
                           capture_output=True, text=True, timeout=timeout_s)
     lines = [line for line in proc.stdout.splitlines() if line.startswith(MARKER)]
     if proc.returncode != 0 or not lines:

@@ -6,9 +6,13 @@ continue exactly where this one stopped. ``continuous`` runs until it is stopped
 ``max_active_runs=1``. ``skip`` runs nothing: a continuous stream elsewhere picks up what this run
 registered at its next micro-batch.
 
-With ``deferrable=True`` a continuous stream runs detached: the task submits it, then defers to
-``MySqlCdcStreamTrigger``, which watches it from the triggerer (no worker slot is held) and fails the
-task with the stream's own error if it dies. Marking the task failed or clearing it stops the stream.
+A continuous stream runs detached from the task: a worker that crashes does not take it along.
+Without deferral the task follows it (``ResumableJobMixin``, as ``SparkSubmitOperator`` does): the
+stream's report folder is kept in the task state store, so the retry after a worker crash
+reconnects to the running stream instead of starting another. With ``deferrable=True`` the task
+defers to ``MySqlCdcStreamTrigger``, which watches it from the triggerer (no worker slot is held).
+Either way the task fails with the stream's own error if it dies, and marking the task failed or
+clearing it stops the stream.
 
 Whatever starts it, a stream holds the pipeline's lease (state/lease.py): a second stream on the
 same pipeline fails at its start, naming the one that runs.
@@ -20,7 +24,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from airflow.sdk import Context, conf
+from airflow.sdk import Context, ResumableJobMixin, conf
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.records import ON_BINLOG_PURGED
@@ -33,12 +37,13 @@ from airflow_provider_mysqlcdc.protocol.results import StreamPhase, StreamResult
 from airflow_provider_mysqlcdc.spark.report import ReportWatcher
 from airflow_provider_mysqlcdc.spark.submit import SparkJobFailed
 from airflow_provider_mysqlcdc.state.registry import PipelineState
-from airflow_provider_mysqlcdc.triggers.stream import MySqlCdcStreamTrigger
+from airflow_provider_mysqlcdc.spark.supervision import DetachedStream
+from airflow_provider_mysqlcdc.triggers.stream import STOP_REASON, MySqlCdcStreamTrigger
 
 STREAM_MODES = (*(m.value for m in StreamMode), "skip")
 
 
-class MySqlCdcStreamOperator(MySqlCdcSparkJobOperator):
+class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
     """The binlog stream into the sink (see the module doc for the modes).
 
     :param state: the pipeline's state location (``<state_dir>/<dag_id>``)
@@ -56,6 +61,7 @@ class MySqlCdcStreamOperator(MySqlCdcSparkJobOperator):
     :param max_batch_bytes: a micro-batch ends at the first transaction end after this much binlog
         (default 128 MiB; 0: no limit); a larger transaction makes a batch of its own
     :param max_batch_events: the same in binlog events (default: no limit)
+    :param durable: a retry reconnects to the running continuous stream (``ResumableJobMixin``)
     :param max_apply_changes: changes merged per commit (default 100,000): a larger batch, one huge
         transaction too, is merged in pieces, each recording its binlog position (so memory stays
         bounded and a restart resumes exactly; readers may see such a transaction in pieces)
@@ -65,6 +71,9 @@ class MySqlCdcStreamOperator(MySqlCdcSparkJobOperator):
     """
 
     template_fields: Sequence[str] = ("state", "sink_root", "mode", "spark_master", "spark_conn_id", "spark_conf")
+    external_id_key = "mysqlcdc_stream"  # in the task state store: the detached stream a retry reconnects to
+    _detached: DetachedStream | None = None
+    _job: StreamJob
 
     def __init__(self, *, state: str, sink_root: str, mode: str = "available-now", trigger_interval_s: float = 1.0,
                  changelog: bool = False, on_binlog_purged: str = "fail", max_batch_bytes: int | None = None,
@@ -103,14 +112,62 @@ class MySqlCdcStreamOperator(MySqlCdcSparkJobOperator):
                         changelog=self.changelog, retry_budget_s=hook.retry_budget_s(),
                         on_binlog_purged=self.on_binlog_purged, holder=_holder(context), **self.limits)
         state = PipelineState(self.state)
-        if self.deferrable and self.mode == StreamMode.CONTINUOUS.value:
-            job.report = self.report_folder(state, context)
-            submitted_at = time.time()
-            self.start_spark_program("binlog_stream.py", job.to_json(), state, context)
-            self.defer(trigger=MySqlCdcStreamTrigger(state=self.state, report=job.report, submitted_at=submitted_at,
-                                                     poll_interval_s=self.poll_interval_s),
-                       method_name="execute_complete")
-        return self._finished(self.run_spark_program("binlog_stream.py", job.to_json(), state, context))
+        if self.mode != StreamMode.CONTINUOUS.value:
+            return self._finished(self.run_spark_program("binlog_stream.py", job.to_json(), state, context))
+        self._job = job
+        if not self.deferrable:  # a retry after a worker crash reconnects to the stream (submit_job below)
+            return self.execute_resumable(context)
+        submitted = self.submit_job(context)
+        self.defer(trigger=MySqlCdcStreamTrigger(state=self.state, report=submitted["report"],
+                                                 submitted_at=submitted["submitted_at"],
+                                                 poll_interval_s=self.poll_interval_s),
+                   method_name="execute_complete")
+
+    # --- a detached continuous stream (ResumableJobMixin; the deferred path submits it the same way)
+    def submit_job(self, context: Context) -> dict[str, Any]:
+        """Start the stream detached; its id is its report folder (and when it was submitted)."""
+        job = self._job
+        job.report = self.report_folder(PipelineState(self.state), context)
+        submitted = {"report": job.report, "submitted_at": time.time()}
+        self._detached = self._watch(submitted)
+        self.start_spark_program("binlog_stream.py", job.to_json(), PipelineState(self.state), context)
+        return submitted
+
+    def get_job_status(self, external_id: Any, context: Context) -> str:
+        return self._watch(external_id).status().phase.value
+
+    def is_job_active(self, status: str) -> bool:
+        return status in (StreamPhase.STARTING.value, StreamPhase.RUNNING.value)
+
+    def is_job_succeeded(self, status: str) -> bool:
+        return status == StreamPhase.FINISHED.value
+
+    def poll_until_complete(self, external_id: Any, context: Context) -> None:
+        """Follow the stream (its progress into the task log) until it ends; raise when it failed or
+        was lost."""
+        stream = self._detached = self._watch(external_id)
+        self.log.info("following the stream whose report folder is %s", stream.folder)
+        while True:
+            status = stream.status(lambda line: self.log.info("%s", line))
+            if not self.is_job_active(status.phase.value):
+                break
+            time.sleep(self.poll_interval_s)
+        if status.phase is not StreamPhase.FINISHED:
+            raise SparkJobFailed(status.message)
+
+    def get_job_result(self, external_id: Any, context: Context) -> dict[str, Any]:
+        stream = self._watch(external_id)
+        result = stream.report.result()
+        stream.remove_report()
+        return self._finished(result)
+
+    def _watch(self, external_id: Any) -> DetachedStream:
+        return DetachedStream(self.state, external_id["report"], submitted_at=float(external_id["submitted_at"]))
+
+    def on_kill(self) -> None:
+        if self._detached is not None:  # wherever its driver runs, also when this try only reconnected to it
+            self._detached.request_stop(STOP_REASON)
+        super().on_kill()
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """The detached stream ended: its result, or its own error."""

@@ -127,3 +127,19 @@ def install_wheel(tmp: Path) -> WheelInstall:
     run(python, "-m", "pip", "install", "--no-deps", "--no-index", wheel)
     return WheelInstall(python, Path(run(python, "-c", "from airflow_provider_mysqlcdc.devtools.dag_runner import "
                                                        "EXAMPLE_DAGS; print(EXAMPLE_DAGS)")))
+
+
+def spark_processes_of(folder: Path) -> list[str]:
+    """Command lines of the Spark processes (JVMs, Python drivers) that name ``folder``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        ours = str(folder) in argv and any(m in argv for m in ("SparkSubmit", "DriverWrapper", "binlog_stream.py"))
+        if ours or "CoarseGrainedExecutorBackend" in argv:
+            found.append(f"{proc.name}: {argv[:300]}")
+    return found

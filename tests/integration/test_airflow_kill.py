@@ -16,11 +16,8 @@ executor of a standalone cluster (only this test's cluster runs one).
 from __future__ import annotations
 
 import json
-import os
-import signal
 import time
 from contextlib import ExitStack
-from pathlib import Path
 
 import pytest
 
@@ -31,41 +28,17 @@ from airflow_provider_mysqlcdc.devtools.workload import SAMPLE_TABLES, create_sa
 from airflow_provider_mysqlcdc.state.lease import StreamLeases
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 
+from .helpers import spark_processes_of
+
 pytestmark = pytest.mark.integration
 
 DAG_ID = "mysqlcdc_example"
 
 
-def spark_processes_of(folder: Path) -> list[str]:
-    """Command lines of the Spark processes (JVMs, Python drivers) that name ``folder``."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            argv = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        ours = str(folder) in argv and any(m in argv for m in ("SparkSubmit", "DriverWrapper", "binlog_stream.py"))
-        if ours or "CoarseGrainedExecutorBackend" in argv:
-            found.append(f"{proc.name}: {argv[:300]}")
-    return found
-
-
-@pytest.fixture()
-def reap(tmp_path):
-    """After the test, kill -9 whatever it left running (so a failure does not burden the rest)."""
-    yield
-    for line in spark_processes_of(tmp_path):
-        try:
-            os.kill(int(line.split(":")[0]), signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
+@pytest.mark.usefixtures("reap_spark")
 @pytest.mark.parametrize("deploy", ["local", "standalone-cluster", "deferred"])
 def test_marking_a_running_stream_task_failed_stops_its_spark_application(mysql_server, cdc_user, database,
-                                                                          tmp_path, reap, deploy):
+                                                                          tmp_path, deploy):
     [table] = create_sample_tables(mysql_server.connect(), database, rows_per_table=300, seed=3,
                                    tables=SAMPLE_TABLES[:1])
     env = example_dag_env(tmp_path / "airflow", cdc_user, [table], sink_root=tmp_path / "lake",
