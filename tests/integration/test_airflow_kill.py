@@ -33,6 +33,8 @@ from .helpers import spark_processes_of
 pytestmark = pytest.mark.integration
 
 DAG_ID = "mysqlcdc_example"
+#: a continuous stream from the binlog's head: no snapshot chunk to wait for (what is killed is the stream)
+STREAM_ONLY = {"stream_mode": "continuous", "startup_mode": "latest"}
 
 
 @pytest.mark.usefixtures("reap_spark")
@@ -56,7 +58,7 @@ def test_marking_a_running_stream_task_failed_stops_its_spark_application(mysql_
             env["MYSQLCDC_STREAM_DEFERRABLE"] = "true"
         airflow = stack.enter_context(AirflowStandalone(env))
         airflow.wait_for_dag(DAG_ID)
-        run_id = airflow.trigger(DAG_ID, {"stream_mode": "continuous"})
+        run_id = airflow.trigger(DAG_ID, STREAM_ONLY)
         airflow.wait_until(lambda: airflow.xcom(DAG_ID, run_id, "stream", "spark_ui_url"), 600,
                            "the continuous stream's driver is up")
         assert spark_processes_of(tmp_path), "the running stream's processes are not where the test looks"

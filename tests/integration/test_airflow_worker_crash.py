@@ -25,7 +25,7 @@ from airflow_provider_mysqlcdc.state.lease import StreamLeases
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 
 from .helpers import spark_processes_of
-from .test_airflow_kill import DAG_ID
+from .test_airflow_kill import DAG_ID, STREAM_ONLY
 
 pytestmark = pytest.mark.integration
 
@@ -53,7 +53,7 @@ def test_a_retry_after_a_worker_crash_reconnects_to_the_running_stream(mysql_ser
     leases = StreamLeases(PipelineState(str(tmp_path / "state" / DAG_ID)))
     with AirflowStandalone(env) as airflow:
         airflow.wait_for_dag(DAG_ID)
-        run_id = airflow.trigger(DAG_ID, {"stream_mode": "continuous"})
+        run_id = airflow.trigger(DAG_ID, STREAM_ONLY)
         airflow.wait_until(lambda: (leases.current() or None) and leases.current().live, 600,
                            "the continuous stream holds the pipeline's lease")
         # once the task has recorded the stream in its task state store and follows it
