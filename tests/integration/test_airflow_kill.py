@@ -1,4 +1,5 @@
-"""Killing a task under a real scheduler (``airflow standalone``) stops its Spark application.
+"""Killing a task under a real scheduler (``airflow standalone``) stops its Spark application:
+marking it failed, and its ``execution_timeout``.
 
 The example DAG runs with a continuous stream; once the stream's driver is up, the stream task is
 marked failed through the REST API (what the UI's button does). Airflow's supervisor then
@@ -81,3 +82,51 @@ def test_marking_a_running_stream_task_failed_stops_its_spark_application(mysql_
     if deploy == "deferred":  # it stopped cleanly, on request: the next stream may start at once
         assert StreamLeases(PipelineState(str(tmp_path / "state" / DAG_ID))).current().released
     print(f"{deploy}: the stream's Spark application stopped {stopped_after_s:.1f}s after the task was marked failed")
+
+
+#: a DAG of the test's own: the pipeline with a continuous stream that times out
+TIMEOUT_DAG = """
+import datetime as dt
+import os
+
+from airflow.sdk import DAG
+
+from airflow_provider_mysqlcdc.pipeline import mysqlcdc_params, mysqlcdc_pipeline
+
+with DAG(dag_id="cdc_timeout", schedule=None, catchup=False, max_active_runs=1,
+         params=mysqlcdc_params(sink_root=os.environ["MYSQLCDC_SINK_ROOT"], stream_mode="continuous")):
+    tasks = mysqlcdc_pipeline(tables=os.environ["MYSQLCDC_EXAMPLE_TABLES"].split(","),
+                              sink_root=os.environ["MYSQLCDC_SINK_ROOT"], state_dir=os.environ["MYSQLCDC_STATE_DIR"],
+                              stream_mode="continuous")
+    tasks["stream"].execution_timeout = dt.timedelta(seconds=float(os.environ["STREAM_TIMEOUT_S"]))
+"""
+
+
+@pytest.mark.usefixtures("reap_spark")
+def test_a_stream_task_past_its_execution_timeout_stops_its_spark_application(mysql_server, cdc_user, database,
+                                                                              tmp_path):
+    [table] = create_sample_tables(mysql_server.connect(), database, rows_per_table=300, seed=5,
+                                   tables=SAMPLE_TABLES[:1])
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "cdc_timeout.py").write_text(TIMEOUT_DAG)
+    env = example_dag_env(tmp_path / "airflow", cdc_user, [table], sink_root=tmp_path / "lake",
+                          state_dir=tmp_path / "state", split_rows=1000, chunk_rows=1000, dags_folder=dags)
+    (tmp_path / "tmp").mkdir()
+    env.update(TMPDIR=str(tmp_path / "tmp"), STREAM_TIMEOUT_S="45")
+    leases = StreamLeases(PipelineState(str(tmp_path / "state" / "cdc_timeout")))
+    with AirflowStandalone(env) as airflow:
+        airflow.wait_for_dag("cdc_timeout")
+        run_id = airflow.trigger("cdc_timeout", {"startup_mode": "latest"})
+        airflow.wait_until(lambda: leases.current() and leases.current().live, 600, "the stream runs")
+        assert spark_processes_of(tmp_path) and airflow.task_state("cdc_timeout", run_id, "stream") == "running"
+        airflow.wait_until(lambda: airflow.task_state("cdc_timeout", run_id, "stream") == "failed", 120,
+                           "the stream task failed at its execution timeout")
+        failed = time.monotonic()
+        deadline = failed + 60
+        while spark_processes_of(tmp_path) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        left = spark_processes_of(tmp_path)
+        assert "AirflowTaskTimeout" in airflow.task_log("cdc_timeout", run_id, "stream", 1)
+    assert not left, f"still running {time.monotonic() - failed:.0f}s after the timeout:\n" + "\n".join(left)
+    assert not leases.current().live
