@@ -139,7 +139,7 @@ def spark_processes_of(folder: Path) -> list[str]:
             argv = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        ours = str(folder) in argv and any(m in argv for m in ("SparkSubmit", "DriverWrapper", "binlog_stream.py"))
+        ours = str(folder) in argv and any(m in argv for m in ("SparkSubmit", "DriverWrapper", "binlog_stream.py", "snapshot_chunk.py"))
         if ours or "CoarseGrainedExecutorBackend" in argv:
             found.append(f"{proc.name}: {argv[:300]}")
     return found

@@ -26,6 +26,7 @@ from airflow_provider_mysqlcdc.devtools.airflow_standalone import AirflowStandal
 from airflow_provider_mysqlcdc.devtools.dag_runner import example_dag_env
 from airflow_provider_mysqlcdc.devtools.spark_standalone import StandaloneCluster
 from airflow_provider_mysqlcdc.devtools.workload import SAMPLE_TABLES, create_sample_tables
+from airflow_provider_mysqlcdc.pipeline import group_id_for
 from airflow_provider_mysqlcdc.state.lease import StreamLeases
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 
@@ -130,3 +131,36 @@ def test_a_stream_task_past_its_execution_timeout_stops_its_spark_application(my
         assert "AirflowTaskTimeout" in airflow.task_log("cdc_timeout", run_id, "stream", 1)
     assert not left, f"still running {time.monotonic() - failed:.0f}s after the timeout:\n" + "\n".join(left)
     assert not leases.current().live
+
+
+@pytest.mark.usefixtures("reap_spark")
+def test_marking_a_running_chunk_task_failed_stops_its_spark_application(mysql_server, cdc_user, database, tmp_path):
+    conn = mysql_server.connect()
+    [table] = create_sample_tables(conn, database, rows_per_table=300, seed=6, tables=SAMPLE_TABLES[:1])
+    env = example_dag_env(tmp_path / "airflow", cdc_user, [table], sink_root=tmp_path / "lake",
+                          state_dir=tmp_path / "state", split_rows=1000, chunk_rows=1000)
+    (tmp_path / "tmp").mkdir()
+    env["TMPDIR"] = str(tmp_path / "tmp")
+    group = group_id_for(table.quoted)
+    with AirflowStandalone(env) as airflow:
+        airflow.wait_for_dag(DAG_ID)
+        run_id = airflow.trigger(DAG_ID, {"stream_mode": "skip"})
+        airflow.wait_until(lambda: airflow.task_state(DAG_ID, run_id, f"{group}.plan") == "success", 300,
+                           "the table is planned")
+        # the chunk job's reads wait behind this lock: it is surely still running when marked failed
+        with conn.cursor() as cur:
+            cur.execute(f"LOCK TABLES {table.quoted} WRITE")
+        airflow.wait_until(lambda: airflow.xcom(DAG_ID, run_id, f"{group}.snapshot", "spark_ui_url", map_index=0),
+                           300, "the chunk job's driver is up")
+        airflow.mark(DAG_ID, run_id, f"{group}.snapshot", "failed", map_index=0)
+        marked = time.monotonic()
+        deadline = marked + 60
+        while spark_processes_of(tmp_path) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        left = spark_processes_of(tmp_path)
+        with conn.cursor() as cur:
+            cur.execute("UNLOCK TABLES")
+        assert airflow.xcom(DAG_ID, run_id, f"{group}.snapshot", "return_value", map_index=0) is None
+    assert not left, f"still running {time.monotonic() - marked:.0f}s after the task was marked failed:\n" + \
+        "\n".join(left)
+    assert PipelineState(str(tmp_path / "state" / DAG_ID)).latest_number() == 0
