@@ -142,11 +142,7 @@ class StreamLeases:
     def current(self) -> LeaseState | None:
         """The lease in force (live or not), None when no stream ever ran."""
         number = self.latest_number()
-        if not number:
-            return None
-        lease = self.storage.read_record(StreamLease, LEASES, _lease_name(number))
-        heartbeat = self.storage.read_record(LeaseHeartbeat, LEASES, _heartbeat_name(number))
-        return LeaseState(lease, heartbeat, self.clock(), self.host)  # type: ignore[arg-type]
+        return self.load(number) if number else None
 
     def request_stop(self, number: int, reason: str) -> None:
         """Ask the stream holding lease ``number`` to stop (it does within about a second, wherever
@@ -155,6 +151,14 @@ class StreamLeases:
 
     def stop_request(self, number: int) -> StopRequest | None:
         return self.storage.read_record(StopRequest, LEASES, _stop_name(number))
+
+    def load(self, number: int) -> LeaseState:
+        """Lease ``number`` (in force or not) and its last heartbeat."""
+        lease = self.storage.read_record(StreamLease, LEASES, _lease_name(number))
+        if lease is None:
+            raise FileNotFoundError(self.storage.url(LEASES, _lease_name(number)))
+        heartbeat = self.storage.read_record(LeaseHeartbeat, LEASES, _heartbeat_name(number))
+        return LeaseState(lease, heartbeat, self.clock(), self.host)
 
     def acquire(self, holder: str, *, ttl_s: float = DEFAULT_TTL_S, report: str = "") -> HeldLease:
         """Take the lease for a stream about to start in this process, or raise

@@ -143,3 +143,8 @@ def spark_processes_of(folder: Path) -> list[str]:
         if ours or "CoarseGrainedExecutorBackend" in argv:
             found.append(f"{proc.name}: {argv[:300]}")
     return found
+
+
+def stream_drivers(folder: Path) -> list[int]:
+    """The pids of the stream's Python drivers among ``spark_processes_of(folder)``."""
+    return [int(p.split(":")[0]) for p in spark_processes_of(folder) if "binlog_stream.py" in p]

@@ -1,5 +1,5 @@
 """Killing a task under a real scheduler (``airflow standalone``) stops its Spark application:
-marking it failed, and its ``execution_timeout``.
+marking a stream or chunk task failed, clearing a stream task, and its ``execution_timeout``.
 
 The example DAG runs with a continuous stream; once the stream's driver is up, the stream task is
 marked failed through the REST API (what the UI's button does). Airflow's supervisor then
@@ -30,7 +30,7 @@ from airflow_provider_mysqlcdc.pipeline import group_id_for
 from airflow_provider_mysqlcdc.state.lease import StreamLeases
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 
-from .helpers import spark_processes_of
+from .helpers import spark_processes_of, stream_drivers
 
 pytestmark = pytest.mark.integration
 
@@ -164,3 +164,29 @@ def test_marking_a_running_chunk_task_failed_stops_its_spark_application(mysql_s
     assert not left, f"still running {time.monotonic() - marked:.0f}s after the task was marked failed:\n" + \
         "\n".join(left)
     assert PipelineState(str(tmp_path / "state" / DAG_ID)).latest_number() == 0
+
+
+@pytest.mark.usefixtures("reap_spark")
+def test_clearing_a_running_stream_task_stops_its_stream_and_the_new_try_streams_alone(mysql_server, cdc_user,
+                                                                                       database, tmp_path):
+    [table] = create_sample_tables(mysql_server.connect(), database, rows_per_table=300, seed=7,
+                                   tables=SAMPLE_TABLES[:1])
+    env = example_dag_env(tmp_path / "airflow", cdc_user, [table], sink_root=tmp_path / "lake",
+                          state_dir=tmp_path / "state", split_rows=1000, chunk_rows=1000)
+    (tmp_path / "tmp").mkdir()
+    env["TMPDIR"] = str(tmp_path / "tmp")
+    leases = StreamLeases(PipelineState(str(tmp_path / "state" / DAG_ID)))
+    with AirflowStandalone(env) as airflow:
+        airflow.wait_for_dag(DAG_ID)
+        run_id = airflow.trigger(DAG_ID, STREAM_ONLY)
+        airflow.wait_until(lambda: leases.current() and leases.current().live, 600, "the stream runs")
+        first = leases.current()
+        [first_driver] = stream_drivers(tmp_path)
+
+        airflow.clear(DAG_ID, run_id, "stream")
+        airflow.wait_until(lambda: leases.current().lease.number == 2 and leases.current().live, 180,
+                           "the cleared task's new try streams")
+        assert not leases.load(first.lease.number).live, "the first stream still holds its lease"
+        assert (airflow.task_instance(DAG_ID, run_id, "stream") or {}).get("try_number") == 2
+        assert first_driver not in stream_drivers(tmp_path) and len(stream_drivers(tmp_path)) == 1
+        airflow.mark(DAG_ID, run_id, "stream", "failed")

@@ -24,7 +24,7 @@ from airflow_provider_mysqlcdc.devtools.workload import SAMPLE_TABLES, create_sa
 from airflow_provider_mysqlcdc.state.lease import StreamLeases
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 
-from .helpers import spark_processes_of
+from .helpers import spark_processes_of, stream_drivers
 from .test_airflow_kill import DAG_ID, STREAM_ONLY
 
 pytestmark = pytest.mark.integration
@@ -33,11 +33,6 @@ pytestmark = pytest.mark.integration
 def _parent(pid: int) -> int:
     stat = Path(f"/proc/{pid}/stat").read_text()
     return int(stat.rsplit(")", 1)[1].split()[1])
-
-
-def _stream_drivers(folder: Path) -> list[int]:
-    """The Python drivers of the stream (spark_processes_of shows the start of each command line)."""
-    return [int(p.split(":")[0]) for p in spark_processes_of(folder) if "binlog_stream.py" in p]
 
 
 @pytest.mark.usefixtures("reap_spark")
@@ -60,7 +55,7 @@ def test_a_retry_after_a_worker_crash_reconnects_to_the_running_stream(mysql_ser
         airflow.wait_until(lambda: "following the stream" in airflow.task_log(DAG_ID, run_id, "stream", 1), 60,
                            "the stream task follows its stream")
         first = leases.current()
-        [driver] = _stream_drivers(tmp_path)
+        [driver] = stream_drivers(tmp_path)
         task = _parent(_parent(driver))  # the driver's parent is spark-submit, the task's child
         supervisor = _parent(task)
         for pid in (task, supervisor):  # the worker crashes; the stream, in a session of its own, does not
@@ -73,7 +68,7 @@ def test_a_retry_after_a_worker_crash_reconnects_to_the_running_stream(mysql_ser
                            60, "the retry reconnects to the stream")
         now = leases.current()
         assert (now.lease.number, now.heartbeat.app_id) == (first.lease.number, first.heartbeat.app_id) and now.live
-        assert _stream_drivers(tmp_path) == [driver]
+        assert stream_drivers(tmp_path) == [driver]
 
         airflow.mark(DAG_ID, run_id, "stream", "failed")
         deadline = time.monotonic() + 60
