@@ -33,7 +33,7 @@ from airflow_provider_mysqlcdc.operators.spark_job import MySqlCdcSparkJobOperat
 from airflow_provider_mysqlcdc.protocol.actions import StreamMode
 from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
-from airflow_provider_mysqlcdc.protocol.results import StreamPhase, StreamResult, StreamStatus
+from airflow_provider_mysqlcdc.protocol.results import DetachedStreamRef, StreamPhase, StreamResult, StreamStatus
 from airflow_provider_mysqlcdc.spark.report import ReportWatcher
 from airflow_provider_mysqlcdc.spark.submit import SparkJobFailed
 from airflow_provider_mysqlcdc.state.registry import PipelineState
@@ -117,18 +117,18 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
         self._job = job
         if not self.deferrable:  # a retry after a worker crash reconnects to the stream (submit_job below)
             return self.execute_resumable(context)
-        submitted = self.submit_job(context)
-        self.defer(trigger=MySqlCdcStreamTrigger(state=self.state, report=submitted["report"],
-                                                 submitted_at=submitted["submitted_at"],
+        submitted = decode(DetachedStreamRef, self.submit_job(context), "the submitted stream")
+        self.defer(trigger=MySqlCdcStreamTrigger(state=self.state, report=submitted.report,
+                                                 submitted_at=submitted.submitted_at,
                                                  poll_interval_s=self.poll_interval_s),
                    method_name="execute_complete")
 
     # --- a detached continuous stream (ResumableJobMixin; the deferred path submits it the same way)
     def submit_job(self, context: Context) -> dict[str, Any]:
-        """Start the stream detached; its id is its report folder (and when it was submitted)."""
+        """Start the stream detached; its id (a DetachedStreamRef record) is its report folder."""
         job = self._job
         job.report = self.report_folder(PipelineState(self.state), context)
-        submitted = {"report": job.report, "submitted_at": time.time()}
+        submitted = encode(DetachedStreamRef(job.report, time.time()))
         self._detached = self._watch(submitted)
         self.start_spark_program("binlog_stream.py", job.to_json(), PipelineState(self.state), context)
         return submitted
@@ -162,7 +162,8 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
         return self._finished(result)
 
     def _watch(self, external_id: Any) -> DetachedStream:
-        return DetachedStream(self.state, external_id["report"], submitted_at=float(external_id["submitted_at"]))
+        ref = decode(DetachedStreamRef, external_id, f"the task state store's {self.external_id_key}")
+        return DetachedStream(self.state, ref.report, submitted_at=ref.submitted_at)
 
     def on_kill(self) -> None:
         if self._detached is not None:  # wherever its driver runs, also when this try only reconnected to it

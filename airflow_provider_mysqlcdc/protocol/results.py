@@ -179,3 +179,21 @@ class StreamStatus:
     @classmethod
     def from_body(cls, body: dict[str, Any], version: int) -> "StreamStatus":
         return cls(StreamPhase(body["phase"]), body.get("message", ""), body.get("result"))
+
+
+@dataclass(frozen=True)
+class DetachedStreamRef:
+    """A detached stream as its task keeps it (in the task state store, for a retry to reconnect):
+    its report folder, and when it was submitted."""
+
+    FORMAT: ClassVar[RecordFormat] = RecordFormat("detached-stream", 1)
+
+    report: str
+    submitted_at: float
+
+    def to_body(self) -> dict[str, Any]:
+        return {"report": self.report, "submitted_at": self.submitted_at}
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any], version: int) -> "DetachedStreamRef":
+        return cls(body["report"], float(body["submitted_at"]))

@@ -14,8 +14,8 @@ from airflow_provider_mysqlcdc.protocol.envelope import ProtocolError, ProtocolV
 from airflow_provider_mysqlcdc.protocol.actions import PlanAction
 from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob, StreamJob
 from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
-from airflow_provider_mysqlcdc.protocol.results import (ChunkResult, CollectResult, StreamPhase, StreamResult,
-                                                        StreamStatus)
+from airflow_provider_mysqlcdc.protocol.results import (ChunkResult, CollectResult, DetachedStreamRef, StreamPhase,
+                                                        StreamResult, StreamStatus)
 from airflow_provider_mysqlcdc.protocol.state import (CapturedTable, CheckpointIdentity, ChunkProgress, DriftEvent,
                                                       DriftLog, Generation, LeaseHeartbeat, RunPlanProgress,
                                                       StagedRelease, RememberedSchema, ServerEpoch, ServerHistory,
@@ -49,6 +49,7 @@ RECORDS = [
     LeaseHeartbeat("f00d", 2.0, False, "app-1", "http://worker-1:4040"),
     StopRequest("its Airflow task was marked failed", 3.0),
     StreamStatus(StreamPhase.FINISHED, "the stream ended", {"record": "stream-result"}),
+    DetachedStreamRef("/state/runs/r/spark/stream--1-1", 1.5),
     RememberedSchema(TableSchema(T, (Column("id", "int", "int(11)", False), Column("v", "decimal", "decimal(10,2)", True)),
                                  ("id",))),
     StreamOffset(AT.in_epoch(2), 3),
