@@ -27,6 +27,7 @@ from airflow_provider_mysqlcdc.protocol.envelope import Record, encode
 from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
 from airflow_provider_mysqlcdc.protocol.state import (ChunkProgress, RunPlanProgress, StreamBatchProgress,
                                                       StreamOffsetProgress)
+from airflow_provider_mysqlcdc.state.lease import StreamLeases
 from airflow_provider_mysqlcdc.state.registry import STREAM_OFFSET, STREAM_PROGRESS, PipelineState
 from airflow_provider_mysqlcdc.state.servers import ServerEpochs
 
@@ -53,10 +54,20 @@ def pipeline_status(location: str, source: SourceConfig | None = None) -> dict[s
                               "tables": tables, "latest_run": _latest_run(state),
                               "stream": _body(state.read_progress(StreamBatchProgress, STREAM_PROGRESS)),
                               "stream_offset": _body(state.read_progress(StreamOffsetProgress, STREAM_OFFSET)),
-                              "servers": [dataclasses.asdict(e) for e in ServerEpochs(state).history()]}
+                              "servers": [dataclasses.asdict(e) for e in ServerEpochs(state).history()],
+                              "lease": _lease(state)}
     if source is not None:
         status["server"] = _server_position(source, status["stream_offset"], state)
     return status
+
+
+def _lease(state: PipelineState) -> dict[str, Any] | None:
+    """The stream's lease in force (state/lease.py): who holds it, and whether that stream is alive."""
+    current = StreamLeases(state).current()
+    if current is None:
+        return None
+    return {"number": current.lease.number, "holder": current.lease.holder, "live": current.live,
+            "description": current.describe() if current.live else f"free: {current.why_free()}"}
 
 
 def _body(record: Record | None) -> dict[str, Any] | None:
@@ -141,6 +152,10 @@ def print_status(location: str, source: SourceConfig | None = None) -> None:
         offset = StreamOffset.from_spark(committed["offset"])
         print(f"  stream committed up to {offset.offset} (registry generation {offset.generation}) "
               f"{time.time() - committed['committed_at']:.0f}s ago")
+    lease = status["lease"]
+    if lease:
+        print(f"  stream lease: {lease['description']}" if lease["live"] else
+              f"  stream lease {lease['number']} ({lease['holder']}) {lease['description']}")
     for epoch in status["servers"][1:]:
         print(f"source failed over: from GTID position {epoch['since']} the pipeline reads server_id "
               f"{epoch['server_id']} (server epoch {epoch['epoch']}, followed at {epoch['followed_at']})")

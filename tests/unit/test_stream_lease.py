@@ -159,3 +159,14 @@ def test_a_stream_asked_to_stop_before_its_query_started_is_stopped_once_it_has_
 
     with LeaseKeeper(held, stop_stream=stop_stream, poll_s=0.05):
         assert stopped.wait(timeout=30)
+
+
+def test_the_pipeline_status_names_the_running_stream_and_a_free_lease_says_why(state, capsys):
+    from airflow_provider_mysqlcdc.status import pipeline_status, print_status
+
+    held = StreamLeases(state, host="worker-1").acquire("Airflow task d.stream of run r1, try 1")
+    lease = pipeline_status(state.location)["lease"]
+    assert lease["live"] and lease["number"] == 1 and "d.stream of run r1" in lease["description"]
+    held.release()
+    print_status(state.location)
+    assert "stream lease 1 (Airflow task d.stream of run r1, try 1) free: released" in capsys.readouterr().out
