@@ -21,7 +21,7 @@ same pipeline fails at its start, naming the one that runs.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from airflow.sdk import Context, ResumableJobMixin, conf
@@ -37,10 +37,13 @@ from airflow_provider_mysqlcdc.protocol.results import DetachedStreamRef, Stream
 from airflow_provider_mysqlcdc.spark.report import ReportWatcher
 from airflow_provider_mysqlcdc.spark.submit import SparkJobFailed
 from airflow_provider_mysqlcdc.state.registry import PipelineState
-from airflow_provider_mysqlcdc.spark.supervision import DetachedStream
+from airflow_provider_mysqlcdc.spark.supervision import DetachedStream, wait_for_a_stopping_stream
 from airflow_provider_mysqlcdc.triggers.stream import STOP_REASON, MySqlCdcStreamTrigger
 
 STREAM_MODES = (*(m.value for m in StreamMode), "skip")
+#: what a retry finds of a stream its task asked to stop (marked failed, cleared, timed out): neither
+#: running nor done, so ResumableJobMixin starts a new one instead of reconnecting to it
+STOPPED_BY_ITS_TASK = "stopped-by-its-task"
 
 
 class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
@@ -116,25 +119,56 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
             return self._finished(self.run_spark_program("binlog_stream.py", job.to_json(), state, context))
         self._job = job
         if not self.deferrable:  # a retry after a worker crash reconnects to the stream (submit_job below)
-            return self.execute_resumable(context)
-        submitted = decode(DetachedStreamRef, self.submit_job(context), "the submitted stream")
+            try:
+                return self.execute_resumable(context)
+            except BaseException:  # a task that ends, however, leaves no stream of its own behind
+                if self._detached is not None:
+                    self._detached.request_stop(f"its Airflow task {_holder(context)} failed")
+                raise
+        submitted = self._start_detached(context)
         self.defer(trigger=MySqlCdcStreamTrigger(state=self.state, report=submitted.report,
                                                  submitted_at=submitted.submitted_at,
                                                  poll_interval_s=self.poll_interval_s),
                    method_name="execute_complete")
 
-    # --- a detached continuous stream (ResumableJobMixin; the deferred path submits it the same way)
-    def submit_job(self, context: Context) -> dict[str, Any]:
-        """Start the stream detached; its id (a DetachedStreamRef record) is its report folder."""
+    def _start_detached(self, context: Context, *,
+                        before_start: Callable[[DetachedStreamRef], None] | None = None) -> DetachedStreamRef:
+        """Start the stream detached (its id is its report folder); returns once its driver is up.
+
+        A stream this task's previous try asked to stop (the task was cleared, or retried after its
+        ``execution_timeout``) may still be ending its last micro-batch: wait for it to let the
+        pipeline's lease go first."""
+        wait_for_a_stopping_stream(self.state, on_wait=self.log.info)
         job = self._job
         job.report = self.report_folder(PipelineState(self.state), context)
-        submitted = encode(DetachedStreamRef(job.report, time.time()))
-        self._detached = self._watch(submitted)
+        submitted = DetachedStreamRef(job.report, time.time())
+        if before_start is not None:
+            before_start(submitted)
+        self._detached = self._watch(encode(submitted))
         self.start_spark_program("binlog_stream.py", job.to_json(), PipelineState(self.state), context)
         return submitted
 
+    # --- a detached continuous stream followed by the task (ResumableJobMixin)
+    def submit_job(self, context: Context) -> None:
+        """Start the stream detached. Its id goes into the task state store *before* it starts, so
+        a worker that crashes while the stream starts leaves a retry that finds it, and a task
+        cleared meanwhile (its task instance gone) cannot fail between the two. The mixin is given
+        no id back, so it stores nothing more (``poll_until_complete`` and ``get_job_result`` then
+        follow the stream this try started)."""
+        store = context.get("task_state_store") if self.durable else None
+
+        def remember(submitted: DetachedStreamRef) -> None:
+            if store is not None:
+                store.set(self.external_id_key, encode(submitted))
+
+        self._start_detached(context, before_start=remember)
+        return None
+
     def get_job_status(self, external_id: Any, context: Context) -> str:
-        return self._watch(external_id).status().phase.value
+        stream = self._watch(external_id)
+        if stream.stop_requested() is not None:  # its task was killed: the next try starts a stream anew
+            return STOPPED_BY_ITS_TASK
+        return stream.status().phase.value
 
     def is_job_active(self, status: str) -> bool:
         return status in (StreamPhase.STARTING.value, StreamPhase.RUNNING.value)
@@ -145,7 +179,7 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
     def poll_until_complete(self, external_id: Any, context: Context) -> None:
         """Follow the stream (its progress into the task log) until it ends; raise when it failed or
         was lost."""
-        stream = self._detached = self._watch(external_id)
+        stream = self._detached = self._follow(external_id)
         self.log.info("following the stream whose report folder is %s", stream.folder)
         while True:
             status = stream.status(lambda line: self.log.info("%s", line))
@@ -156,10 +190,16 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
             raise SparkJobFailed(status.message)
 
     def get_job_result(self, external_id: Any, context: Context) -> dict[str, Any]:
-        stream = self._watch(external_id)
+        stream = self._follow(external_id)
         result = stream.report.result()
         stream.remove_report()
         return self._finished(result)
+
+    def _follow(self, external_id: Any) -> DetachedStream:
+        """The stream the mixin names, or (no id: ``submit_job`` returns none) the one this try started."""
+        if external_id is None and self._detached is not None:
+            return self._detached
+        return self._watch(external_id)
 
     def _watch(self, external_id: Any) -> DetachedStream:
         ref = decode(DetachedStreamRef, external_id, f"the task state store's {self.external_id_key}")

@@ -3,7 +3,8 @@ state location is reachable: a deferred task's trigger, or a task that reconnect
 
 Two things tell how it is doing: its report folder (log lines, then its result or its failure:
 spark/report.py) and the pipeline's stream lease (state/lease.py), which names the report folder
-of the stream that holds it and shows its heartbeat. Stopping it is a stop request on its lease.
+of the stream that holds it and shows its heartbeat. Stopping it is a stop request in its report
+folder (or on its lease).
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import time
 from collections.abc import Callable
 
 from airflow_provider_mysqlcdc.protocol.results import StreamPhase, StreamStatus
-from airflow_provider_mysqlcdc.spark.report import ReportWatcher
+from airflow_provider_mysqlcdc.protocol.state import StopRequest
+from airflow_provider_mysqlcdc.spark.report import ReportWatcher, stop_request
 from airflow_provider_mysqlcdc.state.lease import LeaseState, StreamLeases
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 
@@ -72,5 +74,36 @@ class DetachedStream:
         if it has not started yet)."""
         self.report.request_stop(reason)
 
+    def stop_requested(self) -> StopRequest | None:
+        """Whether someone asked it to stop (``request_stop``), and why."""
+        return stop_request(self.folder)
+
     def remove_report(self) -> None:
         self.report.remove()
+
+
+def wait_for_a_stopping_stream(state: str, *, timeout_s: float = 120.0, poll_s: float = 1.0,
+                               on_wait: Callable[[str], None] = lambda message: None) -> None:
+    """Return once no stream that was asked to stop still holds the pipeline's lease, or after
+    ``timeout_s`` (the lease then refuses the next stream, naming this one).
+
+    A task that is cleared or retried while its stream runs asks that stream to stop (``on_kill``);
+    the stream needs a few seconds to end its micro-batch and let the lease go, and the task's next
+    try must not start its own stream before then. A stream nobody asked to stop is not waited for.
+    """
+    leases = StreamLeases(PipelineState(state))
+    deadline = time.monotonic() + timeout_s
+    told = False
+    while True:
+        current = leases.current()
+        if current is None or not current.live:
+            return
+        request = leases.stop_request(current.lease.number) or (
+            stop_request(current.lease.report) if current.lease.report else None)
+        if request is None or time.monotonic() > deadline:
+            return
+        if not told:
+            on_wait(f"waiting for the stream asked to stop ({request.reason}) to let the pipeline's lease go: "
+                    f"{current.describe()}")
+            told = True
+        time.sleep(poll_s)
