@@ -74,21 +74,24 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
                       spark_conf: dict[str, Any] | None = None, changelog: bool = False,
                       on_binlog_purged: str = "fail", tables_param: bool = False,
                       stream_limits: dict[str, int] | None = None,
-                      stream_deferrable: bool | None = None) -> dict[str, Any]:
+                      stream_deferrable: bool | None = None, aws_conn_id: str | None = None) -> dict[str, Any]:
     """Build the graph in the current DAG; ``tables_param`` adds the group for trigger-time tables;
     ``stream_limits`` (``max_batch_bytes``, ``max_batch_events``, ``max_apply_changes``) go to the stream;
     ``stream_deferrable``: a continuous stream runs detached, watched from the triggerer (default:
     Airflow's ``[operators] default_deferrable``).
 
     Spark: ``spark_conn_id`` names an Airflow ``spark`` connection (master, queue, namespace, Kerberos;
-    hooks/spark.py), else ``spark_master`` is used; ``spark_conf`` is added to every job."""
-    spark = dict(spark_master=spark_master, spark_conn_id=spark_conn_id, spark_conf=spark_conf)
+    hooks/spark.py), else ``spark_master`` is used; ``spark_conf`` is added to every job.
+
+    Object stores: ``sink_root`` and ``state_dir`` may be ``s3://`` (``gs://``, ``abfss://``) URLs;
+    ``aws_conn_id`` names the ``aws`` connection whose credentials open them (hooks/object_store.py)."""
+    spark = dict(spark_master=spark_master, spark_conn_id=spark_conn_id, spark_conf=spark_conf, aws_conn_id=aws_conn_id)
     state = f"{state_dir.rstrip('/')}/{{{{ dag.dag_id }}}}"
     sink = _param("sink_root", sink_root)
     common = dict(state=state, mysqlcdc_conn_id=mysqlcdc_conn_id, split_rows=_param("split_rows", split_rows),
                   chunk_rows=_param("chunk_rows", chunk_rows), chunk_key_columns=_param("chunk_key_columns", {}),
                   startup_mode=_param("startup_mode", "initial"), start_offset=_param("start_offset", None),
-                  resnapshot=_param("resnapshot", None))
+                  resnapshot=_param("resnapshot", None), aws_conn_id=aws_conn_id)
     groups = [(group_id_for(t), [t]) for t in tables]
     if tables_param:
         groups.append(("param_tables", _param("tables", None)))
@@ -106,7 +109,7 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
         collected.append((plan.task_id, snapshot.task_id))
     # none_failed: a group with nothing to read maps to zero chunks, which Airflow marks skipped
     collect = MySqlCdcCollectSplitsOperator(task_id="collect_splits", groups=collected, state=state,
-                                            trigger_rule="none_failed")
+                                            aws_conn_id=aws_conn_id, trigger_rule="none_failed")
     snapshots >> collect
     stream = MySqlCdcStreamOperator(task_id="stream", state=state, sink_root=sink,
                                     mode=_param("stream_mode", stream_mode), mysqlcdc_conn_id=mysqlcdc_conn_id,

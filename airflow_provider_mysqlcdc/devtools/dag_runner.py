@@ -87,8 +87,10 @@ def _python(env: dict[str, str]) -> str:
     return env.get(DAG_PYTHON, sys.executable)
 
 
-def catch_up_stream(source: Any, state: str, sink_root: Path, work_dir: Path) -> dict[str, Any]:
-    """One more available-now stream run over the DAG's state and checkpoint, as its next run would do."""
+def catch_up_stream(source: Any, state: str, sink_root: Path | str, work_dir: Path,
+                    object_store: Any = None) -> dict[str, Any]:
+    """One more available-now stream run over the DAG's state and checkpoint, as its next run would do
+    (``object_store``: the ObjectStoreCredentials of a lake and state on an object store)."""
     from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
     from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
 
@@ -96,6 +98,8 @@ def catch_up_stream(source: Any, state: str, sink_root: Path, work_dir: Path) ->
     job = StreamJob(state=state, sink_root=str(sink_root))
     (work_dir / "stream.json").write_text(job.to_json())
     secrets = source.to_private_file(work_dir / "secrets" / "source.json")
+    if object_store is not None:
+        object_store.add_to_private_file(secrets)
     return SparkSubmit(work_dir=work_dir).run("binlog_stream.py", ["--job", str(work_dir / "stream.json")], secrets)
 
 

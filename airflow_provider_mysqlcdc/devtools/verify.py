@@ -103,12 +103,13 @@ def replay(source: SourceConfig, schemas: Mapping[TableId, TableSchema],
     return result
 
 
-def sink_rows(lake: object, schema: TableSchema) -> Rows:
-    """A Delta table's rows by key; a key present twice fails (a dict would hide it)."""
+def sink_rows(lake: object, schema: TableSchema, storage_options: dict[str, str] | None = None) -> Rows:
+    """A Delta table's rows by key; a key present twice fails (a dict would hide it).
+    ``storage_options``: delta-rs's, for a lake on an object store."""
     from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_to_rows
     from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 
-    rows = arrow_to_rows(DeltaSink(str(lake)).read(schema.table_id), schema)
+    rows = arrow_to_rows(DeltaSink(str(lake), storage_options).read(schema.table_id), schema)
     by_key = {schema.key_of(r): r for r in rows}
     if len(by_key) != len(rows):
         raise AssertionError(f"{schema.table_id}: {len(rows) - len(by_key)} duplicated key(s) in Delta")

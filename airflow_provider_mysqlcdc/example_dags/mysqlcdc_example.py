@@ -4,7 +4,8 @@ Settings come from the environment so that the demo and the tests can point it a
 MYSQLCDC_EXAMPLE_TABLES (comma-separated db.table), MYSQLCDC_SINK_ROOT, MYSQLCDC_STATE_DIR,
 MYSQLCDC_SPLIT_ROWS, MYSQLCDC_CHUNK_ROWS, MYSQLCDC_SPARK_CONN_ID (an Airflow ``spark`` connection;
 unset: Spark local mode), MYSQLCDC_SPARK_CONF (JSON, e.g. '{"spark.executor.memory": "4g"}') and
-MYSQLCDC_STREAM_DEFERRABLE ("true": a continuous stream runs detached, watched from the triggerer).
+MYSQLCDC_STREAM_DEFERRABLE ("true": a continuous stream runs detached, watched from the triggerer)
+and MYSQLCDC_AWS_CONN_ID (an Airflow ``aws`` connection for a lake and state on ``s3://``).
 The source is the Airflow connection ``mysqlcdc_default``.
 Everything else is a DAG param, e.g. more tables, or a re-snapshot while streaming:
 
@@ -39,4 +40,5 @@ with DAG(
         spark_conf=json.loads(os.environ.get("MYSQLCDC_SPARK_CONF") or "{}"),
         tables_param=True,
         stream_deferrable=os.environ.get("MYSQLCDC_STREAM_DEFERRABLE", "").lower() == "true" or None,
+        aws_conn_id=os.environ.get("MYSQLCDC_AWS_CONN_ID") or None,
     )

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.protocol.results import DriverInfo
+from airflow_provider_mysqlcdc.state.credentials import ObjectStoreCredentials
 
 if TYPE_CHECKING:
     from airflow_provider_mysqlcdc.spark.report import ReportWatcher
@@ -150,14 +151,15 @@ class SparkJobRunner:
         self._report: ReportWatcher | None = None  # the running program's ReportWatcher: it knows the driver once it is up
 
     def run(self, script: str, job_json: str, *, source: SourceConfig, report_folder: str,
-            on_driver: Callable[[DriverInfo], None] | None = None) -> dict[str, Any]:
+            on_driver: Callable[[DriverInfo], None] | None = None,
+            object_store: ObjectStoreCredentials | None = None) -> dict[str, Any]:
         """Submit ``script`` with ``job_json``; the program's log lines go to the task log as they come.
         Returns its result, or raises ``SparkJobFailed`` with its own error."""
         from airflow.providers.common.compat.sdk import AirflowException
 
         from airflow_provider_mysqlcdc.spark.submit import job_outcome
 
-        submission = self._prepare(script, job_json, source, report_folder, detached=False)
+        submission = self._prepare(script, job_json, source, object_store, report_folder, detached=False)
         report = submission.report
         try:
             stop = threading.Event()
@@ -178,7 +180,8 @@ class SparkJobRunner:
             shutil.rmtree(submission.work, ignore_errors=True)
 
     def start(self, script: str, job_json: str, *, source: SourceConfig, report_folder: str,
-              on_driver: Callable[[DriverInfo], None] | None = None, start_timeout_s: float = 600) -> None:
+              on_driver: Callable[[DriverInfo], None] | None = None, start_timeout_s: float = 600,
+              object_store: ObjectStoreCredentials | None = None) -> None:
         """Submit ``script`` detached: return once its driver is up, and leave it running on its own
         (the caller watches its report folder: spark/supervision.py). In client mode spark-submit is
         the driver: it runs in a session of its own and outlives the task's process. The program
@@ -188,7 +191,7 @@ class SparkJobRunner:
 
         from airflow_provider_mysqlcdc.spark.submit import SparkJobFailed, job_outcome
 
-        submission = self._prepare(script, job_json, source, report_folder, detached=True)
+        submission = self._prepare(script, job_json, source, object_store, report_folder, detached=True)
         report, problems = submission.report, []
 
         def submit() -> None:
@@ -220,10 +223,10 @@ class SparkJobRunner:
 
         return driver_started
 
-    def _prepare(self, script: str, job_json: str, source: SourceConfig, report_folder: str, *,
-                 detached: bool) -> "_Submission":
-        """The work folder (package zip, private credentials file), the report folder with the job in
-        it, and the hook that submits ``script``."""
+    def _prepare(self, script: str, job_json: str, source: SourceConfig, object_store: ObjectStoreCredentials | None,
+                 report_folder: str, *, detached: bool) -> "_Submission":
+        """The work folder (package zip, private credentials file: the source's and the object store's),
+        the report folder with the job in it, and the hook that submits ``script``."""
         from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
         from airflow_provider_mysqlcdc.spark.packaging import build_py_files_zip, launcher_jar, spark_job_script
@@ -234,6 +237,8 @@ class SparkJobRunner:
         report = self._report = ReportWatcher(report_folder)
         try:
             secrets = source.to_private_file(work / "source.json")
+            if object_store:
+                object_store.add_to_private_file(secrets)
             py_files = build_py_files_zip(work / "airflow_provider_mysqlcdc.zip")
             report.remove()  # what an earlier attempt of this try left
             report.write_job(job_json)
@@ -255,8 +260,9 @@ class SparkJobRunner:
             self._hook = SparkSubmitHook(conf=conf, conn_id=self.target.conn_id, name=self.name, java_class=java_class,
                                          py_files=None if java_class else str(py_files),
                                          files=str(py_files) if java_class else None, application_args=args)
+            private = object_store.variables if object_store else ()
             return _Submission(work, report, application, spark_environment(py_files, self.python,
-                                                                              local=self.target.local))
+                                                                              local=self.target.local, private=private))
         except BaseException:
             shutil.rmtree(work, ignore_errors=True)
             raise

@@ -16,6 +16,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
+from airflow_provider_mysqlcdc.hooks.object_store import open_object_store
 from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
 from airflow_provider_mysqlcdc.protocol.results import ChunkResult, CollectResult
 from airflow_provider_mysqlcdc.protocol.plans import TablePlans
@@ -29,16 +30,21 @@ class MySqlCdcCollectSplitsOperator(BaseOperator):
     :param groups: per table group, its plan task (whose ``tables`` XCom says what this run planned, and
         whose return value lists the chunks) and its mapped snapshot task (one finished-splits XCom per chunk)
     :param state: the pipeline's state location
+    :param aws_conn_id: an ``aws`` connection whose credentials open the state location on an object
+        store (hooks/object_store.py); none: the machine's own credentials
     """
 
     template_fields: Sequence[str] = ("state",)
 
-    def __init__(self, *, groups: Sequence[tuple[str, str]], state: str, **kwargs: Any) -> None:
+    def __init__(self, *, groups: Sequence[tuple[str, str]], state: str, aws_conn_id: str | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.aws_conn_id = aws_conn_id
         self.groups = [(plan, snapshot) for plan, snapshot in groups]
         self.state = state
 
     def execute(self, context: Context) -> dict[str, Any]:
+        open_object_store(self.aws_conn_id)
         ti = context["ti"]
         groups, results = [], []
         for plan_id, snapshot_id in self.groups:

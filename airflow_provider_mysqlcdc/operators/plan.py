@@ -24,6 +24,7 @@ from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, table_exists
 from airflow_provider_mysqlcdc.cdc.source.server import check_offset_available, current_offset
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
+from airflow_provider_mysqlcdc.hooks.object_store import open_object_store
 from airflow_provider_mysqlcdc.protocol.actions import PlanAction
 from airflow_provider_mysqlcdc.protocol.envelope import encode
 from airflow_provider_mysqlcdc.protocol.plans import TablePlan, TablePlans
@@ -90,6 +91,8 @@ class MySqlCdcPlanOperator(BaseOperator):
     :param start_offset: ``binlog.000042:1234`` for startup mode ``offset``
     :param resnapshot: ``"db.table"`` or ``{"table": ..., "from": low, "to": high}`` items
     :param unset_covers_captured_except: see above
+    :param aws_conn_id: an ``aws`` connection whose credentials open the state location on an object
+        store (hooks/object_store.py); none: the machine's own credentials
     """
 
     template_fields: Sequence[str] = ("tables", "state", "split_rows", "chunk_rows", "chunk_key_columns",
@@ -99,8 +102,10 @@ class MySqlCdcPlanOperator(BaseOperator):
                  split_rows: int | str = DEFAULT_SPLIT_ROWS, chunk_rows: int | str = DEFAULT_CHUNK_ROWS,
                  chunk_key_columns: dict[str, str] | str | None = None, startup_mode: str = "initial",
                  start_offset: Any = None, resnapshot: Any = None,
-                 unset_covers_captured_except: Sequence[str] | None = None, **kwargs: Any) -> None:
+                 unset_covers_captured_except: Sequence[str] | None = None, aws_conn_id: str | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.aws_conn_id = aws_conn_id
         self.unset_covers_captured_except = unset_covers_captured_except
         self.tables = tables
         self.state = state
@@ -113,6 +118,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         self.resnapshot = resnapshot
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
+        open_object_store(self.aws_conn_id)
         self._refuse_overlapping_runs(context)
         table_ids = parse_tables(self.tables, allow_empty=True)
         settings = self._settings()

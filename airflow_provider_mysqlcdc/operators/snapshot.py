@@ -52,6 +52,7 @@ class MySqlCdcSnapshotOperator(MySqlCdcSparkJobOperator):
         self.partitions_per_split = partitions_per_split
 
     def execute(self, context: Context) -> dict[str, Any]:
+        self.object_store  # installed before the state location and the lake are touched
         hook = self.hook
         chunk = self.chunk if isinstance(self.chunk, dict) else json.loads(self.chunk)
         table_id = TableId.parse(chunk["table"])

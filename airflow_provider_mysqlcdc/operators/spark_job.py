@@ -10,9 +10,11 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
+from airflow_provider_mysqlcdc.hooks.object_store import open_object_store
 from airflow_provider_mysqlcdc.hooks.spark import SparkJobRunner, spark_target
 from airflow_provider_mysqlcdc.links.spark import SPARK_UI_XCOM_KEY, SparkUiLink
 from airflow_provider_mysqlcdc.protocol.results import DriverInfo
+from airflow_provider_mysqlcdc.state.credentials import ObjectStoreCredentials
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 
 
@@ -23,15 +25,19 @@ class MySqlCdcSparkJobOperator(BaseOperator):
     :param spark_master: Spark master when no ``spark_conn_id`` is given
     :param spark_conn_id: an Airflow ``spark`` connection to submit through (hooks/spark.py)
     :param spark_conf: extra Spark configuration (no secrets)
+    :param aws_conn_id: an ``aws`` connection whose credentials open the lake and the state location on
+        an object store (hooks/object_store.py); none: the machine's own credentials
     """
 
     operator_extra_links = (SparkUiLink(),)
     spark_ui_url = ""  # the running program's Spark UI (links/spark.py)
 
     def __init__(self, *, mysqlcdc_conn_id: str = MySqlCdcHook.default_conn_name, spark_master: str = "local[2]",
-                 spark_conn_id: str | None = None, spark_conf: dict[str, Any] | None = None, **kwargs: Any) -> None:
+                 spark_conn_id: str | None = None, spark_conf: dict[str, Any] | None = None,
+                 aws_conn_id: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.mysqlcdc_conn_id = mysqlcdc_conn_id
+        self.aws_conn_id = aws_conn_id
         self.spark_master = spark_master
         self.spark_conn_id = spark_conn_id
         self.spark_conf = spark_conf
@@ -39,6 +45,11 @@ class MySqlCdcSparkJobOperator(BaseOperator):
     @cached_property
     def hook(self) -> MySqlCdcHook:
         return MySqlCdcHook(self.mysqlcdc_conn_id)
+
+    @cached_property
+    def object_store(self) -> ObjectStoreCredentials:
+        """The lake's and the state location's credentials, installed in this process once asked for."""
+        return open_object_store(self.aws_conn_id)
 
     @cached_property
     def spark_runner(self) -> SparkJobRunner:
@@ -53,13 +64,13 @@ class MySqlCdcSparkJobOperator(BaseOperator):
 
     def run_spark_program(self, script: str, job_json: str, state: PipelineState, context: Context) -> dict[str, Any]:
         """Run ``script`` with ``job_json`` to its end; its result."""
-        return self.spark_runner.run(script, job_json, source=self.hook.source_config(),
+        return self.spark_runner.run(script, job_json, source=self.hook.source_config(), object_store=self.object_store,
                                      report_folder=self.report_folder(state, context),
                                      on_driver=self._driver_started(context))
 
     def start_spark_program(self, script: str, job_json: str, state: PipelineState, context: Context) -> None:
         """Start ``script`` detached (SparkJobRunner.start): returns once its driver is up."""
-        self.spark_runner.start(script, job_json, source=self.hook.source_config(),
+        self.spark_runner.start(script, job_json, source=self.hook.source_config(), object_store=self.object_store,
                                 report_folder=self.report_folder(state, context),
                                 on_driver=self._driver_started(context))
 

@@ -108,6 +108,7 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
         if self.mode == "skip":
             self.log.info("stream mode 'skip': a stream running elsewhere picks up this run's registry changes")
             return encode(StreamResult("skip"))
+        self.object_store  # installed before the state location and the lake are touched
         hook = self.hook
         low, high = hook.server_id_range()
         job = StreamJob(state=self.state, sink_root=self.sink_root, mode=self.mode,
@@ -213,6 +214,7 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """The detached stream ended: its result, or its own error."""
         status = decode(StreamStatus, event, "the stream trigger's event")
+        self.object_store  # the report folder lives in the state location
         ReportWatcher(self.report_folder(PipelineState(self.state), context)).remove()
         if status.phase is not StreamPhase.FINISHED or status.result is None:
             raise SparkJobFailed(status.message)

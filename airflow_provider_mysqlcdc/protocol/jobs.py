@@ -10,7 +10,10 @@ rather than half understood.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+import os
+import tempfile
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -76,7 +79,7 @@ class StreamJob(_JobFile):
 
     state: str  # the pipeline's state location (registry, staged splits, progress)
     sink_root: str
-    checkpoint: str = ""  # default: <state>/checkpoint
+    checkpoint: str = ""  # default: <state>/checkpoint, or a local folder for a state on an object store
     mode: str = StreamMode.AVAILABLE_NOW.value
     trigger_interval_s: float = 1.0
     server_id_range: str = ""  # replica ids of its binlog connections, "low-high" (empty: the default range)
@@ -118,4 +121,20 @@ class StreamJob(_JobFile):
         if self.max_apply_changes < 1:
             raise ConfigurationError(f"max_apply_changes must be a positive number, got {self.max_apply_changes}.")
         if not self.checkpoint:
-            self.checkpoint = f"{self.state.rstrip('/')}/checkpoint"  # state/registry.py PipelineState.checkpoint
+            self.checkpoint = default_checkpoint(self.state)
+
+
+#: the file systems Spark writes to by itself; an object store needs Hadoop jars (S3A, GCS, ABFS) we do not ship
+HADOOP_SCHEMES = ("", "file", "hdfs", "viewfs")
+
+
+def default_checkpoint(state: str) -> str:
+    """Where the stream's Spark checkpoint lives when the job names no place: ``<state>/checkpoint``
+    (state/registry.py PipelineState.checkpoint) when Spark can write there, else a folder of the
+    driver's machine, one per state location. Losing it is safe: a stream whose checkpoint is new
+    resumes from the positions the state location and the sink record (spark/stream_job.py)."""
+    scheme = state.split("://", 1)[0].lower() if "://" in state else ""
+    if scheme in HADOOP_SCHEMES:
+        return f"{state.rstrip('/')}/checkpoint"
+    digest = hashlib.sha1(state.rstrip("/").encode()).hexdigest()[:16]
+    return os.path.join(tempfile.gettempdir(), "mysqlcdc-checkpoints", digest)

@@ -74,6 +74,7 @@ from airflow_provider_mysqlcdc.state.registry import PipelineState
 from airflow_provider_mysqlcdc.spark.batch_rows import RUN_LENGTH, SCHEMA, RowEmitter
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
 from airflow_provider_mysqlcdc.state.servers import ServerEpochs
+from airflow_provider_mysqlcdc.state.credentials import install_from_private_file
 from airflow_provider_mysqlcdc.state.spill import new_spill_folder
 
 SOURCE_NAME = "mysqlcdc_binlog"
@@ -141,6 +142,9 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         job = StreamJob.from_json(options["job"])
         self.state_location = job.state
         self.source_file = options["source_file"]
+        # the planner (a Python worker of the driver's JVM) reads the state location, maybe on an
+        # object store: its credentials are in the private file too (state/credentials.py)
+        install_from_private_file(self.source_file)
         self.server_id_range = parse_server_id_range(job.server_id_range)
         self.decode_pieces = job.decode_pieces
         self.initial_offset = json.loads(options["initial_offset"]) if options.get("initial_offset") else None
@@ -262,6 +266,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # --- executors -------------------------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[tuple]:
+        install_from_private_file(self.source_file)  # on an executor too: generations, spill files
         if isinstance(partition, Activation):
             yield from self._read_activation(partition)
             return

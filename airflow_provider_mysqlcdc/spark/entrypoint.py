@@ -39,9 +39,12 @@ def job_main(argv: list[str] | None, *, description: str, prepare: Prepare) -> i
 
     from airflow_provider_mysqlcdc.cdc.source.connection import ENV_PREFIX
     from airflow_provider_mysqlcdc.spark.report import LOG_FORMAT, JobReport
+    from airflow_provider_mysqlcdc.state.credentials import install_from_private_file
 
     if args.source_file:  # executors started from this process, and the job's own code, read it there
         os.environ[f"{ENV_PREFIX}FILE"] = args.source_file
+    # the lake's and the state location's credentials on an object store, before anything touches them
+    install_from_private_file(args.source_file)
     report = JobReport(args.report_to) if args.report_to else None
     # force: pyspark may have configured logging already. With a report folder our INFO lines go
     # there (the caller shows them); stderr keeps warnings and errors for the driver's own log.

@@ -15,7 +15,7 @@ import sys
 import tempfile
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,10 +41,11 @@ def spark_home() -> Path:
     return Path(pyspark.__file__).resolve().parent
 
 
-def spark_environment(py_files_zip: Path, python: str, local: bool) -> dict[str, str]:
-    """The environment spark-submit runs in: this one without private variables, the installed
-    pyspark's ``spark-submit`` first on the PATH, and the package zip on the Python path."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(PRIVATE_ENV_PREFIXES)}
+def spark_environment(py_files_zip: Path, python: str, local: bool, private: Collection[str] = ()) -> dict[str, str]:
+    """The environment spark-submit runs in: this one without private variables (and those named in
+    ``private``: credentials this process installed, which reach the program in its private file),
+    the installed pyspark's ``spark-submit`` first on the PATH, and the package zip on the Python path."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(PRIVATE_ENV_PREFIXES) and k not in private}
     # Python workers the driver's JVM starts itself (the streaming data source's planner) do not
     # get --py-files on their path; they inherit the JVM's PYTHONPATH, so the zip goes there too.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(py_files_zip), env.get("PYTHONPATH", "")) if p)

@@ -17,9 +17,8 @@ import uuid
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
-import fsspec
-
 from airflow_provider_mysqlcdc.state.registry import PipelineState
+from airflow_provider_mysqlcdc.state.storage import file_system
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +35,7 @@ class SpillWriter:
 
     def __init__(self, folder: str):
         self.url = f"{folder.rstrip('/')}/{uuid.uuid4().hex}.pickle"
-        fs, path = fsspec.core.url_to_fs(self.url)
+        fs, path = file_system(self.url)
         fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
         self._file: BinaryIO = fs.open(path, "wb")
         self.bytes = 0
@@ -52,7 +51,8 @@ class SpillWriter:
 
 def read_spill_file(url: str) -> Iterator[Any]:
     """The items of one spill file, one at a time."""
-    with fsspec.open(url, "rb") as f:
+    fs, path = file_system(url)
+    with fs.open(path, "rb") as f:
         while True:
             try:
                 yield pickle.load(f)
@@ -61,7 +61,7 @@ def read_spill_file(url: str) -> Iterator[Any]:
 
 
 def remove_spill_folder(url: str) -> None:
-    fs, path = fsspec.core.url_to_fs(url)
+    fs, path = file_system(url)
     if fs.exists(path):
         fs.rm(path, recursive=True)
 

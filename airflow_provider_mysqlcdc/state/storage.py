@@ -20,10 +20,20 @@ from airflow_provider_mysqlcdc.protocol.envelope import Record, decode, encode
 R = TypeVar("R")
 
 
+def file_system(url: str, storage_options: dict[str, Any] | None = None) -> tuple[fsspec.AbstractFileSystem, str]:
+    """The file system of ``url`` and the path in it. On an object store its listings are never
+    cached: other processes (the stream, chunk jobs, a second stream racing for the lease) write
+    the same folders, and a cached listing would hide their files."""
+    options = dict(storage_options or {})
+    if fsspec.core.split_protocol(url)[0] not in (None, "file", "local"):
+        options.setdefault("use_listings_cache", False)
+    return fsspec.core.url_to_fs(url, **options)
+
+
 class StateStorage:
     def __init__(self, location: str, storage_options: dict[str, Any] | None = None):
         self.location = location.rstrip("/")
-        self.fs, self.root = fsspec.core.url_to_fs(self.location, **(storage_options or {}))
+        self.fs, self.root = file_system(self.location, storage_options)
 
     def path(self, *parts: str) -> str:
         return "/".join([self.root, *parts])

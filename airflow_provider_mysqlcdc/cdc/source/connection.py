@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -138,8 +138,9 @@ class SourceConfig:
 
     @classmethod
     def from_private_file(cls, path: Path) -> "SourceConfig":
+        """The settings ``to_private_file`` wrote (the file may hold other credentials too: state/credentials.py)."""
         data = json.loads(Path(path).read_text())
-        return cls(**data)
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> "SourceConfig":
