@@ -53,8 +53,12 @@ class S3Server:
 
     def storage_options(self, access_key: str, secret_key: str) -> dict[str, Any]:
         """fsspec (s3fs) options for reading what a test wrote, without touching this process's environment."""
-        return {"key": access_key, "secret": secret_key,
-                "client_kwargs": {"endpoint_url": self.endpoint_url, "region_name": self.region}}
+        from airflow_provider_mysqlcdc.state.credentials import ObjectStoreCredentials
+
+        credentials = ObjectStoreCredentials.from_aws_connection(conn_id="s3-server", login=access_key,
+                                                                 password=secret_key,
+                                                                 extra=self.connection(access_key, secret_key)["extra"])
+        return credentials.fsspec_options("s3://")
 
     def create_bucket(self, name: str) -> None:
         request = urllib.request.Request(f"{self.endpoint_url}/{name}", method="PUT")

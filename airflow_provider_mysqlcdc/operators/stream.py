@@ -129,7 +129,7 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
         submitted = self._start_detached(context)
         self.defer(trigger=MySqlCdcStreamTrigger(state=self.state, report=submitted.report,
                                                  submitted_at=submitted.submitted_at,
-                                                 poll_interval_s=self.poll_interval_s),
+                                                 poll_interval_s=self.poll_interval_s, aws_conn_id=self.aws_conn_id),
                    method_name="execute_complete")
 
     def _start_detached(self, context: Context, *,

@@ -111,14 +111,14 @@ class _LinesHandler(logging.Handler):
 
 def stop_request(folder: str) -> StopRequest | None:
     """The program's side of ``ReportWatcher.request_stop``."""
-    return StateStorage(folder).read_record(StopRequest, STOP)
+    return ReportWatcher(folder).stop_requested()
 
 
 class ReportWatcher:
     """The caller's side: follow a report folder while the job runs, then read how it ended."""
 
-    def __init__(self, folder: str):
-        self.storage = StateStorage(folder)
+    def __init__(self, folder: str, storage_options: dict[str, Any] | None = None):
+        self.storage = StateStorage(folder, storage_options)
         self.folder = folder
         self.driver: DriverInfo | None = None
 
@@ -158,6 +158,10 @@ class ReportWatcher:
     def request_stop(self, reason: str) -> None:
         """Ask the program to stop (the stream looks for this every second, from its start)."""
         self.storage.write_record(StopRequest(reason, time.time()), STOP)
+
+    def stop_requested(self) -> StopRequest | None:
+        """Whether someone asked the program to stop, and why."""
+        return self.storage.read_record(StopRequest, STOP)
 
     def remove(self) -> None:
         if self.storage.fs.exists(self.storage.root):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from airflow_provider_mysqlcdc.protocol.results import StreamPhase, StreamStatus
 from airflow_provider_mysqlcdc.protocol.state import StopRequest
@@ -26,9 +27,9 @@ class DetachedStream:
     """The stream whose report folder is ``report``, on the pipeline at ``state``."""
 
     def __init__(self, state: str, report: str, *, submitted_at: float, start_timeout_s: float = 600.0,
-                 clock: Callable[[], float] = time.time):
-        self.leases = StreamLeases(PipelineState(state), clock=clock)
-        self.report = ReportWatcher(report)
+                 clock: Callable[[], float] = time.time, storage_options: dict[str, Any] | None = None):
+        self.leases = StreamLeases(PipelineState(state, storage_options), clock=clock)
+        self.report = ReportWatcher(report, storage_options)
         self.folder = report
         self.submitted_at = submitted_at
         self.start_timeout_s = start_timeout_s
@@ -76,7 +77,7 @@ class DetachedStream:
 
     def stop_requested(self) -> StopRequest | None:
         """Whether someone asked it to stop (``request_stop``), and why."""
-        return stop_request(self.folder)
+        return self.report.stop_requested()
 
     def remove_report(self) -> None:
         self.report.remove()

@@ -62,6 +62,24 @@ class ObjectStoreCredentials:
             variables["AWS_ALLOW_HTTP"] = "true"  # delta-rs refuses a plain-HTTP endpoint otherwise
         return cls(variables)
 
+    def fsspec_options(self, url: str) -> dict[str, Any]:
+        """fsspec options that carry these credentials for ``url`` explicitly, where installing them
+        would not do: a process that watches pipelines of other credentials too (the triggerer).
+        S3 only; other stores read their variables from the environment."""
+        if not self or not url.lower().startswith(("s3://", "s3a://")):
+            return {}
+        found = self.variables.get
+        options: dict[str, Any] = {}
+        if found("AWS_ACCESS_KEY_ID"):
+            options.update(key=found("AWS_ACCESS_KEY_ID"), secret=found("AWS_SECRET_ACCESS_KEY"))
+        if found("AWS_SESSION_TOKEN"):
+            options["token"] = found("AWS_SESSION_TOKEN")
+        client = {name: found(variable) for name, variable in (("endpoint_url", "AWS_ENDPOINT_URL"),
+                                                               ("region_name", "AWS_REGION")) if found(variable)}
+        if client:
+            options["client_kwargs"] = client
+        return options
+
     def install(self) -> None:
         """Make them this process's (and its children's) credentials for the object store."""
         os.environ.update(self.variables)

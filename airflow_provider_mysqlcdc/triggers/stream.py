@@ -14,7 +14,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
+from asgiref.sync import sync_to_async
 
+from airflow_provider_mysqlcdc.hooks.object_store import ObjectStoreHook
 from airflow_provider_mysqlcdc.protocol.envelope import encode
 from airflow_provider_mysqlcdc.protocol.results import StreamPhase
 from airflow_provider_mysqlcdc.spark.supervision import DetachedStream
@@ -30,28 +32,37 @@ class MySqlCdcStreamTrigger(BaseTrigger):
     :param submitted_at: when it was submitted (epoch seconds)
     :param poll_interval_s: how often to look
     :param start_timeout_s: how long it may take to hold the pipeline's lease
+    :param aws_conn_id: the ``aws`` connection of a state location on an object store (its
+        credentials are read in the triggerer, and given to this trigger's reads alone: other
+        triggers in the same process may watch pipelines on other stores)
     """
 
     def __init__(self, *, state: str, report: str, submitted_at: float, poll_interval_s: float = 2.0,
-                 start_timeout_s: float = 600.0) -> None:
+                 start_timeout_s: float = 600.0, aws_conn_id: str | None = None) -> None:
         super().__init__()
         self.state = state
         self.report = report
         self.submitted_at = submitted_at
         self.poll_interval_s = poll_interval_s
         self.start_timeout_s = start_timeout_s
+        self.aws_conn_id = aws_conn_id
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{type(self).__module__}.{type(self).__qualname__}",
                 {"state": self.state, "report": self.report, "submitted_at": self.submitted_at,
-                 "poll_interval_s": self.poll_interval_s, "start_timeout_s": self.start_timeout_s})
+                 "poll_interval_s": self.poll_interval_s, "start_timeout_s": self.start_timeout_s,
+                 "aws_conn_id": self.aws_conn_id})
 
-    def _stream(self) -> DetachedStream:
+    async def _stream(self) -> DetachedStream:
+        options = {}
+        if self.aws_conn_id:
+            credentials = await sync_to_async(ObjectStoreHook(self.aws_conn_id).credentials)()
+            options = credentials.fsspec_options(self.state)
         return DetachedStream(self.state, self.report, submitted_at=self.submitted_at,
-                              start_timeout_s=self.start_timeout_s)
+                              start_timeout_s=self.start_timeout_s, storage_options=options)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        stream = self._stream()
+        stream = await self._stream()
         last_phase = None
         while True:
             lines: list[str] = []
@@ -68,4 +79,4 @@ class MySqlCdcStreamTrigger(BaseTrigger):
 
     async def on_kill(self) -> None:
         self.log.info("asking the stream to stop: %s", STOP_REASON)
-        await asyncio.to_thread(self._stream().request_stop, STOP_REASON)
+        await asyncio.to_thread((await self._stream()).request_stop, STOP_REASON)

@@ -21,6 +21,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.devtools.airflow_standalone import AirflowStandalone
 from airflow_provider_mysqlcdc.devtools.dag_runner import catch_up_stream, example_dag_env, run_dag
 from airflow_provider_mysqlcdc.devtools.s3_server import S3Server
 from airflow_provider_mysqlcdc.devtools.verify import source_rows
@@ -102,6 +103,34 @@ def test_a_dag_run_snapshots_and_streams_into_a_lake_on_s3_with_credentials_only
     assert not files_holding(SECRET_KEY, tmp_path)
     objects = store.find(bucket)
     assert objects and not [o for o in objects if SECRET_KEY.encode() in store.cat_file(o)]
+
+
+@pytest.mark.usefixtures("no_aws_environment", "reap_spark")
+def test_a_deferred_stream_on_s3_is_watched_and_stopped_by_a_trigger_with_the_connections_credentials(
+        mysql_server, cdc_user, database, tmp_path, s3, bucket):
+    """The triggerer shares its process with other pipelines' triggers, so the trigger reads the
+    state location with its connection's credentials in its own options, never the environment."""
+    [table] = create_sample_tables(mysql_server.connect(), database, rows_per_table=300, seed=12,
+                                   tables=SAMPLE_TABLES[:1])
+    state_dir = f"s3://{bucket}/state"
+    env = example_dag_env(tmp_path / "airflow", cdc_user, [table], sink_root=f"s3://{bucket}/lake",
+                          state_dir=state_dir, split_rows=1000, chunk_rows=1000)
+    env = {name: value for name, value in env.items() if not name.startswith("AWS_")}
+    (tmp_path / "tmp").mkdir()
+    env.update(TMPDIR=str(tmp_path / "tmp"), MYSQLCDC_AWS_CONN_ID="cdc_lake", MYSQLCDC_STREAM_DEFERRABLE="true",
+               AIRFLOW_CONN_CDC_LAKE=json.dumps(s3.connection(ACCESS_KEY, SECRET_KEY)))
+    leases = StreamLeases(PipelineState(f"{state_dir}/mysqlcdc_example", s3.storage_options(ACCESS_KEY, SECRET_KEY)))
+    with AirflowStandalone(env) as airflow:
+        airflow.wait_for_dag("mysqlcdc_example")
+        run_id = airflow.trigger("mysqlcdc_example", {"stream_mode": "continuous", "startup_mode": "latest"})
+        airflow.wait_until(lambda: leases.current() and leases.current().live, 600, "the stream runs")
+        airflow.wait_until(lambda: ((airflow.task_instance("mysqlcdc_example", run_id, "stream") or {})
+                                    .get("trigger") or {}).get("triggerer_id"), 120, "a triggerer runs the trigger")
+        airflow.mark("mysqlcdc_example", run_id, "stream", "failed")
+        airflow.wait_until(lambda: leases.current().released, 120, "the stream stops and lets its lease go")
+        log = airflow.task_log("mysqlcdc_example", run_id, "stream", 1)
+    assert "stream running" in log and "NoCredentialsError" not in log  # the trigger read the lease on S3
+    assert SECRET_KEY not in log
 
 
 def at_once(work, count: int) -> None:
