@@ -128,6 +128,18 @@ def test_pipeline_lifecycle_adds_clears_resnapshots_and_stays_exact(mysql_server
         watcher.start()
         return watcher
 
+    def kill_once_planned(stream: subprocess.Popen, plan: str, timeout_s: float = 600) -> None:
+        """Kill -9 ``stream`` once a run's plan task named ``plan...`` recorded its plan: its chunk
+        jobs run then, and nothing of that run is registered before they end (a fixed delay let a
+        fast run land first, and the stream activated the new table before it was killed)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            runs = state.storage.list_names("progress", "runs")
+            if any(n.startswith(plan) for run in runs for n in state.storage.list_names("progress", "runs", run)):
+                os.killpg(stream.pid, signal.SIGKILL)
+                return
+            time.sleep(0.2)
+
     def wait_for_stream(generation: int, position: BinlogOffset | None = None) -> None:
         """Until the stream has processed a batch of ``generation`` (and up to ``position``)."""
         deadline = time.monotonic() + 240
@@ -183,10 +195,11 @@ def test_pipeline_lifecycle_adds_clears_resnapshots_and_stays_exact(mysql_server
         step("clear + resume done")
         # 3. the stream runs; B is added while the stream is killed -9 (and restarted afterwards)
         stream = start_stream()
-        kill = threading.Timer(30, lambda: os.killpg(stream.pid, signal.SIGKILL))
+        kill = threading.Thread(target=kill_once_planned, args=(stream, "plan-param_tables."), daemon=True)
         kill.start()
         run2 = run_dag("mysqlcdc_example", env, conf={"tables": [_name(b)], "stream_mode": "skip"})
         kill.join()
+        assert stream.poll() is not None, "run 2 ended before the stream was killed during its chunk jobs"
         stream.wait()
         _assert_run_succeeded(run2)
         assert len([ti for ti in run2["tis"] if ti["task_id"] == "param_tables.snapshot"]) >= 2
