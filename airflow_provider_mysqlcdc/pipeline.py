@@ -74,14 +74,18 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
                       spark_conf: dict[str, Any] | None = None, changelog: bool = False,
                       on_binlog_purged: str = "fail", tables_param: bool = False,
                       stream_limits: dict[str, int] | None = None,
-                      stream_deferrable: bool | None = None, aws_conn_id: str | None = None) -> dict[str, Any]:
+                      stream_deferrable: bool | None = None, aws_conn_id: str | None = None,
+                      stream_spark_conn_id: str | None = None) -> dict[str, Any]:
     """Build the graph in the current DAG; ``tables_param`` adds the group for trigger-time tables;
     ``stream_limits`` (``max_batch_bytes``, ``max_batch_events``, ``max_apply_changes``) go to the stream;
     ``stream_deferrable``: a continuous stream runs detached, watched from the triggerer (default:
     Airflow's ``[operators] default_deferrable``).
 
     Spark: ``spark_conn_id`` names an Airflow ``spark`` connection (master, queue, namespace, Kerberos;
-    hooks/spark.py), else ``spark_master`` is used; ``spark_conf`` is added to every job.
+    hooks/spark.py), else ``spark_master`` is used; ``spark_conf`` is added to every job. A
+    ``spark_connect`` connection runs the chunk tasks as Spark Connect sessions (hooks/spark_connect.py);
+    the stream then needs a ``spark`` connection of its own: ``stream_spark_conn_id`` (default:
+    ``spark_conn_id``).
 
     Object stores: ``sink_root`` and ``state_dir`` may be ``s3://`` (``gs://``, ``abfss://``) URLs;
     ``aws_conn_id`` names the ``aws`` connection whose credentials open them (hooks/object_store.py)."""
@@ -115,7 +119,7 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
                                     mode=_param("stream_mode", stream_mode), mysqlcdc_conn_id=mysqlcdc_conn_id,
                                     changelog=changelog, on_binlog_purged=on_binlog_purged, **(stream_limits or {}),
                                     **({} if stream_deferrable is None else {"deferrable": stream_deferrable}),
-                                    **spark)
+                                    **{**spark, "spark_conn_id": stream_spark_conn_id or spark_conn_id})
     collect >> stream
     _require_one_run_at_a_time(collect)
     return {"plan_task_ids": plan_ids, "snapshots": snapshots, "collect": collect, "stream": stream}

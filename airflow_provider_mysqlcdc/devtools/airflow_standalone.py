@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_mysqlcdc.devtools.throwaway_server import find_free_port
+from airflow_provider_mysqlcdc.devtools.throwaway_server import find_free_port, stop_process_group
 
 
 @dataclass
@@ -72,13 +71,7 @@ class AirflowStandalone:
         raise RuntimeError(f"airflow standalone did not come up:\n{self.log_file.read_text(errors='replace')[-4000:]}")
 
     def stop(self) -> None:
-        if self._process is not None and self._process.poll() is None:
-            os.killpg(self._process.pid, signal.SIGTERM)
-            try:
-                self._process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self._process.pid, signal.SIGKILL)
-                self._process.wait()
+        stop_process_group(self._process)
 
     def __enter__(self) -> "AirflowStandalone":
         return self.start()

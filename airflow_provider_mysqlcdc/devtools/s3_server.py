@@ -6,8 +6,6 @@ location's put-if-absent rely on. It accepts any access key; it is stopped by PI
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -16,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_mysqlcdc.devtools.throwaway_server import find_free_port
+from airflow_provider_mysqlcdc.devtools.throwaway_server import find_free_port, stop_process_group
 
 
 @dataclass
@@ -66,13 +64,7 @@ class S3Server:
             pass
 
     def stop(self) -> None:
-        if self._process is not None and self._process.poll() is None:
-            os.killpg(self._process.pid, signal.SIGTERM)
-            try:
-                self._process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self._process.pid, signal.SIGKILL)
-                self._process.wait()
+        stop_process_group(self._process, timeout_s=10)
 
     def __enter__(self) -> "S3Server":
         return self.start()

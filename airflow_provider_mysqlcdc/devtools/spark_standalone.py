@@ -7,13 +7,12 @@ plain child processes on loopback, and are stopped by PID.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from airflow_provider_mysqlcdc.devtools.throwaway_server import find_free_port
+from airflow_provider_mysqlcdc.devtools.throwaway_server import find_free_port, stop_process_group
 
 
 @dataclass
@@ -56,13 +55,7 @@ class StandaloneCluster:
 
     def stop(self) -> None:
         for proc in reversed(self._processes):
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
+            stop_process_group(proc, timeout_s=20)
         self._processes.clear()
 
     def __enter__(self) -> "StandaloneCluster":

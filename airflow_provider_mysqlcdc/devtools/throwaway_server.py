@@ -36,6 +36,19 @@ def find_free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def stop_process_group(process: "subprocess.Popen[bytes] | None", timeout_s: float = 30) -> None:
+    """End a throwaway service started in a session of its own: SIGTERM to its process group, then
+    SIGKILL when it has not ended within ``timeout_s``."""
+    if process is None or process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
 def ensure_mariadb_installed() -> None:
     """Install Debian's ``mariadb-server`` when ``mariadbd`` is missing (needs root and apt)."""
     if _which("mariadbd") and _which("mariadb-install-db"):

@@ -2,8 +2,9 @@
 
 Settings come from the environment so that the demo and the tests can point it anywhere:
 MYSQLCDC_EXAMPLE_TABLES (comma-separated db.table), MYSQLCDC_SINK_ROOT, MYSQLCDC_STATE_DIR,
-MYSQLCDC_SPLIT_ROWS, MYSQLCDC_CHUNK_ROWS, MYSQLCDC_SPARK_CONN_ID (an Airflow ``spark`` connection;
-unset: Spark local mode), MYSQLCDC_SPARK_CONF (JSON, e.g. '{"spark.executor.memory": "4g"}') and
+MYSQLCDC_SPLIT_ROWS, MYSQLCDC_CHUNK_ROWS, MYSQLCDC_SPARK_CONN_ID (an Airflow ``spark`` connection, or a
+``spark_connect`` one for the chunk tasks; unset: Spark local mode), MYSQLCDC_STREAM_SPARK_CONN_ID
+(the stream's, when it differs), MYSQLCDC_SPARK_CONF (JSON, e.g. '{"spark.executor.memory": "4g"}') and
 MYSQLCDC_STREAM_DEFERRABLE ("true": a continuous stream runs detached, watched from the triggerer)
 and MYSQLCDC_AWS_CONN_ID (an Airflow ``aws`` connection for a lake and state on ``s3://``).
 The source is the Airflow connection ``mysqlcdc_default``.
@@ -37,6 +38,7 @@ with DAG(
         split_rows=SPLIT_ROWS,
         chunk_rows=CHUNK_ROWS,
         spark_conn_id=os.environ.get("MYSQLCDC_SPARK_CONN_ID") or None,
+        stream_spark_conn_id=os.environ.get("MYSQLCDC_STREAM_SPARK_CONN_ID") or None,
         spark_conf=json.loads(os.environ.get("MYSQLCDC_SPARK_CONF") or "{}"),
         tables_param=True,
         stream_deferrable=os.environ.get("MYSQLCDC_STREAM_DEFERRABLE", "").lower() == "true" or None,

@@ -64,6 +64,8 @@ class SparkTarget:
     master: str
     deploy_mode: str = "client"
     conf: dict[str, str] = field(default_factory=dict)
+    #: a ``spark_connect`` connection: programs run as Spark Connect sessions (hooks/spark_connect.py)
+    connect: bool = False
 
     @property
     def local(self) -> bool:
@@ -85,8 +87,12 @@ def spark_target(*, spark_conn_id: str | None, spark_master: str,
         conn = BaseHook.get_connection(conn_id)
     except Exception as exc:  # the SDK raises its own "not found" type
         raise ConfigurationError(f"Spark connection {conn_id!r} does not exist ({exc}): create it (type "
-                                 "'spark', host = master URL such as spark://host:7077, yarn or k8s://...) or "
-                                 "leave spark_conn_id unset to use spark_master.") from exc
+                                 "'spark', host = master URL such as spark://host:7077, yarn or k8s://...; or type "
+                                 "'spark_connect' for a Spark Connect server) or leave spark_conn_id unset to use "
+                                 "spark_master.") from exc
+    if conn.conn_type == "spark_connect":
+        return SparkTarget(conn_id, f"sc://{conn.host or ''}{f':{conn.port}' if conn.port else ''}", conf=conf,
+                           connect=True)
     deploy_mode = conn.extra_dejson.get("deploy-mode") or "client"
     if deploy_mode not in ("client", "cluster"):
         raise ConfigurationError(f"Spark connection {conn_id!r}: deploy-mode must be 'client' or 'cluster', got "

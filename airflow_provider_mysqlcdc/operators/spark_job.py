@@ -12,6 +12,7 @@ from airflow.sdk import BaseOperator, Context
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
 from airflow_provider_mysqlcdc.hooks.object_store import open_object_store
 from airflow_provider_mysqlcdc.hooks.spark import SparkJobRunner, spark_target
+from airflow_provider_mysqlcdc.hooks.spark_connect import SparkConnectJobRunner
 from airflow_provider_mysqlcdc.links.spark import SPARK_UI_XCOM_KEY, SparkUiLink
 from airflow_provider_mysqlcdc.protocol.results import DriverInfo
 from airflow_provider_mysqlcdc.state.credentials import ObjectStoreCredentials
@@ -23,7 +24,8 @@ class MySqlCdcSparkJobOperator(BaseOperator):
 
     :param mysqlcdc_conn_id: the ``mysqlcdc`` connection of the source
     :param spark_master: Spark master when no ``spark_conn_id`` is given
-    :param spark_conn_id: an Airflow ``spark`` connection to submit through (hooks/spark.py)
+    :param spark_conn_id: an Airflow ``spark`` connection to submit through (hooks/spark.py), or a
+        ``spark_connect`` one whose server runs the program as a session (hooks/spark_connect.py)
     :param spark_conf: extra Spark configuration (no secrets)
     :param aws_conn_id: an ``aws`` connection whose credentials open the lake and the state location on
         an object store (hooks/object_store.py); none: the machine's own credentials
@@ -52,10 +54,14 @@ class MySqlCdcSparkJobOperator(BaseOperator):
         return open_object_store(self.aws_conn_id)
 
     @cached_property
-    def spark_runner(self) -> SparkJobRunner:
+    def spark_runner(self) -> SparkJobRunner | SparkConnectJobRunner:
+        """spark-submit through a ``spark`` connection, or a session on a ``spark_connect`` one."""
         target = spark_target(spark_conn_id=self.spark_conn_id, spark_master=self.spark_master,
                               spark_conf=self.spark_conf)
-        return SparkJobRunner(target, name=f"mysqlcdc {self.dag_id}.{self.task_id}", log=self.log)
+        name = f"mysqlcdc {self.dag_id}.{self.task_id}"
+        if target.connect:
+            return SparkConnectJobRunner(target.conn_id, conf=target.conf, name=name, log=self.log)
+        return SparkJobRunner(target, name=name, log=self.log)
 
     def report_folder(self, state: PipelineState, context: Context) -> str:
         """Where this try's Spark program reports (spark/report.py), in the run's folder of ``state``."""

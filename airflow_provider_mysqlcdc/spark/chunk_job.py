@@ -13,6 +13,7 @@ Parquet file per split there instead, and the stream applies them at a micro-bat
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
@@ -60,6 +61,34 @@ def _read_partition_once(source: SourceConfig, schema: TableSchema, part: Snapsh
     return low.to_dict(), sink.getvalue().to_pybytes()
 
 
+def read_partitions(spark: Any, source: SourceConfig, schema: TableSchema,
+                    parts: list[SnapshotSplit]) -> list[tuple[dict, bytes]]:
+    """Read ``parts`` in parallel, one Spark task each: each one's low watermark and rows (Arrow IPC).
+
+    Through the DataFrame API (``mapInArrow``), not RDDs, so the same code runs on a classic Spark
+    session and on a Spark Connect one, which has no ``SparkContext``."""
+
+    def read(batches: Any) -> Any:
+        for batch in batches:
+            for index in batch.column(0).to_pylist():
+                low, payload = _read_partition(source, schema, parts[index])
+                yield pa.record_batch([pa.array([json.dumps(low)]), pa.array([payload], pa.binary())],
+                                      names=["low", "payload"])
+
+    read_back = spark.range(0, len(parts), 1, len(parts)).mapInArrow(read, "low string, payload binary").toArrow()
+    return [(json.loads(low), payload) for low, payload in
+            zip(read_back.column("low").to_pylist(), read_back.column("payload").to_pylist())]
+
+
+def default_parallelism(spark: Any) -> int:
+    """How many tasks the session runs at once: a classic session's ``SparkContext`` knows; a Spark
+    Connect session has none, and takes ``spark.default.parallelism`` when the server sets it, else 2."""
+    try:
+        return spark.sparkContext.defaultParallelism
+    except Exception:  # Spark Connect: "sparkContext is not supported"
+        return int(spark.conf.get("spark.default.parallelism", "2"))
+
+
 def plan_partitions(source: SourceConfig, schema: TableSchema, split: SnapshotSplit, partitions: int) -> list[SnapshotSplit]:
     def plan(conn: Any) -> list[SnapshotSplit]:
         rows = ChunkSplitter(conn, schema, SplitOptions(chunk_key_column=split.chunk_key)).count_rows(split)
@@ -78,7 +107,7 @@ def run_chunk_job(spark: Any, source: SourceConfig, job: ChunkJob) -> dict[str, 
     sink = DeltaSink(job.sink_root)
     if not job.stage_to:  # staged splits: the stream prepares the table when it applies them
         sink.prepare(schema)
-    partitions = job.partitions_per_split or spark.sparkContext.defaultParallelism
+    partitions = job.partitions_per_split or default_parallelism(spark)
     finished: list[FinishedSplit] = []
     total_rows = 0
     with SplitReader(source, schema, server_id_range=job.server_id_range) as reader:
@@ -86,8 +115,7 @@ def run_chunk_job(spark: Any, source: SourceConfig, job: ChunkJob) -> dict[str, 
         for number, split in enumerate(splits, start=1):
             split_started = time.monotonic()
             parts = plan_partitions(source, schema, split, partitions)
-            results = (spark.sparkContext.parallelize(parts, len(parts))
-                       .map(lambda part: _read_partition(source, schema, part)).collect())
+            results = read_partitions(spark, source, schema, parts)
             # placed among the pipeline's servers: after a failover, the rows' versions order after the old server's
             high = job.servers.place(reader.current_offset())
             data = pa.concat_tables([pa.ipc.open_stream(payload).read_all() for _, payload in results])

@@ -53,3 +53,23 @@ def test_an_unknown_deploy_mode_is_refused(monkeypatch):
 def test_bad_spark_conf_is_refused(conf, problem):
     with pytest.raises(ConfigurationError, match=problem):
         spark_target(spark_conn_id=None, spark_master="local[2]", spark_conf=conf)
+
+
+def test_a_spark_connect_connection_runs_programs_as_sessions(monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_CDC_CONNECT", json.dumps(
+        {"conn_type": "spark_connect", "host": "connect.example", "port": 15002, "password": "token-1"}))
+    target = spark_target(spark_conn_id="cdc_connect", spark_master="local[2]", spark_conf=None)
+    assert target == SparkTarget("cdc_connect", "sc://connect.example:15002", conf={}, connect=True)
+    assert "token-1" not in repr(target)
+
+
+def test_the_stream_given_a_spark_connect_connection_is_refused_naming_the_way_out():
+    from types import SimpleNamespace
+
+    from airflow_provider_mysqlcdc.hooks.spark_connect import SparkConnectJobRunner
+
+    runner = SparkConnectJobRunner("cdc_connect", conf={}, name="stream", log=SimpleNamespace(info=print))
+    with pytest.raises(ConfigurationError, match="not yet the stream.*stream_spark_conn_id"):
+        runner.run("binlog_stream.py", "{}", source=None, report_folder="")
+    with pytest.raises(ConfigurationError, match="stream_spark_conn_id"):
+        runner.start("binlog_stream.py", "{}")

@@ -14,13 +14,15 @@ from __future__ import annotations
 import sys
 
 
-def prepare(job_json: str):
+def prepare(job_json: str, source=None):
+    """The program's name and work; ``source``: the source's settings when the caller has them (a
+    Spark Connect session in the task's process: hooks/spark_connect.py), else from the environment."""
     from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
     from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob
     from airflow_provider_mysqlcdc.spark.chunk_job import run_chunk_job
 
     job = ChunkJob.from_json(job_json)
-    source = SourceConfig.from_env()
+    source = source or SourceConfig.from_env()
     return f"mysqlcdc-chunk {job.table}", lambda spark: run_chunk_job(spark, source, job)
 
 

@@ -1,0 +1,63 @@
+"""A throwaway Spark Connect server from the pip-installed pyspark (the class
+``start-connect-server.sh`` starts), on loopback in local mode; stopped by its process group."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from airflow_provider_mysqlcdc.devtools.throwaway_server import find_free_port, stop_process_group
+
+SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+
+
+@dataclass
+class SparkConnectServer:
+    work_dir: Path
+    master: str = "local[2]"
+    python: str = sys.executable
+    port: int = field(default_factory=find_free_port)
+    _process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def log_file(self) -> Path:
+        return self.work_dir / "connect-server.log"
+
+    def connection(self) -> dict[str, Any]:
+        """An Airflow ``spark_connect`` connection (as ``AIRFLOW_CONN_*`` JSON takes it) for this server."""
+        return {"conn_type": "spark_connect", "host": "127.0.0.1", "port": self.port}
+
+    def start(self, timeout_s: float = 120) -> "SparkConnectServer":
+        from airflow_provider_mysqlcdc.spark.submit import spark_home
+
+        home = spark_home()
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ, SPARK_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=self.python)
+        command = [str(home / "bin" / "spark-submit"), "--class", SERVER_CLASS, "--master", self.master,
+                   "--name", "Spark Connect server", "--conf", f"spark.connect.grpc.binding.port={self.port}",
+                   "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+                   "--conf", "spark.sql.shuffle.partitions=4", "--conf", "spark.ui.port=0"]
+        with open(self.log_file, "ab") as log:
+            self._process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                             cwd=self.work_dir, start_new_session=True)
+        deadline = time.monotonic() + timeout_s
+        while "Spark Connect server started" not in self.log_file.read_text(errors="replace"):
+            if self._process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"the Spark Connect server did not start:\n{self.log_file.read_text()[-3000:]}")
+            time.sleep(0.5)
+        return self
+
+    def stop(self) -> None:
+        stop_process_group(self._process)
+
+    def __enter__(self) -> "SparkConnectServer":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()

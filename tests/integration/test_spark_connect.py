@@ -1,0 +1,51 @@
+"""Chunk tasks as Spark Connect sessions: a Spark Connect server the test starts (the pip pyspark's
+own server class, in local mode on loopback) and an Airflow ``spark_connect`` connection to it.
+
+The chunk tasks' driver side runs in the task's process: no spark-submit, no JVM of the task's
+own. The stream still goes through spark-submit (a ``spark`` connection of its own).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
+from airflow_provider_mysqlcdc.devtools.dag_runner import catch_up_stream, example_dag_env, run_dag
+from airflow_provider_mysqlcdc.devtools.spark_connect_server import SparkConnectServer
+from airflow_provider_mysqlcdc.devtools.verify import source_rows
+from airflow_provider_mysqlcdc.devtools.workload import SAMPLE_TABLES, RandomWriters, create_sample_tables
+
+from .helpers import assert_same_rows, delta_rows
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def connect_server(tmp_path_factory):
+    with SparkConnectServer(tmp_path_factory.mktemp("connect")) as server:
+        yield server
+
+
+def test_the_dags_chunk_tasks_run_as_spark_connect_sessions_and_the_sink_is_exact(
+        mysql_server, cdc_user, database, tmp_path, connect_server):
+    conn = mysql_server.connect()
+    [table] = create_sample_tables(conn, database, rows_per_table=2000, seed=31, tables=SAMPLE_TABLES[2:3])
+    schema = run_preflight(cdc_user, [table]).schemas[table]
+    lake, state_dir = tmp_path / "lake", tmp_path / "state"
+    env = example_dag_env(tmp_path / "airflow", cdc_user, [table], sink_root=lake, state_dir=state_dir,
+                          split_rows=800, chunk_rows=1000)
+    env.update(MYSQLCDC_SPARK_CONN_ID="cdc_connect", AIRFLOW_CONN_CDC_CONNECT=json.dumps(connect_server.connection()))
+    with RandomWriters(mysql_server.admin, database, writers=1, seed=311, pause_s=0.01, tables=SAMPLE_TABLES[2:3]):
+        result = run_dag("mysqlcdc_example", env, conf={"stream_mode": "skip"})
+    assert result["state"] == "success", result["output"][-5000:]
+    group = f"{table.database}__{table.table}"
+    chunks = [key for key in result["xcoms"] if key.startswith(f"{group}.snapshot[") and key.endswith("]")]
+    assert len(chunks) >= 2, result["xcoms"].keys()
+    assert "Spark Connect session" in result["output"]  # each chunk task opened one
+    assert "chunk job " in result["output"]  # the work's progress lines reach the task log
+    assert "Spark-Submit cmd" not in result["output"]  # no spark-submit: no JVM started by a task
+
+    catch_up_stream(cdc_user, str(state_dir / "mysqlcdc_example"), lake, tmp_path / "catch-up")
+    assert_same_rows(table, source_rows(mysql_server.admin, schema), delta_rows(str(lake), schema))
