@@ -9,7 +9,8 @@
    python-mysql-replication decoding of the same binlog range;
 3. commit-to-visible latency in Delta at a steady 1,000 row changes/s (p50, p99);
 4. peak memory (RSS of the driver and the executors) of the stream for one 5M-row UPDATE, side by
-   side with a transaction a fifth that size and with the memory limits switched off (bench/memory.py).
+   side with a transaction a fifth that size and with the memory limits switched off (bench/memory.py);
+5. a chunk task's fixed cost: spark-submit vs a Spark Connect session (bench/fixed_cost.py).
 
     bin/bench --only memory --memory-rows 5000000   # one benchmark: prints its numbers and report
 """
@@ -42,6 +43,7 @@ from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.spark.submit import SparkSubmit, spark_home
 
 from bench.customer_table import create_customer_table
+from bench.fixed_cost import bench_fixed_cost, fixed_cost_report
 from bench.memory import bench_memory, memory_report
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -245,7 +247,7 @@ def verdict(ok: bool, detail: str) -> str:
     return ("met" if ok else "MISSED") + f" ({detail})"
 
 
-def report(snap: dict, stream: dict, latency: dict, memory: dict) -> str:
+def report(snap: dict, stream: dict, latency: dict, memory: dict, fixed: dict) -> str:
     n = snap["rows"]
     quick = n / snap["mariadb_quick_s"]
     ours_work, ours_total = n / snap["ours_work_s"], n / snap["ours_total_s"]
@@ -281,6 +283,7 @@ def report(snap: dict, stream: dict, latency: dict, memory: dict) -> str:
         f"- p50 < 2 s: {verdict(p50 < 2, f'{p50:.2f} s')}",
         f"- p99 < 5 s: {verdict(p99 < 5, f'{p99:.2f} s')}", "",
         *memory_report(memory),
+        *fixed_cost_report(fixed),
     ]
     notes = ROOT / "bench" / "notes.md"
     return "\n".join(lines) + ("\n" + notes.read_text() if notes.exists() else "")
@@ -293,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
     parser.add_argument("--memory-rows", type=int, default=5_000_000,
                         help="rows of the one UPDATE the memory benchmark streams")
-    parser.add_argument("--only", choices=["snapshot", "stream", "latency", "memory"],
+    parser.add_argument("--only", choices=["snapshot", "stream", "latency", "memory", "fixed-cost"],
                         help="run one benchmark and print its numbers (docs/benchmarks.md is left alone)")
     args = parser.parse_args(argv)
     ensure_jdbc_jar()
@@ -308,22 +311,27 @@ def main(argv: list[str] | None = None) -> int:
                 run = {"snapshot": lambda: bench_snapshot(server, work, args.rows, secrets),
                        "stream": lambda: bench_stream(server, work, args.burst, secrets),
                        "latency": lambda: bench_latency(server, work, secrets),
-                       "memory": lambda: bench_memory(server, work, secrets, args.memory_rows)}[args.only]
+                       "memory": lambda: bench_memory(server, work, secrets, args.memory_rows),
+                       "fixed-cost": lambda: bench_fixed_cost(server, work, secrets)}[args.only]
                 result = run()
                 print(json.dumps(result, indent=2))
                 if args.only == "memory":
                     print("\n".join(memory_report(result)))
+                if args.only == "fixed-cost":
+                    print("\n".join(fixed_cost_report(result)))
                 return 0
             snap = bench_snapshot(server, work, args.rows, secrets)
             stream = bench_stream(server, work, args.burst, secrets)
             latency = bench_latency(server, work, secrets)
             memory = bench_memory(server, work, secrets, args.memory_rows)
-        text = report(snap, stream, latency, memory)
+            fixed = bench_fixed_cost(server, work, secrets)
+        text = report(snap, stream, latency, memory, fixed)
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(text)
         print(text)
         (Path(args.out).with_suffix(".json")).write_text(json.dumps({"snapshot": snap, "stream": stream,
-                                                                       "latency": latency, "memory": memory}, indent=2))
+                                                                       "latency": latency, "memory": memory,
+                                                                       "fixed_cost": fixed}, indent=2))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -1,0 +1,93 @@
+"""What one chunk task costs before it reads a row (``bin/bench --only fixed-cost``).
+
+The same chunk of a small table (1,000 rows, one split, one partition) is read into Delta, side by
+side in one run, three times each way:
+
+- through spark-submit in local mode, end to end, as a chunk task with a ``spark`` connection runs
+  it: a JVM start, Spark's start-up and planning, then the work;
+- as a Spark Connect session (hooks/spark_connect.py) on a server started once beforehand (a
+  long-running server is the point of Connect: its start is not a task's cost), end to end, as a
+  chunk task with a ``spark_connect`` connection runs it in its own process.
+
+The difference is the fixed cost a chunk task pays; a DAG run of many small tables pays it per chunk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
+from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
+from airflow_provider_mysqlcdc.devtools.spark_connect_server import SparkConnectServer
+from airflow_provider_mysqlcdc.devtools.throwaway_server import ThrowawayMariaDB
+from airflow_provider_mysqlcdc.hooks.spark_connect import SparkConnectJobRunner
+from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob
+from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
+
+ROWS = 1000
+TIMES = 3
+CONNECT_CONN_ID = "mysqlcdc_bench_connect"
+
+
+def bench_fixed_cost(server: ThrowawayMariaDB, work: Path, secrets: Path) -> dict:
+    conn = server.connect_root()
+    table = TableId("bench", "small")
+    with conn.cursor() as cur:
+        cur.execute(f"DROP TABLE IF EXISTS {table.quoted}")
+        cur.execute(f"CREATE TABLE {table.quoted} (id INT PRIMARY KEY, name VARCHAR(40), amount DECIMAL(12,2))")
+        cur.execute(f"INSERT INTO {table.quoted} SELECT seq, CONCAT('name ', seq), seq * 1.5 FROM seq_1_to_{ROWS}")
+    conn.commit()
+    schema = load_table_schema(conn, table)
+    splits = ChunkSplitter(conn, schema, SplitOptions(chunk_size=ROWS)).split()
+
+    def job(lake: str) -> ChunkJob:
+        return ChunkJob(table=str(table), splits=splits, sink_root=str(work / lake), partitions_per_split=1)
+
+    submit = SparkSubmit(master="local[2]", work_dir=work / "spark")
+    submitted = []
+    for attempt in range(TIMES):
+        (work / "small.json").write_text(job(f"lake-submit-{attempt}").to_json())
+        started = time.monotonic()
+        result = submit.run("snapshot_chunk.py", ["--job", str(work / "small.json")], secrets)
+        submitted.append(time.monotonic() - started)
+        assert result["rows"] == ROWS, result
+        print(f"spark-submit chunk task: {submitted[-1]:.1f}s", flush=True)
+
+    source = SourceConfig.from_private_file(secrets)
+    with SparkConnectServer(work / "connect") as connect:
+        os.environ[f"AIRFLOW_CONN_{CONNECT_CONN_ID.upper()}"] = json.dumps(connect.connection())
+        runner = SparkConnectJobRunner(CONNECT_CONN_ID, conf={}, name="bench", log=SimpleNamespace(info=lambda *a: None))
+        connected = []
+        for attempt in range(TIMES):
+            started = time.monotonic()
+            result = runner.run("snapshot_chunk.py", job(f"lake-connect-{attempt}").to_json(), source=source,
+                                report_folder="")
+            connected.append(time.monotonic() - started)
+            assert result["rows"] == ROWS, result
+            print(f"Spark Connect chunk task: {connected[-1]:.1f}s", flush=True)
+    return {"rows": ROWS, "spark_submit_s": submitted, "connect_s": connected}
+
+
+def fixed_cost_report(result: dict) -> list[str]:
+    submit, connect = statistics.median(result["spark_submit_s"]), statistics.median(result["connect_s"])
+    first = result["connect_s"][0]
+    return [
+        f"## A chunk task's fixed cost: one split of {result['rows']:,} rows into Delta, {len(result['connect_s'])} times each way",
+        "",
+        "| how the chunk task runs | median seconds | each run |", "|---|---:|---|",
+        f"| spark-submit, local mode, end to end | {submit:.1f} | "
+        + ", ".join(f"{s:.1f}" for s in result["spark_submit_s"]) + " |",
+        f"| Spark Connect session on a running server, end to end | {connect:.1f} | "
+        + ", ".join(f"{s:.1f}" for s in result["connect_s"]) + " |",
+        "",
+        f"- a chunk task costs <= 2 s on Spark Connect: {'met' if connect <= 2 else 'MISSED'} "
+        f"(median {connect:.1f} s, first session {first:.1f} s: the server starts its Python workers; "
+        f"{submit / connect:.1f}x less than spark-submit)",
+        "",
+    ]
