@@ -39,9 +39,10 @@ def bench_fixed_cost(server: ThrowawayMariaDB, work: Path, secrets: Path) -> dic
     conn = server.connect_root()
     table = TableId("bench", "small")
     with conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE IF NOT EXISTS `{table.database}`")
         cur.execute(f"DROP TABLE IF EXISTS {table.quoted}")
         cur.execute(f"CREATE TABLE {table.quoted} (id INT PRIMARY KEY, name VARCHAR(40), amount DECIMAL(12,2))")
-        cur.execute(f"INSERT INTO {table.quoted} SELECT seq, CONCAT('name ', seq), seq * 1.5 FROM seq_1_to_{ROWS}")
+        cur.execute(f"INSERT INTO {table.quoted} SELECT seq, CONCAT('name ', seq), seq * 1.5 FROM `{table.database}`.seq_1_to_{ROWS}")
     conn.commit()
     schema = load_table_schema(conn, table)
     splits = ChunkSplitter(conn, schema, SplitOptions(chunk_size=ROWS)).split()
