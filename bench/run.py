@@ -10,7 +10,9 @@
 3. commit-to-visible latency in Delta at a steady 1,000 row changes/s (p50, p99);
 4. peak memory (RSS of the driver and the executors) of the stream for one 5M-row UPDATE, side by
    side with a transaction a fifth that size and with the memory limits switched off (bench/memory.py);
-5. a chunk task's fixed cost: spark-submit vs a Spark Connect session (bench/fixed_cost.py).
+5. a chunk task's fixed cost: spark-submit vs a Spark Connect session (bench/fixed_cost.py);
+6. the first DAG run capturing 100 small tables under ``airflow standalone``, chunks on Spark Connect vs
+   spark-submit (bench/many_tables.py; only with ``--only many-tables``: it takes about 10 minutes).
 
     bin/bench --only memory --memory-rows 5000000   # one benchmark: prints its numbers and report
 """
@@ -44,6 +46,7 @@ from airflow_provider_mysqlcdc.spark.submit import SparkSubmit, spark_home
 
 from bench.customer_table import create_customer_table
 from bench.fixed_cost import bench_fixed_cost, fixed_cost_report
+from bench.many_tables import bench_many_tables, many_tables_report
 from bench.memory import bench_memory, memory_report
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -296,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
     parser.add_argument("--memory-rows", type=int, default=5_000_000,
                         help="rows of the one UPDATE the memory benchmark streams")
-    parser.add_argument("--only", choices=["snapshot", "stream", "latency", "memory", "fixed-cost"],
+    parser.add_argument("--only", choices=["snapshot", "stream", "latency", "memory", "fixed-cost", "many-tables"],
                         help="run one benchmark and print its numbers (docs/benchmarks.md is left alone)")
     args = parser.parse_args(argv)
     ensure_jdbc_jar()
@@ -312,13 +315,16 @@ def main(argv: list[str] | None = None) -> int:
                        "stream": lambda: bench_stream(server, work, args.burst, secrets),
                        "latency": lambda: bench_latency(server, work, secrets),
                        "memory": lambda: bench_memory(server, work, secrets, args.memory_rows),
-                       "fixed-cost": lambda: bench_fixed_cost(server, work, secrets)}[args.only]
+                       "fixed-cost": lambda: bench_fixed_cost(server, work, secrets),
+                       "many-tables": lambda: bench_many_tables(server, work)}[args.only]
                 result = run()
                 print(json.dumps(result, indent=2))
                 if args.only == "memory":
                     print("\n".join(memory_report(result)))
                 if args.only == "fixed-cost":
                     print("\n".join(fixed_cost_report(result)))
+                if args.only == "many-tables":
+                    print("\n".join(many_tables_report(result)))
                 return 0
             snap = bench_snapshot(server, work, args.rows, secrets)
             stream = bench_stream(server, work, args.burst, secrets)

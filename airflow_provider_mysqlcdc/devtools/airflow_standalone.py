@@ -88,6 +88,10 @@ class AirflowStandalone:
                             {"logical_date": None, "conf": conf or {}})
         return run["dag_run_id"]
 
+    def dag_run_state(self, dag_id: str, run_id: str) -> str | None:
+        run = self._get_or_none(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
+        return run.get("state") if run else None
+
     def task_instance(self, dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> dict[str, Any] | None:
         suffix = "" if map_index < 0 else f"/{map_index}"
         return self._get_or_none(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}{suffix}")
