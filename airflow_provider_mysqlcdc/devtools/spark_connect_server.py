@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ class SparkConnectServer:
     master: str = "local[2]"
     python: str = sys.executable
     port: int = field(default_factory=find_free_port)
+    ui_port: int = field(default_factory=find_free_port)
     _process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -41,7 +44,7 @@ class SparkConnectServer:
         command = [str(home / "bin" / "spark-submit"), "--class", SERVER_CLASS, "--master", self.master,
                    "--name", "Spark Connect server", "--conf", f"spark.connect.grpc.binding.port={self.port}",
                    "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
-                   "--conf", "spark.sql.shuffle.partitions=4", "--conf", "spark.ui.port=0"]
+                   "--conf", "spark.sql.shuffle.partitions=4", "--conf", f"spark.ui.port={self.ui_port}"]
         with open(self.log_file, "ab") as log:
             self._process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
                                              cwd=self.work_dir, start_new_session=True)
@@ -52,6 +55,14 @@ class SparkConnectServer:
                 raise RuntimeError(f"the Spark Connect server did not start:\n{self.log_file.read_text()[-3000:]}")
             time.sleep(0.5)
         return self
+
+    def running_jobs(self) -> int:
+        """How many Spark jobs the server runs now (its Spark UI's REST API), queued ones included."""
+        base = f"http://127.0.0.1:{self.ui_port}/api/v1/applications"
+        with urllib.request.urlopen(base, timeout=10) as response:
+            [app] = json.loads(response.read())
+        with urllib.request.urlopen(f"{base}/{app['id']}/jobs?status=running", timeout=10) as response:
+            return len(json.loads(response.read()))
 
     def stop(self) -> None:
         stop_process_group(self._process)

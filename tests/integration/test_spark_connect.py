@@ -8,14 +8,20 @@ own. The stream still goes through spark-submit (a ``spark`` connection of its o
 from __future__ import annotations
 
 import json
+import threading
+import time
+from types import SimpleNamespace
 
 import pytest
 
+from airflow_provider_mysqlcdc.cdc.model.split import SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
 from airflow_provider_mysqlcdc.devtools.dag_runner import catch_up_stream, example_dag_env, run_dag
 from airflow_provider_mysqlcdc.devtools.spark_connect_server import SparkConnectServer
 from airflow_provider_mysqlcdc.devtools.verify import source_rows
 from airflow_provider_mysqlcdc.devtools.workload import SAMPLE_TABLES, RandomWriters, create_sample_tables
+from airflow_provider_mysqlcdc.hooks.spark_connect import SparkConnectJobRunner
+from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob
 
 from .helpers import assert_same_rows, delta_rows
 
@@ -49,3 +55,64 @@ def test_the_dags_chunk_tasks_run_as_spark_connect_sessions_and_the_sink_is_exac
 
     catch_up_stream(cdc_user, str(state_dir / "mysqlcdc_example"), lake, tmp_path / "catch-up")
     assert_same_rows(table, source_rows(mysql_server.admin, schema), delta_rows(str(lake), schema))
+
+
+def test_killing_a_chunk_task_interrupts_its_spark_job_on_the_connect_server(mysql_server, cdc_user, database,
+                                                                             tmp_path, connect_server, monkeypatch):
+    """Another session holds both of the server's task slots, so the chunk's Spark job waits in the
+    server's queue while its driver side (in this process) waits for it. ``on_kill`` must cancel
+    that job on the server: without it the chunk would run once the slots are free."""
+    from pyspark.sql import SparkSession
+
+    conn = mysql_server.connect()
+    [table] = create_sample_tables(conn, database, rows_per_table=300, seed=32, tables=SAMPLE_TABLES[:1])
+    schema = run_preflight(cdc_user, [table]).schemas[table]
+    monkeypatch.setenv("AIRFLOW_CONN_CDC_CONNECT", json.dumps(connect_server.connection()))
+    job = ChunkJob(table=str(table), splits=[SnapshotSplit(table, 0, schema.key_columns[0])],
+                   sink_root=str(tmp_path / "lake"), partitions_per_split=1)
+    runner = SparkConnectJobRunner("cdc_connect", conf={}, name="chunk", log=SimpleNamespace(info=lambda *a: None))
+    outcome: list[object] = []
+
+    def chunk_task() -> None:
+        try:
+            outcome.append(runner.run("snapshot_chunk.py", job.to_json(), source=cdc_user, report_folder=""))
+        except Exception as exc:  # noqa: BLE001 (checked below)
+            outcome.append(exc)
+
+    def hold_slots(batches):
+        import time as clock
+
+        clock.sleep(90)
+        yield from batches
+
+    blocker = SparkSession.builder.remote(f"sc://127.0.0.1:{connect_server.port}").create()
+
+    def other_session() -> None:
+        try:
+            blocker.range(0, 2, 1, 2).mapInArrow(hold_slots, "id long").collect()
+        except Exception:  # noqa: BLE001 (interrupted at the end of the test, on purpose)
+            pass
+
+    holder = threading.Thread(target=other_session, daemon=True)
+    holder.start()
+    try:
+        wait_for(lambda: connect_server.running_jobs() == 1, "the other session holds the slots")
+        worker = threading.Thread(target=chunk_task, daemon=True)
+        worker.start()
+        wait_for(lambda: connect_server.running_jobs() == 2, "the chunk's Spark job waits on the server")
+        killed = time.monotonic()
+        runner.on_kill()
+        worker.join(30)
+        assert not worker.is_alive(), "the chunk task still waits for its Spark job after on_kill"
+        assert isinstance(outcome[0], Exception), outcome
+        assert time.monotonic() - killed < 30 and connect_server.running_jobs() == 1  # only the other session's
+    finally:
+        blocker.interruptAll()
+        blocker.stop()
+
+
+def wait_for(predicate, what: str, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout_s:.0f}s"
+        time.sleep(0.2)
