@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
@@ -29,6 +30,7 @@ from urllib.parse import urlparse
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.protocol.results import DriverInfo
+from airflow_provider_mysqlcdc.spark.submit import CONNECT_MODE_VARIABLES
 from airflow_provider_mysqlcdc.state.credentials import ObjectStoreCredentials
 
 #: the programs that run as a Spark Connect session (the stream does not, yet)
@@ -66,6 +68,7 @@ class SparkConnectJobRunner:
         for key, value in self.conf.items():
             builder = builder.config(key, value)
         folder = Path(tempfile.mkdtemp(prefix="mysqlcdc-connect-"))
+        saved = {name: os.environ.get(name) for name in CONNECT_MODE_VARIABLES}
         try:
             spark = self._session = builder.create()
             self.log.info("%s: Spark Connect session %s on %s", app_name, spark.session_id, urlparse(url).netloc)
@@ -77,6 +80,11 @@ class SparkConnectJobRunner:
                 self._session.stop()
                 self._session = None
             shutil.rmtree(folder, ignore_errors=True)
+            for name, value in saved.items():  # pyspark marks the process as a Connect client: undo it
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
 
     def start(self, script: str, job_json: str, **kwargs: Any) -> None:
         raise ConfigurationError(

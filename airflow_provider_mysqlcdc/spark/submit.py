@@ -41,11 +41,17 @@ def spark_home() -> Path:
     return Path(pyspark.__file__).resolve().parent
 
 
+#: what pyspark sets in a process that opened a Spark Connect session; a spark-submit program inheriting
+#: them would take itself for a Connect client
+CONNECT_MODE_VARIABLES = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE")
+
+
 def spark_environment(py_files_zip: Path, python: str, local: bool, private: Collection[str] = ()) -> dict[str, str]:
     """The environment spark-submit runs in: this one without private variables (and those named in
     ``private``: credentials this process installed, which reach the program in its private file),
     the installed pyspark's ``spark-submit`` first on the PATH, and the package zip on the Python path."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(PRIVATE_ENV_PREFIXES) and k not in private}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(PRIVATE_ENV_PREFIXES) and k not in private and k not in CONNECT_MODE_VARIABLES}
     # Python workers the driver's JVM starts itself (the streaming data source's planner) do not
     # get --py-files on their path; they inherit the JVM's PYTHONPATH, so the zip goes there too.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(py_files_zip), env.get("PYTHONPATH", "")) if p)

@@ -8,6 +8,7 @@ own. The stream still goes through spark-submit (a ``spark`` connection of its o
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from types import SimpleNamespace
@@ -22,6 +23,7 @@ from airflow_provider_mysqlcdc.devtools.verify import source_rows
 from airflow_provider_mysqlcdc.devtools.workload import SAMPLE_TABLES, RandomWriters, create_sample_tables
 from airflow_provider_mysqlcdc.hooks.spark_connect import SparkConnectJobRunner
 from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob
+from airflow_provider_mysqlcdc.spark.submit import CONNECT_MODE_VARIABLES
 
 from .helpers import assert_same_rows, delta_rows
 
@@ -109,6 +111,9 @@ def test_killing_a_chunk_task_interrupts_its_spark_job_on_the_connect_server(mys
     finally:
         blocker.interruptAll()
         blocker.stop()
+        for name in CONNECT_MODE_VARIABLES:  # this test's own session marked the process as a Connect client
+            os.environ.pop(name, None)
+    assert all(name not in os.environ for name in CONNECT_MODE_VARIABLES)
 
 
 def wait_for(predicate, what: str, timeout_s: float = 120) -> None:
