@@ -42,10 +42,9 @@ PACKAGE_LOGGER = "airflow_provider_mysqlcdc"
 class SparkConnectJobRunner:
     """One program of ``spark/jobs/`` at a time, as a Spark Connect session; interruptible."""
 
-    def __init__(self, conn_id: str, *, conf: Mapping[str, str], name: str, log: Any):
+    def __init__(self, conn_id: str, *, conf: Mapping[str, str], log: Any):
         self.conn_id = conn_id
         self.conf = dict(conf)
-        self.name = name
         self.log = log
         self._session: Any = None
 

@@ -58,10 +58,9 @@ class MySqlCdcSparkJobOperator(BaseOperator):
         """spark-submit through a ``spark`` connection, or a session on a ``spark_connect`` one."""
         target = spark_target(spark_conn_id=self.spark_conn_id, spark_master=self.spark_master,
                               spark_conf=self.spark_conf)
-        name = f"mysqlcdc {self.dag_id}.{self.task_id}"
         if target.connect:
-            return SparkConnectJobRunner(target.conn_id, conf=target.conf, name=name, log=self.log)
-        return SparkJobRunner(target, name=name, log=self.log)
+            return SparkConnectJobRunner(target.conn_id, conf=target.conf, log=self.log)
+        return SparkJobRunner(target, name=f"mysqlcdc {self.dag_id}.{self.task_id}", log=self.log)
 
     def report_folder(self, state: PipelineState, context: Context) -> str:
         """Where this try's Spark program reports (spark/report.py), in the run's folder of ``state``."""

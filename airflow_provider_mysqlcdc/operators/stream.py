@@ -140,13 +140,13 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
         ``execution_timeout``) may still be ending its last micro-batch: wait for it to let the
         pipeline's lease go first."""
         wait_for_a_stopping_stream(self.state, on_wait=self.log.info)
-        job = self._job
-        job.report = self.report_folder(PipelineState(self.state), context)
+        job, state = self._job, PipelineState(self.state)
+        job.report = self.report_folder(state, context)
         submitted = DetachedStreamRef(job.report, time.time())
         if before_start is not None:
             before_start(submitted)
-        self._detached = self._watch(encode(submitted))
-        self.start_spark_program("binlog_stream.py", job.to_json(), PipelineState(self.state), context)
+        self._detached = self._stream_of(submitted)
+        self.start_spark_program("binlog_stream.py", job.to_json(), state, context)
         return submitted
 
     # --- a detached continuous stream followed by the task (ResumableJobMixin)
@@ -203,7 +203,9 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
         return self._watch(external_id)
 
     def _watch(self, external_id: Any) -> DetachedStream:
-        ref = decode(DetachedStreamRef, external_id, f"the task state store's {self.external_id_key}")
+        return self._stream_of(decode(DetachedStreamRef, external_id, f"the task state store's {self.external_id_key}"))
+
+    def _stream_of(self, ref: DetachedStreamRef) -> DetachedStream:
         return DetachedStream(self.state, ref.report, submitted_at=ref.submitted_at)
 
     def on_kill(self) -> None:

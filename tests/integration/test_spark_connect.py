@@ -72,7 +72,7 @@ def test_killing_a_chunk_task_interrupts_its_spark_job_on_the_connect_server(mys
     monkeypatch.setenv("AIRFLOW_CONN_CDC_CONNECT", json.dumps(connect_server.connection()))
     job = ChunkJob(table=str(table), splits=[SnapshotSplit(table, 0, schema.key_columns[0])],
                    sink_root=str(tmp_path / "lake"), partitions_per_split=1)
-    runner = SparkConnectJobRunner("cdc_connect", conf={}, name="chunk", log=SimpleNamespace(info=lambda *a: None))
+    runner = SparkConnectJobRunner("cdc_connect", conf={}, log=SimpleNamespace(info=lambda *a: None))
     outcome: list[object] = []
 
     def chunk_task() -> None:

@@ -68,7 +68,7 @@ def test_the_stream_given_a_spark_connect_connection_is_refused_naming_the_way_o
 
     from airflow_provider_mysqlcdc.hooks.spark_connect import SparkConnectJobRunner
 
-    runner = SparkConnectJobRunner("cdc_connect", conf={}, name="stream", log=SimpleNamespace(info=print))
+    runner = SparkConnectJobRunner("cdc_connect", conf={}, log=SimpleNamespace(info=print))
     with pytest.raises(ConfigurationError, match="not yet the stream.*stream_spark_conn_id"):
         runner.run("binlog_stream.py", "{}", source=None, report_folder="")
     with pytest.raises(ConfigurationError, match="stream_spark_conn_id"):
