@@ -3,7 +3,7 @@
 Settings come from the environment so that the demo and the tests can point it anywhere:
 MYSQLCDC_EXAMPLE_TABLES (comma-separated db.table), MYSQLCDC_SINK_ROOT, MYSQLCDC_STATE_DIR,
 MYSQLCDC_SPLIT_ROWS, MYSQLCDC_CHUNK_ROWS, MYSQLCDC_SPARK_CONN_ID (an Airflow ``spark`` connection, or a
-``spark_connect`` one for the chunk tasks; unset: Spark local mode), MYSQLCDC_STREAM_SPARK_CONN_ID
+``spark_connect`` one to a Spark Connect server; unset: Spark local mode), MYSQLCDC_STREAM_SPARK_CONN_ID
 (the stream's, when it differs), MYSQLCDC_SPARK_CONF (JSON, e.g. '{"spark.executor.memory": "4g"}') and
 MYSQLCDC_STREAM_DEFERRABLE ("true": a continuous stream runs detached, watched from the triggerer)
 and MYSQLCDC_AWS_CONN_ID (an Airflow ``aws`` connection for a lake and state on ``s3://``).

@@ -195,7 +195,7 @@ class SparkJobRunner:
         -9 leaves that folder in the temporary directory. Raises ``SparkJobFailed`` when it fails before its driver is up."""
         from airflow.providers.common.compat.sdk import AirflowException
 
-        from airflow_provider_mysqlcdc.spark.submit import SparkJobFailed, job_outcome
+        from airflow_provider_mysqlcdc.spark.submit import wait_for_driver
 
         submission = self._prepare(script, job_json, source, object_store, report_folder, detached=True)
         report, problems = submission.report, []
@@ -208,17 +208,11 @@ class SparkJobRunner:
 
         submitter = threading.Thread(target=submit, name="spark-submit", daemon=True)
         submitter.start()
-        deadline = time.monotonic() + start_timeout_s
-        driver_started = self._driver_started(on_driver)
-        while report.driver is None:
-            report.poll(lambda line: self.log.info("%s", line), driver_started)
-            ended = not submitter.is_alive() and not self.target.standalone_cluster
-            if report.failure() is not None or problems or ended:
-                job_outcome(report, f"Spark program {script}", problems[0] if problems else None)  # raises
-            if time.monotonic() > deadline:
-                self.on_kill()
-                raise SparkJobFailed(f"Spark program {script}: no driver came up within {start_timeout_s:.0f}s")
-            time.sleep(1)
+        wait_for_driver(report, f"Spark program {script}",
+                        ended=lambda: not submitter.is_alive() and not self.target.standalone_cluster,
+                        problem=lambda: problems[0] if problems else None,
+                        on_line=lambda line: self.log.info("%s", line), on_driver=self._driver_started(on_driver),
+                        timeout_s=start_timeout_s, on_timeout=self.on_kill)
 
     def _driver_started(self, on_driver: Callable[[DriverInfo], None] | None) -> Callable[[DriverInfo], None]:
         def driver_started(info: DriverInfo) -> None:

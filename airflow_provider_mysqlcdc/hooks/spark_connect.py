@@ -1,101 +1,130 @@
-"""Running a pipeline's chunk program as a Spark Connect session, through the apache-spark
-provider's ``SparkConnectHook`` (a ``spark_connect`` connection: host, port, user id as login, token
-as password, ``use_ssl`` in the extras).
+"""Running a pipeline's programs as Spark Connect sessions, through the apache-spark provider's
+``SparkConnectHook`` (a ``spark_connect`` connection: host, port, user id as login, token as
+password, ``use_ssl`` in the extras).
 
-The program's driver side runs in the task's own process, with no JVM: the task opens a session
-on a long-running Spark Connect server (``start-connect-server.sh`` of the same Spark version),
-ships the package zip to it as a session artifact, and runs the program's work there; Spark's
-side (the partitions' SELECTs) runs on the server's executors. A chunk task then costs a session
-(well under a second), not a JVM start. The session ends with the task; ``on_kill`` interrupts
-everything it runs.
+The program's driver side runs in a plain Python process with no JVM, and its Spark side on a
+long-running Spark Connect server (``start-connect-server.sh`` of the same Spark version), which
+gets the package as a session artifact (spark/connect.py):
 
-What travels to the server: the job's splits and the source settings inside the partitions' Python
-function (as with spark-submit, where that function goes to the executors). The connection's token
-is never logged: only the server's address is.
+- ``run`` (chunk tasks, the ``available-now`` stream) runs the program in the task's own process:
+  a chunk task costs a session (well under a second), not a JVM start. ``on_kill`` interrupts
+  everything the session runs.
+- ``start`` (the ``continuous`` stream) starts the program detached, as its own Python process
+  (``--spark-connect``) that outlives the task and reports through its report folder like a
+  spark-submit driver (spark/report.py); it is stopped through that folder (spark/supervision.py).
+
+What travels to the server: the job's splits and the source's settings (the object store's
+credentials too, for the stream) inside the Python objects that run there, since the server's
+workers cannot read the task's private file. The connection's token is never logged: only the
+server's address is; a detached program reads its URL from its private file, not its arguments.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
-import os
-import shutil
+import subprocess
+import sys
 import tempfile
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
-from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.protocol.results import DriverInfo
-from airflow_provider_mysqlcdc.spark.submit import CONNECT_MODE_VARIABLES
+from airflow_provider_mysqlcdc.spark.connect import add_session_to_private_file, connect_session, server_address
 from airflow_provider_mysqlcdc.state.credentials import ObjectStoreCredentials
 
-#: the programs that run as a Spark Connect session (the stream does not, yet)
-CONNECT_PROGRAMS = ("snapshot_chunk.py",)
 #: the loggers of the package: their lines go to the task log while a program runs in the task's process
 PACKAGE_LOGGER = "airflow_provider_mysqlcdc"
 
 
 class SparkConnectJobRunner:
-    """One program of ``spark/jobs/`` at a time, as a Spark Connect session; interruptible."""
+    """The programs of ``spark/jobs/`` as Spark Connect sessions: one at a time, interruptible."""
 
-    def __init__(self, conn_id: str, *, conf: Mapping[str, str], log: Any):
+    def __init__(self, conn_id: str, *, conf: Mapping[str, str], log: Any, python: str = sys.executable):
         self.conn_id = conn_id
         self.conf = dict(conf)
         self.log = log
+        self.python = python
         self._session: Any = None
+
+    def _url(self) -> str:
+        from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+
+        return SparkConnectHook(self.conn_id).get_connection_url()
 
     def run(self, script: str, job_json: str, *, source: SourceConfig, report_folder: str,
             on_driver: Callable[[DriverInfo], None] | None = None,
             object_store: ObjectStoreCredentials | None = None) -> dict[str, Any]:
-        """Run ``script``'s work with ``job_json`` in a session of its own; its result. The object
-        store's credentials, installed in this process, serve the work's driver side as they are."""
-        from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
-        from pyspark.sql import SparkSession
-
-        from airflow_provider_mysqlcdc.spark.packaging import build_py_files_zip
-
-        if script not in CONNECT_PROGRAMS:
-            self.start(script, job_json)  # refuses, naming the way out
+        """Run ``script``'s work with ``job_json`` in a session of its own, in this process; its result."""
         program = importlib.import_module(f"airflow_provider_mysqlcdc.spark.jobs.{Path(script).stem}")
-        app_name, work = program.prepare(job_json, source=source)
-        url = SparkConnectHook(self.conn_id).get_connection_url()
-        builder = SparkSession.builder.remote(url)
-        for key, value in self.conf.items():
-            builder = builder.config(key, value)
-        folder = Path(tempfile.mkdtemp(prefix="mysqlcdc-connect-"))
-        saved = {name: os.environ.get(name) for name in CONNECT_MODE_VARIABLES}
+        app_name, work = program.prepare(job_json, source=source, object_store=object_store)
+        url = self._url()
         try:
-            spark = self._session = builder.create()
-            self.log.info("%s: Spark Connect session %s on %s", app_name, spark.session_id, urlparse(url).netloc)
-            spark.addArtifacts(str(build_py_files_zip(folder / "airflow_provider_mysqlcdc.zip")), pyfile=True)
-            with _package_log_to(self.log):
-                return work(spark)
+            with connect_session(url, self.conf) as spark:
+                self._session = spark
+                self.log.info("%s: Spark Connect session %s on %s", app_name, spark.session_id, server_address(url))
+                with _package_log_to(self.log):
+                    return work(spark)
         finally:
-            if self._session is not None:
-                self._session.stop()
-                self._session = None
-            shutil.rmtree(folder, ignore_errors=True)
-            for name, value in saved.items():  # pyspark marks the process as a Connect client: undo it
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
+            self._session = None
 
-    def start(self, script: str, job_json: str, **kwargs: Any) -> None:
-        raise ConfigurationError(
-            f"Spark connection {self.conn_id!r} is a Spark Connect server, which runs chunk tasks but not yet the "
-            f"stream ({script}): give the stream task a 'spark' connection (stream_spark_conn_id= in "
-            "mysqlcdc_pipeline, or spark_conn_id= of MySqlCdcStreamOperator).")
+    def start(self, script: str, job_json: str, *, source: SourceConfig, report_folder: str,
+              on_driver: Callable[[DriverInfo], None] | None = None, start_timeout_s: float = 600,
+              object_store: ObjectStoreCredentials | None = None) -> None:
+        """Start ``script`` detached, as a Python process of its own holding its session: return once
+        it is up. It removes its private folder (the credentials file) when it ends."""
+        from airflow_provider_mysqlcdc.spark.packaging import spark_job_script
+        from airflow_provider_mysqlcdc.spark.report import ReportWatcher
+        from airflow_provider_mysqlcdc.spark.submit import job_arguments, program_environment, wait_for_driver
+
+        work = Path(tempfile.mkdtemp(prefix="mysqlcdc-"))  # 0700: the credentials file lives here
+        secrets = source.to_private_file(work / "source.json")
+        if object_store:
+            object_store.add_to_private_file(secrets)
+        add_session_to_private_file(secrets, self._url(), self.conf)
+        report = ReportWatcher(report_folder)
+        report.remove()  # what an earlier attempt of this try left
+        report.write_job(job_json)
+        env = program_environment(object_store.variables if object_store else ())
+        with open(work / "driver.log", "ab") as output:  # the program's own errors; its log goes to the report
+            process = subprocess.Popen(
+                [self.python, str(spark_job_script(script)),
+                 *job_arguments(report, secrets, ["--remove-source-folder", "--spark-connect"])],
+                env=env, stdout=output, stderr=subprocess.STDOUT, cwd=work, start_new_session=True)
+        threading.Thread(target=process.wait, name="reap-detached-program", daemon=True).start()  # no zombie
+
+        def driver_started(info: DriverInfo) -> None:
+            self.log.info("Spark Connect program %s is up (pid %d on %s)%s", script, info.pid, info.host,
+                          f", Spark UI {info.ui_url}" if info.ui_url else "")
+            if on_driver:
+                on_driver(info)
+
+        def ended() -> bool:
+            return process.poll() is not None
+
+        wait_for_driver(report, f"Spark Connect program {script}", ended=ended,
+                        problem=lambda: (f"it exited with code {process.returncode}: "
+                                         f"{_tail(work / 'driver.log')}") if ended() else None,
+                        on_line=lambda line: self.log.info("%s", line), on_driver=driver_started,
+                        timeout_s=start_timeout_s, on_timeout=process.kill)
 
     def on_kill(self) -> None:
-        """Interrupt everything the session runs (its Spark jobs on the server stop at once)."""
+        """Interrupt everything the task's own session runs (its Spark jobs on the server stop at
+        once). A detached program is stopped through its report folder by its operator."""
         session = self._session
         if session is not None:
             session.interruptAll()
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no output)"
 
 
 @contextmanager

@@ -35,7 +35,8 @@ schema (state/schemas.py).
 Options: ``job`` (the stream job file's JSON, protocol/jobs.py ``StreamJob``: the state location,
 replica server ids, decode pieces, batch limits, inline bytes, ``on_binlog_purged`` and the retry
 budget, each with its one default there), ``source_file`` (path of the private credentials file;
-never the password itself, since options show up in query plans), ``initial_offset`` (where a
+never the password itself, since options show up in query plans; on Spark Connect none: the source
+is ``BinlogDataSource.carrying(...)``), ``initial_offset`` (where a
 query without a checkpointed offset starts; default: the registry's smallest high watermark, at
 generation 0). With ``on_binlog_purged="resnapshot"``, a batch whose start was purged reads from
 the oldest binlog left and announces the gap with ``BinlogPurged``, and an activation whose re-read
@@ -72,6 +73,7 @@ from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
 from airflow_provider_mysqlcdc.protocol.state import Generation
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from airflow_provider_mysqlcdc.spark.batch_rows import RUN_LENGTH, SCHEMA, RowEmitter
+from airflow_provider_mysqlcdc.spark.connect import CarriedCredentials
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
 from airflow_provider_mysqlcdc.state.servers import ServerEpochs
 from airflow_provider_mysqlcdc.state.credentials import install_from_private_file
@@ -138,13 +140,17 @@ class PurgedGap(InputPartition):
 class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Driver side plans ranges of the binlog; ``read`` runs on executors (on a pickled copy)."""
 
-    def __init__(self, options: dict[str, str]):
+    def __init__(self, options: dict[str, str], carried: CarriedCredentials | None = None):
         job = StreamJob.from_json(options["job"])
         self.state_location = job.state
-        self.source_file = options["source_file"]
+        self.source_file = options.get("source_file")
+        self.carried = carried
+        if not self.source_file and carried is None:
+            raise ConfigurationError(f"the {SOURCE_NAME} source needs the option source_file (the private "
+                                     "credentials file), or BinlogDataSource.carrying(...) on Spark Connect")
         # the planner (a Python worker of the driver's JVM) reads the state location, maybe on an
         # object store: its credentials are in the private file too (state/credentials.py)
-        install_from_private_file(self.source_file)
+        self._install_credentials()
         self.server_id_range = parse_server_id_range(job.server_id_range)
         self.decode_pieces = job.decode_pieces
         self.initial_offset = json.loads(options["initial_offset"]) if options.get("initial_offset") else None
@@ -157,8 +163,16 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._verified = False
         self._epochs: ServerEpochs | None = None  # driver only
 
+    def _install_credentials(self) -> None:
+        if self.carried is not None:
+            self.carried.install()
+        else:
+            install_from_private_file(self.source_file)
+
     def _source(self) -> SourceConfig:
-        return SourceConfig.from_private_file(Path(self.source_file)).with_retry(self.retry_budget_s)
+        source = self.carried.source if self.carried is not None else SourceConfig.from_private_file(
+            Path(self.source_file))  # type: ignore[arg-type]
+        return source.with_retry(self.retry_budget_s)
 
     def _state(self) -> PipelineState:
         return PipelineState(self.state_location)
@@ -266,7 +280,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # --- executors -------------------------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[tuple]:
-        install_from_private_file(self.source_file)  # on an executor too: generations, spill files
+        self._install_credentials()  # on an executor too: generations, spill files
         if isinstance(partition, Activation):
             yield from self._read_activation(partition)
             return
@@ -446,3 +460,15 @@ class BinlogDataSource(DataSource):
 
     def streamReader(self, schema: Any) -> BinlogStreamReader:
         return BinlogStreamReader(self.options)
+
+    @classmethod
+    def carrying(cls, carried: CarriedCredentials) -> type["BinlogDataSource"]:
+        """The source for a Spark Connect session: its readers carry the credentials (spark/connect.py),
+        never an option (options show up in query plans). Defined here, the class travels to the
+        server by value, with what it carries."""
+
+        class CarryingBinlogDataSource(cls):  # type: ignore[valid-type, misc]
+            def streamReader(self, schema: Any) -> BinlogStreamReader:
+                return BinlogStreamReader(self.options, carried)
+
+        return CarryingBinlogDataSource

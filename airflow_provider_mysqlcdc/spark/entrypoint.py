@@ -5,6 +5,11 @@ With ``--report-to`` (what the operators and ``spark/submit.py`` pass) the job, 
 driver's address and its result travel through that report folder (spark/report.py), so the driver
 may run on the cluster. Without it (a person running a program by hand) the log goes to stderr and
 the result is printed on stdout.
+
+With ``--spark-connect`` the program is the client of a Spark Connect session (a detached stream
+started by hooks/spark_connect.py): a plain Python process, no spark-submit. Its session's URL is in
+the private credentials file, and ``prepare`` is given the source's settings and the object store's
+credentials to carry to the server's Python workers (spark/connect.py).
 """
 
 from __future__ import annotations
@@ -15,12 +20,14 @@ import logging
 import os
 import shutil
 import sys
-from collections.abc import Callable
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
 from typing import Any
 
-#: prepare(job JSON) -> (Spark application name, work(spark) -> result)
-Prepare = Callable[[str], tuple[str, Callable[[Any], dict[str, Any]]]]
+#: prepare(job JSON, source=None, object_store=None) -> (Spark application name, work(spark) -> result);
+#: ``source`` and ``object_store`` are given on a Spark Connect session (see the module doc)
+Prepare = Callable[..., tuple[str, Callable[[Any], dict[str, Any]]]]
 
 
 def job_main(argv: list[str] | None, *, description: str, prepare: Prepare) -> int:
@@ -33,9 +40,13 @@ def job_main(argv: list[str] | None, *, description: str, prepare: Prepare) -> i
     parser.add_argument("--remove-source-folder", action="store_true",
                         help="remove the folder of --source-file when the program ends (a detached program "
                              "outlives the task that wrote it)")
+    parser.add_argument("--spark-connect", action="store_true",
+                        help="run as the client of a Spark Connect session, whose URL is in --source-file")
     args = parser.parse_args(argv)
     if not args.job and not args.report_to:
         parser.error("give --job, --report-to, or both")
+    if args.spark_connect and not args.source_file:
+        parser.error("--spark-connect needs --source-file (the file holds the session's URL)")
 
     from airflow_provider_mysqlcdc.cdc.source.connection import ENV_PREFIX
     from airflow_provider_mysqlcdc.spark.report import LOG_FORMAT, JobReport
@@ -60,19 +71,14 @@ def job_main(argv: list[str] | None, *, description: str, prepare: Prepare) -> i
 
 
 def _run(args: argparse.Namespace, report: Any, prepare: Prepare) -> int:
-    from pyspark.sql import SparkSession
-
     with report or nullcontext():
         try:
             job_json = _read(args.job) if args.job else report.read_job()  # type: ignore[union-attr]
-            app_name, work = prepare(job_json)
-            spark = SparkSession.builder.appName(app_name).getOrCreate()
-            try:
+            run = _connect_session if args.spark_connect else _classic_session
+            with run(args.source_file, job_json, prepare) as (spark, work, connect_url):
                 if report:
-                    report.driver_started(spark)
+                    report.driver_started(spark, connect_url)
                 result = work(spark)
-            finally:
-                spark.stop()
         except Exception as exc:
             if report:
                 report.failed(exc)
@@ -82,6 +88,35 @@ def _run(args: argparse.Namespace, report: Any, prepare: Prepare) -> int:
         else:
             print(json.dumps(result, sort_keys=True), flush=True)
     return 0
+
+
+@contextmanager
+def _classic_session(source_file: str | None, job_json: str, prepare: Prepare) -> Iterator[tuple[Any, Any, str]]:
+    from pyspark.sql import SparkSession
+
+    app_name, work = prepare(job_json)
+    spark = SparkSession.builder.appName(app_name).getOrCreate()
+    try:
+        yield spark, work, ""
+    finally:
+        spark.stop()
+
+
+@contextmanager
+def _connect_session(source_file: str, job_json: str, prepare: Prepare) -> Iterator[tuple[Any, Any, str]]:
+    from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
+    from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
+    from airflow_provider_mysqlcdc.spark.connect import connect_session, session_from_private_file
+    from airflow_provider_mysqlcdc.state.credentials import ObjectStoreCredentials
+
+    session = session_from_private_file(source_file)
+    if not session:
+        raise ConfigurationError(f"{source_file} holds no Spark Connect session (--spark-connect)")
+    url, conf = session
+    _, work = prepare(job_json, source=SourceConfig.from_private_file(Path(source_file)),
+                      object_store=ObjectStoreCredentials.from_private_file(source_file))
+    with connect_session(url, conf) as spark:
+        yield spark, work, url
 
 
 def _read(location: str) -> str:

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from airflow_provider_mysqlcdc.spark.connect import application_of
 from airflow_provider_mysqlcdc.protocol.results import DriverInfo, DriverLog, JobFailure
 from airflow_provider_mysqlcdc.protocol.state import StopRequest
 from airflow_provider_mysqlcdc.state.storage import StateStorage
@@ -67,10 +68,10 @@ class JobReport:
         logging.getLogger(PROGRESS_LOGGER).removeHandler(self._handler)
         self.flush()
 
-    def driver_started(self, spark: Any) -> None:
-        context = spark.sparkContext
-        self.storage.write_record(DriverInfo(context.applicationId, context.uiWebUrl or "", socket.getfqdn(),
-                                             os.getpid()), DRIVER)
+    def driver_started(self, spark: Any, connect_url: str = "") -> None:
+        """The driver is up (``connect_url``: a Spark Connect session's server; this process is its client)."""
+        app_id, ui_url = application_of(spark, connect_url)
+        self.storage.write_record(DriverInfo(app_id, ui_url, socket.getfqdn(), os.getpid()), DRIVER)
 
     def succeeded(self, result: dict[str, Any]) -> None:
         self.flush()

@@ -48,6 +48,7 @@ from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_change_batc
 from airflow_provider_mysqlcdc.spark.batch_rows import batch_items, row_key, spill_urls
 from airflow_provider_mysqlcdc.spark.binlog_source import (SOURCE_NAME, BinlogDataSource, StagedSplitReady,
                                                           TablesActivated, registry_start_offset)
+from airflow_provider_mysqlcdc.spark.connect import CarriedCredentials, application_of, is_connect
 from airflow_provider_mysqlcdc.spark.report import stop_request
 from airflow_provider_mysqlcdc.state.cleanup import release_staged_files
 from airflow_provider_mysqlcdc.state.drift import Drift, frozen_since, read_drift, record_drift
@@ -83,10 +84,14 @@ class BatchApplier:
     and which are frozen because their name stopped holding the captured table (state/drift.py).
     """
 
-    def __init__(self, source: SourceConfig, job: StreamJob, fence: Callable[[], None] = lambda: None):
+    def __init__(self, source: SourceConfig, job: StreamJob, fence: Callable[[], None] = lambda: None,
+                 carried: CarriedCredentials | None = None):
         self.source = source
         self.job = job
         self.fence = fence  # raises when another stream took the pipeline over (state/lease.py)
+        #: on a Spark Connect session this object runs in the server's foreachBatch worker: the object
+        #: store's credentials come along and are installed there (spark/connect.py)
+        self.carried = carried
         self.sink = DeltaSink(job.sink_root)
         self.state = PipelineState(job.state)
         self.known = KnownSchemas(self.state)
@@ -124,6 +129,8 @@ class BatchApplier:
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
         started = time.monotonic()
+        if self.carried is not None:
+            self.carried.install()
         self.fence()
         # Sorted here, not with orderBy: Spark's sort samples its input first, which would read the
         # binlog range twice. The rows are small: what does not fit a task's inline budget comes
@@ -467,12 +474,15 @@ def release_applied_staged_files(state: PipelineState, committed: StreamOffset |
 
 class ProgressListener(StreamingQueryListener):
     """Records each finished micro-batch's end offset (Spark calls this after the batch commits),
-    unless another stream took the pipeline over meanwhile (``fence``)."""
+    unless another stream took the pipeline over meanwhile (``fence``). With ``echo_batches`` it also
+    logs each batch's progress as the batch recorded it: on a Spark Connect session the batch is
+    applied, and logs, on the server, while this listener runs here, where the task log is."""
 
-    def __init__(self, state: PipelineState, job: StreamJob, fence: Callable[[], None]):
+    def __init__(self, state: PipelineState, job: StreamJob, fence: Callable[[], None], *, echo_batches: bool = False):
         self.state = state
         self.job = job
         self.fence = fence
+        self.echo_batches = echo_batches
 
     def onQueryStarted(self, event: Any) -> None:
         pass
@@ -485,6 +495,16 @@ class ProgressListener(StreamingQueryListener):
         record_processed_offset(self.state, self.job, event.progress)
         # the batch's start is the previous batch's end: committed in the checkpoint, never replayed
         release_applied_staged_files(self.state, progress_offset(event.progress, "startOffset"))
+        if self.echo_batches:
+            self._echo(event.progress.batchId)
+
+    def _echo(self, batch_id: int) -> None:
+        batch = self.state.read_progress(StreamBatchProgress, STREAM_PROGRESS)
+        if batch is None or batch.app_id != self.job.app_id or batch.batch != batch_id:
+            return
+        lag_s = batch.finished_at - batch.last_change_time_ms / 1000 if batch.last_change_time_ms else 0.0
+        log.info("stream batch %d: %d changes applied (%d in total); binlog head %s; event-time lag %.1fs", batch_id,
+                 batch.changes_in_batch, batch.changes_total, batch.head_at_batch_end, lag_s)
 
     def onQueryIdle(self, event: Any) -> None:
         pass
@@ -493,17 +513,23 @@ class ProgressListener(StreamingQueryListener):
         pass
 
 
-def run_stream_job(spark: Any, source: SourceConfig, job: StreamJob, source_file: str) -> dict[str, Any]:
+def run_stream_job(spark: Any, source: SourceConfig, job: StreamJob, *, source_file: str | None = None,
+                   carried: CarriedCredentials | None = None) -> dict[str, Any]:
+    """Run the stream on ``spark``. Its Spark side reads the source's settings (and the object store's
+    credentials) from the private file ``source_file``, or, on a Spark Connect session, carries them
+    (``carried``: the server's Python workers cannot read that file)."""
+    if (source_file is None) == (carried is None):
+        raise ValueError("give the stream either source_file or carried credentials")
     state = PipelineState(job.state)
-    context = spark.sparkContext
+    app_id, ui_url = application_of(spark)
     # first of all: nothing below may run while another stream runs (it deletes spill folders, too)
-    held = StreamLeases(state).acquire(job.holder or f"a stream started outside Airflow ({context.appName})",
+    held = StreamLeases(state).acquire(job.holder or f"a stream started outside Airflow ({app_id})",
                                        ttl_s=job.lease_ttl_s, report=job.report)
-    held.renew(app_id=context.applicationId, ui_url=context.uiWebUrl or "")
+    held.renew(app_id=app_id, ui_url=ui_url)
     # a detached stream is asked to stop through its report folder: even before it holds the lease
     requested = (lambda: stop_request(job.report)) if job.report else (lambda: None)
     with LeaseKeeper(held, stop_stream=lambda: stop_queries(spark), stop_requested=requested) as keeper:
-        result = _run_stream(spark, source, job, source_file, state, held.check)
+        result = _run_stream(spark, source, job, source_file, carried, state, held.check)
         if keeper.lost:
             raise keeper.lost
         if keeper.stop_reason:
@@ -520,14 +546,18 @@ def stop_queries(spark: Any, grace_s: float = 10.0) -> None:
     stopper.join(grace_s)
     if stopper.is_alive():
         log.error("the stream's query did not stop within %.0fs: ending its driver", grace_s)
+        if is_connect(spark):  # the query runs on the server: ending the session there stops it
+            release = threading.Thread(target=spark.stop, daemon=True)
+            release.start()
+            release.join(grace_s)
         logging.shutdown()
         os._exit(3)
 
 
-def _run_stream(spark: Any, source: SourceConfig, job: StreamJob, source_file: str, state: PipelineState,
-                fence: Callable[[], None]) -> dict[str, Any]:
+def _run_stream(spark: Any, source: SourceConfig, job: StreamJob, source_file: str | None,
+                carried: CarriedCredentials | None, state: PipelineState, fence: Callable[[], None]) -> dict[str, Any]:
     source = source.with_retry(job.retry_budget_s)
-    applier = BatchApplier(source, job, fence)
+    applier = BatchApplier(source, job, fence, carried)
     refuse_positions_beyond_the_head(source, state, applier.sink)
     remove_all_spill_folders(state)
     identity = stream_identity(job.checkpoint, lambda: resume_offset(state, job) or registry_start_offset(state))
@@ -535,9 +565,12 @@ def _run_stream(spark: Any, source: SourceConfig, job: StreamJob, source_file: s
     if identity.new:
         log.info("stream checkpoint %s is new (identity %s): it starts at %s, and applies to each table only the "
                  "changes after the position the table records", job.checkpoint, identity.app_id, identity.initial_offset)
-    spark.dataSource.register(BinlogDataSource)
-    spark.streams.addListener(ProgressListener(state, job, fence))
-    reader = spark.readStream.format(SOURCE_NAME).option("job", job.to_json()).option("source_file", source_file)
+    if carried is not None:
+        spark.dataSource.register(BinlogDataSource.carrying(carried))
+        reader = spark.readStream.format(SOURCE_NAME).option("job", job.to_json())
+    else:
+        spark.dataSource.register(BinlogDataSource)
+        reader = spark.readStream.format(SOURCE_NAME).option("job", job.to_json()).option("source_file", source_file)
     if identity.initial_offset:
         reader = reader.option("initial_offset", json.dumps(identity.initial_offset.to_spark()))
     stream = reader.load()
@@ -546,14 +579,29 @@ def _run_stream(spark: Any, source: SourceConfig, job: StreamJob, source_file: s
         writer = writer.trigger(availableNow=True)
     else:
         writer = writer.trigger(processingTime=f"{job.trigger_interval_s} seconds")
-    started = time.monotonic()
-    query = writer.start()
-    query.awaitTermination()
+    started, started_at = time.monotonic(), time.time()
+    listener = ProgressListener(state, job, fence, echo_batches=carried is not None)
+    spark.streams.addListener(listener)  # on Spark Connect it runs here, in the client
+    try:
+        query = writer.start()
+        query.awaitTermination()
+    finally:
+        spark.streams.removeListener(listener)
     fence()  # stopped because another stream took over: record nothing
     progress = query.lastProgress or {}
     record_processed_offset(state, job, progress)  # the listener may not have run for the last one
     # the query ended without error: its last batch is committed too
     end = progress_offset(progress, "endOffset")
     release_applied_staged_files(state, end)
-    return encode(StreamResult(job.mode, applier.rows_applied, job.app_id, round(time.monotonic() - started, 3),
+    applied = applier.rows_applied if carried is None else changes_applied_since(state, job, started_at)
+    return encode(StreamResult(job.mode, applied, job.app_id, round(time.monotonic() - started, 3),
                                progress.get("batchId"), end))
+
+
+def changes_applied_since(state: PipelineState, job: StreamJob, since: float) -> int:
+    """The changes this stream applied, by its batches' progress record: on a Spark Connect session
+    the ``BatchApplier`` that counts them runs on the server, not in this process."""
+    progress = state.read_progress(StreamBatchProgress, STREAM_PROGRESS)
+    if progress is None or progress.app_id != job.app_id or progress.finished_at < since:
+        return 0
+    return progress.changes_total

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_provider_mysqlcdc.cdc.source.connection import ENV_PREFIX
+from airflow_provider_mysqlcdc.spark.connect import CONNECT_MODE_VARIABLES
 from airflow_provider_mysqlcdc.spark.packaging import build_py_files_zip, spark_job_script
 from airflow_provider_mysqlcdc.spark.report import ReportWatcher
 
@@ -41,17 +43,18 @@ def spark_home() -> Path:
     return Path(pyspark.__file__).resolve().parent
 
 
-#: what pyspark sets in a process that opened a Spark Connect session; a spark-submit program inheriting
-#: them would take itself for a Connect client
-CONNECT_MODE_VARIABLES = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE")
+def program_environment(private: Collection[str] = ()) -> dict[str, str]:
+    """This process's environment without private variables (and those named in ``private``), for a
+    program it starts: it gets its credentials in its private file."""
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith(PRIVATE_ENV_PREFIXES) and k not in private and k not in CONNECT_MODE_VARIABLES}
 
 
 def spark_environment(py_files_zip: Path, python: str, local: bool, private: Collection[str] = ()) -> dict[str, str]:
     """The environment spark-submit runs in: this one without private variables (and those named in
     ``private``: credentials this process installed, which reach the program in its private file),
     the installed pyspark's ``spark-submit`` first on the PATH, and the package zip on the Python path."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(PRIVATE_ENV_PREFIXES) and k not in private and k not in CONNECT_MODE_VARIABLES}
+    env = program_environment(private)
     # Python workers the driver's JVM starts itself (the streaming data source's planner) do not
     # get --py-files on their path; they inherit the JVM's PYTHONPATH, so the zip goes there too.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(py_files_zip), env.get("PYTHONPATH", "")) if p)
@@ -77,6 +80,23 @@ def job_outcome(report: ReportWatcher, what: str, exit_problem: str | None) -> d
         raise SparkJobFailed(f"{what} ended without a result in {report.folder}"
                              + (f": {exit_problem}" if exit_problem else " (its driver was stopped, or died)"))
     return result
+
+
+def wait_for_driver(report: ReportWatcher, what: str, *, ended: Callable[[], bool], problem: Callable[[], str | None],
+                    on_line: Callable[[str], None], on_driver: Callable[[Any], None], timeout_s: float,
+                    on_timeout: Callable[[], None]) -> None:
+    """Follow a detached program's report folder until its driver is up. Raises ``SparkJobFailed``
+    with its own error when it fails first (or ``ended()`` before, with ``problem()``), and after
+    ``timeout_s`` (calling ``on_timeout`` first: stop it)."""
+    deadline = time.monotonic() + timeout_s
+    while report.driver is None:
+        report.poll(on_line, on_driver)
+        if report.failure() is not None or problem() or ended():
+            job_outcome(report, what, problem())  # raises, unless it already finished
+        if time.monotonic() > deadline:
+            on_timeout()
+            raise SparkJobFailed(f"{what}: no driver came up within {timeout_s:.0f}s")
+        time.sleep(1)
 
 
 @dataclass

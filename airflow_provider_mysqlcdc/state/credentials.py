@@ -86,17 +86,21 @@ class ObjectStoreCredentials:
 
     def add_to_private_file(self, path: Path) -> None:
         """Put them into the private credentials file at ``path`` (written by SourceConfig.to_private_file)."""
-        if not self:
-            return
-        data = json.loads(path.read_text())
-        data[PRIVATE_FILE_KEY] = self.variables
-        fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
-        with os.fdopen(fd, "w") as handle:
-            json.dump(data, handle)
+        if self:
+            put_in_private_file(path, PRIVATE_FILE_KEY, self.variables)
 
     @classmethod
     def from_private_file(cls, path: Path | str) -> "ObjectStoreCredentials":
         return cls(dict(json.loads(Path(path).read_text()).get(PRIVATE_FILE_KEY) or {}))
+
+
+def put_in_private_file(path: Path, key: str, value: Any) -> None:
+    """Add ``key`` to the private credentials file at ``path`` (written by SourceConfig.to_private_file)."""
+    data = json.loads(path.read_text())
+    data[key] = value
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(data, handle)
 
 
 def install_from_private_file(path: Path | str | None) -> None:

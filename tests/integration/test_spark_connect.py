@@ -1,8 +1,9 @@
-"""Chunk tasks as Spark Connect sessions: a Spark Connect server the test starts (the pip pyspark's
-own server class, in local mode on loopback) and an Airflow ``spark_connect`` connection to it.
+"""Chunk tasks and the stream as Spark Connect sessions: a Spark Connect server the test starts (the
+pip pyspark's own server class, in local mode on loopback) and an Airflow ``spark_connect``
+connection to it.
 
-The chunk tasks' driver side runs in the task's process: no spark-submit, no JVM of the task's
-own. The stream still goes through spark-submit (a ``spark`` connection of its own).
+Chunk tasks and the available-now stream run their driver side in the task's process, a continuous
+stream in a Python process of its own: no spark-submit, no JVM of the task's own.
 """
 
 from __future__ import annotations
@@ -11,21 +12,28 @@ import json
 import os
 import threading
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from airflow_provider_mysqlcdc.cdc.model.split import SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
-from airflow_provider_mysqlcdc.devtools.dag_runner import catch_up_stream, example_dag_env, run_dag
+from airflow_provider_mysqlcdc.devtools.dag_runner import example_dag_env, run_dag
 from airflow_provider_mysqlcdc.devtools.spark_connect_server import SparkConnectServer
 from airflow_provider_mysqlcdc.devtools.verify import source_rows
 from airflow_provider_mysqlcdc.devtools.workload import SAMPLE_TABLES, RandomWriters, create_sample_tables
 from airflow_provider_mysqlcdc.hooks.spark_connect import SparkConnectJobRunner
-from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob
-from airflow_provider_mysqlcdc.spark.submit import CONNECT_MODE_VARIABLES
+from airflow_provider_mysqlcdc.devtools.snapshot import snapshot_tables
+from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob, StreamJob
+from airflow_provider_mysqlcdc.protocol.results import StreamPhase
+from airflow_provider_mysqlcdc.protocol.state import StreamBatchProgress
+from airflow_provider_mysqlcdc.spark.supervision import DetachedStream
+from airflow_provider_mysqlcdc.state.lease import StreamLeases
+from airflow_provider_mysqlcdc.state.registry import STREAM_PROGRESS, PipelineState
+from airflow_provider_mysqlcdc.spark.connect import CONNECT_MODE_VARIABLES
 
-from .helpers import assert_same_rows, delta_rows
+from .helpers import SecretWatch, assert_same_rows, delta_rows, files_holding, spark_processes_of, stream_drivers
 
 pytestmark = pytest.mark.integration
 
@@ -36,8 +44,8 @@ def connect_server(tmp_path_factory):
         yield server
 
 
-def test_the_dags_chunk_tasks_run_as_spark_connect_sessions_and_the_sink_is_exact(
-        mysql_server, cdc_user, database, tmp_path, connect_server):
+def test_a_dag_run_on_spark_connect_alone_runs_chunks_and_stream_as_sessions_and_is_exact(
+        mysql_server, cdc_user, database, tmp_path, connect_server, monkeypatch):
     conn = mysql_server.connect()
     [table] = create_sample_tables(conn, database, rows_per_table=2000, seed=31, tables=SAMPLE_TABLES[2:3])
     schema = run_preflight(cdc_user, [table]).schemas[table]
@@ -46,17 +54,59 @@ def test_the_dags_chunk_tasks_run_as_spark_connect_sessions_and_the_sink_is_exac
                           split_rows=800, chunk_rows=1000)
     env.update(MYSQLCDC_SPARK_CONN_ID="cdc_connect", AIRFLOW_CONN_CDC_CONNECT=json.dumps(connect_server.connection()))
     with RandomWriters(mysql_server.admin, database, writers=1, seed=311, pause_s=0.01, tables=SAMPLE_TABLES[2:3]):
-        result = run_dag("mysqlcdc_example", env, conf={"stream_mode": "skip"})
+        result = run_dag("mysqlcdc_example", env, conf={"stream_mode": "available-now"})
     assert result["state"] == "success", result["output"][-5000:]
     group = f"{table.database}__{table.table}"
     chunks = [key for key in result["xcoms"] if key.startswith(f"{group}.snapshot[") and key.endswith("]")]
     assert len(chunks) >= 2, result["xcoms"].keys()
-    assert "Spark Connect session" in result["output"]  # each chunk task opened one
-    assert "chunk job " in result["output"]  # the work's progress lines reach the task log
+    assert "Spark Connect session" in result["output"]  # each chunk task and the stream opened one
+    assert "chunk job " in result["output"] and "stream batch " in result["output"]  # progress in the task log
     assert "Spark-Submit cmd" not in result["output"]  # no spark-submit: no JVM started by a task
+    assert result["xcoms"]["stream[-1]"]["changes_applied"] > 0  # counted on the server, reported here
 
-    catch_up_stream(cdc_user, str(state_dir / "mysqlcdc_example"), lake, tmp_path / "catch-up")
+    # the next run's stream, as a session in this process: it applies what came after the DAG's stream
+    monkeypatch.setenv("AIRFLOW_CONN_CDC_CONNECT", json.dumps(connect_server.connection()))
+    runner = SparkConnectJobRunner("cdc_connect", conf={}, log=SimpleNamespace(info=lambda *a: None))
+    job = StreamJob(state=str(state_dir / "mysqlcdc_example"), sink_root=str(lake))
+    runner.run("binlog_stream.py", job.to_json(), source=cdc_user, report_folder="")
     assert_same_rows(table, source_rows(mysql_server.admin, schema), delta_rows(str(lake), schema))
+
+
+def test_a_continuous_stream_on_spark_connect_runs_detached_without_a_jvm_and_stops_on_request(
+        mysql_server, cdc_user, database, tmp_path, connect_server, monkeypatch):
+    """The operator's path for a continuous stream (``start``, then the report folder): the stream's
+    client is a Python process of its own that outlives the caller; a stop request ends it, its query
+    on the server and its session, and the sink is exact."""
+    conn = mysql_server.connect()
+    tables = create_sample_tables(conn, database, rows_per_table=200, seed=33, tables=SAMPLE_TABLES[:1])
+    schemas = run_preflight(cdc_user, tables).schemas
+    lake, state = str(tmp_path / "lake"), PipelineState(str(tmp_path / "state"))
+    snapshot_tables(cdc_user, tables, lake, state, chunk_size=100)
+    monkeypatch.setenv("AIRFLOW_CONN_CDC_CONNECT", json.dumps(connect_server.connection()))
+    runner = SparkConnectJobRunner("cdc_connect", conf={}, log=SimpleNamespace(info=lambda *a: None))
+    report = str(tmp_path / "report")
+    job = StreamJob(state=state.location, sink_root=lake, mode="continuous", trigger_interval_s=0.5, report=report)
+    stream = DetachedStream(state.location, report, submitted_at=time.time())
+    watch = SecretWatch(cdc_user.password).start()
+    with RandomWriters(mysql_server.admin, database, writers=1, seed=331, pause_s=0.01, tables=SAMPLE_TABLES[:1]):
+        runner.start("binlog_stream.py", job.to_json(), source=cdc_user, report_folder=report)
+        [driver] = stream_drivers(tmp_path)
+        assert not [p for p in spark_processes_of(tmp_path) if "java" in p.split(":", 1)[1].split()[0]]
+        wait_for(lambda: (state.read_progress(StreamBatchProgress, STREAM_PROGRESS) or SimpleNamespace(
+            changes_total=0)).changes_total > 0, "a batch of changes applied")
+        assert stream.status().phase is StreamPhase.RUNNING
+    stream.request_stop("the test is done")
+    wait_for(lambda: stream.status().phase is StreamPhase.FINISHED, "the stream ends on request", timeout_s=60)
+    wait_for(lambda: not Path(f"/proc/{driver}").exists(), "the stream's client process exits", timeout_s=30)
+    assert StreamLeases(state).current().released
+    assert watch.stop() == [] and watch.samples > 0  # no argv or Spark process environment holds it
+    assert files_holding(cdc_user.password, tmp_path) == []  # nor a file of the pipeline
+    assert files_holding(cdc_user.password, connect_server.work_dir) == []  # nor the server's log
+
+    runner.run("binlog_stream.py", StreamJob(state=state.location, sink_root=lake).to_json(), source=cdc_user,
+               report_folder="")  # catch up to what the writers did after the stream's last batch
+    for table in tables:
+        assert_same_rows(table, source_rows(mysql_server.admin, schemas[table]), delta_rows(lake, schemas[table]))
 
 
 def test_killing_a_chunk_task_interrupts_its_spark_job_on_the_connect_server(mysql_server, cdc_user, database,

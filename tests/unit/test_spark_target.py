@@ -63,24 +63,13 @@ def test_a_spark_connect_connection_runs_programs_as_sessions(monkeypatch):
     assert "token-1" not in repr(target)
 
 
-def test_the_stream_given_a_spark_connect_connection_is_refused_naming_the_way_out():
-    from types import SimpleNamespace
-
-    from airflow_provider_mysqlcdc.hooks.spark_connect import SparkConnectJobRunner
-
-    runner = SparkConnectJobRunner("cdc_connect", conf={}, log=SimpleNamespace(info=print))
-    with pytest.raises(ConfigurationError, match="not yet the stream.*stream_spark_conn_id"):
-        runner.run("binlog_stream.py", "{}", source=None, report_folder="")
-    with pytest.raises(ConfigurationError, match="stream_spark_conn_id"):
-        runner.start("binlog_stream.py", "{}")
-
-
 def test_a_spark_submit_program_never_inherits_a_spark_connect_mode(monkeypatch, tmp_path):
     """A process that opened a Spark Connect session is marked as a Connect client by pyspark; the
     classic programs it submits afterwards must not take themselves for one."""
     import sys
 
-    from airflow_provider_mysqlcdc.spark.submit import CONNECT_MODE_VARIABLES, spark_environment
+    from airflow_provider_mysqlcdc.spark.connect import CONNECT_MODE_VARIABLES
+    from airflow_provider_mysqlcdc.spark.submit import spark_environment
 
     for name in CONNECT_MODE_VARIABLES:
         monkeypatch.setenv(name, "1")

@@ -14,9 +14,10 @@ from __future__ import annotations
 import sys
 
 
-def prepare(job_json: str, source=None):
+def prepare(job_json: str, source=None, object_store=None):
     """The program's name and work; ``source``: the source's settings when the caller has them (a
-    Spark Connect session in the task's process: hooks/spark_connect.py), else from the environment."""
+    Spark Connect session: hooks/spark_connect.py), else from the environment. ``object_store`` is
+    not needed: this process, where it is installed, writes the sink."""
     from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
     from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob
     from airflow_provider_mysqlcdc.spark.chunk_job import run_chunk_job
