@@ -6,9 +6,10 @@ marked failed through the REST API (what the UI's button does). Airflow's superv
 terminates the task, the operator's ``on_kill`` stops spark-submit and the driver, and within
 seconds no process of the run is left: in local mode (driver in the task's process tree) and in
 cluster deploy mode on a standalone cluster (driver launched by the cluster's worker, killed
-through the master's REST server), and for a deferred stream (driver detached from the task, the
+through the master's REST server), for a deferred stream (driver detached from the task, the
 task waiting in the triggerer: the trigger's ``on_kill`` asks the stream to stop through its report
-folder, and it releases the pipeline's lease). Every file of the run (package zip, credentials, report
+folder, and it releases the pipeline's lease), and for a stream on a Spark Connect server (its
+detached client process is asked to stop the same way, ending its query and session there). Every file of the run (package zip, credentials, report
 folders) lives under the test's folder (TMPDIR), so "a process of ours" is a spark-submit, a
 cluster-launched driver or a Python driver whose command line names that folder, or any
 executor of a standalone cluster (only this test's cluster runs one).
@@ -24,6 +25,7 @@ import pytest
 
 from airflow_provider_mysqlcdc.devtools.airflow_standalone import AirflowStandalone
 from airflow_provider_mysqlcdc.devtools.dag_runner import example_dag_env
+from airflow_provider_mysqlcdc.devtools.spark_connect_server import SparkConnectServer
 from airflow_provider_mysqlcdc.devtools.spark_standalone import StandaloneCluster
 from airflow_provider_mysqlcdc.devtools.workload import SAMPLE_TABLES, create_sample_tables
 from airflow_provider_mysqlcdc.pipeline import group_id_for
@@ -40,9 +42,9 @@ STREAM_ONLY = {"stream_mode": "continuous", "startup_mode": "latest"}
 
 
 @pytest.mark.usefixtures("reap_spark")
-@pytest.mark.parametrize("deploy", ["local", "standalone-cluster", "deferred"])
+@pytest.mark.parametrize("deploy", ["local", "standalone-cluster", "deferred", "spark-connect"])
 def test_marking_a_running_stream_task_failed_stops_its_spark_application(mysql_server, cdc_user, database,
-                                                                          tmp_path, deploy):
+                                                                          tmp_path, tmp_path_factory, deploy):
     [table] = create_sample_tables(mysql_server.connect(), database, rows_per_table=300, seed=3,
                                    tables=SAMPLE_TABLES[:1])
     env = example_dag_env(tmp_path / "airflow", cdc_user, [table], sink_root=tmp_path / "lake",
@@ -58,12 +60,17 @@ def test_marking_a_running_stream_task_failed_stops_its_spark_application(mysql_
                            "extra": {"deploy-mode": "cluster", "rest-port": cluster.rest_port}}))
         if deploy == "deferred":
             env["MYSQLCDC_STREAM_DEFERRABLE"] = "true"
+        if deploy == "spark-connect":  # the stream's client is a Python process of ours; its query runs on the server
+            server = stack.enter_context(SparkConnectServer(tmp_path_factory.mktemp("connect-server")))
+            env.update(MYSQLCDC_SPARK_CONN_ID="cdc_connect", AIRFLOW_CONN_CDC_CONNECT=json.dumps(server.connection()))
         airflow = stack.enter_context(AirflowStandalone(env))
         airflow.wait_for_dag(DAG_ID)
         run_id = airflow.trigger(DAG_ID, STREAM_ONLY)
         airflow.wait_until(lambda: airflow.xcom(DAG_ID, run_id, "stream", "spark_ui_url"), 600,
                            "the continuous stream's driver is up")
         assert spark_processes_of(tmp_path), "the running stream's processes are not where the test looks"
+        if deploy == "spark-connect":  # its client only: no spark-submit, no JVM of the task's
+            assert not [p for p in spark_processes_of(tmp_path) if "SparkSubmit" in p], spark_processes_of(tmp_path)
         running = "deferred" if deploy == "deferred" else "running"
         airflow.wait_until(lambda: airflow.task_state(DAG_ID, run_id, "stream") == running, 120,
                            f"the stream task is {running}")
@@ -80,7 +87,7 @@ def test_marking_a_running_stream_task_failed_stops_its_spark_application(mysql_
         left = spark_processes_of(tmp_path)
         stopped_after_s = time.monotonic() - marked
     assert not left, f"still running {stopped_after_s:.0f}s after the task was marked failed:\n" + "\n".join(left)
-    if deploy == "deferred":  # it stopped cleanly, on request: the next stream may start at once
+    if deploy in ("deferred", "spark-connect"):  # it stopped cleanly, on request: the next stream may start at once
         assert StreamLeases(PipelineState(str(tmp_path / "state" / DAG_ID))).current().released
     print(f"{deploy}: the stream's Spark application stopped {stopped_after_s:.1f}s after the task was marked failed")
 
