@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import fsspec
-from pyspark.sql.streaming import StreamingQueryListener
 
 from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError
 
@@ -472,31 +471,40 @@ def release_applied_staged_files(state: PipelineState, committed: StreamOffset |
         log.warning("could not release staged split files yet: %s", exc)
 
 
-class ProgressListener(StreamingQueryListener):
-    """Records each finished micro-batch's end offset (Spark calls this after the batch commits),
-    unless another stream took the pipeline over meanwhile (``fence``). With ``echo_batches`` it also
-    logs each batch's progress as the batch recorded it: on a Spark Connect session the batch is
-    applied, and logs, on the server, while this listener runs here, where the task log is."""
+class BatchFollower:
+    """Follows the query's finished micro-batches from the process that started it, polled while it
+    runs (``follow``): records each one's end offset and releases the staged files it made
+    unreplayable, unless another stream took the pipeline over meanwhile (``fence``). With
+    ``echo_batches`` it also logs each batch's progress as the batch recorded it: on a Spark Connect
+    session the batch is applied, and logs, on the server, while this runs here, where the task log is.
+
+    Polled rather than a ``StreamingQueryListener``: on Spark Connect a listener runs in a client
+    thread fed by a long-running call, and removing it while an event is pending can deadlock
+    (SPARK-59623); the query's ``recentProgress`` serves both kinds of session alike."""
 
     def __init__(self, state: PipelineState, job: StreamJob, fence: Callable[[], None], *, echo_batches: bool = False):
         self.state = state
         self.job = job
         self.fence = fence
         self.echo_batches = echo_batches
+        self.last_batch = -1
 
-    def onQueryStarted(self, event: Any) -> None:
-        pass
-
-    def onQueryProgress(self, event: Any) -> None:
+    def follow(self, query: Any) -> None:
+        """Handle the batches that finished since the last call, in order."""
+        new = [p for p in query.recentProgress or () if p.get("batchId", -1) > self.last_batch]
+        if not new:
+            return
         try:
             self.fence()
         except LeaseLost:
             return
-        record_processed_offset(self.state, self.job, event.progress)
-        # the batch's start is the previous batch's end: committed in the checkpoint, never replayed
-        release_applied_staged_files(self.state, progress_offset(event.progress, "startOffset"))
+        for progress in new:
+            self.last_batch = progress["batchId"]
+            record_processed_offset(self.state, self.job, progress)
+            # the batch's start is the previous batch's end: committed in the checkpoint, never replayed
+            release_applied_staged_files(self.state, progress_offset(progress, "startOffset"))
         if self.echo_batches:
-            self._echo(event.progress.batchId)
+            self._echo(self.last_batch)
 
     def _echo(self, batch_id: int) -> None:
         batch = self.state.read_progress(StreamBatchProgress, STREAM_PROGRESS)
@@ -505,12 +513,6 @@ class ProgressListener(StreamingQueryListener):
         lag_s = batch.finished_at - batch.last_change_time_ms / 1000 if batch.last_change_time_ms else 0.0
         log.info("stream batch %d: %d changes applied (%d in total); binlog head %s; event-time lag %.1fs", batch_id,
                  batch.changes_in_batch, batch.changes_total, batch.head_at_batch_end, lag_s)
-
-    def onQueryIdle(self, event: Any) -> None:
-        pass
-
-    def onQueryTerminated(self, event: Any) -> None:
-        pass
 
 
 def run_stream_job(spark: Any, source: SourceConfig, job: StreamJob, *, source_file: str | None = None,
@@ -580,16 +582,13 @@ def _run_stream(spark: Any, source: SourceConfig, job: StreamJob, source_file: s
     else:
         writer = writer.trigger(processingTime=f"{job.trigger_interval_s} seconds")
     started, started_at = time.monotonic(), time.time()
-    listener = ProgressListener(state, job, fence, echo_batches=carried is not None)
-    spark.streams.addListener(listener)  # on Spark Connect it runs here, in the client
-    try:
-        query = writer.start()
-        query.awaitTermination()
-    finally:
-        spark.streams.removeListener(listener)
+    follower = BatchFollower(state, job, fence, echo_batches=carried is not None)
+    query = writer.start()
+    while not query.awaitTermination(1):
+        follower.follow(query)
     fence()  # stopped because another stream took over: record nothing
+    follower.follow(query)  # the batches that finished since its last look (all of a short available-now run)
     progress = query.lastProgress or {}
-    record_processed_offset(state, job, progress)  # the listener may not have run for the last one
     # the query ended without error: its last batch is committed too
     end = progress_offset(progress, "endOffset")
     release_applied_staged_files(state, end)
