@@ -146,3 +146,38 @@ def _assert_same(a: dict, b: dict) -> None:
         assert a[name] == b[name] and type(a[name]) is type(b[name]), (
             f"column {name!r}: {a[name]!r} ({type(a[name]).__name__}) != {b[name]!r} ({type(b[name]).__name__})"
         )
+
+
+#: dates MariaDB and MySQL store with sql_mode='' (no NO_ZERO_DATE, NO_ZERO_IN_DATE): zero, and zero parts
+ZERO_AND_PARTIAL = [
+    {"da": "0000-00-00", "dt0": "0000-00-00 00:00:00", "dt6": "0000-00-00 00:00:00.000000", "ts0": "0000-00-00 00:00:00"},
+    {"da": "2024-00-10", "dt0": "2024-00-10 12:00:00", "dt6": "2024-05-00 01:02:03.000004", "ts0": None},
+    {"da": "2024-05-00", "dt0": "0000-05-06 00:00:00", "dt6": "2024-00-00 00:00:00.000001", "ts0": None},
+    {"da": "2024-05-06", "dt0": "2024-05-06 07:08:09", "dt6": "2024-05-06 07:08:09.000010", "ts0": "2024-05-06 07:08:09"},
+]
+
+
+def test_zero_and_partial_dates_are_the_same_on_both_paths_and_convert_to_arrow(mysql_server, cdc_user, database):
+    from airflow_provider_mysqlcdc.sinks.arrow_rows import rows_to_data_table
+
+    table = TableId(database, "odd dates")
+    conn = mysql_server.connect()
+    with conn.cursor() as cur:
+        cur.execute("SET SESSION sql_mode = ''")
+        cur.execute(f"CREATE TABLE {table.quoted} (id INT PRIMARY KEY, da DATE, dt0 DATETIME, dt6 DATETIME(6), "
+                    "ts0 TIMESTAMP NULL)")
+        start = current_offset(conn)
+        for i, row in enumerate(ZERO_AND_PARTIAL):
+            cur.execute(f"INSERT INTO {table.quoted} VALUES (%s, %s, %s, %s, %s)", [i, *row.values()])
+        end = current_offset(conn)
+    schema = load_table_schema(conn, table)
+    binlog = {r.after["id"]: r.after for r in BinlogReader.for_schemas(cdc_user, [schema], start=start, end=end)
+              if isinstance(r, ChangeRecord)}
+    with SplitReader(cdc_user, schema) as split_reader:
+        selected = {r["id"]: r for r in split_reader.read(SnapshotSplit(table, 0, "id")).rows}
+    assert set(binlog) == set(selected) == set(range(len(ZERO_AND_PARTIAL)))
+    for row_id in selected:
+        _assert_same(selected[row_id], binlog[row_id])
+    assert selected[3]["da"] == dt.date(2024, 5, 6) and selected[3]["dt6"] == dt.datetime(2024, 5, 6, 7, 8, 9, 10)
+    assert all(selected[i][c] is None for i in (0, 1, 2) for c in ("da", "dt0", "dt6", "ts0"))  # no calendar date
+    assert rows_to_data_table(schema, [selected[i] for i in sorted(selected)]).num_rows == len(ZERO_AND_PARTIAL)

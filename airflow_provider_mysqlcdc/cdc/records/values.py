@@ -15,7 +15,8 @@ SET                       'a,b' / ''                {'a','b'} / None if empty   
 TIMESTAMP                 naive UTC (session UTC)   naive UTC                    aware datetime in UTC
 DECIMAL(p,s)              Decimal                   Decimal                      Decimal with exactly s places
 JSON (MySQL)              text                      parsed object                canonical JSON text
-zero DATE/DATETIME        '0000-00-00' string       None                         None
+zero/partial DATE(TIME)   '2024-00-10' string       None                         None
+zero TIMESTAMP            '0000-00-00...' string    the epoch                    None
 ========================  ========================  ===========================  =====================
 
 Everything else (integers of every width and sign, DOUBLE, DATE, DATETIME, TIME as timedelta, YEAR,
@@ -51,17 +52,22 @@ def _bit_to_int(value: Any) -> int:
     return int(value)
 
 
+#: the zero TIMESTAMP '0000-00-00 00:00:00' is stored as 0 seconds, which the binlog decoder gives as the
+#: epoch; no real TIMESTAMP is the epoch itself (their range starts one second later)
+_ZERO_TIMESTAMP = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+
+
 def _timestamp_to_utc(value: Any) -> Any:
     if isinstance(value, dt.datetime):
-        return value.replace(tzinfo=dt.timezone.utc) if value.tzinfo is None else value.astimezone(dt.timezone.utc)
+        value = value.replace(tzinfo=dt.timezone.utc) if value.tzinfo is None else value.astimezone(dt.timezone.utc)
+        return None if value == _ZERO_TIMESTAMP else value
     return _zero_temporal_to_none(value)
 
 
 def _zero_temporal_to_none(value: Any) -> Any:
-    # pymysql hands back '0000-00-00 ...' as a string where Python has no such date; the binlog gives None.
-    if isinstance(value, str) and value.startswith("0000-00-00"):
-        return None
-    return value
+    # pymysql hands back a zero or partial date ('0000-00-00', '2024-00-10 ...') as a string, where
+    # Python (and Arrow) have no such date; the binlog decoder gives None for them.
+    return None if isinstance(value, str) else value
 
 
 def _json_canonical(value: Any) -> str:
