@@ -70,22 +70,61 @@ def _zero_temporal_to_none(value: Any) -> Any:
     return None if isinstance(value, str) else value
 
 
+class _Real(decimal.Decimal):
+    """A JSON number written with a fraction or an exponent (a DOUBLE, or a DECIMAL with a scale)."""
+
+
 def _json_canonical(value: Any) -> str:
+    """One JSON text for one JSON value, from MySQL's text (the SELECT) or its binary form (the binlog).
+
+    Keys sorted, no spaces, and numbers by value: an integer as such, any other number (a DOUBLE, a
+    DECIMAL with a scale) exactly, in the shortest form of its value (``1.50`` and ``1.5`` are one
+    number, as MySQL compares them). The binlog's opaque scalars (DECIMAL, dates and times, other
+    types) arrive as MySQL prints them (binlog/library_fixes.py)."""
     if isinstance(value, (bytes, bytearray)):
         value = value.decode("utf-8")
     if isinstance(value, str):
-        value = json.loads(value)
-    return json.dumps(_decode_json_bytes(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        value = json.loads(value, parse_float=_Real)
+    return _json_text(value)
 
 
-def _decode_json_bytes(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {_decode_json_bytes(k): _decode_json_bytes(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_decode_json_bytes(v) for v in value]
+def _json_text(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return _real_text(_Real(repr(value)))
+    if isinstance(value, decimal.Decimal):  # a _Real, or a DECIMAL from the binlog: integral when it has no scale
+        exponent = value.as_tuple().exponent
+        return str(int(value)) if not isinstance(value, _Real) and isinstance(exponent, int) and exponent >= 0 \
+            else _real_text(value)
     if isinstance(value, (bytes, bytearray)):
-        return value.decode("utf-8")
-    return value
+        value = bytes(value).decode("utf-8")
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, dict):
+        items = sorted((k.decode("utf-8") if isinstance(k, (bytes, bytearray)) else str(k), v) for k, v in value.items())
+        return "{" + ",".join(f"{json.dumps(k, ensure_ascii=False)}:{_json_text(v)}" for k, v in items) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_json_text(v) for v in value) + "]"
+    raise ValueError(f"a JSON value of an unexpected type: {type(value).__name__}")
+
+
+def _real_text(value: decimal.Decimal) -> str:
+    """A non-integer JSON number's text, as Python writes floats: positional between 1e-4 and 1e16,
+    else with an exponent; always with a fraction or an exponent (so it stays a non-integer)."""
+    value = decimal.Decimal(value).normalize(_DECIMAL_CONTEXT)
+    sign, digits, _ = value.as_tuple()
+    adjusted = value.adjusted()
+    if -4 <= adjusted < 16:
+        text = format(value, "f")
+        return text if "." in text else f"{text}.0"
+    mantissa = "".join(map(str, digits))
+    mantissa = mantissa[0] + (f".{mantissa[1:]}" if len(mantissa) > 1 else "")
+    return f"{'-' if sign else ''}{mantissa}e{'+' if adjusted >= 0 else '-'}{abs(adjusted):02d}"
 
 
 def _make_decimal(scale: int) -> Converter:

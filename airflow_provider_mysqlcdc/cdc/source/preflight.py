@@ -41,11 +41,18 @@ def _variables(conn: pymysql.connections.Connection, names: Iterable[str]) -> di
     return {n: found.get(n) for n in names}
 
 
+#: the server variables ``server_problems`` judges (a server lacks some: None)
+SERVER_VARIABLES = ("log_bin", "binlog_format", "binlog_row_image", "binlog_row_metadata",
+                    "binlog_transaction_compression", "log_bin_compress", "binlog_row_value_options")
+
+
 def check_server(conn: pymysql.connections.Connection, info: ServerInfo) -> list[str]:
     """Binlog settings the algorithm depends on."""
-    names = ["log_bin", "binlog_format", "binlog_row_image", "binlog_row_metadata",
-             "binlog_transaction_compression", "log_bin_compress"]
-    v = _variables(conn, names)
+    return server_problems(_variables(conn, SERVER_VARIABLES), info)
+
+
+def server_problems(v: Mapping[str, str | None], info: ServerInfo) -> list[str]:
+    """What is wrong with the binlog settings ``v`` (``SERVER_VARIABLES``), each with its fix."""
     problems = []
     if (v["log_bin"] or "").upper() not in ("ON", "1"):
         return ["The binary log is off (log_bin=OFF): start the server with log-bin (e.g. log-bin=mysql-bin "
@@ -70,6 +77,10 @@ def check_server(conn: pymysql.connections.Connection, info: ServerInfo) -> list
     if (v["log_bin_compress"] or "OFF").upper() in ("ON", "1"):
         problems.append("log_bin_compress is ON: compressed binlog events are invisible to the binlog reader; "
                         "SET GLOBAL log_bin_compress=OFF (and in my.cnf).")
+    if "PARTIAL_JSON" in (v["binlog_row_value_options"] or "").upper():
+        problems.append("binlog_row_value_options is PARTIAL_JSON: updates of JSON columns are logged as diffs "
+                        "against a value the binlog does not carry, so the sink cannot rebuild them; SET GLOBAL "
+                        "binlog_row_value_options='' (and binlog_row_value_options='' in my.cnf).")
     return problems
 
 
