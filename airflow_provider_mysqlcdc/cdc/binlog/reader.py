@@ -41,7 +41,7 @@ from airflow_provider_mysqlcdc.cdc.model.records import (ChangeRecord, Operation
                                                          TableEventKind)
 from airflow_provider_mysqlcdc.cdc.records.values import ValueNormalizer
 from airflow_provider_mysqlcdc.cdc.source.connection import DEFAULT_SERVER_ID_RANGE, SourceConfig
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
+from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
 from airflow_provider_mysqlcdc.cdc.source.server import check_offset_available
 
 log = logging.getLogger(__name__)
@@ -71,6 +71,7 @@ class BinlogReader:
         end: BinlogOffset | None = None,
         tables: Collection[TableId] | None = None,
         key_columns: Mapping[TableId, tuple[str, ...]],
+        known_columns: Mapping[TableId, Mapping[str, Column]] | None = None,
         server_id: int | None = None,
         follow: bool = False,
         heartbeat_s: float = 1.0,
@@ -81,6 +82,9 @@ class BinlogReader:
         self.end = end
         self.tables = set(tables) if tables is not None else None
         self.key_columns = dict(key_columns)
+        #: the tables' columns as information_schema describes them, for what a table map cannot say
+        #: (table_map.py: MariaDB's UUID and INET types look like BINARY there)
+        self.known_columns = {t: dict(columns) for t, columns in (known_columns or {}).items()}
         self.server_id = server_id if server_id is not None else pick_server_id()
         self.follow = follow
         self.heartbeat_s = heartbeat_s
@@ -99,6 +103,7 @@ class BinlogReader:
             source,
             tables=[s.table_id for s in schemas],
             key_columns={s.table_id: s.key_columns for s in schemas},
+            known_columns={s.table_id: {c.name: c for c in s.columns} for s in schemas},
             **kwargs,
         )
 
@@ -218,7 +223,8 @@ class BinlogReader:
         key = (table_id, signature)
         normalizer = self._normalizers.get(key)
         if normalizer is None:
-            columns = tuple(column_from_table_map(c) for c in event.columns)
+            known = self.known_columns.get(table_id, {})
+            columns = tuple(column_from_table_map(c, known.get(c.name)) for c in event.columns)
             keys = self.key_columns.get(table_id, ())
             if not set(keys) <= {c.name for c in columns}:
                 keys = tuple(c.name for c in event.columns if getattr(c, "is_primary", False))

@@ -41,8 +41,14 @@ _BY_TYPE_CODE = {
 }
 
 
-def column_from_table_map(col: Any) -> Column:
-    """Translate a python-mysql-replication column into our ``Column``."""
+#: types a table map shows as BINARY(n) of their storage: only the schema (``known``) tells them apart
+STORED_AS_BINARY = {"uuid": 16, "inet6": 16, "inet4": 4}
+
+
+def column_from_table_map(col: Any, known: Column | None = None) -> Column:
+    """Translate a python-mysql-replication column into our ``Column``; ``known``: the same-named
+    column of the table's schema, which names MariaDB's UUID and INET types (``STORED_AS_BINARY``)
+    where the table map shows a BINARY of the same length."""
     code = col.type
     charset = col.character_set_name
     is_binary = charset in (None, "binary")
@@ -56,6 +62,9 @@ def column_from_table_map(col: Any) -> Column:
         data_type = "blob" if is_binary else "longtext"
     else:
         data_type = f"type{code}"
+    if (data_type == "binary" and known is not None
+            and STORED_AS_BINARY.get(known.data_type) == getattr(col, "max_length", None)):
+        data_type = known.data_type
     labels = tuple(col.enum_values or col.set_values or ())
     return Column(
         name=col.name,

@@ -17,6 +17,9 @@ DECIMAL(p,s)              Decimal                   Decimal                     
 JSON (MySQL)              text                      parsed object                canonical JSON text
 zero/partial DATE(TIME)   '2024-00-10' string       None                         None
 zero TIMESTAMP            '0000-00-00...' string    the epoch                    None
+YEAR 0000                 0                         1900                         0
+UUID (MariaDB)            text                      16 bytes                     text
+INET6/INET4 (MariaDB)     text                      16/4 bytes                   text (as inet_ntop)
 ========================  ========================  ===========================  =====================
 
 Everything else (integers of every width and sign, DOUBLE, DATE, DATETIME, TIME as timedelta, YEAR,
@@ -29,7 +32,9 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import json
+import socket
 import struct
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -152,6 +157,35 @@ def _to_bytes(value: Any) -> bytes:
     return value.encode("latin-1") if isinstance(value, str) else bytes(value)
 
 
+# The binlog carries MariaDB's UUID as its 16 bytes in text order, INET6 and INET4 as their 16 and 4
+# address bytes, each like a BINARY(n): trailing zero bytes stripped, all zeros as '' (str). The
+# SELECT gives their text, never empty.
+def _year(value: Any) -> int:
+    # YEAR 0000 is stored as 0, which the binlog decoder adds 1900 to; no YEAR is 1900 itself (1901-2155)
+    return 0 if value == 1900 else value
+
+
+def _stored_bytes(value: Any, length: int) -> bytes | None:
+    if isinstance(value, str) and value:
+        return None  # the SELECT's text
+    return _to_bytes(value).ljust(length, b"\x00")
+
+
+def _uuid_text(value: Any) -> str:
+    stored = _stored_bytes(value, 16)
+    return value if stored is None else str(uuid.UUID(bytes=stored))
+
+
+def _inet6_text(value: Any) -> str:
+    stored = _stored_bytes(value, 16)  # inet_ntop is how MariaDB prints INET6 (::ffff:1.2.3.4 included)
+    return value if stored is None else socket.inet_ntop(socket.AF_INET6, stored)
+
+
+def _inet4_text(value: Any) -> str:
+    stored = _stored_bytes(value, 4)
+    return value if stored is None else socket.inet_ntoa(stored)
+
+
 def _make_padded_binary(length: int) -> Converter:
     def convert(value: Any) -> bytes:
         return _to_bytes(value).ljust(length, b"\x00")
@@ -198,6 +232,14 @@ def converter_for(column: Column) -> Converter | None:
         return _make_set(column.labels)
     if t == "json":
         return _json_canonical
+    if t == "year":
+        return _year
+    if t == "uuid":
+        return _uuid_text
+    if t == "inet6":
+        return _inet6_text
+    if t == "inet4":
+        return _inet4_text
     if t == "binary":
         return _make_padded_binary(column.char_max_length or 0)
     if t in _BYTES_TYPES:
