@@ -153,6 +153,9 @@ class DeltaSink(Sink):
         uri = self.table_uri(schema.table_id)
         keys = " AND ".join(f"t.{sql_identifier(k)} = s.{sql_identifier(k)}" for k in schema.key_columns)
         integer_keys = all(pa.types.is_integer(changes.schema.field(k).type) for k in schema.key_columns)
+        # every column by name, quoted here: delta-rs's update_all/insert_all wrap names in backticks
+        # without escaping them, which a column named with a backtick breaks
+        assignments = {sql_identifier(n): f"s.{sql_identifier(n)}" for n in changes.column_names}
 
         def merge() -> None:
             (
@@ -165,8 +168,8 @@ class DeltaSink(Sink):
                 .merge(changes, predicate=keys, source_alias="s", target_alias="t", merge_schema=True,
                        streamed_exec=not integer_keys, commit_properties=_commit_properties(commit))
                 .when_matched_delete(predicate="s._cdc_op = 'd' AND s._cdc_version > t._cdc_version")
-                .when_matched_update_all(predicate="s._cdc_op <> 'd' AND s._cdc_version > t._cdc_version")
-                .when_not_matched_insert_all(predicate="s._cdc_op <> 'd'")
+                .when_matched_update(assignments, predicate="s._cdc_op <> 'd' AND s._cdc_version > t._cdc_version")
+                .when_not_matched_insert(assignments, predicate="s._cdc_op <> 'd'")
                 .execute()
             )
 
@@ -278,7 +281,16 @@ def _safe_widening(old: pa.DataType, new: pa.DataType) -> bool:
     return pa.types.is_string(old) and pa.types.is_string(new)
 
 
+#: characters of a name that cannot stand in a path as they are: separators, what URLs (delta-rs reads
+#: a path as one) give a meaning to, and the escape character itself
+_PATH_UNSAFE = frozenset("/\\@%#?")
+
+
 def _path_part(name: str) -> str:
-    return name.replace("/", "%2F")
+    """A database or table name as one path segment, never ``.`` or ``..``, one-to-one: each unsafe
+    character becomes ``@`` and its 4-digit hex code point, as MySQL names its own files."""
+    if name in (".", ".."):
+        return "@002e" * len(name)
+    return "".join(f"@{ord(ch):04x}" if ch in _PATH_UNSAFE else ch for ch in name)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId, quote_identifier
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId, quote_identifier, with_params
 
 
 @dataclass(frozen=True)
@@ -99,8 +99,9 @@ class FinishedSplit:
 
 
 def key_range_sql(split: SnapshotSplit) -> tuple[str, tuple[Any, ...]]:
-    """`` WHERE start <= k AND k < end`` (or nothing), compared by the database under its collation."""
-    key = quote_identifier(split.chunk_key)
+    """`` WHERE start <= k AND k < end`` (or nothing), compared by the database under its collation;
+    a statement executed with parameters (schema.py ``with_params``)."""
+    key = with_params(quote_identifier(split.chunk_key))
     conditions, args = [], []
     if split.start is not None:
         conditions.append(f"{key} >= %s")

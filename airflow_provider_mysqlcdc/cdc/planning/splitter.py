@@ -28,7 +28,7 @@ from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.split import SnapshotSplit, key_range_sql
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.records.values import converter_for, read_expression
-from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableSchema, quote_identifier
+from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableSchema, quote_identifier, with_params
 
 log = logging.getLogger(__name__)
 
@@ -72,9 +72,10 @@ class ChunkSplitter:
         self.column: Column = schema.column(self.chunk_key)
         self.ordering = ordering or KeyOrdering(self.column, lambda: conn)
         self._normalise = converter_for(self.column) or (lambda value: value)
-        self._key_sql = read_expression(self.column)
-        self._key_name = quote_identifier(self.chunk_key)
-        self._table_sql = schema.table_id.quoted
+        # every statement here runs with parameters (an empty tuple where it has none)
+        self._key_sql = with_params(read_expression(self.column))
+        self._key_name = with_params(quote_identifier(self.chunk_key))
+        self._table_sql = with_params(schema.table_id.quoted)
         self._within: SnapshotSplit | None = None
         self._range_sql, self._range_args = "", ()
 
@@ -141,7 +142,7 @@ class ChunkSplitter:
             row = cur.fetchone()
             approximate = int(row[0] or 0) if row else 0
             if approximate < EXACT_COUNT_BELOW_ROWS:
-                cur.execute(f"SELECT COUNT(*) FROM {self._table_sql}")
+                cur.execute(f"SELECT COUNT(*) FROM {self._table_sql}", ())
                 return int(cur.fetchone()[0])
         return approximate
 

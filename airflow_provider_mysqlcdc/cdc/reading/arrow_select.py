@@ -56,7 +56,7 @@ def select_arrow(source: SourceConfig, schema: TableSchema, split: SnapshotSplit
     import connectorx
 
     where, args = key_range_sql(split)
-    where = where.replace("%s", "{}").format(*(_inline(a) for a in args))
+    where = where % tuple(_inline(a) for a in args)  # how the driver binds them (key_range_sql)
     columns = ", ".join(quote_identifier(c.name) for c in schema.columns)
     sql = f"SELECT {columns} FROM {schema.table_id.quoted}{where}"
     conn = source.connect()

@@ -37,7 +37,7 @@ from airflow_provider_mysqlcdc.cdc.records.apply import KeyedRows
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.records.values import ValueNormalizer, select_list
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
-from airflow_provider_mysqlcdc.cdc.source.schema import TableSchema
+from airflow_provider_mysqlcdc.cdc.source.schema import TableSchema, with_params
 from airflow_provider_mysqlcdc.cdc.source.server import ServerInfo, current_offset, server_info
 
 log = logging.getLogger(__name__)
@@ -149,7 +149,8 @@ class SplitReader:
         conn = self._connection()
         assert self._info is not None
         where, args = key_range_sql(split)
-        sql = f"SELECT {select_list(self.schema.columns)} FROM {self.schema.table_id.quoted}{where}"
+        table = with_params(self.schema.table_id.quoted)
+        sql = f"SELECT {with_params(select_list(self.schema.columns))} FROM {table}{where}"
         names = self.schema.column_names
         with conn.cursor() as cur:
             cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")

@@ -22,6 +22,13 @@ def quote_identifier(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+def with_params(sql: str) -> str:
+    """SQL text (quoted identifiers and all) made safe to be part of a statement executed with
+    parameters: the driver %-formats such a statement, so a ``%`` of a name (a table called
+    ``pct%s``) must be doubled. Only for text that holds no placeholder of its own."""
+    return sql.replace("%", "%%")
+
+
 @dataclass(frozen=True, order=True)
 class TableId:
     database: str
