@@ -18,6 +18,7 @@ the defaults when the DAG declares no such param.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -35,8 +36,15 @@ from airflow_provider_mysqlcdc.protocol.actions import StartupMode
 
 
 def group_id_for(table: str) -> str:
+    """The task group of a table: ``<db>__<table>`` where both are plain (letters, digits, ``_``), else
+    that with the other characters as ``_``, cut to 100 characters, and a hash of the exact name, so
+    that two tables never share a group (``a.b`` and ``a_b``, ``x y`` and ``x_y``)."""
     table_id = parse_tables([table])[0]
-    return re.sub(r"[^A-Za-z0-9_]", "_", f"{table_id.database}__{table_id.table}")
+    plain = f"{table_id.database}__{table_id.table}"
+    readable = re.sub(r"[^A-Za-z0-9_]", "_", plain)
+    if readable == plain and len(plain) <= 100:
+        return plain
+    return f"{readable[:100]}_{hashlib.sha1(table_id.quoted.encode()).hexdigest()[:8]}"
 
 
 def mysqlcdc_params(*, sink_root: str, split_rows: int = DEFAULT_SPLIT_ROWS, chunk_rows: int = DEFAULT_CHUNK_ROWS,

@@ -39,7 +39,7 @@ def example_dag_env(airflow_home: Path, source: Any, tables: list[Any], *, sink_
     return dict(os.environ, AIRFLOW_HOME=str(airflow_home), AIRFLOW__CORE__DAGS_FOLDER=str(dags_folder),
                 **{DAG_PYTHON: python},
                 AIRFLOW__CORE__LOAD_EXAMPLES="False", AIRFLOW_CONN_MYSQLCDC_DEFAULT=json.dumps(connection),
-                MYSQLCDC_EXAMPLE_TABLES=",".join(f"`{t.database}`.`{t.table}`" for t in tables),
+                MYSQLCDC_EXAMPLE_TABLES=",".join(t.quoted for t in tables),
                 MYSQLCDC_SINK_ROOT=str(sink_root), MYSQLCDC_STATE_DIR=str(state_dir),
                 MYSQLCDC_SPLIT_ROWS=str(split_rows), MYSQLCDC_CHUNK_ROWS=str(chunk_rows))
 

@@ -66,13 +66,14 @@ def parse_tables(tables: Any, *, allow_empty: bool = False) -> list[TableId] | N
     if tables is None:
         return None
     if isinstance(tables, str):
-        tables = tables.split(",")
-    if not isinstance(tables, (list, tuple)):
+        parsed = TableId.parse_list(tables)  # commas inside backticks belong to names
+    elif isinstance(tables, (list, tuple)):
+        parsed = [TableId.parse(str(t)) for t in tables if str(t).strip()]
+    else:
         raise ConfigurationError(f"Malformed table list {tables!r}: write ['db.table', ...].")
-    items = [str(t) for t in tables if str(t).strip()]
-    if not items and not allow_empty:
+    if not parsed and not allow_empty:
         raise ConfigurationError("No tables to capture: give tables as ['db.table', ...].")
-    return [TableId.parse(t) for t in items]
+    return parsed
 
 
 class MySqlCdcPlanOperator(BaseOperator):
@@ -246,6 +247,6 @@ class MySqlCdcPlanOperator(BaseOperator):
         for plan in plans:
             groups = [plan.splits[i:i + per_chunk] for i in range(0, len(plan.splits), per_chunk)]
             for number, group in enumerate(groups, start=1):
-                chunks.append({"label": f"{plan.table_id} chunk {number}/{len(groups)}", "table": str(plan.table_id),
+                chunks.append({"label": f"{plan.table_id} chunk {number}/{len(groups)}", "table": plan.table_id.quoted,
                                "splits": [s.to_dict() for s in group]})
         return chunks

@@ -135,5 +135,5 @@ def run_chunk_job(spark: Any, source: SourceConfig, job: ChunkJob) -> dict[str, 
                      "high watermark %s (%.1fs)", table_id, split.index, number, len(splits),
                      "staged for the stream" if job.stage_to else "written", data.num_rows, len(parts),
                      len(changes), high, time.monotonic() - split_started)
-    return encode(ChunkResult(str(table_id), finished, total_rows, sum(f.binlog_events_merged for f in finished),
+    return encode(ChunkResult(table_id.quoted, finished, total_rows, sum(f.binlog_events_merged for f in finished),
                               round(time.monotonic() - started, 3)))

@@ -14,7 +14,7 @@ import pytest
 
 from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, quote_identifier, with_params
-from airflow_provider_mysqlcdc.devtools.dag_runner import catch_up_stream
+from airflow_provider_mysqlcdc.devtools.dag_runner import catch_up_stream, example_dag_env, run_dag
 from airflow_provider_mysqlcdc.devtools.snapshot import snapshot_tables
 from airflow_provider_mysqlcdc.devtools.verify import source_rows
 from airflow_provider_mysqlcdc.state.registry import PipelineState
@@ -75,3 +75,27 @@ def test_hazardous_names_are_snapshotted_and_streamed_exactly_inside_the_sink_ro
     logs = sorted(str(p.relative_to(lake)) for p in lake.rglob("_delta_log"))
     assert len(logs) == len(tables) and all(len(Path(p).parts) == 3 for p in logs), logs  # <db>/<table>/_delta_log
     assert sorted(p.name for p in (tmp_path / "sink root").iterdir()) == ["lake"]  # nothing beside the root
+
+
+def test_a_dag_captures_tables_with_dots_commas_and_dot_names_exactly(mysql_server, cdc_user, hazard_database,
+                                                                     tmp_path):
+    """The Airflow side: the table list (commas inside backticks), one task group per table (no two
+    alike), the plan's chunks handed to the snapshot tasks, the collect and the stream."""
+    conn = mysql_server.connect()
+    tables = [TableId(hazard_database, name) for name in ("dot.ted", "com,ma", "..", "dot_ted")]
+    with conn.cursor() as cur:
+        for table in tables:
+            cur.execute(f"CREATE TABLE {table.quoted} (id INT PRIMARY KEY, "
+                        + ", ".join(f"{quote_identifier(c)} VARCHAR(40)" for c in COLUMN_NAMES) + ")")
+    for table in tables:
+        _write(conn, table, 0, 30)
+    schemas = run_preflight(cdc_user, tables).schemas
+    lake = tmp_path / "lake"
+    env = example_dag_env(tmp_path / "airflow", cdc_user, tables, sink_root=lake, state_dir=tmp_path / "state",
+                          split_rows=20, chunk_rows=1000)
+    result = run_dag("mysqlcdc_example", env, conf={"stream_mode": "available-now"})
+    assert result["state"] == "success", result["output"][-5000:]
+    groups = {key.split(".")[0] for key in result["xcoms"] if ".snapshot[" in key}
+    assert len(groups) == len(tables), groups  # 'dot.ted' and 'dot_ted' in groups of their own
+    for table in tables:
+        assert_same_rows(table, source_rows(cdc_user, schemas[table]), delta_rows(str(lake), schemas[table]))

@@ -32,3 +32,30 @@ def test_table_id_parsing_and_quoting():
     assert TableId("select", "a-b").quoted == "`select`.`a-b`"
     with pytest.raises(ConfigurationError, match="database.table"):
         TableId.parse("orders")
+
+
+def test_table_names_round_trip_through_their_quoted_text_whatever_they_hold():
+    from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+
+    for database, table in [("db", "t"), ("cdc hazard.db`%s", "dot.ted"), ("d", "back`tick"), ("d", "com,ma"),
+                            ("d", ".."), ("ünï", "{brace}")]:
+        table_id = TableId(database, table)
+        assert TableId.parse(table_id.quoted) == table_id
+
+
+def test_a_table_list_splits_on_commas_outside_backticks():
+    from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+
+    assert TableId.parse_list("shop.orders, `odd,db`.`a,b`,shop.`x.y`") == [
+        TableId("shop", "orders"), TableId("odd,db", "a,b"), TableId("shop", "x.y")]
+
+
+def test_tables_whose_names_differ_only_in_odd_characters_get_different_task_groups():
+    from airflow_provider_mysqlcdc.pipeline import group_id_for
+
+    assert group_id_for("shop.orders") == "shop__orders"  # plain names keep their plain group
+    odd = ["`a.b`.c", "a.`b.c`", "a_b.c", "`a b`.c", "`a`.`b_c`"]
+    groups = [group_id_for(t) for t in odd]
+    assert len(set(groups)) == len(odd), groups
+    assert all(len(g) <= 120 and g.replace("_", "").isalnum() for g in groups)
+    assert len(group_id_for(f"db.`{'x y' * 100}`")) <= 120

@@ -48,8 +48,15 @@ class TableId:
             f"Malformed table name {text!r}: write it as 'database.table' (backticks around names with dots)."
         )
 
+    @classmethod
+    def parse_list(cls, text: str) -> list["TableId"]:
+        """``db.a, `odd,name`.b``: comma-separated ``parse`` items (commas inside backticks are names')."""
+        items = re.findall(r"(?:`(?:[^`]|``)*`|[^,`])+", text)
+        return [cls.parse(item) for item in items if item.strip()]
+
     @property
     def quoted(self) -> str:
+        """``\`db\`.\`table\```: the text ``parse`` reads back exactly, whatever the names hold."""
         return f"{quote_identifier(self.database)}.{quote_identifier(self.table)}"
 
     def __str__(self) -> str:
