@@ -56,7 +56,7 @@ class TableId:
 
     @property
     def quoted(self) -> str:
-        """``\`db\`.\`table\```: the text ``parse`` reads back exactly, whatever the names hold."""
+        """The names backtick-quoted: the text ``parse`` reads back exactly, whatever the names hold."""
         return f"{quote_identifier(self.database)}.{quote_identifier(self.table)}"
 
     def __str__(self) -> str:
