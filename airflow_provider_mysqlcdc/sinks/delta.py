@@ -89,7 +89,7 @@ class DeltaSink(Sink):
         self.storage_options = storage_options
 
     def table_uri(self, table_id: TableId) -> str:
-        return f"{self.root}/{_path_part(table_id.database)}/{_path_part(table_id.table)}"
+        return "/".join([self.root, *table_id.path_segments])
 
     # --- schema ----------------------------------------------------------------------------------
     def prepare(self, schema: TableSchema) -> None:
@@ -279,18 +279,3 @@ def _safe_widening(old: pa.DataType, new: pa.DataType) -> bool:
     if old in order and new in order:
         return order.index(new) >= order.index(old)
     return pa.types.is_string(old) and pa.types.is_string(new)
-
-
-#: characters of a name that cannot stand in a path as they are: separators, what URLs (delta-rs reads
-#: a path as one) give a meaning to, and the escape character itself
-_PATH_UNSAFE = frozenset("/\\@%#?")
-
-
-def _path_part(name: str) -> str:
-    """A database or table name as one path segment, never ``.`` or ``..``, one-to-one: each unsafe
-    character becomes ``@`` and its 4-digit hex code point, as MySQL names its own files."""
-    if name in (".", ".."):
-        return "@002e" * len(name)
-    return "".join(f"@{ord(ch):04x}" if ch in _PATH_UNSAFE else ch for ch in name)
-
-

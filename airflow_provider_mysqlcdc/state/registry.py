@@ -104,7 +104,7 @@ class PipelineState:
 
     def staging_url(self, table_id: TableId) -> str:
         """A fresh directory for one chunk job's staged splits of ``table_id``."""
-        return self.storage.url("staged", table_id.database, table_id.table, uuid.uuid4().hex[:12])
+        return self.storage.url("staged", *table_id.path_segments, uuid.uuid4().hex[:12])
 
     def write_progress(self, name: str, record: Record) -> None:
         """Write one of the records of protocol/state.py under ``progress/``."""

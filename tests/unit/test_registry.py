@@ -139,3 +139,19 @@ def test_a_table_is_frozen_from_its_first_drop_or_rename_after_its_splits_until_
     assert frozen_since(read_drift(state), T, captured) == BinlogOffset("binlog.000001", 300)
     again = captured_tables([finish(s, 450 + s.index) for s in splits(T, [10])])[T]  # re-read after the rename
     assert frozen_since(read_drift(state), T, again) == BinlogOffset("binlog.000001", 500)
+
+
+def test_staged_rows_of_tables_named_like_paths_stay_inside_the_staging_folder(tmp_path):
+    import os
+
+    from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+    from airflow_provider_mysqlcdc.state.registry import PipelineState
+
+    state = PipelineState(str(tmp_path / "state"))
+    staged = tmp_path / "state" / "staged"
+    urls = [state.staging_url(TableId(db, table)) for db, table in [("d", ".."), ("..", "."), ("d", "a/b"),
+                                                                      ("d", "a@002fb"), ("d", "a\\b")]]
+    for url in urls:
+        assert os.path.normpath(url).startswith(str(staged) + os.sep), url
+        assert len(os.path.relpath(os.path.normpath(url), staged).split(os.sep)) == 3, url  # <db>/<table>/<id>
+    assert len({os.path.dirname(u) for u in urls}) == len(urls)  # one folder per table

@@ -22,6 +22,19 @@ def quote_identifier(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+#: characters of a name that cannot stand in a path as they are: separators, what URLs (delta-rs reads
+#: a path as one) give a meaning to, and the escape character itself
+_PATH_UNSAFE = frozenset("/\\@%#?")
+
+
+def path_segment(name: str) -> str:
+    """A database or table name as one path segment, never ``.`` or ``..``, one-to-one: each unsafe
+    character becomes ``@`` and its 4-digit hex code point, as MySQL names its own files."""
+    if name in (".", ".."):
+        return "@002e" * len(name)
+    return "".join(f"@{ord(ch):04x}" if ch in _PATH_UNSAFE else ch for ch in name)
+
+
 def with_params(sql: str) -> str:
     """SQL text (quoted identifiers and all) made safe to be part of a statement executed with
     parameters: the driver %-formats such a statement, so a ``%`` of a name (a table called
@@ -53,6 +66,11 @@ class TableId:
         """``db.a, `odd,name`.b``: comma-separated ``parse`` items (commas inside backticks are names')."""
         items = re.findall(r"(?:`(?:[^`]|``)*`|[^,`])+", text)
         return [cls.parse(item) for item in items if item.strip()]
+
+    @property
+    def path_segments(self) -> tuple[str, str]:
+        """The database and table names as two path segments (the sink's tables, staged rows)."""
+        return path_segment(self.database), path_segment(self.table)
 
     @property
     def quoted(self) -> str:
