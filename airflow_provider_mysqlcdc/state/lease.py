@@ -23,7 +23,6 @@ stream that stalled past its TTL and wakes up never writes again).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
@@ -35,7 +34,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_mysqlcdc.cdc.errors import CdcError
-from airflow_provider_mysqlcdc.protocol.envelope import encode
 from airflow_provider_mysqlcdc.protocol.state import LeaseHeartbeat, StopRequest, StreamLease
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 
@@ -172,7 +170,7 @@ class StreamLeases:
                     f"stream sends no heartbeat for {current.lease.ttl_s:.0f}s is taken over.")
             number = (current.lease.number if current else 0) + 1
             lease = StreamLease(number, uuid.uuid4().hex, holder, self.host, os.getpid(), self.clock(), ttl_s, report)
-            if self.storage.create_exclusive(json.dumps(encode(lease)), LEASES, _lease_name(number)):
+            if self.storage.create_record(lease, LEASES, _lease_name(number)):
                 if current:
                     log.info("stream lease %d taken (lease %d was free: %s)", number, current.lease.number,
                              current.why_free())

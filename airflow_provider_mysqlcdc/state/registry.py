@@ -90,12 +90,12 @@ class PipelineState:
         if {t: c.to_dict() for t, c in tables.items()} == {t: c.to_dict() for t, c in latest.tables.items()}:
             return latest
         number = latest.number + 1
-        if self.storage.exists(GENERATIONS, f"{number:06d}.json"):
-            raise ConcurrentStateChange(f"Generation {number} of {self.location} appeared while this one was written: "
-                                        "run one DAG run of a pipeline at a time (max_active_runs=1).")
         generation = Generation(number, dict(tables), latest.history | set(tables),
                                 dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
-        self.storage.write_record(generation, GENERATIONS, f"{number:06d}.json", indent=1)
+        # compare-and-swap: the generation lands only where none stands yet (put-if-absent)
+        if not self.storage.create_record(generation, GENERATIONS, f"{number:06d}.json", indent=1):
+            raise ConcurrentStateChange(f"Generation {number} of {self.location} appeared while this one was written: "
+                                        "run one DAG run of a pipeline at a time (max_active_runs=1).")
         return generation
 
     def needs_staging(self, table_id: TableId) -> bool:

@@ -90,6 +90,10 @@ class StateStorage:
     def write_record(self, record: Record, *parts: str, indent: int | None = None) -> None:
         self.write_text(json.dumps(encode(record), indent=indent), *parts)
 
+    def create_record(self, record: Record, *parts: str, indent: int | None = None) -> bool:
+        """``write_record`` only where no record stands yet (``create_exclusive``): False when one did."""
+        return self.create_exclusive(json.dumps(encode(record), indent=indent), *parts)
+
     def list_names(self, *parts: str) -> list[str]:
         directory = self.path(*parts)
         if not self.fs.exists(directory):

@@ -159,6 +159,13 @@ def test_streams_racing_for_the_lease_on_an_object_store_leave_exactly_one_holde
     assert StreamLeases(state).current().lease.number == won[0].lease.number == 1
 
 
+def test_collects_racing_on_a_registry_on_an_object_store_leave_one_winner_per_generation(s3, bucket, credentials):
+    from ..unit.test_registry import race_collects
+
+    options = s3.storage_options(ACCESS_KEY, SECRET_KEY)
+    race_collects(lambda: PipelineState(f"s3://{bucket}/state/collect-race", options), collects=6)
+
+
 def test_chunk_commits_racing_into_one_delta_table_on_an_object_store_all_land(s3, bucket, credentials):
     """Four chunks of one table commit their key ranges at the same moment: each commit is a
     put-if-absent of the next log entry (delta-rs on S3), the losers retry, none is lost."""

@@ -155,3 +155,41 @@ def test_staged_rows_of_tables_named_like_paths_stay_inside_the_staging_folder(t
         assert os.path.normpath(url).startswith(str(staged) + os.sep), url
         assert len(os.path.relpath(os.path.normpath(url), staged).split(os.sep)) == 3, url  # <db>/<table>/<id>
     assert len({os.path.dirname(u) for u in urls}) == len(urls)  # one folder per table
+
+
+def race_collects(make_state, collects: int = 8) -> None:
+    """``collects`` collects commit at once, each with other tables (``make_state()``: one registry,
+    opened anew by each): every generation number is won by one of them (a collect that read the
+    registry after a winner may win the next number), the others fail with ConcurrentStateChange,
+    and each generation holds its winner's tables (never the last writer's over the winner's)."""
+    import threading
+
+    from airflow_provider_mysqlcdc.state.registry import ConcurrentStateChange
+
+    barrier = threading.Barrier(collects)
+    outcomes: dict[int, object] = {}
+
+    def collect(i: int) -> None:
+        tables = captured_tables([finish(s, 100 + i) for s in splits(TableId("shop", f"t{i}"), [10])])
+        state = make_state()
+        barrier.wait()
+        try:
+            outcomes[i] = state.commit(tables)
+        except ConcurrentStateChange as exc:
+            outcomes[i] = exc
+
+    threads = [threading.Thread(target=collect, args=(i,)) for i in range(collects)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    won = {i: outcome for i, outcome in outcomes.items() if isinstance(outcome, Generation)}
+    numbers = sorted(generation.number for generation in won.values())
+    assert numbers == list(range(1, len(won) + 1)), outcomes  # each number won once
+    for i, generation in won.items():
+        assert set(make_state().load(generation.number).tables) == {TableId("shop", f"t{i}")}
+
+
+def test_collects_racing_for_one_generation_leave_one_winner_per_generation(tmp_path):
+    for round_ in range(10):
+        race_collects(lambda: PipelineState(str(tmp_path / f"state-{round_}")))
