@@ -36,6 +36,9 @@ def example_dag_env(airflow_home: Path, source: Any, tables: list[Any], *, sink_
     (a SourceConfig); ``python`` and ``dags_folder``: another installation of the provider (a wheel)."""
     connection = {"conn_type": "mysqlcdc", "host": source.host, "port": source.port, "login": source.user,
                   "password": source.password}
+    if source.ssl:  # the connection's TLS extras, as a user sets them
+        connection["extra"] = {"ssl_ca": source.ssl["ca"], "ssl_verify_identity": source.ssl.get("check_hostname", True),
+                               **{f"ssl_{k}": source.ssl[k] for k in ("cert", "key") if source.ssl.get(k)}}
     return dict(os.environ, AIRFLOW_HOME=str(airflow_home), AIRFLOW__CORE__DAGS_FOLDER=str(dags_folder),
                 **{DAG_PYTHON: python},
                 AIRFLOW__CORE__LOAD_EXAMPLES="False", AIRFLOW_CONN_MYSQLCDC_DEFAULT=json.dumps(connection),

@@ -17,12 +17,14 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pymysql
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.server import binlog_files, current_offset
+from airflow_provider_mysqlcdc.devtools.tls import TestCertificates
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +85,8 @@ class ThrowawayMariaDB:
     max_binlog_size: int | None = None
     #: a replica that logs what it applies, with GTIDs in strict order: it can take over as the primary
     failover_ready: bool = False
+    #: TLS with these certificates, and no plaintext TCP connection accepted (require_secure_transport)
+    tls: TestCertificates | None = None
 
     _process: subprocess.Popen[bytes] | None = None
     _owns_base_dir: bool = False
@@ -137,7 +141,16 @@ class ThrowawayMariaDB:
     def root_config(self, database: str | None = None) -> SourceConfig:
         """Credentials of the passwordless root account that exists only inside this datadir."""
         assert self.port is not None, "server not started"
-        return SourceConfig(host="127.0.0.1", port=self.port, user="root", password="", database=database)
+        return SourceConfig(host="127.0.0.1", port=self.port, user="root", password="", database=database,
+                            ssl=self.client_tls())
+
+    def client_tls(self) -> dict[str, Any] | None:
+        """pymysql's ``ssl`` settings for a client of this server: verify it by the test CA, and show
+        the test client certificate (accounts may ``REQUIRE X509``)."""
+        if not self.tls:
+            return None
+        return {"ca": str(self.tls.ca), "cert": str(self.tls.client_cert), "key": str(self.tls.client_key),
+                "check_hostname": True}
 
     def connect_root(self, database: str | None = None) -> pymysql.connections.Connection:
         return self.root_config(database).connect(autocommit=True)
@@ -230,6 +243,9 @@ class ThrowawayMariaDB:
             ]
         if self.max_binlog_size:
             options.append(f"--max-binlog-size={self.max_binlog_size}")
+        if self.tls:
+            options += [f"--ssl-ca={self.tls.ca}", f"--ssl-cert={self.tls.server_cert}",
+                        f"--ssl-key={self.tls.server_key}", "--require-secure-transport=ON"]
         if self.failover_ready:
             options += ["--log-slave-updates=ON", "--gtid-strict-mode=ON"]
         if os.geteuid() == 0:

@@ -40,7 +40,8 @@ class MySqlCdcHook(BaseHook):
                 if self._extra(extras, name):
                     ssl[key] = self._extra(extras, name)
             verify = self._extra(extras, "ssl_verify_identity")
-            ssl["check_hostname"] = True if verify is None else bool(verify)
+            # JSON extras may hold the flag as text: only an explicit false turns the check off
+            ssl["check_hostname"] = str(verify).strip().lower() not in ("false", "0", "no", "off")
         if not conn.host:
             raise ConfigurationError(f"Connection {self.mysqlcdc_conn_id!r} has no host: set the source server's host.")
         return SourceConfig(host=conn.host, port=int(conn.port or 3306), user=conn.login or "",

@@ -47,7 +47,7 @@ def _read_partition(source: SourceConfig, schema: TableSchema, part: SnapshotSpl
 
 
 def _read_partition_once(source: SourceConfig, schema: TableSchema, part: SnapshotSplit) -> tuple[dict, bytes]:
-    if fast_select_supported(schema):
+    if fast_select_supported(schema, source):
         low, table = select_arrow(source, schema, part)
         table = table.cast(data_schema(schema))
     else:

@@ -8,7 +8,9 @@ snapshot contains them too, and replaying the binlog from ``P`` is correct. On M
 read before the statement, as Flink CDC does.
 
 Only column types whose connectorx values are identical to the normalised pymysql/binlog values are
-allowed (tests/integration/test_arrow_select.py checks that); other tables use the pymysql path.
+allowed (tests/integration/test_arrow_select.py checks that); other tables use the pymysql path. So
+does a source with TLS settings: connectorx's MySQL URL carries no CA, client certificate or key, and
+would connect without them (tests/integration/test_tls.py).
 """
 
 from __future__ import annotations
@@ -27,7 +29,10 @@ FAST_TYPES = frozenset({"tinyint", "smallint", "mediumint", "int", "integer", "b
                         "char", "varchar", "tinytext", "text", "mediumtext", "longtext"})
 
 
-def fast_select_supported(schema: TableSchema) -> bool:
+def fast_select_supported(schema: TableSchema, source: SourceConfig | None = None) -> bool:
+    """Whether connectorx reads ``schema``'s table exactly, from ``source`` as it asks to be read."""
+    if source is not None and source.ssl:
+        return False
     try:
         import connectorx  # noqa: F401
     except ImportError:

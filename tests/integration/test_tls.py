@@ -1,0 +1,75 @@
+"""TLS on every path: a server that refuses plaintext TCP (``require_secure_transport=ON``), a CDC
+account that ``REQUIRE X509`` (so a client that does not present the connection's client certificate
+is refused too: pymysql alone would encrypt, unverified and without it), and a ``mysqlcdc`` connection
+whose extras name the CA, the client certificate and key. A whole DAG run (preflight, planning, the
+chunk jobs' reads on Spark executors, the binlog stream) must work, so every path uses the
+connection's TLS settings."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+
+import pymysql
+import pytest
+
+from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
+from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
+from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
+from airflow_provider_mysqlcdc.devtools.dag_runner import catch_up_stream, example_dag_env, run_dag
+from airflow_provider_mysqlcdc.devtools.throwaway_server import ThrowawayMariaDB
+from airflow_provider_mysqlcdc.devtools.tls import make_test_certificates
+from airflow_provider_mysqlcdc.devtools.verify import source_rows
+from airflow_provider_mysqlcdc.devtools.workload import SAMPLE_TABLES, RandomWriters, create_sample_tables
+
+from .helpers import assert_same_rows, delta_rows
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def tls_server(tmp_path_factory):
+    certificates = make_test_certificates(tmp_path_factory.mktemp("tls"))
+    with ThrowawayMariaDB(base_dir=tmp_path_factory.mktemp("mariadb-tls"), tls=certificates) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def tls_user(tls_server) -> SourceConfig:
+    user, password = f"cdc_{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    with tls_server.connect_root() as conn, conn.cursor() as cur:
+        cur.execute("CREATE USER %s@'%%' IDENTIFIED BY %s REQUIRE X509", (user, password))
+        cur.execute("GRANT SELECT, REPLICATION SLAVE, BINLOG MONITOR ON *.* TO %s@'%%'", (user,))
+    return SourceConfig(host="127.0.0.1", port=tls_server.port, user=user, password=password,
+                        ssl=tls_server.client_tls())
+
+
+def test_the_server_refuses_plaintext_and_clients_without_the_certificate(tls_user):
+    """What makes the DAG test below mean something: neither gets through."""
+    with pytest.raises((pymysql.err.OperationalError, ConfigurationError)):
+        dataclasses.replace(tls_user, ssl=None).connect(ssl_disabled=True).close()
+    with pytest.raises((pymysql.err.OperationalError, ConfigurationError)):
+        dataclasses.replace(tls_user, ssl=None).connect().close()  # TLS as pymysql prefers it: no certificate
+    with pytest.raises((pymysql.err.OperationalError, ConfigurationError)):
+        dataclasses.replace(tls_user, ssl={"ca": tls_user.ssl["ca"], "check_hostname": True}).connect().close()
+    tls_user.connect().close()
+
+
+def test_a_dag_run_over_tls_is_exact(tls_server, tls_user, tmp_path):
+    database = f"cdc_tls_{uuid.uuid4().hex[:8]}"
+    root = tls_server.root_config()
+    with root.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{database}`")
+    conn = root.with_database(database).connect()
+    tables = create_sample_tables(conn, database, rows_per_table=1500, seed=41, tables=SAMPLE_TABLES[:2])
+    schemas = run_preflight(tls_user, tables).schemas
+    lake, state_dir = tmp_path / "lake", tmp_path / "state"
+    env = example_dag_env(tmp_path / "airflow", tls_user, tables, sink_root=lake, state_dir=state_dir,
+                          split_rows=600, chunk_rows=1000)
+    with RandomWriters(root, database, writers=1, seed=411, pause_s=0.01, tables=SAMPLE_TABLES[:2]):
+        result = run_dag("mysqlcdc_example", env, conf={"stream_mode": "available-now"})
+    assert result["state"] == "success", "\n".join(line for line in result["output"].splitlines()
+                                                    if "Error" in line or "error" in line)[-5000:]
+    catch_up_stream(tls_user, str(state_dir / "mysqlcdc_example"), lake, tmp_path / "catch-up")
+    for table in tables:
+        assert_same_rows(table, source_rows(tls_user, schemas[table]), delta_rows(str(lake), schemas[table]))
