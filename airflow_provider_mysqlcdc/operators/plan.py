@@ -29,7 +29,8 @@ from airflow_provider_mysqlcdc.protocol.actions import PlanAction
 from airflow_provider_mysqlcdc.protocol.envelope import encode
 from airflow_provider_mysqlcdc.protocol.plans import TablePlan, TablePlans
 from airflow_provider_mysqlcdc.protocol.state import RunPlanProgress
-from airflow_provider_mysqlcdc.state.changes import ResnapshotRequest, decide_action, parse_offset, splits_overlapping
+from airflow_provider_mysqlcdc.state.changes import (ResnapshotRequest, decide_action, parse_offset, parse_startup_mode,
+                                                     splits_overlapping)
 from airflow_provider_mysqlcdc.state.drift import Drift, pending_drift, read_drift
 from airflow_provider_mysqlcdc.state.registry import PipelineState, run_folder
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
@@ -74,6 +75,13 @@ def parse_tables(tables: Any, *, allow_empty: bool = False) -> list[TableId] | N
     if not parsed and not allow_empty:
         raise ConfigurationError("No tables to capture: give tables as ['db.table', ...].")
     return parsed
+
+
+def _refuse_duplicates(table_ids: list[TableId]) -> None:
+    twice = sorted({t for t in table_ids if table_ids.count(t) > 1})
+    if twice:
+        raise ConfigurationError(f"Table(s) {', '.join(t.quoted for t in twice)} named more than once in this run's "
+                                 "tables: name each table once.")
 
 
 class MySqlCdcPlanOperator(BaseOperator):
@@ -121,7 +129,9 @@ class MySqlCdcPlanOperator(BaseOperator):
     def execute(self, context: Context) -> list[dict[str, Any]]:
         open_object_store(self.aws_conn_id)
         self._refuse_overlapping_runs(context)
+        # every parameter is checked before anything is written (state, schemas, servers)
         table_ids = parse_tables(self.tables, allow_empty=True)
+        _refuse_duplicates(table_ids or [])
         settings = self._settings()
         state = PipelineState(self.state)
         registry = state.latest()
@@ -137,12 +147,10 @@ class MySqlCdcPlanOperator(BaseOperator):
         drift = read_drift(state)
         gone = self._gone_tables(source, table_ids, registry, drift)
         report = run_preflight(source, [t for t in table_ids if t not in gone], settings["chunk_keys"])
-        known = KnownSchemas(state)
-        for schema in report.schemas.values():
-            known.remember(schema)  # the stream describes a table that later leaves the server by it
         conn = source.connect()
         try:
-            head = ServerEpochs(state).begin(current_offset(conn, report.server))  # in its epoch after a failover
+            read = current_offset(conn, report.server)
+            head = state.servers().place(read)  # in its epoch after a failover (recorded below, once all is checked)
             stream_from = head
             if settings["startup_mode"] == "offset":
                 stream_from = settings["start_offset"].in_epoch(head.epoch)  # an offset of the server planned on
@@ -154,6 +162,10 @@ class MySqlCdcPlanOperator(BaseOperator):
                      for t in table_ids]
         finally:
             conn.close()
+        ServerEpochs(state).begin(read)
+        known = KnownSchemas(state)
+        for schema in report.schemas.values():
+            known.remember(schema)  # the stream describes a table that later leaves the server by it
         chunks = self._chunks(plans, settings)
         for plan in plans:
             self.log.info("%s: %s%s", plan.table_id, plan.action,
@@ -187,7 +199,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         keys = native(self.chunk_key_columns) or {}
         if not isinstance(keys, dict):
             raise ConfigurationError(f"chunk_key_columns must map 'db.table' to a column, got {keys!r}.")
-        mode = native(self.startup_mode) or "initial"
+        mode = parse_startup_mode(native(self.startup_mode) or "initial")
         offset = native(self.start_offset)
         if mode == "offset" and offset is None:
             raise ConfigurationError("Startup mode 'offset' needs start_offset, e.g. 'binlog.000042:1234'.")

@@ -65,6 +65,12 @@ class ResnapshotRequest:
         return requests
 
 
+def parse_startup_mode(value: Any) -> str:
+    if value not in set(StartupMode):
+        raise ConfigurationError(f"Unknown startup mode {value!r}: use one of {', '.join(StartupMode)}.")
+    return str(value)
+
+
 def parse_offset(value: Any) -> BinlogOffset:
     """``'binlog.000042:1234'`` or ``{"file": ..., "position"|"pos": ...}``."""
     try:
@@ -80,8 +86,7 @@ def parse_offset(value: Any) -> BinlogOffset:
 def decide_action(table_id: TableId, registered: CapturedTable | None, requests: list[ResnapshotRequest],
                   startup_mode: str, drifted: bool = False) -> tuple[PlanAction, ResnapshotRequest | None]:
     """What a run does for a table; ``drifted``: the stream saw a DDL the sink cannot follow (state/drift.py)."""
-    if startup_mode not in set(StartupMode):
-        raise ConfigurationError(f"Unknown startup mode {startup_mode!r}: use one of {', '.join(StartupMode)}.")
+    startup_mode = parse_startup_mode(startup_mode)
     request = next((r for r in requests if r.table_id == table_id), None)
     if registered is None:
         return (PlanAction.SNAPSHOT if startup_mode == StartupMode.INITIAL or request else PlanAction.STREAM_ONLY), None

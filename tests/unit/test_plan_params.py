@@ -35,6 +35,7 @@ def test_rendered_params_become_values():
     ({"chunk_key_columns": "['id']"}, "chunk_key_columns must map"),
     ({"resnapshot": "[{'table': 'shop.orders', 'below': 3}]"}, "Malformed re-snapshot request"),
     ({"resnapshot": "['orders']"}, "Malformed table name"),
+    ({"startup_mode": "earliest"}, "Unknown startup mode 'earliest'"),
 ])
 def test_bad_params_name_the_problem(params, message):
     with pytest.raises(ConfigurationError, match=message):
@@ -46,3 +47,10 @@ def test_malformed_table_lists_are_refused():
         parse_tables("{'shop.a': 1}")
     with pytest.raises(ConfigurationError, match="No tables"):
         parse_tables([])
+
+
+def test_a_table_named_twice_in_one_run_is_refused():
+    from airflow_provider_mysqlcdc.operators.plan import _refuse_duplicates
+
+    with pytest.raises(ConfigurationError, match="`shop`.`a` named more than once"):
+        _refuse_duplicates(parse_tables("shop.a, shop.b, `shop`.`a`"))
