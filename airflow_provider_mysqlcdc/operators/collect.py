@@ -59,8 +59,10 @@ class MySqlCdcCollectSplitsOperator(BaseOperator):
         servers = state.servers()  # results read on a server the source failed over to compare as newer
         finished = [servers.place_split(f) for item in results
                     for f in decode(ChunkResult, item, "a snapshot task's XCom").finished_splits]
+        for planned_on in sorted({g.planned_on for g in groups if g.planned_on is not None}):
+            state.refuse_stale_plans(planned_on, context["run_id"])
         before = state.latest()
-        generation = state.commit(next_tables(before, plans, finished, exact=exact))
+        generation = state.commit(next_tables(before, plans, finished, exact=exact), landed_by=context["run_id"])
         added = generation.added_since(before)
         removed = sorted(set(before.tables) - set(generation.tables))
         self.log.info("registry generation %d at %s: %d table(s) captured; %d split(s) new or replaced; removed: %s",

@@ -141,7 +141,7 @@ class MySqlCdcPlanOperator(BaseOperator):
             table_ids = [t for t in sorted(registry.tables) if t not in others]
         if not table_ids and not exact:
             self.log.info("no tables given for this group: nothing planned, the captured set unchanged")
-            context["ti"].xcom_push(key="tables", value=encode(TablePlans(exact=False)))
+            context["ti"].xcom_push(key="tables", value=encode(TablePlans(exact=False, planned_on=registry.number)))
             return []
         source = MySqlCdcHook(self.mysqlcdc_conn_id).source_config()
         drift = read_drift(state)
@@ -173,7 +173,7 @@ class MySqlCdcPlanOperator(BaseOperator):
                           f" from {plan.stream_from}" if plan.action == PlanAction.STREAM_ONLY else
                           " (already captured)")
         self.log.info("planned %d chunk(s) for %d table(s); binlog head at planning: %s", len(chunks), len(plans), head)
-        context["ti"].xcom_push(key="tables", value=encode(TablePlans(exact, plans)))
+        context["ti"].xcom_push(key="tables", value=encode(TablePlans(exact, plans, planned_on=registry.number)))
         state.write_progress(
             f"{run_folder(context['run_id'])}/plan-{self.task_id}.json",
             RunPlanProgress(chunks=len(chunks), planned_at=time.time(),

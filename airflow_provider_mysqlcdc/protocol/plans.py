@@ -43,10 +43,14 @@ class TablePlans:
 
     exact: bool
     plans: list[TablePlan] = field(default_factory=list)
+    #: the registry generation the plans were made against (None: not known, an older record)
+    planned_on: int | None = None
 
     def to_body(self) -> dict[str, Any]:
-        return {"exact": self.exact, "plans": [p.to_dict() for p in self.plans]}
+        return {"exact": self.exact, "plans": [p.to_dict() for p in self.plans], "planned_on": self.planned_on}
 
     @classmethod
     def from_body(cls, body: dict[str, Any], version: int) -> "TablePlans":
-        return cls(bool(body["exact"]), [TablePlan.from_dict(p) for p in body["plans"]])
+        planned_on = body.get("planned_on")
+        return cls(bool(body["exact"]), [TablePlan.from_dict(p) for p in body["plans"]],
+                   None if planned_on is None else int(planned_on))

@@ -95,6 +95,8 @@ class Generation:
     #: every table any generation up to this one captured (a table added back must be staged)
     history: set[TableId] = field(default_factory=set)
     created: str = ""
+    #: the DAG run whose collect landed it ("" for generations written outside Airflow, or before this was kept)
+    landed_by: str = ""
 
     @property
     def finished_splits(self) -> list[FinishedSplit]:
@@ -122,7 +124,7 @@ class Generation:
         return added
 
     def to_body(self) -> dict[str, Any]:
-        return {"number": self.number, "created": self.created,
+        return {"number": self.number, "created": self.created, "landed_by": self.landed_by,
                 "tables": {t.quoted: c.to_dict() for t, c in sorted(self.tables.items())},
                 "history": sorted(t.quoted for t in self.history)}
 
@@ -130,7 +132,7 @@ class Generation:
     def from_body(cls, body: dict[str, Any], version: int) -> "Generation":
         tables = {TableId.parse(t): CapturedTable.from_dict(c) for t, c in body["tables"].items()}
         return cls(int(body["number"]), tables, {TableId.parse(t) for t in body.get("history", [])},
-                   body.get("created", ""))
+                   body.get("created", ""), body.get("landed_by", ""))
 
 
 # --- drift -----------------------------------------------------------------------------------------

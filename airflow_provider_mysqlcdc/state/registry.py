@@ -82,8 +82,23 @@ class PipelineState:
     def latest(self) -> Generation:
         return self.load(self.latest_number())
 
-    def commit(self, tables: dict[TableId, CapturedTable]) -> Generation:
-        """Write the next generation, unless ``tables`` equals the latest one; returns the latest."""
+    def refuse_stale_plans(self, planned_on: int, run_id: str) -> None:
+        """A run's plans were made against generation ``planned_on``; only generations its own collect
+        landed may have come since (the collect run again). Plans made before another run landed a
+        generation would undo that run's changes (bring back a table it removed, put back splits it
+        re-snapshotted), so they are refused."""
+        for number in range(planned_on + 1, self.latest_number() + 1):
+            landed_by = self.load(number).landed_by
+            if landed_by != run_id:
+                raise ConcurrentStateChange(
+                    f"This run planned against registry generation {planned_on} of {self.location}, and generation "
+                    f"{number} has landed since, by {f'run {landed_by!r}' if landed_by else 'another writer'}: "
+                    "landing this run's results would undo that one's changes. Trigger a new run (or clear this "
+                    "run's plan tasks, so that it plans again against the latest generation).")
+
+    def commit(self, tables: dict[TableId, CapturedTable], *, landed_by: str = "") -> Generation:
+        """Write the next generation, unless ``tables`` equals the latest one; returns the latest.
+        ``landed_by``: the DAG run whose collect lands it."""
         servers = self.servers()
         tables = {t: c.with_splits(servers.place_split) for t, c in tables.items()}
         latest = self.latest()
@@ -91,7 +106,7 @@ class PipelineState:
             return latest
         number = latest.number + 1
         generation = Generation(number, dict(tables), latest.history | set(tables),
-                                dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
+                                dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), landed_by)
         # compare-and-swap: the generation lands only where none stands yet (put-if-absent)
         if not self.storage.create_record(generation, GENERATIONS, f"{number:06d}.json", indent=1):
             raise ConcurrentStateChange(f"Generation {number} of {self.location} appeared while this one was written: "

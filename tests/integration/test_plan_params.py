@@ -24,3 +24,27 @@ def test_a_start_offset_beyond_the_binlog_fails_the_plan_and_writes_nothing(mysq
     written = [str(p.relative_to(state_dir)) for p in state_dir.rglob("*") if p.is_file()] if state_dir.exists() else []
     assert written == [], written
     assert not (tmp_path / "lake").exists()
+
+
+def test_an_older_runs_collect_run_again_does_not_bring_back_a_table_a_later_run_removed(
+        mysql_server, cdc_user, database, tmp_path):
+    from airflow_provider_mysqlcdc.devtools.dag_runner import clear_and_resume
+    from airflow_provider_mysqlcdc.state.registry import PipelineState
+
+    kept, removed = create_sample_tables(mysql_server.connect(), database, rows_per_table=10, seed=62,
+                                         tables=SAMPLE_TABLES[:2])
+    state_dir = tmp_path / "state"
+    env = example_dag_env(tmp_path / "airflow", cdc_user, [kept], sink_root=tmp_path / "lake", state_dir=state_dir,
+                          split_rows=100, chunk_rows=100)
+    first = run_dag("mysqlcdc_example", env, conf={"tables": [removed.quoted], "stream_mode": "skip"})
+    assert first["state"] == "success", first["output"][-3000:]
+    second = run_dag("mysqlcdc_example", env, conf={"tables": [], "stream_mode": "skip"})  # stop capturing it
+    assert second["state"] == "success", second["output"][-3000:]
+    state = PipelineState(str(state_dir / "mysqlcdc_example"))
+    assert set(state.latest().tables) == {kept}
+
+    again = clear_and_resume("mysqlcdc_example", first["run_id"], "collect_splits", -1, env)
+    collect = next(ti for ti in again["tis"] if ti["task_id"] == "collect_splits")
+    assert collect["state"] == "failed", collect
+    assert "landing this run's results would undo" in again["output"]
+    assert set(state.latest().tables) == {kept}  # the removed table stays removed
