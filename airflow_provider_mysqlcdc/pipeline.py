@@ -111,7 +111,9 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
     for group_id, group_tables in groups:
         with TaskGroup(group_id=group_id):
             plan = MySqlCdcPlanOperator(task_id="plan", tables=group_tables, **common,
-                                        unset_covers_captured_except=list(tables) if group_id == "param_tables" else None)
+                                        unset_covers_captured_except=list(tables) if group_id == "param_tables" else None,
+                                        run_tables={"dag": list(tables),
+                                                    **({"param": _param("tables", None)} if tables_param else {})})
             snapshot = MySqlCdcSnapshotOperator.partial(
                 task_id="snapshot", sink_root=sink, state=state, mysqlcdc_conn_id=mysqlcdc_conn_id, **spark,
                 map_index_template="{{ task.chunk['label'] }}",

@@ -29,8 +29,8 @@ from airflow_provider_mysqlcdc.protocol.actions import PlanAction
 from airflow_provider_mysqlcdc.protocol.envelope import encode
 from airflow_provider_mysqlcdc.protocol.plans import TablePlan, TablePlans
 from airflow_provider_mysqlcdc.protocol.state import RunPlanProgress
-from airflow_provider_mysqlcdc.state.changes import (ResnapshotRequest, decide_action, parse_offset, parse_startup_mode,
-                                                     splits_overlapping)
+from airflow_provider_mysqlcdc.state.changes import (ResnapshotRequest, check_request_bounds, decide_action,
+                                                     parse_offset, parse_startup_mode, splits_overlapping)
 from airflow_provider_mysqlcdc.state.drift import Drift, pending_drift, read_drift
 from airflow_provider_mysqlcdc.state.registry import PipelineState, run_folder
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
@@ -100,20 +100,26 @@ class MySqlCdcPlanOperator(BaseOperator):
     :param start_offset: ``binlog.000042:1234`` for startup mode ``offset``
     :param resnapshot: ``"db.table"`` or ``{"table": ..., "from": low, "to": high}`` items
     :param unset_covers_captured_except: see above
+    :param run_tables: every table this run names, across the DAG's groups: ``{"dag": parse-time
+        tables, "param": the trigger-time tables param}`` (no ``"param"``: the DAG has no such group;
+        ``mysqlcdc_pipeline`` passes it); with it, a re-snapshot
+        request naming a table the pipeline neither captures nor is given, or one this run stops
+        capturing, is refused. None: not known (a plan task used alone), not checked
     :param aws_conn_id: an ``aws`` connection whose credentials open the state location on an object
         store (hooks/object_store.py); none: the machine's own credentials
     """
 
     template_fields: Sequence[str] = ("tables", "state", "split_rows", "chunk_rows", "chunk_key_columns",
-                                      "startup_mode", "start_offset", "resnapshot")
+                                      "startup_mode", "start_offset", "resnapshot", "run_tables")
 
     def __init__(self, *, tables: Any, state: str, mysqlcdc_conn_id: str = MySqlCdcHook.default_conn_name,
                  split_rows: int | str = DEFAULT_SPLIT_ROWS, chunk_rows: int | str = DEFAULT_CHUNK_ROWS,
                  chunk_key_columns: dict[str, str] | str | None = None, startup_mode: str = "initial",
                  start_offset: Any = None, resnapshot: Any = None,
                  unset_covers_captured_except: Sequence[str] | None = None, aws_conn_id: str | None = None,
-                 **kwargs: Any) -> None:
+                 run_tables: dict[str, Any] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.run_tables = run_tables
         self.aws_conn_id = aws_conn_id
         self.unset_covers_captured_except = unset_covers_captured_except
         self.tables = tables
@@ -135,6 +141,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         settings = self._settings()
         state = PipelineState(self.state)
         registry = state.latest()
+        self._check_requests(settings["resnapshot"], registry, table_ids or [])
         exact = table_ids is not None
         if table_ids is None and self.unset_covers_captured_except is not None:
             others = set(parse_tables(list(self.unset_covers_captured_except), allow_empty=True) or [])
@@ -192,6 +199,25 @@ class MySqlCdcPlanOperator(BaseOperator):
                 "overlap (they share its registry). Let the other run finish, then clear this one; for a backfill, "
                 "pass --max-active-runs 1 (or max_active_runs=1 in the REST call).")
 
+    def _check_requests(self, requests: list[ResnapshotRequest], registry: Any, table_ids: list[TableId]) -> None:
+        """Re-snapshot requests against the tables of the whole run (``run_tables``), when known."""
+        if self.run_tables is None:
+            return
+        given = parse_tables(self.run_tables.get("param"), allow_empty=True)
+        named = set(table_ids) | set(parse_tables(list(self.run_tables.get("dag") or []), allow_empty=True) or [])
+        named |= set(given or [])
+        # the run names the complete set (captured tables it leaves out are removed), unless the DAG
+        # has a trigger-time group whose param is unset (it keeps the captured tables)
+        exact = "param" not in self.run_tables or given is not None
+        for request in requests:
+            table_id = request.table_id
+            if table_id not in named and table_id not in registry.tables:
+                raise ConfigurationError(f"resnapshot names {table_id.quoted}, which this pipeline neither captures nor "
+                                         "is given in this run's tables: check the name, or add the table to tables.")
+            if table_id not in named and exact:
+                raise ConfigurationError(f"resnapshot asks for {table_id.quoted}, which this run's tables stop capturing: "
+                                         "keep it in tables to re-snapshot it, or drop the request.")
+
     def _settings(self) -> dict[str, Any]:
         split_rows, chunk_rows = int(native(self.split_rows)), int(native(self.chunk_rows))
         if split_rows < 1 or chunk_rows < split_rows:
@@ -245,6 +271,7 @@ class MySqlCdcPlanOperator(BaseOperator):
             options = SplitOptions(chunk_size=settings["split_rows"], chunk_key_column=chunk_key)
             plan.splits = ChunkSplitter(conn, report.schemas[table_id], options).split()
         elif action == PlanAction.RESNAPSHOT_SPLITS:
+            check_request_bounds(request, report.schemas[table_id].column(chunk_key))
             ordering = KeyOrdering(report.schemas[table_id].column(chunk_key), source.connect)
             try:
                 plan.splits = splits_overlapping(registered, ordering, request)

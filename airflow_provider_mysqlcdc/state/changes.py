@@ -26,7 +26,7 @@ from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId
 from airflow_provider_mysqlcdc.protocol.actions import PlanAction, StartupMode
 from airflow_provider_mysqlcdc.protocol.plans import TablePlan
 from airflow_provider_mysqlcdc.protocol.state import CapturedTable, Generation, stream_only_split
@@ -114,6 +114,35 @@ def splits_overlapping(captured: CapturedTable, ordering: KeyOrdering, request: 
         if below_high and above_low:
             chosen.append(split)
     return chosen
+
+
+_INTEGER_KEYS = frozenset({"tinyint", "smallint", "mediumint", "int", "integer", "bigint", "year", "bit"})
+
+
+def check_request_bounds(request: ResnapshotRequest, key: Column) -> None:
+    """A key range's bounds must be values of the chunk key's type: an integer for an integer key
+    (not 2.5, not 'abc'), a number for a DECIMAL, an ISO date or datetime for a DATE or DATETIME."""
+    for name, value in (("from", request.low), ("to", request.high)):
+        if value is None:
+            continue
+        t = key.data_type
+        try:
+            if t in _INTEGER_KEYS:
+                ok = isinstance(value, int) and not isinstance(value, bool) or (
+                    isinstance(value, str) and value.strip().lstrip("+-").isdigit())
+            elif t == "decimal":
+                ok = not isinstance(value, bool) and decimal.Decimal(str(value)).is_finite()
+            elif t == "date":
+                ok = bool(dt.date.fromisoformat(str(value)))
+            elif t in ("datetime", "timestamp"):
+                ok = bool(dt.datetime.fromisoformat(str(value)))
+            else:
+                ok = isinstance(value, str)
+        except (ValueError, decimal.InvalidOperation):
+            ok = False
+        if not ok:
+            raise ConfigurationError(f"Re-snapshot of {request.table_id}: '{name}' {value!r} is not a value of its chunk "
+                                     f"key {key.name!r} ({key.column_type}): give a key value of that type.")
 
 
 def coerce_like(value: Any, sample: Any) -> Any:

@@ -48,3 +48,16 @@ def test_an_older_runs_collect_run_again_does_not_bring_back_a_table_a_later_run
     assert collect["state"] == "failed", collect
     assert "landing this run's results would undo" in again["output"]
     assert set(state.latest().tables) == {kept}  # the removed table stays removed
+
+
+def test_a_resnapshot_of_a_table_the_pipeline_does_not_capture_fails_the_plan(mysql_server, cdc_user, database,
+                                                                             tmp_path):
+    tables = create_sample_tables(mysql_server.connect(), database, rows_per_table=10, seed=63,
+                                  tables=SAMPLE_TABLES[:1])
+    env = example_dag_env(tmp_path / "airflow", cdc_user, tables, sink_root=tmp_path / "lake",
+                          state_dir=tmp_path / "state", split_rows=100, chunk_rows=100)
+    typo = f"{database}.ordres"
+    result = run_dag("mysqlcdc_example", env, conf={"resnapshot": [typo], "stream_mode": "skip"})
+    assert result["state"] == "failed"
+    assert f"resnapshot names `{database}`.`ordres`, which this pipeline neither captures" in result["output"]
+    assert not (tmp_path / "state" / "mysqlcdc_example" / "generations").exists()

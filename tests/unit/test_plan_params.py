@@ -54,3 +54,40 @@ def test_a_table_named_twice_in_one_run_is_refused():
 
     with pytest.raises(ConfigurationError, match="`shop`.`a` named more than once"):
         _refuse_duplicates(parse_tables("shop.a, shop.b, `shop`.`a`"))
+
+
+def _requests_checked(registry_tables, run_tables, resnapshot, tables=("shop.orders",)):
+    from airflow_provider_mysqlcdc.protocol.state import CapturedTable, Generation
+    from airflow_provider_mysqlcdc.state.changes import ResnapshotRequest
+
+    operator = MySqlCdcPlanOperator(task_id="plan", tables=list(tables), state="/tmp/unused", run_tables=run_tables)
+    registry = Generation(1, {TableId.parse(t): CapturedTable("id", []) for t in registry_tables})
+    operator._check_requests(ResnapshotRequest.parse_all(resnapshot), registry, parse_tables(list(tables)))
+
+
+def test_a_resnapshot_of_a_table_nobody_captures_is_refused():
+    with pytest.raises(ConfigurationError, match="resnapshot names `shop`.`ordres`.*neither captures"):
+        _requests_checked(["shop.orders"], {"dag": ["shop.orders"], "param": None}, ["shop.ordres"])
+    _requests_checked([], {"dag": ["shop.orders"], "param": "['shop.new']"}, ["shop.new"])  # given this run: fine
+
+
+def test_a_resnapshot_of_a_table_this_run_stops_capturing_is_refused():
+    with pytest.raises(ConfigurationError, match="`shop`.`old`, which this run's tables stop capturing"):
+        _requests_checked(["shop.orders", "shop.old"], {"dag": ["shop.orders"], "param": "[]"}, ["shop.old"])
+    # the trigger-time tables unset: captured tables stay, and may be re-snapshotted
+    _requests_checked(["shop.orders", "shop.old"], {"dag": ["shop.orders"], "param": "None"}, ["shop.old"])
+
+
+def test_a_resnapshot_range_must_fit_the_chunk_key_type():
+    from airflow_provider_mysqlcdc.cdc.source.schema import Column
+    from airflow_provider_mysqlcdc.state.changes import ResnapshotRequest, check_request_bounds
+
+    int_key = Column(name="id", data_type="int", column_type="int(11)", nullable=False)
+    [request] = ResnapshotRequest.parse_all([{"table": "shop.orders", "from": "abc", "to": 2.5}])
+    with pytest.raises(ConfigurationError, match="'from' 'abc' is not a value of its chunk key 'id' \\(int\\(11\\)\\)"):
+        check_request_bounds(request, int_key)
+    [fine] = ResnapshotRequest.parse_all([{"table": "shop.orders", "from": 5, "to": "9"}])
+    check_request_bounds(fine, int_key)
+    date_key = Column(name="d", data_type="date", column_type="date", nullable=False)
+    with pytest.raises(ConfigurationError, match="'to' '2024-13-01'"):
+        check_request_bounds(ResnapshotRequest.parse_all([{"table": "shop.t", "to": "2024-13-01"}])[0], date_key)
