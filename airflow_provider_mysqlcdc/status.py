@@ -22,6 +22,7 @@ from typing import Any
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.state.drift import frozen_since, pending_drift, read_drift
 from airflow_provider_mysqlcdc.protocol.envelope import Record, encode
 from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
@@ -75,6 +76,11 @@ def _body(record: Record | None) -> dict[str, Any] | None:
     return encode(record) if record else None
 
 
+def _shown(table: str) -> str:
+    """A table as progress records name it (quoted), as the rest of the status shows tables."""
+    return str(TableId.parse(table))
+
+
 def _latest_run(state: PipelineState) -> dict[str, Any] | None:
     runs = []
     for run in state.storage.list_names("progress", "runs"):
@@ -89,11 +95,11 @@ def _latest_run(state: PipelineState) -> dict[str, Any] | None:
     per_table: dict[str, dict[str, int]] = {}
     for plan in plans:
         for table in plan.chunk_tables:
-            per_table.setdefault(table, {"chunks": 0, "done": 0, "rows": 0})["chunks"] += 1
+            per_table.setdefault(_shown(table), {"chunks": 0, "done": 0, "rows": 0})["chunks"] += 1
     for name in names:
         if name.startswith("chunk-") and name.endswith(".json"):
             chunk = state.read_progress(ChunkProgress, f"runs/{run}/{name}")
-            entry = per_table.setdefault(chunk.table, {"chunks": 0, "done": 0, "rows": 0})
+            entry = per_table.setdefault(_shown(chunk.table), {"chunks": 0, "done": 0, "rows": 0})
             entry["done"] += 1
             entry["rows"] += chunk.rows
     return {"run": run, "planned_at": dt.datetime.fromtimestamp(planned_at, dt.timezone.utc).isoformat(timespec="seconds"),

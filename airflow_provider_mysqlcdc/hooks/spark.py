@@ -49,9 +49,20 @@ from airflow_provider_mysqlcdc.state.credentials import ObjectStoreCredentials
 if TYPE_CHECKING:
     from airflow_provider_mysqlcdc.spark.report import ReportWatcher
 
-_SECRET_LOOKING = re.compile(r"password|secret|token|credential|access\.?key|private\.?key", re.IGNORECASE)
+#: conf keys that hold secrets, ours and the object stores' (S3 secret and session keys, SSE-C keys,
+#: GCS service-account keys, Azure account keys and SAS tokens): refused in ``spark_conf``
+_SECRET_LOOKING = re.compile(r"password|secret|token|credential|access[.\-_]?key|private[.\-_]?key|account[.\-_]?key|"
+                             r"encryption[.\-_]?key|sse[.\-_]?c|(^|[.\-_])sas([.\-_]|$)|signature|keyfile|json[.\-_]?key",
+                             re.IGNORECASE)
+#: Spark redacts conf and environment entries whose key matches this in its UI and event logs: its own
+#: default plus the key forms above
+REDACTION_REGEX = (r"(?i)secret|password|token|access[.]?key|account[.]?key|encryption[.]?key|credential|"
+                   r"(^|[.\-_])sas([.\-_]|$)|signature|mysqlcdc_source")
+#: and values anywhere in plans and logs that look like credentials in URLs or key=value text
+REDACTION_STRING_REGEX = r"(?i)(://[^/:@\s]+:)[^@/\s]+(?=@)|(password|secret|token)\s*[=:]\s*[^\s,;&]+"
 #: what every job gets unless ``spark_conf`` says otherwise
-DEFAULT_CONF = {"spark.sql.shuffle.partitions": "4"}
+DEFAULT_CONF = {"spark.sql.shuffle.partitions": "4", "spark.redaction.regex": REDACTION_REGEX,
+                "spark.redaction.string.regex": REDACTION_STRING_REGEX}
 #: Spark's own launcher of Python programs, the driver's main class in standalone cluster mode
 PYTHON_RUNNER = "org.apache.spark.deploy.PythonRunner"
 

@@ -17,6 +17,7 @@ import json
 import logging
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -61,12 +62,10 @@ def _read_partition_once(source: SourceConfig, schema: TableSchema, part: Snapsh
     return low.to_dict(), sink.getvalue().to_pybytes()
 
 
-def read_partitions(spark: Any, source: SourceConfig, schema: TableSchema,
-                    parts: list[SnapshotSplit]) -> list[tuple[dict, bytes]]:
-    """Read ``parts`` in parallel, one Spark task each: each one's low watermark and rows (Arrow IPC).
-
-    Through the DataFrame API (``mapInArrow``), not RDDs, so the same code runs on a classic Spark
-    session and on a Spark Connect one, which has no ``SparkContext``."""
+def partition_reader(source: SourceConfig, schema: TableSchema, parts: list[SnapshotSplit]) -> Callable[[Any], Any]:
+    """The function Spark runs on executors (``mapInArrow``): it goes to them pickled, with ``source``
+    in it, so under spark-submit that is ``SourceConfig.for_executors`` (the private file's path, not
+    the password)."""
 
     def read(batches: Any) -> Any:
         for batch in batches:
@@ -75,6 +74,16 @@ def read_partitions(spark: Any, source: SourceConfig, schema: TableSchema,
                 yield pa.record_batch([pa.array([json.dumps(low)]), pa.array([payload], pa.binary())],
                                       names=["low", "payload"])
 
+    return read
+
+
+def read_partitions(spark: Any, source: SourceConfig, schema: TableSchema,
+                    parts: list[SnapshotSplit]) -> list[tuple[dict, bytes]]:
+    """Read ``parts`` in parallel, one Spark task each: each one's low watermark and rows (Arrow IPC).
+
+    Through the DataFrame API (``mapInArrow``), not RDDs, so the same code runs on a classic Spark
+    session and on a Spark Connect one, which has no ``SparkContext``."""
+    read = partition_reader(source, schema, parts)
     read_back = spark.range(0, len(parts), 1, len(parts)).mapInArrow(read, "low string, payload binary").toArrow()
     return [(json.loads(low), payload) for low, payload in
             zip(read_back.column("low").to_pylist(), read_back.column("payload").to_pylist())]
@@ -98,10 +107,14 @@ def plan_partitions(source: SourceConfig, schema: TableSchema, split: SnapshotSp
     return source.run(plan, f"planning the partitions of {split.split_id}")
 
 
-def run_chunk_job(spark: Any, source: SourceConfig, job: ChunkJob) -> dict[str, Any]:
+def run_chunk_job(spark: Any, source: SourceConfig, job: ChunkJob,
+                  executor_source: SourceConfig | None = None) -> dict[str, Any]:
+    """``executor_source``: the settings the executors get (``SourceConfig.for_executors``); None: ``source``
+    itself (a Spark Connect session, whose server cannot read the task's private file)."""
     started = time.monotonic()
     table_id = TableId.parse(job.table)
     source = source.with_retry(job.retry_budget_s)
+    executor_source = (executor_source or source).with_retry(job.retry_budget_s)
     schema = source.run(lambda conn: load_table_schema(conn, table_id), f"reading the schema of {table_id}")
     splits = job.splits
     sink = DeltaSink(job.sink_root)
@@ -115,7 +128,7 @@ def run_chunk_job(spark: Any, source: SourceConfig, job: ChunkJob) -> dict[str, 
         for number, split in enumerate(splits, start=1):
             split_started = time.monotonic()
             parts = plan_partitions(source, schema, split, partitions)
-            results = read_partitions(spark, source, schema, parts)
+            results = read_partitions(spark, executor_source, schema, parts)
             # placed among the pipeline's servers: after a failover, the rows' versions order after the old server's
             high = job.servers.place(reader.current_offset())
             data = pa.concat_tables([pa.ipc.open_stream(payload).read_all() for _, payload in results])

@@ -36,3 +36,28 @@ def test_binlog_status_statement_by_server_version(version, statement):
     numbers = version.split("-")[0].split(".")
     info = ServerInfo(version, "mariadb" in version.lower(), int(numbers[0]), int(numbers[1]))
     assert info.has_binary_log_status is statement
+
+
+def test_the_function_spark_ships_to_executors_holds_the_private_files_path_not_the_password(tmp_path):
+    from pyspark import cloudpickle
+
+    from airflow_provider_mysqlcdc.cdc.model.split import SnapshotSplit
+    from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
+    from airflow_provider_mysqlcdc.spark.chunk_job import partition_reader
+
+    source = SourceConfig(host="db", port=3306, user="cdc", password="s3cret-pw")
+    private_file = source.to_private_file(tmp_path / "secrets" / "source.json")
+    table = TableId("shop", "orders")
+    schema = TableSchema(table, (Column(name="id", data_type="int", column_type="int(11)", nullable=False),), ("id",))
+    shipped = cloudpickle.dumps(partition_reader(source.for_executors(str(private_file)), schema,
+                                                 [SnapshotSplit(table, 0, "id")]))
+    assert b"s3cret-pw" not in shipped and str(private_file).encode() in shipped
+
+
+def test_settings_for_executors_read_the_password_from_the_private_file(tmp_path):
+    source = SourceConfig(host="db", port=3306, user="cdc", password="s3cret-pw")
+    private_file = source.to_private_file(tmp_path / "source.json")
+    executors = source.for_executors(str(private_file))
+    assert executors.password == "" and executors.secret == "s3cret-pw"
+    assert executors.replication_settings()["password"] == "s3cret-pw"
+    assert "s3cret-pw" not in repr(executors)

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
-from airflow_provider_mysqlcdc.hooks.spark import SparkTarget, spark_target
+from airflow_provider_mysqlcdc.hooks.spark import SparkTarget, checked_spark_conf, spark_target
 
 
 def test_without_a_connection_the_master_becomes_a_spark_connection():
@@ -75,3 +75,31 @@ def test_a_spark_submit_program_never_inherits_a_spark_connect_mode(monkeypatch,
         monkeypatch.setenv(name, "1")
     env = spark_environment(tmp_path / "package.zip", sys.executable, local=True)
     assert not set(CONNECT_MODE_VARIABLES) & set(env)
+
+
+@pytest.mark.parametrize("key", [
+    "spark.hadoop.fs.s3a.secret.key", "spark.hadoop.fs.s3a.session.token", "spark.hadoop.fs.s3a.encryption.key",
+    "spark.hadoop.fs.s3a.server-side-encryption.key", "spark.hadoop.fs.azure.account.key.acct.dfs.core.windows.net",
+    "spark.hadoop.fs.azure.sas.container.acct.blob.core.windows.net", "spark.hadoop.fs.azure.sas.fixed.token",
+    "spark.hadoop.google.cloud.auth.service.account.json.keyfile", "spark.executorEnv.MYSQLCDC_SOURCE_PASSWORD",
+])
+def test_object_store_and_source_secrets_are_refused_in_spark_conf(key):
+    with pytest.raises(ConfigurationError, match="looks like a secret"):
+        checked_spark_conf({key: "x"})
+
+
+def test_ordinary_spark_conf_is_not_taken_for_a_secret():
+    assert checked_spark_conf({"spark.authenticate.enableSaslEncryption": "true", "spark.executor.memory": "2g"})
+
+
+def test_spark_redacts_our_secrets_in_its_ui_and_event_logs():
+    import re
+
+    from airflow_provider_mysqlcdc.hooks.spark import DEFAULT_CONF
+
+    keys = re.compile(DEFAULT_CONF["spark.redaction.regex"])
+    assert keys.search("spark.hadoop.fs.azure.account.key.acct.dfs.core.windows.net")
+    assert keys.search("MYSQLCDC_SOURCE_FILE") and keys.search("spark.hadoop.fs.s3a.encryption.key")
+    values = re.compile(DEFAULT_CONF["spark.redaction.string.regex"])
+    assert values.sub("*", "mysql://cdc:pw123@db:3306/shop") == "mysql*@db:3306/shop"
+    assert "abc" not in values.sub("*", "connect with password=abc")

@@ -77,7 +77,7 @@ def select_arrow(source: SourceConfig, schema: TableSchema, split: SnapshotSplit
                 low = min(low, BinlogOffset(status["binlog_snapshot_file"], int(status["binlog_snapshot_position"])))
     finally:
         conn.close()
-    url = (f"mysql://{quote(source.user, safe='')}:{quote(source.password, safe='')}@{source.host}:{source.port}/"
+    url = (f"mysql://{quote(source.user, safe='')}:{quote(source.secret, safe='')}@{source.host}:{source.port}/"
            f"{quote(schema.table_id.database, safe='')}")
     table = connectorx.read_sql(url, sql, return_type="arrow")
     return low, table

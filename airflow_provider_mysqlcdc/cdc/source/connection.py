@@ -53,6 +53,20 @@ class SourceConfig:
     ssl: dict[str, Any] | None = None
     #: how long a transient fault may last before an operation fails (0: fail at once); retry.py
     retry_budget_s: float = 0.0
+    #: where the password is read from when ``password`` is empty: the private credentials file, so that
+    #: settings shipped to Spark executors inside a function carry its path, never the password itself
+    password_file: str | None = None
+
+    def for_executors(self, private_file: str) -> "SourceConfig":
+        """These settings without the password, which executors read from ``private_file`` instead."""
+        return replace(self, password="", password_file=str(private_file))
+
+    @property
+    def secret(self) -> str:
+        """The password: given, or read from ``password_file``."""
+        if self.password or not self.password_file:
+            return self.password
+        return str(json.loads(Path(self.password_file).read_text()).get("password") or "")
 
     @property
     def retry_policy(self) -> RetryPolicy:
@@ -87,7 +101,7 @@ class SourceConfig:
                 host=self.host,
                 port=self.port,
                 user=self.user,
-                password=self.password,
+                password=self.secret,
                 database=self.database,
                 charset="utf8mb4",
                 autocommit=autocommit,
@@ -116,7 +130,7 @@ class SourceConfig:
             "host": self.host,
             "port": self.port,
             "user": self.user,
-            "password": self.password,
+            "password": self.secret,
             "charset": "utf8mb4",
             "connect_timeout": self.connect_timeout_s,
         }

@@ -18,13 +18,20 @@ def prepare(job_json: str, source=None, object_store=None):
     """The program's name and work; ``source``: the source's settings when the caller has them (a
     Spark Connect session: hooks/spark_connect.py), else from the environment. ``object_store`` is
     not needed: this process, where it is installed, writes the sink."""
-    from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
+    import os
+
+    from airflow_provider_mysqlcdc.cdc.source.connection import ENV_PREFIX, SourceConfig
     from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob
     from airflow_provider_mysqlcdc.spark.chunk_job import run_chunk_job
 
     job = ChunkJob.from_json(job_json)
-    source = source or SourceConfig.from_env()
-    return f"mysqlcdc-chunk {job.table}", lambda spark: run_chunk_job(spark, source, job)
+    if source is not None:  # the settings travel to the server's executors as they are
+        return f"mysqlcdc-chunk {job.table}", lambda spark: run_chunk_job(spark, source, job)
+    source = SourceConfig.from_env()
+    private_file = os.environ.get(f"{ENV_PREFIX}FILE")
+    # executors read the password from the private file, so the function Spark ships them holds its path
+    executors = source.for_executors(private_file) if private_file else source
+    return f"mysqlcdc-chunk {job.table}", lambda spark: run_chunk_job(spark, source, job, executors)
 
 
 if __name__ == "__main__":
