@@ -53,7 +53,7 @@ def _read_partition_once(source: SourceConfig, schema: TableSchema, part: Snapsh
         table = table.cast(data_schema(schema))
     else:
         rows = KeyedRows(schema.key_columns)
-        with SplitReader(source, schema) as reader:
+        with SplitReader(source, schema, watch_in_flight=False) as reader:  # the driver's in_flight_floor covers it
             low, _ = reader.select(part, rows)
         table = rows_to_data_table(schema, list(rows.rows.values()))
     sink = pa.BufferOutputStream()
@@ -128,11 +128,13 @@ def run_chunk_job(spark: Any, source: SourceConfig, job: ChunkJob,
         for number, split in enumerate(splits, start=1):
             split_started = time.monotonic()
             parts = plan_partitions(source, schema, split, partitions)
+            # MySQL: before any partition's snapshot starts, a low watermark behind transactions in flight
+            floor = source.retry_policy.run(reader.in_flight_floor, "reading the low watermark")
             results = read_partitions(spark, executor_source, schema, parts)
             # placed among the pipeline's servers: after a failover, the rows' versions order after the old server's
             high = job.servers.place(reader.current_offset())
             data = pa.concat_tables([pa.ipc.open_stream(payload).read_all() for _, payload in results])
-            low = min(BinlogOffset.from_dict(low) for low, _ in results).in_epoch(high.epoch)
+            low = min([BinlogOffset.from_dict(low) for low, _ in results] + ([floor] if floor else [])).in_epoch(high.epoch)
             changes = list(reader.window_changes(split, low, high)) if high > low else []
             data = merge_changes_into_table(schema, data, changes)
             staged = f"{job.stage_to.rstrip('/')}/split-{split.index}.parquet" if job.stage_to else None

@@ -10,8 +10,9 @@ name, makes the read unusable: it fails, and the retry reads the split again.
 The low watermark must not be later than the snapshot: a transaction already in the binlog but
 not yet visible to the SELECT would otherwise be missed by both. On MariaDB,
 ``START TRANSACTION WITH CONSISTENT SNAPSHOT`` reports the exact binlog position of its snapshot
-(``binlog_snapshot_file/position``) and that is used as ``LW``. MySQL has no such status; there
-``SHOW MASTER STATUS`` is read before the snapshot starts, which is what Flink CDC does.
+(``binlog_snapshot_file/position``) and that is used as ``LW``. MySQL has no such status: there
+``SHOW MASTER STATUS`` is read before the snapshot starts (as Flink CDC does) and moved back to the
+start of any transaction it shows written but not yet committed (low_watermark.py).
 
 Reading is idempotent: a retried split yields the same rows as of its (new) high watermark.
 """
@@ -27,12 +28,14 @@ from typing import Any
 import pymysql
 import pymysql.cursors
 
+from airflow_provider_mysqlcdc.cdc.binlog.listing import binlog_events
 from airflow_provider_mysqlcdc.cdc.binlog.reader import BinlogReader, pick_server_id
 from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import (ChangeRecord, SchemaChangeEvent, TableEventKind, TableTruncated,
                                                          WindowChange)
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit, key_range_sql
+from airflow_provider_mysqlcdc.cdc.reading.low_watermark import InFlightTransactions
 from airflow_provider_mysqlcdc.cdc.records.apply import KeyedRows
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.records.values import ValueNormalizer, select_list
@@ -67,10 +70,16 @@ class SplitRangeChecker:
 class SplitReader:
     """Reads splits of one table. Holds one source connection; make one per worker."""
 
-    def __init__(self, source: SourceConfig, schema: TableSchema, *, server_id_range: tuple[int, int] | None = None):
+    def __init__(self, source: SourceConfig, schema: TableSchema, *, server_id_range: tuple[int, int] | None = None,
+                 watch_in_flight: bool = True):
+        """``watch_in_flight``: on MySQL, move each low watermark back before the transactions in flight
+        (low_watermark.py); off where the caller took a low watermark for this read already (a chunk
+        job's partitions: ``in_flight_floor`` on its driver)."""
         self.source = source
         self.schema = schema
         self.server_id_range = server_id_range
+        self.watch_in_flight = watch_in_flight
+        self._in_flight = InFlightTransactions()
         self.normalizer = ValueNormalizer(schema)
         self._conn: pymysql.connections.Connection | None = None
         self._info: ServerInfo | None = None
@@ -105,6 +114,20 @@ class SplitReader:
                 raise
 
         return self.source.retry_policy.run(read, "reading the binlog head")
+
+    def in_flight_floor(self) -> BinlogOffset | None:
+        """On MySQL, a low watermark no later than any transaction a snapshot started from now may not
+        see (low_watermark.py); None on MariaDB, whose snapshots report their own position."""
+        conn = self._connection()
+        assert self._info is not None
+        if self._info.is_mariadb:
+            return None
+        try:
+            return self._in_flight.low_watermark(current_offset(conn, self._info),
+                                                 lambda after, head: binlog_events(conn, after, head))
+        except Exception:
+            self._drop_connection()  # a lost connection is opened again by the next attempt
+            raise
 
     def _drop_connection(self) -> None:
         if self._conn is not None:
@@ -157,6 +180,8 @@ class SplitReader:
             low = current_offset(conn, self._info)
             cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
             try:
+                if not self._info.is_mariadb and self.watch_in_flight:
+                    low = self._in_flight.low_watermark(low, lambda after, head: binlog_events(conn, after, head))
                 if self._info.is_mariadb:
                     # Belt and braces: the snapshot's own position is exact by MariaDB's design, but one
                     # randomized run showed an extra row consistent with a low watermark ahead of the
