@@ -42,6 +42,16 @@ def hazard_database(mysql_server):
         cur.execute(f"DROP DATABASE IF EXISTS {quote_identifier(name)}")
 
 
+def _create_with_rows(conn, tables: list[TableId]) -> None:
+    """Each table, its columns named by the hazards, with 30 rows (two of them changed and removed)."""
+    with conn.cursor() as cur:
+        for table in tables:
+            cur.execute(f"CREATE TABLE {table.quoted} (id INT PRIMARY KEY, "
+                        + ", ".join(f"{quote_identifier(c)} VARCHAR(40)" for c in COLUMN_NAMES) + ")")
+    for table in tables:
+        _write(conn, table, 0, 30)
+
+
 def _write(conn, table: TableId, first: int, count: int) -> None:
     name, columns = with_params(table.quoted), with_params(", ".join(quote_identifier(c) for c in COLUMN_NAMES))
     with conn.cursor() as cur:
@@ -56,12 +66,7 @@ def test_hazardous_names_are_snapshotted_and_streamed_exactly_inside_the_sink_ro
                                                                                     hazard_database, tmp_path):
     conn = mysql_server.connect()
     tables = [TableId(hazard_database, name) for name in TABLE_NAMES]
-    with conn.cursor() as cur:
-        for table in tables:
-            cur.execute(f"CREATE TABLE {table.quoted} (id INT PRIMARY KEY, "
-                        + ", ".join(f"{quote_identifier(c)} VARCHAR(40)" for c in COLUMN_NAMES) + ")")
-    for table in tables:
-        _write(conn, table, 0, 30)
+    _create_with_rows(conn, tables)
     schemas = run_preflight(cdc_user, tables).schemas
     lake, state = tmp_path / "sink root" / "lake", PipelineState(str(tmp_path / "state"))
     snapshot_tables(cdc_user, tables, str(lake), state, chunk_size=10)
@@ -83,12 +88,7 @@ def test_a_dag_captures_tables_with_dots_commas_and_dot_names_exactly(mysql_serv
     alike), the plan's chunks handed to the snapshot tasks, the collect and the stream."""
     conn = mysql_server.connect()
     tables = [TableId(hazard_database, name) for name in ("dot.ted", "com,ma", "..", "dot_ted")]
-    with conn.cursor() as cur:
-        for table in tables:
-            cur.execute(f"CREATE TABLE {table.quoted} (id INT PRIMARY KEY, "
-                        + ", ".join(f"{quote_identifier(c)} VARCHAR(40)" for c in COLUMN_NAMES) + ")")
-    for table in tables:
-        _write(conn, table, 0, 30)
+    _create_with_rows(conn, tables)
     schemas = run_preflight(cdc_user, tables).schemas
     lake = tmp_path / "lake"
     env = example_dag_env(tmp_path / "airflow", cdc_user, tables, sink_root=lake, state_dir=tmp_path / "state",
