@@ -242,17 +242,13 @@ class SparkJobRunner:
 
         from airflow_provider_mysqlcdc.spark.packaging import build_py_files_zip, launcher_jar, spark_job_script
         from airflow_provider_mysqlcdc.spark.report import ReportWatcher
-        from airflow_provider_mysqlcdc.spark.submit import job_arguments, spark_environment
+        from airflow_provider_mysqlcdc.spark.submit import job_arguments, prepare_program, spark_environment
 
         work = Path(tempfile.mkdtemp(prefix="mysqlcdc-"))  # 0700: the credentials file lives here
         report = self._report = ReportWatcher(report_folder)
         try:
-            secrets = source.to_private_file(work / "source.json")
-            if object_store:
-                object_store.add_to_private_file(secrets)
+            secrets = prepare_program(work, source, object_store, report, job_json)
             py_files = build_py_files_zip(work / "airflow_provider_mysqlcdc.zip")
-            report.remove()  # what an earlier attempt of this try left
-            report.write_job(job_json)
             args = job_arguments(report, secrets, ["--remove-source-folder"] if detached else [])
             conf = {**DEFAULT_CONF, "spark.pyspark.python": self.python, **self.target.conf}
             if self.target.standalone_cluster:

@@ -79,16 +79,13 @@ class SparkConnectJobRunner:
         it is up. It removes its private folder (the credentials file) when it ends."""
         from airflow_provider_mysqlcdc.spark.packaging import spark_job_script
         from airflow_provider_mysqlcdc.spark.report import ReportWatcher
-        from airflow_provider_mysqlcdc.spark.submit import job_arguments, program_environment, wait_for_driver
+        from airflow_provider_mysqlcdc.spark.submit import (job_arguments, prepare_program, program_environment,
+                                                            wait_for_driver)
 
         work = Path(tempfile.mkdtemp(prefix="mysqlcdc-"))  # 0700: the credentials file lives here
-        secrets = source.to_private_file(work / "source.json")
-        if object_store:
-            object_store.add_to_private_file(secrets)
-        add_session_to_private_file(secrets, self._url(), self.conf)
         report = ReportWatcher(report_folder)
-        report.remove()  # what an earlier attempt of this try left
-        report.write_job(job_json)
+        secrets = prepare_program(work, source, object_store, report, job_json)
+        add_session_to_private_file(secrets, self._url(), self.conf)
         env = program_environment(object_store.variables if object_store else ())
         with open(work / "driver.log", "ab") as output:  # the program's own errors; its log goes to the report
             process = subprocess.Popen(

@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_mysqlcdc.cdc.source.connection import ENV_PREFIX
+from airflow_provider_mysqlcdc.cdc.source.connection import ENV_PREFIX, SourceConfig
 from airflow_provider_mysqlcdc.spark.connect import CONNECT_MODE_VARIABLES
 from airflow_provider_mysqlcdc.spark.packaging import build_py_files_zip, spark_job_script
 from airflow_provider_mysqlcdc.spark.report import ReportWatcher
+from airflow_provider_mysqlcdc.state.credentials import ObjectStoreCredentials
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,19 @@ def spark_environment(py_files_zip: Path, python: str, local: bool, private: Col
     if local:  # a local master needs no network beyond loopback
         env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     return env
+
+
+def prepare_program(work: Path, source: SourceConfig, object_store: ObjectStoreCredentials | None,
+                    report: ReportWatcher, job_json: str) -> Path:
+    """What a program an operator starts gets: the private credentials file in ``work`` (the source's
+    and the object store's; returns its path), and the job in a report folder cleared of what an
+    earlier attempt of the task's try left."""
+    secrets = source.to_private_file(work / "source.json")
+    if object_store:
+        object_store.add_to_private_file(secrets)
+    report.remove()
+    report.write_job(job_json)
+    return secrets
 
 
 def job_arguments(report: ReportWatcher, source_file: Path, args: list[str] | None = None) -> list[str]:
