@@ -62,8 +62,9 @@ def bench_fixed_cost(server: ThrowawayMariaDB, work: Path, secrets: Path) -> dic
 
     source = SourceConfig.from_private_file(secrets)
     with SparkConnectServer(work / "connect") as connect:
-        os.environ[f"AIRFLOW_CONN_{CONNECT_CONN_ID.upper()}"] = json.dumps(connect.connection())
-        runner = SparkConnectJobRunner(CONNECT_CONN_ID, conf={}, log=SimpleNamespace(info=lambda *a: None))
+        os.environ[f"AIRFLOW_CONN_{CONNECT_CONN_ID.upper()}"] = json.dumps(connect.connection(source.password))
+        runner = SparkConnectJobRunner(CONNECT_CONN_ID, conf={}, server_credentials_file=str(connect.credentials_file),
+                                       log=SimpleNamespace(info=lambda *a: None))
         connected = []
         for attempt in range(TIMES):
             started = time.monotonic()

@@ -61,7 +61,8 @@ def _first_run(server: ThrowawayMariaDB, work: Path, tables: list[TableId], spar
 def bench_many_tables(server: ThrowawayMariaDB, work: Path, tables: int = 100, baseline_tables: int = 20) -> dict:
     connect_tables = _tables(server, "many", tables)
     with SparkConnectServer(work / "connect") as connect:
-        connect_s = _first_run(server, work / "connect-run", connect_tables, connect.connection())
+        connect_s = _first_run(server, work / "connect-run", connect_tables,
+                               connect.connection(server.root_config().password))
     print(f"{tables} tables, chunks on Spark Connect: {connect_s:.0f}s", flush=True)
     submit_tables = _tables(server, "few", baseline_tables)
     submit_s = _first_run(server, work / "submit-run", submit_tables, {"conn_type": "spark", "host": "local[2]"})

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_provider_mysqlcdc.devtools.throwaway_server import find_free_port, stop_process_group
+from airflow_provider_mysqlcdc.spark.connect import SERVER_FILE_EXTRA, write_server_credentials_file
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
@@ -31,9 +32,18 @@ class SparkConnectServer:
     def log_file(self) -> Path:
         return self.work_dir / "connect-server.log"
 
-    def connection(self) -> dict[str, Any]:
-        """An Airflow ``spark_connect`` connection (as ``AIRFLOW_CONN_*`` JSON takes it) for this server."""
-        return {"conn_type": "spark_connect", "host": "127.0.0.1", "port": self.port}
+    @property
+    def credentials_file(self) -> Path:
+        """The private credentials file its Python workers read (in a ``secrets`` folder, which the
+        tests' searches for secrets skip)."""
+        return self.work_dir / "secrets" / "server.json"
+
+    def connection(self, password: str, *, port: int | None = None) -> dict[str, Any]:
+        """An Airflow ``spark_connect`` connection (as ``AIRFLOW_CONN_*`` JSON takes it) for this server,
+        whose credentials file now holds ``password``; ``port``: another way in (a proxy)."""
+        write_server_credentials_file(self.credentials_file, password)
+        return {"conn_type": "spark_connect", "host": "127.0.0.1", "port": port or self.port,
+                "extra": {SERVER_FILE_EXTRA: str(self.credentials_file)}}
 
     def start(self, timeout_s: float = 120) -> "SparkConnectServer":
         from airflow_provider_mysqlcdc.spark.submit import spark_home

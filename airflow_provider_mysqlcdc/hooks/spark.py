@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.protocol.results import DriverInfo
+from airflow_provider_mysqlcdc.spark.connect import SERVER_FILE_EXTRA
 from airflow_provider_mysqlcdc.state.credentials import ObjectStoreCredentials
 
 if TYPE_CHECKING:
@@ -77,6 +78,8 @@ class SparkTarget:
     conf: dict[str, str] = field(default_factory=dict)
     #: a ``spark_connect`` connection: programs run as Spark Connect sessions (hooks/spark_connect.py)
     connect: bool = False
+    #: on Spark Connect, the private credentials file on the server its Python workers read (spark/connect.py)
+    server_credentials_file: str = ""
 
     @property
     def local(self) -> bool:
@@ -102,8 +105,18 @@ def spark_target(*, spark_conn_id: str | None, spark_master: str,
                                  "'spark_connect' for a Spark Connect server) or leave spark_conn_id unset to use "
                                  "spark_master.") from exc
     if conn.conn_type == "spark_connect":
+        server_file = str(conn.extra_dejson.get(SERVER_FILE_EXTRA) or "")
+        if not server_file.startswith("/"):
+            raise ConfigurationError(
+                f"Spark Connect connection {conn_id!r} names no {SERVER_FILE_EXTRA} in its extras"
+                f"{f' (got {server_file!r}, not an absolute path)' if server_file else ''}. The server's Python "
+                "workers read the source's password, and the object store's credentials unless the server has its "
+                "own, from a private file on the Spark Connect server, so that no secret travels inside the "
+                "functions it runs: write it there as the user the server runs as (python -m "
+                "airflow_provider_mysqlcdc.spark.connect --write-server-file PATH), then set "
+                f'{{"{SERVER_FILE_EXTRA}": "PATH"}} in the connection\'s extras.')
         return SparkTarget(conn_id, f"sc://{conn.host or ''}{f':{conn.port}' if conn.port else ''}", conf=conf,
-                           connect=True)
+                           connect=True, server_credentials_file=server_file)
     deploy_mode = conn.extra_dejson.get("deploy-mode") or "client"
     if deploy_mode not in ("client", "cluster"):
         raise ConfigurationError(f"Spark connection {conn_id!r}: deploy-mode must be 'client' or 'cluster', got "

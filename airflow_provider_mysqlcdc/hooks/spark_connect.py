@@ -13,10 +13,12 @@ gets the package as a session artifact (spark/connect.py):
   (``--spark-connect``) that outlives the task and reports through its report folder like a
   spark-submit driver (spark/report.py); it is stopped through that folder (spark/supervision.py).
 
-What travels to the server: the job's splits and the source's settings (the object store's
-credentials too, for the stream) inside the Python objects that run there, since the server's
-workers cannot read the task's private file. The connection's token is never logged: only the
-server's address is; a detached program reads its URL from its private file, not its arguments.
+What travels to the server: the job (splits, locations) and the source's settings without the
+password inside the Python objects that run there. The server's workers read the password, and the
+object store's credentials, from a private file on the server that the connection names
+(``server_credentials_file`` in its extras: spark/connect.py). The connection's token is never
+logged: only the server's address is; a detached program reads its URL from its private file, not
+its arguments.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from typing import Any
 
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.protocol.results import DriverInfo
-from airflow_provider_mysqlcdc.spark.connect import add_session_to_private_file, connect_session, server_address
+from airflow_provider_mysqlcdc.spark.connect import ConnectSession, connect_session, server_address
 from airflow_provider_mysqlcdc.state.credentials import ObjectStoreCredentials
 
 #: the loggers of the package: their lines go to the task log while a program runs in the task's process
@@ -44,9 +46,11 @@ PACKAGE_LOGGER = "airflow_provider_mysqlcdc"
 class SparkConnectJobRunner:
     """The programs of ``spark/jobs/`` as Spark Connect sessions: one at a time, interruptible."""
 
-    def __init__(self, conn_id: str, *, conf: Mapping[str, str], log: Any, python: str = sys.executable):
+    def __init__(self, conn_id: str, *, conf: Mapping[str, str], server_credentials_file: str, log: Any,
+                 python: str = sys.executable):
         self.conn_id = conn_id
         self.conf = dict(conf)
+        self.server_credentials_file = server_credentials_file
         self.log = log
         self.python = python
         self._session: Any = None
@@ -59,9 +63,11 @@ class SparkConnectJobRunner:
     def run(self, script: str, job_json: str, *, source: SourceConfig, report_folder: str,
             on_driver: Callable[[DriverInfo], None] | None = None,
             object_store: ObjectStoreCredentials | None = None) -> dict[str, Any]:
-        """Run ``script``'s work with ``job_json`` in a session of its own, in this process; its result."""
+        """Run ``script``'s work with ``job_json`` in a session of its own, in this process; its result.
+        ``object_store``: unused, the operator installed it in this process, and the server's workers
+        read theirs from the server's file."""
         program = importlib.import_module(f"airflow_provider_mysqlcdc.spark.jobs.{Path(script).stem}")
-        app_name, work = program.prepare(job_json, source=source, object_store=object_store)
+        app_name, work = program.prepare(job_json, source=source, server_file=self.server_credentials_file)
         url = self._url()
         try:
             with connect_session(url, self.conf) as spark:
@@ -85,7 +91,7 @@ class SparkConnectJobRunner:
         work = Path(tempfile.mkdtemp(prefix="mysqlcdc-"))  # 0700: the credentials file lives here
         report = ReportWatcher(report_folder)
         secrets = prepare_program(work, source, object_store, report, job_json)
-        add_session_to_private_file(secrets, self._url(), self.conf)
+        ConnectSession(self._url(), self.conf, self.server_credentials_file).add_to_private_file(secrets)
         env = program_environment(object_store.variables if object_store else ())
         with open(work / "driver.log", "ab") as output:  # the program's own errors; its log goes to the report
             process = subprocess.Popen(

@@ -59,7 +59,8 @@ class MySqlCdcSparkJobOperator(BaseOperator):
         target = spark_target(spark_conn_id=self.spark_conn_id, spark_master=self.spark_master,
                               spark_conf=self.spark_conf)
         if target.connect:
-            return SparkConnectJobRunner(target.conn_id, conf=target.conf, log=self.log)
+            return SparkConnectJobRunner(target.conn_id, conf=target.conf, log=self.log,
+                                         server_credentials_file=target.server_credentials_file)
         return SparkJobRunner(target, name=f"mysqlcdc {self.dag_id}.{self.task_id}", log=self.log)
 
     def report_folder(self, state: PipelineState, context: Context) -> str:

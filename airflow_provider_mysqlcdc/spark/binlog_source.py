@@ -34,9 +34,10 @@ schema (state/schemas.py).
 
 Options: ``job`` (the stream job file's JSON, protocol/jobs.py ``StreamJob``: the state location,
 replica server ids, decode pieces, batch limits, inline bytes, ``on_binlog_purged`` and the retry
-budget, each with its one default there), ``source_file`` (path of the private credentials file;
-never the password itself, since options show up in query plans; on Spark Connect none: the source
-is ``BinlogDataSource.carrying(...)``), ``initial_offset`` (where a
+budget, each with its one default there), ``source`` (the source's settings as
+``SourceConfig.for_executors`` gives them: the path of a private credentials file, never the
+password itself, since options show up in query plans; on Spark Connect a file on the server),
+``initial_offset`` (where a
 query without a checkpointed offset starts; default: the registry's smallest high watermark, at
 generation 0). With ``on_binlog_purged="resnapshot"``, a batch whose start was purged reads from
 the oldest binlog left and announces the gap with ``BinlogPurged``, and an activation whose re-read
@@ -49,7 +50,6 @@ import dataclasses
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -73,7 +73,6 @@ from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
 from airflow_provider_mysqlcdc.protocol.state import Generation
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from airflow_provider_mysqlcdc.spark.batch_rows import RUN_LENGTH, SCHEMA, RowEmitter
-from airflow_provider_mysqlcdc.spark.connect import CarriedCredentials
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
 from airflow_provider_mysqlcdc.state.servers import ServerEpochs
 from airflow_provider_mysqlcdc.state.credentials import install_from_private_file
@@ -140,14 +139,13 @@ class PurgedGap(InputPartition):
 class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Driver side plans ranges of the binlog; ``read`` runs on executors (on a pickled copy)."""
 
-    def __init__(self, options: dict[str, str], carried: CarriedCredentials | None = None):
+    def __init__(self, options: dict[str, str]):
         job = StreamJob.from_json(options["job"])
         self.state_location = job.state
-        self.source_file = options.get("source_file")
-        self.carried = carried
-        if not self.source_file and carried is None:
-            raise ConfigurationError(f"the {SOURCE_NAME} source needs the option source_file (the private "
-                                     "credentials file), or BinlogDataSource.carrying(...) on Spark Connect")
+        if "source" not in options:
+            raise ConfigurationError(f"the {SOURCE_NAME} source needs the option source: the source's settings "
+                                     "as SourceConfig.for_executors(private_file).to_json() gives them")
+        self.source = SourceConfig.from_json(options["source"])
         # the planner (a Python worker of the driver's JVM) reads the state location, maybe on an
         # object store: its credentials are in the private file too (state/credentials.py)
         self._install_credentials()
@@ -164,15 +162,10 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._epochs: ServerEpochs | None = None  # driver only
 
     def _install_credentials(self) -> None:
-        if self.carried is not None:
-            self.carried.install()
-        else:
-            install_from_private_file(self.source_file)
+        install_from_private_file(self.source.password_file)
 
     def _source(self) -> SourceConfig:
-        source = self.carried.source if self.carried is not None else SourceConfig.from_private_file(
-            Path(self.source_file))  # type: ignore[arg-type]
-        return source.with_retry(self.retry_budget_s)
+        return self.source.with_retry(self.retry_budget_s)
 
     def _state(self) -> PipelineState:
         return PipelineState(self.state_location)
@@ -460,15 +453,3 @@ class BinlogDataSource(DataSource):
 
     def streamReader(self, schema: Any) -> BinlogStreamReader:
         return BinlogStreamReader(self.options)
-
-    @classmethod
-    def carrying(cls, carried: CarriedCredentials) -> type["BinlogDataSource"]:
-        """The source for a Spark Connect session: its readers carry the credentials (spark/connect.py),
-        never an option (options show up in query plans). Defined here, the class travels to the
-        server by value, with what it carries."""
-
-        class CarryingBinlogDataSource(cls):  # type: ignore[valid-type, misc]
-            def streamReader(self, schema: Any) -> BinlogStreamReader:
-                return BinlogStreamReader(self.options, carried)
-
-        return CarryingBinlogDataSource

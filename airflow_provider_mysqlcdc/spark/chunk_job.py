@@ -64,8 +64,8 @@ def _read_partition_once(source: SourceConfig, schema: TableSchema, part: Snapsh
 
 def partition_reader(source: SourceConfig, schema: TableSchema, parts: list[SnapshotSplit]) -> Callable[[Any], Any]:
     """The function Spark runs on executors (``mapInArrow``): it goes to them pickled, with ``source``
-    in it, so under spark-submit that is ``SourceConfig.for_executors`` (the private file's path, not
-    the password)."""
+    in it, so that is ``SourceConfig.for_executors`` (a private file's path, not the password: the
+    task's under spark-submit, the server's on Spark Connect)."""
 
     def read(batches: Any) -> Any:
         for batch in batches:
@@ -110,7 +110,7 @@ def plan_partitions(source: SourceConfig, schema: TableSchema, split: SnapshotSp
 def run_chunk_job(spark: Any, source: SourceConfig, job: ChunkJob,
                   executor_source: SourceConfig | None = None) -> dict[str, Any]:
     """``executor_source``: the settings the executors get (``SourceConfig.for_executors``); None: ``source``
-    itself (a Spark Connect session, whose server cannot read the task's private file)."""
+    itself (a local session that only tests and tools start)."""
     started = time.monotonic()
     table_id = TableId.parse(job.table)
     source = source.with_retry(job.retry_budget_s)

@@ -5,36 +5,39 @@ stream's) with no JVM; the Spark side runs on a long-running Spark Connect serve
 travels to the server as a session artifact, so the server's Python workers import it like
 executors do with ``--py-files``.
 
-What cannot travel as a file: the server's Python workers (the binlog source's planner and its
-readers, the stream's ``foreachBatch`` function) do not see the task's private credentials file, so
-on a Connect session the objects that run there carry the source's settings and the object store's
-credentials themselves (spark/stream_job.py, spark/binlog_source.py).
+What cannot travel as a file: the task's private credentials file. The server's Python workers (the
+chunk readers, the binlog source's planner and readers, the stream's ``foreachBatch`` function) do not
+see it, and no secret may travel to the server inside the functions it runs. So the server holds a
+private credentials file of its own, which the ``spark_connect`` connection names in its extras as
+``server_credentials_file``: the source's password, and the object store's credentials unless the
+server has its own (``write_server_credentials_file`` writes one). Only its path travels.
 
 The Connect URL may hold a token: a detached program reads it from its private credentials file
-(``session_from_private_file``), never from its arguments.
+(``ConnectSession.from_private_file``), never from its arguments.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
+from airflow_provider_mysqlcdc.cdc.source.connection import read_private_file, write_private_file
 from airflow_provider_mysqlcdc.state.credentials import ObjectStoreCredentials, put_in_private_file
 
 #: what pyspark sets in a process that opened a Spark Connect session; a spark-submit program inheriting
 #: them would take itself for a Connect client
 CONNECT_MODE_VARIABLES = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE")
-#: the key of the private credentials file that holds a detached program's Connect URL and session conf
+#: the key of the private credentials file that holds a detached program's Connect session
 PRIVATE_FILE_KEY = "spark_connect"
+#: the extra of a ``spark_connect`` connection naming the private credentials file on the server
+SERVER_FILE_EXTRA = "server_credentials_file"
 
 
 def is_connect(spark: Any) -> bool:
@@ -89,26 +92,57 @@ def connect_session(url: str, conf: Mapping[str, str] | None = None) -> Iterator
                 os.environ[name] = value
 
 
-def add_session_to_private_file(path: Path, url: str, conf: Mapping[str, str]) -> None:
-    """Put the Connect URL and the session's conf into the private credentials file at ``path``."""
-    put_in_private_file(path, PRIVATE_FILE_KEY, {"url": url, "conf": dict(conf)})
-
-
-def session_from_private_file(path: Path | str) -> tuple[str, dict[str, str]] | None:
-    """The Connect URL and session conf ``add_session_to_private_file`` wrote, if any."""
-    session = json.loads(Path(path).read_text()).get(PRIVATE_FILE_KEY)
-    return (session["url"], dict(session.get("conf") or {})) if session else None
-
-
 @dataclass(frozen=True)
-class CarriedCredentials:
-    """The source's settings and the object store's credentials, carried by the objects that run in a
-    Connect server's Python workers (they cannot read the task's private file). ``repr`` shows neither."""
+class ConnectSession:
+    """Where a program's Spark Connect session is: the server's URL (it may hold a token), the session's
+    conf, and the private credentials file the server's Python workers read (``SERVER_FILE_EXTRA``)."""
 
-    source: SourceConfig = field(repr=False)
-    object_store: ObjectStoreCredentials | None = field(default=None, repr=False)
+    url: str = field(repr=False)
+    conf: dict[str, str] = field(default_factory=dict)
+    server_credentials_file: str = ""
 
-    def install(self) -> None:
-        """Make the object store's credentials this worker's (the state location, spill files, the lake)."""
-        if self.object_store:
-            self.object_store.install()
+    def add_to_private_file(self, path: Path) -> None:
+        """Put this session into the private credentials file at ``path`` (a detached program's)."""
+        put_in_private_file(path, PRIVATE_FILE_KEY, asdict(self))
+
+    @classmethod
+    def from_private_file(cls, path: Path | str) -> "ConnectSession | None":
+        """The session ``add_to_private_file`` wrote, if any."""
+        session = read_private_file(path).get(PRIVATE_FILE_KEY)
+        return cls(**session) if session else None
+
+
+def write_server_credentials_file(path: Path | str, password: str,
+                                  object_store: ObjectStoreCredentials | None = None) -> Path:
+    """Write the private credentials file a Spark Connect server's Python workers read: the source's
+    password, and the object store's credentials (none: the server's own, e.g. an instance profile).
+    Only its owner can read it; run this as the user the server runs as, on the server's machine."""
+    path = write_private_file(path, {"password": password})
+    if object_store:
+        object_store.add_to_private_file(path)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m airflow_provider_mysqlcdc.spark.connect --write-server-file PATH``: on the Spark
+    Connect server's machine, as the user the server runs as, write its private credentials file.
+    The password is asked for (or read from ``MYSQLCDC_SOURCE_PASSWORD``), never taken as an argument;
+    ``--with-aws-environment`` adds this shell's ``AWS_*`` variables for the object store."""
+    import argparse
+    import getpass
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--write-server-file", required=True, metavar="PATH")
+    parser.add_argument("--with-aws-environment", action="store_true")
+    args = parser.parse_args(argv)
+    password = os.environ.get("MYSQLCDC_SOURCE_PASSWORD") or getpass.getpass("source password: ")
+    object_store = ObjectStoreCredentials({name: value for name, value in os.environ.items()
+                                           if name.startswith("AWS_")}) if args.with_aws_environment else None
+    path = write_server_credentials_file(args.write_server_file, password, object_store)
+    print(f"wrote {path} (mode 0600); name it in the spark_connect connection's extras as "
+          f'{{"{SERVER_FILE_EXTRA}": "{path.resolve()}"}}')
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

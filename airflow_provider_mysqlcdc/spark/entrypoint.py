@@ -25,8 +25,8 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
-#: prepare(job JSON, source=None, object_store=None) -> (Spark application name, work(spark) -> result);
-#: ``source`` and ``object_store`` are given on a Spark Connect session (see the module doc)
+#: prepare(job JSON, source=None, server_file=None) -> (Spark application name, work(spark) -> result);
+#: ``source`` and ``server_file`` are given on a Spark Connect session (see the module doc)
 Prepare = Callable[..., tuple[str, Callable[[Any], dict[str, Any]]]]
 
 
@@ -106,17 +106,15 @@ def _classic_session(source_file: str | None, job_json: str, prepare: Prepare) -
 def _connect_session(source_file: str, job_json: str, prepare: Prepare) -> Iterator[tuple[Any, Any, str]]:
     from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
     from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
-    from airflow_provider_mysqlcdc.spark.connect import connect_session, session_from_private_file
-    from airflow_provider_mysqlcdc.state.credentials import ObjectStoreCredentials
+    from airflow_provider_mysqlcdc.spark.connect import ConnectSession, connect_session
 
-    session = session_from_private_file(source_file)
+    session = ConnectSession.from_private_file(source_file)
     if not session:
         raise ConfigurationError(f"{source_file} holds no Spark Connect session (--spark-connect)")
-    url, conf = session
     _, work = prepare(job_json, source=SourceConfig.from_private_file(Path(source_file)),
-                      object_store=ObjectStoreCredentials.from_private_file(source_file))
-    with connect_session(url, conf) as spark:
-        yield spark, work, url
+                      server_file=session.server_credentials_file)
+    with connect_session(session.url, session.conf) as spark:
+        yield spark, work, session.url
 
 
 def _read(location: str) -> str:

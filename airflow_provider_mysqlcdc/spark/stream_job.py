@@ -47,9 +47,10 @@ from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_change_batc
 from airflow_provider_mysqlcdc.spark.batch_rows import batch_items, row_key, spill_urls
 from airflow_provider_mysqlcdc.spark.binlog_source import (SOURCE_NAME, BinlogDataSource, StagedSplitReady,
                                                           TablesActivated, registry_start_offset)
-from airflow_provider_mysqlcdc.spark.connect import CarriedCredentials, application_of, is_connect
+from airflow_provider_mysqlcdc.spark.connect import application_of, is_connect
 from airflow_provider_mysqlcdc.spark.report import stop_request
 from airflow_provider_mysqlcdc.state.cleanup import release_staged_files
+from airflow_provider_mysqlcdc.state.credentials import install_from_private_file
 from airflow_provider_mysqlcdc.state.drift import Drift, frozen_since, read_drift, record_drift
 from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
@@ -83,14 +84,13 @@ class BatchApplier:
     and which are frozen because their name stopped holding the captured table (state/drift.py).
     """
 
-    def __init__(self, source: SourceConfig, job: StreamJob, fence: Callable[[], None] = lambda: None,
-                 carried: CarriedCredentials | None = None):
+    def __init__(self, source: SourceConfig, job: StreamJob, fence: Callable[[], None] = lambda: None):
+        #: on a Spark Connect session this object runs in the server's foreachBatch worker, so ``source``
+        #: holds no password but the private file it is read from, which holds the object store's
+        #: credentials too: each batch installs them there (spark/connect.py)
         self.source = source
         self.job = job
         self.fence = fence  # raises when another stream took the pipeline over (state/lease.py)
-        #: on a Spark Connect session this object runs in the server's foreachBatch worker: the object
-        #: store's credentials come along and are installed there (spark/connect.py)
-        self.carried = carried
         self.sink = DeltaSink(job.sink_root)
         self.state = PipelineState(job.state)
         self.known = KnownSchemas(self.state)
@@ -128,8 +128,7 @@ class BatchApplier:
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
         started = time.monotonic()
-        if self.carried is not None:
-            self.carried.install()
+        install_from_private_file(self.source.password_file)
         self.fence()
         # Sorted here, not with orderBy: Spark's sort samples its input first, which would read the
         # binlog range twice. The rows are small: what does not fit a task's inline budget comes
@@ -515,13 +514,12 @@ class BatchFollower:
                  batch.changes_in_batch, batch.changes_total, batch.head_at_batch_end, lag_s)
 
 
-def run_stream_job(spark: Any, source: SourceConfig, job: StreamJob, *, source_file: str | None = None,
-                   carried: CarriedCredentials | None = None) -> dict[str, Any]:
-    """Run the stream on ``spark``. Its Spark side reads the source's settings (and the object store's
-    credentials) from the private file ``source_file``, or, on a Spark Connect session, carries them
-    (``carried``: the server's Python workers cannot read that file)."""
-    if (source_file is None) == (carried is None):
-        raise ValueError("give the stream either source_file or carried credentials")
+def run_stream_job(spark: Any, source: SourceConfig, job: StreamJob, *, source_file: str) -> dict[str, Any]:
+    """Run the stream on ``spark``. Its Spark side reads the source's password (and the object store's
+    credentials) from the private file ``source_file``: the task's under spark-submit, the server's on
+    a Spark Connect session (spark/connect.py). Nothing secret travels with the functions Spark runs."""
+    if not source_file:
+        raise ValueError("the stream's Spark side needs source_file, the private credentials file it reads")
     state = PipelineState(job.state)
     app_id, ui_url = application_of(spark)
     # first of all: nothing below may run while another stream runs (it deletes spill folders, too)
@@ -531,7 +529,7 @@ def run_stream_job(spark: Any, source: SourceConfig, job: StreamJob, *, source_f
     # a detached stream is asked to stop through its report folder: even before it holds the lease
     requested = (lambda: stop_request(job.report)) if job.report else (lambda: None)
     with LeaseKeeper(held, stop_stream=lambda: stop_queries(spark), stop_requested=requested) as keeper:
-        result = _run_stream(spark, source, job, source_file, carried, state, held.check)
+        result = _run_stream(spark, source, job, source_file, state, held.check)
         if keeper.lost:
             raise keeper.lost
         if keeper.stop_reason:
@@ -556,10 +554,12 @@ def stop_queries(spark: Any, grace_s: float = 10.0) -> None:
         os._exit(3)
 
 
-def _run_stream(spark: Any, source: SourceConfig, job: StreamJob, source_file: str | None,
-                carried: CarriedCredentials | None, state: PipelineState, fence: Callable[[], None]) -> dict[str, Any]:
+def _run_stream(spark: Any, source: SourceConfig, job: StreamJob, source_file: str, state: PipelineState,
+                fence: Callable[[], None]) -> dict[str, Any]:
     source = source.with_retry(job.retry_budget_s)
-    applier = BatchApplier(source, job, fence, carried)
+    connect = is_connect(spark)  # the applier and the source's readers run on a Spark Connect server
+    spark_side = source.for_executors(source_file)  # what the functions Spark runs get: no password
+    applier = BatchApplier(spark_side, job, fence)
     refuse_positions_beyond_the_head(source, state, applier.sink)
     remove_all_spill_folders(state)
     identity = stream_identity(job.checkpoint, lambda: resume_offset(state, job) or registry_start_offset(state))
@@ -567,12 +567,8 @@ def _run_stream(spark: Any, source: SourceConfig, job: StreamJob, source_file: s
     if identity.new:
         log.info("stream checkpoint %s is new (identity %s): it starts at %s, and applies to each table only the "
                  "changes after the position the table records", job.checkpoint, identity.app_id, identity.initial_offset)
-    if carried is not None:
-        spark.dataSource.register(BinlogDataSource.carrying(carried))
-        reader = spark.readStream.format(SOURCE_NAME).option("job", job.to_json())
-    else:
-        spark.dataSource.register(BinlogDataSource)
-        reader = spark.readStream.format(SOURCE_NAME).option("job", job.to_json()).option("source_file", source_file)
+    spark.dataSource.register(BinlogDataSource)
+    reader = spark.readStream.format(SOURCE_NAME).option("job", job.to_json()).option("source", spark_side.to_json())
     if identity.initial_offset:
         reader = reader.option("initial_offset", json.dumps(identity.initial_offset.to_spark()))
     stream = reader.load()
@@ -582,7 +578,7 @@ def _run_stream(spark: Any, source: SourceConfig, job: StreamJob, source_file: s
     else:
         writer = writer.trigger(processingTime=f"{job.trigger_interval_s} seconds")
     started, started_at = time.monotonic(), time.time()
-    follower = BatchFollower(state, job, fence, echo_batches=carried is not None)
+    follower = BatchFollower(state, job, fence, echo_batches=connect)
     query = writer.start()
     while not query.awaitTermination(1):
         follower.follow(query)
@@ -592,7 +588,7 @@ def _run_stream(spark: Any, source: SourceConfig, job: StreamJob, source_file: s
     # the query ended without error: its last batch is committed too
     end = progress_offset(progress, "endOffset")
     release_applied_staged_files(state, end)
-    applied = applier.rows_applied if carried is None else changes_applied_since(state, job, started_at)
+    applied = changes_applied_since(state, job, started_at) if connect else applier.rows_applied
     return encode(StreamResult(job.mode, applied, job.app_id, round(time.monotonic() - started, 3),
                                progress.get("batchId"), end))
 

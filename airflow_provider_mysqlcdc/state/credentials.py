@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
+from airflow_provider_mysqlcdc.cdc.source.connection import read_private_file
 
 #: the key of the private credentials file that holds them (the rest is the source's settings)
 PRIVATE_FILE_KEY = "object_store"
@@ -91,7 +92,7 @@ class ObjectStoreCredentials:
 
     @classmethod
     def from_private_file(cls, path: Path | str) -> "ObjectStoreCredentials":
-        return cls(dict(json.loads(Path(path).read_text()).get(PRIVATE_FILE_KEY) or {}))
+        return cls(dict(read_private_file(path).get(PRIVATE_FILE_KEY) or {}))
 
 
 def put_in_private_file(path: Path, key: str, value: Any) -> None:

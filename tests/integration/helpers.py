@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+import socket
+import struct
 import subprocess
 import sys
 import sysconfig
@@ -148,3 +150,71 @@ def spark_processes_of(folder: Path) -> list[str]:
 def stream_drivers(folder: Path) -> list[int]:
     """The pids of the stream's Python drivers among ``spark_processes_of(folder)``."""
     return [int(p.split(":")[0]) for p in spark_processes_of(folder) if "binlog_stream.py" in p]
+
+
+class Http2Recorder:
+    """A TCP proxy on loopback in front of a gRPC server (Spark Connect) that keeps what clients send
+    through it: the DATA frames of each HTTP/2 stream, joined, so a value split across frames is still
+    found (gRPC messages are not compressed unless a client asks for it)."""
+
+    PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+    def __init__(self, target_port: int):
+        self.target_port = target_port
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._raw: list[bytearray] = []
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", self.target_port))
+            sent = bytearray()
+            with self._lock:
+                self._raw.append(sent)
+            threading.Thread(target=self._pump, args=(client, server, sent), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, None), daemon=True).start()
+
+    def _pump(self, source: socket.socket, target: socket.socket, keep: bytearray | None) -> None:
+        try:
+            while data := source.recv(65536):
+                if keep is not None:
+                    with self._lock:
+                        keep.extend(data)
+                target.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for end in (source, target):
+                try:
+                    end.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def sent_messages(self) -> list[bytes]:
+        """Per HTTP/2 stream of every connection so far, the bytes of its DATA frames, in order."""
+        with self._lock:
+            connections = [bytes(raw) for raw in self._raw]
+        streams: list[bytes] = []
+        for raw in connections:
+            data: dict[int, bytearray] = {}
+            at = len(self.PREFACE) if raw.startswith(self.PREFACE) else 0
+            while at + 9 <= len(raw):
+                length = int.from_bytes(raw[at:at + 3], "big")
+                kind, flags, stream = raw[at + 3], raw[at + 4], struct.unpack(">I", raw[at + 5:at + 9])[0] & 0x7FFFFFFF
+                payload = raw[at + 9:at + 9 + length]
+                if kind == 0:  # DATA, maybe padded
+                    if flags & 0x8:
+                        payload = payload[1:len(payload) - payload[0]]
+                    data.setdefault(stream, bytearray()).extend(payload)
+                at += 9 + length
+            streams.extend(bytes(chunk) for chunk in data.values())
+        return streams
+
+    def close(self) -> None:
+        self._listener.close()

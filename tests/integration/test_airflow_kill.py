@@ -62,7 +62,7 @@ def test_marking_a_running_stream_task_failed_stops_its_spark_application(mysql_
             env["MYSQLCDC_STREAM_DEFERRABLE"] = "true"
         if deploy == "spark-connect":  # the stream's client is a Python process of ours; its query runs on the server
             server = stack.enter_context(SparkConnectServer(tmp_path_factory.mktemp("connect-server")))
-            env.update(MYSQLCDC_SPARK_CONN_ID="cdc_connect", AIRFLOW_CONN_CDC_CONNECT=json.dumps(server.connection()))
+            env.update(MYSQLCDC_SPARK_CONN_ID="cdc_connect", AIRFLOW_CONN_CDC_CONNECT=json.dumps(server.connection(cdc_user.password)))
         airflow = stack.enter_context(AirflowStandalone(env))
         airflow.wait_for_dag(DAG_ID)
         run_id = airflow.trigger(DAG_ID, STREAM_ONLY)

@@ -33,7 +33,7 @@ from airflow_provider_mysqlcdc.state.lease import StreamLeases
 from airflow_provider_mysqlcdc.state.registry import STREAM_PROGRESS, PipelineState
 from airflow_provider_mysqlcdc.spark.connect import CONNECT_MODE_VARIABLES
 
-from .helpers import SecretWatch, assert_same_rows, delta_rows, files_holding, spark_processes_of, stream_drivers
+from .helpers import Http2Recorder, SecretWatch, assert_same_rows, delta_rows, files_holding, spark_processes_of, stream_drivers
 
 pytestmark = pytest.mark.integration
 
@@ -46,15 +46,20 @@ def connect_server(tmp_path_factory):
 
 def test_a_dag_run_on_spark_connect_alone_runs_chunks_and_stream_as_sessions_and_is_exact(
         mysql_server, cdc_user, database, tmp_path, connect_server, monkeypatch):
+    """Every byte the tasks send the server passes a recorder: the functions it runs for them hold the
+    server's credentials file's path, never the password."""
     conn = mysql_server.connect()
     [table] = create_sample_tables(conn, database, rows_per_table=2000, seed=31, tables=SAMPLE_TABLES[2:3])
     schema = run_preflight(cdc_user, [table]).schemas[table]
     lake, state_dir = tmp_path / "lake", tmp_path / "state"
     env = example_dag_env(tmp_path / "airflow", cdc_user, [table], sink_root=lake, state_dir=state_dir,
                           split_rows=800, chunk_rows=1000)
-    env.update(MYSQLCDC_SPARK_CONN_ID="cdc_connect", AIRFLOW_CONN_CDC_CONNECT=json.dumps(connect_server.connection()))
+    recorder = Http2Recorder(connect_server.port)
+    env.update(MYSQLCDC_SPARK_CONN_ID="cdc_connect", AIRFLOW_CONN_CDC_CONNECT=json.dumps(
+        connect_server.connection(cdc_user.password, port=recorder.port)))
     with RandomWriters(mysql_server.admin, database, writers=1, seed=311, pause_s=0.01, tables=SAMPLE_TABLES[2:3]):
         result = run_dag("mysqlcdc_example", env, conf={"stream_mode": "available-now"})
+    recorder.close()
     assert result["state"] == "success", result["output"][-5000:]
     group = f"{table.database}__{table.table}"
     chunks = [key for key in result["xcoms"] if key.startswith(f"{group}.snapshot[") and key.endswith("]")]
@@ -63,10 +68,13 @@ def test_a_dag_run_on_spark_connect_alone_runs_chunks_and_stream_as_sessions_and
     assert "chunk job " in result["output"] and "stream batch " in result["output"]  # progress in the task log
     assert "Spark-Submit cmd" not in result["output"]  # no spark-submit: no JVM started by a task
     assert result["xcoms"]["stream[-1]"]["changes_applied"] > 0  # counted on the server, reported here
+    sent = recorder.sent_messages()
+    assert any(str(connect_server.credentials_file).encode() in message for message in sent)  # the functions
+    leaks = sum(cdc_user.password.encode() in message for message in sent)
+    assert leaks == 0, f"{leaks} of {len(sent)} messages to the server hold the source's password"
 
     # the next run's stream, as a session in this process: it applies what came after the DAG's stream
-    monkeypatch.setenv("AIRFLOW_CONN_CDC_CONNECT", json.dumps(connect_server.connection()))
-    runner = SparkConnectJobRunner("cdc_connect", conf={}, log=SimpleNamespace(info=lambda *a: None))
+    runner = connect_runner(connect_server, cdc_user.password, monkeypatch)
     job = StreamJob(state=str(state_dir / "mysqlcdc_example"), sink_root=str(lake))
     runner.run("binlog_stream.py", job.to_json(), source=cdc_user, report_folder="")
     assert_same_rows(table, source_rows(mysql_server.admin, schema), delta_rows(str(lake), schema))
@@ -82,8 +90,7 @@ def test_a_continuous_stream_on_spark_connect_runs_detached_without_a_jvm_and_st
     schemas = run_preflight(cdc_user, tables).schemas
     lake, state = str(tmp_path / "lake"), PipelineState(str(tmp_path / "state"))
     snapshot_tables(cdc_user, tables, lake, state, chunk_size=100)
-    monkeypatch.setenv("AIRFLOW_CONN_CDC_CONNECT", json.dumps(connect_server.connection()))
-    runner = SparkConnectJobRunner("cdc_connect", conf={}, log=SimpleNamespace(info=lambda *a: None))
+    runner = connect_runner(connect_server, cdc_user.password, monkeypatch)
     report = str(tmp_path / "report")
     job = StreamJob(state=state.location, sink_root=lake, mode="continuous", trigger_interval_s=0.5, report=report)
     stream = DetachedStream(state.location, report, submitted_at=time.time())
@@ -119,10 +126,9 @@ def test_killing_a_chunk_task_interrupts_its_spark_job_on_the_connect_server(mys
     conn = mysql_server.connect()
     [table] = create_sample_tables(conn, database, rows_per_table=300, seed=32, tables=SAMPLE_TABLES[:1])
     schema = run_preflight(cdc_user, [table]).schemas[table]
-    monkeypatch.setenv("AIRFLOW_CONN_CDC_CONNECT", json.dumps(connect_server.connection()))
     job = ChunkJob(table=str(table), splits=[SnapshotSplit(table, 0, schema.key_columns[0])],
                    sink_root=str(tmp_path / "lake"), partitions_per_split=1)
-    runner = SparkConnectJobRunner("cdc_connect", conf={}, log=SimpleNamespace(info=lambda *a: None))
+    runner = connect_runner(connect_server, cdc_user.password, monkeypatch)
     outcome: list[object] = []
 
     def chunk_task() -> None:
@@ -164,6 +170,13 @@ def test_killing_a_chunk_task_interrupts_its_spark_job_on_the_connect_server(mys
         for name in CONNECT_MODE_VARIABLES:  # this test's own session marked the process as a Connect client
             os.environ.pop(name, None)
     assert all(name not in os.environ for name in CONNECT_MODE_VARIABLES)
+
+
+def connect_runner(server: SparkConnectServer, password: str, monkeypatch) -> SparkConnectJobRunner:
+    """The runner an operator makes for the connection ``cdc_connect`` to ``server``."""
+    monkeypatch.setenv("AIRFLOW_CONN_CDC_CONNECT", json.dumps(server.connection(password)))
+    return SparkConnectJobRunner("cdc_connect", conf={}, server_credentials_file=str(server.credentials_file),
+                                 log=SimpleNamespace(info=lambda *a: None))
 
 
 def wait_for(predicate, what: str, timeout_s: float = 120) -> None:

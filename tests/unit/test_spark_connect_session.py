@@ -1,51 +1,76 @@
-"""What a Spark Connect client keeps to itself: the URL's token, in its private file and out of logs."""
+"""What a Spark Connect client keeps to itself: the URL's token in its private file and out of logs;
+the source's password and the object store's keys in a private file on the server, never in what it
+sends there."""
 
 from __future__ import annotations
 
-import pickle
+import json
+import os
 
 import pytest
 
+from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
-from airflow_provider_mysqlcdc.spark.connect import (CarriedCredentials, add_session_to_private_file, server_address,
-                                                     session_from_private_file)
-from airflow_provider_mysqlcdc.state.credentials import ObjectStoreCredentials
+from airflow_provider_mysqlcdc.spark.connect import ConnectSession, main, server_address, write_server_credentials_file
+from airflow_provider_mysqlcdc.state.credentials import ObjectStoreCredentials, install_from_private_file
+
+SOURCE = SourceConfig(host="db", port=3306, user="cdc", password="pw")
 
 
-def test_a_detached_programs_connect_url_and_conf_travel_in_its_private_file(tmp_path):
-    source = SourceConfig(host="db", port=3306, user="cdc", password="pw")
-    path = source.to_private_file(tmp_path / "source.json")
-    add_session_to_private_file(path, "sc://connect:15002/;token=s3cret", {"spark.sql.shuffle.partitions": "8"})
-    assert session_from_private_file(path) == ("sc://connect:15002/;token=s3cret", {"spark.sql.shuffle.partitions": "8"})
-    assert SourceConfig.from_private_file(path) == source  # the source's settings are still read alone
+def test_a_detached_programs_connect_session_travels_in_its_private_file(tmp_path):
+    path = SOURCE.to_private_file(tmp_path / "source.json")
+    session = ConnectSession("sc://connect:15002/;token=s3cret", {"spark.sql.shuffle.partitions": "8"},
+                             "/etc/mysqlcdc/server.json")
+    session.add_to_private_file(path)
+    assert ConnectSession.from_private_file(path) == session
+    assert "s3cret" not in repr(session)
+    assert SourceConfig.from_private_file(path) == SOURCE  # the source's settings are still read alone
     assert oct(path.stat().st_mode & 0o777) == "0o600"
 
 
 def test_a_private_file_without_a_session_says_so(tmp_path):
-    path = SourceConfig(host="db", port=3306, user="cdc", password="pw").to_private_file(tmp_path / "source.json")
-    assert session_from_private_file(path) is None
+    assert ConnectSession.from_private_file(SOURCE.to_private_file(tmp_path / "source.json")) is None
 
 
 def test_the_logged_server_address_leaves_the_token_out():
     assert server_address("sc://connect.internal:15002/;token=s3cret;use_ssl=true") == "connect.internal:15002"
 
 
-def test_carried_credentials_survive_pickling_and_never_show_in_repr(monkeypatch):
-    store = ObjectStoreCredentials({"AWS_SECRET_ACCESS_KEY": "k3y"})
-    carried = pickle.loads(pickle.dumps(CarriedCredentials(SourceConfig(host="db", port=1, user="u", password="pw"),
-                                                           store)))
-    assert "pw" not in repr(carried) and "k3y" not in repr(carried)
+def test_the_servers_credentials_file_gives_its_workers_the_password_and_the_object_store(tmp_path, monkeypatch):
+    path = write_server_credentials_file(tmp_path / "etc" / "server.json", "pw",
+                                         ObjectStoreCredentials({"AWS_SECRET_ACCESS_KEY": "k3y"}))
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    shipped = SourceConfig.from_json(SOURCE.for_executors(str(path)).to_json())  # what travels to the server
+    assert shipped.secret == "pw"
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY", raising=False)
-    carried.install()
-    import os
-
+    install_from_private_file(shipped.password_file)
     assert os.environ["AWS_SECRET_ACCESS_KEY"] == "k3y"
 
 
-def test_the_stream_needs_exactly_one_way_to_its_credentials():
+def test_source_settings_holding_the_password_are_never_serialised_for_spark():
+    with pytest.raises(ValueError, match="hold the password"):
+        SOURCE.to_json()
+    assert "pw" not in SOURCE.for_executors("/etc/mysqlcdc/server.json").to_json()
+
+
+def test_a_missing_server_credentials_file_is_a_clear_error(tmp_path):
+    shipped = SOURCE.for_executors(str(tmp_path / "absent.json"))
+    with pytest.raises(ConfigurationError, match="absent.json.*server_credentials_file.*on the Spark Connect server"):
+        shipped.secret
+
+
+def test_the_command_writes_the_servers_file_with_the_password_from_the_environment(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("MYSQLCDC_SOURCE_PASSWORD", "pw")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "id-1")
+    assert main(["--write-server-file", str(tmp_path / "server.json"), "--with-aws-environment"]) == 0
+    written = json.loads((tmp_path / "server.json").read_text())
+    assert written["password"] == "pw" and written["object_store"]["AWS_ACCESS_KEY_ID"] == "id-1"
+    assert '"server_credentials_file"' in capsys.readouterr().out
+
+
+def test_the_stream_needs_the_private_file_its_spark_side_reads():
     from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
     from airflow_provider_mysqlcdc.spark.stream_job import run_stream_job
 
-    source = SourceConfig(host="db", port=1, user="u", password="pw")
-    with pytest.raises(ValueError, match="either source_file or carried"):
-        run_stream_job(None, source, StreamJob(state="/tmp/s", sink_root="/tmp/l"))
+    with pytest.raises(ValueError, match="needs source_file"):
+        run_stream_job(None, SOURCE, StreamJob(state="/tmp/s", sink_root="/tmp/l"), source_file="")

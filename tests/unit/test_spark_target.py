@@ -57,10 +57,20 @@ def test_bad_spark_conf_is_refused(conf, problem):
 
 def test_a_spark_connect_connection_runs_programs_as_sessions(monkeypatch):
     monkeypatch.setenv("AIRFLOW_CONN_CDC_CONNECT", json.dumps(
-        {"conn_type": "spark_connect", "host": "connect.example", "port": 15002, "password": "token-1"}))
+        {"conn_type": "spark_connect", "host": "connect.example", "port": 15002, "password": "token-1",
+         "extra": {"server_credentials_file": "/etc/mysqlcdc/server.json"}}))
     target = spark_target(spark_conn_id="cdc_connect", spark_master="local[2]", spark_conf=None)
-    assert target == SparkTarget("cdc_connect", "sc://connect.example:15002", conf={}, connect=True)
+    assert target == SparkTarget("cdc_connect", "sc://connect.example:15002", conf={}, connect=True,
+                                 server_credentials_file="/etc/mysqlcdc/server.json")
     assert "token-1" not in repr(target)
+
+
+@pytest.mark.parametrize("extra", [{}, {"server_credentials_file": "server.json"}])
+def test_a_spark_connect_connection_without_a_server_credentials_file_is_refused(monkeypatch, extra):
+    monkeypatch.setenv("AIRFLOW_CONN_CDC_CONNECT", json.dumps(
+        {"conn_type": "spark_connect", "host": "connect.example", "port": 15002, "extra": extra}))
+    with pytest.raises(ConfigurationError, match="names no server_credentials_file.*--write-server-file"):
+        spark_target(spark_conn_id="cdc_connect", spark_master="local[2]", spark_conf=None)
 
 
 def test_a_spark_submit_program_never_inherits_a_spark_connect_mode(monkeypatch, tmp_path):

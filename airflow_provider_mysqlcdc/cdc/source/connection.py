@@ -42,6 +42,33 @@ def parse_server_id_range(text: str | None) -> tuple[int, int]:
     return bounds
 
 
+def write_private_file(path: str | Path, data: dict[str, Any]) -> Path:
+    """Write ``data`` as JSON to a file only its owner can read (created so: never readable by others)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(data, handle)
+    return path
+
+
+def read_private_file(path: str | Path) -> dict[str, Any]:
+    """The JSON of a private credentials file: the one a task writes for its Spark program, or the one
+    a Spark Connect connection names on its server (``server_credentials_file``)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigurationError(
+            f"Cannot read the private credentials file {path} ({exc}). A Spark program reads the one its task "
+            "wrote for it; on Spark Connect it is the file the spark_connect connection names as "
+            "server_credentials_file, which must exist on the Spark Connect server, readable by the user the "
+            "server runs as, and hold a JSON object (see the README, 'Spark Connect').") from exc
+    if not isinstance(data, dict):
+        raise ConfigurationError(f"The private credentials file {path} must hold a JSON object, e.g. "
+                                 '{"password": "..."}.')
+    return data
+
+
 @dataclass(frozen=True)
 class SourceConfig:
     host: str
@@ -66,7 +93,18 @@ class SourceConfig:
         """The password: given, or read from ``password_file``."""
         if self.password or not self.password_file:
             return self.password
-        return str(json.loads(Path(self.password_file).read_text()).get("password") or "")
+        return str(read_private_file(self.password_file).get("password") or "")
+
+    def to_json(self) -> str:
+        """These settings for a Spark program's options: refused with the password in them (send
+        ``for_executors(...)``, whose password stays in its private file)."""
+        if self.password:
+            raise ValueError("these source settings hold the password: send for_executors(private_file) instead")
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> "SourceConfig":
+        return cls._from_dict(json.loads(text))
 
     @property
     def retry_policy(self) -> RetryPolicy:
@@ -113,8 +151,9 @@ class SourceConfig:
         except pymysql.err.OperationalError as exc:
             code = exc.args[0] if exc.args else None
             if code == 1045:
+                where = f" (the password comes from {self.password_file})" if self.password_file else ""
                 raise ConfigurationError(
-                    f"Access denied for user {self.user!r} at {self.host}:{self.port}: "
+                    f"Access denied for user {self.user!r} at {self.host}:{self.port}{where}: "
                     "check the user name and password of the source connection."
                 ) from exc
             if code in (2003, 2005, 2013):
@@ -144,16 +183,15 @@ class SourceConfig:
     # --- serialisation without leaking the password into argv -------------------------------------
     def to_private_file(self, path: Path) -> Path:
         """Write the settings, password included, to a file only the owner can read."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            json.dump(asdict(self), handle)
-        return path
+        return write_private_file(path, asdict(self))
 
     @classmethod
     def from_private_file(cls, path: Path) -> "SourceConfig":
         """The settings ``to_private_file`` wrote (the file may hold other credentials too: state/credentials.py)."""
-        data = json.loads(Path(path).read_text())
+        return cls._from_dict(read_private_file(path))
+
+    @classmethod
+    def _from_dict(cls, data: dict[str, Any]) -> "SourceConfig":
         return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
     @classmethod

@@ -14,10 +14,10 @@ from __future__ import annotations
 import sys
 
 
-def prepare(job_json: str, source=None, object_store=None):
+def prepare(job_json: str, source=None, server_file=None):
     """The program's name and work; ``source``: the source's settings when the caller has them (a
-    Spark Connect session: hooks/spark_connect.py), else from the environment. ``object_store`` is
-    not needed: this process, where it is installed, writes the sink."""
+    Spark Connect session: hooks/spark_connect.py, whose executors read the password from
+    ``server_file`` on the server), else from the environment."""
     import os
 
     from airflow_provider_mysqlcdc.cdc.source.connection import ENV_PREFIX, SourceConfig
@@ -25,12 +25,11 @@ def prepare(job_json: str, source=None, object_store=None):
     from airflow_provider_mysqlcdc.spark.chunk_job import run_chunk_job
 
     job = ChunkJob.from_json(job_json)
-    if source is not None:  # the settings travel to the server's executors as they are
-        return f"mysqlcdc-chunk {job.table}", lambda spark: run_chunk_job(spark, source, job)
-    source = SourceConfig.from_env()
-    private_file = os.environ.get(f"{ENV_PREFIX}FILE")
-    # executors read the password from the private file, so the function Spark ships them holds its path
-    executors = source.for_executors(private_file) if private_file else source
+    if source is None:
+        source = SourceConfig.from_env()
+        server_file = os.environ.get(f"{ENV_PREFIX}FILE")
+    # executors read the password from a private file, so the function Spark ships them holds its path
+    executors = source.for_executors(server_file) if server_file else source
     return f"mysqlcdc-chunk {job.table}", lambda spark: run_chunk_job(spark, source, job, executors)
 
 
