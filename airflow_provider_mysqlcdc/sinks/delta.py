@@ -10,19 +10,24 @@ from __future__ import annotations
 import logging
 import math
 import random
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, TableFeatures, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
+from deltalake.schema import Field as DeltaField
+from deltalake.transaction import AddAction, RemoveAction
 
 from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_schema
 from airflow_provider_mysqlcdc.sinks.base import Position, Sink, StreamCommit
 from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SUFFIX
+from airflow_provider_mysqlcdc.sinks.data_files import (CHUNK_COLUMN, DataFile, chunk_bounds, read_data_file,
+                                                        rows_outside, write_data_file)
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +37,9 @@ _MAX_ATTEMPTS = 50
 #: txn app ids holding the position of the last change a stream committed (sinks/base.py)
 _POSITION, _POSITION_ORDER = "mysqlcdc.position", "mysqlcdc.position.order"
 _ORDER_BITS = 24
+#: the Delta setting naming the columns whose statistics a table keeps: by default only its first 32
+#: columns', so a wide table would keep none of ``_cdc_chunk``, which every range commit reads
+STATS_COLUMNS = "delta.dataSkippingStatsColumns"
 
 
 def sql_identifier(name: str) -> str:
@@ -100,12 +108,15 @@ class DeltaSink(Sink):
         except TableNotFoundError:
             try:
                 DeltaTable.create(uri, target, mode="ignore", storage_options=self.storage_options,
-                                  configuration={"delta.appendOnly": "false"})
+                                  configuration={"delta.appendOnly": "false", STATS_COLUMNS: _stats_columns(schema)})
             except CommitFailedError:
                 pass  # created concurrently by another writer
             return
         self._check_evolution(schema.table_id, pa.schema(table.schema().to_arrow()), target)
         self._enable_features(table, schema.table_id, target)
+        if STATS_COLUMNS not in table.metadata().configuration:  # a table created before this setting
+            _retry_conflicts(lambda: DeltaTable(uri, storage_options=self.storage_options).alter.set_table_properties(
+                {STATS_COLUMNS: _stats_columns(schema)}), f"keep statistics of {schema.table_id}'s key columns")
 
     def replace_schema(self, schema: TableSchema) -> None:
         """Empty the table and give it ``schema`` in one commit (a whole-table re-snapshot of a table
@@ -148,6 +159,53 @@ class DeltaSink(Sink):
                             commit_properties=_commit_properties(commit))
 
         _retry_conflicts(write, f"replace {table_id} [{start}, {end})")
+
+    def file_schema(self, schema: TableSchema) -> pa.Schema | None:
+        """The columns data files of ``schema``'s rows take, once the table has every column of the
+        source (added here, in a commit of their own); None while a column's type differs from the
+        table's (a widening only a rewrite through ``replace_range`` carries out). Call after ``prepare``."""
+        table = self._open(self.table_uri(schema.table_id))
+        if table is None:
+            return None
+        current, target = pa.schema(table.schema().to_arrow()), arrow_schema(schema)
+        if any(f.name in current.names and not current.field(f.name).type.equals(f.type) for f in target):
+            return None
+        added = [f.with_nullable(True) for f in target if f.name not in current.names]
+        if added:
+            _retry_conflicts(lambda: DeltaTable(table.table_uri, storage_options=self.storage_options).alter.add_columns(
+                [DeltaField.from_arrow(f) for f in added]), f"add columns {[f.name for f in added]} to {schema.table_id}")
+            current = pa.schema(DeltaTable(table.table_uri, storage_options=self.storage_options).schema().to_arrow())
+        return current
+
+    def commit_range(self, table_id: TableId, start: str | None, end: str | None, files: Sequence[DataFile], *,
+                     file_schema: pa.Schema) -> None:
+        """Replace the rows of the chunk range ``[start, end)`` by the data ``files`` already in the
+        table's folder (``write_data_file``), in one commit: it adds them and removes every file the
+        range held. A file that also holds rows outside the range is rewritten without the range's
+        rows, in the same commit. Retried on a conflicting commit; done at once when ``files`` are in
+        the table already (a commit that landed before its caller heard of it)."""
+        uri = self.table_uri(table_id)
+        ours = {f.path for f in files}
+
+        def commit() -> None:
+            table = DeltaTable(uri, storage_options=self.storage_options)
+            existing = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+            if ours and ours <= {e["path"] for e in existing}:
+                return
+            now = int(time.time() * 1000)
+            actions: list[AddAction | RemoveAction] = [_add_action(f) for f in files]
+            for held in existing:
+                placement = _placement(chunk_bounds(held), start, end)
+                if held["path"] in ours or placement == "outside":
+                    continue
+                if placement == "partial":
+                    kept = rows_outside(read_data_file(uri, held["path"]), start, end)
+                    if kept.num_rows:
+                        actions.append(_add_action(write_data_file(uri, kept, file_schema, prefix="rewritten")))
+                actions.append(RemoveAction(held["path"], True, now, held["size_bytes"], {}))
+            table.create_write_transaction(actions, "append", file_schema)
+
+        _retry_conflicts(commit, f"commit {len(files)} data files into {table_id} [{start}, {end})")
 
     def merge_changes(self, schema: TableSchema, changes: pa.Table, *, commit: StreamCommit) -> None:
         uri = self.table_uri(schema.table_id)
@@ -234,6 +292,30 @@ class DeltaSink(Sink):
 
     def read(self, table_id: TableId) -> pa.Table:
         return DeltaTable(self.table_uri(table_id), storage_options=self.storage_options).to_pyarrow_table()
+
+
+def _stats_columns(schema: TableSchema) -> str:
+    """The columns whose statistics the table keeps (``STATS_COLUMNS``): the chunk column, which range
+    commits decide by, and the key columns that plain names allow in the setting's list."""
+    plain = [k for k in schema.key_columns if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k)]
+    return ",".join([*plain, CHUNK_COLUMN])
+
+
+def _add_action(file: DataFile) -> AddAction:
+    return AddAction(file.path, file.size, {}, file.modified_ms, True, file.stats)
+
+
+def _placement(bounds: tuple[str | None, str | None], start: str | None, end: str | None) -> str:
+    """Where a committed file lies relative to the chunk range ``[start, end)``, by its statistics:
+    ``outside``, ``inside`` or ``partial`` (which includes not knowing)."""
+    low, high = bounds
+    if low is None or high is None:
+        return "partial"
+    if (start is not None and high < start) or (end is not None and low >= end):
+        return "outside"
+    if (start is None or low >= start) and (end is None or high < end):
+        return "inside"
+    return "partial"
 
 
 def _with_dropped_columns(rows: pa.Table, table: DeltaTable | None) -> pa.Table:

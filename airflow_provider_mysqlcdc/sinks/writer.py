@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord
-from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit
+from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering, encode_int_sort_keys, encode_sort_key
 from airflow_provider_mysqlcdc.cdc.source.schema import TableSchema
 from airflow_provider_mysqlcdc.sinks.arrow_rows import data_schema, python_values, rows_to_data_table, with_metadata
@@ -87,8 +87,9 @@ class SinkWriter:
         keys = python_values(self.schema.column(self.chunk_key), column)
         return [encode_sort_key(k) for k in self.ordering.sort_keys(keys)]
 
-    def split_range(self, finished: FinishedSplit) -> tuple[str | None, str | None]:
-        start, end = self.ordering.sort_keys([finished.split.start, finished.split.end])
+    def split_range(self, split: SnapshotSplit) -> tuple[str | None, str | None]:
+        """The split's key range as a range of ``_cdc_chunk``."""
+        start, end = self.ordering.sort_keys([split.start, split.end])
         return (None if start is None else encode_sort_key(start), None if end is None else encode_sort_key(end))
 
     def write_split(self, finished: FinishedSplit, rows: Sequence[dict]) -> None:
@@ -99,15 +100,19 @@ class SinkWriter:
         """The same, for rows already in Arrow (the source columns only); a stream's ``commit`` at
         most once (False: its position was committed already)."""
         def write() -> None:
-            table = with_metadata(data, self.schema, ops="r", offsets=finished.high_watermark,
-                                  event_ts_ms=int(time.time() * 1000), chunks=self._chunks(data))
-            start, end = self.split_range(finished)
-            self.sink.replace_range(self.schema.table_id, start, end, table, commit=commit)
+            start, end = self.split_range(finished.split)
+            self.sink.replace_range(self.schema.table_id, start, end, self.stamped(data, finished.high_watermark),
+                                    commit=commit)
 
         if commit is None:
             write()
             return True
         return self._once(commit, write)
+
+    def stamped(self, data: pa.Table, as_of: BinlogOffset) -> pa.Table:
+        """Snapshot rows (the source columns) with their metadata columns: read as of ``as_of``."""
+        return with_metadata(data, self.schema, ops="r", offsets=as_of, event_ts_ms=int(time.time() * 1000),
+                             chunks=self._chunks(data))
 
     def truncate_before(self, offset: BinlogOffset, timestamp_ms: int, *, app_id: str, batch_id: int,
                         changelog: bool = False) -> bool:

@@ -1,0 +1,118 @@
+"""Data files written straight into a sink table's folder by the process that read the rows.
+
+A chunk's partitions each write their rows as one Parquet file into the table's folder, on the Spark
+executor that read them (``write_data_file``), and send back only what the table's log needs to know
+about it (``DataFile``: path, size, rows, column statistics). Nothing reads a file until a commit
+adds it (``DeltaSink.commit_range``), so a file no commit added (a failed task, a driver that died
+before its commit) is invisible; ``vacuum`` removes it once it is older than the retention.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import fsspec
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from airflow_provider_mysqlcdc.sinks.arrow_rows import conform_to
+
+#: string statistics longer than this are left out (a TEXT column would bloat the log); the chunk
+#: column's are always kept: commits decide from them which files a key range holds
+MAX_STRING_STAT = 64
+CHUNK_COLUMN = "_cdc_chunk"
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """A Parquet data file in a table's folder, not committed yet."""
+
+    path: str  # relative to the table's folder
+    size: int
+    rows: int
+    stats: str  # Delta's per-file statistics (JSON)
+    modified_ms: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "DataFile":
+        return cls(**data)
+
+
+def write_data_file(table_uri: str, data: pa.Table, file_schema: pa.Schema, *, prefix: str) -> DataFile:
+    """Write ``data`` (conformed to ``file_schema``, the table's columns) as a new Parquet file in the
+    table's folder; a unique name, so a retried task never overwrites a file a commit may have added."""
+    rows, _ = conform_to(data, file_schema)
+    name = f"{prefix}-{uuid.uuid4().hex}.parquet"
+    fs, root = fsspec.core.url_to_fs(table_uri)
+    path = f"{root.rstrip('/')}/{name}"
+    with fs.open(path, "wb") as handle:
+        pq.write_table(rows, handle, compression="snappy")
+    return DataFile(name, int(fs.size(path)), rows.num_rows, file_stats(rows), int(time.time() * 1000))
+
+
+def read_data_file(table_uri: str, path: str) -> pa.Table:
+    fs, root = fsspec.core.url_to_fs(table_uri)
+    with fs.open(f"{root.rstrip('/')}/{path}", "rb") as handle:
+        return pq.read_table(handle)
+
+
+def delete_data_file(table_uri: str, path: str) -> None:
+    """Delete a file no commit added (already gone is fine)."""
+    fs, root = fsspec.core.url_to_fs(table_uri)
+    try:
+        fs.rm(f"{root.rstrip('/')}/{path}")
+    except FileNotFoundError:
+        pass
+
+
+def file_stats(data: pa.Table) -> str:
+    """Delta's statistics of a data file: its row count, every column's null count, and the minimum
+    and maximum of the columns whose JSON form is exact (integers, dates, short strings)."""
+    minimum: dict[str, Any] = {}
+    maximum: dict[str, Any] = {}
+    for field in data.schema:
+        column = data.column(field.name)
+        if column.null_count == len(column) or not _has_exact_stats(field.type):
+            continue
+        bounds = pc.min_max(column)
+        low, high = bounds["min"].as_py(), bounds["max"].as_py()
+        if pa.types.is_string(field.type) and field.name != CHUNK_COLUMN and max(len(low), len(high)) > MAX_STRING_STAT:
+            continue
+        minimum[field.name], maximum[field.name] = _json_value(low), _json_value(high)
+    return json.dumps({"numRecords": data.num_rows, "minValues": minimum, "maxValues": maximum,
+                       "nullCount": {f.name: data.column(f.name).null_count for f in data.schema}})
+
+
+def _has_exact_stats(kind: pa.DataType) -> bool:
+    return pa.types.is_integer(kind) or pa.types.is_string(kind) or pa.types.is_date32(kind)
+
+
+def _json_value(value: Any) -> Any:
+    return value.isoformat() if isinstance(value, dt.date) else value
+
+
+def chunk_bounds(stats: dict[str, Any]) -> tuple[str | None, str | None]:
+    """The smallest and largest ``_cdc_chunk`` of a committed file, from its statistics as delta-rs
+    lists them (``get_add_actions(flatten=True)``); None where they are unknown."""
+    return stats.get(f"min.{CHUNK_COLUMN}"), stats.get(f"max.{CHUNK_COLUMN}")
+
+
+def rows_outside(data: pa.Table, start: str | None, end: str | None) -> pa.Table:
+    """The rows of ``data`` outside the chunk range ``[start, end)`` (compared as strings, byte by
+    byte, as delta-rs compares them in a predicate)."""
+    chunk = data.column(CHUNK_COLUMN)
+    inside = pc.is_valid(chunk)
+    if start is not None:
+        inside = pc.and_(inside, pc.greater_equal(chunk, pa.scalar(start)))
+    if end is not None:
+        inside = pc.and_(inside, pc.less(chunk, pa.scalar(end)))
+    return data.filter(pc.invert(inside))
