@@ -59,7 +59,7 @@ def _role(cmdline: str) -> str | None:
         return "driver JVM"
     if "pyspark.daemon" in cmdline or "pyspark.worker" in cmdline or "pyspark/daemon" in cmdline:
         return "python workers"
-    if "binlog_stream.py" in cmdline or "python_streaming_source_runner" in cmdline:
+    if "binlog_stream.py" in cmdline or "snapshot_chunk.py" in cmdline or "python_streaming_source_runner" in cmdline:
         return "python driver"
     return None
 

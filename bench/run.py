@@ -32,11 +32,16 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
+from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
+from airflow_provider_mysqlcdc.devtools.spark_connect_server import SparkConnectServer
 from airflow_provider_mysqlcdc.devtools.throwaway_server import ThrowawayMariaDB
+from airflow_provider_mysqlcdc.hooks.spark_connect import SparkConnectJobRunner
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.protocol.state import CapturedTable, stream_only_split
 from airflow_provider_mysqlcdc.state.registry import PipelineState
@@ -45,9 +50,9 @@ from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.spark.submit import SparkSubmit, spark_home
 
 from bench.customer_table import create_customer_table
-from bench.fixed_cost import bench_fixed_cost, fixed_cost_report
+from bench.fixed_cost import CONNECT_CONN_ID, bench_fixed_cost, fixed_cost_report
 from bench.many_tables import bench_many_tables, many_tables_report
-from bench.memory import bench_memory, memory_report
+from bench.memory import ROLES, PeakRss, bench_memory, memory_report
 
 ROOT = Path(__file__).resolve().parent.parent
 JDBC_JAR = Path("/usr/share/java/mariadb-java-client.jar")
@@ -77,17 +82,14 @@ def ensure_jdbc_jar() -> None:
 
 
 # --- 1. snapshot -----------------------------------------------------------------------------------
-def bench_snapshot(server: ThrowawayMariaDB, work: Path, rows: int, secrets: Path) -> dict:
+def bench_snapshot(server: ThrowawayMariaDB, work: Path, rows: int, secrets: Path, large_rows: int = 0) -> dict:
     conn = server.connect_root()
     table = TableId("bench", "customer")
     gen_s, _ = timed(lambda: create_customer_table(conn, table, rows))
     print(f"generated {rows} rows in {gen_s:.1f}s", flush=True)
     out = {"rows": rows}
 
-    cmd = ["mariadb", "--quick", "-h", "127.0.0.1", "-P", str(server.port), "-u", "root", "-e",
-           f"SELECT * FROM {table.quoted}"]
-    with open(os.devnull, "wb") as devnull:
-        out["mariadb_quick_s"], _ = timed(lambda: subprocess.run(cmd, stdout=devnull, check=True))
+    out["mariadb_quick_s"], _ = timed(lambda: _mariadb_quick(server, table))
     print(f"mariadb --quick: {out['mariadb_quick_s']:.1f}s", flush=True)
 
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable, MYSQLCDC_SOURCE_FILE=str(secrets))
@@ -102,17 +104,72 @@ def bench_snapshot(server: ThrowawayMariaDB, work: Path, rows: int, secrets: Pat
     out["jdbc_total_s"], out["jdbc_work_s"] = total, result["seconds"]
     print(f"Spark JDBC -> Parquet: {total:.1f}s total, {result['seconds']:.1f}s work", flush=True)
 
-    schema = load_table_schema(conn, table)
-    splits = ChunkSplitter(conn, schema, SplitOptions(chunk_size=max(1, rows // 2))).split()
-    job = ChunkJob(table=str(table), splits=splits, sink_root=str(work / "lake"),
-                   partitions_per_split=4)
-    (work / "chunk.json").write_text(job.to_json())
-    submit = SparkSubmit(master="local[2]", work_dir=work / "spark")
-    total, result = timed(lambda: submit.run("snapshot_chunk.py", ["--job", str(work / "chunk.json")], secrets))
-    assert result["rows"] == rows, result
-    out["ours_total_s"], out["ours_work_s"], out["ours_splits"] = total, result["seconds"], len(splits)
-    print(f"chunk job: {total:.1f}s total, {result['seconds']:.1f}s work", flush=True)
+    out.update(_chunk_job(conn, table, work, secrets, "lake"))
+    print(f"chunk job: {out['ours_total_s']:.1f}s total, {out['ours_work_s']:.1f}s work", flush=True)
+    out["connect_total_s"], out["connect_work_s"] = _connect_chunk_job(conn, table, work, secrets)
+    print(f"chunk job on a running Spark Connect server: {out['connect_total_s']:.1f}s total, "
+          f"{out['connect_work_s']:.1f}s work", flush=True)
+    if large_rows:
+        large = TableId("bench", "customer_large")
+        gen_s, _ = timed(lambda: create_customer_table(conn, large, large_rows))
+        print(f"generated {large_rows} rows in {gen_s:.1f}s", flush=True)
+        quick_s, _ = timed(lambda: _mariadb_quick(server, large))
+        out["large"] = {"rows": large_rows, "mariadb_quick_s": quick_s,
+                        **_chunk_job(conn, large, work, secrets, "lake-large")}
+        with conn.cursor() as cur:
+            cur.execute(f"DROP TABLE {large.quoted}")  # its gigabytes
+        print(f"chunk job, {large_rows} rows: {out['large']['ours_work_s']:.1f}s work", flush=True)
     return out
+
+
+def _mariadb_quick(server: ThrowawayMariaDB, table: TableId) -> None:
+    cmd = ["mariadb", "--quick", "-h", "127.0.0.1", "-P", str(server.port), "-u", "root", "-e",
+           f"SELECT * FROM {table.quoted}"]
+    with open(os.devnull, "wb") as devnull:
+        subprocess.run(cmd, stdout=devnull, check=True)
+
+
+def _connect_chunk_job(conn: Any, table: TableId, work: Path, secrets: Path) -> tuple[float, float]:
+    """The same chunk job as a Spark Connect session (a chunk task's way with a ``spark_connect``
+    connection) on a server started beforehand and warmed by one run: its end-to-end and work seconds."""
+    source = SourceConfig.from_private_file(secrets)
+    schema = load_table_schema(conn, table)
+    splits = ChunkSplitter(conn, schema, SplitOptions(chunk_size=SPLIT_ROWS)).split()
+    with SparkConnectServer(work / "connect-snapshot") as connect:
+        os.environ[f"AIRFLOW_CONN_{CONNECT_CONN_ID.upper()}"] = json.dumps(connect.connection(source.password))
+        runner = SparkConnectJobRunner(CONNECT_CONN_ID, conf={}, server_credentials_file=str(connect.credentials_file),
+                                       log=SimpleNamespace(info=lambda *a: None))
+        for lake in ("lake-connect-warm-up", "lake-connect"):
+            job = ChunkJob(table=str(table), splits=splits, sink_root=str(work / lake), partitions_per_split=4)
+            total, result = timed(lambda: runner.run("snapshot_chunk.py", job.to_json(), source=source, report_folder=""))
+    return total, result["seconds"]
+
+
+#: rows per split of the snapshot benchmarks' chunk jobs (read by 4 partitions each), whatever the table's size
+SPLIT_ROWS = 1_000_000
+
+
+def _chunk_job(conn: Any, table: TableId, work: Path, secrets: Path, lake: str) -> dict:
+    """Our chunk job over the whole table in one spark-submit: seconds, and peak RSS per role."""
+    schema = load_table_schema(conn, table)
+    splits = ChunkSplitter(conn, schema, SplitOptions(chunk_size=SPLIT_ROWS)).split()
+    job = ChunkJob(table=str(table), splits=splits, sink_root=str(work / lake), partitions_per_split=4)
+    (work / f"{lake}.json").write_text(job.to_json())
+    submit = SparkSubmit(master="local[2]", work_dir=work / "spark")
+    sampler = PeakRss(os.getsid(0))  # the spark-submit's processes, told apart by their command lines
+    try:
+        total, result = timed(lambda: submit.run("snapshot_chunk.py", ["--job", str(work / f"{lake}.json")], secrets))
+    finally:
+        peak = sampler.stop()
+    print("chunk job log:\n" + "\n".join(line for line in submit.last_log.splitlines() if "chunk job" in line), flush=True)
+    assert result["rows"] == table_rows(conn, table), result
+    return {"ours_total_s": total, "ours_work_s": result["seconds"], "ours_splits": len(splits), "peak_bytes": peak}
+
+
+def table_rows(conn: Any, table: TableId) -> int:
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT COUNT(*) FROM {table.quoted}")
+        return int(cur.fetchone()[0])
 
 
 # --- 2. stream apply rate --------------------------------------------------------------------------
@@ -250,6 +307,40 @@ def verdict(ok: bool, detail: str) -> str:
     return ("met" if ok else "MISSED") + f" ({detail})"
 
 
+def large_snapshot_report(snap: dict) -> list[str]:
+    """The chunk job on the larger table beside the first: its rate, and peak RSS per role."""
+    if "large" not in snap:
+        return []
+    runs = [{"rows": snap["rows"], **{k: snap[k] for k in ("ours_work_s", "ours_splits", "peak_bytes")}}, snap["large"]]
+    mib = 2**20
+    lines = ["", f"The chunk job as the table grows ({SPLIT_ROWS:,} rows per split, 4 partitions each; peak RSS in MiB "
+             "per role of its spark-submit, sampled every 0.2 s):", "",
+             "| table rows | splits | work seconds | rows/s | " + " | ".join(ROLES) + " |",
+             "|---:|---:|---:|---:|" + "---:|" * len(ROLES)]
+    for run in runs:
+        lines.append(f"| {run['rows']:,} | {run['ours_splits']} | {run['ours_work_s']:.1f} | "
+                     f"{run['rows'] / run['ours_work_s']:,.0f} | "
+                     + " | ".join(f"{run['peak_bytes'][role] / mib:,.0f}" for role in ROLES) + " |")
+    small, large = runs
+    rate = (large["rows"] / large["ours_work_s"]) / (small["rows"] / small["ours_work_s"])
+
+    def driver(run: dict) -> int:
+        return run["peak_bytes"]["python driver"] + run["peak_bytes"]["driver JVM"]
+
+    growth = driver(large) / driver(small)
+    times = large["rows"] // small["rows"]
+    versus_quick = large["mariadb_quick_s"] / large["ours_work_s"]
+    return lines + [
+        "",
+        f"- on {large['rows']:,} rows, work >= 0.5 x `mariadb --quick` on the same table "
+        f"({large['mariadb_quick_s']:.1f} s): {verdict(versus_quick >= 0.5, f'{versus_quick:.2f}x')}",
+        f"- rate on {large['rows']:,} rows within 20% of the rate on {small['rows']:,}: "
+        f"{verdict(rate >= 0.8, f'{rate:.2f}x')}",
+        "- peak driver memory (python driver + driver JVM) does not grow with the table: "
+        + verdict(growth <= 1.25, f"{times}x the rows -> {growth:.2f}x the peak"),
+    ]
+
+
 def report(snap: dict, stream: dict, latency: dict, memory: dict, fixed: dict) -> str:
     n = snap["rows"]
     quick = n / snap["mariadb_quick_s"]
@@ -270,10 +361,13 @@ def report(snap: dict, stream: dict, latency: dict, memory: dict, fixed: dict) -
         f"| Spark JDBC -> Parquet, end to end | {snap['jdbc_total_s']:.1f} | {jdbc_total:,.0f} | {jdbc_total / quick:.2f} |",
         f"| chunk job ({snap['ours_splits']} splits x 4 partitions) -> Delta, work after start-up | {snap['ours_work_s']:.1f} | {ours_work:,.0f} | {ours_work / quick:.2f} |",
         f"| chunk job -> Delta, end to end (one spark-submit) | {snap['ours_total_s']:.1f} | {ours_total:,.0f} | {ours_total / quick:.2f} |",
+        f"| chunk job -> Delta as a session on a running Spark Connect server, work | {snap['connect_work_s']:.1f} | {n / snap['connect_work_s']:,.0f} | {n / snap['connect_work_s'] / quick:.2f} |",
+        f"| chunk job on Spark Connect, end to end (the task's session included) | {snap['connect_total_s']:.1f} | {n / snap['connect_total_s']:,.0f} | {n / snap['connect_total_s'] / quick:.2f} |",
         "",
         f"- work >= 0.5 x `mariadb --quick`: {verdict(ours_work >= 0.5 * quick, f'{ours_work / quick:.2f}x')}",
         f"- work >= 2 x Spark JDBC work: {verdict(ours_work >= 2 * jdbc_work, f'{ours_work / jdbc_work:.2f}x')}",
         f"- end to end faster than Spark JDBC end to end: {verdict(ours_total > jdbc_total, f'{ours_total / jdbc_total:.2f}x')}",
+        *large_snapshot_report(snap),
         "", f"## Stream apply rate: one UPDATE of {c:,} rows", "",
         "| what | seconds | row changes/s |", "|---|---:|---:|",
         f"| `mariadb-binlog -v` decoding the range | {stream['mariadb_binlog_s']:.1f} | {binlog_rate:,.0f} |",
@@ -295,6 +389,8 @@ def report(snap: dict, stream: dict, latency: dict, memory: dict, fixed: dict) -
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=2_000_000)
+    parser.add_argument("--large-rows", type=int, default=20_000_000,
+                        help="rows of the second, larger snapshot (the rate and driver memory as the table grows; 0: none)")
     parser.add_argument("--burst", type=int, default=200_000)
     parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
     parser.add_argument("--memory-rows", type=int, default=5_000_000,
@@ -311,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
                 conn = server.connect_root()
                 with conn.cursor() as cur:
                     cur.execute("CREATE DATABASE IF NOT EXISTS bench")
-                run = {"snapshot": lambda: bench_snapshot(server, work, args.rows, secrets),
+                run = {"snapshot": lambda: bench_snapshot(server, work, args.rows, secrets, args.large_rows),
                        "stream": lambda: bench_stream(server, work, args.burst, secrets),
                        "latency": lambda: bench_latency(server, work, secrets),
                        "memory": lambda: bench_memory(server, work, secrets, args.memory_rows),
@@ -326,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
                 if args.only == "many-tables":
                     print("\n".join(many_tables_report(result)))
                 return 0
-            snap = bench_snapshot(server, work, args.rows, secrets)
+            snap = bench_snapshot(server, work, args.rows, secrets, args.large_rows)
             stream = bench_stream(server, work, args.burst, secrets)
             latency = bench_latency(server, work, secrets)
             memory = bench_memory(server, work, secrets, args.memory_rows)

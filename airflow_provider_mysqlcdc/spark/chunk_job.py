@@ -158,6 +158,9 @@ def default_parallelism(spark: Any) -> int:
 
 def plan_partitions(source: SourceConfig, schema: TableSchema, split: SnapshotSplit, partitions: int) -> list[SnapshotSplit]:
     def plan(conn: Any) -> list[SnapshotSplit]:
+        even = ChunkSplitter(conn, schema, SplitOptions(chunk_key_column=split.chunk_key)).cut_evenly(split, partitions)
+        if even is not None:
+            return even
         rows = ChunkSplitter(conn, schema, SplitOptions(chunk_key_column=split.chunk_key)).count_rows(split)
         size = max(1, math.ceil(rows / max(1, partitions)))
         return ChunkSplitter(conn, schema, SplitOptions(chunk_size=size, chunk_key_column=split.chunk_key)).split(within=split)
@@ -190,6 +193,8 @@ def run_chunk_job(spark: Any, source: SourceConfig, job: ChunkJob,
             parts = plan_partitions(source, schema, split, partitions)
             # MySQL: before any partition's snapshot starts, a low watermark behind transactions in flight
             floor = source.retry_policy.run(reader.in_flight_floor, "reading the low watermark")
+            log.info("chunk job %s: split %d cut into %d partitions in %.1fs", table_id, split.index, len(parts),
+                     time.monotonic() - split_started)
             done = (split_job.write_in_executors(split, parts, floor, file_schema) if file_schema is not None
                     else split_job.collect(split, parts, floor))
             done = dataclasses.replace(done, seconds=round(time.monotonic() - split_started, 3))
@@ -229,9 +234,12 @@ class _SplitJob:
         uri = sink.table_uri(self.schema.table_id)
         epoch = self.job.servers.place(self.reader.current_offset()).epoch
         files = PartitionFiles(uri, file_schema, split.chunk_key, epoch, prefix=f"chunk-{split.index}")
+        started = time.monotonic()
         results = read_partitions(self.spark, self.executor_source, self.schema, parts, files)
         written = [DataFile.from_dict(json.loads(payload)) for _, payload in results]
+        read_s = time.monotonic() - started
         high, low, changes = self._window(split, [low for low, _ in results], floor)
+        window_s = time.monotonic() - started - read_s
         touched = (touched_partitions(parts, changes, self.reader.ordering(split.chunk_key))
                    if high.epoch == epoch else list(range(len(parts))))  # a failover: all stamped again
         commit = [f for i, f in enumerate(written) if i not in touched]
@@ -246,6 +254,10 @@ class _SplitJob:
         sink.commit_range(self.schema.table_id, start, end, commit, file_schema=file_schema)
         for i in touched:  # never committed: nothing reads them
             delete_data_file(uri, written[i].path)
+        log.info("chunk job %s: split %d: partitions read and written by the executors in %.1fs, window read in "
+                 "%.1fs, %d of %d partitions rewritten with its changes and the split committed in %.1fs",
+                 self.schema.table_id, split.index, read_s, window_s, len(touched), len(parts),
+                 time.monotonic() - started - read_s - window_s)
         return FinishedSplit(split, high, low, rows=sum(f.rows for f in commit), binlog_events_merged=len(changes),
                              partitions=len(parts))
 

@@ -12,6 +12,7 @@ import random
 import pytest
 
 from airflow_provider_mysqlcdc.cdc.errors import PreflightError
+from airflow_provider_mysqlcdc.cdc.model.split import SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
 from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitReader
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
@@ -134,3 +135,22 @@ def test_chunk_key_must_be_part_of_the_row_key(mysql_server, cdc_user, database)
     conn = cdc_user.connect()
     with pytest.raises(PreflightError, match="not part of its row key"):
         ChunkSplitter(conn, load_table_schema(conn, table), SplitOptions(chunk_key_column="v"))
+
+
+@pytest.mark.parametrize("ids", [range(1, 1001), [1, 2, 3, 5000, 90000], [7]])
+def test_a_split_of_an_integer_key_is_cut_into_partitions_by_key_width(mysql_server, cdc_user, database, ids):
+    """A chunk job's partitions: ranges of equal width between the split's smallest and largest key
+    (no count of its rows), tiling the split exactly, so every row is read once."""
+    table = TableId(database, "widths")
+    _create(mysql_server.connect(), table, "CREATE TABLE {name} (id BIGINT UNSIGNED PRIMARY KEY)",
+            [(i,) for i in ids], "id")
+    conn = cdc_user.connect()
+    schema = load_table_schema(conn, table)
+    [split] = ChunkSplitter(conn, schema, SplitOptions(chunk_size=10**6)).split()
+    within = SnapshotSplit(table, split.index, "id", 2, None)  # from key 2 up
+    parts = ChunkSplitter(conn, schema, SplitOptions()).cut_evenly(within, 4)
+    assert 1 <= len(parts) <= 4 and parts[0].start == 2 and parts[-1].end is None
+    assert all(a.end == b.start for a, b in zip(parts, parts[1:]))
+    with SplitReader(cdc_user, schema) as reader:
+        read = sorted(row["id"] for part in parts for row in reader.read(part).rows)
+    assert read == sorted(i for i in ids if i >= 2)

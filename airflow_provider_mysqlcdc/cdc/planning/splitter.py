@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 
 #: Types Flink CDC cuts arithmetically when evenly distributed.
 EVENLY_SPLITTABLE_TYPES = frozenset({"tinyint", "smallint", "mediumint", "int", "integer", "bigint", "decimal"})
+#: Integer types: a split of such a key is cut into Spark partitions by key width alone (``cut_evenly``).
+INTEGER_TYPES = EVENLY_SPLITTABLE_TYPES - {"decimal"}
 #: Below this many rows (by the statistics) an exact COUNT(*) is cheap enough to take.
 EXACT_COUNT_BELOW_ROWS = 200_000
 
@@ -102,6 +104,21 @@ class ChunkSplitter:
             SnapshotSplit(self.schema.table_id, index, self.chunk_key, start, end)
             for index, (start, end) in enumerate(bounds)
         ]
+
+    def cut_evenly(self, within: SnapshotSplit, parts: int) -> list[SnapshotSplit] | None:
+        """Cut a split into at most ``parts`` ranges of equal key width, from its smallest and largest
+        key alone (two index lookups, no count: a split already holds about the rows it should, and
+        the number of ranges is fixed, so a sparse key only makes them uneven). None: the key is not
+        an integer."""
+        if self.column.data_type not in INTEGER_TYPES:
+            return None
+        self._use_range(within)
+        low, high = self._min_max()
+        bounds = [(None, None)] if low is None else even_bounds(low, high, max(1, -(-(high - low + 1) // parts)))
+        bounds[0] = (within.start, bounds[0][1])
+        bounds[-1] = (bounds[-1][0], within.end)
+        return [SnapshotSplit(self.schema.table_id, index, self.chunk_key, start, end)
+                for index, (start, end) in enumerate(bounds)]
 
     # --- queries ---------------------------------------------------------------------------------
     def _query_value(self, sql: str, args: tuple[Any, ...] = ()) -> Any:
