@@ -20,8 +20,9 @@ BINARY, VARBINARY, BLOB, geometry      binary (geometry: MySQL's internal SRID +
 =====================================  ==============================================
 
 Metadata columns (``METADATA_COLUMNS``): ``_cdc_op`` (r/c/u of the last change), ``_cdc_binlog_file``
-and ``_cdc_binlog_pos`` (where the row's version comes from: the split's high watermark for
-snapshot rows), ``_cdc_version`` (that offset as one sortable integer), ``_cdc_event_ts`` (event
+and ``_cdc_binlog_pos`` (where the row's version comes from: for snapshot rows the position they
+are exact at, the split's high watermark or, for a partition no window change touched, its own
+snapshot's low watermark: spark/chunk_job.py), ``_cdc_version`` (that offset as one sortable integer), ``_cdc_event_ts`` (event
 time), and ``_cdc_chunk`` (the chunk key's order-preserving text, records/ordering.py, so that a
 split's rows are a string range in any engine).
 """
