@@ -52,8 +52,12 @@ def create_customer_table(conn, table: TableId, rows: int, batch: int = 250_000)
         cur.execute(f"DROP TABLE IF EXISTS {table.quoted}")
         cur.execute(CUSTOMER_DDL.format(name=table.quoted))
         for first in range(1, rows + 1, batch):
-            last = min(rows, first + batch - 1)
-            cur.execute(_FILL.format(name=table.quoted, database=table.database, first=first, last=last))
+            add_customer_rows(cur, table, first, min(rows, first + batch - 1))
     conn.commit()
     with conn.cursor() as cur:
         cur.execute("SET SESSION sql_log_bin = 1")
+
+
+def add_customer_rows(cur, table: TableId, first: int, last: int) -> None:
+    """Insert the rows of keys ``first`` to ``last`` (a sequence table of the database supplies them)."""
+    cur.execute(_FILL.format(name=table.quoted, database=table.database, first=first, last=last))

@@ -4,9 +4,12 @@
     bin/bench --rows 500000        # smaller
 
 1. snapshot of a TPC-DS customer-shaped table: our chunk job vs ``mariadb --quick`` (the wire limit)
-   vs a partitioned Spark JDBC read written to Parquet; work after Spark start-up and end to end;
+   vs a partitioned Spark JDBC read written to Parquet; work after Spark start-up and end to end; the
+   same job as a session on a warm Spark Connect server; and on a table ten times larger (rate and
+   peak memory per role, ``--large-rows``);
 2. stream apply rate for a large UPDATE burst: our stream job vs ``mariadb-binlog -v`` vs raw
-   python-mysql-replication decoding of the same binlog range;
+   python-mysql-replication decoding of the same binlog range; then one OLTP-shaped change
+   workload streamed into a 1M-row and a 10M-row sink (bench/merge_scaling.py);
 3. commit-to-visible latency in Delta at a steady 1,000 row changes/s (p50, p99);
 4. peak memory (RSS of the driver and the executors) of the stream for one 5M-row UPDATE, side by
    side with a transaction a fifth that size and with the memory limits switched off (bench/memory.py);
@@ -53,6 +56,7 @@ from bench.customer_table import create_customer_table
 from bench.fixed_cost import CONNECT_CONN_ID, bench_fixed_cost, fixed_cost_report
 from bench.many_tables import bench_many_tables, many_tables_report
 from bench.memory import ROLES, PeakRss, bench_memory, memory_report
+from bench.merge_scaling import bench_merge_scaling, merge_scaling_report
 
 ROOT = Path(__file__).resolve().parent.parent
 JDBC_JAR = Path("/usr/share/java/mariadb-java-client.jar")
@@ -341,7 +345,7 @@ def large_snapshot_report(snap: dict) -> list[str]:
     ]
 
 
-def report(snap: dict, stream: dict, latency: dict, memory: dict, fixed: dict) -> str:
+def report(snap: dict, stream: dict, merge: dict, latency: dict, memory: dict, fixed: dict) -> str:
     n = snap["rows"]
     quick = n / snap["mariadb_quick_s"]
     ours_work, ours_total = n / snap["ours_work_s"], n / snap["ours_total_s"]
@@ -375,7 +379,8 @@ def report(snap: dict, stream: dict, latency: dict, memory: dict, fixed: dict) -
         f"| stream job, applied to Delta (streaming part) | {stream['ours_stream_s']:.1f} | {ours_stream:,.0f} |",
         f"| stream job, end to end (available-now spark-submit) | {stream['ours_total_s']:.1f} | {c / stream['ours_total_s']:,.0f} |",
         "", f"- >= 20,000 row changes/s applied: {verdict(ours_stream >= 20000, f'{ours_stream:,.0f}/s, {ours_stream / 20000:.2f} of target')}",
-        "", f"## Commit-to-visible latency at {latency['rate']:,} row changes/s ({latency['samples']} commits over {latency['seconds']}s)", "",
+        "", *merge_scaling_report(merge),
+        f"## Commit-to-visible latency at {latency['rate']:,} row changes/s ({latency['samples']} commits over {latency['seconds']}s)", "",
         "| p50 | p99 |", "|---:|---:|", f"| {latency['p50_s']:.2f} s | {latency['p99_s']:.2f} s |", "",
         f"- p50 < 2 s: {verdict(p50 < 2, f'{p50:.2f} s')}",
         f"- p99 < 5 s: {verdict(p99 < 5, f'{p99:.2f} s')}", "",
@@ -395,7 +400,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
     parser.add_argument("--memory-rows", type=int, default=5_000_000,
                         help="rows of the one UPDATE the memory benchmark streams")
-    parser.add_argument("--only", choices=["snapshot", "stream", "latency", "memory", "fixed-cost", "many-tables"],
+    parser.add_argument("--only", choices=["snapshot", "stream", "merge-scaling", "latency", "memory", "fixed-cost",
+                                           "many-tables"],
                         help="run one benchmark and print its numbers (docs/benchmarks.md is left alone)")
     args = parser.parse_args(argv)
     ensure_jdbc_jar()
@@ -409,12 +415,15 @@ def main(argv: list[str] | None = None) -> int:
                     cur.execute("CREATE DATABASE IF NOT EXISTS bench")
                 run = {"snapshot": lambda: bench_snapshot(server, work, args.rows, secrets, args.large_rows),
                        "stream": lambda: bench_stream(server, work, args.burst, secrets),
+                       "merge-scaling": lambda: bench_merge_scaling(server, work, secrets),
                        "latency": lambda: bench_latency(server, work, secrets),
                        "memory": lambda: bench_memory(server, work, secrets, args.memory_rows),
                        "fixed-cost": lambda: bench_fixed_cost(server, work, secrets),
                        "many-tables": lambda: bench_many_tables(server, work)}[args.only]
                 result = run()
                 print(json.dumps(result, indent=2))
+                if args.only == "merge-scaling":
+                    print("\n".join(merge_scaling_report(result)))
                 if args.only == "memory":
                     print("\n".join(memory_report(result)))
                 if args.only == "fixed-cost":
@@ -424,14 +433,16 @@ def main(argv: list[str] | None = None) -> int:
                 return 0
             snap = bench_snapshot(server, work, args.rows, secrets, args.large_rows)
             stream = bench_stream(server, work, args.burst, secrets)
+            merge = bench_merge_scaling(server, work, secrets)
             latency = bench_latency(server, work, secrets)
             memory = bench_memory(server, work, secrets, args.memory_rows)
             fixed = bench_fixed_cost(server, work, secrets)
-        text = report(snap, stream, latency, memory, fixed)
+        text = report(snap, stream, merge, latency, memory, fixed)
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(text)
         print(text)
         (Path(args.out).with_suffix(".json")).write_text(json.dumps({"snapshot": snap, "stream": stream,
+                                                                       "merge_scaling": merge,
                                                                        "latency": latency, "memory": memory,
                                                                        "fixed_cost": fixed}, indent=2))
     finally:
