@@ -17,6 +17,7 @@ differs from the Delta table's (a widening only a rewrite carries out), the part
 the driver instead (Arrow IPC), which writes one Parquet file per split to the staging folder, or
 replaces the split's range through delta-rs.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -73,7 +74,7 @@ def _read_partition_once(source: SourceConfig, schema: TableSchema, part: Snapsh
 class PartitionFiles:
     """Where and how the executors write their partitions' rows as data files (pickled to them)."""
 
-    table_uri: str
+    sink_root: str
     file_schema: pa.Schema
     chunk_key: str
     #: the server epoch the executors' low watermarks are placed in (state of the pipeline's servers)
@@ -85,13 +86,14 @@ class PartitionFiles:
               rows: pa.Table) -> DataFile:
         """Stamp ``rows`` as read at ``low`` and write them into the table's folder."""
         install_from_private_file(source.password_file)  # the lake may be on an object store
+        sink = DeltaSink(self.sink_root)
         ordering = KeyOrdering(schema.column(self.chunk_key), source.connect)
         try:
-            stamped = SinkWriter(DeltaSink(self.table_uri), schema, self.chunk_key, ordering).stamped(
-                rows, low.in_epoch(self.epoch))
+            stamped = SinkWriter(sink, schema, self.chunk_key, ordering).stamped(rows, low.in_epoch(self.epoch))
         finally:
             ordering.close()
-        return write_data_file(self.table_uri, stamped, self.file_schema, prefix=f"{self.prefix}-{part.index}")
+        return write_data_file(sink.table_uri(schema.table_id), stamped, self.file_schema,
+                               prefix=f"{self.prefix}-{part.index}")
 
 
 def _encode_rows(rows: pa.Table) -> bytes:
@@ -233,7 +235,7 @@ class _SplitJob:
         sink: DeltaSink = self.writer.sink  # type: ignore[assignment]
         uri = sink.table_uri(self.schema.table_id)
         epoch = self.job.servers.place(self.reader.current_offset()).epoch
-        files = PartitionFiles(uri, file_schema, split.chunk_key, epoch, prefix=f"chunk-{split.index}")
+        files = PartitionFiles(sink.root, file_schema, split.chunk_key, epoch, prefix=f"chunk-{split.index}")
         started = time.monotonic()
         results = read_partitions(self.spark, self.executor_source, self.schema, parts, files)
         written = [DataFile.from_dict(json.loads(payload)) for _, payload in results]
