@@ -62,19 +62,18 @@ def history(mysql_server, cdc_user, tmp_path_factory):
         cur.execute(f"INSERT INTO {money.quoted} SELECT seq, seq / 4 FROM `{database}`.seq_1_to_60")
         cur.execute(f"CREATE TABLE {other.quoted} (id INT PRIMARY KEY, v INT)")
         cur.execute(f"INSERT INTO {other.quoted} SELECT seq, 0 FROM `{database}`.seq_1_to_60")
-        cur.execute(f"CREATE TABLE {collated.quoted} (code VARCHAR(20) COLLATE utf8mb4_general_ci PRIMARY KEY, v INT)")
+        cur.execute(f"CREATE TABLE {collated.quoted} (id VARCHAR(20) COLLATE utf8mb4_general_ci PRIMARY KEY, v INT)")
         cur.execute(f"INSERT INTO {collated.quoted} SELECT CONCAT(IF(seq % 2, 'a', 'B'), seq), 0 "
                     f"FROM `{database}`.seq_1_to_60")
     state, lake = PipelineState(str(tmp / "state")), str(tmp / "lake")
-    snapshot_tables(cdc_user, [renamed, money, other], lake, state)
-    snapshot_tables(cdc_user, [collated], lake, state, chunk_key="code")
+    snapshot_tables(cdc_user, [renamed, money, other, collated], lake, state)
     with conn.cursor() as cur:
         cur.execute(f"UPDATE {renamed.quoted} SET v = 1 WHERE id % 3 = 0")
         cur.execute(f"UPDATE {renamed.quoted} SET id = id + 100 WHERE id % 5 = 0")  # key-changing updates
         cur.execute(f"DELETE FROM {renamed.quoted} WHERE id % 7 = 0")
         cur.execute(f"UPDATE {money.quoted} SET d = d + 1.25 WHERE id % 3 = 0")
         cur.execute(f"DELETE FROM {money.quoted} WHERE id % 7 = 0")
-        cur.execute(f"UPDATE {collated.quoted} SET v = 1 WHERE code LIKE 'B%'")
+        cur.execute(f"UPDATE {collated.quoted} SET v = 1 WHERE id LIKE 'B%'")
     before_collation_change = source_rows(mysql_server.admin, load_table_schema(conn, collated))
     before_rename = source_rows(mysql_server.admin, load_table_schema(conn, renamed))
     before_type_change = source_rows(mysql_server.admin, load_table_schema(conn, money))
@@ -86,8 +85,8 @@ def history(mysql_server, cdc_user, tmp_path_factory):
         cur.execute(f"UPDATE {money.quoted} SET d = 0.1234 WHERE id % 2 = 0")
         cur.execute(f"UPDATE {other.quoted} SET v = 4 WHERE id % 2 = 0")
         cur.execute(f"DELETE FROM {other.quoted} WHERE id % 9 = 0")
-        cur.execute(f"ALTER TABLE {collated.quoted} MODIFY code VARCHAR(20) COLLATE utf8mb4_bin")
-        cur.execute(f"UPDATE {collated.quoted} SET v = 2 WHERE code LIKE 'a%'")
+        cur.execute(f"ALTER TABLE {collated.quoted} MODIFY id VARCHAR(20) COLLATE utf8mb4_bin")
+        cur.execute(f"UPDATE {collated.quoted} SET v = 2 WHERE id LIKE 'a%'")
         cur.execute(f"INSERT INTO {collated.quoted} VALUES ('b1', 3)")
 
     # the stream's first run starts now: the server already says id2 and DECIMAL(10,4)
@@ -137,5 +136,5 @@ def test_another_collation_of_the_chunk_key_freezes_the_table_after_the_changes_
     events = read_drift(history.state)[history.collated]
     assert [e.kind for e in events] == [TableEventKind.KEY_CHANGED] and "utf8mb4_bin" in events[0].reason
     schema = _remembered(history, history.collated)
-    assert schema.column("code").collation == "utf8mb4_general_ci"
+    assert schema.column("id").collation == "utf8mb4_general_ci"
     assert_same_rows(history.collated, history.before_collation_change, delta_rows(history.lake, schema))
