@@ -7,6 +7,7 @@ commit that failed on a conflict is retried (a failed commit wrote nothing).
 
 from __future__ import annotations
 
+import bisect
 import logging
 import math
 import random
@@ -216,15 +217,20 @@ class DeltaSink(Sink):
         assignments = {sql_identifier(n): f"s.{sql_identifier(n)}" for n in changes.column_names}
 
         def merge() -> None:
+            table = DeltaTable(uri, storage_options=self.storage_options)
+            # only the files whose chunk range holds a changed key are read and rewritten: a merge's
+            # cost follows the changes, not the table (every target row of a changed key lies in them)
+            files = _files_holding(table, changes.column(CHUNK_COLUMN))
             (
-                DeltaTable(uri, storage_options=self.storage_options)
                 # the changes are a bounded in-memory table (the stream merges at most max_apply_changes at
                 # once), so delta-rs may derive a pruning predicate from their key ranges and skip the
                 # target files outside them, which keeps a merge's memory from growing with the table
-                # (its streamed execution gives that up). Only for integer keys: with a DECIMAL(20,0) key
-                # (BIGINT UNSIGNED) the pruned merge inserted rows it should have updated (deltalake 1.6.6)
-                .merge(changes, predicate=keys, source_alias="s", target_alias="t", merge_schema=True,
-                       streamed_exec=not integer_keys, commit_properties=_commit_properties(commit))
+                # (its streamed execution gives that up, and the files predicate above stands in). Only for
+                # integer keys: with a DECIMAL(20,0) key (BIGINT UNSIGNED) the pruned merge inserted rows it
+                # should have updated (deltalake 1.6.6)
+                table.merge(changes, predicate=f"{keys} AND ({files})" if files else keys, source_alias="s",
+                            target_alias="t", merge_schema=True, streamed_exec=not integer_keys,
+                            commit_properties=_commit_properties(commit))
                 .when_matched_delete(predicate="s._cdc_op = 'd' AND s._cdc_version > t._cdc_version")
                 .when_matched_update(assignments, predicate="s._cdc_op <> 'd' AND s._cdc_version > t._cdc_version")
                 .when_not_matched_insert(assignments, predicate="s._cdc_op <> 'd'")
@@ -299,6 +305,34 @@ def _stats_columns(schema: TableSchema) -> str:
     commits decide by, and the key columns that plain names allow in the setting's list."""
     plain = [k for k in schema.key_columns if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k)]
     return ",".join([*plain, CHUNK_COLUMN])
+
+
+def _files_holding(table: DeltaTable, chunks: pa.ChunkedArray, most: int = 64) -> str | None:
+    """A predicate on the target's ``_cdc_chunk`` true for every row of the files whose chunk range
+    holds one of ``chunks`` (a batch's changed keys), and for as few other rows as ``most`` ranges
+    allow; None when a file's range is unknown (no statistics: nothing can be skipped)."""
+    keys = sorted(set(chunks.to_pylist()))
+    ranges = []
+    for held in pa.table(table.get_add_actions(flatten=True)).to_pylist():
+        low, high = chunk_bounds(held)
+        if low is None or high is None:
+            return None
+        at = bisect.bisect_left(keys, low)
+        if at < len(keys) and keys[at] <= high:
+            ranges.append((low, high))
+    if not ranges:  # new keys only: no target row can match
+        return "FALSE"
+    ranges.sort()
+    merged = [ranges[0]]
+    for low, high in ranges[1:]:
+        if low <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], high))
+        else:
+            merged.append((low, high))
+    while len(merged) > most:  # join neighbours: wider ranges, still every touched file
+        merged = [(merged[i][0], merged[min(i + 1, len(merged) - 1)][1]) for i in range(0, len(merged), 2)]
+    column = f"t.{sql_identifier(CHUNK_COLUMN)}"
+    return " OR ".join(f"({column} >= {sql_string(low)} AND {column} <= {sql_string(high)})" for low, high in merged)
 
 
 def _add_action(file: DataFile) -> AddAction:

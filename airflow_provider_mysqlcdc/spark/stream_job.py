@@ -60,7 +60,7 @@ from airflow_provider_mysqlcdc.protocol.state import (CheckpointIdentity, Genera
                                                       StreamOffsetProgress)
 from airflow_provider_mysqlcdc.state.registry import STREAM_OFFSET, STREAM_PROGRESS, PipelineState
 from airflow_provider_mysqlcdc.state.lease import LeaseKeeper, LeaseLost, StreamLeases
-from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
+from airflow_provider_mysqlcdc.state.schemas import KnownSchemas, orders_differently
 from airflow_provider_mysqlcdc.state.servers import ServerEpochs
 from airflow_provider_mysqlcdc.state.spill import remove_all_spill_folders, remove_spill_folder
 from airflow_provider_mysqlcdc.state.staged import read_staged
@@ -303,12 +303,14 @@ class BatchApplier:
         added = {c.table: c.added_columns for c in event.changes if c.kind is TableEventKind.ALTERED}
         for table_id, schema in zip(altered, schemas):
             keys, chunk_key = old[table_id].schema.key_columns, old[table_id].chunk_key
-            if schema.key_columns != keys or chunk_key not in schema.column_names:
+            if schema.key_columns != keys or chunk_key not in schema.column_names or orders_differently(
+                    old[table_id].schema.column(chunk_key), schema.column(chunk_key)):
                 # the sink's rows cannot be matched to the changes from here on: the old writer (and
                 # the remembered schema, which a replay of the changes before this DDL needs) stay
                 self._drifted(table_id, TableEventKind.KEY_CHANGED, event.offset,
                               f"key ({', '.join(keys)}; chunk key {chunk_key}) changed by {event.statement[:300]!r} "
-                              f"to ({', '.join(schema.key_columns)}); the sink keeps the table's last state")
+                              f"to ({', '.join(schema.key_columns)}{_collated(schema, chunk_key)}); the sink keeps "
+                              "the table's last state")
                 self._refreeze(table_id)
                 continue
             try:
@@ -512,6 +514,11 @@ class BatchFollower:
         lag_s = batch.finished_at - batch.last_change_time_ms / 1000 if batch.last_change_time_ms else 0.0
         log.info("stream batch %d: %d changes applied (%d in total); binlog head %s; event-time lag %.1fs", batch_id,
                  batch.changes_in_batch, batch.changes_total, batch.head_at_batch_end, lag_s)
+
+
+def _collated(schema: TableSchema, chunk_key: str) -> str:
+    column = schema.column(chunk_key) if chunk_key in schema.column_names else None
+    return f"; chunk key {column.column_type} COLLATE {column.collation}" if column and column.collation else ""
 
 
 def run_stream_job(spark: Any, source: SourceConfig, job: StreamJob, *, source_file: str) -> dict[str, Any]:

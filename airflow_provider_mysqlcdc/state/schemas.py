@@ -20,8 +20,9 @@ from urllib.parse import quote
 
 import pymysql
 
-from airflow_provider_mysqlcdc.cdc.source.schema import (TableId, TableSchema, load_table_schema, missing_table_error,
-                                                        table_exists)
+from airflow_provider_mysqlcdc.cdc.planning.splitter import INTEGER_TYPES
+from airflow_provider_mysqlcdc.cdc.source.schema import (Column, TableId, TableSchema, load_table_schema,
+                                                        missing_table_error, table_exists)
 from airflow_provider_mysqlcdc.protocol.state import RememberedSchema
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 
@@ -29,9 +30,17 @@ SCHEMAS = "schemas"
 
 
 def _types_differ(old: TableSchema, new: TableSchema) -> bool:
-    """A column both schemas have changed its type (``COLUMN_TYPE``: DECIMAL(10,2) -> DECIMAL(10,4))."""
-    before = {c.name: c.column_type.lower() for c in old.columns}
-    return any(c.name in before and before[c.name] != c.column_type.lower() for c in new.columns)
+    """A column both schemas have changed its type (``COLUMN_TYPE``: DECIMAL(10,2) -> DECIMAL(10,4))
+    or its collation (which orders and compares its values)."""
+    before = {c.name: (c.column_type.lower(), c.collation) for c in old.columns}
+    return any(c.name in before and before[c.name] != (c.column_type.lower(), c.collation) for c in new.columns)
+
+
+def orders_differently(old: Column, new: Column) -> bool:
+    """Whether a chunk key's values order differently after a DDL: another collation (the sink's
+    ``_cdc_chunk`` and the finished splits' ranges follow the old order), or another kind of type."""
+    return old.collation != new.collation or old.data_type.lower() != new.data_type.lower() and not (
+        old.data_type.lower() in INTEGER_TYPES and new.data_type.lower() in INTEGER_TYPES)
 
 
 def _file_name(table_id: TableId) -> str:

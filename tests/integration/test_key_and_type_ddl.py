@@ -6,6 +6,8 @@
   changes: drift of kind ``key-changed``, re-snapshotted by the next run).
 - A type change Delta refuses (``DECIMAL(10,2)`` to ``DECIMAL(10,4)``): changes before it are
   applied with the old type, the table is frozen there (kind ``type-changed``).
+- Another collation for a string chunk key orders its values differently, so the sink's chunk
+  ranges no longer hold: changes before it apply, the table is frozen there (``key-changed``).
 
 Every other table streams on. One scripted history (the module fixture, one stream run that starts
 after both statements) serves the tests.
@@ -38,10 +40,12 @@ class History:
     renamed: TableId
     money: TableId
     other: TableId
+    collated: TableId
     lake: str
     state: PipelineState
     before_rename: Rows
     before_type_change: Rows
+    before_collation_change: Rows
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +53,7 @@ def history(mysql_server, cdc_user, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("key-and-type")
     database = f"cdc_keytype_{uuid.uuid4().hex[:8]}"
     conn = mysql_server.connect()
-    renamed, money, other = (TableId(database, n) for n in ("renamed", "money", "other"))
+    renamed, money, other, collated = (TableId(database, n) for n in ("renamed", "money", "other", "collated"))
     with conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE `{database}`")
         cur.execute(f"CREATE TABLE {renamed.quoted} (id INT PRIMARY KEY, v INT)")
@@ -58,14 +62,19 @@ def history(mysql_server, cdc_user, tmp_path_factory):
         cur.execute(f"INSERT INTO {money.quoted} SELECT seq, seq / 4 FROM `{database}`.seq_1_to_60")
         cur.execute(f"CREATE TABLE {other.quoted} (id INT PRIMARY KEY, v INT)")
         cur.execute(f"INSERT INTO {other.quoted} SELECT seq, 0 FROM `{database}`.seq_1_to_60")
+        cur.execute(f"CREATE TABLE {collated.quoted} (id VARCHAR(20) COLLATE utf8mb4_general_ci PRIMARY KEY, v INT)")
+        cur.execute(f"INSERT INTO {collated.quoted} SELECT CONCAT(IF(seq % 2, 'a', 'B'), seq), 0 "
+                    f"FROM `{database}`.seq_1_to_60")
     state, lake = PipelineState(str(tmp / "state")), str(tmp / "lake")
-    snapshot_tables(cdc_user, [renamed, money, other], lake, state)
+    snapshot_tables(cdc_user, [renamed, money, other, collated], lake, state)
     with conn.cursor() as cur:
         cur.execute(f"UPDATE {renamed.quoted} SET v = 1 WHERE id % 3 = 0")
         cur.execute(f"UPDATE {renamed.quoted} SET id = id + 100 WHERE id % 5 = 0")  # key-changing updates
         cur.execute(f"DELETE FROM {renamed.quoted} WHERE id % 7 = 0")
         cur.execute(f"UPDATE {money.quoted} SET d = d + 1.25 WHERE id % 3 = 0")
         cur.execute(f"DELETE FROM {money.quoted} WHERE id % 7 = 0")
+        cur.execute(f"UPDATE {collated.quoted} SET v = 1 WHERE id LIKE 'B%'")
+    before_collation_change = source_rows(mysql_server.admin, load_table_schema(conn, collated))
     before_rename = source_rows(mysql_server.admin, load_table_schema(conn, renamed))
     before_type_change = source_rows(mysql_server.admin, load_table_schema(conn, money))
     with conn.cursor() as cur:
@@ -76,12 +85,16 @@ def history(mysql_server, cdc_user, tmp_path_factory):
         cur.execute(f"UPDATE {money.quoted} SET d = 0.1234 WHERE id % 2 = 0")
         cur.execute(f"UPDATE {other.quoted} SET v = 4 WHERE id % 2 = 0")
         cur.execute(f"DELETE FROM {other.quoted} WHERE id % 9 = 0")
+        cur.execute(f"ALTER TABLE {collated.quoted} MODIFY id VARCHAR(20) COLLATE utf8mb4_bin")
+        cur.execute(f"UPDATE {collated.quoted} SET v = 2 WHERE id LIKE 'a%'")
+        cur.execute(f"INSERT INTO {collated.quoted} VALUES ('b1', 3)")
 
     # the stream's first run starts now: the server already says id2 and DECIMAL(10,4)
     (tmp / "stream.json").write_text(StreamJob(state=state.location, sink_root=lake).to_json())
     SparkSubmit(master="local[2]", work_dir=tmp / "spark").run(
         "binlog_stream.py", ["--job", str(tmp / "stream.json")], cdc_user.to_private_file(tmp / "secrets" / "s.json"))
-    yield History(renamed, money, other, lake, state, before_rename, before_type_change)
+    yield History(renamed, money, other, collated, lake, state, before_rename, before_type_change,
+                  before_collation_change)
     with conn.cursor() as cur:
         cur.execute(f"DROP DATABASE `{database}`")
 
@@ -117,3 +130,11 @@ def test_every_other_table_streams_on(history, mysql_server):
     schema = load_table_schema(mysql_server.connect(), history.other)
     assert_same_rows(history.other, source_rows(mysql_server.admin, schema), delta_rows(history.lake, schema))
     assert history.other not in read_drift(history.state)
+
+
+def test_another_collation_of_the_chunk_key_freezes_the_table_after_the_changes_before_it(history):
+    events = read_drift(history.state)[history.collated]
+    assert [e.kind for e in events] == [TableEventKind.KEY_CHANGED] and "utf8mb4_bin" in events[0].reason
+    schema = _remembered(history, history.collated)
+    assert schema.column("id").collation == "utf8mb4_general_ci"
+    assert_same_rows(history.collated, history.before_collation_change, delta_rows(history.lake, schema))

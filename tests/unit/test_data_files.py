@@ -1,9 +1,11 @@
 """Data files written into a Delta table's folder by executors, and the one commit that replaces a
 chunk range with them (sinks/data_files.py, ``DeltaSink.commit_range``), on a real Delta table on
-local disk; and which partitions of a split the window's changes touch (spark/chunk_job.py)."""
+local disk; which partitions of a split the window's changes touch (spark/chunk_job.py); and the
+files a stream's merge reads."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import threading
 
@@ -13,11 +15,12 @@ from deltalake import DeltaTable, write_deltalake
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, Operation, TableTruncated
-from airflow_provider_mysqlcdc.cdc.model.split import SnapshotSplit
+from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
 from airflow_provider_mysqlcdc.sinks.data_files import chunk_bounds, file_stats, write_data_file
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
 from airflow_provider_mysqlcdc.spark.chunk_job import touched_partitions
 
 T = TableId("db", "t")
@@ -135,3 +138,31 @@ def change(op: Operation, before: int | None, after: int | None) -> ChangeRecord
 ])
 def test_the_window_touches_the_partitions_holding_its_changes(changes, touched):
     assert touched_partitions(PARTS, changes, KeyOrdering(ID)) == touched
+
+
+D = Column(name="d", data_type="date", column_type="date", nullable=False)
+V = Column(name="v", data_type="int", column_type="int", nullable=True)
+DAY = dt.date(2024, 1, 1)
+
+
+def test_a_merge_reads_only_the_files_holding_a_changed_key(tmp_path):
+    """Five snapshot files of a DATE key (merged by delta-rs's streamed execution, which derives no
+    pruning from the changes itself); a batch changes keys of two of them and adds one past the end."""
+    sink = DeltaSink(str(tmp_path / "lake"))
+    schema = TableSchema(T, (D, V), ("d",))
+    sink.prepare(schema)
+    writer = SinkWriter(sink, schema, "d", KeyOrdering(D))
+    for index in range(5):
+        start, end = DAY + dt.timedelta(20 * index), DAY + dt.timedelta(20 * index + 20)
+        split = SnapshotSplit(T, index, "d", None if index == 0 else start, None if index == 4 else end)
+        writer.write_split(FinishedSplit(split, AT), [{"d": start + dt.timedelta(i), "v": 0} for i in range(20)])
+    later = BinlogOffset("mysql-bin.000001", 200)
+    changes = [ChangeRecord(Operation.UPDATE, T, {"d": DAY + dt.timedelta(25), "v": 0}, {"d": DAY + dt.timedelta(25), "v": 1}, later),
+               ChangeRecord(Operation.DELETE, T, {"d": DAY + dt.timedelta(61), "v": 0}, None, later, 1),
+               ChangeRecord(Operation.CREATE, T, None, {"d": DAY + dt.timedelta(500), "v": 2}, later, 2)]
+    writer.apply_changes(changes, app_id="test", batch_id=1)
+    table = DeltaTable(sink.table_uri(T))
+    assert table.history(1)[0]["operationMetrics"]["num_target_files_scanned"] == 2
+    rows = {r["d"]: r["v"] for r in table.to_pyarrow_table(columns=["d", "v"]).to_pylist()}
+    assert len(rows) == 100 and rows[DAY + dt.timedelta(25)] == 1 and rows[DAY + dt.timedelta(500)] == 2
+    assert DAY + dt.timedelta(61) not in rows
