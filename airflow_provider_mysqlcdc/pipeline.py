@@ -85,7 +85,8 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
                       stream_deferrable: bool | None = None, aws_conn_id: str | None = None,
                       stream_spark_conn_id: str | None = None) -> dict[str, Any]:
     """Build the graph in the current DAG; ``tables_param`` adds the group for trigger-time tables;
-    ``stream_limits`` (``max_batch_bytes``, ``max_batch_events``, ``max_apply_changes``) go to the stream;
+    ``stream_limits`` (``max_batch_bytes``, ``max_batch_events``, ``max_apply_changes``,
+    ``cluster_after_files``) go to the stream;
     ``stream_deferrable``: a continuous stream runs detached, watched from the triggerer (default:
     Airflow's ``[operators] default_deferrable``).
 

@@ -33,11 +33,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from deltalake import DeltaTable
+
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
 from airflow_provider_mysqlcdc.devtools.snapshot import snapshot_tables, stage_whole_table
 from airflow_provider_mysqlcdc.devtools.throwaway_server import ThrowawayMariaDB
 from airflow_provider_mysqlcdc.devtools.verify import differences, sink_rows, source_rows
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
+from airflow_provider_mysqlcdc.sinks.clustering import CLUSTERING_COMMIT
+from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
 from airflow_provider_mysqlcdc.state.drift import pending_drift, read_drift
 from airflow_provider_mysqlcdc.protocol.state import CapturedTable, StreamOffsetProgress
@@ -61,11 +65,12 @@ class TortureReport:
     script: list[str] = field(default_factory=list)
     drifted: list[str] = field(default_factory=list)  # tables the drift record named after the stream
     problems: list[str] = field(default_factory=list)  # invariant violations: empty when the run passed
+    clusterings: int = 0  # clustering commits the stream made into the tables (sinks/clustering.py)
 
     def summary(self) -> str:
         verdict = "PASSED" if not self.problems else "FAILED:\n  " + "\n  ".join(self.problems)
-        return (f"seed {self.seed}: {len(self.script)} rounds, re-snapshotted {', '.join(self.drifted) or 'nothing'}; "
-                f"{verdict}")
+        return (f"seed {self.seed}: {len(self.script)} rounds, re-snapshotted {', '.join(self.drifted) or 'nothing'}, "
+                f"{self.clusterings} clustering commit(s); {verdict}")
 
 
 class Torture:
@@ -235,7 +240,7 @@ class Torture:
     def _write_job(self, mode: str) -> None:
         job = StreamJob(state=self.state.location, sink_root=self.lake, mode=mode, trigger_interval_s=0.5,
                         max_batch_bytes=512 * 1024, inline_bytes=64 * 1024, max_apply_changes=700,
-                        retry_budget_s=120, on_binlog_purged="resnapshot")
+                        retry_budget_s=120, on_binlog_purged="resnapshot", cluster_after_files=2)
         (self.work / "stream.json").write_text(job.to_json())
 
     def _start_stream(self) -> None:
@@ -289,6 +294,10 @@ class Torture:
             if problem is not None:
                 when = "after the re-snapshot" if after_resnapshot else "not named by the drift record"
                 self.report.problems.append(f"{table} ({when}): {problem}")
+        if after_resnapshot:
+            sink = DeltaSink(self.lake)
+            self.report.clusterings = sum(CLUSTERING_COMMIT in commit for table in self.tables
+                                          for commit in DeltaTable(sink.table_uri(table)).history())
 
     def _next_run(self) -> None:
         """What the next DAG run does for the tables the drift record names: a staged whole-table

@@ -68,6 +68,9 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
     :param max_apply_changes: changes merged per commit (default 100,000): a larger batch, one huge
         transaction too, is merged in pieces, each recording its binlog position (so memory stays
         bounded and a restart resumes exactly; readers may see such a transaction in pieces)
+    :param cluster_after_files: once a table's merges have left this many data files to rewrite
+        (default 16: files whose key ranges overlap, runs of small ones), the stream rewrites them in
+        key order between two batches, so a merge keeps reading only the files its keys fall in (0: never)
     :param deferrable: run a ``continuous`` stream detached and watch it from the triggerer (default:
         Airflow's ``[operators] default_deferrable``)
     :param poll_interval_s: how often the trigger looks at a detached stream
@@ -81,6 +84,7 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
     def __init__(self, *, state: str, sink_root: str, mode: str = "available-now", trigger_interval_s: float = 1.0,
                  changelog: bool = False, on_binlog_purged: str = "fail", max_batch_bytes: int | None = None,
                  max_batch_events: int | None = None, max_apply_changes: int | None = None,
+                 cluster_after_files: int | None = None,
                  deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
                  poll_interval_s: float = 2.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -100,7 +104,9 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
         # None: the stream job's default (protocol/jobs.py), defined there once
         self.limits = {name: value for name, value in (("max_batch_bytes", max_batch_bytes),
                                                        ("max_batch_events", max_batch_events),
-                                                       ("max_apply_changes", max_apply_changes)) if value is not None}
+                                                       ("max_apply_changes", max_apply_changes),
+                                                       ("cluster_after_files", cluster_after_files))
+                       if value is not None}
 
     def execute(self, context: Context) -> dict[str, Any]:
         if self.mode not in STREAM_MODES:

@@ -99,6 +99,10 @@ class StreamJob(_JobFile):
     #: changes held and merged at once: a batch with more (one huge transaction) is merged in pieces of
     #: this many, each one commit recording its position (sinks/writer.py)
     max_apply_changes: int = 100_000
+    #: once the merges have left this many data files of a table to rewrite (files whose key ranges
+    #: overlap, runs of small ones), the stream clusters them by the chunk key between two batches
+    #: (sinks/clustering.py), so merges keep reading few files (0: never)
+    cluster_after_files: int = 16
     #: who starts the stream, named by the pipeline's lease (state/lease.py) to a second stream it refuses
     holder: str = ""
     report: str = ""  # its report folder (spark/report.py), in its lease: how a detached stream is found
@@ -118,6 +122,9 @@ class StreamJob(_JobFile):
                 raise ConfigurationError(f"{name} must be 0 (no limit) or a positive number of bytes/events, got "
                                          f"{getattr(self, name)}.")
         parse_server_id_range(self.server_id_range)  # refused here, before any job starts
+        if self.cluster_after_files < 0:
+            raise ConfigurationError(f"cluster_after_files must be 0 (never) or a positive number of files, got "
+                                     f"{self.cluster_after_files}.")
         if self.max_apply_changes < 1:
             raise ConfigurationError(f"max_apply_changes must be a positive number, got {self.max_apply_changes}.")
         if not self.checkpoint:

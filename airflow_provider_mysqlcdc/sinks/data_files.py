@@ -20,6 +20,7 @@ import fsspec
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from deltalake.transaction import AddAction
 
 from airflow_provider_mysqlcdc.sinks.arrow_rows import conform_to
 
@@ -46,6 +47,11 @@ class DataFile:
     def from_dict(cls, data: dict[str, Any]) -> "DataFile":
         return cls(**data)
 
+    def add_action(self, *, data_change: bool = True) -> AddAction:
+        """The Delta ``add`` action committing this file (``data_change=False``: a rewrite of rows the
+        table holds already, as a compaction's)."""
+        return AddAction(self.path, self.size, {}, self.modified_ms, data_change, self.stats)
+
 
 def write_data_file(table_uri: str, data: pa.Table, file_schema: pa.Schema, *, prefix: str) -> DataFile:
     """Write ``data`` (conformed to ``file_schema``, the table's columns) as a new Parquet file in the
@@ -59,10 +65,10 @@ def write_data_file(table_uri: str, data: pa.Table, file_schema: pa.Schema, *, p
     return DataFile(name, int(fs.size(path)), rows.num_rows, file_stats(rows), int(time.time() * 1000))
 
 
-def read_data_file(table_uri: str, path: str) -> pa.Table:
+def read_data_file(table_uri: str, path: str, *, columns: list[str] | None = None) -> pa.Table:
     fs, root = fsspec.core.url_to_fs(table_uri)
     with fs.open(f"{root.rstrip('/')}/{path}", "rb") as handle:
-        return pq.read_table(handle)
+        return pq.read_table(handle, columns=columns)
 
 
 def delete_data_file(table_uri: str, path: str) -> None:

@@ -27,6 +27,8 @@ from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_schema
 from airflow_provider_mysqlcdc.sinks.base import Position, Sink, StreamCommit
 from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SUFFIX
+from airflow_provider_mysqlcdc.sinks.clustering import (MAX_REWRITE_BYTES, TARGET_BYTES, ClusteringResult,
+                                                        cluster_table)
 from airflow_provider_mysqlcdc.sinks.data_files import (CHUNK_COLUMN, DataFile, chunk_bounds, read_data_file,
                                                         rows_outside, write_data_file)
 
@@ -35,6 +37,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _MAX_ATTEMPTS = 50
+_CLUSTER_ATTEMPTS = 5
 #: txn app ids holding the position of the last change a stream committed (sinks/base.py)
 _POSITION, _POSITION_ORDER = "mysqlcdc.position", "mysqlcdc.position.order"
 _ORDER_BITS = 24
@@ -194,7 +197,7 @@ class DeltaSink(Sink):
             if ours and ours <= {e["path"] for e in existing}:
                 return
             now = int(time.time() * 1000)
-            actions: list[AddAction | RemoveAction] = [_add_action(f) for f in files]
+            actions: list[AddAction | RemoveAction] = [f.add_action() for f in files]
             for held in existing:
                 placement = _placement(chunk_bounds(held), start, end)
                 if held["path"] in ours or placement == "outside":
@@ -202,7 +205,7 @@ class DeltaSink(Sink):
                 if placement == "partial":
                     kept = rows_outside(read_data_file(uri, held["path"]), start, end)
                     if kept.num_rows:
-                        actions.append(_add_action(write_data_file(uri, kept, file_schema, prefix="rewritten")))
+                        actions.append(write_data_file(uri, kept, file_schema, prefix="rewritten").add_action())
                 actions.append(RemoveAction(held["path"], True, now, held["size_bytes"], {}))
             table.create_write_transaction(actions, "append", file_schema)
 
@@ -238,6 +241,25 @@ class DeltaSink(Sink):
             )
 
         _retry_conflicts(merge, f"merge batch {commit.batch_id} into {schema.table_id}")
+
+    def cluster(self, table_id: TableId, *, min_files: int = 2, target_bytes: int = TARGET_BYTES,
+                max_rewrite_bytes: int = MAX_REWRITE_BYTES) -> ClusteringResult | None:
+        """Rewrite, in key order, the data files that spread the table's chunk key ranges (files that
+        overlap, runs of small ones: sinks/clustering.py), once ``min_files`` need it, in one commit
+        that changes no row. A commit
+        that removed one of its files meanwhile makes it plan again, a few times at most: clustering can
+        wait for the next run, a chunk commit or a merge should not wait for it. None: nothing to do
+        (or given up, logged)."""
+        uri = self.table_uri(table_id)
+        try:
+            return _retry_conflicts(lambda: cluster_table(DeltaTable(uri, storage_options=self.storage_options), uri,
+                                                          min_files=min_files, target_bytes=target_bytes,
+                                                          max_rewrite_bytes=max_rewrite_bytes),
+                                    f"cluster {table_id}", attempts=_CLUSTER_ATTEMPTS)
+        except CommitFailedError as exc:
+            log.warning("clustering %s gave way to %d concurrent commits and is left for its next run (%s)",
+                        table_id, _CLUSTER_ATTEMPTS, exc)
+            return None
 
     def truncate_before(self, table_id: TableId, version: int, *, commit: StreamCommit) -> None:
         """Delete every row older than ``version`` (a TRUNCATE at that offset)."""
@@ -335,10 +357,6 @@ def _files_holding(table: DeltaTable, chunks: pa.ChunkedArray, most: int = 64) -
     return " OR ".join(f"({column} >= {sql_string(low)} AND {column} <= {sql_string(high)})" for low, high in merged)
 
 
-def _add_action(file: DataFile) -> AddAction:
-    return AddAction(file.path, file.size, {}, file.modified_ms, True, file.stats)
-
-
 def _placement(bounds: tuple[str | None, str | None], start: str | None, end: str | None) -> str:
     """Where a committed file lies relative to the chunk range ``[start, end)``, by its statistics:
     ``outside``, ``inside`` or ``partial`` (which includes not knowing)."""
@@ -377,12 +395,12 @@ def _commit_properties(commit: StreamCommit | None) -> CommitProperties | None:
         Transaction(commit.app_id, commit.batch_id)])
 
 
-def _retry_conflicts(operation: Callable[[], T], what: str) -> T:
-    for attempt in range(1, _MAX_ATTEMPTS + 1):
+def _retry_conflicts(operation: Callable[[], T], what: str, *, attempts: int = _MAX_ATTEMPTS) -> T:
+    for attempt in range(1, attempts + 1):
         try:
             return operation()
         except CommitFailedError as exc:
-            if attempt == _MAX_ATTEMPTS:
+            if attempt == attempts:
                 raise
             delay = min(2.0, 0.05 * attempt) * (0.5 + random.random())
             log.info("%s: concurrent commit (%s), retrying in %.2fs", what, exc, delay)

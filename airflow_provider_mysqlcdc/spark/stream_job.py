@@ -144,6 +144,7 @@ class BatchApplier:
         segment: list[ChangeRecord] = []
         unit = staged = 0
         changes = skipped = 0
+        merged_tables: set[TableId] = set()
         newest_ms, last_change = 0, None
         for item in batch_items(rows):
             newest_ms = max(newest_ms, getattr(item, "timestamp_ms", 0))
@@ -156,10 +157,10 @@ class BatchApplier:
                 segment.append(item)
                 changes += 1
                 if len(segment) >= self.job.max_apply_changes:
-                    self._apply(segment, batch_id * SEGMENTS + unit)
+                    merged_tables |= self._apply(segment, batch_id * SEGMENTS + unit)
                     segment, unit = [], unit + 1
                 continue
-            self._apply(segment, batch_id * SEGMENTS + unit)
+            merged_tables |= self._apply(segment, batch_id * SEGMENTS + unit)
             segment, unit = [], unit + 1
             if isinstance(item, TablesActivated):
                 self._activate(item)
@@ -170,7 +171,7 @@ class BatchApplier:
                 unit, staged = unit + 1, staged + 1
             elif self._schema_changed(item, batch_id * SEGMENTS + unit):
                 unit += 1
-        self._apply(segment, batch_id * SEGMENTS + unit)
+        merged_tables |= self._apply(segment, batch_id * SEGMENTS + unit)
         self.rows_applied += changes
         if skipped:
             log.info("skipped %d change(s) of frozen table(s) %s", skipped, ", ".join(map(str, sorted(self.frozen))))
@@ -179,6 +180,7 @@ class BatchApplier:
             remove_spill_folder(folder)
         self._log_progress(batch_id, changes, unit + 1, len(spilled), newest_ms, last_change, read_s,
                            time.monotonic() - started)
+        self._cluster_due(merged_tables)
 
     def _begin(self, generation: int) -> None:
         """The batch's generation, its tables' drift, and which of them are frozen."""
@@ -231,12 +233,26 @@ class BatchApplier:
         log.info("applied staged split %s (%d rows, %d later changes merged, as of %s)",
                  staged.split.split.split_id, merged.num_rows, len(staged.changes), as_of.high_watermark)
 
-    def _apply(self, records: list[ChangeRecord], version: int) -> None:
+    def _apply(self, records: list[ChangeRecord], version: int) -> set[TableId]:
+        """Apply a run of changes; the tables it merged into."""
         if records:
             writers = {t: self._writer(t) for t in {r.table_id for r in records}}
             self._note_unknown_columns(records, writers)
-            apply_change_batch(writers, records, app_id=self.job.app_id, batch_id=version,
-                               changelog=self.job.changelog)
+            merged = apply_change_batch(writers, records, app_id=self.job.app_id, batch_id=version,
+                                        changelog=self.job.changelog)
+            return set(merged)
+        return set()
+
+    def _cluster_due(self, tables: set[TableId]) -> None:
+        """Between two batches (no merge of this stream runs meanwhile), cluster the data files of the
+        tables this batch merged into, where ``cluster_after_files`` files need it."""
+        if not self.job.cluster_after_files:
+            return
+        for table_id in sorted(tables - set(self.frozen)):
+            started = time.monotonic()
+            result = self.sink.cluster(table_id, min_files=self.job.cluster_after_files)
+            if result is not None:
+                log.info("clustered %s by its chunk key: %s in %.1fs", table_id, result, time.monotonic() - started)
 
     def _schema_changed(self, event: SchemaChangeEvent, version: int) -> bool:
         """Follow a DDL statement table by table (the README's "event -> what happens to the sink");

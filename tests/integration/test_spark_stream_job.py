@@ -25,6 +25,7 @@ from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
 from airflow_provider_mysqlcdc.devtools.verify import source_rows
 from airflow_provider_mysqlcdc.devtools.workload import SAMPLE_TABLES, RandomWriters, create_sample_tables
 from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SUFFIX
+from airflow_provider_mysqlcdc.sinks.clustering import CLUSTERING_COMMIT, clustering_plan, held_files
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
@@ -41,12 +42,12 @@ pytestmark = pytest.mark.integration
 TABLES = SAMPLE_TABLES[:3]
 
 
-def _snapshot(cdc_user, report, lake: str, state: Path) -> PipelineState:
+def _snapshot(cdc_user, report, lake: str, state: Path, chunk_size: int = 400) -> PipelineState:
     sink = DeltaSink(lake)
     finished = []
     for table_id, schema in report.schemas.items():
         sink.prepare(schema)
-        splits = ChunkSplitter(cdc_user.connect(), schema, SplitOptions(chunk_size=400)).split()
+        splits = ChunkSplitter(cdc_user.connect(), schema, SplitOptions(chunk_size=chunk_size)).split()
         with SplitReader(cdc_user, schema) as reader:
             writer = SinkWriter(sink, schema, report.chunk_keys[table_id], reader.ordering(report.chunk_keys[table_id]))
             for split in splits:
@@ -163,6 +164,31 @@ def test_added_columns_evolve_delta_and_a_dropped_one_is_drift(mysql_server, cdc
     drift = read_drift(PipelineState(str(tmp_path / "state")))
     assert any("region" in e.reason for e in drift[table]), drift
     assert delta_rows(lake, load_table_schema(conn, table))[(100000,)]["customer"] == "after drop"
+
+
+def test_the_stream_clusters_the_files_its_merges_leave_and_stays_exact(mysql_server, cdc_user, database, tmp_path):
+    """Batches of random changes over tables of several key types, each snapshotted into several
+    files: between two batches the stream rewrites in key order the files its merges left (here once
+    two need it), and the tables still equal the source, with none left to rewrite at the end."""
+    conn = mysql_server.connect()
+    tables = create_sample_tables(conn, database, rows_per_table=2000, seed=23, tables=TABLES)
+    lake, state_dir = str(tmp_path / "lake"), tmp_path / "state"
+    report = run_preflight(cdc_user, tables)
+    _snapshot(cdc_user, report, lake, state_dir, chunk_size=100)  # about 20 files a table
+    RandomWriters(mysql_server.admin, database, tables=TABLES).write(300, seed=4)
+    job = StreamJob(state=str(state_dir), sink_root=lake, max_batch_events=60, cluster_after_files=2)
+    (tmp_path / "stream.json").write_text(job.to_json())
+    source_file = cdc_user.to_private_file(tmp_path / "secrets" / "source.json")
+    SparkSubmit(master="local[1]", work_dir=tmp_path / "spark").run(
+        "binlog_stream.py", ["--job", str(tmp_path / "stream.json")], source_file)
+
+    _assert_sink_equals_source(mysql_server, report, lake)
+    sink = DeltaSink(lake)
+    for table_id in report.schemas:
+        table = DeltaTable(sink.table_uri(table_id))
+        clusterings = [c for c in table.history() if CLUSTERING_COMMIT in c]
+        plan, _ = clustering_plan(held_files(table))
+        assert clusterings and sum(len(group) for group in plan) < 2, (table_id, len(clusterings), plan)
 
 
 def test_stream_only_table_starts_at_its_offset_with_state_at_a_url(mysql_server, cdc_user, database, tmp_path):

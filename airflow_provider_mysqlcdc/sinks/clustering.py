@@ -1,0 +1,169 @@
+"""Keep a Delta table's data files clustered by the chunk key, so that a merge reads few of them.
+
+A merge reads and rewrites only the files whose ``_cdc_chunk`` range holds a changed key
+(sinks/delta.py). That prunes well while the files' ranges are narrow and apart, as the snapshot
+writes them. The stream's merges spoil it over time: delta-rs writes a merge's rewritten rows and its
+inserts together, so one new file can span the ranges of several old ones, and every batch adds a
+few small files. Clustering rewrites exactly those files, in key order:
+
+- files whose ranges overlap, transitively, form one group and are rewritten together, sorted by
+  ``_cdc_chunk`` and cut into files of about ``target_bytes`` with ranges apart again;
+- runs of small neighbours (each under an eighth of ``target_bytes``) are joined up to that size;
+- every other file stays as it is, so a clustering run costs what the stream spoilt, not the table.
+
+The rewrite changes no row: its commit adds and removes files with ``dataChange = false``, as Delta's
+OPTIMIZE does, so a streaming reader of the table sees nothing new. Its snapshot is the one it planned
+from: when another writer removed one of its files meanwhile (a merge that rewrote it, a chunk
+commit), the commit fails, the new files are deleted, and the caller plans again.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import CommitProperties, DeltaTable
+from deltalake.transaction import AddAction, RemoveAction
+
+from airflow_provider_mysqlcdc.sinks.arrow_rows import conform_to
+from airflow_provider_mysqlcdc.sinks.data_files import (CHUNK_COLUMN, DataFile, chunk_bounds, delete_data_file,
+                                                        read_data_file, write_data_file)
+
+log = logging.getLogger(__name__)
+
+#: files of about this size come out of a clustering run (delta-rs's own default target is 100 MiB)
+TARGET_BYTES = 128 << 20
+#: the key of a clustering commit's metadata in the table's history (what it did)
+CLUSTERING_COMMIT = "mysqlcdc.clustering"
+#: a run never rewrites more than this many bytes of Parquet at once (its rows are sorted in memory):
+#: a larger group of overlapping files is left, and logged
+MAX_REWRITE_BYTES = 512 << 20
+
+
+@dataclass(frozen=True)
+class HeldFile:
+    """A data file the table holds, as far as clustering cares."""
+
+    path: str
+    size: int
+    rows: int
+    low: str
+    high: str  # the file's smallest and largest _cdc_chunk
+
+
+@dataclass(frozen=True)
+class ClusteringResult:
+    """What one clustering run did."""
+
+    files_read: int
+    files_written: int
+    rows: int
+    groups_left: int  # overlapping groups too large to rewrite at once
+
+    def __str__(self) -> str:
+        left = f", {self.groups_left} group(s) left as too large" if self.groups_left else ""
+        return f"{self.files_read} file(s) rewritten as {self.files_written} ({self.rows:,} rows){left}"
+
+
+def held_files(table: DeltaTable) -> list[HeldFile]:
+    """The table's data files with their chunk ranges. A file without statistics of ``_cdc_chunk``
+    (written before the table kept them) is left out: reading it to place it would cost every check,
+    and leaving it where it is only costs the merges that read it."""
+    held = []
+    for action in pa.table(table.get_add_actions(flatten=True)).to_pylist():
+        low, high = chunk_bounds(action)
+        if low is not None and high is not None:
+            held.append(HeldFile(action["path"], int(action["size_bytes"]), int(action["num_records"]), low, high))
+    return held
+
+
+def clustering_plan(files: list[HeldFile], *, target_bytes: int = TARGET_BYTES,
+                    max_rewrite_bytes: int = MAX_REWRITE_BYTES) -> tuple[list[list[HeldFile]], int]:
+    """The groups of files to rewrite together (each of two files or more), in key order, and how many
+    overlapping groups are left because they exceed ``max_rewrite_bytes``."""
+    overlapping: list[list[HeldFile]] = []
+    reach = ""
+    for held in sorted(files, key=lambda f: (f.low, f.high)):
+        if overlapping and held.low <= reach:
+            overlapping[-1].append(held)
+            reach = max(reach, held.high)
+        else:
+            overlapping.append([held])
+            reach = held.high
+    small = target_bytes // 8
+    plan: list[list[HeldFile]] = []
+    left = 0
+    run: list[HeldFile] = []
+
+    def end_run() -> None:
+        if len(run) > 1:
+            plan.append(list(run))
+        run.clear()
+
+    for group in overlapping:
+        if len(group) > 1:
+            end_run()
+            if sum(f.size for f in group) > max_rewrite_bytes:
+                left += 1
+            else:
+                plan.append(group)
+        elif group[0].size < small:
+            if run and sum(f.size for f in run) + group[0].size > target_bytes:
+                end_run()
+            run.append(group[0])
+        else:
+            end_run()
+    end_run()
+    return plan, left
+
+
+def rewrite_in_key_order(uri: str, group: list[HeldFile], file_schema: pa.Schema, *,
+                         target_bytes: int = TARGET_BYTES) -> list[DataFile]:
+    """The rows of ``group``'s files, in the table folder ``uri``, as new data files there (not
+    committed yet), sorted by ``_cdc_chunk`` and cut into files of about ``target_bytes``."""
+    rows = pa.concat_tables([_conformed(read_data_file(uri, f.path), file_schema) for f in group])
+    rows = rows.take(pc.sort_indices(rows, sort_keys=[(CHUNK_COLUMN, "ascending")]))
+    pieces = max(1, math.ceil(sum(f.size for f in group) / target_bytes))
+    per_piece = math.ceil(rows.num_rows / pieces) if rows.num_rows else 0
+    return [write_data_file(uri, rows.slice(start, per_piece), file_schema, prefix="clustered")
+            for start in range(0, rows.num_rows, per_piece or 1)]
+
+
+def cluster_table(table: DeltaTable, uri: str, *, min_files: int = 2, target_bytes: int = TARGET_BYTES,
+                  max_rewrite_bytes: int = MAX_REWRITE_BYTES) -> ClusteringResult | None:
+    """One clustering run on ``table`` as loaded (its version is the one the commit checks against),
+    whose folder is ``uri`` (the sink's form: delta-rs's ``table_uri`` escapes characters a file system
+    path keeps);
+    None when fewer than ``min_files`` files need it. Raises delta-rs's CommitFailedError when another writer removed one of
+    its files meanwhile: the files it wrote are deleted first."""
+    plan, left = clustering_plan(held_files(table), target_bytes=target_bytes, max_rewrite_bytes=max_rewrite_bytes)
+    if left:
+        log.warning("%s: %d group(s) of overlapping files exceed %d MiB and are left unclustered (their merges "
+                    "read them all)", table.table_uri, left, max_rewrite_bytes >> 20)
+    if sum(len(group) for group in plan) < max(min_files, 2):
+        return None
+    file_schema = pa.schema(table.schema().to_arrow())
+    written: list[DataFile] = []
+    try:
+        for group in plan:
+            written += rewrite_in_key_order(uri, group, file_schema, target_bytes=target_bytes)
+        now = int(time.time() * 1000)
+        removed = [f for group in plan for f in group]
+        actions: list[AddAction | RemoveAction] = [f.add_action(data_change=False) for f in written]
+        actions += [RemoveAction(f.path, False, now, f.size, {}) for f in removed]
+        result = ClusteringResult(len(removed), len(written), sum(f.rows for f in removed), left)
+        table.create_write_transaction(actions, "append", file_schema, commit_properties=CommitProperties(
+            custom_metadata={CLUSTERING_COMMIT: str(result)}))
+    except BaseException:
+        for data_file in written:
+            delete_data_file(uri, data_file.path)
+        raise
+    return result
+
+
+def _conformed(data: pa.Table, file_schema: pa.Schema) -> pa.Table:
+    return conform_to(data, file_schema)[0]

@@ -1,0 +1,139 @@
+"""Clustering a Delta table's data files by the chunk key (sinks/clustering.py, ``DeltaSink.cluster``):
+which files a run rewrites, that it keeps every row and changes none, that its files come out with
+ranges apart, and that a commit racing it wins, on a real Delta table on local disk."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+from deltalake.exceptions import CommitFailedError
+
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.sinks.clustering import CLUSTERING_COMMIT, HeldFile, cluster_table, clustering_plan, held_files
+from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+
+T = TableId("db", "line items")  # a name its folder keeps and a URI escapes
+SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("v", pa.string()), pa.field("_cdc_chunk", pa.string())])
+MIB = 1 << 20
+
+
+def rows(*ids: int, v: str = "a") -> pa.Table:
+    return pa.table({"id": pa.array(ids, pa.int64()), "v": [v] * len(ids), "_cdc_chunk": [f"k{i:04d}" for i in ids]},
+                    schema=SCHEMA)
+
+
+def held(name: str, low: int, high: int, size_mib: float) -> HeldFile:
+    return HeldFile(name, int(size_mib * MIB), 100, f"k{low:04d}", f"k{high:04d}")
+
+
+def names(plan: list[list[HeldFile]]) -> list[list[str]]:
+    return [[f.path for f in group] for group in plan]
+
+
+@pytest.fixture
+def sink(tmp_path) -> DeltaSink:
+    sink = DeltaSink(str(tmp_path / "lake"))
+    DeltaTable.create(sink.table_uri(T), SCHEMA)
+    return sink
+
+
+def test_files_whose_ranges_overlap_are_rewritten_together_and_large_apart_files_stay():
+    files = [held("a", 0, 99, 100), held("b", 100, 199, 100), held("wide", 50, 150, 100), held("c", 200, 299, 100)]
+    plan, left = clustering_plan(files, target_bytes=128 * MIB, max_rewrite_bytes=1024 * MIB)
+    assert names(plan) == [["a", "wide", "b"]] and left == 0
+
+
+def test_runs_of_small_neighbours_are_joined_up_to_the_target_size():
+    small = [held(f"s{n}", 10 * n, 10 * n + 9, 7) for n in range(10)]  # small: under 64 / 8 MiB
+    files = small + [held("big", 100, 199, 100), held("t", 200, 209, 7), held("u", 210, 219, 7)]
+    plan, _ = clustering_plan(files, target_bytes=64 * MIB, max_rewrite_bytes=1024 * MIB)
+    assert names(plan) == [[f"s{n}" for n in range(9)], ["t", "u"]]  # s9 would pass 64 MiB, alone it stays
+
+
+def test_an_overlapping_group_larger_than_a_run_may_rewrite_is_left_and_counted():
+    files = [held("a", 0, 99, 300), held("b", 50, 150, 300), held("c", 200, 209, 1), held("d", 210, 219, 1)]
+    plan, left = clustering_plan(files, target_bytes=128 * MIB, max_rewrite_bytes=512 * MIB)
+    assert names(plan) == [["c", "d"]] and left == 1
+
+
+def test_a_clustered_table_keeps_every_row_in_files_whose_ranges_are_apart(sink):
+    uri = sink.table_uri(T)
+    for ids in [range(0, 400, 2), range(1, 400, 2), range(1000, 1010)]:  # evens and odds overlap
+        write_deltalake(uri, rows(*ids), mode="append")
+    before = DeltaTable(uri).to_pyarrow_table().sort_by("id")
+    result = sink.cluster(T, target_bytes=2048)
+    table = DeltaTable(uri)
+    assert table.to_pyarrow_table().sort_by("id").equals(before)
+    ranges = sorted((f.low, f.high) for f in held_files(table))
+    assert all(high < low for (_, high), (low, _) in zip(ranges, ranges[1:])), ranges
+    assert result is not None and (result.files_read, result.rows) == (2, 400)
+    assert result.files_written == len(ranges) - 1 > 1
+
+
+def test_a_clustering_commit_changes_no_data(sink):
+    uri = sink.table_uri(T)
+    write_deltalake(uri, rows(1, 5), mode="append")
+    write_deltalake(uri, rows(3, 7), mode="append")
+    sink.cluster(T)
+    commit = Path(uri, "_delta_log", f"{DeltaTable(uri).version():020d}.json").read_text().splitlines()
+    actions = [json.loads(line) for line in commit]
+    changes = [a[kind]["dataChange"] for a in actions for kind in ("add", "remove") if kind in a]
+    assert changes == [False, False, False]
+    assert DeltaTable(uri).history(1)[0][CLUSTERING_COMMIT] == "2 file(s) rewritten as 1 (4 rows)"
+
+
+def test_a_merge_after_clustering_reads_only_the_file_holding_its_key(sink):
+    uri = sink.table_uri(T)
+    for start in range(0, 40, 10):  # interleaved: every file spans the whole range
+        write_deltalake(uri, rows(*range(start // 10, 400, 4)), mode="append")
+    sink.cluster(T, target_bytes=1024)
+    files = len(held_files(DeltaTable(uri)))
+    DeltaTable(uri).merge(rows(201, v="b"), predicate="t.id = s.id AND t._cdc_chunk >= 'k0201' AND t._cdc_chunk <= 'k0201'",
+                          source_alias="s", target_alias="t").when_matched_update_all().execute()
+    assert files > 4
+    assert DeltaTable(uri).history(1)[0]["operationMetrics"]["num_target_files_scanned"] == 1
+
+
+def test_a_commit_that_rewrote_a_file_meanwhile_fails_the_clustering_which_leaves_no_files(sink):
+    uri = sink.table_uri(T)
+    write_deltalake(uri, rows(1, 5), mode="append")
+    write_deltalake(uri, rows(3, 7), mode="append")
+    planned = DeltaTable(uri)
+    DeltaTable(uri).merge(rows(3, v="b"), predicate="t.id = s.id", source_alias="s",
+                          target_alias="t").when_matched_update_all().execute()
+    with pytest.raises(CommitFailedError):
+        cluster_table(planned, uri)
+    assert not list(Path(uri).glob("clustered-*"))
+    assert sink.cluster(T) is not None  # planned again from the merge's version
+    values = {r["id"]: r["v"] for r in DeltaTable(uri).to_pyarrow_table().to_pylist()}
+    assert values == {1: "a", 3: "b", 5: "a", 7: "a"}
+
+
+def test_a_table_with_nothing_to_rewrite_is_left_as_it_is(sink):
+    uri = sink.table_uri(T)
+    write_deltalake(uri, rows(1, 2), mode="append")
+    write_deltalake(uri, rows(3, 4), mode="append")
+    version = DeltaTable(uri).version()
+    assert sink.cluster(T, target_bytes=8) is None
+    assert DeltaTable(uri).version() == version
+
+
+def test_files_without_chunk_statistics_are_left_where_they_are(sink):
+    uri = sink.table_uri(T)
+    DeltaTable(uri).alter.set_table_properties({"delta.dataSkippingNumIndexedCols": "0"})
+    write_deltalake(uri, rows(1, 5), mode="append")
+    write_deltalake(uri, rows(3, 7), mode="append")
+    assert held_files(DeltaTable(uri)) == [] and sink.cluster(T) is None
+
+
+def test_a_table_is_clustered_only_once_min_files_files_need_it(sink):
+    uri = sink.table_uri(T)
+    for n in range(3):
+        write_deltalake(uri, rows(10 * n, 10 * n + 1), mode="append")
+    assert sink.cluster(T, min_files=4) is None
+    write_deltalake(uri, rows(99), mode="append")
+    assert sink.cluster(T, min_files=4).files_read == 4
