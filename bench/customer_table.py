@@ -1,8 +1,10 @@
-"""A TPC-DS ``customer``-shaped table (18 columns), generated inside the server (fast)."""
+"""The benchmarks' tables: a TPC-DS ``customer``-shaped one (18 columns), and any other shape
+(``fresh_table``), generated inside the server (fast)."""
 
 from __future__ import annotations
 
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.devtools.throwaway_server import ThrowawayMariaDB
 
 CUSTOMER_DDL = """
 CREATE TABLE {name} (
@@ -61,3 +63,14 @@ def create_customer_table(conn, table: TableId, rows: int, batch: int = 250_000)
 def add_customer_rows(cur, table: TableId, first: int, last: int) -> None:
     """Insert the rows of keys ``first`` to ``last`` (a sequence table of the database supplies them)."""
     cur.execute(_FILL.format(name=table.quoted, database=table.database, first=first, last=last))
+
+
+def fresh_table(server: ThrowawayMariaDB, table: TableId, columns: str, fill_select: str):
+    """(Re)create a bench table and fill it from ``fill_select`` (over MariaDB's seq tables)."""
+    conn = server.connect_root()
+    with conn.cursor() as cur:
+        cur.execute(f"DROP TABLE IF EXISTS {table.quoted}")
+        cur.execute(f"CREATE TABLE {table.quoted} ({columns})")
+        cur.execute(f"INSERT INTO {table.quoted} {fill_select}")
+    conn.commit()
+    return conn

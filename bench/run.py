@@ -10,10 +10,11 @@
 2. stream apply rate for a large UPDATE burst: our stream job vs ``mariadb-binlog -v`` vs raw
    python-mysql-replication decoding of the same binlog range; then one OLTP-shaped change
    workload streamed into a 1M-row and a 10M-row sink (bench/merge_scaling.py);
-3. commit-to-visible latency in Delta at a steady 1,000 row changes/s (p50, p99);
+3. commit-to-visible latency in Delta at a steady 1,000 and 10,000 row changes/s (p50, p99; bench/latency.py);
 4. peak memory (RSS of the driver and the executors) of the stream for one 5M-row UPDATE, side by
    side with a transaction a fifth that size and with the memory limits switched off (bench/memory.py);
-5. a chunk task's fixed cost: spark-submit vs a Spark Connect session (bench/fixed_cost.py);
+5. a chunk task's fixed cost: spark-submit vs a Spark Connect session (bench/fixed_cost.py), and an
+   available-now stream task's, phase by phase (bench/stream_startup.py);
 6. the first DAG run capturing 100 small tables under ``airflow standalone``, chunks on Spark Connect vs
    spark-submit (bench/many_tables.py; only with ``--only many-tables``: it takes about 10 minutes).
 
@@ -28,11 +29,9 @@ import json
 import os
 import platform
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -52,7 +51,9 @@ from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.spark.submit import SparkSubmit, spark_home
 
-from bench.customer_table import create_customer_table
+from bench.customer_table import create_customer_table, fresh_table
+from bench.latency import bench_latency, latency_report
+from bench.stream_startup import bench_stream_startup, stream_startup_report
 from bench.fixed_cost import CONNECT_CONN_ID, bench_fixed_cost, fixed_cost_report
 from bench.many_tables import bench_many_tables, many_tables_report
 from bench.memory import ROLES, PeakRss, bench_memory, memory_report
@@ -60,17 +61,6 @@ from bench.merge_scaling import bench_merge_scaling, merge_scaling_report
 
 ROOT = Path(__file__).resolve().parent.parent
 JDBC_JAR = Path("/usr/share/java/mariadb-java-client.jar")
-
-
-def fresh_table(server: ThrowawayMariaDB, table: TableId, columns: str, fill_select: str):
-    """(Re)create a bench table and fill it from ``fill_select`` (over MariaDB's seq tables)."""
-    conn = server.connect_root()
-    with conn.cursor() as cur:
-        cur.execute(f"DROP TABLE IF EXISTS {table.quoted}")
-        cur.execute(f"CREATE TABLE {table.quoted} ({columns})")
-        cur.execute(f"INSERT INTO {table.quoted} {fill_select}")
-    conn.commit()
-    return conn
 
 
 def timed(fn):
@@ -224,77 +214,6 @@ def bench_stream(server: ThrowawayMariaDB, work: Path, burst: int, secrets: Path
     return out
 
 
-# --- 3. latency ------------------------------------------------------------------------------------
-def bench_latency(server: ThrowawayMariaDB, work: Path, secrets: Path, rate: int = 1000, seconds: int = 40) -> dict:
-    from deltalake import DeltaTable
-
-    table = TableId("bench", "latency")
-    conn = fresh_table(server, table, "id INT PRIMARY KEY, t_ms BIGINT", "SELECT seq, 0 FROM bench.seq_1_to_1000")
-    lake = work / "latency-lake"
-    sink = DeltaSink(str(lake))
-    sink.prepare(load_table_schema(conn, table))
-    PipelineState(str(work / "latency-state")).commit(
-        {table: CapturedTable("id", [stream_only_split(table, "id", current_offset(conn))])})
-    job = StreamJob(state=str(work / "latency-state"), sink_root=str(lake),
-                    mode="continuous", trigger_interval_s=0.2)
-    (work / "latency.json").write_text(job.to_json())
-    submit = SparkSubmit(master="local[2]", work_dir=work / "spark")
-    proc = submit.start("binlog_stream.py", ["--job", str(work / "latency.json")], secrets, work / "latency.log")
-    uri = sink.table_uri(table)
-    try:
-        # wait until the stream applies a first change
-        with conn.cursor() as cur:
-            cur.execute(f"UPDATE {table.quoted} SET t_ms = 1 WHERE id = 1")
-        conn.commit()
-        deadline = time.time() + 180
-        while time.time() < deadline and 1 not in DeltaTable(uri).to_pyarrow_table(columns=["t_ms"]).column(0).to_pylist():
-            time.sleep(0.2)
-        latencies: list[float] = []
-        stop = threading.Event()
-
-        def write() -> None:
-            writer = server.connect_root()
-            tick = 0.05
-            per_tick = max(1, int(rate * tick))
-            next_at = time.time()
-            i = 0
-            while not stop.is_set():
-                with writer.cursor() as cur:
-                    now_ms = int(time.time() * 1000)
-                    ids = [(i + k) % 1000 + 1 for k in range(per_tick)]
-                    cur.execute(f"UPDATE {table.quoted} SET t_ms = %s WHERE id IN ({', '.join(map(str, ids))})", (now_ms,))
-                writer.commit()
-                i += per_tick
-                next_at += tick
-                time.sleep(max(0.0, next_at - time.time()))
-
-        thread = threading.Thread(target=write, daemon=True)
-        seen: set[int] = set()
-        version = -1
-        thread.start()
-        end_at = time.time() + seconds
-        while time.time() < end_at:
-            table_handle = DeltaTable(uri)
-            if table_handle.version() != version:
-                version = table_handle.version()
-                now = time.time() * 1000
-                for t in table_handle.to_pyarrow_table(columns=["t_ms"]).column(0).to_pylist():
-                    if t and t > 1 and t not in seen:
-                        seen.add(t)
-                        latencies.append((now - t) / 1000)
-            time.sleep(0.05)
-        stop.set()
-        thread.join()
-    finally:
-        import signal as _signal
-
-        os.killpg(proc.pid, _signal.SIGKILL)
-        proc.wait()
-    latencies.sort()
-    return {"rate": rate, "seconds": seconds, "samples": len(latencies),
-            "p50_s": statistics.median(latencies), "p99_s": latencies[int(0.99 * (len(latencies) - 1))]}
-
-
 # --- report ----------------------------------------------------------------------------------------
 def machine() -> str:
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
@@ -345,7 +264,7 @@ def large_snapshot_report(snap: dict) -> list[str]:
     ]
 
 
-def report(snap: dict, stream: dict, merge: dict, latency: dict, memory: dict, fixed: dict) -> str:
+def report(snap: dict, stream: dict, merge: dict, latency: dict, memory: dict, fixed: dict, startup: dict) -> str:
     n = snap["rows"]
     quick = n / snap["mariadb_quick_s"]
     ours_work, ours_total = n / snap["ours_work_s"], n / snap["ours_total_s"]
@@ -353,7 +272,6 @@ def report(snap: dict, stream: dict, merge: dict, latency: dict, memory: dict, f
     c = stream["changes"]
     binlog_rate, raw_rate = c / stream["mariadb_binlog_s"], c / stream["pymysqlrepl_s"]
     ours_stream = c / stream["ours_stream_s"]
-    p50, p99 = latency["p50_s"], latency["p99_s"]
     lines = [
         "# Benchmarks", "",
         f"Run {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC with `bin/bench --rows {n}` on: {machine()}.",
@@ -380,12 +298,10 @@ def report(snap: dict, stream: dict, merge: dict, latency: dict, memory: dict, f
         f"| stream job, end to end (available-now spark-submit) | {stream['ours_total_s']:.1f} | {c / stream['ours_total_s']:,.0f} |",
         "", f"- >= 20,000 row changes/s applied: {verdict(ours_stream >= 20000, f'{ours_stream:,.0f}/s, {ours_stream / 20000:.2f} of target')}",
         "", *merge_scaling_report(merge),
-        f"## Commit-to-visible latency at {latency['rate']:,} row changes/s ({latency['samples']} commits over {latency['seconds']}s)", "",
-        "| p50 | p99 |", "|---:|---:|", f"| {latency['p50_s']:.2f} s | {latency['p99_s']:.2f} s |", "",
-        f"- p50 < 2 s: {verdict(p50 < 2, f'{p50:.2f} s')}",
-        f"- p99 < 5 s: {verdict(p99 < 5, f'{p99:.2f} s')}", "",
+        *latency_report(latency),
         *memory_report(memory),
         *fixed_cost_report(fixed),
+        *stream_startup_report(startup),
     ]
     notes = ROOT / "bench" / "notes.md"
     return "\n".join(lines) + ("\n" + notes.read_text() if notes.exists() else "")
@@ -401,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory-rows", type=int, default=5_000_000,
                         help="rows of the one UPDATE the memory benchmark streams")
     parser.add_argument("--only", choices=["snapshot", "stream", "merge-scaling", "latency", "memory", "fixed-cost",
-                                           "many-tables"],
+                                           "stream-startup", "many-tables"],
                         help="run one benchmark and print its numbers (docs/benchmarks.md is left alone)")
     args = parser.parse_args(argv)
     ensure_jdbc_jar()
@@ -419,15 +335,20 @@ def main(argv: list[str] | None = None) -> int:
                        "latency": lambda: bench_latency(server, work, secrets),
                        "memory": lambda: bench_memory(server, work, secrets, args.memory_rows),
                        "fixed-cost": lambda: bench_fixed_cost(server, work, secrets),
+                       "stream-startup": lambda: bench_stream_startup(server, work, secrets),
                        "many-tables": lambda: bench_many_tables(server, work)}[args.only]
                 result = run()
                 print(json.dumps(result, indent=2))
                 if args.only == "merge-scaling":
                     print("\n".join(merge_scaling_report(result)))
+                if args.only == "latency":
+                    print("\n".join(latency_report(result)))
                 if args.only == "memory":
                     print("\n".join(memory_report(result)))
                 if args.only == "fixed-cost":
                     print("\n".join(fixed_cost_report(result)))
+                if args.only == "stream-startup":
+                    print("\n".join(stream_startup_report(result)))
                 if args.only == "many-tables":
                     print("\n".join(many_tables_report(result)))
                 return 0
@@ -437,14 +358,16 @@ def main(argv: list[str] | None = None) -> int:
             latency = bench_latency(server, work, secrets)
             memory = bench_memory(server, work, secrets, args.memory_rows)
             fixed = bench_fixed_cost(server, work, secrets)
-        text = report(snap, stream, merge, latency, memory, fixed)
+            startup = bench_stream_startup(server, work, secrets)
+        text = report(snap, stream, merge, latency, memory, fixed, startup)
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(text)
         print(text)
         (Path(args.out).with_suffix(".json")).write_text(json.dumps({"snapshot": snap, "stream": stream,
                                                                        "merge_scaling": merge,
                                                                        "latency": latency, "memory": memory,
-                                                                       "fixed_cost": fixed}, indent=2))
+                                                                       "fixed_cost": fixed,
+                                                                       "stream_startup": startup}, indent=2))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

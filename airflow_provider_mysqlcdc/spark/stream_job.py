@@ -516,6 +516,9 @@ class BatchFollower:
         except LeaseLost:
             return
         for progress in new:
+            if self.last_batch < 0:  # the start-up's share of the first batch, in the task log
+                log.info("first batch %d, Spark's phases: %s", progress["batchId"], ", ".join(
+                    f"{name} {ms} ms" for name, ms in sorted((progress.get("durationMs") or {}).items())))
             self.last_batch = progress["batchId"]
             record_processed_offset(self.state, self.job, progress)
             # the batch's start is the previous batch's end: committed in the checkpoint, never replayed
@@ -545,6 +548,7 @@ def run_stream_job(spark: Any, source: SourceConfig, job: StreamJob, *, source_f
         raise ValueError("the stream's Spark side needs source_file, the private credentials file it reads")
     state = PipelineState(job.state)
     app_id, ui_url = application_of(spark)
+    log.info("stream job started on Spark application %s", app_id)
     # first of all: nothing below may run while another stream runs (it deletes spill folders, too)
     held = StreamLeases(state).acquire(job.holder or f"a stream started outside Airflow ({app_id})",
                                        ttl_s=job.lease_ttl_s, report=job.report)
@@ -579,6 +583,7 @@ def stop_queries(spark: Any, grace_s: float = 10.0) -> None:
 
 def _run_stream(spark: Any, source: SourceConfig, job: StreamJob, source_file: str, state: PipelineState,
                 fence: Callable[[], None]) -> dict[str, Any]:
+    preparing = time.monotonic()
     source = source.with_retry(job.retry_budget_s)
     connect = is_connect(spark)  # the applier and the source's readers run on a Spark Connect server
     spark_side = source.for_executors(source_file)  # what the functions Spark runs get: no password
@@ -601,6 +606,8 @@ def _run_stream(spark: Any, source: SourceConfig, job: StreamJob, source_file: s
     else:
         writer = writer.trigger(processingTime=f"{job.trigger_interval_s} seconds")
     started, started_at = time.monotonic(), time.time()
+    log.info("stream prepared in %.2fs (lease, sink positions against the binlog head, spill folders, checkpoint "
+             "identity); starting its query", started - preparing)
     follower = BatchFollower(state, job, fence, echo_batches=connect)
     query = writer.start()
     while not query.awaitTermination(1):

@@ -1,0 +1,111 @@
+"""What an available-now stream costs around its work (``bin/bench --only stream-startup``).
+
+An available-now stream task (one spark-submit) applies 100 row changes of a small table, three
+times, each run after 100 new changes. Its phases come from the timestamps and figures of its own
+log (spark/stream_job.py writes them for every run, so a task log shows them too):
+
+- JVM and Spark session: from the launch to the stream job's first line;
+- preparation: lease, sink positions against the binlog head, spill folders, checkpoint identity;
+- query start, offsets and planning: Spark's ``latestOffset``, ``getBatch`` and ``queryPlanning``
+  of the first batch, and the rest of the time until the batch starts applying;
+- the batch: reading the binlog (the Python workers' start included, from Spark's own figures for
+  them) and merging into Delta;
+- checkpoint: Spark's ``walCommit`` and ``commitOffsets``;
+- shutdown: from the batch's end to the process's exit (the query ends, the session stops).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import statistics
+import time
+from pathlib import Path
+
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
+from airflow_provider_mysqlcdc.cdc.source.server import current_offset
+from airflow_provider_mysqlcdc.devtools.throwaway_server import ThrowawayMariaDB
+from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
+from airflow_provider_mysqlcdc.protocol.state import CapturedTable, stream_only_split
+from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
+from airflow_provider_mysqlcdc.state.registry import PipelineState
+from bench.customer_table import fresh_table
+
+RUNS = 3
+CHANGES = 100
+PHASES = ("JVM and Spark session", "preparation", "query start, offsets and planning", "Python workers' start",
+          "reading the binlog (after the workers' start)", "merging into Delta", "the rest of the batch", "checkpoint",
+          "shutdown")
+
+_STAMP = r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO airflow_provider_mysqlcdc\.spark\.stream_job: "
+
+
+def bench_stream_startup(server: ThrowawayMariaDB, work: Path, secrets: Path) -> dict:
+    table = TableId("bench", "startup")
+    conn = fresh_table(server, table, "id INT PRIMARY KEY, v INT", "SELECT seq, 0 FROM bench.seq_1_to_1000")
+    lake, state = work / "startup-lake", work / "startup-state"
+    DeltaSink(str(lake)).prepare(load_table_schema(conn, table))
+    PipelineState(str(state)).commit({table: CapturedTable("id", [stream_only_split(table, "id", current_offset(conn))])})
+    (work / "startup.json").write_text(StreamJob(state=str(state), sink_root=str(lake)).to_json())
+    submit = SparkSubmit(master="local[2]", work_dir=work / "spark")
+    runs = []
+    for _ in range(RUNS):
+        with conn.cursor() as cur:
+            cur.execute(f"UPDATE {table.quoted} SET v = v + 1 WHERE id <= {CHANGES}")
+        conn.commit()
+        launched = time.time()
+        result = submit.run("binlog_stream.py", ["--job", str(work / "startup.json")], secrets)
+        ended = time.time()
+        assert result["changes_applied"] == CHANGES, result
+        runs.append(_phases(submit.last_log, launched, ended))
+        print("stream start-up: " + ", ".join(f"{name} {s:.2f}s" for name, s in runs[-1].items()), flush=True)
+    return {"changes": CHANGES, "runs": runs}
+
+
+def _phases(log: str, launched: float, ended: float) -> dict[str, float]:
+    def at(message: str) -> tuple[float, re.Match]:
+        found = re.search(_STAMP + message, log, re.MULTILINE)
+        if found is None:
+            raise AssertionError(f"no {message!r} line in the stream's log:\n{log[-3000:]}")
+        return dt.datetime.strptime(found.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp(), found
+
+    started, _ = at("stream job started")
+    prepared, _ = at(r"stream prepared in ([\d.]+)s")
+    batch_end, batch = at(r"stream batch \d+: \d+ changes applied in ([\d.]+)s \(([\d.]+)s reading the binlog, "
+                          r"([\d.]+)s merging")
+    _, spark = at(r"first batch \d+, Spark's phases: (.*)$")
+    ms = {name: int(value) / 1000 for name, value in re.findall(r"(\w+) (\d+) ms", spark.group(1))}
+    workers = max((int(boot) + int(init)) / 1000 for boot, init in
+                  re.findall(r"Times: total = \d+, boot = (\d+), init = (\d+)", log))
+    applied_s, read_s, merge_s = (float(batch.group(n)) for n in (1, 2, 3))
+    batch_start = batch_end - applied_s
+    phases = {
+        "JVM and Spark session": started - launched,
+        "preparation": prepared - started,
+        # the offsets' write-ahead log is written before the batch runs, their commit after it
+        "query start, offsets and planning": batch_start - prepared - ms.get("walCommit", 0),
+        "Python workers' start": min(workers, read_s),
+        "reading the binlog (after the workers' start)": max(0.0, read_s - workers),
+        "merging into Delta": merge_s,
+        "checkpoint": ms.get("walCommit", 0) + ms.get("commitOffsets", 0),
+        "shutdown": ended - batch_end - ms.get("commitOffsets", 0),
+    }
+    phases["the rest of the batch"] = ended - launched - sum(phases.values())
+    return {**phases, "end to end": ended - launched}
+
+
+def stream_startup_report(result: dict) -> list[str]:
+    runs = result["runs"]
+    total = statistics.median(r["end to end"] for r in runs)
+    lines = [f"## An available-now stream task's fixed cost: {result['changes']} row changes, {len(runs)} runs", "",
+             "Each run is one spark-submit in local mode applying one batch; the phases come from the stream's own "
+             "log lines (the same lines every stream task logs).", "",
+             "| phase | median seconds | share | each run |", "|---|---:|---:|---|"]
+    for phase in PHASES:
+        values = [r[phase] for r in runs]
+        median = statistics.median(values)
+        lines.append(f"| {phase} | {median:.2f} | {median / total:.0%} | " + ", ".join(f"{v:.2f}" for v in values) + " |")
+    lines.append(f"| **end to end** | **{total:.2f}** | 100% | " + ", ".join(f"{r['end to end']:.2f}" for r in runs) + " |")
+    biggest = max(PHASES, key=lambda p: statistics.median(r[p] for r in runs))
+    return lines + ["", f"- the biggest fixed cost: {biggest} (see the notes below for the plan)", ""]
