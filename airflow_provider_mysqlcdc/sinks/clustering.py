@@ -41,7 +41,7 @@ TARGET_BYTES = 128 << 20
 CLUSTERING_COMMIT = "mysqlcdc.clustering"
 #: a run never rewrites more than this many bytes of Parquet at once (its rows are sorted in memory):
 #: a larger group of overlapping files is left, and logged
-MAX_REWRITE_BYTES = 512 << 20
+MAX_REWRITE_BYTES = 256 << 20
 
 
 @dataclass(frozen=True)

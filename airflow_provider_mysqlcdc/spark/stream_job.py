@@ -250,7 +250,12 @@ class BatchApplier:
             return
         for table_id in sorted(tables - set(self.frozen)):
             started = time.monotonic()
-            result = self.sink.cluster(table_id, min_files=self.job.cluster_after_files)
+            try:
+                result = self.sink.cluster(table_id, min_files=self.job.cluster_after_files)
+            except Exception as exc:  # noqa: BLE001 - the batch is applied; clustering can wait for the next one
+                log.warning("clustering %s failed (the batch stands; the next batch tries again): %s: %s", table_id,
+                            type(exc).__name__, exc)
+                continue
             if result is not None:
                 log.info("clustered %s by its chunk key: %s in %.1fs", table_id, result, time.monotonic() - started)
 
