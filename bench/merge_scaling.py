@@ -31,6 +31,7 @@ SIZES = (1_000_000, 10_000_000)
 #: deletes the rows of five transactions before
 TRANSACTIONS = 300
 KEY = "c_customer_sk"
+BATCH_EVENTS = 100
 
 
 def bench_merge_scaling(server: ThrowawayMariaDB, work: Path, secrets: Path) -> dict:
@@ -51,16 +52,21 @@ def _one_size(server: ThrowawayMariaDB, work: Path, secrets: Path, rows: int) ->
     start = current_offset(conn)
     changes = _workload(conn, table, rows)
     PipelineState(str(state)).commit({table: CapturedTable(KEY, [stream_only_split(table, KEY, start)])})
-    (work / "grow-stream.json").write_text(StreamJob(state=str(state), sink_root=str(lake)).to_json())
+    # batches of about 15 transactions, as a stream following a live server commits them: each merge
+    # and each clustering between them is measured against the table's size
+    (work / "grow-stream.json").write_text(StreamJob(state=str(state), sink_root=str(lake),
+                                                     max_batch_events=BATCH_EVENTS).to_json())
     started = time.monotonic()
     result = submit.run("binlog_stream.py", ["--job", str(work / "grow-stream.json")], secrets)
     total = time.monotonic() - started
     assert result["changes_applied"] == changes, (result, changes)
+    print("\n".join(line for line in submit.last_log.splitlines() if "clustered" in line), flush=True)
     with conn.cursor() as cur:
         cur.execute(f"DROP TABLE {table.quoted}")
     print(f"merge scaling: {changes} changes into a {rows:,}-row sink in {result['streaming_seconds']:.1f}s streaming "
           f"({total:.1f}s total)", flush=True)
-    return {"rows": rows, "changes": changes, "streaming_s": result["streaming_seconds"], "total_s": total}
+    return {"rows": rows, "changes": changes, "streaming_s": result["streaming_seconds"], "total_s": total,
+            "batches": result["last_batch"] + 1}
 
 
 def _workload(conn, table: TableId, rows: int) -> int:
@@ -88,10 +94,12 @@ def merge_scaling_report(result: dict) -> list[str]:
              f"{large['rows']:,}-row sink", "",
              f"{TRANSACTIONS} transactions of 100 new rows past the table's end; every second one updates the rows "
              "of the one before, every tenth deletes 100 rows inserted five transactions before. Each sink was "
-             "snapshotted by the chunk job first; an available-now stream applies the workload.", "",
-             "| sink rows | row changes | streaming seconds | row changes/s |", "|---:|---:|---:|---:|"]
+             f"snapshotted by the chunk job first; an available-now stream applies the workload in batches of at most "
+             f"{BATCH_EVENTS} binlog events (clustering the files between them, as it does by default).", "",
+             "| sink rows | row changes | batches | streaming seconds | row changes/s |", "|---:|---:|---:|---:|---:|"]
     for run in result["runs"]:
-        lines.append(f"| {run['rows']:,} | {run['changes']:,} | {run['streaming_s']:.1f} | {rate[run['rows']]:,.0f} |")
+        lines.append(f"| {run['rows']:,} | {run['changes']:,} | {run.get('batches', 1)} | {run['streaming_s']:.1f} | "
+                     f"{rate[run['rows']]:,.0f} |")
     verdict = "met" if ratio >= 0.7 else "MISSED"
     return lines + ["", f"- changes/s into the {large['rows']:,}-row sink >= 0.7 x into the {small['rows']:,}-row "
                         f"sink: {verdict} ({ratio:.2f}x)", ""]

@@ -75,10 +75,10 @@ def _phases(log: str, launched: float, ended: float) -> dict[str, float]:
     batch_end, batch = at(r"stream batch \d+: \d+ changes applied in ([\d.]+)s \(([\d.]+)s reading the binlog, "
                           r"([\d.]+)s merging")
     _, spark = at(r"first batch \d+, Spark's phases: (.*)$")
-    ms = {name: int(value) / 1000 for name, value in re.findall(r"(\w+) (\d+) ms", spark.group(1))}
+    ms = {name: int(value) / 1000 for name, value in re.findall(r"(\w+) (\d+) ms", spark.group(2))}
     workers = max((int(boot) + int(init)) / 1000 for boot, init in
                   re.findall(r"Times: total = \d+, boot = (\d+), init = (\d+)", log))
-    applied_s, read_s, merge_s = (float(batch.group(n)) for n in (1, 2, 3))
+    applied_s, read_s, merge_s = (float(batch.group(n)) for n in (2, 3, 4))  # 1: the stamp
     batch_start = batch_end - applied_s
     phases = {
         "JVM and Spark session": started - launched,

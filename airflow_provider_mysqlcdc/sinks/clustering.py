@@ -8,8 +8,9 @@ few small files. Clustering rewrites exactly those files, in key order:
 
 - files whose ranges overlap, transitively, form one group and are rewritten together, sorted by
   ``_cdc_chunk`` and cut into files of about ``target_bytes`` with ranges apart again;
-- runs of small neighbours (each under an eighth of ``target_bytes``) are joined up to that size;
-- every other file stays as it is, so a clustering run costs what the stream spoilt, not the table.
+- runs of small neighbours (each under ``target_bytes / 32``) are joined up to that size;
+- every other file stays as it is, and a run rewrites at most ``max_rewrite_bytes`` (the rest waits
+  for the next run), so a clustering run costs what the stream spoilt, never the whole table.
 
 The rewrite changes no row: its commit adds and removes files with ``dataChange = false``, as Delta's
 OPTIMIZE does, so a streaming reader of the table sees nothing new. Its snapshot is the one it planned
@@ -83,8 +84,14 @@ def held_files(table: DeltaTable) -> list[HeldFile]:
 
 def clustering_plan(files: list[HeldFile], *, target_bytes: int = TARGET_BYTES,
                     max_rewrite_bytes: int = MAX_REWRITE_BYTES) -> tuple[list[list[HeldFile]], int]:
-    """The groups of files to rewrite together (each of two files or more), in key order, and how many
-    overlapping groups are left because they exceed ``max_rewrite_bytes``."""
+    """The groups of files to rewrite together (each of two files or more) in one run, and how many
+    overlapping groups are left because one alone exceeds ``max_rewrite_bytes``.
+
+    Overlapping groups come first (they are what makes a merge read more files than its keys need),
+    then runs of small neighbours (what each batch's inserts add), in key order, as long as the run's
+    bytes stay within ``max_rewrite_bytes``: the rest waits for the next run, so a run's cost is
+    bounded however much the merges left. A file is small under ``target_bytes / 32`` (4 MiB by
+    default): the snapshot's files, one per partition, are larger and already apart."""
     overlapping: list[list[HeldFile]] = []
     reach = ""
     for held in sorted(files, key=lambda f: (f.low, f.high)):
@@ -94,14 +101,15 @@ def clustering_plan(files: list[HeldFile], *, target_bytes: int = TARGET_BYTES,
         else:
             overlapping.append([held])
             reach = held.high
-    small = target_bytes // 8
-    plan: list[list[HeldFile]] = []
+    small = target_bytes // 32
+    groups: list[list[HeldFile]] = []
+    runs: list[list[HeldFile]] = []
     left = 0
     run: list[HeldFile] = []
 
     def end_run() -> None:
         if len(run) > 1:
-            plan.append(list(run))
+            runs.append(list(run))
         run.clear()
 
     for group in overlapping:
@@ -110,7 +118,7 @@ def clustering_plan(files: list[HeldFile], *, target_bytes: int = TARGET_BYTES,
             if sum(f.size for f in group) > max_rewrite_bytes:
                 left += 1
             else:
-                plan.append(group)
+                groups.append(group)
         elif group[0].size < small:
             if run and sum(f.size for f in run) + group[0].size > target_bytes:
                 end_run()
@@ -118,7 +126,14 @@ def clustering_plan(files: list[HeldFile], *, target_bytes: int = TARGET_BYTES,
         else:
             end_run()
     end_run()
-    return plan, left
+    plan: list[list[HeldFile]] = []
+    budget = max_rewrite_bytes
+    for group in groups + runs:
+        size = sum(f.size for f in group)
+        if size <= budget:
+            plan.append(group)
+            budget -= size
+    return sorted(plan, key=lambda g: g[0].low), left
 
 
 def rewrite_in_key_order(uri: str, group: list[HeldFile], file_schema: pa.Schema, *,

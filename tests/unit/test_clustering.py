@@ -48,10 +48,25 @@ def test_files_whose_ranges_overlap_are_rewritten_together_and_large_apart_files
 
 
 def test_runs_of_small_neighbours_are_joined_up_to_the_target_size():
-    small = [held(f"s{n}", 10 * n, 10 * n + 9, 7) for n in range(10)]  # small: under 64 / 8 MiB
-    files = small + [held("big", 100, 199, 100), held("t", 200, 209, 7), held("u", 210, 219, 7)]
-    plan, _ = clustering_plan(files, target_bytes=64 * MIB, max_rewrite_bytes=1024 * MIB)
-    assert names(plan) == [[f"s{n}" for n in range(9)], ["t", "u"]]  # s9 would pass 64 MiB, alone it stays
+    small = [held(f"s{n:02d}", 10 * n, 10 * n + 9, 7) for n in range(40)]  # small: under 256 / 32 MiB
+    files = small + [held("big", 400, 499, 100), held("t", 500, 509, 7), held("u", 510, 519, 7)]
+    plan, _ = clustering_plan(files, target_bytes=256 * MIB, max_rewrite_bytes=1024 * MIB)
+    # 36 files make 252 MiB, a 37th would pass 256 MiB; the big file ends a run
+    assert names(plan) == [[f"s{n:02d}" for n in range(36)], [f"s{n:02d}" for n in range(36, 40)], ["t", "u"]]
+
+
+def test_a_file_of_a_snapshot_partition_is_not_small():
+    files = [held(f"p{n}", 10 * n, 10 * n + 9, 12) for n in range(40)]  # 250k rows of a TPC-DS customer
+    assert clustering_plan(files)[0] == []
+
+
+def test_a_run_rewrites_overlapping_groups_first_and_leaves_what_passes_its_budget_to_the_next():
+    files = [held("s1", 0, 9, 1), held("s2", 10, 19, 1), held("a", 100, 199, 60), held("b", 150, 250, 60),
+             held("c", 300, 399, 60), held("d", 350, 450, 60)]
+    plan, left = clustering_plan(files, target_bytes=128 * MIB, max_rewrite_bytes=241 * MIB)
+    assert names(plan) == [["a", "b"], ["c", "d"]] and left == 0
+    plan, _ = clustering_plan(files, target_bytes=128 * MIB, max_rewrite_bytes=200 * MIB)
+    assert names(plan) == [["s1", "s2"], ["a", "b"]]
 
 
 def test_an_overlapping_group_larger_than_a_run_may_rewrite_is_left_and_counted():
