@@ -6,37 +6,49 @@ log (spark/stream_job.py writes them for every run, so a task log shows them too
 
 - JVM and Spark session: from the launch to the stream job's first line;
 - preparation: lease, sink positions against the binlog head, spill folders, checkpoint identity;
+- the binlog source's set-up: registering and loading the Python data source, which Spark plans in
+  a Python worker of its own;
 - query start, offsets and planning: Spark's ``latestOffset``, ``getBatch`` and ``queryPlanning``
   of the first batch, and the rest of the time until the batch starts applying;
 - the batch: reading the binlog (the Python workers' start included, from Spark's own figures for
   them) and merging into Delta;
 - checkpoint: Spark's ``walCommit`` and ``commitOffsets``;
 - shutdown: from the batch's end to the process's exit (the query ends, the session stops).
+
+Then the same three runs as Spark Connect sessions on a server started beforehand (a stream task
+with a ``spark_connect`` connection), end to end only: their batches run on the server.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
+import os
 import re
 import statistics
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
+from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
+from airflow_provider_mysqlcdc.devtools.spark_connect_server import SparkConnectServer
 from airflow_provider_mysqlcdc.devtools.throwaway_server import ThrowawayMariaDB
+from airflow_provider_mysqlcdc.hooks.spark_connect import SparkConnectJobRunner
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.state import CapturedTable, stream_only_split
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from bench.customer_table import fresh_table
+from bench.fixed_cost import CONNECT_CONN_ID
 
 RUNS = 3
 CHANGES = 100
-PHASES = ("JVM and Spark session", "preparation", "query start, offsets and planning", "Python workers' start",
-          "reading the binlog (after the workers' start)", "merging into Delta", "the rest of the batch", "checkpoint",
-          "shutdown")
+PHASES = ("JVM and Spark session", "preparation", "the binlog source's set-up", "query start, offsets and planning",
+          "Python workers' start", "reading the binlog (after the workers' start)", "merging into Delta",
+          "the rest of the batch", "checkpoint", "shutdown")
 
 _STAMP = r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO airflow_provider_mysqlcdc\.spark\.stream_job: "
 
@@ -60,7 +72,22 @@ def bench_stream_startup(server: ThrowawayMariaDB, work: Path, secrets: Path) ->
         assert result["changes_applied"] == CHANGES, result
         runs.append(_phases(submit.last_log, launched, ended))
         print("stream start-up: " + ", ".join(f"{name} {s:.2f}s" for name, s in runs[-1].items()), flush=True)
-    return {"changes": CHANGES, "runs": runs}
+    connected = []
+    source = SourceConfig.from_private_file(secrets)
+    with SparkConnectServer(work / "connect-stream") as connect:
+        os.environ[f"AIRFLOW_CONN_{CONNECT_CONN_ID.upper()}"] = json.dumps(connect.connection(source.password))
+        runner = SparkConnectJobRunner(CONNECT_CONN_ID, conf={}, server_credentials_file=str(connect.credentials_file),
+                                       log=SimpleNamespace(info=lambda *a: None))
+        for _ in range(RUNS):
+            with conn.cursor() as cur:
+                cur.execute(f"UPDATE {table.quoted} SET v = v + 1 WHERE id <= {CHANGES}")
+            conn.commit()
+            started = time.monotonic()
+            result = runner.run("binlog_stream.py", (work / "startup.json").read_text(), source=source, report_folder="")
+            connected.append(time.monotonic() - started)
+            assert result["changes_applied"] == CHANGES, result
+            print(f"stream task on Spark Connect: {connected[-1]:.1f}s", flush=True)
+    return {"changes": CHANGES, "runs": runs, "connect_s": connected}
 
 
 def _phases(log: str, launched: float, ended: float) -> dict[str, float]:
@@ -72,6 +99,7 @@ def _phases(log: str, launched: float, ended: float) -> dict[str, float]:
 
     started, _ = at("stream job started")
     prepared, _ = at(r"stream prepared in ([\d.]+)s")
+    set_up, _ = at(r"stream query set up in ([\d.]+)s")
     batch_end, batch = at(r"stream batch \d+: \d+ changes applied in ([\d.]+)s \(([\d.]+)s reading the binlog, "
                           r"([\d.]+)s merging")
     _, spark = at(r"first batch \d+, Spark's phases: (.*)$")
@@ -83,8 +111,9 @@ def _phases(log: str, launched: float, ended: float) -> dict[str, float]:
     phases = {
         "JVM and Spark session": started - launched,
         "preparation": prepared - started,
+        "the binlog source's set-up": set_up - prepared,
         # the offsets' write-ahead log is written before the batch runs, their commit after it
-        "query start, offsets and planning": batch_start - prepared - ms.get("walCommit", 0),
+        "query start, offsets and planning": batch_start - set_up - ms.get("walCommit", 0),
         "Python workers' start": min(workers, read_s),
         "reading the binlog (after the workers' start)": max(0.0, read_s - workers),
         "merging into Delta": merge_s,
@@ -108,4 +137,9 @@ def stream_startup_report(result: dict) -> list[str]:
         lines.append(f"| {phase} | {median:.2f} | {median / total:.0%} | " + ", ".join(f"{v:.2f}" for v in values) + " |")
     lines.append(f"| **end to end** | **{total:.2f}** | 100% | " + ", ".join(f"{r['end to end']:.2f}" for r in runs) + " |")
     biggest = max(PHASES, key=lambda p: statistics.median(r[p] for r in runs))
-    return lines + ["", f"- the biggest fixed cost: {biggest} (see the notes below for the plan)", ""]
+    connect = result.get("connect_s")
+    on_connect = [] if not connect else [
+        f"- the same task as a Spark Connect session on a running server (the stream's connection a `spark_connect` "
+        f"one): median {statistics.median(connect):.2f} s end to end (each run: "
+        + ", ".join(f"{s:.2f}" for s in connect) + ")"]
+    return lines + ["", f"- the biggest fixed cost: {biggest} (bench/notes.md has the plan)", *on_connect, ""]

@@ -600,6 +600,9 @@ def _run_stream(spark: Any, source: SourceConfig, job: StreamJob, source_file: s
     if identity.new:
         log.info("stream checkpoint %s is new (identity %s): it starts at %s, and applies to each table only the "
                  "changes after the position the table records", job.checkpoint, identity.app_id, identity.initial_offset)
+    log.info("stream prepared in %.2fs (lease, sink positions against the binlog head, spill folders, checkpoint "
+             "identity)", time.monotonic() - preparing)
+    setting_up = time.monotonic()
     spark.dataSource.register(BinlogDataSource)
     reader = spark.readStream.format(SOURCE_NAME).option("job", job.to_json()).option("source", spark_side.to_json())
     if identity.initial_offset:
@@ -611,8 +614,8 @@ def _run_stream(spark: Any, source: SourceConfig, job: StreamJob, source_file: s
     else:
         writer = writer.trigger(processingTime=f"{job.trigger_interval_s} seconds")
     started, started_at = time.monotonic(), time.time()
-    log.info("stream prepared in %.2fs (lease, sink positions against the binlog head, spill folders, checkpoint "
-             "identity); starting its query", started - preparing)
+    log.info("stream query set up in %.2fs (Spark plans the binlog source in a Python worker); starting it",
+             started - setting_up)
     follower = BatchFollower(state, job, fence, echo_batches=connect)
     query = writer.start()
     while not query.awaitTermination(1):
