@@ -10,6 +10,8 @@ table is what compares). The stream goes through spark-submit both ways.
 
 from __future__ import annotations
 
+import datetime as dt
+
 import json
 import time
 from pathlib import Path
@@ -68,7 +70,8 @@ def bench_many_tables(server: ThrowawayMariaDB, work: Path, tables: int = 100, b
     submit_s = _first_run(server, work / "submit-run", submit_tables, {"conn_type": "spark", "host": "local[2]"})
     print(f"{baseline_tables} tables, chunks through spark-submit: {submit_s:.0f}s", flush=True)
     return {"rows": ROWS, "connect_tables": tables, "connect_s": connect_s,
-            "submit_tables": baseline_tables, "submit_s": submit_s}
+            "submit_tables": baseline_tables, "submit_s": submit_s,
+            "run_at": f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC"}
 
 
 def many_tables_report(result: dict) -> list[str]:
@@ -76,9 +79,17 @@ def many_tables_report(result: dict) -> list[str]:
     per_connect, per_submit = result["connect_s"] / n, result["submit_s"] / m
     return [
         f"## The first DAG run capturing many tables of {result['rows']:,} rows, under `airflow standalone`", "",
+        f"Run {result.get('run_at', 'earlier')} with `bin/bench --only many-tables` (not part of the full run: it takes "
+        "about 10 minutes; the full run repeats its last figures from docs/benchmarks.json). The example DAG with one "
+        "table group per table (a plan task and one chunk each), then collect and an available-now stream through "
+        "spark-submit, on `airflow standalone` with LocalExecutor and 4 task slots, from the trigger to the end of "
+        "the run. The Spark Connect server was started beforehand. The baseline captures fewer tables, since each "
+        "chunk costs a JVM: compare the seconds per table.", "",
         "| chunk tasks run as | tables | seconds, trigger to end of run | seconds per table |", "|---|---:|---:|---:|",
         f"| Spark Connect sessions | {n} | {result['connect_s']:.0f} | {per_connect:.1f} |",
         f"| spark-submits (baseline) | {m} | {result['submit_s']:.0f} | {per_submit:.1f} |", "",
         f"- {n} tables in <= 5 minutes: {'met' if result['connect_s'] <= 300 else 'MISSED'} "
-        f"({result['connect_s']:.0f} s; {per_submit / per_connect:.1f}x less per table than spark-submit)", "",
+        f"({result['connect_s']:.0f} s; {per_submit / per_connect:.1f}x less per table than spark-submit)",
+        "- the biggest fixed cost left is Airflow's own, per task: about 200 task instances here, four at a time on "
+        "two cores, each a Python process that parses the DAG and imports the provider (bench/notes.md)", "",
     ]

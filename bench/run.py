@@ -264,7 +264,8 @@ def large_snapshot_report(snap: dict) -> list[str]:
     ]
 
 
-def report(snap: dict, stream: dict, merge: dict, latency: dict, memory: dict, fixed: dict, startup: dict) -> str:
+def report(snap: dict, stream: dict, merge: dict, latency: dict, memory: dict, fixed: dict, startup: dict,
+           many: dict | None = None) -> str:
     n = snap["rows"]
     quick = n / snap["mariadb_quick_s"]
     ours_work, ours_total = n / snap["ours_work_s"], n / snap["ours_total_s"]
@@ -302,9 +303,16 @@ def report(snap: dict, stream: dict, merge: dict, latency: dict, memory: dict, f
         *memory_report(memory),
         *fixed_cost_report(fixed),
         *stream_startup_report(startup),
+        *(many_tables_report(many) if many else []),
     ]
     notes = ROOT / "bench" / "notes.md"
     return "\n".join(lines) + ("\n" + notes.read_text() if notes.exists() else "")
+
+
+def _keep(figures: Path, key: str, result: dict) -> None:
+    """Store one benchmark's figures in docs/benchmarks.json, for the full run's report to repeat."""
+    stored = json.loads(figures.read_text()) if figures.exists() else {}
+    figures.write_text(json.dumps({**stored, key: result}, indent=2))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -351,6 +359,7 @@ def main(argv: list[str] | None = None) -> int:
                     print("\n".join(stream_startup_report(result)))
                 if args.only == "many-tables":
                     print("\n".join(many_tables_report(result)))
+                    _keep(Path(args.out).with_suffix(".json"), "many_tables", result)
                 return 0
             snap = bench_snapshot(server, work, args.rows, secrets, args.large_rows)
             stream = bench_stream(server, work, args.burst, secrets)
@@ -359,7 +368,9 @@ def main(argv: list[str] | None = None) -> int:
             memory = bench_memory(server, work, secrets, args.memory_rows)
             fixed = bench_fixed_cost(server, work, secrets)
             startup = bench_stream_startup(server, work, secrets)
-        text = report(snap, stream, merge, latency, memory, fixed, startup)
+        figures = Path(args.out).with_suffix(".json")
+        many = json.loads(figures.read_text()).get("many_tables") if figures.exists() else None
+        text = report(snap, stream, merge, latency, memory, fixed, startup, many)
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(text)
         print(text)
@@ -367,7 +378,8 @@ def main(argv: list[str] | None = None) -> int:
                                                                        "merge_scaling": merge,
                                                                        "latency": latency, "memory": memory,
                                                                        "fixed_cost": fixed,
-                                                                       "stream_startup": startup}, indent=2))
+                                                                       "stream_startup": startup,
+                                                                       "many_tables": many}, indent=2))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0
