@@ -75,7 +75,8 @@ class ChunkJob(_JobFile):
 class StreamJob(_JobFile):
     """One spark-submit of the stream job (spark/stream_job.py)."""
 
-    FORMAT: ClassVar[RecordFormat] = RecordFormat("stream-job", 2)  # 2: holder, report, lease_ttl_s
+    #: 2: holder, report, lease_ttl_s; 3: cluster_after_files (a version 2 file reads with the default)
+    FORMAT: ClassVar[RecordFormat] = RecordFormat("stream-job", 3)
 
     state: str  # the pipeline's state location (registry, staged splits, progress)
     sink_root: str

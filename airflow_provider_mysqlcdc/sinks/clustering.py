@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable
+from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, RemoveAction
 
 from airflow_provider_mysqlcdc.sinks.arrow_rows import conform_to
@@ -40,8 +41,8 @@ log = logging.getLogger(__name__)
 TARGET_BYTES = 128 << 20
 #: the key of a clustering commit's metadata in the table's history (what it did)
 CLUSTERING_COMMIT = "mysqlcdc.clustering"
-#: a run never rewrites more than this many bytes of Parquet at once (its rows are sorted in memory):
-#: a larger group of overlapping files is left, and logged
+#: a run never rewrites more than this many bytes of Parquet at once (its rows are sorted in memory,
+#: several times that size once decompressed): a larger group of overlapping files is left, and logged
 MAX_REWRITE_BYTES = 256 << 20
 
 
@@ -139,24 +140,49 @@ def clustering_plan(files: list[HeldFile], *, target_bytes: int = TARGET_BYTES,
 def rewrite_in_key_order(uri: str, group: list[HeldFile], file_schema: pa.Schema, *,
                          target_bytes: int = TARGET_BYTES) -> list[DataFile]:
     """The rows of ``group``'s files, in the table folder ``uri``, as new data files there (not
-    committed yet), sorted by ``_cdc_chunk`` and cut into files of about ``target_bytes``."""
+    committed yet), sorted by ``_cdc_chunk`` and cut into files of about ``target_bytes``. A cut falls
+    only where ``_cdc_chunk`` changes: rows of a composite key share their chunk key's value, and two
+    files holding the same value would overlap, and be rewritten again and again."""
     rows = pa.concat_tables([_conformed(read_data_file(uri, f.path), file_schema) for f in group])
     rows = rows.take(pc.sort_indices(rows, sort_keys=[(CHUNK_COLUMN, "ascending")]))
     pieces = max(1, math.ceil(sum(f.size for f in group) / target_bytes))
-    per_piece = math.ceil(rows.num_rows / pieces) if rows.num_rows else 0
-    return [write_data_file(uri, rows.slice(start, per_piece), file_schema, prefix="clustered")
-            for start in range(0, rows.num_rows, per_piece or 1)]
+    per_piece = max(1, math.ceil(rows.num_rows / pieces))
+    chunks = rows.column(CHUNK_COLUMN)
+    cuts = [0]
+    for nominal in range(per_piece, rows.num_rows, per_piece):
+        cut = max(nominal, cuts[-1] + 1)
+        while cut < rows.num_rows and chunks[cut].as_py() == chunks[cut - 1].as_py():
+            cut += 1
+        if cut < rows.num_rows:
+            cuts.append(cut)
+    cuts.append(rows.num_rows)
+    return [write_data_file(uri, rows.slice(start, end - start), file_schema, prefix="clustered")
+            for start, end in zip(cuts, cuts[1:]) if end > start]
+
+
+#: tables whose overlapping groups too large to rewrite were logged already (once per table and count)
+_WARNED: set[tuple[str, int]] = set()
+#: table features under which a data file's Parquet rows are not the table's rows
+_UNSUPPORTED_FEATURES = {"deletionVectors", "columnMapping"}
 
 
 def cluster_table(table: DeltaTable, uri: str, *, min_files: int = 2, target_bytes: int = TARGET_BYTES,
                   max_rewrite_bytes: int = MAX_REWRITE_BYTES) -> ClusteringResult | None:
     """One clustering run on ``table`` as loaded (its version is the one the commit checks against),
     whose folder is ``uri`` (the sink's form: delta-rs's ``table_uri`` escapes characters a file system
-    path keeps);
-    None when fewer than ``min_files`` files need it. Raises delta-rs's CommitFailedError when another writer removed one of
-    its files meanwhile: the files it wrote are deleted first."""
+    path keeps). None when fewer than ``min_files`` files need it, or when the table uses deletion
+    vectors or column mapping (its files' rows are not its rows). Raises delta-rs's CommitFailedError
+    when another writer removed one of its files meanwhile, after deleting the files it wrote; after
+    any other failure of the commit itself they stay (it may have landed), invisible if it did not,
+    until ``vacuum`` removes them."""
+    protocol = table.protocol()
+    features = set(protocol.reader_features or ()) | set(protocol.writer_features or ())
+    if features & _UNSUPPORTED_FEATURES:
+        log.info("%s uses %s: not clustered", table.table_uri, ", ".join(sorted(features & _UNSUPPORTED_FEATURES)))
+        return None
     plan, left = clustering_plan(held_files(table), target_bytes=target_bytes, max_rewrite_bytes=max_rewrite_bytes)
-    if left:
+    if left and (uri, left) not in _WARNED:
+        _WARNED.add((uri, left))
         log.warning("%s: %d group(s) of overlapping files exceed %d MiB and are left unclustered (their merges "
                     "read them all)", table.table_uri, left, max_rewrite_bytes >> 20)
     if sum(len(group) for group in plan) < max(min_files, 2):
@@ -166,18 +192,26 @@ def cluster_table(table: DeltaTable, uri: str, *, min_files: int = 2, target_byt
     try:
         for group in plan:
             written += rewrite_in_key_order(uri, group, file_schema, target_bytes=target_bytes)
-        now = int(time.time() * 1000)
-        removed = [f for group in plan for f in group]
-        actions: list[AddAction | RemoveAction] = [f.add_action(data_change=False) for f in written]
-        actions += [RemoveAction(f.path, False, now, f.size, {}) for f in removed]
-        result = ClusteringResult(len(removed), len(written), sum(f.rows for f in removed), left)
+    except BaseException:
+        _delete(uri, written)
+        raise
+    now = int(time.time() * 1000)
+    removed = [f for group in plan for f in group]
+    actions: list[AddAction | RemoveAction] = [f.add_action(data_change=False) for f in written]
+    actions += [RemoveAction(f.path, False, now, f.size, {}) for f in removed]
+    result = ClusteringResult(len(removed), len(written), sum(f.rows for f in removed), left)
+    try:
         table.create_write_transaction(actions, "append", file_schema, commit_properties=CommitProperties(
             custom_metadata={CLUSTERING_COMMIT: str(result)}))
-    except BaseException:
-        for data_file in written:
-            delete_data_file(uri, data_file.path)
+    except CommitFailedError:  # refused: nothing of it is in the table
+        _delete(uri, written)
         raise
     return result
+
+
+def _delete(uri: str, files: list[DataFile]) -> None:
+    for data_file in files:
+        delete_data_file(uri, data_file.path)
 
 
 def _conformed(data: pa.Table, file_schema: pa.Schema) -> pa.Table:

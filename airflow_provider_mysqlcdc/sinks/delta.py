@@ -223,7 +223,7 @@ class DeltaSink(Sink):
             table = DeltaTable(uri, storage_options=self.storage_options)
             # only the files whose chunk range holds a changed key are read and rewritten: a merge's
             # cost follows the changes, not the table (every target row of a changed key lies in them)
-            files = _files_holding(table, changes.column(CHUNK_COLUMN))
+            files = _files_holding(table, changes.column(CHUNK_COLUMN))  # None: every file
             (
                 # the changes are a bounded in-memory table (the stream merges at most max_apply_changes at
                 # once), so delta-rs may derive a pruning predicate from their key ranges and skip the
@@ -330,28 +330,51 @@ def _stats_columns(schema: TableSchema) -> str:
 
 
 def _files_holding(table: DeltaTable, chunks: pa.ChunkedArray, most: int = 64) -> str | None:
-    """A predicate on the target's ``_cdc_chunk`` true for every row of the files whose chunk range
-    holds one of ``chunks`` (a batch's changed keys), and for as few other rows as ``most`` ranges
-    allow; None when a file's range is unknown (no statistics: nothing can be skipped)."""
-    keys = sorted(set(chunks.to_pylist()))
-    ranges = []
-    for held in pa.table(table.get_add_actions(flatten=True)).to_pylist():
-        low, high = chunk_bounds(held)
-        if low is None or high is None:
-            return None
-        at = bisect.bisect_left(keys, low)
-        if at < len(keys) and keys[at] <= high:
-            ranges.append((low, high))
-    if not ranges:  # new keys only: no target row can match
-        return "FALSE"
-    ranges.sort()
-    merged = [ranges[0]]
-    for low, high in ranges[1:]:
-        if low <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], high))
+    """A predicate on the target's ``_cdc_chunk``, true for every row of the files whose chunk range
+    holds one of ``chunks`` (a batch's changed keys) and for each of those keys that no file's range
+    holds, and for as few other rows as ``most`` ranges allow; None when a file's range is unknown (no
+    statistics: nothing can be skipped).
+
+    The keys no file holds (new rows past the table's end, or in a gap) are in it for the conflict
+    check: delta-rs matches the files a concurrent writer committed against the merge's predicate,
+    so a file that holds one of them must match, or the merge would commit beside it and the key
+    would be in the table twice."""
+    keys = sorted({key for key in chunks.to_pylist() if key is not None})
+    actions = pa.table(table.get_add_actions(flatten=True))
+    if not keys:
+        return None
+    if not actions.num_rows:  # an empty table: only the keys themselves, for the conflict check
+        return _ranges_predicate([(key, key) for key in keys], most)
+    if any(f"{edge}.{CHUNK_COLUMN}" not in actions.column_names for edge in ("min", "max")):
+        return None
+    files = list(zip(actions.column(f"min.{CHUNK_COLUMN}").to_pylist(), actions.column(f"max.{CHUNK_COLUMN}").to_pylist()))
+    if any(low is None or high is None for low, high in files):
+        return None
+    ranges = [(low, high) for low, high in files
+              if bisect.bisect_left(keys, low) < bisect.bisect_right(keys, high)]
+    held = _joined(sorted(files))
+    starts = [low for low, _ in held]
+    for key in keys:
+        at = bisect.bisect_right(starts, key) - 1
+        if at < 0 or key > held[at][1]:
+            ranges.append((key, key))
+    return _ranges_predicate(ranges, most)
+
+
+def _joined(ranges: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Sorted ranges with the overlapping ones joined."""
+    joined: list[tuple[str, str]] = []
+    for low, high in ranges:
+        if joined and low <= joined[-1][1]:
+            joined[-1] = (joined[-1][0], max(joined[-1][1], high))
         else:
-            merged.append((low, high))
-    while len(merged) > most:  # join neighbours: wider ranges, still every touched file
+            joined.append((low, high))
+    return joined
+
+
+def _ranges_predicate(ranges: list[tuple[str, str]], most: int) -> str:
+    merged = _joined(sorted(ranges))
+    while len(merged) > most:  # join neighbours: wider ranges, still holding every one of them
         merged = [(merged[i][0], merged[min(i + 1, len(merged) - 1)][1]) for i in range(0, len(merged), 2)]
     column = f"t.{sql_identifier(CHUNK_COLUMN)}"
     return " OR ".join(f"({column} >= {sql_string(low)} AND {column} <= {sql_string(high)})" for low, high in merged)

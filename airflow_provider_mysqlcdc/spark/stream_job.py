@@ -246,8 +246,9 @@ class BatchApplier:
     def _cluster_due(self, tables: set[TableId]) -> None:
         """Between two batches (no merge of this stream runs meanwhile), cluster the data files of the
         tables this batch merged into, where ``cluster_after_files`` files need it."""
-        if not self.job.cluster_after_files:
+        if not self.job.cluster_after_files or not tables:
             return
+        self.fence()  # a stream another one took over stops here, as at the next batch
         for table_id in sorted(tables - set(self.frozen)):
             started = time.monotonic()
             try:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
+from deltalake.schema import Field as DeltaField
 from deltalake.exceptions import CommitFailedError
 
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
@@ -152,3 +153,35 @@ def test_a_table_is_clustered_only_once_min_files_files_need_it(sink):
     assert sink.cluster(T, min_files=4) is None
     write_deltalake(uri, rows(99), mode="append")
     assert sink.cluster(T, min_files=4).files_read == 4
+
+
+def test_files_are_cut_only_where_the_chunk_value_changes(sink):
+    """A composite key's rows share their chunk key's value: no two files may hold the same one."""
+    uri = sink.table_uri(T)
+    composite = pa.table({"id": pa.array(range(10), pa.int64()), "v": ["a"] * 10,
+                          "_cdc_chunk": ["k1"] * 4 + ["k2"] * 4 + ["k3"] * 2}, schema=SCHEMA)
+    write_deltalake(uri, composite.slice(0, 5), mode="append")  # k1 x4, k2 x1
+    write_deltalake(uri, composite.slice(5), mode="append")  # k2 x3, k3 x2: overlaps the first at k2
+    sink.cluster(T, target_bytes=1)  # as many pieces as bytes: a cut wherever one is allowed
+    files = sorted(held_files(DeltaTable(uri)), key=lambda f: f.low)
+    assert [(f.low, f.high, f.rows) for f in files] == [("k1", "k1", 4), ("k2", "k2", 4), ("k3", "k3", 2)]
+
+
+def test_files_written_before_a_column_was_added_are_clustered_with_it_empty(sink):
+    uri = sink.table_uri(T)
+    write_deltalake(uri, rows(1, 5), mode="append")
+    DeltaTable(uri).alter.add_columns([DeltaField("w", "long", nullable=True)])
+    write_deltalake(uri, rows(3, 7).append_column("w", pa.array([30, 70], pa.int64())), mode="append")
+    assert sink.cluster(T).files_read == 2
+    values = {r["id"]: r["w"] for r in DeltaTable(uri).to_pyarrow_table().to_pylist()}
+    assert values == {1: None, 3: 30, 5: None, 7: 70}
+
+
+def test_a_file_appended_while_clustering_ran_stays(sink):
+    uri = sink.table_uri(T)
+    write_deltalake(uri, rows(1, 5), mode="append")
+    write_deltalake(uri, rows(3, 7), mode="append")
+    planned = DeltaTable(uri)
+    write_deltalake(uri, rows(9), mode="append")  # a pure append: no file of the plan removed
+    assert cluster_table(planned, uri).files_read == 2
+    assert sorted(DeltaTable(uri).to_pyarrow_table().column("id").to_pylist()) == [1, 3, 5, 7, 9]

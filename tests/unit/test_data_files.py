@@ -12,6 +12,7 @@ import threading
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
+from deltalake.exceptions import CommitFailedError
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, Operation, TableTruncated
@@ -19,7 +20,7 @@ from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSpl
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
 from airflow_provider_mysqlcdc.sinks.data_files import chunk_bounds, file_stats, write_data_file
-from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.sinks.delta import DeltaSink, _files_holding
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
 from airflow_provider_mysqlcdc.spark.chunk_job import touched_partitions
 
@@ -163,6 +164,23 @@ def test_a_merge_reads_only_the_files_holding_a_changed_key(tmp_path):
     writer.apply_changes(changes, app_id="test", batch_id=1)
     table = DeltaTable(sink.table_uri(T))
     assert table.history(1)[0]["operationMetrics"]["num_target_files_scanned"] == 2
-    rows = {r["d"]: r["v"] for r in table.to_pyarrow_table(columns=["d", "v"]).to_pylist()}
-    assert len(rows) == 100 and rows[DAY + dt.timedelta(25)] == 1 and rows[DAY + dt.timedelta(500)] == 2
+    held = table.to_pyarrow_table(columns=["d", "v"])
+    rows = {r["d"]: r["v"] for r in held.to_pylist()}
+    assert held.num_rows == len(rows) == 100 and rows[DAY + dt.timedelta(25)] == 1 and rows[DAY + dt.timedelta(500)] == 2
     assert DAY + dt.timedelta(61) not in rows
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_a_pruned_merge_conflicts_with_a_concurrent_file_holding_one_of_its_new_keys(sink, streamed):
+    """The merge predicate names the files holding the batch's keys and the keys no file holds: a
+    writer that committed one of those keys meanwhile makes the merge fail (and be retried) instead
+    of committing beside it, which would leave the key in the table twice."""
+    uri = sink.table_uri(T)
+    write_deltalake(uri, rows(1, 2, 3), mode="append")
+    read = DeltaTable(uri)
+    write_deltalake(uri, rows(100), mode="append")  # committed after the merge read the table
+    changes = rows(2, 100)
+    files = _files_holding(read, changes.column("_cdc_chunk"))
+    with pytest.raises(CommitFailedError):
+        read.merge(changes, predicate=f"t.id = s.id AND ({files})", source_alias="s", target_alias="t",
+                   streamed_exec=streamed).when_matched_update_all().when_not_matched_insert_all().execute()

@@ -135,6 +135,12 @@ def test_a_plan_action_outside_the_vocabulary_is_refused_by_name():
 
 def test_a_job_file_from_a_newer_provider_is_refused_before_the_job_starts():
     job = next(r for r in RECORDS if isinstance(r, StreamJob))
-    text = json.dumps({**encode(job), "format_version": 3})
-    with pytest.raises(ProtocolVersionError, match="the stream-job file is a stream-job record of format version 3"):
+    text = json.dumps({**encode(job), "format_version": StreamJob.FORMAT.version + 1})
+    with pytest.raises(ProtocolVersionError, match="the stream-job file is a stream-job record of format version "
+                                                   f"{StreamJob.FORMAT.version + 1}"):
         StreamJob.from_json(text)
+
+
+def test_a_stream_job_file_of_version_2_reads_with_the_default_clustering():
+    body = {k: v for k, v in encode(StreamJob(state="/s", sink_root="/l")).items() if k != "cluster_after_files"}
+    assert StreamJob.from_json(json.dumps({**body, "format_version": 2})).cluster_after_files == 16
