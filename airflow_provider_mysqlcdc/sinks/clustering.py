@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -33,7 +34,7 @@ from deltalake.transaction import AddAction, RemoveAction
 
 from airflow_provider_mysqlcdc.sinks.arrow_rows import conform_to
 from airflow_provider_mysqlcdc.sinks.data_files import (CHUNK_COLUMN, DataFile, chunk_bounds, delete_data_file,
-                                                        read_data_file, write_data_file)
+                                                        read_data_file, uncompressed_size, write_data_file)
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +42,9 @@ log = logging.getLogger(__name__)
 TARGET_BYTES = 128 << 20
 #: the key of a clustering commit's metadata in the table's history (what it did)
 CLUSTERING_COMMIT = "mysqlcdc.clustering"
-#: a run never rewrites more than this many bytes of Parquet at once (its rows are sorted in memory,
-#: several times that size once decompressed): a larger group of overlapping files is left, and logged
+#: a run never rewrites files whose rows take more than this decompressed (from their Parquet footers):
+#: they are sorted in memory, which holds about twice that at the peak; a larger group of overlapping
+#: files is left, and logged
 MAX_REWRITE_BYTES = 256 << 20
 
 
@@ -84,14 +86,16 @@ def held_files(table: DeltaTable) -> list[HeldFile]:
 
 
 def clustering_plan(files: list[HeldFile], *, target_bytes: int = TARGET_BYTES,
-                    max_rewrite_bytes: int = MAX_REWRITE_BYTES) -> tuple[list[list[HeldFile]], int]:
+                    max_rewrite_bytes: int = MAX_REWRITE_BYTES,
+                    memory_of: Callable[[HeldFile], int] = lambda held: held.size) -> tuple[list[list[HeldFile]], int]:
     """The groups of files to rewrite together (each of two files or more) in one run, and how many
-    overlapping groups are left because one alone exceeds ``max_rewrite_bytes``.
+    overlapping groups are left because one alone needs more than ``max_rewrite_bytes`` of memory
+    (``memory_of`` a file: its rows decompressed; by default its size).
 
     Overlapping groups come first (they are what makes a merge read more files than its keys need),
     then runs of small neighbours (what each batch's inserts add), in key order, as long as the run's
-    bytes stay within ``max_rewrite_bytes``: the rest waits for the next run, so a run's cost is
-    bounded however much the merges left. A file is small under ``target_bytes / 32`` (4 MiB by
+    memory stays within ``max_rewrite_bytes`` (of a run of small files, as many as fit): the rest
+    waits for the next run, so a run's cost is bounded however much the merges left. A file is small under ``target_bytes / 32`` (4 MiB by
     default): the snapshot's files, one per partition, are larger and already apart."""
     overlapping: list[list[HeldFile]] = []
     reach = ""
@@ -105,7 +109,6 @@ def clustering_plan(files: list[HeldFile], *, target_bytes: int = TARGET_BYTES,
     small = target_bytes // 32
     groups: list[list[HeldFile]] = []
     runs: list[list[HeldFile]] = []
-    left = 0
     run: list[HeldFile] = []
 
     def end_run() -> None:
@@ -116,10 +119,7 @@ def clustering_plan(files: list[HeldFile], *, target_bytes: int = TARGET_BYTES,
     for group in overlapping:
         if len(group) > 1:
             end_run()
-            if sum(f.size for f in group) > max_rewrite_bytes:
-                left += 1
-            else:
-                groups.append(group)
+            groups.append(group)
         elif group[0].size < small:
             if run and sum(f.size for f in run) + group[0].size > target_bytes:
                 end_run()
@@ -128,12 +128,29 @@ def clustering_plan(files: list[HeldFile], *, target_bytes: int = TARGET_BYTES,
             end_run()
     end_run()
     plan: list[list[HeldFile]] = []
-    budget = max_rewrite_bytes
-    for group in groups + runs:
-        size = sum(f.size for f in group)
-        if size <= budget:
+    budget, left = max_rewrite_bytes, 0
+    for group in groups:  # whole, or not at all
+        memory = 0
+        for held in group:  # stops reading footers once the group cannot fit any run
+            memory += memory_of(held)
+            if memory > max_rewrite_bytes:
+                break
+        if memory > max_rewrite_bytes:
+            left += 1
+        elif memory <= budget:
             plan.append(group)
-            budget -= size
+            budget -= memory
+    for run in runs:  # as many of its files as fit: joining neighbours is right for any prefix of them
+        taken, memory = [], 0
+        for held in run:
+            size = memory_of(held)
+            if memory + size > budget:
+                break
+            taken.append(held)
+            memory += size
+        if len(taken) > 1:
+            plan.append(taken)
+            budget -= memory
     return sorted(plan, key=lambda g: g[0].low), left
 
 
@@ -180,7 +197,8 @@ def cluster_table(table: DeltaTable, uri: str, *, min_files: int = 2, target_byt
     if features & _UNSUPPORTED_FEATURES:
         log.info("%s uses %s: not clustered", table.table_uri, ", ".join(sorted(features & _UNSUPPORTED_FEATURES)))
         return None
-    plan, left = clustering_plan(held_files(table), target_bytes=target_bytes, max_rewrite_bytes=max_rewrite_bytes)
+    plan, left = clustering_plan(held_files(table), target_bytes=target_bytes, max_rewrite_bytes=max_rewrite_bytes,
+                                 memory_of=lambda held: uncompressed_size(uri, held.path))
     if left and (uri, left) not in _WARNED:
         _WARNED.add((uri, left))
         log.warning("%s: %d group(s) of overlapping files exceed %d MiB and are left unclustered (their merges "

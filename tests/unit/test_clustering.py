@@ -185,3 +185,11 @@ def test_a_file_appended_while_clustering_ran_stays(sink):
     write_deltalake(uri, rows(9), mode="append")  # a pure append: no file of the plan removed
     assert cluster_table(planned, uri).files_read == 2
     assert sorted(DeltaTable(uri).to_pyarrow_table().column("id").to_pylist()) == [1, 3, 5, 7, 9]
+
+
+def test_a_run_is_bounded_by_the_memory_its_rows_take_decompressed():
+    """Small files of rows that compress well: the run takes as many as fit in memory, not in bytes."""
+    files = [held(f"s{n}", 10 * n, 10 * n + 9, 1) for n in range(10)]  # 1 MiB each, 20 MiB decompressed
+    plan, _ = clustering_plan(files, target_bytes=128 * MIB, max_rewrite_bytes=100 * MIB,
+                              memory_of=lambda f: 20 * MIB)
+    assert names(plan) == [[f"s{n}" for n in range(5)]]
