@@ -122,6 +122,7 @@ def _stream_one_update(server: ThrowawayMariaDB, work: Path, secrets: Path, rows
             os.killpg(proc.pid, signal.SIGKILL)
     seconds = time.monotonic() - started
     text = log_file.read_text(errors="replace")
+    print("\n".join(line for line in text.splitlines() if "clustered" in line or "stream batch" in line), flush=True)
     failure = None
     if returncode != 0:
         failure = next((line.strip()[:200] for line in reversed(text.splitlines())

@@ -34,7 +34,7 @@ from deltalake.transaction import AddAction, RemoveAction
 
 from airflow_provider_mysqlcdc.sinks.arrow_rows import conform_to
 from airflow_provider_mysqlcdc.sinks.data_files import (CHUNK_COLUMN, DataFile, chunk_bounds, delete_data_file,
-                                                        read_data_file, uncompressed_size, write_data_file)
+                                                        read_data_file, write_data_file)
 
 log = logging.getLogger(__name__)
 
@@ -42,10 +42,9 @@ log = logging.getLogger(__name__)
 TARGET_BYTES = 128 << 20
 #: the key of a clustering commit's metadata in the table's history (what it did)
 CLUSTERING_COMMIT = "mysqlcdc.clustering"
-#: a run never rewrites files whose rows take more than this decompressed (from their Parquet footers):
-#: they are sorted in memory, which holds about twice that at the peak; a larger group of overlapping
-#: files is left, and logged
-MAX_REWRITE_BYTES = 256 << 20
+#: a run never rewrites files whose rows take more than this in memory (Arrow), where they are sorted,
+#: which holds about twice that at the peak; a larger group of overlapping files is left, and logged
+MAX_REWRITE_BYTES = 128 << 20
 
 
 @dataclass(frozen=True)
@@ -85,18 +84,10 @@ def held_files(table: DeltaTable) -> list[HeldFile]:
     return held
 
 
-def clustering_plan(files: list[HeldFile], *, target_bytes: int = TARGET_BYTES,
-                    max_rewrite_bytes: int = MAX_REWRITE_BYTES,
-                    memory_of: Callable[[HeldFile], int] = lambda held: held.size) -> tuple[list[list[HeldFile]], int]:
-    """The groups of files to rewrite together (each of two files or more) in one run, and how many
-    overlapping groups are left because one alone needs more than ``max_rewrite_bytes`` of memory
-    (``memory_of`` a file: its rows decompressed; by default its size).
-
-    Overlapping groups come first (they are what makes a merge read more files than its keys need),
-    then runs of small neighbours (what each batch's inserts add), in key order, as long as the run's
-    memory stays within ``max_rewrite_bytes`` (of a run of small files, as many as fit): the rest
-    waits for the next run, so a run's cost is bounded however much the merges left. A file is small under ``target_bytes / 32`` (4 MiB by
-    default): the snapshot's files, one per partition, are larger and already apart."""
+def candidate_groups(files: list[HeldFile], *,
+                     target_bytes: int = TARGET_BYTES) -> tuple[list[list[HeldFile]], list[list[HeldFile]]]:
+    """The groups of files whose ranges overlap, and the runs of small neighbours, in key order: what
+    clustering would rewrite, before any bound (nothing is read)."""
     overlapping: list[list[HeldFile]] = []
     reach = ""
     for held in sorted(files, key=lambda f: (f.low, f.high)):
@@ -127,15 +118,33 @@ def clustering_plan(files: list[HeldFile], *, target_bytes: int = TARGET_BYTES,
         else:
             end_run()
     end_run()
+    return groups, runs
+
+
+def clustering_plan(files: list[HeldFile], *, target_bytes: int = TARGET_BYTES,
+                    max_rewrite_bytes: int = MAX_REWRITE_BYTES,
+                    memory_of: Callable[[HeldFile], int] = lambda held: held.size) -> tuple[list[list[HeldFile]], int]:
+    """The groups of files to rewrite together (each of two files or more) in one run, and how many
+    overlapping groups are left because one alone needs more than ``max_rewrite_bytes`` of memory
+    (``memory_of`` a file: its rows in memory, ``FileRows``; by default its size).
+
+    Overlapping groups come first (they are what makes a merge read more files than its keys need),
+    then runs of small neighbours (what each batch's inserts add), in key order, as long as the run's
+    memory stays within ``max_rewrite_bytes`` (of a run of small files, as many as fit): the rest
+    waits for the next run, so a run's cost is bounded however much the merges left. A file is small
+    under ``target_bytes / 32`` (4 MiB by default): the snapshot's files, one per partition, are larger
+    and already apart."""
+    groups, runs = candidate_groups(files, target_bytes=target_bytes)
     plan: list[list[HeldFile]] = []
     budget, left = max_rewrite_bytes, 0
     for group in groups:  # whole, or not at all
         memory = 0
-        for held in group:  # stops reading footers once the group cannot fit any run
-            memory += memory_of(held)
-            if memory > max_rewrite_bytes:
-                break
-        if memory > max_rewrite_bytes:
+        if sum(f.size for f in group) <= max_rewrite_bytes:  # rows never take less than their Parquet
+            for held in group:  # stops once the group cannot fit any run
+                memory += memory_of(held)
+                if memory > max_rewrite_bytes:
+                    break
+        if not memory or memory > max_rewrite_bytes:
             left += 1
         elif memory <= budget:
             plan.append(group)
@@ -154,13 +163,41 @@ def clustering_plan(files: list[HeldFile], *, target_bytes: int = TARGET_BYTES,
     return sorted(plan, key=lambda g: g[0].low), left
 
 
+class FileRows:
+    """Data files' rows, read once, conformed to the table's columns, with what they take in memory:
+    the plan reads a file to know that, and the rewrite uses what the plan read."""
+
+    def __init__(self, uri: str, file_schema: pa.Schema):
+        self.uri, self.file_schema = uri, file_schema
+        self.read: dict[str, pa.Table] = {}
+
+    def memory_of(self, held: HeldFile) -> int:
+        return self.rows_of(held).nbytes
+
+    def rows_of(self, held: HeldFile) -> pa.Table:
+        if held.path not in self.read:
+            self.read[held.path] = conform_to(read_data_file(self.uri, held.path), self.file_schema)[0]
+        return self.read[held.path]
+
+    def keep_only(self, plan: list[list[HeldFile]]) -> None:
+        planned = {held.path for group in plan for held in group}
+        self.read = {path: rows for path, rows in self.read.items() if path in planned}
+
+    def take(self, group: list[HeldFile]) -> pa.Table:
+        """The group's rows, released from here (the caller holds them while it needs them)."""
+        rows = pa.concat_tables([self.rows_of(held) for held in group])
+        for held in group:
+            self.read.pop(held.path, None)
+        return rows
+
+
 def rewrite_in_key_order(uri: str, group: list[HeldFile], file_schema: pa.Schema, *,
-                         target_bytes: int = TARGET_BYTES) -> list[DataFile]:
+                         target_bytes: int = TARGET_BYTES, rows: FileRows | None = None) -> list[DataFile]:
     """The rows of ``group``'s files, in the table folder ``uri``, as new data files there (not
     committed yet), sorted by ``_cdc_chunk`` and cut into files of about ``target_bytes``. A cut falls
     only where ``_cdc_chunk`` changes: rows of a composite key share their chunk key's value, and two
     files holding the same value would overlap, and be rewritten again and again."""
-    rows = pa.concat_tables([_conformed(read_data_file(uri, f.path), file_schema) for f in group])
+    rows = (rows or FileRows(uri, file_schema)).take(group)
     rows = rows.take(pc.sort_indices(rows, sort_keys=[(CHUNK_COLUMN, "ascending")]))
     pieces = max(1, math.ceil(sum(f.size for f in group) / target_bytes))
     per_piece = max(1, math.ceil(rows.num_rows / pieces))
@@ -187,7 +224,8 @@ def cluster_table(table: DeltaTable, uri: str, *, min_files: int = 2, target_byt
                   max_rewrite_bytes: int = MAX_REWRITE_BYTES) -> ClusteringResult | None:
     """One clustering run on ``table`` as loaded (its version is the one the commit checks against),
     whose folder is ``uri`` (the sink's form: delta-rs's ``table_uri`` escapes characters a file system
-    path keeps). None when fewer than ``min_files`` files need it, or when the table uses deletion
+    path keeps). None when fewer than ``min_files`` files need it (however many one run may take), or
+    nothing fits a run, or when the table uses deletion
     vectors or column mapping (its files' rows are not its rows). Raises delta-rs's CommitFailedError
     when another writer removed one of its files meanwhile, after deleting the files it wrote; after
     any other failure of the commit itself they stay (it may have landed), invisible if it did not,
@@ -197,19 +235,25 @@ def cluster_table(table: DeltaTable, uri: str, *, min_files: int = 2, target_byt
     if features & _UNSUPPORTED_FEATURES:
         log.info("%s uses %s: not clustered", table.table_uri, ", ".join(sorted(features & _UNSUPPORTED_FEATURES)))
         return None
-    plan, left = clustering_plan(held_files(table), target_bytes=target_bytes, max_rewrite_bytes=max_rewrite_bytes,
-                                 memory_of=lambda held: uncompressed_size(uri, held.path))
+    held = held_files(table)
+    groups, runs = candidate_groups(held, target_bytes=target_bytes)
+    if sum(len(group) for group in groups + runs) < max(min_files, 2):
+        return None
+    file_schema = pa.schema(table.schema().to_arrow())
+    rows = FileRows(uri, file_schema)
+    plan, left = clustering_plan(held, target_bytes=target_bytes, max_rewrite_bytes=max_rewrite_bytes,
+                                 memory_of=rows.memory_of)
+    rows.keep_only(plan)
     if left and (uri, left) not in _WARNED:
         _WARNED.add((uri, left))
         log.warning("%s: %d group(s) of overlapping files exceed %d MiB and are left unclustered (their merges "
                     "read them all)", table.table_uri, left, max_rewrite_bytes >> 20)
-    if sum(len(group) for group in plan) < max(min_files, 2):
+    if not plan:
         return None
-    file_schema = pa.schema(table.schema().to_arrow())
     written: list[DataFile] = []
     try:
         for group in plan:
-            written += rewrite_in_key_order(uri, group, file_schema, target_bytes=target_bytes)
+            written += rewrite_in_key_order(uri, group, file_schema, target_bytes=target_bytes, rows=rows)
     except BaseException:
         _delete(uri, written)
         raise
@@ -232,5 +276,3 @@ def _delete(uri: str, files: list[DataFile]) -> None:
         delete_data_file(uri, data_file.path)
 
 
-def _conformed(data: pa.Table, file_schema: pa.Schema) -> pa.Table:
-    return conform_to(data, file_schema)[0]

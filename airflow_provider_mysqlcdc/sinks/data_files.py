@@ -71,14 +71,6 @@ def read_data_file(table_uri: str, path: str, *, columns: list[str] | None = Non
         return pq.read_table(handle, columns=columns)
 
 
-def uncompressed_size(table_uri: str, path: str) -> int:
-    """What a data file's rows take decompressed, from its Parquet footer (about their size in memory)."""
-    fs, root = fsspec.core.url_to_fs(table_uri)
-    with fs.open(f"{root.rstrip('/')}/{path}", "rb") as handle:
-        metadata = pq.ParquetFile(handle).metadata
-        return sum(metadata.row_group(i).total_byte_size for i in range(metadata.num_row_groups))
-
-
 def delete_data_file(table_uri: str, path: str) -> None:
     """Delete a file no commit added (already gone is fine)."""
     fs, root = fsspec.core.url_to_fs(table_uri)
