@@ -87,7 +87,9 @@ def held_files(table: DeltaTable) -> list[HeldFile]:
 def candidate_groups(files: list[HeldFile], *,
                      target_bytes: int = TARGET_BYTES) -> tuple[list[list[HeldFile]], list[list[HeldFile]]]:
     """The groups of files whose ranges overlap, and the runs of small neighbours, in key order: what
-    clustering would rewrite, before any bound (nothing is read)."""
+    clustering would rewrite, before any bound (nothing is read). A file is small under
+    ``target_bytes / 32`` (4 MiB by default): the snapshot's files, one per partition, are larger and
+    already apart."""
     overlapping: list[list[HeldFile]] = []
     reach = ""
     for held in sorted(files, key=lambda f: (f.low, f.high)):
@@ -124,6 +126,14 @@ def candidate_groups(files: list[HeldFile], *,
 def clustering_plan(files: list[HeldFile], *, target_bytes: int = TARGET_BYTES,
                     max_rewrite_bytes: int = MAX_REWRITE_BYTES,
                     memory_of: Callable[[HeldFile], int] = lambda held: held.size) -> tuple[list[list[HeldFile]], int]:
+    """The groups of files one run rewrites, and the overlapping groups left: ``bounded`` over the
+    ``candidate_groups`` of ``files``."""
+    groups, runs = candidate_groups(files, target_bytes=target_bytes)
+    return bounded(groups, runs, max_rewrite_bytes=max_rewrite_bytes, memory_of=memory_of)
+
+
+def bounded(groups: list[list[HeldFile]], runs: list[list[HeldFile]], *, max_rewrite_bytes: int = MAX_REWRITE_BYTES,
+            memory_of: Callable[[HeldFile], int] = lambda held: held.size) -> tuple[list[list[HeldFile]], int]:
     """The groups of files to rewrite together (each of two files or more) in one run, and how many
     overlapping groups are left because one alone needs more than ``max_rewrite_bytes`` of memory
     (``memory_of`` a file: its rows in memory, ``FileRows``; by default its size).
@@ -131,10 +141,7 @@ def clustering_plan(files: list[HeldFile], *, target_bytes: int = TARGET_BYTES,
     Overlapping groups come first (they are what makes a merge read more files than its keys need),
     then runs of small neighbours (what each batch's inserts add), in key order, as long as the run's
     memory stays within ``max_rewrite_bytes`` (of a run of small files, as many as fit): the rest
-    waits for the next run, so a run's cost is bounded however much the merges left. A file is small
-    under ``target_bytes / 32`` (4 MiB by default): the snapshot's files, one per partition, are larger
-    and already apart."""
-    groups, runs = candidate_groups(files, target_bytes=target_bytes)
+    waits for the next run, so a run's cost is bounded however much the merges left."""
     plan: list[list[HeldFile]] = []
     budget, left = max_rewrite_bytes, 0
     for group in groups:  # whole, or not at all
@@ -192,12 +199,13 @@ class FileRows:
 
 
 def rewrite_in_key_order(uri: str, group: list[HeldFile], file_schema: pa.Schema, *,
-                         target_bytes: int = TARGET_BYTES, rows: FileRows | None = None) -> list[DataFile]:
+                         target_bytes: int = TARGET_BYTES, read: FileRows | None = None) -> list[DataFile]:
     """The rows of ``group``'s files, in the table folder ``uri``, as new data files there (not
     committed yet), sorted by ``_cdc_chunk`` and cut into files of about ``target_bytes``. A cut falls
     only where ``_cdc_chunk`` changes: rows of a composite key share their chunk key's value, and two
-    files holding the same value would overlap, and be rewritten again and again."""
-    rows = (rows or FileRows(uri, file_schema)).take(group)
+    files holding the same value would overlap, and be rewritten again and again. ``read``: the rows
+    the plan read already."""
+    rows = (read or FileRows(uri, file_schema)).take(group)
     rows = rows.take(pc.sort_indices(rows, sort_keys=[(CHUNK_COLUMN, "ascending")]))
     pieces = max(1, math.ceil(sum(f.size for f in group) / target_bytes))
     per_piece = max(1, math.ceil(rows.num_rows / pieces))
@@ -224,9 +232,9 @@ def cluster_table(table: DeltaTable, uri: str, *, min_files: int = 2, target_byt
                   max_rewrite_bytes: int = MAX_REWRITE_BYTES) -> ClusteringResult | None:
     """One clustering run on ``table`` as loaded (its version is the one the commit checks against),
     whose folder is ``uri`` (the sink's form: delta-rs's ``table_uri`` escapes characters a file system
-    path keeps). None when fewer than ``min_files`` files need it (however many one run may take), or
-    nothing fits a run, or when the table uses deletion
-    vectors or column mapping (its files' rows are not its rows). Raises delta-rs's CommitFailedError
+    path keeps). None when fewer than ``min_files`` files need it (however many one run may take),
+    when nothing fits a run, or when the table uses deletion vectors or column mapping (its files'
+    rows are not its rows). Raises delta-rs's CommitFailedError
     when another writer removed one of its files meanwhile, after deleting the files it wrote; after
     any other failure of the commit itself they stay (it may have landed), invisible if it did not,
     until ``vacuum`` removes them."""
@@ -235,14 +243,12 @@ def cluster_table(table: DeltaTable, uri: str, *, min_files: int = 2, target_byt
     if features & _UNSUPPORTED_FEATURES:
         log.info("%s uses %s: not clustered", table.table_uri, ", ".join(sorted(features & _UNSUPPORTED_FEATURES)))
         return None
-    held = held_files(table)
-    groups, runs = candidate_groups(held, target_bytes=target_bytes)
+    groups, runs = candidate_groups(held_files(table), target_bytes=target_bytes)
     if sum(len(group) for group in groups + runs) < max(min_files, 2):
         return None
     file_schema = pa.schema(table.schema().to_arrow())
     rows = FileRows(uri, file_schema)
-    plan, left = clustering_plan(held, target_bytes=target_bytes, max_rewrite_bytes=max_rewrite_bytes,
-                                 memory_of=rows.memory_of)
+    plan, left = bounded(groups, runs, max_rewrite_bytes=max_rewrite_bytes, memory_of=rows.memory_of)
     rows.keep_only(plan)
     if left and (uri, left) not in _WARNED:
         _WARNED.add((uri, left))
@@ -253,7 +259,7 @@ def cluster_table(table: DeltaTable, uri: str, *, min_files: int = 2, target_byt
     written: list[DataFile] = []
     try:
         for group in plan:
-            written += rewrite_in_key_order(uri, group, file_schema, target_bytes=target_bytes, rows=rows)
+            written += rewrite_in_key_order(uri, group, file_schema, target_bytes=target_bytes, read=rows)
     except BaseException:
         _delete(uri, written)
         raise

@@ -65,10 +65,10 @@ def write_data_file(table_uri: str, data: pa.Table, file_schema: pa.Schema, *, p
     return DataFile(name, int(fs.size(path)), rows.num_rows, file_stats(rows), int(time.time() * 1000))
 
 
-def read_data_file(table_uri: str, path: str, *, columns: list[str] | None = None) -> pa.Table:
+def read_data_file(table_uri: str, path: str) -> pa.Table:
     fs, root = fsspec.core.url_to_fs(table_uri)
     with fs.open(f"{root.rstrip('/')}/{path}", "rb") as handle:
-        return pq.read_table(handle, columns=columns)
+        return pq.read_table(handle)
 
 
 def delete_data_file(table_uri: str, path: str) -> None:

@@ -246,10 +246,9 @@ class DeltaSink(Sink):
                 max_rewrite_bytes: int = MAX_REWRITE_BYTES) -> ClusteringResult | None:
         """Rewrite, in key order, the data files that spread the table's chunk key ranges (files that
         overlap, runs of small ones: sinks/clustering.py), once ``min_files`` need it, in one commit
-        that changes no row. A commit
-        that removed one of its files meanwhile makes it plan again, a few times at most: clustering can
-        wait for the next run, a chunk commit or a merge should not wait for it. None: nothing to do
-        (or given up, logged)."""
+        that changes no row. A commit that removed one of its files meanwhile makes it plan again, a
+        few times at most: clustering can wait for the next run, a chunk commit or a merge should not
+        wait for it. None: nothing to do (or given up, logged)."""
         uri = self.table_uri(table_id)
         try:
             return _retry_conflicts(lambda: cluster_table(DeltaTable(uri, storage_options=self.storage_options), uri,
@@ -340,9 +339,9 @@ def _files_holding(table: DeltaTable, chunks: pa.ChunkedArray, most: int = 64) -
     so a file that holds one of them must match, or the merge would commit beside it and the key
     would be in the table twice."""
     keys = sorted({key for key in chunks.to_pylist() if key is not None})
-    actions = pa.table(table.get_add_actions(flatten=True))
     if not keys:
         return None
+    actions = pa.table(table.get_add_actions(flatten=True))
     if not actions.num_rows:  # an empty table: only the keys themselves, for the conflict check
         return _ranges_predicate([(key, key) for key in keys], most)
     if any(f"{edge}.{CHUNK_COLUMN}" not in actions.column_names for edge in ("min", "max")):

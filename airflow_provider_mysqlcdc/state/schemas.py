@@ -39,8 +39,8 @@ def _types_differ(old: TableSchema, new: TableSchema) -> bool:
 def orders_differently(old: Column, new: Column) -> bool:
     """Whether a chunk key's values order differently after a DDL: another collation (the sink's
     ``_cdc_chunk`` and the finished splits' ranges follow the old order), or another kind of type."""
-    return old.collation != new.collation or old.data_type.lower() != new.data_type.lower() and not (
-        old.data_type.lower() in INTEGER_TYPES and new.data_type.lower() in INTEGER_TYPES)
+    before, after = old.data_type.lower(), new.data_type.lower()
+    return old.collation != new.collation or (before != after and not (before in INTEGER_TYPES and after in INTEGER_TYPES))
 
 
 def _file_name(table_id: TableId) -> str:
