@@ -62,9 +62,7 @@ def bench_fixed_cost(server: ThrowawayMariaDB, work: Path, secrets: Path) -> dic
 
     source = SourceConfig.from_private_file(secrets)
     with SparkConnectServer(work / "connect") as connect:
-        os.environ[f"AIRFLOW_CONN_{CONNECT_CONN_ID.upper()}"] = json.dumps(connect.connection(source.password))
-        runner = SparkConnectJobRunner(CONNECT_CONN_ID, conf={}, server_credentials_file=str(connect.credentials_file),
-                                       log=SimpleNamespace(info=lambda *a: None))
+        runner = connect_runner(connect, source)
         connected = []
         for attempt in range(TIMES):
             started = time.monotonic()
@@ -74,6 +72,14 @@ def bench_fixed_cost(server: ThrowawayMariaDB, work: Path, secrets: Path) -> dic
             assert result["rows"] == ROWS, result
             print(f"Spark Connect chunk task: {connected[-1]:.1f}s", flush=True)
     return {"rows": ROWS, "spark_submit_s": submitted, "connect_s": connected}
+
+
+def connect_runner(connect: SparkConnectServer, source: SourceConfig) -> SparkConnectJobRunner:
+    """A task's way to run a job as a session on ``connect``: through a ``spark_connect`` connection
+    (set in the environment, as Airflow reads it) naming the server and its credentials file."""
+    os.environ[f"AIRFLOW_CONN_{CONNECT_CONN_ID.upper()}"] = json.dumps(connect.connection(source.password))
+    return SparkConnectJobRunner(CONNECT_CONN_ID, conf={}, server_credentials_file=str(connect.credentials_file),
+                                 log=SimpleNamespace(info=lambda *a: None))
 
 
 def fixed_cost_report(result: dict) -> list[str]:

@@ -12,10 +12,8 @@ reading the binlog and merging into Delta.
 
 from __future__ import annotations
 
-import os
 import random
 import re
-import subprocess
 import time
 from pathlib import Path
 
@@ -27,6 +25,7 @@ from airflow_provider_mysqlcdc.protocol.state import CapturedTable, stream_only_
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
 from airflow_provider_mysqlcdc.state.registry import PipelineState
+from bench.binlog_baselines import mariadb_binlog_seconds, python_replication_seconds
 from bench.customer_table import fresh_table
 
 TRANSACTIONS = 10_000
@@ -59,7 +58,8 @@ def bench_mixed_workload(server: ThrowawayMariaDB, work: Path, secrets: Path) ->
     out = {"transactions": TRANSACTIONS, "changes": changes, "streaming_s": result["streaming_seconds"],
            "total_s": total, "batches": len(batches), "applied_s": sum(b[1] for b in batches),
            "reading_s": sum(b[2] for b in batches), "merging_s": sum(b[3] for b in batches),
-           "pymysqlrepl_s": _raw_decode(server, start, end, changes), "mariadb_binlog_s": _mariadb_binlog(server, start, end)}
+           "pymysqlrepl_s": python_replication_seconds(server, start, end, changes),
+           "mariadb_binlog_s": mariadb_binlog_seconds(server, start, end)}
     print(f"mixed workload: stream {changes / out['streaming_s']:,.0f} changes/s streaming ({out['batches']} batches: "
           f"{out['reading_s']:.1f}s reading, {out['merging_s']:.1f}s merging); python-mysql-replication "
           f"{changes / out['pymysqlrepl_s']:,.0f}/s; mariadb-binlog {changes / out['mariadb_binlog_s']:,.0f}/s", flush=True)
@@ -115,30 +115,6 @@ def _insert(cur, table: TableId, first: int, rows: int) -> int:
                        + ", ".join(str(i) if c % 2 else f"'n{i}'" for c in range(_EXTRA)) + ")"
                        for i in range(first, first + rows))
     return cur.execute(f"INSERT INTO {table.quoted} (id, t, bl, j, d, {extra}) VALUES {values}")
-
-
-def _raw_decode(server: ThrowawayMariaDB, start, end, changes: int) -> float:
-    from pymysqlreplication import BinLogStreamReader
-    from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
-
-    started = time.monotonic()
-    stream = BinLogStreamReader(connection_settings=server.root_config().replication_settings(), server_id=4243,
-                                log_file=start.file, log_pos=start.position, resume_stream=True, blocking=False,
-                                only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent], end_log_pos=end.position)
-    decoded = sum(len(event.rows) for event in stream)
-    stream.close()
-    assert decoded == changes, (decoded, changes)
-    return time.monotonic() - started
-
-
-def _mariadb_binlog(server: ThrowawayMariaDB, start, end) -> float:
-    assert start.file == end.file, "the workload crossed a binlog rotation; use a larger max_binlog_size"
-    cmd = ["mariadb-binlog", "-v", f"--start-position={start.position}", f"--stop-position={end.position}",
-           str(server.base_dir / "data" / end.file)]
-    started = time.monotonic()
-    with open(os.devnull, "wb") as devnull:
-        subprocess.run(cmd, stdout=devnull, check=True)
-    return time.monotonic() - started
 
 
 def mixed_workload_report(result: dict) -> list[str]:

@@ -35,7 +35,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
@@ -44,7 +43,6 @@ from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.devtools.spark_connect_server import SparkConnectServer
 from airflow_provider_mysqlcdc.devtools.throwaway_server import ThrowawayMariaDB
-from airflow_provider_mysqlcdc.hooks.spark_connect import SparkConnectJobRunner
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.protocol.state import CapturedTable, stream_only_split
 from airflow_provider_mysqlcdc.state.registry import PipelineState
@@ -56,7 +54,8 @@ from bench.customer_table import create_customer_table, fresh_table
 from bench.latency import bench_latency, latency_report
 from bench.mixed_workload import bench_mixed_workload, mixed_workload_report
 from bench.stream_startup import bench_stream_startup, stream_startup_report
-from bench.fixed_cost import CONNECT_CONN_ID, bench_fixed_cost, fixed_cost_report
+from bench.binlog_baselines import mariadb_binlog_seconds, python_replication_seconds
+from bench.fixed_cost import bench_fixed_cost, connect_runner, fixed_cost_report
 from bench.many_tables import bench_many_tables, many_tables_report
 from bench.memory import ROLES, PeakRss, bench_memory, memory_report
 from bench.merge_scaling import bench_merge_scaling, merge_scaling_report
@@ -132,9 +131,7 @@ def _connect_chunk_job(conn: Any, table: TableId, work: Path, secrets: Path) -> 
     schema = load_table_schema(conn, table)
     splits = ChunkSplitter(conn, schema, SplitOptions(chunk_size=SPLIT_ROWS)).split()
     with SparkConnectServer(work / "connect-snapshot") as connect:
-        os.environ[f"AIRFLOW_CONN_{CONNECT_CONN_ID.upper()}"] = json.dumps(connect.connection(source.password))
-        runner = SparkConnectJobRunner(CONNECT_CONN_ID, conf={}, server_credentials_file=str(connect.credentials_file),
-                                       log=SimpleNamespace(info=lambda *a: None))
+        runner = connect_runner(connect, source)
         for lake in ("lake-connect-warm-up", "lake-connect"):
             job = ChunkJob(table=str(table), splits=splits, sink_root=str(work / lake), partitions_per_split=4)
             total, result = timed(lambda: runner.run("snapshot_chunk.py", job.to_json(), source=source, report_folder=""))
@@ -178,28 +175,8 @@ def bench_stream(server: ThrowawayMariaDB, work: Path, burst: int, secrets: Path
         cur.execute(f"UPDATE {table.quoted} SET v = v + 1")
     conn.commit()
     end = current_offset(conn)
-    assert start.file == end.file, "the burst crossed a binlog rotation; use a larger max_binlog_size"
-    out = {"changes": burst}
-
-    binlog_file = server.base_dir / "data" / end.file
-    cmd = ["mariadb-binlog", "-v", f"--start-position={start.position}", f"--stop-position={end.position}",
-           str(binlog_file)]
-    with open(os.devnull, "wb") as devnull:
-        out["mariadb_binlog_s"], _ = timed(lambda: subprocess.run(cmd, stdout=devnull, check=True))
-
-    def raw_decode() -> int:
-        from pymysqlreplication import BinLogStreamReader
-        from pymysqlreplication.row_event import UpdateRowsEvent
-
-        stream = BinLogStreamReader(connection_settings=server.root_config().replication_settings(), server_id=4242,
-                                    log_file=start.file, log_pos=start.position, resume_stream=True, blocking=False,
-                                    only_events=[UpdateRowsEvent], end_log_pos=end.position)
-        count = sum(len(e.rows) for e in stream)
-        stream.close()
-        return count
-
-    out["pymysqlrepl_s"], decoded = timed(raw_decode)
-    assert decoded == burst, decoded
+    out = {"changes": burst, "mariadb_binlog_s": mariadb_binlog_seconds(server, start, end),
+           "pymysqlrepl_s": python_replication_seconds(server, start, end, burst)}
 
     PipelineState(str(work / "burst-state")).commit({table: CapturedTable("id", [stream_only_split(table, "id", start)])})
     DeltaSink(str(work / "lake")).prepare(load_table_schema(conn, table))

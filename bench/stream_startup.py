@@ -22,27 +22,23 @@ with a ``spark_connect`` connection), end to end only: their batches run on the 
 from __future__ import annotations
 
 import datetime as dt
-import json
-import os
 import re
 import statistics
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 from airflow_provider_mysqlcdc.devtools.spark_connect_server import SparkConnectServer
 from airflow_provider_mysqlcdc.devtools.throwaway_server import ThrowawayMariaDB
-from airflow_provider_mysqlcdc.hooks.spark_connect import SparkConnectJobRunner
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.state import CapturedTable, stream_only_split
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from bench.customer_table import fresh_table
-from bench.fixed_cost import CONNECT_CONN_ID
+from bench.fixed_cost import connect_runner
 
 RUNS = 3
 CHANGES = 100
@@ -75,9 +71,7 @@ def bench_stream_startup(server: ThrowawayMariaDB, work: Path, secrets: Path) ->
     connected = []
     source = SourceConfig.from_private_file(secrets)
     with SparkConnectServer(work / "connect-stream") as connect:
-        os.environ[f"AIRFLOW_CONN_{CONNECT_CONN_ID.upper()}"] = json.dumps(connect.connection(source.password))
-        runner = SparkConnectJobRunner(CONNECT_CONN_ID, conf={}, server_credentials_file=str(connect.credentials_file),
-                                       log=SimpleNamespace(info=lambda *a: None))
+        runner = connect_runner(connect, source)
         for _ in range(RUNS):
             with conn.cursor() as cur:
                 cur.execute(f"UPDATE {table.quoted} SET v = v + 1 WHERE id <= {CHANGES}")
