@@ -1,4 +1,5 @@
-"""Every MySQL type decodes to the same Python value through the SELECT and through the binlog."""
+"""Every MySQL type decodes to the same Python value through the SELECT and through the binlog, with
+each of the row decoders (binlog/row_decoder.py: compiled, pure Python, and the library's own)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import random
 import pytest
 
 from airflow_provider_mysqlcdc.cdc.binlog.reader import BinlogReader
+from airflow_provider_mysqlcdc.cdc.binlog.row_decoder import DECODERS
 from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, Operation
 from airflow_provider_mysqlcdc.cdc.model.split import SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitReader
@@ -60,6 +62,11 @@ MIN_ROW = {
 
 NULL_ROW = {name: None for name in COLUMNS}
 
+
+@pytest.fixture(params=[d for d in DECODERS if d != "auto"])
+def decoder(request) -> str:
+    return request.param
+
 GEOMETRY = {"ge", "pt"}
 
 
@@ -88,7 +95,7 @@ def _random_rows(rng: random.Random, n: int) -> list[dict]:
     return rows
 
 
-def test_every_type_decodes_identically_through_select_and_binlog(mysql_server, cdc_user, database):
+def test_every_type_decodes_identically_through_select_and_binlog(mysql_server, cdc_user, database, decoder):
     table = TableId(database, "all types")
     conn = mysql_server.connect()
     with conn.cursor() as cur:
@@ -109,7 +116,7 @@ def test_every_type_decodes_identically_through_select_and_binlog(mysql_server, 
 
     schema = load_table_schema(conn, table)
     whole_table = SnapshotSplit(table, 0, "id")
-    reader = BinlogReader.for_schemas(cdc_user, [schema], start=start, end=end)
+    reader = BinlogReader.for_schemas(cdc_user, [schema], start=start, end=end, decoder=decoder)
     records = [r for r in reader if isinstance(r, ChangeRecord)]
     creates = {r.after["id"]: r.after for r in records if r.op is Operation.CREATE}
     updates = {r.after["id"]: r for r in records if r.op is Operation.UPDATE}
@@ -157,7 +164,8 @@ ZERO_AND_PARTIAL = [
 ]
 
 
-def test_zero_and_partial_dates_are_the_same_on_both_paths_and_convert_to_arrow(mysql_server, cdc_user, database):
+def test_zero_and_partial_dates_are_the_same_on_both_paths_and_convert_to_arrow(mysql_server, cdc_user, database,
+                                                                                  decoder):
     from airflow_provider_mysqlcdc.sinks.arrow_rows import rows_to_data_table
 
     table = TableId(database, "odd dates")
@@ -171,8 +179,8 @@ def test_zero_and_partial_dates_are_the_same_on_both_paths_and_convert_to_arrow(
             cur.execute(f"INSERT INTO {table.quoted} VALUES (%s, %s, %s, %s, %s)", [i, *row.values()])
         end = current_offset(conn)
     schema = load_table_schema(conn, table)
-    binlog = {r.after["id"]: r.after for r in BinlogReader.for_schemas(cdc_user, [schema], start=start, end=end)
-              if isinstance(r, ChangeRecord)}
+    reader = BinlogReader.for_schemas(cdc_user, [schema], start=start, end=end, decoder=decoder)
+    binlog = {r.after["id"]: r.after for r in reader if isinstance(r, ChangeRecord)}
     with SplitReader(cdc_user, schema) as split_reader:
         selected = {r["id"]: r for r in split_reader.read(SnapshotSplit(table, 0, "id")).rows}
     assert set(binlog) == set(selected) == set(range(len(ZERO_AND_PARTIAL)))
@@ -207,7 +215,7 @@ MORE_ROWS = [
 
 
 def test_odd_members_collations_generated_invisible_and_mariadb_types_agree_on_both_paths(mysql_server, cdc_user,
-                                                                                          database):
+                                                                                          database, decoder):
     table = TableId(database, "more types")
     conn = mysql_server.connect()
     with conn.cursor() as cur:
@@ -221,7 +229,7 @@ def test_odd_members_collations_generated_invisible_and_mariadb_types_agree_on_b
         end = current_offset(conn)
     schema = load_table_schema(conn, table)
     assert {"gs", "gv", "inv"} <= set(schema.column_names)
-    records = [r for r in BinlogReader.for_schemas(cdc_user, [schema], start=start, end=end)
+    records = [r for r in BinlogReader.for_schemas(cdc_user, [schema], start=start, end=end, decoder=decoder)
                if isinstance(r, ChangeRecord)]
     with SplitReader(cdc_user, schema) as split_reader:
         selected = {r["id"]: r for r in split_reader.read(SnapshotSplit(table, 0, "id")).rows}

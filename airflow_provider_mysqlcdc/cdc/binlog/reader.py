@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections import Counter
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +36,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 
 from airflow_provider_mysqlcdc.cdc.binlog import library_fixes  # noqa: F401  (patches decoders on import)
 from airflow_provider_mysqlcdc.cdc.binlog.ddl import parse_ddl
+from airflow_provider_mysqlcdc.cdc.binlog.row_decoder import chosen_decoder, decoder_for, layout_for
 from airflow_provider_mysqlcdc.cdc.binlog.table_map import column_from_table_map
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import (ChangeRecord, Operation, SchemaChangeEvent, TableChange,
@@ -76,6 +78,7 @@ class BinlogReader:
         follow: bool = False,
         heartbeat_s: float = 1.0,
         decode_after: BinlogOffset | None = None,
+        decoder: str | None = None,
     ):
         self.source = source
         self.start = start
@@ -93,8 +96,14 @@ class BinlogReader:
         #: the offset after the last event read, and after the last committed transaction
         self.position = start
         self.committed = start
+        #: which decoder turns row events into values (row_decoder.py: compiled, python or library)
+        self.decoder = chosen_decoder(decoder)
         self._gtid: str | None = None
         self._normalizers: dict[tuple[TableId, tuple[Any, ...]], ValueNormalizer] = {}
+        #: the decoding of each table map the library holds, by the identity of its column list
+        self._decodings: dict[int, _TableDecoding] = {}
+        #: row events decoded, by which decoder: the chosen one, or "library" for the tables it leaves
+        self.events_decoded: Counter[str] = Counter()
         self._stream: BinLogStreamReader | None = None
 
     @classmethod
@@ -146,10 +155,17 @@ class BinlogReader:
             only_schemas=sorted({t.database for t in self.tables}) if self.tables else None,
             only_tables=sorted({t.table for t in self.tables}) if self.tables else None,
             slave_heartbeat=self.heartbeat_s if self.follow else None,
+            # A table map is parsed once per table id (parsing each one was 40% of the library's time
+            # on small transactions). The server gives an altered or renamed table a new id; ids
+            # start over only after a restart, which begins a new binlog file, where the maps are
+            # dropped (below, and by the library itself on a real rotation).
+            freeze_schema=True,
         )
         current_file = read_from.file
         for event in self._stream:
             if isinstance(event, RotateEvent):
+                if event.next_binlog != current_file:
+                    self._stream.table_map.clear()
                 current_file = event.next_binlog
                 self.position = max(self.position, read_from.at(current_file, max(int(event.position), 4)))
                 continue
@@ -212,8 +228,22 @@ class BinlogReader:
         self.committed = offset
         yield TransactionCommitted(offset, self._gtid)
 
+    def _decoding(self, event: Any, table_id: TableId) -> "_TableDecoding":
+        """How this event's rows are decoded: by the library's table map it was written under."""
+        found = self._decodings.get(id(event.columns))
+        if found is None or found.library_columns is not event.columns:
+            normalizer = self._normalizer(event, table_id)
+            layout = None if self.decoder == "library" else layout_for(event.columns, normalizer.schema.columns)
+            if layout is None and self.decoder != "library":
+                log.info("rows of %s are decoded by python-mysql-replication: a column of it is stored in a way "
+                         "the %s decoder leaves to the library", table_id, self.decoder)
+            found = _TableDecoding(event.columns, normalizer, normalizer.schema.column_names,
+                                   None if layout is None else decoder_for(layout, self.decoder), self.decoder)
+            self._decodings[id(event.columns)] = found
+        return found
+
     def _normalizer(self, event: Any, table_id: TableId) -> ValueNormalizer:
-        """The decoder of rows written under this table map's columns. Its key columns are the
+        """The normaliser of rows written under this table map's columns. Its key columns are the
         schema's, unless the event was written under other columns (a batch from before or after a
         DDL that renamed or dropped one): then the table map's own primary key."""
         # everything column_from_table_map reads: a DECIMAL whose scale changed is another decoder
@@ -233,27 +263,69 @@ class BinlogReader:
         return normalizer
 
     def _rows(self, event: Any, table_id: TableId, offset: BinlogOffset) -> Iterator[ChangeRecord]:
-        normalizer = self._normalizer(event, table_id)
-        normalize, keys = normalizer.row, normalizer.schema.key_columns
+        decoding = self._decoding(event, table_id)
+        keys = decoding.normalizer.schema.key_columns
         ts, gtid = int(event.timestamp) * 1000, self._gtid
         create, delete, update = Operation.CREATE, Operation.DELETE, Operation.UPDATE
-        if isinstance(event, (WriteRowsEvent, DeleteRowsEvent)):
+        is_update = isinstance(event, UpdateRowsEvent)
+        images, decoded_by = decoding.images(event, is_update)
+        self.events_decoded[decoded_by or "library"] += 1
+        if not is_update:
             is_write = isinstance(event, WriteRowsEvent)
-            for index, row in enumerate(event.rows):
-                image = normalize(_raw(row["values"], row.get("none_sources")))
+            for index, image in enumerate(images):
                 if is_write:
                     yield ChangeRecord(create, table_id, None, image, offset, index, 0, gtid, ts)
                 else:
                     yield ChangeRecord(delete, table_id, image, None, offset, index, 0, gtid, ts)
             return
-        for index, row in enumerate(event.rows):
-            before = normalize(_raw(row["before_values"], row.get("before_none_sources")))
-            after = normalize(_raw(row["after_values"], row.get("after_none_sources")))
+        for index in range(len(images) // 2):
+            before, after = images[2 * index], images[2 * index + 1]
             if keys and any(before[k] != after[k] for k in keys):
                 yield ChangeRecord(delete, table_id, before, None, offset, index, 0, gtid, ts)
                 yield ChangeRecord(create, table_id, None, after, offset, index, 1, gtid, ts)
             else:
                 yield ChangeRecord(update, table_id, before, after, offset, index, 0, gtid, ts)
+
+
+@dataclass
+class _TableDecoding:
+    """The decoding of one table map's rows: by a row decoder (row_decoder.py) when it takes the
+    table, else by the library's rows and the normaliser."""
+
+    library_columns: list[Any]  # held, so that its identity stays this table map's
+    normalizer: ValueNormalizer
+    names: tuple[str, ...]
+    row_decoder: Any | None
+    decoder_name: str
+
+    def images(self, event: Any, is_update: bool) -> tuple[list[dict[str, Any]], str | None]:
+        """Every row image of the event, as a dict by column name (an update's before and after
+        images alternate), and the row decoder's name (None: the library decoded them)."""
+        body = self._row_bytes(event, is_update)
+        if body is None:
+            normalize = self.normalizer.row
+            if not is_update:
+                return [normalize(_raw(row["values"], row.get("none_sources"))) for row in event.rows], None
+            return [normalize(_raw(row[f"{side}_values"], row.get(f"{side}_none_sources")))
+                    for row in event.rows for side in ("before", "after")], None
+        return self.row_decoder.decode(body), self.decoder_name
+
+    def _row_bytes(self, event: Any, is_update: bool) -> memoryview | None:
+        """The event's rows as bytes (what follows the bitmaps the library has read), when a row
+        decoder takes them: it has the table, and every column is in the image (a full row image)."""
+        if self.row_decoder is None or event.number_of_columns != len(self.names):
+            return None
+        full = _FULL_BITMAPS.get(len(self.names))
+        if full is None:
+            full = _FULL_BITMAPS[len(self.names)] = bytes([0xFF] * (len(self.names) // 8)) + (
+                bytes([(1 << len(self.names) % 8) - 1]) if len(self.names) % 8 else b"")
+        if event.columns_present_bitmap != full or (is_update and event.columns_present_bitmap2 != full):
+            return None
+        packet = event.packet  # the library's packet: 20 header bytes, then what the event has read
+        return memoryview(packet.packet.get_all_data())[20 + packet.read_bytes:20 + event.event_size]
+
+
+_FULL_BITMAPS: dict[int, bytes] = {}
 
 
 def _raw(values: dict[str, Any], none_sources: dict[str, str] | None) -> dict[str, Any]:
