@@ -1,5 +1,6 @@
-"""The two baselines a stream benchmark sets beside the stream: what ``mariadb-binlog -v`` and
-python-mysql-replication alone take to decode the same binlog range."""
+"""What a stream benchmark sets beside the stream: what ``mariadb-binlog -v`` and python-mysql-replication
+alone take to decode the same binlog range, and what the stream's own reader takes with each row
+decoder (the raw decoding, before Spark)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ import os
 import subprocess
 import time
 
+from airflow_provider_mysqlcdc.cdc.binlog.reader import BinlogReader
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
 from airflow_provider_mysqlcdc.devtools.throwaway_server import ThrowawayMariaDB
 
 
@@ -35,3 +39,31 @@ def python_replication_seconds(server: ThrowawayMariaDB, start: BinlogOffset, en
     stream.close()
     assert decoded == changes, (decoded, changes)
     return time.monotonic() - started
+
+
+#: the row decoders a benchmark times the reader with (cdc/binlog/row_decoder.py)
+READER_DECODERS = ("compiled", "python")
+
+
+def reader_seconds(server: ThrowawayMariaDB, tables: list[TableId], start: BinlogOffset, end: BinlogOffset,
+                   changes: int) -> dict[str, float]:
+    """Our binlog reader over the range, to change records, with each of ``READER_DECODERS``: the
+    stream's decoding without Spark (which reads a large range in two pieces in parallel)."""
+    conn = server.connect_root()
+    schemas = [load_table_schema(conn, t) for t in tables]
+    conn.close()
+    seconds = {}
+    for decoder in READER_DECODERS:
+        started = time.monotonic()
+        reader = BinlogReader.for_schemas(server.root_config(), schemas, start=start, end=end, decoder=decoder)
+        decoded = sum(1 for item in reader if isinstance(item, ChangeRecord))
+        seconds[decoder] = time.monotonic() - started
+        assert decoded == changes, (decoder, decoded, changes)
+        assert set(reader.events_decoded) == {decoder}, reader.events_decoded
+    return seconds
+
+
+def reader_rows(changes: int, seconds: dict[str, float]) -> list[str]:
+    """The report's table rows for ``reader_seconds``."""
+    return [f"| our binlog reader, {decoder} row decoder, raw decoding (no Spark) | {seconds[decoder]:.1f} | "
+            f"{changes / seconds[decoder]:,.0f} |" for decoder in READER_DECODERS]
