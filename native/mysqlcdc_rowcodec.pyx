@@ -15,6 +15,7 @@ from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
 
 import datetime as _dt
+from decimal import Decimal as _Decimal
 
 import_datetime()
 
@@ -32,9 +33,11 @@ cdef enum:
     YEAR = 10
     FIXED = 11
     PREFIXED = 12
+    DECIMAL = 13
 
 cdef object UTC = _dt.timezone.utc
 cdef int64_t[7] POW10 = [1000000, 100000, 10000, 1000, 100, 10, 1]
+cdef int[10] DIGITS_BYTES = [0, 1, 1, 2, 2, 3, 3, 4, 4, 4]
 
 
 cdef inline uint64_t little(const unsigned char* p, int width) noexcept nogil:
@@ -73,6 +76,8 @@ cdef class RowDecoder:
     cdef int* kinds
     cdef int* widths
     cdef int* fsps
+    cdef int* precisions
+    cdef int* scales
     cdef tuple names
     cdef tuple converts
 
@@ -81,7 +86,9 @@ cdef class RowDecoder:
         self.kinds = <int*>malloc(max(self.count, 1) * sizeof(int))
         self.widths = <int*>malloc(max(self.count, 1) * sizeof(int))
         self.fsps = <int*>malloc(max(self.count, 1) * sizeof(int))
-        if not self.kinds or not self.widths or not self.fsps:
+        self.precisions = <int*>malloc(max(self.count, 1) * sizeof(int))
+        self.scales = <int*>malloc(max(self.count, 1) * sizeof(int))
+        if not self.kinds or not self.widths or not self.fsps or not self.precisions or not self.scales:
             raise MemoryError()
         self.names = names
         self.converts = tuple(c.convert for c in columns)
@@ -90,14 +97,20 @@ cdef class RowDecoder:
             self.kinds[i] = column.kind
             self.widths[i] = column.width
             self.fsps[i] = column.fsp
-            if not 1 <= column.kind <= 12 or column.width < 0 or (column.width > 8 and column.kind != FIXED) \
-                    or not 0 <= column.fsp <= 6:
+            self.precisions[i] = column.precision
+            self.scales[i] = column.scale
+            if not 1 <= column.kind <= 13 or column.width < 0 \
+                    or (column.width > 8 and column.kind != FIXED and column.kind != DECIMAL) \
+                    or not 0 <= column.fsp <= 6 or (column.kind == DECIMAL and not (
+                        0 <= column.scale <= column.precision <= 65 and column.width == _decimal_bytes(column))):
                 raise ValueError(f"column {names[i]!r}: a layout the decoder does not know: {column!r}")
 
     def __dealloc__(self):
         free(self.kinds)
         free(self.widths)
         free(self.fsps)
+        free(self.precisions)
+        free(self.scales)
 
     def decode(self, body):
         """Every row image in ``body``, in order, each a dict by column name (an update's before and
@@ -173,6 +186,9 @@ cdef class RowDecoder:
                 elif kind == FIXED:
                     image[names[i]] = self.converts[i](PyBytes_FromStringAndSize(<const char*>(data + at), width))
                     at += width
+                elif kind == DECIMAL:
+                    image[names[i]] = _decimal(data + at, width, self.precisions[i], self.scales[i])
+                    at += width
                 else:  # DATETIME, TIMESTAMP: the fraction follows
                     fsp = self.fsps[i]
                     fraction_bytes = (fsp + 1) // 2
@@ -207,3 +223,68 @@ cdef object _datetime(uint64_t packed, int micros):
                             (packed >> 6) & 0x3F, packed & 0x3F, micros, None)
     except ValueError:
         return None  # the zero date, or a date with a zero part
+
+
+def _decimal_bytes(column) -> int:
+    whole = column.precision - column.scale
+    return (whole // 9) * 4 + DIGITS_BYTES[whole % 9] + (column.scale // 9) * 4 + DIGITS_BYTES[column.scale % 9]
+
+
+cdef inline uint64_t _pow10(int n) noexcept nogil:
+    cdef uint64_t value = 1
+    for _ in range(n):
+        value *= 10
+    return value
+
+
+cdef object _decimal(const unsigned char* raw, int width, int precision, int scale):
+    """MySQL's binary DECIMAL (row_decoder._decimal_reader tells the layout) as the Decimal of its
+    text, which has exactly ``scale`` places."""
+    cdef unsigned char data[32]
+    cdef char text[80]
+    cdef int whole = precision - scale, i, g, size, digits, at = 0, n = 0, groups
+    cdef bint negative = not (raw[0] & 0x80)
+    cdef uint64_t value
+    cdef int[16] group_digits
+    memcpy(data, raw, width)
+    data[0] ^= 0x80
+    if negative:
+        for i in range(width):
+            data[i] ^= 0xFF
+        text[n] = 45  # '-'
+        n += 1
+    groups = 0
+    if whole % 9:
+        group_digits[groups] = whole % 9
+        groups += 1
+    for i in range(whole // 9):
+        group_digits[groups] = 9
+        groups += 1
+    cdef int whole_groups = groups
+    for i in range(scale // 9):
+        group_digits[groups] = 9
+        groups += 1
+    if scale % 9:
+        group_digits[groups] = scale % 9
+        groups += 1
+    if whole == 0:
+        text[n] = 48  # '0'
+        n += 1
+    for g in range(groups):
+        if g == whole_groups:
+            text[n] = 46  # '.'
+            n += 1
+        digits = group_digits[g]
+        size = DIGITS_BYTES[digits]
+        value = big(data + at, size)
+        at += size
+        if value >= <uint64_t>POW10[0] * 1000 or (digits < 9 and value >= <uint64_t>_pow10(digits)):
+            raise ValueError(f"a DECIMAL({precision},{scale}) group holds {value}, more than {digits} digits")
+        for i in range(digits - 1, -1, -1):
+            text[n + i] = 48 + <char>(value % 10)
+            value //= 10
+        n += digits
+    if whole_groups == groups:
+        text[n] = 46  # '.' with nothing after it: no places
+        n += 1
+    return _Decimal(text[:n].decode("ascii"))

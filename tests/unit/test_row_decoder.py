@@ -27,7 +27,9 @@ def _compiled(layout: RowLayout):
 
 def _random_column(rng: random.Random) -> ColumnLayout:
     kind = rng.choice([rd.SIGNED, rd.UNSIGNED, rd.FLOAT, rd.DOUBLE, rd.UTF8, rd.BYTES, rd.DATE, rd.DATETIME,
-                       rd.TIMESTAMP, rd.YEAR, rd.FIXED, rd.PREFIXED])
+                       rd.TIMESTAMP, rd.YEAR, rd.FIXED, rd.PREFIXED, rd.DECIMAL])
+    if kind == rd.DECIMAL:
+        return _decimal_column(*rng.choice([(65, 30), (10, 0), (18, 4), (5, 5), (1, 0), (20, 10), (38, 9)]))
     if kind in (rd.SIGNED, rd.UNSIGNED):
         return ColumnLayout(kind, rng.choice([1, 2, 3, 4, 8]))
     if kind in (rd.UTF8, rd.BYTES):
@@ -43,6 +45,9 @@ def _random_column(rng: random.Random) -> ColumnLayout:
 
 def _value_bytes(rng: random.Random, column: ColumnLayout) -> bytes:
     kind, width = column.kind, column.width
+    if kind == rd.DECIMAL:
+        value = decimal.Decimal(rng.choice([0, 1, -1, rng.randint(-10**column.precision + 1, 10**column.precision - 1)]))
+        return _decimal_bytes(value.scaleb(-column.scale), column.precision, column.scale)
     if kind in (rd.UTF8, rd.BYTES, rd.PREFIXED):
         if kind == rd.UTF8:
             data = "".join(chr(rng.choice([rng.randint(32, 126), rng.randint(0x80, 0xD7FF), rng.randint(0x10000, 0x1F9FF)]))
@@ -126,6 +131,11 @@ def test_the_extremes_of_the_temporal_kinds_decode_as_the_sql_path_has_them():
         assert low == {"ts": None, "dt": None, "da": None, "y": 0}
 
 
+def _decimal_column(precision: int, scale: int) -> ColumnLayout:
+    return ColumnLayout(rd.DECIMAL, rd.decimal_bytes(precision, scale), convert=rd._decimal_reader(precision, scale),
+                        precision=precision, scale=scale)
+
+
 @pytest.mark.parametrize("precision,scale,text", [
     (65, 30, "99999999999999999999999999999999999.999999999999999999999999999999"),
     (65, 30, "-99999999999999999999999999999999999.999999999999999999999999999999"),
@@ -133,9 +143,17 @@ def test_the_extremes_of_the_temporal_kinds_decode_as_the_sql_path_has_them():
 ])
 def test_binary_decimals_read_back_exactly_with_their_places(precision, scale, text):
     value = decimal.Decimal(text)
-    raw = _decimal_bytes(value, precision, scale)
-    read = rd._decimal_reader(precision, scale)(raw)
-    assert read == value and read.as_tuple().exponent == -scale
+    layout = RowLayout(("d",), (_decimal_column(precision, scale),))
+    for decoder in (PythonRowDecoder(layout), _compiled(layout)):
+        [row] = decoder.decode(b"\x00" + _decimal_bytes(value, precision, scale))
+        assert row["d"] == value and row["d"].as_tuple().exponent == -scale and str(row["d"]) == text
+
+
+def test_a_decimal_group_with_more_digits_than_it_may_hold_is_refused_by_both_decoders():
+    layout = RowLayout(("d",), (_decimal_column(10, 0),))  # a 1-digit group (1 byte), then nine digits (4 bytes)
+    for decoder in (PythonRowDecoder(layout), _compiled(layout)):
+        with pytest.raises(ValueError, match="more than 9 digits"):
+            decoder.decode(b"\x00" + bytes([0x80]) + (10**9).to_bytes(4, "big"))
 
 
 def _decimal_bytes(value: decimal.Decimal, precision: int, scale: int) -> bytes:

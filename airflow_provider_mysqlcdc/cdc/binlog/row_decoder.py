@@ -57,6 +57,7 @@ TIMESTAMP = 9  # 4 bytes big-endian seconds, then fraction bytes; aware UTC; the
 YEAR = 10  # 1 byte, years after 1900 (0 is the year 0000)
 FIXED = 11  # ``width`` bytes handed to ``convert``
 PREFIXED = 12  # a ``width``-byte length, then that many bytes handed to ``convert``
+DECIMAL = 13  # MySQL's binary DECIMAL(precision, scale) in ``width`` bytes (the Python twin: ``convert``)
 
 #: the environment variable that picks a decoder: auto (the compiled one when installed), compiled,
 #: python, or library (python-mysql-replication's own decoding, then the normaliser)
@@ -65,7 +66,6 @@ DECODERS = ("auto", "compiled", "python", "library")
 
 UTC = dt.timezone.utc
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
-_DECIMAL_CONTEXT = decimal.Context(prec=100)
 _DIGITS_BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)  # bytes of a group of 0-8 decimal digits
 _FLOAT = struct.Struct("<f")
 _DOUBLE = struct.Struct("<d")
@@ -80,8 +80,11 @@ class ColumnLayout:
     width: int = 0
     #: fractional-second digits of DATETIME and TIMESTAMP
     fsp: int = 0
-    #: the bytes' value, for FIXED and PREFIXED
+    #: the bytes' value, for FIXED and PREFIXED (and DECIMAL, in the Python twin)
     convert: Callable[[bytes], Any] | None = None
+    #: digits, and digits after the point, of a DECIMAL
+    precision: int = 0
+    scale: int = 0
 
 
 @dataclass(frozen=True)
@@ -126,8 +129,9 @@ def _column_layout(lib: Any, column: Column) -> ColumnLayout | None:
     if code == FIELD_TYPE.TIME2:
         return ColumnLayout(FIXED, 3 + (lib.fsp + 1) // 2, convert=time2_to_timedelta)
     if code == FIELD_TYPE.NEWDECIMAL:
-        return ColumnLayout(FIXED, decimal_bytes(lib.precision, lib.decimals),
-                            convert=_decimal_reader(lib.precision, lib.decimals))
+        return ColumnLayout(DECIMAL, decimal_bytes(lib.precision, lib.decimals),
+                            convert=_decimal_reader(lib.precision, lib.decimals), precision=lib.precision,
+                            scale=lib.decimals)
     if code == FIELD_TYPE.BIT:
         return ColumnLayout(FIXED, lib.bytes, convert=_big_endian_int)
     if code == FIELD_TYPE.ENUM:
@@ -209,12 +213,12 @@ def decimal_bytes(precision: int, scale: int) -> int:
 
 def _decimal_reader(precision: int, scale: int) -> Callable[[bytes], decimal.Decimal]:
     """MySQL's binary DECIMAL as a Decimal with exactly ``scale`` places. The first bit is the sign
-    (1: not negative), and a negative number's bytes are all inverted."""
+    (1: not negative), and a negative number's bytes are all inverted. Each group of digits is a
+    big-endian integer: first the whole part's leading ``whole % 9`` digits, then groups of nine, then
+    the fraction's groups of nine, then its last ``scale % 9`` digits."""
     whole = precision - scale
-    groups = [_DIGITS_BYTES[whole % 9]] + [4] * (whole // 9) + [4] * (scale // 9) + [_DIGITS_BYTES[scale % 9]]
     digits = [whole % 9] + [9] * (whole // 9) + [9] * (scale // 9) + [scale % 9]
-    parts = [(g, d) for g, d in zip(groups, digits) if g]
-    quantum = decimal.Decimal(1).scaleb(-scale)
+    parts = [(_DIGITS_BYTES[d], d) for d in digits if d]
 
     def convert(raw: bytes) -> decimal.Decimal:
         negative = not raw[0] & 0x80
@@ -223,11 +227,14 @@ def _decimal_reader(precision: int, scale: int) -> Callable[[bytes], decimal.Dec
             data = bytes(b ^ 0xFF for b in data)
         text, at = [], 0
         for size, width in parts:
-            text.append(f"{int.from_bytes(data[at:at + size], 'big'):0{width}d}")
+            group = int.from_bytes(data[at:at + size], "big")
+            if group >= 10 ** width:
+                raise ValueError(f"a DECIMAL({precision},{scale}) group holds {group}, more than {width} digits")
+            text.append(f"{group:0{width}d}")
             at += size
         number = "".join(text)
-        value = decimal.Decimal(f"{'-' if negative else ''}{number[:len(number) - scale] or '0'}.{number[len(number) - scale:]}")
-        return value.quantize(quantum, context=_DECIMAL_CONTEXT)
+        # exact, and exactly ``scale`` places: the constructor neither rounds nor drops a trailing zero
+        return decimal.Decimal(f"{'-' if negative else ''}{number[:whole] or '0'}.{number[whole:]}")
 
     return convert
 
@@ -314,7 +321,7 @@ class PythonRowDecoder:
                     values.append(date_value(from_bytes(raw, "little")))
                 elif kind == YEAR:
                     values.append(raw[0] + 1900 if raw[0] else 0)
-                elif kind == FIXED:
+                elif kind == FIXED or kind == DECIMAL:
                     values.append(convert(raw))
                 else:  # DATETIME, TIMESTAMP: the fraction follows
                     if at + fraction_bytes > end:
