@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -98,16 +98,30 @@ def arrow_schema(schema: TableSchema) -> pa.Schema:
     return pa.schema(fields + _METADATA_FIELDS)
 
 
-def _python_value(value: Any, target: pa.DataType) -> Any:
-    if value is None:
-        return None
-    if isinstance(value, dt.timedelta):
-        return value // dt.timedelta(microseconds=1)
-    if pa.types.is_decimal(target) and isinstance(value, int):
-        return decimal.Decimal(value)
-    if pa.types.is_string(target) and isinstance(value, decimal.Decimal):
-        return str(value)
-    return value
+def _to_arrow_value(column: Column, target: pa.DataType) -> Callable[[Any], Any] | None:
+    """What a column's normalised (non-NULL) values need before pyarrow takes them as ``target``:
+    TIME as microseconds, integers in a DECIMAL type (BIGINT UNSIGNED, BIT(64)) as Decimal, a DECIMAL
+    wider than Arrow's as its text; None when they go as they are (most columns: chosen once per
+    column, not per value)."""
+    if column.data_type == "time":
+        return _micros
+    if pa.types.is_decimal(target):
+        return _decimal_of_int
+    if pa.types.is_string(target) and column.data_type == "decimal":
+        return _decimal_text
+    return None
+
+
+def _micros(value: Any) -> Any:
+    return value // dt.timedelta(microseconds=1) if isinstance(value, dt.timedelta) else value
+
+
+def _decimal_of_int(value: Any) -> Any:
+    return decimal.Decimal(value) if isinstance(value, int) else value
+
+
+def _decimal_text(value: Any) -> Any:
+    return str(value) if isinstance(value, decimal.Decimal) else value
 
 
 def data_schema(schema: TableSchema) -> pa.Schema:
@@ -127,8 +141,15 @@ def conform_to(data: pa.Table, target: pa.Schema) -> tuple[pa.Table, list[str]]:
 def rows_to_data_table(schema: TableSchema, rows: Sequence[dict[str, Any]]) -> pa.Table:
     """Normalised rows (dicts) as an Arrow table of the source columns."""
     target = data_schema(schema)
-    return pa.Table.from_arrays(
-        [pa.array([_python_value(r.get(f.name), f.type) for r in rows], type=f.type) for f in target], schema=target)
+    arrays = []
+    for field in target:
+        name = field.name
+        values = [r.get(name) for r in rows]
+        convert = _to_arrow_value(schema.column(name), field.type)
+        if convert is not None:
+            values = [None if v is None else convert(v) for v in values]
+        arrays.append(pa.array(values, type=field.type))
+    return pa.Table.from_arrays(arrays, schema=target)
 
 
 def with_metadata(data: pa.Table, schema: TableSchema, *, ops: Sequence[str] | str,
