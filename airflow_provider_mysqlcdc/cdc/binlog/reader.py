@@ -166,6 +166,7 @@ class BinlogReader:
             if isinstance(event, RotateEvent):
                 if event.next_binlog != current_file:
                     self._stream.table_map.clear()
+                    self._decodings.clear()
                 current_file = event.next_binlog
                 self.position = max(self.position, read_from.at(current_file, max(int(event.position), 4)))
                 continue
@@ -238,7 +239,8 @@ class BinlogReader:
                 log.info("rows of %s are decoded by python-mysql-replication: a column of it is stored in a way "
                          "the %s decoder leaves to the library", table_id, self.decoder)
             found = _TableDecoding(event.columns, normalizer, normalizer.schema.column_names,
-                                   None if layout is None else decoder_for(layout, self.decoder), self.decoder)
+                                   None if layout is None else decoder_for(layout, self.decoder), self.decoder,
+                                   _every_column(len(event.columns)))
             self._decodings[id(event.columns)] = found
         return found
 
@@ -297,6 +299,8 @@ class _TableDecoding:
     names: tuple[str, ...]
     row_decoder: Any | None
     decoder_name: str
+    #: the columns-present bitmap of a full row image
+    full_image: bytes
 
     def images(self, event: Any, is_update: bool) -> tuple[list[dict[str, Any]], str | None]:
         """Every row image of the event, as a dict by column name (an update's before and after
@@ -315,17 +319,16 @@ class _TableDecoding:
         decoder takes them: it has the table, and every column is in the image (a full row image)."""
         if self.row_decoder is None or event.number_of_columns != len(self.names):
             return None
-        full = _FULL_BITMAPS.get(len(self.names))
-        if full is None:
-            full = _FULL_BITMAPS[len(self.names)] = bytes([0xFF] * (len(self.names) // 8)) + (
-                bytes([(1 << len(self.names) % 8) - 1]) if len(self.names) % 8 else b"")
+        full = self.full_image
         if event.columns_present_bitmap != full or (is_update and event.columns_present_bitmap2 != full):
             return None
         packet = event.packet  # the library's packet: 20 header bytes, then what the event has read
         return memoryview(packet.packet.get_all_data())[20 + packet.read_bytes:20 + event.event_size]
 
 
-_FULL_BITMAPS: dict[int, bytes] = {}
+def _every_column(count: int) -> bytes:
+    """A bitmap of ``count`` columns, all set."""
+    return ((1 << count) - 1).to_bytes((count + 7) // 8, "little")
 
 
 def _raw(values: dict[str, Any], none_sources: dict[str, str] | None) -> dict[str, Any]:
