@@ -54,6 +54,8 @@ def bench_mixed_workload(server: ThrowawayMariaDB, work: Path, secrets: Path) ->
     result = submit.run("binlog_stream.py", ["--job", str(work / "mixed.json")], secrets)
     total = time.monotonic() - started
     assert result["changes_applied"] == changes, (result, changes)
+    print("stream job log:\n" + "\n".join(line for line in submit.last_log.splitlines() if "airflow_provider" in line),
+          flush=True)
     batches = [tuple(float(x) for x in found.groups()) for found in _BATCH.finditer(submit.last_log)]
     out = {"transactions": TRANSACTIONS, "changes": changes, "streaming_s": result["streaming_seconds"],
            "total_s": total, "batches": len(batches), "applied_s": sum(b[1] for b in batches),

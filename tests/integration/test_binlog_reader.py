@@ -150,6 +150,36 @@ def test_one_big_transaction_decoded_in_pieces_gives_the_same_records(mysql_serv
     assert sorted(pieces, key=lambda i: (i.offset.sort_key, getattr(i, "row", 0), getattr(i, "part", 0))) == whole
 
 
+def test_many_small_transactions_cut_by_listing_windows_decode_in_pieces_to_the_same_records(mysql_server, cdc_user,
+                                                                                               database):
+    """A range of many transactions is cut by listing a window of events where each cut should fall,
+    not the whole range; its pieces read back every record once."""
+    from airflow_provider_mysqlcdc.cdc.binlog.ranges import plan_decode_ranges, windowed_cuts
+
+    table, conn = _table(mysql_server, database, "(id INT PRIMARY KEY, v INT, pad VARCHAR(200))")
+    start = current_offset(conn)
+    with conn.cursor() as cur:
+        for i in range(600):  # autocommit: one transaction each
+            cur.execute(f"INSERT INTO {table.quoted} VALUES (%s, 0, REPEAT('p', 150))", (i,))
+            if i % 4 == 0:
+                cur.execute(f"UPDATE {table.quoted} SET v = v + 1 WHERE id = %s", (i // 2,))
+    end = current_offset(conn)
+    schema = load_table_schema(conn, table)
+    assert start.file == end.file, "the test range must lie in one binlog file"
+
+    cuts = windowed_cuts(conn, start, end, 3, window_events=20)
+    assert cuts is not None and len(cuts) == 2 and start < cuts[0][1] < cuts[0][0] < cuts[1][1] < cuts[1][0] < end
+    ranges = plan_decode_ranges(conn, start, end, pieces=3, min_bytes=1, window_events=20)
+    assert [r.end for r in ranges[:2]] == [c[0] for c in cuts]
+
+    def read(**kwargs):
+        return [i for i in BinlogReader.for_schemas(cdc_user, [schema], **kwargs) if isinstance(i, ChangeRecord)]
+
+    whole = read(start=start, end=end)
+    pieces = [item for r in ranges for item in read(start=r.read_from, end=r.end, decode_after=r.decode_after)]
+    assert len(whole) == 750 and [p.offset for p in pieces] == [w.offset for w in whole] and pieces == whole
+
+
 def test_table_ddl_as_the_server_logs_it_is_reported_per_captured_table(mysql_server, cdc_user, database):
     """Every table-level DDL form, run on the server and read back from its binlog (the server
     rewrites some: DROP TABLE gains a comment, for one)."""

@@ -50,14 +50,19 @@ def binlog_events(conn: pymysql.connections.Connection, start: BinlogOffset, hea
                 cur.execute(f"SHOW BINLOG EVENTS IN %s FROM {int(position)} LIMIT {PAGE_EVENTS}", (file,))
                 rows = cur.fetchall()
                 for row in rows:
-                    event = ListedEvent(file, int(row[1]), str(row[2]).lower(), int(row[4]), str(row[5]).strip(),
-                                        start.epoch)
+                    event = listed_event(file, row, start.epoch)
                     if event.end > head:
                         return
                     yield event
                 if len(rows) < PAGE_EVENTS:
                     break
                 position = int(rows[-1][4])
+
+
+def listed_event(file: str, row: tuple, epoch: int) -> ListedEvent:
+    """An event from a row of ``SHOW BINLOG EVENTS`` (Log_name, Pos, Event_type, Server_id,
+    End_log_pos, Info)."""
+    return ListedEvent(file, int(row[1]), str(row[2]).lower(), int(row[4]), str(row[5]).strip(), epoch)
 
 
 def files_between(conn: pymysql.connections.Connection, start: BinlogOffset,

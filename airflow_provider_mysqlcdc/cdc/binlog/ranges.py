@@ -18,17 +18,21 @@ Records carry their offsets, so the consumer restores the global order by sortin
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import pymysql
 
-from airflow_provider_mysqlcdc.cdc.binlog.listing import binlog_events, closes_transaction, files_between, opens_transaction
+from airflow_provider_mysqlcdc.cdc.binlog.listing import (ListedEvent, binlog_events, closes_transaction, files_between,
+                                                         listed_event, opens_transaction)
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.source.server import gtid_positions
 
 _ROW_EVENTS = ("write_rows", "update_rows", "delete_rows")
 #: At most this many events are listed to find cut points; the rest of a range stays in its last piece.
 MAX_LISTED_EVENTS = 200_000
+#: Events listed around each cut of a range of many events (windowed_cuts)
+WINDOW_EVENTS = 2_000
 
 
 def batch_end(conn: pymysql.connections.Connection, start: BinlogOffset, head: BinlogOffset, *,
@@ -66,7 +70,7 @@ class DecodeRange:
 
 
 def plan_decode_ranges(conn: pymysql.connections.Connection, start: BinlogOffset, end: BinlogOffset,
-                       pieces: int, min_bytes: int = 1 << 20) -> list[DecodeRange]:
+                       pieces: int, min_bytes: int = 1 << 20, window_events: int = WINDOW_EVENTS) -> list[DecodeRange]:
     """Cut ``(start, end]`` into up to ``pieces`` ranges with about as many row events each."""
     whole = [DecodeRange(start, None, end)]
     if pieces < 2 or end <= start:
@@ -75,20 +79,12 @@ def plan_decode_ranges(conn: pymysql.connections.Connection, start: BinlogOffset
     span = sum(size for _, size in sizes) - start.position - (sizes[-1][1] - end.position if sizes else 0)
     if span < min_bytes:
         return whole
-    candidates: list[tuple[BinlogOffset, BinlogOffset]] = []  # (cut after this row event, its transaction start)
-    transaction = None
-    for count, event in enumerate(binlog_events(conn, start, end)):
-        if count >= MAX_LISTED_EVENTS or event.end >= end:
-            break
-        if event.kind.startswith("gtid") or (opens_transaction(event) and transaction is None):
-            transaction = event.start
-        elif closes_transaction(event) or event.kind == "rotate":
-            transaction = None
-        elif event.kind.startswith(_ROW_EVENTS) and transaction is not None:
-            candidates.append((event.end, transaction))
-    if len(candidates) < pieces:
-        return whole
-    chosen = [candidates[(i * len(candidates)) // pieces - 1] for i in range(1, pieces)]
+    chosen = windowed_cuts(conn, start, end, pieces, window_events) if start.file == end.file else None
+    if chosen is None:
+        candidates = list(_cuts(binlog_events(conn, start, end), end, MAX_LISTED_EVENTS))
+        if len(candidates) < pieces:
+            return whole
+        chosen = [candidates[(i * len(candidates)) // pieces - 1] for i in range(1, pieces)]
     ranges = []
     read_from, decode_after = start, None
     for cut, transaction in chosen:
@@ -97,3 +93,50 @@ def plan_decode_ranges(conn: pymysql.connections.Connection, start: BinlogOffset
     ranges.append(DecodeRange(read_from, decode_after, end))
     return ranges
 
+
+def _cuts(events: Iterable[ListedEvent], end: BinlogOffset, limit: int,
+          transaction: BinlogOffset | None = None) -> Iterator[tuple[BinlogOffset, BinlogOffset]]:
+    """Where a piece may end, among ``events`` (at most ``limit`` of them, none ending at or after
+    ``end``): after a row event, with the start of its transaction (where the next piece starts
+    reading). ``transaction``: the start of the transaction the events begin in, if known."""
+    for count, event in enumerate(events):
+        if count >= limit or event.end >= end:
+            return
+        if event.kind.startswith("gtid") or (opens_transaction(event) and transaction is None):
+            transaction = event.start
+        elif closes_transaction(event) or event.kind == "rotate":
+            transaction = None
+        elif event.kind.startswith(_ROW_EVENTS) and transaction is not None:
+            yield event.end, transaction
+
+
+def windowed_cuts(conn: pymysql.connections.Connection, start: BinlogOffset, end: BinlogOffset, pieces: int,
+                  window_events: int = WINDOW_EVENTS) -> list[tuple[BinlogOffset, BinlogOffset]] | None:
+    """The cuts of a range of one binlog file, found by listing only a window of events where each
+    should fall: the server skips to a window (``LIMIT skip, n``) without sending what it skips, where
+    listing the whole range cost as much as decoding a piece of it. The range's events are counted
+    from their average size in its first window, so a cut falls near its share of the events. None
+    when the range holds too few events for windows to pay, or a window holds no row event after a
+    transaction start (one transaction spans it): then the whole listing decides."""
+    first = _listed_window(conn, start, window_events, 1)
+    if not first or first[0].end >= end:
+        return None
+    estimated_events = window_events * (end.position - start.position) // max(first[0].position - start.position, 1)
+    if estimated_events < 4 * window_events * pieces:
+        return None
+    chosen: list[tuple[BinlogOffset, BinlogOffset]] = []
+    for i in range(1, pieces):
+        cut = next(_cuts(_listed_window(conn, start, i * estimated_events // pieces, window_events), end,
+                         window_events), None)
+        if cut is None or (chosen and cut[0] <= chosen[-1][0]):
+            return None
+        chosen.append(cut)
+    return chosen
+
+
+def _listed_window(conn: pymysql.connections.Connection, start: BinlogOffset, skip: int, count: int) -> list[ListedEvent]:
+    """``count`` events of ``start``'s file after the first ``skip`` events from ``start``."""
+    with conn.cursor() as cur:
+        cur.execute(f"SHOW BINLOG EVENTS IN %s FROM {int(start.position)} LIMIT {int(skip)}, {int(count)}",
+                    (start.file,))
+        return [listed_event(start.file, row, start.epoch) for row in cur.fetchall()]
