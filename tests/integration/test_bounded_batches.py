@@ -72,6 +72,13 @@ def test_batches_end_at_the_first_transaction_end_after_the_limit(mysql_server, 
     ends = batches(max_bytes=1500)
     assert set(ends) <= set(commits) | {head} and len(commits) // 3 <= len(ends) < len(commits)
     assert batches() == [head] and batches(max_events=10**9) == [head]
+    # limits the whole range is under end it at the head, told without listing it
+    with conn.cursor() as cur:
+        cur.execute(f"SHOW BINLOG EVENTS IN %s FROM {start.position}", (start.file,))
+        events = sum(1 for row in cur.fetchall() if int(row[4]) <= head.position)
+    assert start.file == head.file and batches(max_events=events + 1) == [head]
+    assert batches(max_bytes=head.position - start.position + 1) == [head]
+    assert batches(max_events=events // 2)[0] < head and batches(max_bytes=(head.position - start.position) // 2)[0] < head
 
 
 def test_a_transaction_larger_than_every_limit_streams_in_pieces_and_survives_a_kill(mysql_server, cdc_user,

@@ -40,7 +40,7 @@ def batch_end(conn: pymysql.connections.Connection, start: BinlogOffset, head: B
     """The end of a micro-batch starting at ``start`` (a transaction boundary): ``head``, or the first
     transaction end after ``max_bytes`` bytes or ``max_events`` events (0: no limit) when that comes
     first. A transaction larger than the limit is never cut: the batch ends where it ends."""
-    if (not max_bytes and not max_events) or head <= start:
+    if (not max_bytes and not max_events) or head <= start or _within_limits(conn, start, head, max_bytes, max_events):
         return head
     read_bytes = events = 0
     in_transaction = False  # inside BEGIN ... COMMIT (a statement outside one, a DDL, ends where it ends)
@@ -62,6 +62,27 @@ def batch_end(conn: pymysql.connections.Connection, start: BinlogOffset, head: B
     return head
 
 
+def _within_limits(conn: pymysql.connections.Connection, start: BinlogOffset, head: BinlogOffset, max_bytes: int,
+                   max_events: int) -> bool:
+    """Whether the range is under both limits (0: none), told without listing it: its bytes by the
+    files' sizes, its events by asking the server for the event at the limit (it skips to it)."""
+    if max_bytes and span_bytes(conn, start, head) >= max_bytes:
+        return False
+    if max_events:
+        if start.file != head.file:
+            return False
+        at_limit = _listed_window(conn, start, max_events - 1, 1)
+        if at_limit and at_limit[0].end <= head:
+            return False
+    return True
+
+
+def span_bytes(conn: pymysql.connections.Connection, start: BinlogOffset, end: BinlogOffset) -> int:
+    """The binlog bytes from ``start`` to ``end``, across files."""
+    sizes = files_between(conn, start, end)
+    return sum(size for _, size in sizes) - start.position - (sizes[-1][1] - end.position if sizes else 0)
+
+
 @dataclass(frozen=True)
 class DecodeRange:
     read_from: BinlogOffset  # where the binlog connection starts
@@ -75,9 +96,7 @@ def plan_decode_ranges(conn: pymysql.connections.Connection, start: BinlogOffset
     whole = [DecodeRange(start, None, end)]
     if pieces < 2 or end <= start:
         return whole
-    sizes = files_between(conn, start, end)
-    span = sum(size for _, size in sizes) - start.position - (sizes[-1][1] - end.position if sizes else 0)
-    if span < min_bytes:
+    if span_bytes(conn, start, end) < min_bytes:
         return whole
     chosen = windowed_cuts(conn, start, end, pieces, window_events) if start.file == end.file else None
     if chosen is None:
