@@ -82,6 +82,8 @@ cdef class RowDecoder:
     cdef tuple converts
 
     def __cinit__(self, tuple names, tuple columns):
+        if len(names) != len(columns):
+            raise ValueError(f"{len(names)} names for {len(columns)} columns")
         self.count = len(columns)
         self.kinds = <int*>malloc(max(self.count, 1) * sizeof(int))
         self.widths = <int*>malloc(max(self.count, 1) * sizeof(int))
@@ -182,7 +184,7 @@ cdef class RowDecoder:
                     raw = little(data + at, 3)
                     at += 3
                     day, month, year = raw & 0x1F, (raw >> 5) & 0x0F, raw >> 9
-                    image[names[i]] = date_new(year, month, day) if day and month and year else None
+                    image[names[i]] = _date(year, month, day)
                 elif kind == FIXED:
                     image[names[i]] = self.converts[i](PyBytes_FromStringAndSize(<const char*>(data + at), width))
                     at += width
@@ -214,6 +216,13 @@ cdef class RowDecoder:
                                                            <int>micros, UTC)
             images.append(image)
         return images
+
+
+cdef object _date(int year, int month, int day):
+    try:
+        return date_new(year, month, day)
+    except ValueError:
+        return None  # the zero date, a date with a zero part, or an impossible one (ALLOW_INVALID_DATES)
 
 
 cdef object _datetime(uint64_t packed, int micros):

@@ -98,16 +98,16 @@ def arrow_schema(schema: TableSchema) -> pa.Schema:
     return pa.schema(fields + _METADATA_FIELDS)
 
 
-def _to_arrow_value(column: Column, target: pa.DataType) -> Callable[[Any], Any] | None:
-    """What a column's normalised (non-NULL) values need before pyarrow takes them as ``target``:
-    TIME as microseconds, integers in a DECIMAL type (BIGINT UNSIGNED, BIT(64)) as Decimal, a DECIMAL
-    wider than Arrow's as its text; None when they go as they are (most columns: chosen once per
-    column, not per value)."""
-    if column.data_type == "time":
+def _to_arrow_value(target: pa.DataType) -> Callable[[Any], Any] | None:
+    """What normalised (non-NULL) values need before pyarrow takes them as ``target``: TIME's
+    timedelta as microseconds (an int64 column), an integer in a DECIMAL type (BIGINT UNSIGNED,
+    BIT(64)) as Decimal, a Decimal in a string column (a DECIMAL wider than Arrow's) as its text;
+    None for the other types, whose values go as they are. Chosen once per column, not per value."""
+    if pa.types.is_int64(target):
         return _micros
     if pa.types.is_decimal(target):
         return _decimal_of_int
-    if pa.types.is_string(target) and column.data_type == "decimal":
+    if pa.types.is_string(target):
         return _decimal_text
     return None
 
@@ -145,7 +145,7 @@ def rows_to_data_table(schema: TableSchema, rows: Sequence[dict[str, Any]]) -> p
     for field in target:
         name = field.name
         values = [r.get(name) for r in rows]
-        convert = _to_arrow_value(schema.column(name), field.type)
+        convert = _to_arrow_value(field.type)
         if convert is not None:
             values = [None if v is None else convert(v) for v in values]
         arrays.append(pa.array(values, type=field.type))

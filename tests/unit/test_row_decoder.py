@@ -174,3 +174,25 @@ def _decimal_bytes(value: decimal.Decimal, precision: int, scale: int) -> bytes:
         data = bytearray(b ^ 0xFF for b in data)
     data[0] ^= 0x80
     return bytes(data)
+
+
+def test_an_impossible_date_is_none_in_both_decoders_as_the_select_path_has_it():
+    layout = RowLayout(("da", "dt"), (ColumnLayout(rd.DATE, 3), ColumnLayout(rd.DATETIME, 5)))
+    body = b"\x00" + (2024 << 9 | 2 << 5 | 30).to_bytes(3, "little") \
+        + (1 << 39 | (2024 * 13 + 2) << 22 | 30 << 17).to_bytes(5, "big")  # ALLOW_INVALID_DATES: 2024-02-30
+    for decoder in (PythonRowDecoder(layout), _compiled(layout)):
+        assert decoder.decode(body) == [{"da": None, "dt": None}]
+
+
+def test_a_timestamp_fraction_of_a_whole_second_or_more_is_refused_by_both_decoders():
+    layout = RowLayout(("ts",), (ColumnLayout(rd.TIMESTAMP, 4, fsp=6),))
+    body = b"\x00" + (5).to_bytes(4, "big") + (1_000_000).to_bytes(3, "big")
+    for decoder in (PythonRowDecoder(layout), _compiled(layout)):
+        with pytest.raises(ValueError):
+            decoder.decode(body)
+
+
+def test_the_compiled_decoder_refuses_a_layout_whose_names_and_columns_differ_in_number():
+    compiled = rd.compiled_decoder_class()
+    with pytest.raises(ValueError, match="2 names for 1 columns"):
+        compiled(("a", "b"), (ColumnLayout(rd.SIGNED, 4),))

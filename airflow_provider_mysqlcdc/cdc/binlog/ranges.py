@@ -145,12 +145,19 @@ def windowed_cuts(conn: pymysql.connections.Connection, start: BinlogOffset, end
         return None
     chosen: list[tuple[BinlogOffset, BinlogOffset]] = []
     for i in range(1, pieces):
-        cut = next(_cuts(_listed_window(conn, start, i * estimated_events // pieces, window_events), end,
-                         window_events), None)
+        cut = first_cut_in_window(_listed_window(conn, start, i * estimated_events // pieces, window_events), end)
         if cut is None or (chosen and cut[0] <= chosen[-1][0]):
             return None
         chosen.append(cut)
     return chosen
+
+
+def first_cut_in_window(window: list[ListedEvent], end: BinlogOffset) -> tuple[BinlogOffset, BinlogOffset] | None:
+    """The first cut among a window of listed events, which may begin at any event: a transaction
+    start counts only after a transaction's end or at a GTID event (MySQL writes BEGIN after its
+    GTID event, which the next piece must read too)."""
+    first = next((n for n, e in enumerate(window) if e.kind.startswith("gtid") or closes_transaction(e)), len(window))
+    return next(_cuts(window[first:], end, len(window)), None)
 
 
 def _listed_window(conn: pymysql.connections.Connection, start: BinlogOffset, skip: int, count: int) -> list[ListedEvent]:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.constants.BINLOG import PARTIAL_UPDATE_ROWS_EVENT
 from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
@@ -317,7 +318,8 @@ class _TableDecoding:
     def _row_bytes(self, event: Any, is_update: bool) -> memoryview | None:
         """The event's rows as bytes (what follows the bitmaps the library has read), when a row
         decoder takes them: it has the table, and every column is in the image (a full row image)."""
-        if self.row_decoder is None or event.number_of_columns != len(self.names):
+        if self.row_decoder is None or event.number_of_columns != len(self.names) \
+                or event.event_type == PARTIAL_UPDATE_ROWS_EVENT:  # its after images carry a JSON diff
             return None
         full = self.full_image
         if event.columns_present_bitmap != full or (is_update and event.columns_present_bitmap2 != full):

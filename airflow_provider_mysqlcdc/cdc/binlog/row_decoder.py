@@ -51,7 +51,7 @@ FLOAT = 3  # 4-byte IEEE, widened
 DOUBLE = 4  # 8-byte IEEE
 UTF8 = 5  # a ``width``-byte length, then UTF-8 text
 BYTES = 6  # a ``width``-byte length, then bytes
-DATE = 7  # 3 bytes: day, month, year bit fields; zero or partial dates are None
+DATE = 7  # 3 bytes: day, month, year bit fields; zero, partial and impossible dates are None
 DATETIME = 8  # 5 bytes big-endian packed, then ``fsp`` fraction bytes; impossible dates are None
 TIMESTAMP = 9  # 4 bytes big-endian seconds, then fraction bytes; aware UTC; the zero TIMESTAMP is None
 YEAR = 10  # 1 byte, years after 1900 (0 is the year 0000)
@@ -259,15 +259,20 @@ def datetime_value(packed: int, micros: int) -> dt.datetime | None:
 
 
 def date_value(packed: int) -> dt.date | None:
+    """A DATE from its 3 bytes; None for the zero date, dates with a zero part and the impossible
+    dates ``ALLOW_INVALID_DATES`` lets in (2024-02-30), as the SELECT path has them."""
     day, month, year = packed & 0x1F, (packed >> 5) & 0x0F, packed >> 9
-    if not (day and month and year):
+    try:
+        return dt.date(year, month, day)
+    except ValueError:
         return None
-    return dt.date(year, month, day)
 
 
 def timestamp_value(seconds: int, micros: int) -> dt.datetime | None:
     if not seconds and not micros:
         return None  # the zero TIMESTAMP
+    if micros >= 1_000_000:
+        raise ValueError(f"a TIMESTAMP fraction of {micros} microseconds")
     return _EPOCH + dt.timedelta(seconds=seconds, microseconds=micros)
 
 
