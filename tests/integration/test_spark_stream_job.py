@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
+from airflow_provider_mysqlcdc.cdc.binlog.row_decoder import DECODER_VARIABLE
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
 from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitReader
@@ -189,6 +190,25 @@ def test_the_stream_clusters_the_files_its_merges_leave_and_stays_exact(mysql_se
         clusterings = [c for c in table.history() if CLUSTERING_COMMIT in c]
         plan, _ = clustering_plan(held_files(table))
         assert clusterings and sum(len(group) for group in plan) < 2, (table_id, len(clusterings), plan)
+
+
+def test_the_stream_is_exact_with_the_pure_python_row_decoder(mysql_server, cdc_user, database, tmp_path, monkeypatch):
+    """Where the compiled row decoder is not installed its Python twin decodes: the same random
+    changes stream into the same exact tables (the suite's other streams use the compiled one)."""
+    monkeypatch.setenv(DECODER_VARIABLE, "python")
+    conn = mysql_server.connect()
+    tables = create_sample_tables(conn, database, rows_per_table=500, seed=29, tables=TABLES)
+    lake, state_dir = str(tmp_path / "lake"), tmp_path / "state"
+    report = run_preflight(cdc_user, tables)
+    _snapshot(cdc_user, report, lake, state_dir)
+    RandomWriters(mysql_server.admin, database, tables=TABLES).write(300, seed=5)
+    (tmp_path / "stream.json").write_text(StreamJob(state=str(state_dir), sink_root=lake, max_batch_events=200).to_json())
+    source_file = cdc_user.to_private_file(tmp_path / "secrets" / "source.json")
+    submit = SparkSubmit(master="local[2]", work_dir=tmp_path / "spark")
+    submit.run("binlog_stream.py", ["--job", str(tmp_path / "stream.json")], source_file)
+
+    assert "binlog rows decoded by the python decoder" in submit.last_log
+    _assert_sink_equals_source(mysql_server, report, lake)
 
 
 def test_stream_only_table_starts_at_its_offset_with_state_at_a_url(mysql_server, cdc_user, database, tmp_path):
