@@ -59,6 +59,15 @@ def binlog_events(conn: pymysql.connections.Connection, start: BinlogOffset, hea
                 position = int(rows[-1][4])
 
 
+def listed_window(conn: pymysql.connections.Connection, start: BinlogOffset, skip: int, count: int) -> list[ListedEvent]:
+    """``count`` events of ``start``'s file after its first ``skip`` events from ``start``: the
+    server skips to them without sending what it skips."""
+    with conn.cursor() as cur:
+        cur.execute(f"SHOW BINLOG EVENTS IN %s FROM {int(start.position)} LIMIT {int(skip)}, {int(count)}",
+                    (start.file,))
+        return [listed_event(start.file, row, start.epoch) for row in cur.fetchall()]
+
+
 def listed_event(file: str, row: tuple, epoch: int) -> ListedEvent:
     """An event from a row of ``SHOW BINLOG EVENTS`` (Log_name, Pos, Event_type, Server_id,
     End_log_pos, Info)."""

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import pymysql
 
 from airflow_provider_mysqlcdc.cdc.binlog.listing import (ListedEvent, binlog_events, closes_transaction, files_between,
-                                                         listed_event, opens_transaction)
+                                                         listed_window, opens_transaction)
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.source.server import gtid_positions
 
@@ -71,7 +71,7 @@ def _within_limits(conn: pymysql.connections.Connection, start: BinlogOffset, he
     if max_events:
         if start.file != head.file:
             return False
-        at_limit = _listed_window(conn, start, max_events - 1, 1)
+        at_limit = listed_window(conn, start, max_events - 1, 1)
         if at_limit and at_limit[0].end <= head:
             return False
     return True
@@ -113,11 +113,11 @@ def plan_decode_ranges(conn: pymysql.connections.Connection, start: BinlogOffset
     return ranges
 
 
-def _cuts(events: Iterable[ListedEvent], end: BinlogOffset, limit: int,
-          transaction: BinlogOffset | None = None) -> Iterator[tuple[BinlogOffset, BinlogOffset]]:
+def _cuts(events: Iterable[ListedEvent], end: BinlogOffset, limit: int) -> Iterator[tuple[BinlogOffset, BinlogOffset]]:
     """Where a piece may end, among ``events`` (at most ``limit`` of them, none ending at or after
     ``end``): after a row event, with the start of its transaction (where the next piece starts
-    reading). ``transaction``: the start of the transaction the events begin in, if known."""
+    reading)."""
+    transaction: BinlogOffset | None = None
     for count, event in enumerate(events):
         if count >= limit or event.end >= end:
             return
@@ -137,7 +137,7 @@ def windowed_cuts(conn: pymysql.connections.Connection, start: BinlogOffset, end
     from their average size in its first window, so a cut falls near its share of the events. None
     when the range holds too few events for windows to pay, or a window holds no row event after a
     transaction start (one transaction spans it): then the whole listing decides."""
-    first = _listed_window(conn, start, window_events, 1)
+    first = listed_window(conn, start, window_events, 1)
     if not first or first[0].end >= end:
         return None
     estimated_events = window_events * (end.position - start.position) // max(first[0].position - start.position, 1)
@@ -145,7 +145,7 @@ def windowed_cuts(conn: pymysql.connections.Connection, start: BinlogOffset, end
         return None
     chosen: list[tuple[BinlogOffset, BinlogOffset]] = []
     for i in range(1, pieces):
-        cut = first_cut_in_window(_listed_window(conn, start, i * estimated_events // pieces, window_events), end)
+        cut = first_cut_in_window(listed_window(conn, start, i * estimated_events // pieces, window_events), end)
         if cut is None or (chosen and cut[0] <= chosen[-1][0]):
             return None
         chosen.append(cut)
@@ -159,10 +159,3 @@ def first_cut_in_window(window: list[ListedEvent], end: BinlogOffset) -> tuple[B
     first = next((n for n, e in enumerate(window) if e.kind.startswith("gtid") or closes_transaction(e)), len(window))
     return next(_cuts(window[first:], end, len(window)), None)
 
-
-def _listed_window(conn: pymysql.connections.Connection, start: BinlogOffset, skip: int, count: int) -> list[ListedEvent]:
-    """``count`` events of ``start``'s file after the first ``skip`` events from ``start``."""
-    with conn.cursor() as cur:
-        cur.execute(f"SHOW BINLOG EVENTS IN %s FROM {int(start.position)} LIMIT {int(skip)}, {int(count)}",
-                    (start.file,))
-        return [listed_event(start.file, row, start.epoch) for row in cur.fetchall()]

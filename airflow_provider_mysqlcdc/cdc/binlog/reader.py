@@ -27,7 +27,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Collection, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pymysqlreplication import BinLogStreamReader
@@ -239,9 +239,7 @@ class BinlogReader:
             if layout is None and self.decoder != "library":
                 log.info("rows of %s are decoded by python-mysql-replication: a column of it is stored in a way "
                          "the %s decoder leaves to the library", table_id, self.decoder)
-            found = _TableDecoding(event.columns, normalizer, normalizer.schema.column_names,
-                                   None if layout is None else decoder_for(layout, self.decoder), self.decoder,
-                                   _every_column(len(event.columns)))
+            found = _TableDecoding(event.columns, normalizer, None if layout is None else decoder_for(layout, self.decoder))
             self._decodings[id(event.columns)] = found
         return found
 
@@ -271,8 +269,8 @@ class BinlogReader:
         ts, gtid = int(event.timestamp) * 1000, self._gtid
         create, delete, update = Operation.CREATE, Operation.DELETE, Operation.UPDATE
         is_update = isinstance(event, UpdateRowsEvent)
-        images, decoded_by = decoding.images(event, is_update)
-        self.events_decoded[decoded_by or "library"] += 1
+        images, by_row_decoder = decoding.images(event, is_update)
+        self.events_decoded[self.decoder if by_row_decoder else "library"] += 1
         if not is_update:
             is_write = isinstance(event, WriteRowsEvent)
             for index, image in enumerate(images):
@@ -297,28 +295,30 @@ class _TableDecoding:
 
     library_columns: list[Any]  # held, so that its identity stays this table map's
     normalizer: ValueNormalizer
-    names: tuple[str, ...]
     row_decoder: Any | None
-    decoder_name: str
     #: the columns-present bitmap of a full row image
-    full_image: bytes
+    full_image: bytes = field(init=False)
 
-    def images(self, event: Any, is_update: bool) -> tuple[list[dict[str, Any]], str | None]:
+    def __post_init__(self) -> None:
+        count = len(self.library_columns)
+        self.full_image = ((1 << count) - 1).to_bytes((count + 7) // 8, "little")
+
+    def images(self, event: Any, is_update: bool) -> tuple[list[dict[str, Any]], bool]:
         """Every row image of the event, as a dict by column name (an update's before and after
-        images alternate), and the row decoder's name (None: the library decoded them)."""
+        images alternate), and whether the row decoder decoded them (else the library did)."""
         body = self._row_bytes(event, is_update)
         if body is None:
             normalize = self.normalizer.row
             if not is_update:
-                return [normalize(_raw(row["values"], row.get("none_sources"))) for row in event.rows], None
+                return [normalize(_raw(row["values"], row.get("none_sources"))) for row in event.rows], False
             return [normalize(_raw(row[f"{side}_values"], row.get(f"{side}_none_sources")))
-                    for row in event.rows for side in ("before", "after")], None
-        return self.row_decoder.decode(body), self.decoder_name
+                    for row in event.rows for side in ("before", "after")], False
+        return self.row_decoder.decode(body), True
 
     def _row_bytes(self, event: Any, is_update: bool) -> memoryview | None:
         """The event's rows as bytes (what follows the bitmaps the library has read), when a row
         decoder takes them: it has the table, and every column is in the image (a full row image)."""
-        if self.row_decoder is None or event.number_of_columns != len(self.names) \
+        if self.row_decoder is None or event.number_of_columns != len(self.library_columns) \
                 or event.event_type == PARTIAL_UPDATE_ROWS_EVENT:  # its after images carry a JSON diff
             return None
         full = self.full_image
@@ -326,11 +326,6 @@ class _TableDecoding:
             return None
         packet = event.packet  # the library's packet: 20 header bytes, then what the event has read
         return memoryview(packet.packet.get_all_data())[20 + packet.read_bytes:20 + event.event_size]
-
-
-def _every_column(count: int) -> bytes:
-    """A bitmap of ``count`` columns, all set."""
-    return ((1 << count) - 1).to_bytes((count + 7) // 8, "little")
 
 
 def _raw(values: dict[str, Any], none_sources: dict[str, str] | None) -> dict[str, Any]:

@@ -133,7 +133,7 @@ def _column_layout(lib: Any, column: Column) -> ColumnLayout | None:
                             convert=_decimal_reader(lib.precision, lib.decimals), precision=lib.precision,
                             scale=lib.decimals)
     if code == FIELD_TYPE.BIT:
-        return ColumnLayout(FIXED, lib.bytes, convert=_big_endian_int)
+        return ColumnLayout(FIXED, lib.bytes, convert=converter_for(column))  # its bytes as an int
     if code == FIELD_TYPE.ENUM:
         return ColumnLayout(FIXED, lib.size, convert=_enum_reader(tuple(lib.enum_values))) if lib.enum_values else None
     if code == FIELD_TYPE.SET:
@@ -180,10 +180,6 @@ def _text_reader(encoding: str) -> Callable[[bytes], str]:
         return raw.decode(encoding)
 
     return convert
-
-
-def _big_endian_int(raw: bytes) -> int:
-    return int.from_bytes(raw, "big")
 
 
 def _enum_reader(labels: tuple[str, ...]) -> Callable[[bytes], str]:
