@@ -35,6 +35,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import Operation, TableTruncated, WindowChange
@@ -141,36 +142,66 @@ def conform_to(data: pa.Table, target: pa.Schema) -> tuple[pa.Table, list[str]]:
 def rows_to_data_table(schema: TableSchema, rows: Sequence[dict[str, Any]]) -> pa.Table:
     """Normalised rows (dicts) as an Arrow table of the source columns."""
     target = data_schema(schema)
+    return pa.Table.from_arrays([_typed_array(f.type, [r.get(f.name) for r in rows]) for f in target], schema=target)
+
+
+def image_table(schema: TableSchema | None, images: Sequence[dict[str, Any]]) -> pa.Table:
+    """Row images as Arrow columns, one per name the images hold: typed like the sink's columns
+    where ``schema`` has the column and its values fit the type, else as Arrow infers from the
+    values (images written before a DDL that ``schema`` already reflects; the reader of such a
+    table casts it to its own schema: ``conform_to``)."""
+    names = dict.fromkeys(images[0]) if images else {}
+    for image in images:
+        if not image.keys() <= names.keys():  # the hot path: a subset test allocates nothing
+            names.update(dict.fromkeys(image))
+    target = data_schema(schema) if schema is not None else pa.schema([])
     arrays = []
-    for field in target:
-        name = field.name
-        values = [r.get(name) for r in rows]
-        convert = _to_arrow_value(field.type)
-        if convert is not None:
-            values = [None if v is None else convert(v) for v in values]
-        arrays.append(pa.array(values, type=field.type))
-    return pa.Table.from_arrays(arrays, schema=target)
+    for name in names:
+        values = [image.get(name) for image in images]
+        index = target.get_field_index(name)
+        try:
+            if index < 0:
+                raise TypeError(f"{name} is not in the schema")
+            arrays.append(_typed_array(target.field(index).type, values))
+        except (TypeError, ValueError, OverflowError, pa.ArrowException):
+            arrays.append(_inferred_array(name, values))
+    return pa.Table.from_arrays(arrays, names=list(names))
 
 
-def with_metadata(data: pa.Table, schema: TableSchema, *, ops: Sequence[str] | str,
-                  offsets: Sequence[BinlogOffset] | BinlogOffset, event_ts_ms: Sequence[int] | int,
+def _typed_array(target: pa.DataType, values: list[Any]) -> pa.Array:
+    convert = _to_arrow_value(target)
+    if convert is not None:
+        values = [None if v is None else convert(v) for v in values]
+    return pa.array(values, type=target)
+
+
+def _inferred_array(name: str, values: list[Any]) -> pa.Array:
+    try:
+        return pa.array(values)
+    except OverflowError:  # integers beyond int64 (BIGINT UNSIGNED, BIT(64))
+        return pa.array([_decimal_of_int(v) for v in values])
+    except (TypeError, ValueError, pa.ArrowException) as exc:
+        raise TypeError(f"the values of column {name} do not make one Arrow column ({exc}); they differ in type "
+                        "across the changes of one run") from exc
+
+
+def with_metadata(data: pa.Table, schema: TableSchema, *, ops: pa.Array | pa.ChunkedArray | str,
+                  offsets: BinlogOffset | tuple[Any, Any, Any], event_ts_ms: pa.Array | pa.ChunkedArray | int,
                   chunks: Sequence[str] | pa.Array) -> pa.Table:
-    """Append the metadata columns; scalars stand for the same value on every row."""
+    """Append the metadata columns; scalars stand for the same value on every row. Per row,
+    ``offsets`` is the (file, position, version) columns."""
     n = data.num_rows
     if isinstance(offsets, BinlogOffset):
         files, positions, versions = (pa.repeat(offsets.file, n), pa.repeat(offsets.position, n).cast(pa.int64()),
                                       pa.repeat(offsets.version, n).cast(pa.int64()))
     else:
-        files = pa.array([o.file for o in offsets], pa.string())
-        positions = pa.array([o.position for o in offsets], pa.int64())
-        versions = pa.array([o.version for o in offsets], pa.int64())
+        files, positions, versions = offsets
     if isinstance(event_ts_ms, int):
         stamps = pa.repeat(pa.scalar(event_ts_ms * 1000, pa.timestamp("us", tz="UTC")), n)
     else:
-        stamps = pa.array([ms * 1000 for ms in event_ts_ms], pa.int64()).cast(pa.timestamp("us", tz="UTC"))
-    metadata = [pa.repeat(ops, n) if isinstance(ops, str) else pa.array(list(ops), pa.string()),
-                files, positions, versions, stamps,
-                chunks if isinstance(chunks, pa.Array) else pa.array(list(chunks), pa.string())]
+        stamps = pc.multiply(event_ts_ms.cast(pa.int64()), 1000).cast(pa.timestamp("us", tz="UTC"))
+    metadata = [pa.repeat(ops, n) if isinstance(ops, str) else ops, files, positions, versions, stamps,
+                chunks if isinstance(chunks, (pa.Array, pa.ChunkedArray)) else pa.array(list(chunks), pa.string())]
     target = arrow_schema(schema)
     columns = [data.column(f.name).cast(f.type) for f in target if f.name not in METADATA_COLUMNS]
     return pa.Table.from_arrays(columns + [m.cast(t.type) for m, t in zip(metadata, _METADATA_FIELDS)], schema=target)

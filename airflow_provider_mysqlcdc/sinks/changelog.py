@@ -11,13 +11,12 @@ import base64
 import datetime as dt
 import decimal
 import json
-from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
-from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord
 
 CHANGELOG_SUFFIX = "__changelog"
 
@@ -52,14 +51,14 @@ def image_json(image: dict[str, Any] | None) -> str | None:
     return None if image is None else json.dumps(image, default=_json_value, ensure_ascii=False)
 
 
-def changelog_table(records: Sequence[ChangeRecord]) -> pa.Table:
-    return pa.Table.from_pylist([
-        {"op": r.op.value, "before": image_json(r.before), "after": image_json(r.after),
-         "binlog_file": r.offset.file, "binlog_pos": r.offset.position, "row_in_event": r.row, "part": r.part,
-         "version": r.offset.version, "gtid": r.gtid,
-         "event_ts": dt.datetime.fromtimestamp(r.timestamp_ms / 1000, dt.timezone.utc)}
-        for r in records
-    ], schema=CHANGELOG_SCHEMA)
+def changelog_rows(changes: pa.Table) -> pa.Table:
+    """The changelog rows of change columns built with their images as JSON (sinks/change_columns.py)."""
+    column = changes.column
+    stamps = pc.multiply(column("_cdc_event_ms"), 1000).cast(pa.timestamp("us", tz="UTC"))
+    return pa.Table.from_arrays([column("_cdc_op"), column("_cdc_before"), column("_cdc_after"),
+                                 column("_cdc_binlog_file"), column("_cdc_binlog_pos"), column("_cdc_row"),
+                                 column("_cdc_part"), column("_cdc_version"), column("_cdc_gtid"), stamps],
+                                schema=CHANGELOG_SCHEMA)
 
 
 def truncation_changelog(offset: BinlogOffset, timestamp_ms: int) -> pa.Table:

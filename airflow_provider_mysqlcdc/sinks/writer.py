@@ -12,6 +12,7 @@ again (a replayed batch, a new or older checkpoint's batches, cut differently) i
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -25,15 +26,9 @@ from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering, encode_i
 from airflow_provider_mysqlcdc.cdc.source.schema import TableSchema
 from airflow_provider_mysqlcdc.sinks.arrow_rows import data_schema, python_values, rows_to_data_table, with_metadata
 from airflow_provider_mysqlcdc.sinks.base import Position, Sink, StreamCommit
-from airflow_provider_mysqlcdc.sinks.changelog import changelog_table, truncation_changelog
-
-
-def last_change_per_key(schema: TableSchema, records: Sequence[ChangeRecord]) -> list[ChangeRecord]:
-    """Within one batch only the last change of each key matters (records are in binlog order)."""
-    last: dict[tuple, ChangeRecord] = {}
-    for record in records:
-        last[schema.key_of(record.image)] = record
-    return list(last.values())
+from airflow_provider_mysqlcdc.sinks.change_columns import (change_columns, changes_after, conform_changes,
+                                                          last_change_per_key, position_at)
+from airflow_provider_mysqlcdc.sinks.changelog import changelog_rows, truncation_changelog
 
 
 def ddl_position(offset: BinlogOffset) -> Position:
@@ -63,13 +58,6 @@ class SinkWriter:
     def is_applied(self, position: Position, changelog: bool = False) -> bool:
         applied = self.applied(changelog)
         return applied is not None and position <= applied
-
-    def unapplied(self, records: Sequence[ChangeRecord], changelog: bool = False) -> list[ChangeRecord]:
-        """The records after the last position committed (all of them, but after a restart)."""
-        applied = self.applied(changelog)
-        if applied is None or not records or records[0].order_key > applied:
-            return list(records)
-        return [r for r in records if r.order_key > applied]
 
     def _once(self, commit: StreamCommit, write: Callable[[], None], changelog: bool = False) -> bool:
         """``write()`` (a commit carrying ``commit``) unless the target holds its position already."""
@@ -133,46 +121,54 @@ class SinkWriter:
         return self._once(commit, lambda: self.sink.fill_before(self.schema.table_id, scalars, offset.version,
                                                                commit=commit))
 
-    @property
+    @functools.cached_property
     def data_schema(self) -> pa.Schema:
         return data_schema(self.schema)
 
-    def changes_table(self, records: Sequence[ChangeRecord]) -> pa.Table:
-        latest = last_change_per_key(self.schema, records)
-        data = rows_to_data_table(self.schema, [r.image for r in latest])
-        return with_metadata(data, self.schema, ops=[r.op.value for r in latest], offsets=[r.offset for r in latest],
-                             event_ts_ms=[r.timestamp_ms for r in latest], chunks=self._chunks(data))
+    def changes_table(self, changes: pa.Table) -> pa.Table:
+        """The sink rows of a run of change columns (conformed to this writer: ``conform_changes``)."""
+        latest = last_change_per_key(changes, self.schema.key_columns)
+        data = latest.select(self.data_schema.names)
+        offsets = tuple(latest.column(n) for n in ("_cdc_binlog_file", "_cdc_binlog_pos", "_cdc_version"))
+        return with_metadata(data, self.schema, ops=latest.column("_cdc_op"), offsets=offsets,
+                             event_ts_ms=latest.column("_cdc_event_ms"), chunks=self._chunks(data))
 
-    def apply_changes(self, records: Sequence[ChangeRecord], *, app_id: str, batch_id: int,
-                      changelog: bool = False) -> int:
-        """Merge the records (in binlog order) not applied yet in one commit, and append them to the
-        changelog too when asked; returns how many were merged."""
+    def apply_changes(self, changes: pa.Table, *, app_id: str, batch_id: int, changelog: bool = False) -> int:
+        """Merge the changes (change columns in binlog order, conformed to this writer) not applied
+        yet in one commit, and append them to the changelog too when asked; returns how many were merged."""
         if changelog:
-            logged = self.unapplied(records, changelog=True)
-            if logged:
-                commit = StreamCommit(app_id, batch_id, logged[-1].order_key)
-                self._once(commit, lambda: self.sink.append_changelog(self.schema.table_id, changelog_table(logged),
+            logged = changes_after(changes, self.applied(changelog=True))
+            if logged.num_rows:
+                commit = StreamCommit(app_id, batch_id, position_at(logged, logged.num_rows - 1))
+                self._once(commit, lambda: self.sink.append_changelog(self.schema.table_id, changelog_rows(logged),
                                                                       commit=commit), changelog=True)
-        new = self.unapplied(records)
-        if not new:
+        new = changes_after(changes, self.applied())
+        if not new.num_rows:
             return 0
-        commit = StreamCommit(app_id, batch_id, new[-1].order_key)
+        commit = StreamCommit(app_id, batch_id, position_at(new, new.num_rows - 1))
         self._once(commit, lambda: self.sink.merge_changes(self.schema, self.changes_table(new), commit=commit))
-        return len(new)
+        return new.num_rows
+
+
+def apply_table_changes(writers: dict, changes: dict, *, app_id: str, batch_id: int, changelog: bool = False) -> dict:
+    """Apply one batch of change columns per table (each in binlog order, conformed to its writer),
+    each table in one commit; returns rows merged per table. Changes a table already holds (a batch
+    replayed after a crash, or read again by a new checkpoint) are left out. With ``changelog``,
+    every change is also appended to the table's changelog, exactly once the same way."""
+    merged = {}
+    for table_id, table_changes in changes.items():
+        count = writers[table_id].apply_changes(table_changes, app_id=app_id, batch_id=batch_id, changelog=changelog)
+        if count:
+            merged[table_id] = count
+    return merged
 
 
 def apply_change_batch(writers: dict, records: Sequence[ChangeRecord], *, app_id: str, batch_id: int,
                        changelog: bool = False) -> dict:
-    """Apply one batch of filtered changes (in binlog order), table by table, each table in one
-    commit; returns rows merged per table. Changes a table already holds (a batch replayed after a
-    crash, or read again by a new checkpoint) are left out. With ``changelog``, every change is also
-    appended to the table's changelog, exactly once the same way."""
+    """``apply_table_changes`` for records (in binlog order), typed by each table's writer."""
     by_table: dict = {}
     for record in records:
         by_table.setdefault(record.table_id, []).append(record)
-    merged = {}
-    for table_id, table_records in by_table.items():
-        count = writers[table_id].apply_changes(table_records, app_id=app_id, batch_id=batch_id, changelog=changelog)
-        if count:
-            merged[table_id] = count
-    return merged
+    changes = {t: change_columns(writers[t].schema, r, changelog=changelog) for t, r in by_table.items()}
+    return apply_table_changes(writers, {t: conform_changes(c, writers[t].data_schema)[0] for t, c in changes.items()},
+                               app_id=app_id, batch_id=batch_id, changelog=changelog)

@@ -1,10 +1,13 @@
 """The rows of a micro-batch: how decoded items travel from the executors to the driver.
 
-A row is a run of up to ``RUN_LENGTH`` change records pickled together in ``payload``, or one
-marker item (a DDL, an activation, a staged split, a purged gap). The only consumer is our Python
-``foreachBatch``; pickling keeps every type exact and keeps Spark's per-row cost off the hot path.
-``version`` (the first item's offset as an int64) and ``row``/``part`` order the rows; ``gen`` is
-the registry generation the batch captures, under which the driver applies it.
+A row is one table's part of a run of up to ``RUN_LENGTH`` changes, as Arrow IPC in ``payload``
+(``TableChanges``: change columns typed on the executor, sinks/change_columns.py), or one marker
+item (a DDL, an activation, a staged split, a purged gap), pickled. The only consumer is our Python
+``foreachBatch``; a few large binary rows keep Spark's per-row cost off the hot path. ``version``
+(the first change's offset as an int64) and ``row``/``part`` order the rows; ``gen`` is the
+registry generation the batch captures, under which the driver applies it. A run's tables come
+in the order of their first change; between two markers, the driver needs the changes of each
+table in binlog order, not the tables' changes interleaved (each table commits on its own).
 
 Memory is bounded by configuration, not by the batch: a partition sends its first
 ``inline_bytes`` of rows through Spark; from there on it writes its rows to spill files in the
@@ -21,11 +24,14 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
+from airflow_provider_mysqlcdc.sinks.change_columns import TableChanges, change_columns
 from airflow_provider_mysqlcdc.state.spill import SpillWriter, read_spill_file
 
 SCHEMA = "version LONG, row INT, part INT, kind STRING, count INT, ts_ms LONG, gen INT, payload BINARY"
 RUN_LENGTH = 1000
 SPILLED = "spilled"
+CHANGES = "changes"
 #: a spill file is closed (and a new one begun) once it holds this many bytes
 SPILL_FILE_BYTES = 64 << 20
 
@@ -35,8 +41,13 @@ class RowEmitter:
     limit), then in spill files under ``spill_folder``. Every row passes through a ``yield from``;
     ``close()`` yields the row of the last spill file."""
 
-    def __init__(self, generation: int, *, spill_folder: str | None = None, inline_bytes: int = 0):
+    def __init__(self, generation: int, *, schemas: dict[TableId, TableSchema] | None = None, changelog: bool = False,
+                 spill_folder: str | None = None, inline_bytes: int = 0):
         self.generation = generation
+        #: the executor's schema of each table, which types its changes' columns (None: inferred)
+        self.schemas = schemas or {}
+        #: whether the changes carry their images as JSON for the changelog
+        self.changelog = changelog
         self.spill_folder = spill_folder
         self.inline_left = inline_bytes if spill_folder and inline_bytes else None
         self._spill: SpillWriter | None = None
@@ -45,13 +56,17 @@ class RowEmitter:
         self._spill_ts = 0
 
     def changes(self, batch: Sequence[ChangeRecord], decisions: Sequence[bool]) -> Iterator[tuple]:
-        """One row for the records of ``batch`` to keep (``decisions``), if any."""
-        kept = [r for r, keep in zip(batch, decisions) if keep]
-        if kept:
+        """One row per table of the records of ``batch`` to keep (``decisions``), if any."""
+        by_table: dict[TableId, list[ChangeRecord]] = {}
+        for record, keep in zip(batch, decisions):
+            if keep:
+                by_table.setdefault(record.table_id, []).append(record)
+        for table_id, kept in by_table.items():  # in the order of their first change
             first = kept[0]
-            yield from self._emit((first.offset.version, first.row, first.part, "changes", len(kept),
+            data = change_columns(self.schemas.get(table_id), kept, changelog=self.changelog)
+            yield from self._emit((first.offset.version, first.row, first.part, CHANGES, len(kept),
                                    max(r.timestamp_ms for r in kept), self.generation,
-                                   pickle.dumps(kept, protocol=pickle.HIGHEST_PROTOCOL)))
+                                   TableChanges(table_id, data).to_ipc()))
 
     def marker(self, version: int, row: int, kind: str, ts_ms: int, item: Any) -> Iterator[tuple]:
         yield from self._emit((version, row, 0, kind, 1, ts_ms, self.generation,
@@ -93,7 +108,8 @@ def spill_urls(rows: Iterable[Any]) -> list[str]:
 
 
 def batch_items(rows: Sequence[Any]) -> Iterator[Any]:
-    """Every item of a batch's rows (sorted by ``row_key``), spill files read in place, in binlog order."""
+    """Every item of a batch's rows (sorted by ``row_key``), spill files read in place, in binlog
+    order: ``TableChanges`` and markers."""
     last = None
     for row in rows:
         runs = read_spill_file(pickle.loads(row.payload)) if row.kind == SPILLED else [tuple(row)]
@@ -102,4 +118,7 @@ def batch_items(rows: Sequence[Any]) -> Iterator[Any]:
             if last is not None and key < last:  # a broken promise of the partitions, never silently applied
                 raise RuntimeError(f"micro-batch rows out of binlog order: {key} after {last}")
             last = key
-            yield from pickle.loads(run[-1])
+            if run[3] == CHANGES:
+                yield TableChanges.from_ipc(run[-1])
+            else:
+                yield from pickle.loads(run[-1])

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -157,6 +157,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.max_batch_bytes = job.max_batch_bytes
         self.max_batch_events = job.max_batch_events
         self.inline_bytes = job.inline_bytes
+        self.changelog = job.changelog
         self._target: dict[str, Any] | None = None
         self._verified = False
         self._epochs: ServerEpochs | None = None  # driver only
@@ -281,10 +282,10 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             yield from RowEmitter(partition.generation).marker(partition.gap.lost_from.version, 0, "purged", 0,
                                                                partition.gap)
             return
-        rows = RowEmitter(partition.generation, spill_folder=partition.spill_folder, inline_bytes=self.inline_bytes)
         source, state = self._source(), self._state()
         generation = _with_watermarks(state.load(partition.generation), partition.watermarks)
         schemas, orderings = _schemas_and_orderings(source, state, generation, generation.tables)
+        rows = self._emitter(partition.generation, partition.spill_folder, schemas)
         split_filter = FinishedSplitFilter([f for f in generation.finished_splits if f.split.table_id in orderings],
                                            orderings)
         reader = BinlogReader.for_schemas(source, schemas, start=partition.read_from, end=partition.end,
@@ -307,6 +308,10 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for ordering in orderings.values():
                 ordering.close()
 
+    def _emitter(self, generation: int, spill_folder: str | None, schemas: Sequence[TableSchema] = ()) -> RowEmitter:
+        return RowEmitter(generation, schemas={s.table_id: s for s in schemas}, changelog=self.changelog,
+                          spill_folder=spill_folder, inline_bytes=self.inline_bytes)
+
     def _read_activation(self, partition: Activation) -> Iterator[tuple]:
         state = self._state()
         new, old = state.load(partition.generation), state.load(partition.previous)
@@ -314,7 +319,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         new = _with_watermarks(new, partition.watermarks)
         added = [f for f in new.finished_splits if f.split.split_id in added_ids]
         tables = {f.split.table_id for f in added}
-        rows = RowEmitter(partition.generation, spill_folder=partition.spill_folder, inline_bytes=self.inline_bytes)
+        rows = self._emitter(partition.generation, partition.spill_folder)
         whole = tuple(t for t in sorted(tables) if all(f.split.split_id in added_ids for f in new.tables[t].splits))
         activated = TablesActivated({t: new.tables[t].chunk_key for t in sorted(tables)}, whole)
         yield from rows.marker(-1, 0, "activate", 0, activated)
@@ -361,6 +366,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                   else dataclasses.replace(f, high_watermark=max(f.high_watermark, partition.start))
                   for t in sorted(tables) for f in new.tables[t].splits]
         schemas, orderings = _schemas_and_orderings(source, state, new, tables)
+        rows.schemas = {s.table_id: s for s in schemas}
         split_filter = FinishedSplitFilter([f for f in splits if f.split.table_id in orderings], orderings)
         staged_tables: dict[TableId, list[str]] = {}
         for f in added:

@@ -23,11 +23,12 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import fsspec
+import pyarrow as pa
 
 from airflow_provider_mysqlcdc.cdc.binlog.row_decoder import chosen_decoder
 from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError
@@ -44,7 +45,8 @@ from airflow_provider_mysqlcdc.cdc.source.server import binlog_changed_error, cu
 from airflow_provider_mysqlcdc.sinks.arrow_rows import METADATA_COLUMNS, conform_to, merge_changes_into_table
 from airflow_provider_mysqlcdc.sinks.base import StreamCommit
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
-from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_change_batch, staged_position
+from airflow_provider_mysqlcdc.sinks.change_columns import TableChanges, changes_until, conform_changes, offset_at
+from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_table_changes, staged_position
 from airflow_provider_mysqlcdc.spark.batch_rows import batch_items, row_key, spill_urls
 from airflow_provider_mysqlcdc.spark.binlog_source import (SOURCE_NAME, BinlogDataSource, StagedSplitReady,
                                                           TablesActivated, registry_start_offset)
@@ -101,6 +103,8 @@ class BatchApplier:
         self.drift: Drift = {}
         #: per frozen table, the offset after which none of its changes apply (for the current batch)
         self.frozen: dict[TableId, BinlogOffset] = {}
+        #: the tables whose changes carried columns their writer lacks (drift noted) in the current batch
+        self.unknown_noted: set[TableId] = set()
 
     def _load_writers(self, chunk_keys: dict[TableId, str], whole: tuple[TableId, ...] = ()) -> None:
         """Load the schema of each table and make its writer. A table that has left the server (a
@@ -142,27 +146,33 @@ class BatchApplier:
         # position it reaches (sinks/writer.py), so a replayed batch redoes exactly what no table holds
         # yet; batch_id * SEGMENTS + n names the unit in the Delta log. A run longer than
         # max_apply_changes is merged in pieces, so memory never holds more.
-        segment: list[ChangeRecord] = []
+        segment: list[TableChanges] = []
         unit = staged = 0
-        changes = skipped = 0
+        changes = skipped = pending = 0
         merged_tables: set[TableId] = set()
         newest_ms, last_change = 0, None
         for item in batch_items(rows):
-            newest_ms = max(newest_ms, getattr(item, "timestamp_ms", 0))
-            if isinstance(item, ChangeRecord):
-                last_change = item.offset
+            if isinstance(item, TableChanges):
+                newest_ms, last_change = max(newest_ms, item.newest_ms), max(last_change or item.last_offset,
+                                                                             item.last_offset)
+                data = item.data
                 since = self.frozen.get(item.table_id)
-                if since is not None and item.offset > since:
-                    skipped += 1
-                    continue
-                segment.append(item)
-                changes += 1
-                if len(segment) >= self.job.max_apply_changes:
-                    merged_tables |= self._apply(segment, batch_id * SEGMENTS + unit)
-                    segment, unit = [], unit + 1
+                if since is not None:
+                    data = changes_until(data, since)
+                    skipped += item.data.num_rows - data.num_rows
+                changes += data.num_rows
+                while data.num_rows:  # cut where a unit reaches max_apply_changes
+                    room = self.job.max_apply_changes - pending
+                    segment.append(TableChanges(item.table_id, data.slice(0, room)))
+                    pending += min(room, data.num_rows)
+                    data = data.slice(room)
+                    if pending >= self.job.max_apply_changes:
+                        merged_tables |= self._apply(segment, batch_id * SEGMENTS + unit)
+                        segment, unit, pending = [], unit + 1, 0
                 continue
+            newest_ms = max(newest_ms, getattr(item, "timestamp_ms", 0))
             merged_tables |= self._apply(segment, batch_id * SEGMENTS + unit)
-            segment, unit = [], unit + 1
+            segment, unit, pending = [], unit + 1, 0
             if isinstance(item, TablesActivated):
                 self._activate(item)
             elif isinstance(item, BinlogPurged):
@@ -188,6 +198,7 @@ class BatchApplier:
         if generation != self.generation.number:
             self.generation = self.state.load(generation)
         self.drift = read_drift(self.state)
+        self.unknown_noted = set()
         self.frozen = {}
         for table_id in self.generation.tables:
             self._refreeze(table_id)
@@ -226,23 +237,29 @@ class BatchApplier:
         if unknown:  # read before a DDL this stream's schema already reflects
             self._drifted(table_id, TableEventKind.ALTERED, as_of.high_watermark,
                           f"staged rows carry column(s) {', '.join(unknown)} the table no longer has")
-        records = [c for c in staged.changes if isinstance(c, ChangeRecord)]
-        if records:
-            self._note_unknown_columns(records, {table_id: writer})
+        names = set(writer.schema.column_names)
+        for record in staged.changes:
+            if isinstance(record, ChangeRecord) and not record.image.keys() <= names:
+                self._note_unknown_columns(table_id, record.image.keys() - names, record.offset)
         merged = merge_changes_into_table(writer.schema, data, staged.changes)
         writer.write_split_table(as_of, merged, commit=commit)
         log.info("applied staged split %s (%d rows, %d later changes merged, as of %s)",
                  staged.split.split.split_id, merged.num_rows, len(staged.changes), as_of.high_watermark)
 
-    def _apply(self, records: list[ChangeRecord], version: int) -> set[TableId]:
-        """Apply a run of changes; the tables it merged into."""
-        if records:
-            writers = {t: self._writer(t) for t in {r.table_id for r in records}}
-            self._note_unknown_columns(records, writers)
-            merged = apply_change_batch(writers, records, app_id=self.job.app_id, batch_id=version,
-                                        changelog=self.job.changelog)
-            return set(merged)
-        return set()
+    def _apply(self, segment: list[TableChanges], version: int) -> set[TableId]:
+        """Apply a segment of changes (one table's in binlog order); the tables it merged into."""
+        by_table: dict[TableId, list[pa.Table]] = {}
+        for piece in segment:
+            writer = self._writer(piece.table_id)
+            data, unknown = conform_changes(piece.data, writer.data_schema)
+            if unknown:
+                self._note_unknown_columns(piece.table_id, unknown, offset_at(piece.data, 0))
+            by_table.setdefault(piece.table_id, []).append(data)
+        if not by_table:
+            return set()
+        merged = apply_table_changes(self.writers, {t: pa.concat_tables(p) for t, p in by_table.items()},
+                                     app_id=self.job.app_id, batch_id=version, changelog=self.job.changelog)
+        return set(merged)
 
     def _cluster_due(self, tables: set[TableId]) -> None:
         """Between two batches (no merge of this stream runs meanwhile), cluster the data files of the
@@ -391,17 +408,14 @@ class BatchApplier:
                  ", ".join(f"{n} = {values[n]!r}" for n in constant))
         return rest, wrote
 
-    def _note_unknown_columns(self, records: list[ChangeRecord], writers: dict[TableId, SinkWriter]) -> None:
-        """Changes written before a DDL the loaded schema already reflects carry names it lacks."""
-        names = {t: set(w.schema.column_names) for t, w in writers.items()}
-        for record in records:
-            image = record.after if record.after is not None else record.before
-            if image.keys() <= names[record.table_id]:  # the hot path: a subset test allocates nothing
-                continue
-            unknown = image.keys() - names[record.table_id]
-            self._drifted(record.table_id, TableEventKind.ALTERED, record.offset,
-                          f"changes carry column(s) {', '.join(sorted(unknown))} the table no longer has")
-            names[record.table_id] |= unknown  # once per table and batch
+    def _note_unknown_columns(self, table_id: TableId, unknown: Iterable[str], offset: BinlogOffset) -> None:
+        """Changes written before a DDL the loaded schema already reflects carry names it lacks (noted
+        once per table and batch)."""
+        if table_id in self.unknown_noted:
+            return
+        self.unknown_noted.add(table_id)
+        self._drifted(table_id, TableEventKind.ALTERED, offset,
+                      f"changes carry column(s) {', '.join(sorted(unknown))} the table no longer has")
 
     def _drifted(self, table_id: TableId, kind: TableEventKind, offset: BinlogOffset, reason: str) -> None:
         if record_drift(self.state, self.drift, table_id, kind, offset, reason):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import namedtuple
 
 import pytest
@@ -40,17 +41,33 @@ def test_rows_beyond_the_inline_budget_travel_in_spill_files_and_come_back_in_or
     assert len(spill_urls(rows)) == 1 and list((tmp_path / "spill").iterdir())
 
     items = list(batch_items(sorted(rows, key=row_key)))
-    assert [i.offset.position for i in items[:-1]] == [r.offset.position for run in runs for r in run]
+    positions = [p for i in items[:-1] for p in i.data.column("_cdc_binlog_pos").to_pylist()]
+    assert positions == [r.offset.position for run in runs for r in run]
     assert items[-1] == "a DDL marker"
 
 
 def test_without_a_spill_folder_every_row_is_inline(tmp_path):
     rows = _emit(RowEmitter(1), [_records(100, 5), _records(200, 5)])
     assert [r.kind for r in rows] == ["changes", "changes", "ddl"]
-    assert len(list(batch_items(rows))) == 11
+    items = list(batch_items(rows))
+    assert [i.data.num_rows for i in items[:-1]] == [5, 5] and items[-1] == "a DDL marker"
 
 
 def test_rows_out_of_binlog_order_are_refused_not_applied(tmp_path):
     rows = _emit(RowEmitter(1), [_records(100, 5), _records(200, 5)])
     with pytest.raises(RuntimeError, match="out of binlog order"):
         list(batch_items([rows[1], rows[0]]))
+
+
+def test_a_run_of_several_tables_makes_one_row_per_table_in_the_order_of_their_first_change():
+    other = TableId("db", "u")
+    run = _records(100, 6)
+    run[1] = dataclasses.replace(run[1], table_id=other)
+    run[4] = dataclasses.replace(run[4], table_id=other)
+    rows = [Row(*r) for r in RowEmitter(1).changes(run, [True, True, True, True, False, True])]
+
+    assert [(r.version, r.count) for r in rows] == [(run[0].offset.version, 4), (run[1].offset.version, 1)]
+    items = list(batch_items(rows))
+    assert [i.table_id for i in items] == [TABLE, other]
+    assert items[0].data.column("_cdc_binlog_pos").to_pylist() == [100, 102, 103, 105]
+    assert items[0].data.column("id").to_pylist() == [0, 2, 3, 5]

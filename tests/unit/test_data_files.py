@@ -21,7 +21,7 @@ from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
 from airflow_provider_mysqlcdc.sinks.data_files import chunk_bounds, file_stats, write_data_file
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink, _files_holding
-from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
+from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_change_batch
 from airflow_provider_mysqlcdc.spark.chunk_job import touched_partitions
 
 T = TableId("db", "t")
@@ -161,7 +161,7 @@ def test_a_merge_reads_only_the_files_holding_a_changed_key(tmp_path):
     changes = [ChangeRecord(Operation.UPDATE, T, {"d": DAY + dt.timedelta(25), "v": 0}, {"d": DAY + dt.timedelta(25), "v": 1}, later),
                ChangeRecord(Operation.DELETE, T, {"d": DAY + dt.timedelta(61), "v": 0}, None, later, 1),
                ChangeRecord(Operation.CREATE, T, None, {"d": DAY + dt.timedelta(500), "v": 2}, later, 2)]
-    writer.apply_changes(changes, app_id="test", batch_id=1)
+    apply_change_batch({T: writer}, changes, app_id="test", batch_id=1)
     table = DeltaTable(sink.table_uri(T))
     assert table.history(1)[0]["operationMetrics"]["num_target_files_scanned"] == 2
     held = table.to_pyarrow_table(columns=["d", "v"])
