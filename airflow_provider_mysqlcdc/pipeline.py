@@ -25,6 +25,7 @@ from typing import Any
 
 from airflow.sdk import Param, TaskGroup
 
+from airflow_provider_mysqlcdc.assets.sink_tables import sink_alias
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
 from airflow_provider_mysqlcdc.operators.collect import MySqlCdcCollectSplitsOperator
@@ -117,6 +118,7 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
                                                     **({"param": _param("tables", None)} if tables_param else {})})
             snapshot = MySqlCdcSnapshotOperator.partial(
                 task_id="snapshot", sink_root=sink, state=state, mysqlcdc_conn_id=mysqlcdc_conn_id, **spark,
+                outlets=[sink_alias(sink_root)],
                 map_index_template="{{ task.chunk['label'] }}",
             ).expand(chunk=plan.output)
         plan_ids.append(plan.task_id)
@@ -129,6 +131,7 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
     stream = MySqlCdcStreamOperator(task_id="stream", state=state, sink_root=sink,
                                     mode=_param("stream_mode", stream_mode), mysqlcdc_conn_id=mysqlcdc_conn_id,
                                     changelog=changelog, on_binlog_purged=on_binlog_purged, **(stream_limits or {}),
+                                    outlets=[sink_alias(sink_root)],
                                     **({} if stream_deferrable is None else {"deferrable": stream_deferrable}),
                                     **{**spark, "spark_conn_id": stream_spark_conn_id or spark_conn_id})
     collect >> stream

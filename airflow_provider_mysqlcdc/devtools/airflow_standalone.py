@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,6 +125,14 @@ class AirflowStandalone:
                                  f"{try_number}?map_index={map_index}&full_content=true")
         content = (data or {}).get("content") or []
         return "\n".join(json.dumps(entry) if not isinstance(entry, str) else entry for entry in content)
+
+    def dag_runs(self, dag_id: str) -> list[dict[str, Any]]:
+        return (self._get_or_none(f"/api/v2/dags/{dag_id}/dagRuns?order_by=run_after") or {}).get("dag_runs", [])
+
+    def asset_events(self, **filters: Any) -> list[dict[str, Any]]:
+        """Asset events, oldest first (filters: ``source_dag_id``, ``source_run_id``, ...)."""
+        query = urllib.parse.urlencode({**filters, "order_by": "timestamp", "limit": 1000})
+        return (self._get_or_none(f"/api/v2/assets/events?{query}") or {}).get("asset_events", [])
 
     def wait_until(self, predicate: Any, timeout_s: float, what: str) -> Any:
         deadline = time.monotonic() + timeout_s

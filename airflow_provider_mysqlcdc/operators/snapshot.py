@@ -18,6 +18,7 @@ from typing import Any
 
 from airflow.sdk import Context
 
+from airflow_provider_mysqlcdc.assets.sink_tables import TableChanged, emit_table_events
 from airflow_provider_mysqlcdc.cdc.model.split import SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.operators.spark_job import MySqlCdcSparkJobOperator
@@ -69,6 +70,9 @@ class MySqlCdcSnapshotOperator(MySqlCdcSparkJobOperator):
         self.log.info("snapshot %s done: %d rows, %d binlog changes merged, %.1fs", chunk["label"], result.rows,
                       result.binlog_events_merged, result.seconds)
         self._record_progress(state, context, result)
+        if stage_to is None:  # written to the sink table now (staged rows change it when the stream applies them)
+            emit_table_events(self.outlets, context, self.sink_root, [TableChanged(
+                table_id, "snapshot", result.rows, result.high_watermark, state.latest_number())])
         return encode(result)
 
     def _record_progress(self, state: PipelineState, context: Context, result: ChunkResult) -> None:

@@ -26,8 +26,10 @@ from typing import Any
 
 from airflow.sdk import Context, ResumableJobMixin, conf
 
+from airflow_provider_mysqlcdc.assets.sink_tables import TableChanged, emit_table_events
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.records import ON_BINLOG_PURGED
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.hooks.spark import checked_spark_conf
 from airflow_provider_mysqlcdc.operators.spark_job import MySqlCdcSparkJobOperator
 from airflow_provider_mysqlcdc.protocol.actions import StreamMode
@@ -123,7 +125,7 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
                         on_binlog_purged=self.on_binlog_purged, holder=_holder(context), **self.limits)
         state = PipelineState(self.state)
         if self.mode != StreamMode.CONTINUOUS.value:
-            return self._finished(self.run_spark_program("binlog_stream.py", job.to_json(), state, context))
+            return self._finished(self.run_spark_program("binlog_stream.py", job.to_json(), state, context), context)
         self._job = job
         if not self.deferrable:  # a retry after a worker crash reconnects to the stream (submit_job below)
             try:
@@ -200,7 +202,7 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
         stream = self._follow(external_id)
         result = stream.report.result()
         stream.remove_report()
-        return self._finished(result)
+        return self._finished(result, context)
 
     def _follow(self, external_id: Any) -> DetachedStream:
         """The stream the mixin names, or (no id: ``submit_job`` returns none) the one this try started."""
@@ -226,12 +228,16 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
         ReportWatcher(self.report_folder(PipelineState(self.state), context)).remove()
         if status.phase is not StreamPhase.FINISHED or status.result is None:
             raise SparkJobFailed(status.message)
-        return self._finished(status.result)
+        return self._finished(status.result, context)
 
-    def _finished(self, output: dict[str, Any]) -> dict[str, Any]:
+    def _finished(self, output: dict[str, Any], context: Context) -> dict[str, Any]:
         result = decode(StreamResult, output, "the stream job's result")
         self.log.info("stream (%s) applied %d changes; end offset %s", self.mode, result.changes_applied,
                       result.end_offset or "-")
+        end = result.end_offset
+        emit_table_events(self.outlets, context, self.sink_root, [
+            TableChanged(TableId.parse(table), "stream", rows, end.offset if end else None, end.generation if end else 0)
+            for table, rows in sorted(result.table_changes.items())])
         return encode(result)
 
 

@@ -9,7 +9,7 @@ as version 0 (the same fields).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, ClassVar
 
@@ -84,18 +84,22 @@ class StreamResult:
     streaming_seconds: float = 0.0
     last_batch: int | None = None
     end_offset: StreamOffset | None = None
+    #: per table (db.table) it changed, the rows it merged or wrote (0: truncated or filled only)
+    table_changes: dict[str, int] = field(default_factory=dict)
 
     def to_body(self) -> dict[str, Any]:
         return {"mode": self.mode, "changes_applied": self.changes_applied, "app_id": self.app_id,
                 "streaming_seconds": self.streaming_seconds, "last_batch": self.last_batch,
-                "end_offset": self.end_offset.to_spark() if self.end_offset else None}
+                "end_offset": self.end_offset.to_spark() if self.end_offset else None,
+                "table_changes": self.table_changes}
 
     @classmethod
     def from_body(cls, body: dict[str, Any], version: int) -> "StreamResult":
         end = body.get("end_offset")
         return cls(body["mode"], int(body.get("changes_applied", 0)), body.get("app_id", ""),
                    float(body.get("streaming_seconds", 0.0)), body.get("last_batch"),
-                   StreamOffset.from_spark(end, "its end offset") if end else None)
+                   StreamOffset.from_spark(end, "its end offset") if end else None,
+                   {str(t): int(n) for t, n in (body.get("table_changes") or {}).items()})
 
 
 @dataclass(frozen=True)

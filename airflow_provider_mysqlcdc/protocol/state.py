@@ -213,6 +213,8 @@ class StreamBatchProgress:
     last_change_time_ms: int | None
     head_at_batch_end: BinlogOffset | None
     tables: list[str]
+    #: per table (db.table), what ``changes_total`` counts of it (tables only truncated or filled: 0)
+    table_changes: dict[str, int] = field(default_factory=dict)
 
     def to_body(self) -> dict[str, Any]:
         return {"app_id": self.app_id, "batch": self.batch, "finished_at": self.finished_at,
@@ -220,14 +222,15 @@ class StreamBatchProgress:
                 "last_change_offset": self.last_change_offset.to_dict() if self.last_change_offset else None,
                 "last_change_time_ms": self.last_change_time_ms,
                 "head_at_batch_end": self.head_at_batch_end.to_dict() if self.head_at_batch_end else None,
-                "tables": self.tables}
+                "tables": self.tables, "table_changes": self.table_changes}
 
     @classmethod
     def from_body(cls, body: dict[str, Any], version: int) -> "StreamBatchProgress":
         return cls(body.get("app_id", ""), int(body["batch"]), float(body["finished_at"]),
                    int(body["changes_in_batch"]), int(body["changes_total"]), _offset(body.get("last_change_offset")),
                    body.get("last_change_time_ms"), _offset(body.get("head_at_batch_end")),
-                   list(body.get("tables", [])))
+                   list(body.get("tables", [])),
+                   {str(t): int(n) for t, n in (body.get("table_changes") or {}).items()})
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ import os
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -99,6 +100,8 @@ class BatchApplier:
         self.known = KnownSchemas(self.state)
         self.writers: dict[TableId, SinkWriter] = {}
         self.rows_applied = 0
+        #: per table (quoted), the rows this stream merged or wrote into it (0: truncated or filled only)
+        self.table_changes: Counter[str] = Counter()
         self.generation = Generation(0)
         self.drift: Drift = {}
         #: per frozen table, the offset after which none of its changes apply (for the current batch)
@@ -242,7 +245,8 @@ class BatchApplier:
             if isinstance(record, ChangeRecord) and not record.image.keys() <= names:
                 self._note_unknown_columns(table_id, record.image.keys() - names, record.offset)
         merged = merge_changes_into_table(writer.schema, data, staged.changes)
-        writer.write_split_table(as_of, merged, commit=commit)
+        if writer.write_split_table(as_of, merged, commit=commit):
+            self.table_changes[table_id.quoted] += merged.num_rows
         log.info("applied staged split %s (%d rows, %d later changes merged, as of %s)",
                  staged.split.split.split_id, merged.num_rows, len(staged.changes), as_of.high_watermark)
 
@@ -259,6 +263,7 @@ class BatchApplier:
             return set()
         merged = apply_table_changes(self.writers, {t: pa.concat_tables(p) for t, p in by_table.items()},
                                      app_id=self.job.app_id, batch_id=version, changelog=self.job.changelog)
+        self.table_changes.update({t.quoted: n for t, n in merged.items()})
         return set(merged)
 
     def _cluster_due(self, tables: set[TableId]) -> None:
@@ -324,8 +329,9 @@ class BatchApplier:
 
     def _truncate(self, table_id: TableId, event: SchemaChangeEvent, version: int) -> None:
         """Remove the rows older than the TRUNCATE; a split read after it keeps its rows."""
-        self._writer(table_id).truncate_before(event.offset, event.timestamp_ms, app_id=self.job.app_id,
-                                               batch_id=version, changelog=self.job.changelog)
+        if self._writer(table_id).truncate_before(event.offset, event.timestamp_ms, app_id=self.job.app_id,
+                                                  batch_id=version, changelog=self.job.changelog):
+            self.table_changes[table_id.quoted] += 0  # changed, by no count of rows
 
     def _reload_altered(self, altered: list[TableId], event: SchemaChangeEvent, version: int) -> bool:
         """Reload the altered tables' schemas; True when it committed something under ``version``.
@@ -401,6 +407,8 @@ class BatchApplier:
             return rest, False
         try:
             wrote = writer.fill_before(event.offset, values, app_id=self.job.app_id, batch_id=version)
+            if wrote:
+                self.table_changes[table_id.quoted] += 0
         except ValueError as exc:  # a type without an SQL literal: re-snapshot instead
             log.warning("%s: cannot fill %s in place (%s)", table_id, ", ".join(constant), exc)
             return names, False
@@ -432,7 +440,7 @@ class BatchApplier:
         self.state.write_progress(STREAM_PROGRESS, StreamBatchProgress(
             app_id=self.job.app_id, batch=batch_id, finished_at=time.time(), changes_in_batch=changes,
             changes_total=self.rows_applied, last_change_offset=applied_to, last_change_time_ms=newest or None,
-            head_at_batch_end=head, tables=sorted(str(t) for t in self.writers)))
+            head_at_batch_end=head, tables=sorted(str(t) for t in self.writers), table_changes=dict(self.table_changes)))
 
 
 def progress_offset(progress: Any, which: str) -> StreamOffset | None:
@@ -643,15 +651,18 @@ def _run_stream(spark: Any, source: SourceConfig, job: StreamJob, source_file: s
     # the query ended without error: its last batch is committed too
     end = progress_offset(progress, "endOffset")
     release_applied_staged_files(state, end)
-    applied = changes_applied_since(state, job, started_at) if connect else applier.rows_applied
+    if connect:
+        applied, table_changes = changes_applied_since(state, job, started_at)
+    else:
+        applied, table_changes = applier.rows_applied, dict(applier.table_changes)
     return encode(StreamResult(job.mode, applied, job.app_id, round(time.monotonic() - started, 3),
-                               progress.get("batchId"), end))
+                               progress.get("batchId"), end, table_changes))
 
 
-def changes_applied_since(state: PipelineState, job: StreamJob, since: float) -> int:
-    """The changes this stream applied, by its batches' progress record: on a Spark Connect session
-    the ``BatchApplier`` that counts them runs on the server, not in this process."""
+def changes_applied_since(state: PipelineState, job: StreamJob, since: float) -> tuple[int, dict[str, int]]:
+    """The changes this stream applied, in all and per table, by its batches' progress record: on a
+    Spark Connect session the ``BatchApplier`` that counts them runs on the server, not in this process."""
     progress = state.read_progress(StreamBatchProgress, STREAM_PROGRESS)
     if progress is None or progress.app_id != job.app_id or progress.finished_at < since:
-        return 0
-    return progress.changes_total
+        return 0, {}
+    return progress.changes_total, progress.table_changes
