@@ -16,7 +16,8 @@ def get_provider_info() -> dict[str, Any]:
         "hooks": [{"integration-name": "MySQL CDC", "python-modules": ["airflow_provider_mysqlcdc.hooks.mysqlcdc",
                                                                         "airflow_provider_mysqlcdc.hooks.spark"]}],
         "triggers": [{"integration-name": "MySQL CDC",
-                      "python-modules": ["airflow_provider_mysqlcdc.triggers.stream"]}],
+                      "python-modules": ["airflow_provider_mysqlcdc.triggers.stream",
+                                         "airflow_provider_mysqlcdc.triggers.table_changes"]}],
         "extra-links": ["airflow_provider_mysqlcdc.links.spark.SparkUiLink"],
         "connection-types": [
             {

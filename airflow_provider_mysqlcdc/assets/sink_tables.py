@@ -12,7 +12,9 @@ pipeline's tasks that change sink tables (each snapshot chunk, the stream) have 
 whose ``extra`` (``TableChanged.extra``) tells a downstream DAG how fresh the table is: which
 binlog position it holds, how many rows changed, and the registry generation. Going through an
 alias, a stream run that changed nothing triggers nothing, and tables named only at trigger time
-(the ``tables`` param) get events too.
+(the ``tables`` param) get events too. A task's events come when it ends; for an event per stream
+batch (a continuous stream's task ends only with the stream), give the asset the watcher of
+triggers/table_changes.py.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from airflow.sdk import Asset, AssetAlias
+from airflow.sdk import Asset, AssetAlias, AssetWatcher
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
@@ -41,10 +43,11 @@ def table_asset_uri(sink_root: str, table: TableId | str) -> str:
     return "/".join([root, *(urllib.parse.quote(segment, safe="@") for segment in table_id.path_segments)])
 
 
-def sink_table_asset(sink_root: str, table: TableId | str) -> Asset:
-    """The Asset of ``table`` (``db.table``) in the sink at ``sink_root`` (as given to the pipeline)."""
+def sink_table_asset(sink_root: str, table: TableId | str, *, watchers: list[AssetWatcher] | None = None) -> Asset:
+    """The Asset of ``table`` (``db.table``) in the sink at ``sink_root`` (as given to the pipeline);
+    ``watchers``: e.g. ``triggers/table_changes.table_watcher``, for an event per stream batch."""
     uri = table_asset_uri(sink_root, table)
-    return Asset(name=uri, uri=uri, group=ASSET_GROUP)
+    return Asset(name=uri, uri=uri, group=ASSET_GROUP, watchers=watchers or [])
 
 
 def sink_alias(sink_root: str) -> AssetAlias:
@@ -57,7 +60,7 @@ class TableChanged:
     """What a task did to one sink table: the asset event it emits."""
 
     table_id: TableId
-    kind: str  # "snapshot" (a chunk's rows) or "stream" (a stream run's changes)
+    kind: str  # "snapshot" (a chunk's rows), "stream" (a stream run's changes), "stream-batch" (a watcher's)
     rows_changed: int
     binlog_offset: BinlogOffset | None  # the position the table is exact at (a chunk's high watermark)
     generation: int  # the registry generation in force (a stream's: the one its last batch applied)

@@ -129,10 +129,17 @@ class AirflowStandalone:
     def dag_runs(self, dag_id: str) -> list[dict[str, Any]]:
         return (self._get_or_none(f"/api/v2/dags/{dag_id}/dagRuns?order_by=run_after") or {}).get("dag_runs", [])
 
-    def asset_events(self, **filters: Any) -> list[dict[str, Any]]:
-        """Asset events, oldest first (filters: ``source_dag_id``, ``source_run_id``, ...)."""
+    def asset_events(self, **filters: Any) -> list[dict[str, Any]] | None:
+        """Asset events, oldest first (filters: ``source_dag_id``, ``source_run_id``, ...); None while
+        Airflow cannot list them: its API fails (500) on an event whose triggered DAG run has not
+        started yet (Airflow 3.3.2 requires the run's start date), so wait with ``wait_until``."""
         query = urllib.parse.urlencode({**filters, "order_by": "timestamp", "limit": 1000})
-        return (self._get_or_none(f"/api/v2/assets/events?{query}") or {}).get("asset_events", [])
+        try:
+            return (self._get_or_none(f"/api/v2/assets/events?{query}") or {}).get("asset_events", [])
+        except urllib.error.HTTPError as exc:
+            if exc.code == 500:
+                return None
+            raise
 
     def wait_until(self, predicate: Any, timeout_s: float, what: str) -> Any:
         deadline = time.monotonic() + timeout_s

@@ -40,3 +40,9 @@ def open_object_store(aws_conn_id: str | None) -> ObjectStoreCredentials:
     credentials = ObjectStoreHook(aws_conn_id).credentials() if aws_conn_id else ObjectStoreCredentials()
     credentials.install()
     return credentials
+
+
+def storage_options_for(aws_conn_id: str | None, url: str) -> dict[str, Any]:
+    """fsspec options that carry the credentials of ``aws_conn_id`` for ``url`` explicitly, for a
+    process that watches other pipelines too and so must not install them (the triggerer)."""
+    return ObjectStoreHook(aws_conn_id).credentials().fsspec_options(url) if aws_conn_id else {}

@@ -213,8 +213,12 @@ class StreamBatchProgress:
     last_change_time_ms: int | None
     head_at_batch_end: BinlogOffset | None
     tables: list[str]
-    #: per table (db.table), what ``changes_total`` counts of it (tables only truncated or filled: 0)
+    #: per table (quoted), what ``changes_total`` counts of it (tables only truncated or filled: 0)
     table_changes: dict[str, int] = field(default_factory=dict)
+    #: when the stream process whose counts these are started (a restarted stream counts from 0)
+    started_at: float = 0.0
+    #: the registry generation the batch applied
+    generation: int = 0
 
     def to_body(self) -> dict[str, Any]:
         return {"app_id": self.app_id, "batch": self.batch, "finished_at": self.finished_at,
@@ -222,7 +226,8 @@ class StreamBatchProgress:
                 "last_change_offset": self.last_change_offset.to_dict() if self.last_change_offset else None,
                 "last_change_time_ms": self.last_change_time_ms,
                 "head_at_batch_end": self.head_at_batch_end.to_dict() if self.head_at_batch_end else None,
-                "tables": self.tables, "table_changes": self.table_changes}
+                "tables": self.tables, "table_changes": self.table_changes, "started_at": self.started_at,
+                "generation": self.generation}
 
     @classmethod
     def from_body(cls, body: dict[str, Any], version: int) -> "StreamBatchProgress":
@@ -230,7 +235,8 @@ class StreamBatchProgress:
                    int(body["changes_in_batch"]), int(body["changes_total"]), _offset(body.get("last_change_offset")),
                    body.get("last_change_time_ms"), _offset(body.get("head_at_batch_end")),
                    list(body.get("tables", [])),
-                   {str(t): int(n) for t, n in (body.get("table_changes") or {}).items()})
+                   {str(t): int(n) for t, n in (body.get("table_changes") or {}).items()},
+                   float(body.get("started_at", 0.0)), int(body.get("generation", 0)))
 
 
 @dataclass(frozen=True)

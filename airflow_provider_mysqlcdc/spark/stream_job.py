@@ -102,6 +102,7 @@ class BatchApplier:
         self.rows_applied = 0
         #: per table (quoted), the rows this stream merged or wrote into it (0: truncated or filled only)
         self.table_changes: Counter[str] = Counter()
+        self.started_at = time.time()
         self.generation = Generation(0)
         self.drift: Drift = {}
         #: per frozen table, the offset after which none of its changes apply (for the current batch)
@@ -440,7 +441,8 @@ class BatchApplier:
         self.state.write_progress(STREAM_PROGRESS, StreamBatchProgress(
             app_id=self.job.app_id, batch=batch_id, finished_at=time.time(), changes_in_batch=changes,
             changes_total=self.rows_applied, last_change_offset=applied_to, last_change_time_ms=newest or None,
-            head_at_batch_end=head, tables=sorted(str(t) for t in self.writers), table_changes=dict(self.table_changes)))
+            head_at_batch_end=head, tables=sorted(str(t) for t in self.writers), table_changes=dict(self.table_changes),
+            started_at=self.started_at, generation=self.generation.number))
 
 
 def progress_offset(progress: Any, which: str) -> StreamOffset | None:

@@ -16,7 +16,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 from asgiref.sync import sync_to_async
 
-from airflow_provider_mysqlcdc.hooks.object_store import ObjectStoreHook
+from airflow_provider_mysqlcdc.hooks.object_store import storage_options_for
 from airflow_provider_mysqlcdc.protocol.envelope import encode
 from airflow_provider_mysqlcdc.protocol.results import StreamPhase
 from airflow_provider_mysqlcdc.spark.supervision import DetachedStream
@@ -54,10 +54,7 @@ class MySqlCdcStreamTrigger(BaseTrigger):
                  "aws_conn_id": self.aws_conn_id})
 
     async def _stream(self) -> DetachedStream:
-        options = {}
-        if self.aws_conn_id:
-            credentials = await sync_to_async(ObjectStoreHook(self.aws_conn_id).credentials)()
-            options = credentials.fsspec_options(self.state)
+        options = await sync_to_async(storage_options_for)(self.aws_conn_id, self.state)
         return DetachedStream(self.state, self.report, submitted_at=self.submitted_at,
                               start_timeout_s=self.start_timeout_s, storage_options=options)
 

@@ -33,7 +33,7 @@ RECORDS = [
     Generation(2, {T: CapturedTable("id", [SPLIT])}, {T}, "2026-11-23T00:00:00+00:00"),
     DriftLog({T: [DriftEvent(TableEventKind.RENAMED, AT, "RENAME TABLE", 1.0)]}),
     StreamOffsetProgress(StreamOffset(AT, 3), 1.0, "/lake", "mysqlcdc-1"),
-    StreamBatchProgress("mysqlcdc-1", 5, 1.0, 10, 100, AT, 1700000000000, AT, [str(T)], {T.quoted: 7}),
+    StreamBatchProgress("mysqlcdc-1", 5, 1.0, 10, 100, AT, 1700000000000, AT, [str(T)], {T.quoted: 7}, 12.5, 3),
     StagedRelease(2, 1.0),
     CheckpointIdentity("mysqlcdc-1", StreamOffset(AT, 0), 1.0),
     RunPlanProgress(2, 1.0, {str(T): "snapshot"}, [str(T), str(T)]),
