@@ -83,14 +83,16 @@ class MySqlCdcTableChangedTrigger(BaseEventTrigger):
                         yield TriggerEvent(change.extra)
             await asyncio.sleep(self.poll_interval_s)
 
+    # The store's synchronous calls, in a thread as for any Airflow call of a trigger (its async
+    # ones are newer than Airflow 3.3.1)
     async def _load_cursor(self) -> list[Any] | None:
         if self.asset_state_store is None:
             return None
-        return await self.asset_state_store.aget(CURSOR_KEY)
+        return await sync_to_async(self.asset_state_store.get)(CURSOR_KEY)
 
     async def _save_cursor(self, cursor: list[Any]) -> list[Any]:
         if self.asset_state_store is not None:
-            await self.asset_state_store.aset(CURSOR_KEY, cursor)
+            await sync_to_async(self.asset_state_store.set)(CURSOR_KEY, cursor)
         return cursor
 
 

@@ -4,6 +4,7 @@ reports a stream's batches."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import urllib.parse
 
 from airflow_provider_mysqlcdc.assets.sink_tables import (ASSET_GROUP, TableChanged, sink_alias, sink_table_asset,
@@ -48,17 +49,17 @@ def _beat(state: PipelineState, counts: dict[str, int], *, started_at: float = 1
 
 
 class AssetStore:
-    """What the triggerer gives an event trigger as ``asset_state_store`` (its two async calls), in
+    """What the triggerer gives an event trigger as ``asset_state_store`` (the two calls it uses), in
     memory; ``saved`` is set when the trigger saves (its first look at the stream)."""
 
     def __init__(self) -> None:
         self.values: dict = {}
-        self.saved = asyncio.Event()
+        self.saved = threading.Event()
 
-    async def aget(self, key: str, default=None):
+    def get(self, key: str, default=None):
         return self.values.get(key, default)
 
-    async def aset(self, key: str, value) -> None:
+    def set(self, key: str, value) -> None:
         self.values[key] = value
         self.saved.set()
 
@@ -73,7 +74,7 @@ def test_the_batch_watcher_reports_growth_of_its_table_from_its_first_look_on(tm
         _beat(state, {orders: 5})  # history when the watcher first looks: never reported
         events = trigger.run()
         waiting = asyncio.ensure_future(events.__anext__())
-        await store.saved.wait()  # its first look
+        await asyncio.to_thread(store.saved.wait, 30)  # its first look
         seen = []
         for beats in ([{orders: 12, other: 4}],  # 7 more
                       [{orders: 12, other: 9}, {orders: 14, other: 9}],  # another table, then 2 more
