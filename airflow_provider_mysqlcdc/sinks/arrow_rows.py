@@ -159,12 +159,13 @@ def image_table(schema: TableSchema | None, images: Sequence[dict[str, Any]]) ->
     for name in names:
         values = [image.get(name) for image in images]
         index = target.get_field_index(name)
-        try:
-            if index < 0:
-                raise TypeError(f"{name} is not in the schema")
-            arrays.append(_typed_array(target.field(index).type, values))
-        except (TypeError, ValueError, OverflowError, pa.ArrowException):
-            arrays.append(_inferred_array(name, values))
+        typed = None
+        if index >= 0:
+            try:
+                typed = _typed_array(target.field(index).type, values)
+            except (TypeError, ValueError, OverflowError, pa.ArrowException):
+                pass  # values of an older shape of the column
+        arrays.append(typed if typed is not None else _inferred_array(name, values))
     return pa.Table.from_arrays(arrays, names=list(names))
 
 
@@ -185,6 +186,11 @@ def _inferred_array(name: str, values: list[Any]) -> pa.Array:
                         "across the changes of one run") from exc
 
 
+def event_timestamps(event_ms: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """Event times in epoch milliseconds as UTC timestamps (microseconds, the sink's unit)."""
+    return pc.multiply(event_ms.cast(pa.int64()), 1000).cast(pa.timestamp("us", tz="UTC"))
+
+
 def with_metadata(data: pa.Table, schema: TableSchema, *, ops: pa.Array | pa.ChunkedArray | str,
                   offsets: BinlogOffset | tuple[Any, Any, Any], event_ts_ms: pa.Array | pa.ChunkedArray | int,
                   chunks: Sequence[str] | pa.Array) -> pa.Table:
@@ -199,7 +205,7 @@ def with_metadata(data: pa.Table, schema: TableSchema, *, ops: pa.Array | pa.Chu
     if isinstance(event_ts_ms, int):
         stamps = pa.repeat(pa.scalar(event_ts_ms * 1000, pa.timestamp("us", tz="UTC")), n)
     else:
-        stamps = pc.multiply(event_ts_ms.cast(pa.int64()), 1000).cast(pa.timestamp("us", tz="UTC"))
+        stamps = event_timestamps(event_ts_ms)
     metadata = [pa.repeat(ops, n) if isinstance(ops, str) else ops, files, positions, versions, stamps,
                 chunks if isinstance(chunks, (pa.Array, pa.ChunkedArray)) else pa.array(list(chunks), pa.string())]
     target = arrow_schema(schema)

@@ -14,9 +14,9 @@ import json
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.sinks.arrow_rows import event_timestamps
 
 CHANGELOG_SUFFIX = "__changelog"
 
@@ -54,10 +54,10 @@ def image_json(image: dict[str, Any] | None) -> str | None:
 def changelog_rows(changes: pa.Table) -> pa.Table:
     """The changelog rows of change columns built with their images as JSON (sinks/change_columns.py)."""
     column = changes.column
-    stamps = pc.multiply(column("_cdc_event_ms"), 1000).cast(pa.timestamp("us", tz="UTC"))
     return pa.Table.from_arrays([column("_cdc_op"), column("_cdc_before"), column("_cdc_after"),
                                  column("_cdc_binlog_file"), column("_cdc_binlog_pos"), column("_cdc_row"),
-                                 column("_cdc_part"), column("_cdc_version"), column("_cdc_gtid"), stamps],
+                                 column("_cdc_part"), column("_cdc_version"), column("_cdc_gtid"),
+                                 event_timestamps(column("_cdc_event_ms"))],
                                 schema=CHANGELOG_SCHEMA)
 
 

@@ -157,8 +157,8 @@ class BatchApplier:
         newest_ms, last_change = 0, None
         for item in batch_items(rows):
             if isinstance(item, TableChanges):
-                newest_ms, last_change = max(newest_ms, item.newest_ms), max(last_change or item.last_offset,
-                                                                             item.last_offset)
+                last = item.last_offset
+                newest_ms, last_change = max(newest_ms, item.newest_ms), max(last_change or last, last)
                 data = item.data
                 since = self.frozen.get(item.table_id)
                 if since is not None:
