@@ -105,6 +105,7 @@ class DeltaSink(Sink):
 
     # --- schema ----------------------------------------------------------------------------------
     def prepare(self, schema: TableSchema) -> None:
+        _refuse_reserved_names(schema)
         uri = self.table_uri(schema.table_id)
         target = arrow_schema(schema)
         try:
@@ -125,6 +126,7 @@ class DeltaSink(Sink):
     def replace_schema(self, schema: TableSchema) -> None:
         """Empty the table and give it ``schema`` in one commit (a whole-table re-snapshot of a table
         whose column types Delta cannot evolve fills it right after)."""
+        _refuse_reserved_names(schema)
         write_deltalake(self.table_uri(schema.table_id), arrow_schema(schema).empty_table(), mode="overwrite",
                         schema_mode="overwrite", storage_options=self.storage_options)
 
@@ -401,6 +403,14 @@ def _with_dropped_columns(rows: pa.Table, table: DeltaTable | None) -> pa.Table:
     for field in missing:
         rows = rows.append_column(field.with_nullable(True), pa.nulls(rows.num_rows, field.type))
     return rows
+
+
+def _refuse_reserved_names(schema: TableSchema) -> None:
+    """A source column named like a change column (an ALTER gave it the name after preflight) would
+    clash with it: the stream freezes the table on this error."""
+    reserved = schema.reserved_name_problem()
+    if reserved:
+        raise SchemaChangedError(reserved)
 
 
 def _commit_properties(commit: StreamCommit | None) -> CommitProperties | None:

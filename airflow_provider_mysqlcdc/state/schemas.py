@@ -79,13 +79,14 @@ class KnownSchemas:
     def for_stream(self, conn: pymysql.connections.Connection, table_id: TableId, chunk_key: str, *,
                    remember: bool = True) -> TableSchema:
         """The schema a stream applies the table's pending changes with: the server's, unless its key
-        columns, chunk key or a column's type differ from the remembered schema's (a DDL the stream
-        has not reached yet changed them), then the remembered one."""
+        columns, chunk key or a column's type differ from the remembered schema's, or it has a column
+        named like a change column (a DDL the stream has not reached yet changed them), then the
+        remembered one."""
         server = self.load(conn, table_id, remember=False)
         known = self.remembered(table_id)
         if known is not None and chunk_key in known.column_names and (
                 server.key_columns != known.key_columns or chunk_key not in server.column_names
-                or _types_differ(known, server)):
+                or _types_differ(known, server) or server.reserved_name_problem()):
             return known
         if remember:
             self.remember(server)

@@ -4,7 +4,9 @@ them. One scripted history (the module fixture) with one stream run; each test c
 - constant DEFAULTs of several types are filled into the sink's older rows in place, in one commit,
   so the table equals the source without a re-snapshot;
 - an expression DEFAULT (CURRENT_TIMESTAMP) cannot be known: drift, the next run re-snapshots;
-- a default changed by a later DDL is never filled with the later value: drift instead.
+- a default changed by a later DDL is never filled with the later value: drift instead;
+- a column named like the sink's change columns (``_cdc_...``) freezes the table with a reason
+  that names it, and its earlier changes are applied.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 import pytest
 
 from airflow_provider_mysqlcdc.cdc.model.records import TableEventKind
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema, load_table_schema
 from airflow_provider_mysqlcdc.devtools.snapshot import snapshot_tables
 from airflow_provider_mysqlcdc.devtools.verify import source_rows
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
@@ -31,6 +33,7 @@ CONSTANT = ("ADD COLUMN n INT NOT NULL DEFAULT -7, ADD COLUMN s VARCHAR(20) DEFA
             "ADD COLUMN at DATETIME(6) DEFAULT '2024-01-02 03:04:05.123456', ADD COLUMN b VARBINARY(4) DEFAULT 0x00ff, "
             "ADD COLUMN big BIGINT UNSIGNED DEFAULT 18446744073709551615, ADD COLUMN e ENUM('x','y') DEFAULT 'y', "
             "ADD COLUMN none_ INT NULL")
+TABLES = ("constant", "expression", "changed_later", "reserved")
 
 
 @dataclass
@@ -38,6 +41,7 @@ class History:
     database: str
     lake: str
     drift: Drift
+    reserved_before: TableSchema  # the "reserved" table's schema before its ALTER
 
     def table(self, name: str) -> TableId:
         return TableId(self.database, name)
@@ -51,11 +55,12 @@ def history(mysql_server, cdc_user, tmp_path_factory):
     with conn.cursor() as cur:
         cur.execute(f"DROP DATABASE IF EXISTS {database}")
         cur.execute(f"CREATE DATABASE {database}")
-        for name in ("constant", "expression", "changed_later"):
+        for name in TABLES:
             cur.execute(f"CREATE TABLE {database}.{name} (id INT PRIMARY KEY, v INT)")
             cur.execute(f"INSERT INTO {database}.{name} SELECT seq, 0 FROM {database}.seq_1_to_50")
     state, lake = PipelineState(str(tmp / "state")), str(tmp / "lake")
-    snapshot_tables(cdc_user, [TableId(database, n) for n in ("constant", "expression", "changed_later")], lake, state)
+    snapshot_tables(cdc_user, [TableId(database, n) for n in TABLES], lake, state)
+    reserved_before = load_table_schema(conn, TableId(database, "reserved"))
     with conn.cursor() as cur:
         cur.execute(f"UPDATE {database}.constant SET v = 1 WHERE id % 4 = 0")
         cur.execute(f"ALTER TABLE {database}.constant {CONSTANT}")
@@ -66,11 +71,14 @@ def history(mysql_server, cdc_user, tmp_path_factory):
         cur.execute(f"ALTER TABLE {database}.changed_later ADD COLUMN c INT DEFAULT 1")
         cur.execute(f"UPDATE {database}.changed_later SET v = 3 WHERE id = 1")
         cur.execute(f"ALTER TABLE {database}.changed_later ALTER COLUMN c SET DEFAULT 2")
+        cur.execute(f"UPDATE {database}.reserved SET v = 4 WHERE id = 2")
+        cur.execute(f"ALTER TABLE {database}.reserved ADD COLUMN _cdc_row INT DEFAULT 5")
+        cur.execute(f"UPDATE {database}.reserved SET v = 5 WHERE id = 3")
     job = StreamJob(state=state.location, sink_root=lake)
     (tmp / "stream.json").write_text(job.to_json())
     SparkSubmit(master="local[2]", work_dir=tmp / "spark").run(
         "binlog_stream.py", ["--job", str(tmp / "stream.json")], cdc_user.to_private_file(tmp / "secrets" / "source.json"))
-    yield History(database, lake, read_drift(state))
+    yield History(database, lake, read_drift(state), reserved_before)
     with conn.cursor() as cur:
         cur.execute(f"DROP DATABASE {database}")
 
@@ -92,3 +100,11 @@ def test_a_default_changed_later_is_never_filled_with_the_later_value(history, m
     assert [e.kind for e in history.drift[table]] == [TableEventKind.ALTERED]
     schema = load_table_schema(mysql_server.connect(), table)
     assert 2 not in {row["c"] for row in delta_rows(history.lake, schema).values()}
+
+
+def test_a_column_named_like_a_change_column_freezes_the_table(history):
+    events = history.drift[history.table("reserved")]
+    assert [e.kind for e in events] == [TableEventKind.TYPE_CHANGED]
+    assert "_cdc_row" in events[0].reason and "begin with '_cdc_'" in events[0].reason
+    rows = delta_rows(history.lake, history.reserved_before)
+    assert rows[(2,)]["v"] == 4 and rows[(3,)]["v"] == 0  # applied up to the ALTER, not after it

@@ -162,6 +162,16 @@ def test_table_problems_are_all_reported_at_once(mysql_server, cdc_user, databas
     assert f"Table {database}.a_view does not exist" in problems[5] and "is a view" in problems[5]
 
 
+def test_source_columns_named_like_the_sinks_change_columns_are_refused(mysql_server, cdc_user, database):
+    conn = mysql_server.connect()
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE TABLE `{database}`.clash (id INT PRIMARY KEY, _cdc_row INT, `_CDC_Op` TEXT, cdc_ok INT)")
+    problems = _problems(cdc_user, tables=[TableId(database, "clash")])
+    assert len(problems) == 1, problems
+    assert f"Table {database}.clash has column(s) _cdc_row, _CDC_Op" in problems[0]
+    assert "begin with '_cdc_'" in problems[0] and "RENAME COLUMN" in problems[0]
+
+
 def test_wrong_password_and_unreachable_server(mysql_server):
     bad = SourceConfig(host=mysql_server.admin.host, port=mysql_server.admin.port, user="root", password="wrong")
     with pytest.raises(ConfigurationError, match="Access denied for user 'root'.*check the user name and password"):

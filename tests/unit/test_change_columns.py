@@ -10,9 +10,9 @@ import pyarrow as pa
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, Operation
-from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
-from airflow_provider_mysqlcdc.sinks.arrow_rows import data_schema
-from airflow_provider_mysqlcdc.sinks.change_columns import (TableChanges, change_columns, changes_after, changes_until,
+from airflow_provider_mysqlcdc.cdc.source.schema import RESERVED_COLUMN_PREFIX, Column, TableId, TableSchema
+from airflow_provider_mysqlcdc.sinks.arrow_rows import METADATA_COLUMNS, data_schema
+from airflow_provider_mysqlcdc.sinks.change_columns import (CHANGE_FIELDS, LOG_FIELDS, TableChanges, change_columns, changes_after, changes_until,
                                                             conform_changes, last_change_per_key, position_at)
 from airflow_provider_mysqlcdc.sinks.changelog import changelog_rows
 
@@ -127,3 +127,15 @@ def test_changelog_rows_carry_both_images_as_json():
     assert rows[0]["event_ts"] == dt.datetime.fromtimestamp(0.1, dt.timezone.utc)
     assert (rows[0]["binlog_file"], rows[0]["binlog_pos"], rows[0]["version"]) == ("b.000001", 100,
                                                                                    record.offset.version)
+
+
+def test_every_column_the_sink_adds_has_the_prefix_source_columns_may_not_have():
+    names = {f.name for f in CHANGE_FIELDS + LOG_FIELDS} | set(METADATA_COLUMNS)
+    assert all(n.startswith(RESERVED_COLUMN_PREFIX) for n in names), sorted(names)
+
+
+def test_a_source_column_with_the_prefix_in_any_case_is_a_problem_that_names_it():
+    clash = TableSchema(T, (ID, Column("_CDC_Row", "int", "int(11)", True)), ("id",))
+    problem = clash.reserved_name_problem()
+    assert problem and "column(s) _CDC_Row" in problem and "RENAME COLUMN `_CDC_Row`" in problem
+    assert SCHEMA.reserved_name_problem() is None

@@ -87,7 +87,8 @@ class TableEventKind(str, enum.Enum):
     #: a key or chunk key column renamed or dropped, or the key changed (found by the stream when it
     #: reloads the schema after an ALTER): the sink's rows cannot be matched to later changes
     KEY_CHANGED = "key-changed"
-    #: a column's type changed in a way the sink's table cannot follow (Delta refuses the new type)
+    #: a column's type changed in a way the sink's table cannot follow (Delta refuses the new type), or
+    #: a column was given a name the sink reserves (``_cdc_...``)
     TYPE_CHANGED = "type-changed"
 
     @property

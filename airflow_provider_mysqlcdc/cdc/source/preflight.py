@@ -124,6 +124,9 @@ def check_table(conn: pymysql.connections.Connection, table_id: TableId,
             return schema, None, [f"The CDC user may not read {table_id}: GRANT SELECT ON "
                                   f"{quote_identifier(table_id.database)}.* TO the CDC user ({exc.args[1]})."]
         raise
+    reserved = schema.reserved_name_problem()
+    if reserved:
+        return schema, None, [reserved]
     try:
         return schema, schema.chunk_key_column(chunk_key_column), []
     except (PreflightError, ConfigurationError) as exc:

@@ -22,6 +22,10 @@ def quote_identifier(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+#: the sinks name their change and metadata columns (``_cdc_op``, ``_cdc_version``, ...) with this
+#: prefix; a source column may not begin with it (compared without case, as Delta and MySQL compare names)
+RESERVED_COLUMN_PREFIX = "_cdc_"
+
 #: characters of a name that cannot stand in a path as they are: separators, what URLs (delta-rs reads
 #: a path as one) give a meaning to, and the escape character itself
 _PATH_UNSAFE = frozenset("/\\@%#?")
@@ -143,6 +147,16 @@ class TableSchema:
     @property
     def column_names(self) -> tuple[str, ...]:
         return tuple(c.name for c in self.columns)
+
+    def reserved_name_problem(self) -> str | None:
+        """Why the sinks cannot take this table's columns as they are named, if they cannot."""
+        clashing = [c.name for c in self.columns if c.name.lower().startswith(RESERVED_COLUMN_PREFIX)]
+        if not clashing:
+            return None
+        return (f"Table {self.table_id} has column(s) {', '.join(clashing)} whose names begin with "
+                f"{RESERVED_COLUMN_PREFIX!r}, which the sink reserves for its change metadata columns: rename them "
+                f"on the source (ALTER TABLE {self.table_id.quoted} RENAME COLUMN {quote_identifier(clashing[0])} "
+                "TO ...), or leave the table out of the pipeline.")
 
     @property
     def key_columns(self) -> tuple[str, ...]:
