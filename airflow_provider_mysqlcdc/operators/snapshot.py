@@ -51,11 +51,12 @@ class MySqlCdcSnapshotOperator(MySqlCdcSparkJobOperator):
         self.sink_root = sink_root
         self.state = state
         self.partitions_per_split = partitions_per_split
+        self._rows_written: int | None = None  # into the sink table, once done (None: staged, or not done)
 
     def execute(self, context: Context) -> dict[str, Any]:
         self.object_store  # installed before the state location and the lake are touched
         hook = self.hook
-        chunk = self.chunk if isinstance(self.chunk, dict) else json.loads(self.chunk)
+        chunk = self._chunk()
         table_id = TableId.parse(chunk["table"])
         state = PipelineState(self.state)
         stage_to = state.staging_url(table_id) if state.needs_staging(table_id) else None
@@ -71,9 +72,34 @@ class MySqlCdcSnapshotOperator(MySqlCdcSparkJobOperator):
                       result.binlog_events_merged, result.seconds)
         self._record_progress(state, context, result)
         if stage_to is None:  # written to the sink table now (staged rows change it when the stream applies them)
+            self._rows_written = result.rows
             emit_table_events(self.outlets, context, self.sink_root, [TableChanged(
                 table_id, "snapshot", result.rows, result.high_watermark, state.latest_number())])
         return encode(result)
+
+    def _chunk(self) -> dict[str, Any]:
+        """The (rendered) ``chunk`` argument: a dict, or its JSON text."""
+        return self.chunk if isinstance(self.chunk, dict) else json.loads(self.chunk)
+
+    def get_openlineage_facets_on_start(self) -> Any:
+        """The chunk's source table as input, its Delta table as output (lineage/openlineage.py)."""
+        return self._lineage(None)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """As on start, with the rows the chunk wrote as the output's statistics (staged rows are the
+        stream's to write)."""
+        return self._lineage(self._rows_written)
+
+    def _lineage(self, rows: int | None) -> Any:
+        from airflow_provider_mysqlcdc.lineage.openlineage import known_tables, pipeline_lineage
+
+        self.object_store  # the state location may be on an object store
+        chunk = self._chunk()
+        table_id = TableId.parse(chunk["table"])
+        chunk_key = chunk["splits"][0]["chunk_key"] if chunk["splits"] else None
+        source = self.hook.source_config()
+        return pipeline_lineage(host=source.host, port=source.port, sink_root=self.sink_root, tables=known_tables(
+            PipelineState(self.state), {table_id: chunk_key}, None if rows is None else {table_id: rows}))
 
     def _record_progress(self, state: PipelineState, context: Context, result: ChunkResult) -> None:
         """One file per chunk (mapped tasks run concurrently), read back for 'chunks done of total'."""

@@ -82,6 +82,7 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
     external_id_key = "mysqlcdc_stream"  # in the task state store: the detached stream a retry reconnects to
     _detached: DetachedStream | None = None
     _job: StreamJob
+    _result: StreamResult | None = None
 
     def __init__(self, *, state: str, sink_root: str, mode: str = "available-now", trigger_interval_s: float = 1.0,
                  changelog: bool = False, on_binlog_purged: str = "fail", max_batch_bytes: int | None = None,
@@ -234,11 +235,34 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
         result = decode(StreamResult, output, "the stream job's result")
         self.log.info("stream (%s) applied %d changes; end offset %s", self.mode, result.changes_applied,
                       result.end_offset or "-")
+        self._result = result
         end = result.end_offset
         emit_table_events(self.outlets, context, self.sink_root, [
             TableChanged(TableId.parse(table), "stream", rows, end.offset if end else None, end.generation if end else 0)
             for table, rows in sorted(result.table_changes.items())])
         return encode(result)
+
+    def get_openlineage_facets_on_start(self) -> Any:
+        """Every table the pipeline captures: its source table as input, its Delta table as output
+        (lineage/openlineage.py)."""
+        return self._lineage()
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """As on start, with the rows the stream changed in each table as the outputs' statistics."""
+        return self._lineage(self._result)
+
+    def _lineage(self, result: StreamResult | None = None) -> Any:
+        from airflow_provider_mysqlcdc.lineage.openlineage import known_tables, pipeline_lineage
+
+        if self.mode == "skip":
+            return None  # it runs no stream
+        self.object_store  # the state location may be on an object store
+        state = PipelineState(self.state)
+        generation = state.load(state.latest_number())
+        rows = None if result is None else {TableId.parse(t): n for t, n in result.table_changes.items()}
+        source = self.hook.source_config()
+        return pipeline_lineage(host=source.host, port=source.port, sink_root=self.sink_root,
+                                tables=known_tables(state, generation.chunk_keys, rows))
 
 
 def _holder(context: Context) -> str:

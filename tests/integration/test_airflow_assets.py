@@ -1,13 +1,24 @@
-"""The sink's tables as Airflow Assets under a real scheduler (``airflow standalone``): the example
-pipeline's chunks and stream add an asset event per table they changed, the watcher of a table's
-asset reports a continuous stream's batches, and the downstream example DAG, scheduled on one
-table's asset, runs on them and reads how fresh the table is."""
+"""The sink's tables as Airflow Assets, and their OpenLineage, under a real scheduler (``airflow
+standalone``): the example pipeline's chunks and stream add an asset event per table they changed,
+the watcher of a table's asset reports a continuous stream's batches, and the downstream example
+DAG, scheduled on one table's asset, runs on them and reads how fresh the table is. The same runs
+report lineage through the OpenLineage provider's file transport: MySQL tables in, Delta tables out."""
 
 from __future__ import annotations
+
+import json
+import os
+import signal
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from airflow_provider_mysqlcdc.assets.sink_tables import table_asset_uri
+from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 from airflow_provider_mysqlcdc.devtools.airflow_standalone import AirflowStandalone
 from airflow_provider_mysqlcdc.devtools.dag_runner import example_dag_env
@@ -16,61 +27,153 @@ from airflow_provider_mysqlcdc.pipeline import group_id_for
 from airflow_provider_mysqlcdc.state.lease import StreamLeases
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 
+from .helpers import spark_processes_of
+
 pytestmark = pytest.mark.integration
 
 DAG_ID = "mysqlcdc_example"
 DOWNSTREAM = "mysqlcdc_downstream_example"
 
 
-@pytest.mark.usefixtures("reap_spark")
-def test_chunks_and_stream_runs_emit_asset_events_per_changed_table_that_trigger_a_downstream_dag(
-        mysql_server, cdc_user, database, tmp_path):
-    conn = mysql_server.connect()
-    watched, other = create_sample_tables(conn, database, rows_per_table=400, seed=8, tables=SAMPLE_TABLES[:2])
-    lake = tmp_path / "lake"
-    env = example_dag_env(tmp_path / "airflow", cdc_user, [watched, other], sink_root=lake,
-                          state_dir=tmp_path / "state", split_rows=250, chunk_rows=250)
-    (tmp_path / "tmp").mkdir()
-    env["TMPDIR"] = str(tmp_path / "tmp")
-    watched_uri, other_uri = table_asset_uri(str(lake), watched), table_asset_uri(str(lake), other)
-    with AirflowStandalone(env) as airflow:
-        airflow.wait_for_dag(DAG_ID)
-        airflow.wait_for_dag(DOWNSTREAM)
-        first = airflow.trigger(DAG_ID)
-        airflow.wait_until(lambda: airflow.dag_run_state(DAG_ID, first) in ("success", "failed"), 600, "run 1 ends")
-        assert airflow.dag_run_state(DAG_ID, first) == "success"
-        snapshot_events = airflow.wait_until(lambda: airflow.asset_events(source_dag_id=DAG_ID, source_run_id=first),
-                                             60, "the snapshot's asset events")
-        # one event per chunk (two of 250 rows per table), none from the stream: it had nothing to apply
-        assert sorted((e["uri"], e["extra"]["kind"]) for e in snapshot_events) == \
-            sorted([(watched_uri, "snapshot")] * 2 + [(other_uri, "snapshot")] * 2)
-        assert {e["source_task_id"] for e in snapshot_events} == {f"{group_id_for(t.quoted)}.snapshot"
-                                                                 for t in (watched, other)}
-        for table, uri in ((watched, watched_uri), (other, other_uri)):
-            assert sum(e["extra"]["rows_changed"] for e in snapshot_events if e["uri"] == uri) == _rows(conn, table)
-        snapshot_seen = airflow.wait_until(lambda: _seen(airflow, "snapshot"), 300, "the downstream DAG runs")
-        assert {e["table"] for e in snapshot_seen} == {str(watched)}  # the other table's events trigger nothing
+@dataclass
+class TwoRuns:
+    """What the example pipeline's two runs under one ``airflow standalone`` left: run 1 snapshots
+    two tables (two chunks each), run 2's stream applies 7 deletes of the watched one."""
 
-        with conn.cursor() as cur:  # only the watched table changes before run 2
-            cur.execute(f"DELETE FROM {watched.quoted} LIMIT 7")
-        head = current_offset(conn)
-        second = airflow.trigger(DAG_ID)
-        airflow.wait_until(lambda: airflow.dag_run_state(DAG_ID, second) in ("success", "failed"), 600, "run 2 ends")
-        assert airflow.dag_run_state(DAG_ID, second) == "success"
-        [stream_event] = airflow.wait_until(lambda: airflow.asset_events(source_dag_id=DAG_ID, source_run_id=second),
-                                            60, "the stream's asset event")
-        assert stream_event["uri"] == watched_uri and stream_event["source_task_id"] == "stream"
-        generation = PipelineState(str(tmp_path / "state" / DAG_ID)).latest_number()
-        assert stream_event["extra"] == {"table": str(watched), "kind": "stream", "rows_changed": 7,
-                                         "binlog_offset": stream_event["extra"]["binlog_offset"],
-                                         "generation": generation}
-        assert (stream_event["extra"]["binlog_offset"]["file"], stream_event["extra"]["binlog_offset"]["position"]) \
-            == (head.file, head.position)
-        seen = airflow.wait_until(lambda: _seen(airflow, "stream"), 300, "the downstream DAG runs on the stream's event")
-        runs = airflow.dag_runs(DOWNSTREAM)
+    conn: Any
+    watched: TableId
+    other: TableId
+    lake: Path
+    state: PipelineState
+    first: str
+    second: str
+    snapshot_events: list[dict]
+    snapshot_rows: dict[TableId, int]  # each table's rows when it was snapshotted
+    stream_event: dict
+    head: BinlogOffset  # the binlog head when run 2 started (all its changes before it)
+    snapshot_seen: list[dict]  # what the downstream DAG's run on the snapshot events reported
+    stream_seen: list[dict]  # ... on the stream's event
+    downstream_runs: list[dict]
+    lineage_file: Path  # OpenLineage's file transport: one JSON event per line
+
+    def lineage(self, run_id: str, task_id: str, event_type: str) -> list[dict]:
+        """The OpenLineage events of ``event_type`` of the task's instances in the DAG run."""
+        events = [json.loads(line) for line in self.lineage_file.read_text().splitlines() if line.strip()]
+        return [e for e in events if e["eventType"] == event_type and e["job"]["name"] == f"{DAG_ID}.{task_id}"
+                and e["run"]["facets"].get("airflow", {}).get("dagRun", {}).get("run_id") == run_id]
+
+
+@pytest.fixture(scope="module")
+def two_runs(mysql_server, cdc_user, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("assets")
+    database = f"assets_{uuid.uuid4().hex[:8]}"
+    conn = mysql_server.connect()
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{database}`")
+    watched, other = create_sample_tables(conn, database, rows_per_table=400, seed=8, tables=SAMPLE_TABLES[:2])
+    lake, lineage_file = tmp / "lake", tmp / "openlineage.jsonl"
+    env = example_dag_env(tmp / "airflow", cdc_user, [watched, other], sink_root=lake,
+                          state_dir=tmp / "state", split_rows=250, chunk_rows=250)
+    (tmp / "tmp").mkdir()
+    env.update(TMPDIR=str(tmp / "tmp"), AIRFLOW__OPENLINEAGE__TRANSPORT=json.dumps(
+        {"type": "file", "log_file_path": str(lineage_file), "append": True}))
+    try:
+        with AirflowStandalone(env) as airflow:
+            airflow.wait_for_dag(DAG_ID)
+            airflow.wait_for_dag(DOWNSTREAM)
+            first = airflow.trigger(DAG_ID)
+            airflow.wait_until(lambda: airflow.dag_run_state(DAG_ID, first) in ("success", "failed"), 600, "run 1 ends")
+            assert airflow.dag_run_state(DAG_ID, first) == "success"
+            snapshot_events = airflow.wait_until(
+                lambda: airflow.asset_events(source_dag_id=DAG_ID, source_run_id=first), 60, "the snapshot's asset events")
+            snapshot_seen = airflow.wait_until(lambda: _seen(airflow, "snapshot"), 300, "the downstream DAG runs")
+            snapshot_rows = {t: _rows(conn, t) for t in (watched, other)}
+            with conn.cursor() as cur:  # only the watched table changes before run 2
+                cur.execute(f"DELETE FROM {watched.quoted} LIMIT 7")
+            head = current_offset(conn)
+            second = airflow.trigger(DAG_ID)
+            airflow.wait_until(lambda: airflow.dag_run_state(DAG_ID, second) in ("success", "failed"), 600, "run 2 ends")
+            assert airflow.dag_run_state(DAG_ID, second) == "success"
+            [stream_event] = airflow.wait_until(lambda: airflow.asset_events(source_dag_id=DAG_ID, source_run_id=second),
+                                                60, "the stream's asset event")
+            stream_seen = airflow.wait_until(lambda: _seen(airflow, "stream"), 300,
+                                             "the downstream DAG runs on the stream's event")
+            runs = airflow.dag_runs(DOWNSTREAM)
+        yield TwoRuns(conn, watched, other, lake, PipelineState(str(tmp / "state" / DAG_ID)), first, second,
+                      snapshot_events, snapshot_rows, stream_event, head, snapshot_seen, stream_seen, runs, lineage_file)
+    finally:
+        for line in spark_processes_of(tmp):
+            os.kill(int(line.split(":")[0]), signal.SIGKILL)
+        with conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS `{database}`")
+
+
+def test_each_chunk_adds_an_asset_event_per_table_with_the_rows_it_wrote(two_runs):
+    r = two_runs
+    watched_uri, other_uri = table_asset_uri(str(r.lake), r.watched), table_asset_uri(str(r.lake), r.other)
+    # one event per chunk (two of 250 rows per table), none from the stream: it had nothing to apply
+    assert sorted((e["uri"], e["extra"]["kind"]) for e in r.snapshot_events) == \
+        sorted([(watched_uri, "snapshot")] * 2 + [(other_uri, "snapshot")] * 2)
+    assert {e["source_task_id"] for e in r.snapshot_events} == {f"{group_id_for(t.quoted)}.snapshot"
+                                                               for t in (r.watched, r.other)}
+    for table, uri in ((r.watched, watched_uri), (r.other, other_uri)):
+        assert sum(e["extra"]["rows_changed"] for e in r.snapshot_events if e["uri"] == uri) == r.snapshot_rows[table]
+
+
+def test_a_downstream_dag_runs_only_on_the_events_of_its_table(two_runs):
+    assert {e["table"] for e in two_runs.snapshot_seen} == {str(two_runs.watched)}
+    assert {e["table"] for e in two_runs.stream_seen} == {str(two_runs.watched)}
+    assert two_runs.downstream_runs and all(r["run_type"] == "asset_triggered" and r["state"] == "success"
+                                            for r in two_runs.downstream_runs)
+
+
+def test_a_stream_run_adds_an_event_only_for_the_table_it_changed_with_its_offset(two_runs):
+    r = two_runs
+    event = r.stream_event
+    assert event["uri"] == table_asset_uri(str(r.lake), r.watched) and event["source_task_id"] == "stream"
+    assert event["extra"] == {"table": str(r.watched), "kind": "stream", "rows_changed": 7,
+                              "binlog_offset": event["extra"]["binlog_offset"], "generation": r.state.latest_number()}
+    assert (event["extra"]["binlog_offset"]["file"], event["extra"]["binlog_offset"]["position"]) == \
+        (r.head.file, r.head.position)
     # a run consumes every event of its asset since the previous run (a chunk's may still be among them)
-    assert stream_event["extra"] in seen and {e["table"] for e in seen} == {str(watched)}
-    assert runs and all(r["run_type"] == "asset_triggered" and r["state"] == "success" for r in runs)
+    assert event["extra"] in r.stream_seen
+
+
+def test_snapshot_tasks_report_openlineage_from_mysql_tables_to_delta_tables(two_runs, mysql_server):
+    r = two_runs
+    for table in (r.watched, r.other):
+        task_id = f"{group_id_for(table.quoted)}.snapshot"
+        starts, completes = (r.lineage(r.first, task_id, kind) for kind in ("START", "COMPLETE"))
+        assert len(starts) == len(completes) == 2  # a mapped task instance per chunk
+        source = f"mysql://{mysql_server.admin.host}:{mysql_server.admin.port}"
+        sink = os.path.abspath(r.lake) + "/" + "/".join(table.path_segments)
+        for event in starts + completes:
+            [input_], [output] = event["inputs"], event["outputs"]
+            assert (input_["namespace"], input_["name"]) == (source, f"{table.database}.{table.table}")
+            assert (output["namespace"], output["name"]) == ("file", sink)
+        schema = load_table_schema(r.conn, table)
+        [input_], [output] = completes[0]["inputs"], completes[0]["outputs"]
+        assert [f["name"] for f in input_["facets"]["schema"]["fields"]] == list(schema.column_names)
+        assert [f["type"] for f in input_["facets"]["schema"]["fields"]] == [c.column_type for c in schema.columns]
+        lineage = output["facets"]["columnLineage"]["fields"]
+        assert set(lineage) == {*schema.column_names, "_cdc_chunk"}
+        assert all(lineage[c]["inputFields"] == [{**lineage[c]["inputFields"][0], "namespace": source,
+                                                  "name": f"{table.database}.{table.table}", "field": c}]
+                   and lineage[c]["inputFields"][0]["transformations"][0]["subtype"] == "IDENTITY"
+                   for c in schema.column_names)
+        assert sum(e["outputs"][0]["outputFacets"]["outputStatistics"]["rowCount"] for e in completes) == \
+            r.snapshot_rows[table]
+
+
+def test_the_stream_task_reports_openlineage_of_every_table_with_the_rows_it_changed(two_runs):
+    r = two_runs
+    [complete] = r.lineage(r.second, "stream", "COMPLETE")
+    rows = {o["name"].rsplit("/", 1)[-1]: o.get("outputFacets", {}).get("outputStatistics", {}).get("rowCount")
+            for o in complete["outputs"]}
+    assert rows == {r.watched.table: 7, r.other.table: 0}
+    assert sorted(i["name"] for i in complete["inputs"]) == sorted(f"{t.database}.{t.table}"
+                                                                   for t in (r.watched, r.other))
+    assert len(r.lineage(r.second, "stream", "START")) == 1
 
 
 def _seen(airflow: AirflowStandalone, kind: str) -> list[dict] | None:

@@ -1,0 +1,120 @@
+"""OpenLineage of the pipeline's tasks: which MySQL tables each reads, which Delta tables it writes.
+
+Airflow's OpenLineage provider (``apache-airflow-providers-openlineage``, the ``openlineage`` extra)
+asks an operator for ``get_openlineage_facets_on_start`` when its task starts and
+``get_openlineage_facets_on_complete`` when it ends; the snapshot and stream operators answer with
+``pipeline_lineage``. Without that provider nothing here is imported.
+
+- **Inputs**: the source tables, named as OpenLineage names MySQL tables (namespace
+  ``mysql://host:port`` of the ``mysqlcdc`` connection, name ``database.table``), with a schema
+  facet of the source's column types.
+- **Outputs**: the Delta tables, named by their location as OpenLineage names files and object
+  stores (``file`` + the absolute path, ``s3://bucket`` + the key, ``gs://``, ``abfss://``), with a
+  schema facet of the Delta types (the source columns and the sink's ``_cdc_`` metadata columns), a
+  column lineage facet (every source column is copied as it is: DIRECT/IDENTITY; ``_cdc_chunk``
+  is the chunk key's order-preserving text: DIRECT/TRANSFORMATION) and, once the task ended, an
+  output statistics facet with the rows it wrote or changed in the table.
+"""
+
+from __future__ import annotations
+
+import os
+import urllib.parse
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from airflow.providers.common.compat.openlineage.facet import (ColumnLineageDatasetFacet, Fields, InputDataset,
+                                                               InputField, OutputDataset,
+                                                               OutputStatisticsOutputDatasetFacet, SchemaDatasetFacet,
+                                                               SchemaDatasetFacetFields)
+from airflow.providers.openlineage.extractors import OperatorLineage
+from deltalake import Schema as DeltaSchema
+from openlineage.client.generated.column_lineage_dataset import Transformation
+
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
+from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_schema
+from airflow_provider_mysqlcdc.sinks.data_files import CHUNK_COLUMN
+from airflow_provider_mysqlcdc.state.registry import PipelineState
+from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
+
+#: OpenLineage's scheme for an object store whose URL has another (s3a:// is s3://)
+_SCHEMES = {"s3a": "s3", "s3n": "s3", "gcs": "gs"}
+
+
+@dataclass(frozen=True)
+class LineageTable:
+    """One table a task reads and writes: its schema (None when the pipeline never described it)
+    and chunk key, and the rows the task wrote or changed in it (None: not known yet)."""
+
+    table_id: TableId
+    schema: TableSchema | None = None
+    chunk_key: str | None = None
+    rows: int | None = None
+
+
+def source_namespace(host: str, port: int) -> str:
+    return f"mysql://{host}:{port}"
+
+
+def sink_dataset_name(sink_root: str, table_id: TableId) -> tuple[str, str]:
+    """The (namespace, name) OpenLineage gives the Delta table of ``table_id`` under ``sink_root``."""
+    root = sink_root.rstrip("/")
+    if "://" not in root:
+        return "file", "/".join([os.path.abspath(root), *table_id.path_segments])
+    parts = urllib.parse.urlsplit("/".join([root, *table_id.path_segments]))
+    if parts.scheme == "file":
+        return "file", parts.path
+    scheme = _SCHEMES.get(parts.scheme, parts.scheme)
+    return f"{scheme}://{parts.netloc}", parts.path.lstrip("/")
+
+
+def pipeline_lineage(*, host: str, port: int, sink_root: str, tables: Iterable[LineageTable]) -> OperatorLineage:
+    """The task's inputs (source tables) and outputs (Delta tables)."""
+    inputs, outputs = [], []
+    for table in sorted(tables, key=lambda t: t.table_id):
+        source = InputDataset(namespace=source_namespace(host, port), name=f"{table.table_id.database}."
+                              f"{table.table_id.table}", facets=_source_facets(table.schema))
+        namespace, name = sink_dataset_name(sink_root, table.table_id)
+        statistics = {} if table.rows is None else {"outputStatistics": OutputStatisticsOutputDatasetFacet(
+            rowCount=table.rows)}
+        outputs.append(OutputDataset(namespace=namespace, name=name, facets=_sink_facets(table, source),
+                                     outputFacets=statistics))
+        inputs.append(source)
+    return OperatorLineage(inputs=inputs, outputs=outputs)
+
+
+def _source_facets(schema: TableSchema | None) -> dict:
+    if schema is None:
+        return {}
+    return {"schema": SchemaDatasetFacet(fields=[
+        SchemaDatasetFacetFields(name=c.name, type=c.column_type) for c in schema.columns])}
+
+
+def _sink_facets(table: LineageTable, source: InputDataset) -> dict:
+    if table.schema is None:
+        return {}
+    delta_types = DeltaSchema.from_arrow(arrow_schema(table.schema)).fields
+    copied = {c.name: _from(source, c.name, "IDENTITY", "copied as it is") for c in table.schema.columns}
+    if table.chunk_key:
+        copied[CHUNK_COLUMN] = _from(source, table.chunk_key, "TRANSFORMATION",
+                                     "the chunk key's order-preserving text")
+    return {"schema": SchemaDatasetFacet(fields=[SchemaDatasetFacetFields(name=f.name, type=f.type.type)
+                                                 for f in delta_types]),
+            "columnLineage": ColumnLineageDatasetFacet(fields=copied)}
+
+
+def _from(source: InputDataset, column: str, subtype: str, description: str) -> Fields:
+    return Fields(inputFields=[InputField(namespace=source.namespace, name=source.name, field=column,
+                                          transformations=[Transformation(type="DIRECT", subtype=subtype,
+                                                                          description=description)])],
+                  transformationType="IDENTITY" if subtype == "IDENTITY" else None,
+                  transformationDescription=description)
+
+
+def known_tables(state: PipelineState, tables: Mapping[TableId, str | None],
+                 rows: Mapping[TableId, int] | None = None) -> list[LineageTable]:
+    """``tables`` (with their chunk keys) described by the schemas the pipeline remembers in its
+    state location (``state/schemas.py``), with ``rows`` per table once the task ended."""
+    known = KnownSchemas(state)
+    return [LineageTable(t, known.remembered(t), chunk_key, None if rows is None else rows.get(t, 0))
+            for t, chunk_key in tables.items()]

@@ -1,0 +1,65 @@
+"""The OpenLineage datasets the snapshot and stream tasks report (lineage/openlineage.py)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+pytest.importorskip("airflow.providers.openlineage")
+
+from openlineage.client.serde import Serde  # noqa: E402
+
+from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema  # noqa: E402
+from airflow_provider_mysqlcdc.lineage.openlineage import (LineageTable, pipeline_lineage,  # noqa: E402
+                                                           sink_dataset_name)
+
+T = TableId("shop", "or/ders")
+SCHEMA = TableSchema(T, (Column("id", "bigint", "bigint(20) unsigned", False, unsigned=True),
+                         Column("name", "varchar", "varchar(20)", True)), ("id",))
+
+
+@pytest.mark.parametrize("root, expected", [
+    ("lake", ("file", os.path.abspath("lake") + "/shop/or@002fders")),
+    ("file:///data/lake/", ("file", "/data/lake/shop/or@002fders")),
+    ("s3://bucket/lake", ("s3://bucket", "lake/shop/or@002fders")),
+    ("s3a://bucket/lake", ("s3://bucket", "lake/shop/or@002fders")),
+    ("gs://bucket/lake", ("gs://bucket", "lake/shop/or@002fders")),
+    ("abfss://box@acct.dfs.core.windows.net/lake", ("abfss://box@acct.dfs.core.windows.net", "lake/shop/or@002fders")),
+])
+def test_a_delta_table_is_named_as_openlineage_names_its_location(root, expected):
+    assert sink_dataset_name(root, T) == expected
+
+
+def _event_json(lineage) -> tuple[dict, dict]:
+    [source], [sink] = lineage.inputs, lineage.outputs
+    return Serde.to_dict(source), Serde.to_dict(sink)
+
+
+def test_the_source_table_is_a_mysql_dataset_with_the_source_column_types():
+    source, _ = _event_json(pipeline_lineage(host="db.example", port=3307, sink_root="s3://b/lake",
+                                             tables=[LineageTable(T, SCHEMA, "id")]))
+    assert (source["namespace"], source["name"]) == ("mysql://db.example:3307", "shop.or/ders")
+    assert [(f["name"], f["type"]) for f in source["facets"]["schema"]["fields"]] == [
+        ("id", "bigint(20) unsigned"), ("name", "varchar(20)")]
+
+
+def test_the_delta_table_has_delta_types_identity_column_lineage_and_row_count():
+    _, sink = _event_json(pipeline_lineage(host="db", port=3306, sink_root="s3://b/lake",
+                                           tables=[LineageTable(T, SCHEMA, "id", rows=42)]))
+    types = {f["name"]: f["type"] for f in sink["facets"]["schema"]["fields"]}
+    assert types["id"] == "decimal(20,0)" and types["name"] == "string" and types["_cdc_version"] == "long"
+    lineage = sink["facets"]["columnLineage"]["fields"]
+    assert set(lineage) == {"id", "name", "_cdc_chunk"}
+    [name_from] = lineage["name"]["inputFields"]
+    assert (name_from["namespace"], name_from["name"], name_from["field"]) == ("mysql://db:3306", "shop.or/ders", "name")
+    assert name_from["transformations"][0]["type"] == "DIRECT" and name_from["transformations"][0]["subtype"] == "IDENTITY"
+    [chunk_from] = lineage["_cdc_chunk"]["inputFields"]
+    assert chunk_from["field"] == "id" and chunk_from["transformations"][0]["subtype"] == "TRANSFORMATION"
+    assert sink["outputFacets"]["outputStatistics"]["rowCount"] == 42
+
+
+def test_a_table_without_a_remembered_schema_is_named_without_facets():
+    source, sink = _event_json(pipeline_lineage(host="db", port=3306, sink_root="/lake", tables=[LineageTable(T)]))
+    assert "facets" not in source or not source["facets"]
+    assert sink["name"] == "/lake/shop/or@002fders" and not sink.get("outputFacets")
