@@ -82,12 +82,12 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
                       spark_master: str = "local[2]", spark_conn_id: str | None = None,
                       spark_conf: dict[str, Any] | None = None, changelog: bool = False,
                       on_binlog_purged: str = "fail", tables_param: bool = False,
-                      stream_limits: dict[str, int] | None = None,
+                      stream_limits: dict[str, float] | None = None,
                       stream_deferrable: bool | None = None, aws_conn_id: str | None = None,
                       stream_spark_conn_id: str | None = None) -> dict[str, Any]:
     """Build the graph in the current DAG; ``tables_param`` adds the group for trigger-time tables;
     ``stream_limits`` (``max_batch_bytes``, ``max_batch_events``, ``max_apply_changes``,
-    ``cluster_after_files``) go to the stream;
+    ``cluster_after_files``, ``maintenance_every_s``, ``vacuum_retention_hours``) go to the stream;
     ``stream_deferrable``: a continuous stream runs detached, watched from the triggerer (default:
     Airflow's ``[operators] default_deferrable``).
 

@@ -73,6 +73,10 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
     :param cluster_after_files: once a table's merges have left this many data files to rewrite
         (default 16: files whose key ranges overlap, runs of small ones), the stream rewrites them in
         key order between two batches, so a merge keeps reading only the files its keys fall in (0: never)
+    :param maintenance_every_s: also maintain every table (compaction, checkpoint, and vacuum when
+        ``vacuum_retention_hours`` is given: sinks/maintenance.py) every this many seconds, between two
+        micro-batches (default: only when a ``MySqlCdcMaintenanceOperator`` asks)
+    :param vacuum_retention_hours: the retention of the stream's own vacuum (default: no vacuum)
     :param deferrable: run a ``continuous`` stream detached and watch it from the triggerer (default:
         Airflow's ``[operators] default_deferrable``)
     :param poll_interval_s: how often the trigger looks at a detached stream
@@ -87,7 +91,8 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
     def __init__(self, *, state: str, sink_root: str, mode: str = "available-now", trigger_interval_s: float = 1.0,
                  changelog: bool = False, on_binlog_purged: str = "fail", max_batch_bytes: int | None = None,
                  max_batch_events: int | None = None, max_apply_changes: int | None = None,
-                 cluster_after_files: int | None = None,
+                 cluster_after_files: int | None = None, maintenance_every_s: float | None = None,
+                 vacuum_retention_hours: float | None = None,
                  deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
                  poll_interval_s: float = 2.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -108,7 +113,10 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
         self.limits = {name: value for name, value in (("max_batch_bytes", max_batch_bytes),
                                                        ("max_batch_events", max_batch_events),
                                                        ("max_apply_changes", max_apply_changes),
-                                                       ("cluster_after_files", cluster_after_files))
+                                                       ("cluster_after_files", cluster_after_files),
+                                                       ("maintenance_every_s", maintenance_every_s),
+                                                       ("vacuum_retention_s", None if vacuum_retention_hours is None
+                                                        else vacuum_retention_hours * 3600))
                        if value is not None}
 
     def execute(self, context: Context) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from airflow_provider_mysqlcdc.cdc.model.split import SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.source.connection import parse_server_id_range
 from airflow_provider_mysqlcdc.protocol.actions import StreamMode
 from airflow_provider_mysqlcdc.protocol.envelope import RecordFormat, decode, encode
+from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy
 from airflow_provider_mysqlcdc.protocol.state import ServerHistory
 
 
@@ -75,8 +76,9 @@ class ChunkJob(_JobFile):
 class StreamJob(_JobFile):
     """One spark-submit of the stream job (spark/stream_job.py)."""
 
-    #: 2: holder, report, lease_ttl_s; 3: cluster_after_files (a version 2 file reads with the default)
-    FORMAT: ClassVar[RecordFormat] = RecordFormat("stream-job", 3)
+    #: 2: holder, report, lease_ttl_s; 3: cluster_after_files; 4: maintenance_every_s, vacuum_retention_s
+    #: (an older file reads with the defaults)
+    FORMAT: ClassVar[RecordFormat] = RecordFormat("stream-job", 4)
 
     state: str  # the pipeline's state location (registry, staged splits, progress)
     sink_root: str
@@ -104,6 +106,11 @@ class StreamJob(_JobFile):
     #: overlap, runs of small ones), the stream clusters them by the chunk key between two batches
     #: (sinks/clustering.py), so merges keep reading few files (0: never)
     cluster_after_files: int = 16
+    #: the stream maintains its tables every this many seconds, between two batches: compaction,
+    #: checkpoint, and vacuum with ``vacuum_retention_s`` (sinks/maintenance.py; 0: only when a
+    #: maintenance task asks)
+    maintenance_every_s: float = 0.0
+    vacuum_retention_s: float | None = None  # None: its own maintenance does not vacuum
     #: who starts the stream, named by the pipeline's lease (state/lease.py) to a second stream it refuses
     holder: str = ""
     report: str = ""  # its report folder (spark/report.py), in its lease: how a detached stream is found
@@ -126,6 +133,10 @@ class StreamJob(_JobFile):
         if self.cluster_after_files < 0:
             raise ConfigurationError(f"cluster_after_files must be 0 (never) or a positive number of files, got "
                                      f"{self.cluster_after_files}.")
+        if self.maintenance_every_s < 0:
+            raise ConfigurationError(f"maintenance_every_s must be 0 (only on request) or a positive number of seconds, "
+                                     f"got {self.maintenance_every_s}.")
+        MaintenancePolicy(vacuum_retention_s=self.vacuum_retention_s)  # refuses a negative retention
         if self.max_apply_changes < 1:
             raise ConfigurationError(f"max_apply_changes must be a positive number, got {self.max_apply_changes}.")
         if not self.checkpoint:

@@ -120,7 +120,7 @@ class DeltaSink(Sink):
         self._check_evolution(schema.table_id, pa.schema(table.schema().to_arrow()), target)
         self._enable_features(table, schema.table_id, target)
         if STATS_COLUMNS not in table.metadata().configuration:  # a table created before this setting
-            _retry_conflicts(lambda: DeltaTable(uri, storage_options=self.storage_options).alter.set_table_properties(
+            retry_conflicts(lambda: DeltaTable(uri, storage_options=self.storage_options).alter.set_table_properties(
                 {STATS_COLUMNS: _stats_columns(schema)}), f"keep statistics of {schema.table_id}'s key columns")
 
     def replace_schema(self, schema: TableSchema) -> None:
@@ -137,7 +137,7 @@ class DeltaSink(Sink):
             return
         if "timestampNtz" in (table.protocol().writer_features or []):
             return
-        _retry_conflicts(lambda: DeltaTable(table.table_uri, storage_options=self.storage_options).alter.add_feature(
+        retry_conflicts(lambda: DeltaTable(table.table_uri, storage_options=self.storage_options).alter.add_feature(
             TableFeatures.TimestampWithoutTimezone, allow_protocol_versions_increase=True),
             f"enable TIMESTAMP_NTZ on {table_id}")
 
@@ -164,7 +164,7 @@ class DeltaSink(Sink):
                             schema_mode="merge", storage_options=self.storage_options,
                             commit_properties=_commit_properties(commit))
 
-        _retry_conflicts(write, f"replace {table_id} [{start}, {end})")
+        retry_conflicts(write, f"replace {table_id} [{start}, {end})")
 
     def file_schema(self, schema: TableSchema) -> pa.Schema | None:
         """The columns data files of ``schema``'s rows take, once the table has every column of the
@@ -178,7 +178,7 @@ class DeltaSink(Sink):
             return None
         added = [f.with_nullable(True) for f in target if f.name not in current.names]
         if added:
-            _retry_conflicts(lambda: DeltaTable(table.table_uri, storage_options=self.storage_options).alter.add_columns(
+            retry_conflicts(lambda: DeltaTable(table.table_uri, storage_options=self.storage_options).alter.add_columns(
                 [DeltaField.from_arrow(f) for f in added]), f"add columns {[f.name for f in added]} to {schema.table_id}")
             current = pa.schema(DeltaTable(table.table_uri, storage_options=self.storage_options).schema().to_arrow())
         return current
@@ -211,7 +211,7 @@ class DeltaSink(Sink):
                 actions.append(RemoveAction(held["path"], True, now, held["size_bytes"], {}))
             table.create_write_transaction(actions, "append", file_schema)
 
-        _retry_conflicts(commit, f"commit {len(files)} data files into {table_id} [{start}, {end})")
+        retry_conflicts(commit, f"commit {len(files)} data files into {table_id} [{start}, {end})")
 
     def merge_changes(self, schema: TableSchema, changes: pa.Table, *, commit: StreamCommit) -> None:
         uri = self.table_uri(schema.table_id)
@@ -242,7 +242,7 @@ class DeltaSink(Sink):
                 .execute()
             )
 
-        _retry_conflicts(merge, f"merge batch {commit.batch_id} into {schema.table_id}")
+        retry_conflicts(merge, f"merge batch {commit.batch_id} into {schema.table_id}")
 
     def cluster(self, table_id: TableId, *, min_files: int = 2, target_bytes: int = TARGET_BYTES,
                 max_rewrite_bytes: int = MAX_REWRITE_BYTES) -> ClusteringResult | None:
@@ -253,7 +253,7 @@ class DeltaSink(Sink):
         wait for it. None: nothing to do (or given up, logged)."""
         uri = self.table_uri(table_id)
         try:
-            return _retry_conflicts(lambda: cluster_table(DeltaTable(uri, storage_options=self.storage_options), uri,
+            return retry_conflicts(lambda: cluster_table(DeltaTable(uri, storage_options=self.storage_options), uri,
                                                           min_files=min_files, target_bytes=target_bytes,
                                                           max_rewrite_bytes=max_rewrite_bytes),
                                     f"cluster {table_id}", attempts=_CLUSTER_ATTEMPTS)
@@ -270,7 +270,7 @@ class DeltaSink(Sink):
             DeltaTable(uri, storage_options=self.storage_options).delete(
                 f"_cdc_version < {int(version)}", commit_properties=_commit_properties(commit))
 
-        _retry_conflicts(delete_older, f"truncate {table_id} before version {version}")
+        retry_conflicts(delete_older, f"truncate {table_id} before version {version}")
 
     def fill_before(self, table_id: TableId, values: dict[str, pa.Scalar], version: int, *,
                     commit: StreamCommit) -> None:
@@ -287,7 +287,7 @@ class DeltaSink(Sink):
                 updates={sql_identifier(n): u for n, u in updates.items()}, predicate=f"_cdc_version < {int(version)}",
                 commit_properties=_commit_properties(commit))
 
-        _retry_conflicts(update, f"fill {', '.join(values)} of {table_id} before version {version}")
+        retry_conflicts(update, f"fill {', '.join(values)} of {table_id} before version {version}")
 
     def append_changelog(self, table_id: TableId, changes: pa.Table, *, commit: StreamCommit) -> None:
         """Append change rows to ``<table>__changelog``."""
@@ -297,7 +297,7 @@ class DeltaSink(Sink):
             write_deltalake(uri, changes, mode="append", storage_options=self.storage_options,
                             commit_properties=_commit_properties(commit))
 
-        _retry_conflicts(append, f"changelog batch {commit.batch_id} of {table_id}")
+        retry_conflicts(append, f"changelog batch {commit.batch_id} of {table_id}")
 
     def applied_position(self, table_id: TableId, *, changelog: bool = False) -> Position | None:
         table = self._open(self.table_uri(table_id) + (CHANGELOG_SUFFIX if changelog else ""))
@@ -427,7 +427,9 @@ def _commit_properties(commit: StreamCommit | None) -> CommitProperties | None:
         Transaction(commit.app_id, commit.batch_id)])
 
 
-def _retry_conflicts(operation: Callable[[], T], what: str, *, attempts: int = _MAX_ATTEMPTS) -> T:
+def retry_conflicts(operation: Callable[[], T], what: str, *, attempts: int = _MAX_ATTEMPTS) -> T:
+    """Run ``operation`` (which loads the table afresh) again when a concurrent commit made its own
+    fail, up to ``attempts`` times, each retry logged; the last failure is raised."""
     for attempt in range(1, attempts + 1):
         try:
             return operation()

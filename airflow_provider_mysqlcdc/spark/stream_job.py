@@ -46,6 +46,7 @@ from airflow_provider_mysqlcdc.cdc.source.server import binlog_changed_error, cu
 from airflow_provider_mysqlcdc.sinks.arrow_rows import METADATA_COLUMNS, conform_to, merge_changes_into_table
 from airflow_provider_mysqlcdc.sinks.base import StreamCommit
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.sinks.maintenance import maintain_table
 from airflow_provider_mysqlcdc.sinks.change_columns import TableChanges, changes_until, conform_changes, offset_at
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_table_changes, staged_position
 from airflow_provider_mysqlcdc.spark.batch_rows import batch_items, row_key, spill_urls
@@ -58,12 +59,14 @@ from airflow_provider_mysqlcdc.state.credentials import install_from_private_fil
 from airflow_provider_mysqlcdc.state.drift import Drift, frozen_since, read_drift, record_drift
 from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
+from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy, MaintenanceReport, TableMaintenance
 from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
 from airflow_provider_mysqlcdc.protocol.results import StreamResult
 from airflow_provider_mysqlcdc.protocol.state import (CheckpointIdentity, Generation, StreamBatchProgress,
                                                       StreamOffsetProgress)
 from airflow_provider_mysqlcdc.state.registry import STREAM_OFFSET, STREAM_PROGRESS, PipelineState
 from airflow_provider_mysqlcdc.state.lease import LeaseKeeper, LeaseLost, StreamLeases
+from airflow_provider_mysqlcdc.state.maintenance import MaintenanceRequests
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas, orders_differently
 from airflow_provider_mysqlcdc.state.servers import ServerEpochs
 from airflow_provider_mysqlcdc.state.spill import remove_all_spill_folders, remove_spill_folder
@@ -75,6 +78,8 @@ log = logging.getLogger(__name__)
 CHECKPOINT_IDENTITY = "mysqlcdc-stream.json"
 #: merges of one micro-batch are versioned batch_id * SEGMENTS + segment (a DDL starts a new segment)
 SEGMENTS = 1_000_000
+#: how often a stream looks for maintenance requests (state/maintenance.py)
+MAINTENANCE_POLL_S = 5.0
 #: an added column's DEFAULT is filled in place only if no DDL of the table follows within this many
 #: binlog events (a later one may have changed the default); else the table is re-snapshotted
 FILL_LOOKAHEAD_EVENTS = 200_000
@@ -109,6 +114,11 @@ class BatchApplier:
         self.frozen: dict[TableId, BinlogOffset] = {}
         #: the tables whose changes carried columns their writer lacks (drift noted) in the current batch
         self.unknown_noted: set[TableId] = set()
+        #: held while a batch is applied or the tables are maintained: never both at once
+        self.applying = threading.Lock()
+        self.maintenance = MaintenanceRequests(self.state)
+        self.maintained_at = time.monotonic()  # the stream's own maintenance (maintenance_every_s)
+        self.requests_seen_at = 0.0
 
     def _load_writers(self, chunk_keys: dict[TableId, str], whole: tuple[TableId, ...] = ()) -> None:
         """Load the schema of each table and make its writer. A table that has left the server (a
@@ -136,6 +146,11 @@ class BatchApplier:
                                                    KeyOrdering(schema.column(chunk_key), self.source.connect))
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
+        with self.applying:  # maintenance between batches waits for it, and it waits for maintenance
+            self._apply_batch(batch_df, batch_id)
+            self.maintain_due()
+
+    def _apply_batch(self, batch_df: Any, batch_id: int) -> None:
         started = time.monotonic()
         install_from_private_file(self.source.password_file)
         self.fence()
@@ -283,6 +298,54 @@ class BatchApplier:
                 continue
             if result is not None:
                 log.info("clustered %s by its chunk key: %s in %.1fs", table_id, result, time.monotonic() - started)
+
+    def maintain_idle(self) -> None:
+        """From the driver's loop while the query waits for binlog (no batch runs): what ``maintain_due``
+        does, so a maintenance task is answered by a quiet stream too. A batch that starts meanwhile
+        waits for it."""
+        if self.applying.acquire(blocking=False):
+            try:
+                self.maintain_due()
+            finally:
+                self.applying.release()
+
+    def maintain_due(self) -> None:
+        """Between two batches (no merge of this stream runs): answer the maintenance tasks' requests
+        (state/maintenance.py), looked for every ``MAINTENANCE_POLL_S``, and run the stream's own
+        maintenance every ``maintenance_every_s``. A failure is logged and reported, never the batch's."""
+        now = time.monotonic()
+        requests = []
+        if now - self.requests_seen_at >= MAINTENANCE_POLL_S:
+            self.requests_seen_at = now
+            requests = self.maintenance.pending()
+        own = bool(self.job.maintenance_every_s) and now - self.maintained_at >= self.job.maintenance_every_s
+        if not requests and not own:
+            return
+        self.fence()  # a stream another one took over touches nothing
+        captured = sorted(self.state.load(self.state.latest_number()).tables)
+        for request in requests:
+            wanted = set(request.tables)
+            tables = [t for t in captured if not wanted or t.quoted in wanted]
+            log.info("maintenance asked by %s: %s of %d table(s)", request.requested_by, request.policy, len(tables))
+            self.maintenance.answer(self._maintain(request.request_id, request.policy, tables))
+        if own:
+            self.maintained_at = time.monotonic()
+            policy = MaintenancePolicy(vacuum_retention_s=self.job.vacuum_retention_s)
+            log.info("the stream's maintenance, every %.0fs: %s of %d table(s)", self.job.maintenance_every_s, policy,
+                     len(captured))
+            self._maintain(f"stream-{self.job.app_id}", policy, captured)
+
+    def _maintain(self, request_id: str, policy: MaintenancePolicy, tables: list[TableId]) -> MaintenanceReport:
+        started = time.monotonic()
+        done: list[TableMaintenance] = []
+        for table_id in tables:
+            try:
+                done += maintain_table(self.sink, table_id, policy)
+            except Exception as exc:  # noqa: BLE001 - the stream goes on; the report says what failed
+                log.warning("maintenance of %s failed (the stream goes on): %s: %s", table_id, type(exc).__name__, exc)
+                done.append(TableMaintenance(self.sink.table_uri(table_id), 0, 0, note=f"failed: {exc}"))
+        return MaintenanceReport(request_id, f"the stream {self.job.app_id}", policy, done,
+                                 round(time.monotonic() - started, 3))
 
     def _schema_changed(self, event: SchemaChangeEvent, version: int) -> bool:
         """Follow a DDL statement table by table (the README's "event -> what happens to the sink");
@@ -647,6 +710,8 @@ def _run_stream(spark: Any, source: SourceConfig, job: StreamJob, source_file: s
     query = writer.start()
     while not query.awaitTermination(1):
         follower.follow(query)
+        if not connect:  # on a Spark Connect session the applier lives on the server: between batches only
+            applier.maintain_idle()
     fence()  # stopped because another stream took over: record nothing
     follower.follow(query)  # the batches that finished since its last look (all of a short available-now run)
     progress = query.lastProgress or {}

@@ -94,6 +94,13 @@ class StateStorage:
         """``write_record`` only where no record stands yet (``create_exclusive``): False when one did."""
         return self.create_exclusive(json.dumps(encode(record), indent=indent), *parts)
 
+    def remove(self, *parts: str) -> None:
+        """Delete the file at ``parts``; nothing when there is none."""
+        try:
+            self.fs.rm(self.path(*parts))
+        except FileNotFoundError:
+            pass
+
     def list_names(self, *parts: str) -> list[str]:
         directory = self.path(*parts)
         if not self.fs.exists(directory):

@@ -1,0 +1,110 @@
+"""Delta table maintenance: compaction, checkpoints and vacuum of a sink table and its changelog.
+
+- **Compaction.** A mirror table is compacted by clustering (sinks/clustering.py): its small and
+  overlapping files are rewritten in chunk-key order, which is what Z-ordering by the chunk key
+  would give, but incremental, and it keeps every file's ``_cdc_chunk`` range narrow, which a
+  merge prunes by. delta-rs's ``optimize.compact`` would bin-pack files of unrelated key ranges
+  into one and make every later merge read it. A changelog table is append-only and never merged
+  into: ``optimize.compact`` bin-packs its small files.
+- **Checkpoints.** A Delta checkpoint of the current version, then the log files older than the
+  table's ``delta.logRetentionDuration`` (30 days by default) are dropped.
+- **Vacuum.** The retention the user sets becomes the table's ``delta.deletedFileRetentionDuration``
+  (so every engine's vacuum keeps it too), then vacuum deletes the data files that left the table
+  longer ago than that. Only such files: delta-rs's "lite" vacuum never deletes a file the log does
+  not name, so the files a chunk's executors have written and its driver is about to commit are safe.
+
+Every commit here may meet a concurrent one (the stream's merge, a chunk's commit): compaction's
+commit then fails, deletes what it wrote and plans again, a few times at most
+(``DeltaSink.cluster``), and leaves the rest for the next run; the other writer's commit is unaffected
+or retries by itself, bounded and logged (``retry_conflicts``). Vacuum only ever deletes files no
+version within the retention needs: a reader of such a version (time travel, a merge that started
+before a compaction's commit) is safe as long as it is younger than the retention.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
+
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy, TableMaintenance
+from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SUFFIX
+from airflow_provider_mysqlcdc.sinks.delta import DeltaSink, retry_conflicts
+
+log = logging.getLogger(__name__)
+
+#: the Delta setting vacuum reads its retention from
+RETENTION = "delta.deletedFileRetentionDuration"
+#: clustering runs per table and maintenance run (each rewrites at most MAX_REWRITE_BYTES)
+COMPACT_ROUNDS = 8
+#: a compaction or vacuum that keeps meeting concurrent commits gives way after this many tries
+_ATTEMPTS = 5
+
+
+def maintain_table(sink: DeltaSink, table_id: TableId, policy: MaintenancePolicy) -> list[TableMaintenance]:
+    """Maintain the table's Delta table and, when there is one, its changelog; what was done to each."""
+    done = []
+    mirror = sink.table_uri(table_id)
+    if _exists(sink, mirror):
+        done.append(_maintain(sink, mirror, policy, compact=lambda: _cluster(sink, table_id, policy)))
+    changelog = mirror + CHANGELOG_SUFFIX
+    if _exists(sink, changelog):
+        done.append(_maintain(sink, changelog, policy, compact=lambda: _bin_pack(sink, changelog, policy)))
+    for table in done:
+        log.info("maintenance of %s", table)
+    return done
+
+
+def _exists(sink: DeltaSink, uri: str) -> bool:
+    try:
+        _load(sink, uri)
+    except TableNotFoundError:
+        return False
+    return True
+
+
+def _maintain(sink: DeltaSink, uri: str, policy: MaintenancePolicy, *, compact) -> TableMaintenance:
+    before = len(_load(sink, uri).file_uris())
+    rewritten, note = compact() if policy.compact else (0, "")
+    checkpoint = None
+    if policy.checkpoint:
+        table = _load(sink, uri)
+        table.create_checkpoint()
+        table.cleanup_metadata()
+        checkpoint = table.version()
+    vacuumed = 0 if policy.vacuum_retention_s is None else _vacuum(sink, uri, policy.vacuum_retention_s)
+    return TableMaintenance(uri, before, len(_load(sink, uri).file_uris()), rewritten, vacuumed, checkpoint, note)
+
+
+def _load(sink: DeltaSink, uri: str) -> DeltaTable:
+    return DeltaTable(uri, storage_options=sink.storage_options)
+
+
+def _cluster(sink: DeltaSink, table_id: TableId, policy: MaintenancePolicy) -> tuple[int, str]:
+    """Cluster until nothing is left to rewrite (or ``COMPACT_ROUNDS`` runs); files rewritten."""
+    rewritten = 0
+    for _ in range(COMPACT_ROUNDS):
+        result = sink.cluster(table_id, min_files=2, target_bytes=policy.target_file_bytes)
+        if result is None:
+            return rewritten, ""
+        rewritten += result.files_read
+    return rewritten, f"more to compact after {COMPACT_ROUNDS} clustering runs: the next run goes on"
+
+
+def _bin_pack(sink: DeltaSink, uri: str, policy: MaintenancePolicy) -> tuple[int, str]:
+    metrics = retry_conflicts(lambda: _load(sink, uri).optimize.compact(target_size=policy.target_file_bytes),
+                              f"compact {uri}", attempts=_ATTEMPTS)
+    return int(metrics["numFilesRemoved"]), ""
+
+
+def _vacuum(sink: DeltaSink, uri: str, retention_s: float) -> int:
+    """Make ``retention_s`` the table's retention (whole seconds, rounded up), then vacuum; files deleted."""
+    setting = f"interval {math.ceil(retention_s)} seconds"
+    if _load(sink, uri).metadata().configuration.get(RETENTION) != setting:
+        retry_conflicts(lambda: _load(sink, uri).alter.set_table_properties({RETENTION: setting}),
+                        f"set the vacuum retention of {uri}", attempts=_ATTEMPTS)
+    return len(retry_conflicts(lambda: _load(sink, uri).vacuum(dry_run=False, enforce_retention_duration=True),
+                               f"vacuum {uri}", attempts=_ATTEMPTS))

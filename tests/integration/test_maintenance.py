@@ -1,0 +1,185 @@
+"""Delta table maintenance (``MySqlCdcMaintenanceOperator``, run by ``dag.test()`` of the maintenance
+example DAG) with a real stream: while a continuous stream applies a writer's changes batch after
+batch, maintenance compacts, checkpoints and vacuums every table, done by the stream between two
+batches at the task's request; without a stream, the task does it itself. Either way the tables stay
+exact, their file counts are bounded, and time travel within the vacuum retention still works.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
+from airflow_provider_mysqlcdc.devtools.dag_runner import example_dag_env, run_dag
+from airflow_provider_mysqlcdc.devtools.snapshot import snapshot_tables
+from airflow_provider_mysqlcdc.devtools.verify import differences, source_rows
+from airflow_provider_mysqlcdc.devtools.workload import SAMPLE_TABLES, RandomWriters, create_sample_tables
+from airflow_provider_mysqlcdc.protocol.envelope import decode
+from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
+from airflow_provider_mysqlcdc.protocol.maintenance import MaintenanceReport
+from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_to_rows
+from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SUFFIX
+from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
+from airflow_provider_mysqlcdc.state.lease import StreamLeases
+from airflow_provider_mysqlcdc.state.registry import PipelineState
+
+from .helpers import assert_same_rows, delta_rows
+
+pytestmark = pytest.mark.integration
+
+DAG_ID = "mysqlcdc_maintenance_example"
+RETENTION_S = 15.0
+
+
+class VersionRecorder:
+    """Reads every version of a Delta table as it appears (polled), keyed rows by version."""
+
+    def __init__(self, uri: str, schema):
+        self.uri, self.schema = uri, schema
+        self.rows: dict[int, dict] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> "VersionRecorder":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.1):
+            try:
+                version = DeltaTable(self.uri).version()
+                if version not in self.rows:
+                    rows = arrow_to_rows(DeltaTable(self.uri, version=version).to_pyarrow_table(), self.schema)
+                    self.rows[version] = {self.schema.key_of(r): r for r in rows}
+            except Exception:  # noqa: BLE001 - a version vacuum removed meanwhile: not recorded
+                continue
+
+
+def _wait(condition, what: str, timeout_s: float = 180, proc=None, log: Path | None = None):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the stream ended while waiting for {what}: {log.read_text()[-3000:] if log else ''}")
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def _maintain(tmp_path: Path, cdc_user, table: TableId, lake: Path, state_dir: Path) -> MaintenanceReport:
+    env = example_dag_env(tmp_path / "airflow", cdc_user, [table], sink_root=lake, state_dir=state_dir,
+                          split_rows=1000, chunk_rows=1000)
+    env["MYSQLCDC_VACUUM_RETENTION_HOURS"] = str(RETENTION_S / 3600)
+    result = run_dag(DAG_ID, env, timeout_s=600)
+    assert result["state"] == "success", result["output"][-4000:]
+    return decode(MaintenanceReport, result["xcoms"]["maintain[-1]"], "the maintenance task's XCom")
+
+
+def _files(uri: str) -> int:
+    return len(DeltaTable(uri).file_uris())
+
+
+def test_maintenance_while_a_stream_runs_bounds_files_keeps_the_sink_exact_and_time_travel(
+        mysql_server, cdc_user, database, tmp_path):
+    conn = mysql_server.connect()
+    [table] = create_sample_tables(conn, database, rows_per_table=500, seed=41, tables=SAMPLE_TABLES[:1])
+    schema = load_table_schema(conn, table)
+    lake, state_dir = tmp_path / "lake", tmp_path / "state"
+    state = PipelineState(str(state_dir / "mysqlcdc_example"))
+    snapshot_tables(cdc_user, [table], str(lake), state, chunk_size=100)
+    uri = DeltaSink(str(lake)).table_uri(table)
+    # the stream's own clustering is off: every batch leaves its files, for maintenance to compact
+    job = StreamJob(state=state.location, sink_root=str(lake), mode="continuous", trigger_interval_s=0.3,
+                    changelog=True, cluster_after_files=0)
+    (tmp_path / "stream.json").write_text(job.to_json())
+    log = tmp_path / "stream.log"
+    proc = SparkSubmit(master="local[2]", work_dir=tmp_path / "spark").start(
+        "binlog_stream.py", ["--job", str(tmp_path / "stream.json")],
+        cdc_user.to_private_file(tmp_path / "secrets" / "source.json"), log)
+    try:
+        with VersionRecorder(uri, schema) as recorder, RandomWriters(
+                mysql_server.admin, database, writers=1, seed=42, pause_s=0.05, tables=SAMPLE_TABLES[:1]) as writers:
+            snapshot = DeltaTable(uri).version()
+            _wait(lambda: DeltaTable(uri).version() >= snapshot + 12, "a dozen batches", proc=proc, log=log)
+            before = _files(uri)
+            # the first batches' files must have left the table longer ago than the retention
+            first_at = {c["version"]: c for c in DeltaTable(uri).history()}[snapshot + 1]["timestamp"] / 1000
+            _wait(lambda: time.time() > first_at + RETENTION_S + 1, "the first batches to age past the retention")
+            report = _maintain(tmp_path, cdc_user, table, lake, state_dir)  # the writer and the stream go on
+            _wait(lambda: DeltaTable(uri).version() > max(recorder.rows) + 2, "batches after maintenance",
+                  proc=proc, log=log)
+            writers.stop()
+        _wait(lambda: differences(source_rows(mysql_server.admin, schema), delta_rows(lake, schema)) is None,
+              "the stream to apply every change", proc=proc, log=log)
+        assert proc.poll() is None, "a batch failed: " + log.read_text()[-3000:]  # none lost or failed either
+    finally:
+        lease = StreamLeases(state).current()
+        if lease:
+            StreamLeases(state).request_stop(lease.lease.number, "the test is done")
+        proc.wait(120)
+    assert proc.returncode == 0, log.read_text()[-3000:]
+
+    assert report.done_by.startswith("the stream ")  # between two of its batches, at the task's request
+    mirror, changelog = report.tables
+    assert (mirror.table, changelog.table) == (uri, uri + CHANGELOG_SUFFIX)
+    assert mirror.files_before >= before >= 12 and mirror.files_after <= 2, mirror
+    assert changelog.files_after < changelog.files_before, changelog
+    assert mirror.checkpoint_version is not None and mirror.files_vacuumed > 0, mirror
+    assert_same_rows(table, source_rows(mysql_server.admin, schema), delta_rows(lake, schema))
+
+    # time travel: every version committed within the retention before the vacuum still reads as it
+    # was; versions whose files left the table long before it were vacuumed
+    history = {c["version"]: c for c in DeltaTable(uri).history()}
+    vacuumed_at = min(c["timestamp"] for c in history.values() if c["operation"] == "VACUUM START") / 1000
+    kept = [v for v in recorder.rows if history[v]["timestamp"] / 1000 > vacuumed_at - RETENTION_S + 1]
+    gone = [v for v in recorder.rows if v + 1 in history and history[v + 1]["timestamp"] / 1000
+            < vacuumed_at - RETENTION_S - 1]
+    assert kept and gone, (kept, gone)
+    for version in kept:
+        rows = arrow_to_rows(DeltaTable(uri, version=version).to_pyarrow_table(), schema)
+        assert {schema.key_of(r): r for r in rows} == recorder.rows[version], version
+    assert any(not _readable(uri, version) for version in gone), gone
+
+
+def _readable(uri: str, version: int) -> bool:
+    try:
+        DeltaTable(uri, version=version).to_pyarrow_table()
+    except Exception as exc:  # noqa: BLE001 - delta-rs names the missing data file
+        assert "not found" in str(exc).lower() or "no such file" in str(exc).lower(), exc
+        return False
+    return True
+
+
+def test_maintenance_without_a_stream_is_done_by_the_task(mysql_server, cdc_user, database, tmp_path):
+    conn = mysql_server.connect()
+    [table] = create_sample_tables(conn, database, rows_per_table=300, seed=43, tables=SAMPLE_TABLES[:1])
+    schema = load_table_schema(conn, table)
+    lake, state_dir = tmp_path / "lake", tmp_path / "state"
+    state = PipelineState(str(state_dir / "mysqlcdc_example"))
+    snapshot_tables(cdc_user, [table], str(lake), state, chunk_size=30)  # ten files
+    uri = DeltaSink(str(lake)).table_uri(table)
+    RandomWriters(mysql_server.admin, database, tables=SAMPLE_TABLES[:1]).write(100, seed=44)
+    job = StreamJob(state=state.location, sink_root=str(lake), max_batch_events=20, cluster_after_files=0)
+    (tmp_path / "stream.json").write_text(job.to_json())
+    SparkSubmit(master="local[1]", work_dir=tmp_path / "spark").run(
+        "binlog_stream.py", ["--job", str(tmp_path / "stream.json")],
+        cdc_user.to_private_file(tmp_path / "secrets" / "source.json"))
+    before = _files(uri)
+
+    report = _maintain(tmp_path, cdc_user, table, lake, state_dir)
+
+    assert report.done_by == "this task"
+    [mirror] = report.tables
+    assert mirror.files_before == before > 10 and mirror.files_after == _files(uri) == 1, mirror
+    assert_same_rows(table, source_rows(mysql_server.admin, schema), delta_rows(lake, schema))
