@@ -107,19 +107,15 @@ def _latest_run(state: PipelineState) -> dict[str, Any] | None:
 
 
 def _server_position(source: SourceConfig, committed: dict[str, Any] | None, state: PipelineState) -> dict[str, Any]:
-    from airflow_provider_mysqlcdc.cdc.source.server import binlog_file_sizes, bytes_between
-
     conn = source.connect()
     try:
-        head = ServerEpochs(state).head(conn)
-        sizes = binlog_file_sizes(conn)
+        epochs = ServerEpochs(state)
+        if not committed:
+            return {"binlog_head": str(epochs.head(conn))}
+        head, behind = epochs.behind(conn, StreamOffset.from_spark(committed["offset"]).offset)
     finally:
         conn.close()
-    out: dict[str, Any] = {"binlog_head": str(head)}
-    if committed:
-        position = StreamOffset.from_spark(committed["offset"]).offset
-        out["bytes_behind"] = bytes_between(position, head, sizes)
-    return out
+    return {"binlog_head": str(head), **({"bytes_behind": behind} if behind is not None else {})}
 
 
 def print_status(location: str, source: SourceConfig | None = None) -> None:
@@ -149,6 +145,10 @@ def print_status(location: str, source: SourceConfig | None = None) -> None:
         last = BinlogOffset.from_dict(stream["last_change_offset"]) if stream.get("last_change_offset") else None
         print(f"stream: batch {stream['batch']} finished {ago:.0f}s ago; {stream['changes_total']} changes applied by "
               f"this stream process; last change applied at {last or '-'}")
+        print(f"  the batch took {stream.get('batch_seconds', 0.0):.1f}s; event-time lag at its end "
+              f"{stream.get('lag_s', 0.0):.1f}s")
+        for table, count in sorted((stream.get("table_changes") or {}).items()):
+            print(f"  {table:<32} {count} change(s) applied by this stream process")
         if stream.get("last_change_time_ms"):
             print(f"  newest change applied was written {time.time() - stream['last_change_time_ms'] / 1000:.0f}s ago")
     else:
@@ -158,6 +158,9 @@ def print_status(location: str, source: SourceConfig | None = None) -> None:
         offset = StreamOffset.from_spark(committed["offset"])
         print(f"  stream committed up to {offset.offset} (registry generation {offset.generation}) "
               f"{time.time() - committed['committed_at']:.0f}s ago")
+        if committed.get("bytes_behind") is not None:
+            print(f"  then {committed['bytes_behind']} binlog bytes behind the head "
+                  f"({BinlogOffset.from_dict(committed['head'])})")
     lease = status["lease"]
     if lease:
         print(f"  stream lease: {lease['description']}" if lease["live"] else

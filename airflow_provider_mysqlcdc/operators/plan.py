@@ -21,6 +21,7 @@ from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
+from airflow_provider_mysqlcdc.metrics.pipeline_metrics import PipelineMetrics, pipeline_name
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, table_exists
 from airflow_provider_mysqlcdc.cdc.source.server import check_offset_available, current_offset
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
@@ -180,6 +181,8 @@ class MySqlCdcPlanOperator(BaseOperator):
                           f" from {plan.stream_from}" if plan.action == PlanAction.STREAM_ONLY else
                           " (already captured)")
         self.log.info("planned %d chunk(s) for %d table(s); binlog head at planning: %s", len(chunks), len(plans), head)
+        PipelineMetrics(pipeline_name(self.state)).resnapshots(
+            [p.table_id for p in plans if p.action in (PlanAction.RESNAPSHOT, PlanAction.RESNAPSHOT_SPLITS)])
         context["ti"].xcom_push(key="tables", value=encode(TablePlans(exact, plans, planned_on=registry.number)))
         state.write_progress(
             f"{run_folder(context['run_id'])}/plan-{self.task_id}.json",

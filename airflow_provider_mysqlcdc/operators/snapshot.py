@@ -21,6 +21,7 @@ from airflow.sdk import Context
 from airflow_provider_mysqlcdc.assets.sink_tables import TableChanged, emit_table_events
 from airflow_provider_mysqlcdc.cdc.model.split import SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.metrics.pipeline_metrics import PipelineMetrics, pipeline_name
 from airflow_provider_mysqlcdc.operators.spark_job import MySqlCdcSparkJobOperator
 from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
 from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob
@@ -71,6 +72,7 @@ class MySqlCdcSnapshotOperator(MySqlCdcSparkJobOperator):
         self.log.info("snapshot %s done: %d rows, %d binlog changes merged, %.1fs", chunk["label"], result.rows,
                       result.binlog_events_merged, result.seconds)
         self._record_progress(state, context, result)
+        PipelineMetrics(pipeline_name(self.state)).chunk_done(table_id, result.rows, result.seconds)
         if stage_to is None:  # written to the sink table now (staged rows change it when the stream applies them)
             self._rows_written = result.rows
             emit_table_events(self.outlets, context, self.sink_root, [TableChanged(

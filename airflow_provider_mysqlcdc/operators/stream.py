@@ -31,6 +31,7 @@ from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.records import ON_BINLOG_PURGED
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.hooks.spark import checked_spark_conf
+from airflow_provider_mysqlcdc.metrics.pipeline_metrics import StreamMetricsFollower
 from airflow_provider_mysqlcdc.operators.spark_job import MySqlCdcSparkJobOperator
 from airflow_provider_mysqlcdc.protocol.actions import StreamMode
 from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
@@ -134,11 +135,14 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
                         on_binlog_purged=self.on_binlog_purged, holder=_holder(context), **self.limits)
         state = PipelineState(self.state)
         if self.mode != StreamMode.CONTINUOUS.value:
-            return self._finished(self.run_spark_program("binlog_stream.py", job.to_json(), state, context), context)
+            with StreamMetricsFollower(state, self.poll_interval_s):
+                output = self.run_spark_program("binlog_stream.py", job.to_json(), state, context)
+            return self._finished(output, context)
         self._job = job
         if not self.deferrable:  # a retry after a worker crash reconnects to the stream (submit_job below)
             try:
-                return self.execute_resumable(context)
+                with StreamMetricsFollower(state, self.poll_interval_s):
+                    return self.execute_resumable(context)
             except BaseException:  # a task that ends, however, leaves no stream of its own behind
                 if self._detached is not None:
                     self._detached.request_stop(f"its Airflow task {_holder(context)} failed")

@@ -187,15 +187,20 @@ class StreamOffsetProgress:
     committed_at: float
     sink_root: str
     app_id: str
+    #: the server's binlog head when it was recorded, and the binlog bytes from the batch's end to it
+    #: (None: not measured, or the head lies on another server than the batch's end)
+    head: BinlogOffset | None = None
+    bytes_behind: int | None = None
 
     def to_body(self) -> dict[str, Any]:
         return {"offset": self.offset.to_spark(), "committed_at": self.committed_at, "sink_root": self.sink_root,
-                "app_id": self.app_id}
+                "app_id": self.app_id, "head": self.head.to_dict() if self.head else None,
+                "bytes_behind": self.bytes_behind}
 
     @classmethod
     def from_body(cls, body: dict[str, Any], version: int) -> "StreamOffsetProgress":
         return cls(StreamOffset.from_spark(body["offset"], "its offset"), float(body["committed_at"]),
-                   body["sink_root"], body.get("app_id", ""))
+                   body["sink_root"], body.get("app_id", ""), _offset(body.get("head")), body.get("bytes_behind"))
 
 
 @dataclass(frozen=True)
@@ -219,6 +224,10 @@ class StreamBatchProgress:
     started_at: float = 0.0
     #: the registry generation the batch applied
     generation: int = 0
+    #: how long the batch took, reading the binlog and applying its changes
+    batch_seconds: float = 0.0
+    #: seconds from the newest change the batch applied being written on the source to the batch's end
+    lag_s: float = 0.0
 
     def to_body(self) -> dict[str, Any]:
         return {"app_id": self.app_id, "batch": self.batch, "finished_at": self.finished_at,
@@ -227,7 +236,7 @@ class StreamBatchProgress:
                 "last_change_time_ms": self.last_change_time_ms,
                 "head_at_batch_end": self.head_at_batch_end.to_dict() if self.head_at_batch_end else None,
                 "tables": self.tables, "table_changes": self.table_changes, "started_at": self.started_at,
-                "generation": self.generation}
+                "generation": self.generation, "batch_seconds": self.batch_seconds, "lag_s": self.lag_s}
 
     @classmethod
     def from_body(cls, body: dict[str, Any], version: int) -> "StreamBatchProgress":
@@ -236,7 +245,8 @@ class StreamBatchProgress:
                    body.get("last_change_time_ms"), _offset(body.get("head_at_batch_end")),
                    list(body.get("tables", [])),
                    {str(t): int(n) for t, n in (body.get("table_changes") or {}).items()},
-                   float(body.get("started_at", 0.0)), int(body.get("generation", 0)))
+                   float(body.get("started_at", 0.0)), int(body.get("generation", 0)),
+                   float(body.get("batch_seconds", 0.0)), float(body.get("lag_s", 0.0)))
 
 
 @dataclass(frozen=True)

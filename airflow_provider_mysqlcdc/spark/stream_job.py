@@ -505,7 +505,8 @@ class BatchApplier:
             app_id=self.job.app_id, batch=batch_id, finished_at=time.time(), changes_in_batch=changes,
             changes_total=self.rows_applied, last_change_offset=applied_to, last_change_time_ms=newest or None,
             head_at_batch_end=head, tables=sorted(str(t) for t in self.writers), table_changes=dict(self.table_changes),
-            started_at=self.started_at, generation=self.generation.number))
+            started_at=self.started_at, generation=self.generation.number, batch_seconds=round(seconds, 3),
+            lag_s=round(lag_s, 3)))
 
 
 def progress_offset(progress: Any, which: str) -> StreamOffset | None:
@@ -519,12 +520,21 @@ def progress_offset(progress: Any, which: str) -> StreamOffset | None:
     return StreamOffset.from_spark(data, f"the query progress's {which}") if data else None
 
 
-def record_processed_offset(state: PipelineState, job: StreamJob, progress: Any) -> None:
-    """Where the stream has processed to (a query progress's end offset), for ``bin/status`` and
-    for a later stream whose checkpoint is new (``resume_offset``)."""
+def record_processed_offset(state: PipelineState, job: StreamJob, progress: Any,
+                            measure: Callable[[BinlogOffset], tuple[BinlogOffset, int | None]] | None = None) -> None:
+    """Where the stream has processed to (a query progress's end offset), for ``bin/status``, the
+    metrics and a later stream whose checkpoint is new (``resume_offset``); with ``measure`` (the
+    server's head, and the bytes from the end to it), how far behind the head that is."""
     end = progress_offset(progress, "endOffset")
-    if end:
-        state.write_progress(STREAM_OFFSET, StreamOffsetProgress(end, time.time(), job.sink_root, job.app_id))
+    if not end:
+        return
+    head, behind = None, None
+    if measure is not None:
+        try:
+            head, behind = measure(end.offset)
+        except Exception as exc:  # noqa: BLE001 - a figure for people: never stop the stream for it
+            log.info("could not measure how far the stream is behind the binlog head: %s", exc)
+    state.write_progress(STREAM_OFFSET, StreamOffsetProgress(end, time.time(), job.sink_root, job.app_id, head, behind))
 
 
 @dataclass(frozen=True)
@@ -593,11 +603,13 @@ class BatchFollower:
     thread fed by a long-running call, and removing it while an event is pending can deadlock
     (SPARK-59623); the query's ``recentProgress`` serves both kinds of session alike."""
 
-    def __init__(self, state: PipelineState, job: StreamJob, fence: Callable[[], None], *, echo_batches: bool = False):
+    def __init__(self, state: PipelineState, job: StreamJob, fence: Callable[[], None], *, echo_batches: bool = False,
+                 measure: Callable[[BinlogOffset], tuple[BinlogOffset, int | None]] | None = None):
         self.state = state
         self.job = job
         self.fence = fence
         self.echo_batches = echo_batches
+        self.measure = measure  # the head and the bytes behind it of a batch's end (record_processed_offset)
         self.last_batch = -1
 
     def follow(self, query: Any) -> None:
@@ -614,7 +626,8 @@ class BatchFollower:
                 log.info("first batch %d, Spark's phases: %s", progress["batchId"], ", ".join(
                     f"{name} {ms} ms" for name, ms in sorted((progress.get("durationMs") or {}).items())))
             self.last_batch = progress["batchId"]
-            record_processed_offset(self.state, self.job, progress)
+            last = progress is new[-1]  # the server is asked once per look, for the newest batch
+            record_processed_offset(self.state, self.job, progress, self.measure if last else None)
             # the batch's start is the previous batch's end: committed in the checkpoint, never replayed
             release_applied_staged_files(self.state, progress_offset(progress, "startOffset"))
         if self.echo_batches:
@@ -706,7 +719,9 @@ def _run_stream(spark: Any, source: SourceConfig, job: StreamJob, source_file: s
     started, started_at = time.monotonic(), time.time()
     log.info("stream query set up in %.2fs (Spark plans the binlog source in a Python worker); starting it",
              started - setting_up)
-    follower = BatchFollower(state, job, fence, echo_batches=connect)
+    epochs = ServerEpochs(state)
+    follower = BatchFollower(state, job, fence, echo_batches=connect, measure=lambda end: source.run(
+        lambda conn: epochs.behind(conn, end), "measuring the stream's distance to the binlog head"))
     query = writer.start()
     while not query.awaitTermination(1):
         follower.follow(query)

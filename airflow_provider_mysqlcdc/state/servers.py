@@ -28,7 +28,8 @@ import pymysql
 
 from airflow_provider_mysqlcdc.cdc.binlog.gtid import offset_at_gtid_position
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
-from airflow_provider_mysqlcdc.cdc.source.server import binlog_changed_error, current_offset, server_info
+from airflow_provider_mysqlcdc.cdc.source.server import (binlog_changed_error, binlog_file_sizes, bytes_between,
+                                                        current_offset, server_info)
 from airflow_provider_mysqlcdc.protocol.state import ServerEpoch, ServerHistory
 from airflow_provider_mysqlcdc.state.registry import SERVERS, PipelineState
 
@@ -48,6 +49,14 @@ class ServerEpochs:
     def head(self, conn: pymysql.connections.Connection) -> BinlogOffset:
         """The binlog head of the server ``conn`` reaches, in its epoch."""
         return self.state.servers().place(current_offset(conn))
+
+    def behind(self, conn: pymysql.connections.Connection, offset: BinlogOffset) -> tuple[BinlogOffset, int | None]:
+        """The head of the server ``conn`` reaches, and how many binlog bytes ``offset`` is behind it
+        (None when ``offset`` lies on another server: bytes of two servers' binlogs do not add up)."""
+        head = self.head(conn)
+        if offset.epoch != head.epoch:
+            return head, None
+        return head, bytes_between(offset, head, binlog_file_sizes(conn))
 
     def begin(self, head: BinlogOffset) -> BinlogOffset:
         """Record the pipeline's first server (``head`` read from it), unless it has one already;

@@ -3,7 +3,8 @@
 It runs in Airflow's triggerer, so the stream holds no worker slot. Every ``poll_interval_s`` it
 reads the stream's report folder and the pipeline's lease (spark/supervision.py), puts the stream's
 new log lines in the task log, and fires once the stream has ended (its result), failed (its own
-error) or was lost (no heartbeat, driver gone, lease taken over). Marking the task failed or
+error) or was lost (no heartbeat, driver gone, lease taken over). It sends the stream's metrics
+meanwhile, as a task that follows its stream does (metrics/pipeline_metrics.py). Marking the task failed or
 clearing it calls ``on_kill``, which asks the stream to stop.
 """
 
@@ -17,9 +18,11 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from asgiref.sync import sync_to_async
 
 from airflow_provider_mysqlcdc.hooks.object_store import storage_options_for
+from airflow_provider_mysqlcdc.metrics.pipeline_metrics import StreamMetrics
 from airflow_provider_mysqlcdc.protocol.envelope import encode
 from airflow_provider_mysqlcdc.protocol.results import StreamPhase
 from airflow_provider_mysqlcdc.spark.supervision import DetachedStream
+from airflow_provider_mysqlcdc.state.registry import PipelineState
 
 STOP_REASON = "its Airflow task was marked failed, cleared or timed out"
 
@@ -53,17 +56,23 @@ class MySqlCdcStreamTrigger(BaseTrigger):
                  "poll_interval_s": self.poll_interval_s, "start_timeout_s": self.start_timeout_s,
                  "aws_conn_id": self.aws_conn_id})
 
-    async def _stream(self) -> DetachedStream:
-        options = await sync_to_async(storage_options_for)(self.aws_conn_id, self.state)
+    async def _options(self) -> dict[str, Any]:
+        return await sync_to_async(storage_options_for)(self.aws_conn_id, self.state)
+
+    async def _stream(self, options: dict[str, Any] | None = None) -> DetachedStream:
+        options = await self._options() if options is None else options
         return DetachedStream(self.state, self.report, submitted_at=self.submitted_at,
                               start_timeout_s=self.start_timeout_s, storage_options=options)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        stream = await self._stream()
+        options = await self._options()
+        stream = await self._stream(options)
+        metrics = StreamMetrics(PipelineState(self.state, options))  # the stream's figures, as the task sends them
         last_phase = None
         while True:
             lines: list[str] = []
             status = await asyncio.to_thread(stream.status, lines.append)
+            await asyncio.to_thread(metrics.observe)
             for line in lines:
                 self.log.info("%s", line)
             if status.phase != last_phase:

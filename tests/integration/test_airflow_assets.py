@@ -22,6 +22,7 @@ from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_sche
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 from airflow_provider_mysqlcdc.devtools.airflow_standalone import AirflowStandalone
 from airflow_provider_mysqlcdc.devtools.dag_runner import example_dag_env
+from airflow_provider_mysqlcdc.devtools.statsd_listener import Metric, StatsdListener
 from airflow_provider_mysqlcdc.devtools.workload import SAMPLE_TABLES, create_sample_tables
 from airflow_provider_mysqlcdc.pipeline import group_id_for
 from airflow_provider_mysqlcdc.state.lease import StreamLeases
@@ -55,6 +56,8 @@ class TwoRuns:
     stream_seen: list[dict]  # ... on the stream's event
     downstream_runs: list[dict]
     lineage_file: Path  # OpenLineage's file transport: one JSON event per line
+    schemas: dict[TableId, Any]  # each table's schema when it was snapshotted
+    statsd: list[Metric]  # every metric Airflow's StatsD client sent during both runs
 
     def lineage(self, run_id: str, task_id: str, event_type: str) -> list[dict]:
         """The OpenLineage events of ``event_type`` of the task's instances in the DAG run."""
@@ -78,7 +81,9 @@ def two_runs(mysql_server, cdc_user, tmp_path_factory):
     env.update(TMPDIR=str(tmp / "tmp"), AIRFLOW__OPENLINEAGE__TRANSPORT=json.dumps(
         {"type": "file", "log_file_path": str(lineage_file), "append": True}))
     try:
-        with AirflowStandalone(env) as airflow:
+        with StatsdListener() as statsd, AirflowStandalone(dict(
+                env, AIRFLOW__METRICS__STATSD_ON="True", AIRFLOW__METRICS__STATSD_HOST=statsd.host,
+                AIRFLOW__METRICS__STATSD_PORT=str(statsd.port))) as airflow:
             airflow.wait_for_dag(DAG_ID)
             airflow.wait_for_dag(DOWNSTREAM)
             first = airflow.trigger(DAG_ID)
@@ -88,8 +93,10 @@ def two_runs(mysql_server, cdc_user, tmp_path_factory):
                 lambda: airflow.asset_events(source_dag_id=DAG_ID, source_run_id=first), 60, "the snapshot's asset events")
             snapshot_seen = airflow.wait_until(lambda: _seen(airflow, "snapshot"), 300, "the downstream DAG runs")
             snapshot_rows = {t: _rows(conn, t) for t in (watched, other)}
-            with conn.cursor() as cur:  # only the watched table changes before run 2
+            schemas = {t: load_table_schema(conn, t) for t in (watched, other)}
+            with conn.cursor() as cur:  # only the watched table's rows change before run 2
                 cur.execute(f"DELETE FROM {watched.quoted} LIMIT 7")
+                cur.execute(f"ALTER TABLE {other.quoted} DROP COLUMN note")  # drift: the next run re-snapshots
             head = current_offset(conn)
             second = airflow.trigger(DAG_ID)
             airflow.wait_until(lambda: airflow.dag_run_state(DAG_ID, second) in ("success", "failed"), 600, "run 2 ends")
@@ -100,7 +107,8 @@ def two_runs(mysql_server, cdc_user, tmp_path_factory):
                                              "the downstream DAG runs on the stream's event")
             runs = airflow.dag_runs(DOWNSTREAM)
         yield TwoRuns(conn, watched, other, lake, PipelineState(str(tmp / "state" / DAG_ID)), first, second,
-                      snapshot_events, snapshot_rows, stream_event, head, snapshot_seen, stream_seen, runs, lineage_file)
+                      snapshot_events, snapshot_rows, stream_event, head, snapshot_seen, stream_seen, runs, lineage_file,
+                      schemas, statsd.received())
     finally:
         for line in spark_processes_of(tmp):
             os.kill(int(line.split(":")[0]), signal.SIGKILL)
@@ -151,7 +159,7 @@ def test_snapshot_tasks_report_openlineage_from_mysql_tables_to_delta_tables(two
             [input_], [output] = event["inputs"], event["outputs"]
             assert (input_["namespace"], input_["name"]) == (source, f"{table.database}.{table.table}")
             assert (output["namespace"], output["name"]) == ("file", sink)
-        schema = load_table_schema(r.conn, table)
+        schema = r.schemas[table]
         [input_], [output] = completes[0]["inputs"], completes[0]["outputs"]
         assert [f["name"] for f in input_["facets"]["schema"]["fields"]] == list(schema.column_names)
         assert [f["type"] for f in input_["facets"]["schema"]["fields"]] == [c.column_type for c in schema.columns]
@@ -174,6 +182,33 @@ def test_the_stream_task_reports_openlineage_of_every_table_with_the_rows_it_cha
     assert sorted(i["name"] for i in complete["inputs"]) == sorted(f"{t.database}.{t.table}"
                                                                    for t in (r.watched, r.other))
     assert len(r.lineage(r.second, "stream", "START")) == 1
+
+
+def _statsd(two_runs: TwoRuns, metric: str, table: TableId | None = None) -> list[Metric]:
+    """The metrics ``mysqlcdc.<metric>.<pipeline>[.<db>.<table>]`` Airflow's StatsD client sent."""
+    name = f"airflow.mysqlcdc.{metric}.{DAG_ID}" + (f".{table.database}.{table.table.replace(' ', '_')}" if table else "")
+    return [m for m in two_runs.statsd if m.name == name]
+
+
+def test_chunk_tasks_send_the_rows_they_snapshotted_per_table_to_statsd(two_runs):
+    for table in (two_runs.watched, two_runs.other):
+        rows = _statsd(two_runs, "snapshot.rows", table)
+        assert len(rows) == 2 and sum(m.value for m in rows) == two_runs.snapshot_rows[table]  # two chunks each
+        assert len(_statsd(two_runs, "snapshot.chunk_duration", table)) == 2
+
+
+def test_the_stream_task_sends_changes_applied_batch_duration_lag_and_bytes_behind(two_runs):
+    assert sum(m.value for m in _statsd(two_runs, "stream.changes_applied", two_runs.watched)) == 7
+    assert not _statsd(two_runs, "stream.changes_applied", two_runs.other)
+    durations = _statsd(two_runs, "stream.batch_duration")
+    assert durations and all(m.kind == "ms" and m.value > 0 for m in durations)
+    assert _statsd(two_runs, "stream.lag_seconds") and all(m.kind == "g" for m in _statsd(two_runs, "stream.lag_seconds"))
+    assert [m.value for m in _statsd(two_runs, "stream.bytes_behind")][-1:] == [0]  # caught up at its end
+
+
+def test_a_dropped_column_is_sent_as_a_drift_event_and_a_table_pending(two_runs):
+    assert [m.value for m in _statsd(two_runs, "drift.events", two_runs.other)] == [1]
+    assert _statsd(two_runs, "drift.tables_pending")[-1].value == 1
 
 
 def _seen(airflow: AirflowStandalone, kind: str) -> list[dict] | None:
