@@ -27,9 +27,9 @@ from airflow_provider_mysqlcdc.state.drift import frozen_since, pending_drift, r
 from airflow_provider_mysqlcdc.protocol.envelope import Record, encode
 from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
 from airflow_provider_mysqlcdc.protocol.state import (ChunkProgress, RunPlanProgress, StreamBatchProgress,
-                                                      StreamOffsetProgress)
+                                                      StreamHistory, StreamOffsetProgress)
 from airflow_provider_mysqlcdc.state.lease import StreamLeases
-from airflow_provider_mysqlcdc.state.registry import STREAM_OFFSET, STREAM_PROGRESS, PipelineState
+from airflow_provider_mysqlcdc.state.registry import STREAM_HISTORY, STREAM_OFFSET, STREAM_PROGRESS, PipelineState
 from airflow_provider_mysqlcdc.state.servers import ServerEpochs
 
 
@@ -41,6 +41,7 @@ def pipeline_status(location: str, source: SourceConfig | None = None) -> dict[s
     for table_id, captured in sorted(generation.tables.items()):
         stream_only = captured.stream_only
         tables[str(table_id)] = {
+            "chunk_key": captured.chunk_key,
             "how": "stream only, from " + str(captured.splits[0].high_watermark) if stream_only else "snapshot",
             "splits": 0 if stream_only else len(captured.splits),
             "rows_at_snapshot": sum(f.rows for f in captured.splits),
@@ -55,6 +56,8 @@ def pipeline_status(location: str, source: SourceConfig | None = None) -> dict[s
                               "tables": tables, "latest_run": _latest_run(state),
                               "stream": _body(state.read_progress(StreamBatchProgress, STREAM_PROGRESS)),
                               "stream_offset": _body(state.read_progress(StreamOffsetProgress, STREAM_OFFSET)),
+                              "stream_history": [p.to_list() for p in (state.read_progress(
+                                  StreamHistory, STREAM_HISTORY) or StreamHistory()).points],
                               "servers": [dataclasses.asdict(e) for e in ServerEpochs(state).history()],
                               "lease": _lease(state)}
     if source is not None:

@@ -141,6 +141,10 @@ class AirflowStandalone:
                 return None
             raise
 
+    def plugins(self) -> list[dict[str, Any]]:
+        """The plugins the API server loaded (``GET /api/v2/plugins``)."""
+        return self._request("GET", "/api/v2/plugins")["plugins"]
+
     def wait_until(self, predicate: Any, timeout_s: float, what: str) -> Any:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

@@ -250,6 +250,40 @@ class StreamBatchProgress:
 
 
 @dataclass(frozen=True)
+class HistoryPoint:
+    """The stream's figures at the end of one of its batches (a point of the UI's lag chart)."""
+
+    at: float
+    lag_s: float
+    bytes_behind: int | None
+    changes: int
+
+    def to_list(self) -> list[Any]:
+        return [self.at, self.lag_s, self.bytes_behind, self.changes]
+
+
+@dataclass(frozen=True)
+class StreamHistory:
+    """The stream's latest batches' figures, oldest first (at most ``MAX_POINTS``)."""
+
+    FORMAT: ClassVar[RecordFormat] = RecordFormat("stream-history", 1)
+    MAX_POINTS: ClassVar[int] = 360
+
+    points: tuple[HistoryPoint, ...] = ()
+
+    def with_point(self, point: HistoryPoint) -> "StreamHistory":
+        return StreamHistory((*self.points, point)[-self.MAX_POINTS:])
+
+    def to_body(self) -> dict[str, Any]:
+        return {"points": [p.to_list() for p in self.points]}
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any], version: int) -> "StreamHistory":
+        return cls(tuple(HistoryPoint(float(at), float(lag), None if behind is None else int(behind), int(changes))
+                         for at, lag, behind, changes in body["points"]))
+
+
+@dataclass(frozen=True)
 class StagedRelease:
     """Staged split files of generations up to ``through`` were deleted (state/cleanup.py)."""
 

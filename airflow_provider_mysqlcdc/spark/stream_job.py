@@ -62,9 +62,9 @@ from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy, MaintenanceReport, TableMaintenance
 from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
 from airflow_provider_mysqlcdc.protocol.results import StreamResult
-from airflow_provider_mysqlcdc.protocol.state import (CheckpointIdentity, Generation, StreamBatchProgress,
-                                                      StreamOffsetProgress)
-from airflow_provider_mysqlcdc.state.registry import STREAM_OFFSET, STREAM_PROGRESS, PipelineState
+from airflow_provider_mysqlcdc.protocol.state import (CheckpointIdentity, Generation, HistoryPoint,
+                                                      StreamBatchProgress, StreamHistory, StreamOffsetProgress)
+from airflow_provider_mysqlcdc.state.registry import STREAM_HISTORY, STREAM_OFFSET, STREAM_PROGRESS, PipelineState
 from airflow_provider_mysqlcdc.state.lease import LeaseKeeper, LeaseLost, StreamLeases
 from airflow_provider_mysqlcdc.state.maintenance import MaintenanceRequests
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas, orders_differently
@@ -524,7 +524,8 @@ def record_processed_offset(state: PipelineState, job: StreamJob, progress: Any,
                             measure: Callable[[BinlogOffset], tuple[BinlogOffset, int | None]] | None = None) -> None:
     """Where the stream has processed to (a query progress's end offset), for ``bin/status``, the
     metrics and a later stream whose checkpoint is new (``resume_offset``); with ``measure`` (the
-    server's head, and the bytes from the end to it), how far behind the head that is."""
+    server's head, and the bytes from the end to it), how far behind the head that is, also added
+    to the stream's history (the UI's lag chart) with the batch's lag."""
     end = progress_offset(progress, "endOffset")
     if not end:
         return
@@ -534,7 +535,14 @@ def record_processed_offset(state: PipelineState, job: StreamJob, progress: Any,
             head, behind = measure(end.offset)
         except Exception as exc:  # noqa: BLE001 - a figure for people: never stop the stream for it
             log.info("could not measure how far the stream is behind the binlog head: %s", exc)
-    state.write_progress(STREAM_OFFSET, StreamOffsetProgress(end, time.time(), job.sink_root, job.app_id, head, behind))
+    now = time.time()
+    state.write_progress(STREAM_OFFSET, StreamOffsetProgress(end, now, job.sink_root, job.app_id, head, behind))
+    if measure is not None:
+        batch = state.read_progress(StreamBatchProgress, STREAM_PROGRESS)
+        ours = batch is not None and batch.app_id == job.app_id and batch.batch == progress.get("batchId")
+        history = state.read_progress(StreamHistory, STREAM_HISTORY) or StreamHistory()
+        state.write_progress(STREAM_HISTORY, history.with_point(HistoryPoint(
+            now, batch.lag_s if ours else 0.0, behind, batch.changes_in_batch if ours else 0)))
 
 
 @dataclass(frozen=True)

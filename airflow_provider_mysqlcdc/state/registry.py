@@ -43,6 +43,8 @@ R = TypeVar("R")
 STREAM_OFFSET = "stream-offset.json"
 #: progress file: the stream's last micro-batch (its heartbeat)
 STREAM_PROGRESS = "stream.json"
+#: the stream's latest batches' lag and distance to the head (protocol/state.py StreamHistory)
+STREAM_HISTORY = "stream-history.json"
 #: the servers the pipeline followed through failovers (state/servers.py)
 SERVERS = "servers.json"
 

@@ -6,6 +6,7 @@ report lineage through the OpenLineage provider's file transport: MySQL tables i
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import signal
@@ -21,6 +22,7 @@ from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 from airflow_provider_mysqlcdc.devtools.airflow_standalone import AirflowStandalone
+from airflow_provider_mysqlcdc.devtools.browser import dump_dom, screenshot
 from airflow_provider_mysqlcdc.devtools.dag_runner import example_dag_env
 from airflow_provider_mysqlcdc.devtools.statsd_listener import Metric, StatsdListener
 from airflow_provider_mysqlcdc.devtools.workload import SAMPLE_TABLES, create_sample_tables
@@ -58,6 +60,10 @@ class TwoRuns:
     lineage_file: Path  # OpenLineage's file transport: one JSON event per line
     schemas: dict[TableId, Any]  # each table's schema when it was snapshotted
     statsd: list[Metric]  # every metric Airflow's StatsD client sent during both runs
+    plugins: list[dict]  # the plugins the API server loaded
+    page: str  # the plugin's page (/mysqlcdc/) as headless Chromium rendered it
+    ui: str  # Airflow's own UI at the plugin's navigation entry, rendered the same way
+    screenshots: dict[str, Path]
 
     def lineage(self, run_id: str, task_id: str, event_type: str) -> list[dict]:
         """The OpenLineage events of ``event_type`` of the task's instances in the DAG run."""
@@ -83,7 +89,8 @@ def two_runs(mysql_server, cdc_user, tmp_path_factory):
     try:
         with StatsdListener() as statsd, AirflowStandalone(dict(
                 env, AIRFLOW__METRICS__STATSD_ON="True", AIRFLOW__METRICS__STATSD_HOST=statsd.host,
-                AIRFLOW__METRICS__STATSD_PORT=str(statsd.port))) as airflow:
+                AIRFLOW__METRICS__STATSD_PORT=str(statsd.port),
+                AIRFLOW__MYSQLCDC__STATE_DIRS=str(tmp / "state"))) as airflow:  # the UI plugin's pipelines
             airflow.wait_for_dag(DAG_ID)
             airflow.wait_for_dag(DOWNSTREAM)
             first = airflow.trigger(DAG_ID)
@@ -106,9 +113,15 @@ def two_runs(mysql_server, cdc_user, tmp_path_factory):
             stream_seen = airflow.wait_until(lambda: _seen(airflow, "stream"), 300,
                                              "the downstream DAG runs on the stream's event")
             runs = airflow.dag_runs(DOWNSTREAM)
+            plugins = airflow.plugins()
+            page = dump_dom(f"{airflow.url}/mysqlcdc/")
+            ui = dump_dom(f"{airflow.url}/plugin/mysqlcdc")
+            screenshots = {"page": screenshot(f"{airflow.url}/mysqlcdc/", tmp / "mysqlcdc-page.png"),
+                           "ui": screenshot(f"{airflow.url}/plugin/mysqlcdc", tmp / "mysqlcdc-in-airflow.png",
+                                            height=1000)}
         yield TwoRuns(conn, watched, other, lake, PipelineState(str(tmp / "state" / DAG_ID)), first, second,
                       snapshot_events, snapshot_rows, stream_event, head, snapshot_seen, stream_seen, runs, lineage_file,
-                      schemas, statsd.received())
+                      schemas, statsd.received(), plugins, page, ui, screenshots)
     finally:
         for line in spark_processes_of(tmp):
             os.kill(int(line.split(":")[0]), signal.SIGKILL)
@@ -209,6 +222,27 @@ def test_the_stream_task_sends_changes_applied_batch_duration_lag_and_bytes_behi
 def test_a_dropped_column_is_sent_as_a_drift_event_and_a_table_pending(two_runs):
     assert [m.value for m in _statsd(two_runs, "drift.events", two_runs.other)] == [1]
     assert _statsd(two_runs, "drift.tables_pending")[-1].value == 1
+
+
+def test_the_ui_plugin_is_loaded_with_its_app_and_navigation_entry(two_runs):
+    [plugin] = [p for p in two_runs.plugins if p["name"] == "mysqlcdc"]
+    assert [a["url_prefix"] for a in plugin["fastapi_apps"]] == ["/mysqlcdc"]
+    assert [(v["name"], v["href"]) for v in plugin["external_views"]] == [("MySQL CDC", "/mysqlcdc/")]
+
+
+def test_the_ui_page_shows_the_pipelines_tables_splits_stream_and_pending_re_snapshot(two_runs):
+    page = two_runs.page
+    assert f'<h2 id="{DAG_ID}">{DAG_ID}</h2>' in page
+    for table in (two_runs.watched, two_runs.other):
+        assert html.escape(str(table)) in page and "2 split(s)" in page  # two chunks of 250 rows each
+    assert "re-snapshot pending" in page and "note dropped" in page  # the other table's dropped column
+    assert "Event-time lag per batch" in page and "behind the head" in page
+    assert two_runs.screenshots["page"].stat().st_size > 10_000
+
+
+def test_airflow_shows_the_page_in_its_navigation(two_runs):
+    assert "MySQL CDC" in two_runs.ui  # Airflow's own React UI, at the plugin's route
+    assert two_runs.screenshots["ui"].stat().st_size > 10_000
 
 
 def _seen(airflow: AirflowStandalone, kind: str) -> list[dict] | None:
