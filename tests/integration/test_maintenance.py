@@ -110,8 +110,14 @@ def _wait(condition, what: str, timeout_s: float = 180, proc=None, log: Path | N
         time.sleep(0.2)
 
 
-def _maintain(tmp_path: Path, cdc_user, table: TableId, lake: Path, state_dir: Path) -> MaintenanceReport:
-    env = example_dag_env(tmp_path / "airflow", cdc_user, [table], sink_root=lake, state_dir=state_dir,
+@pytest.fixture(scope="module")
+def airflow_home(tmp_path_factory) -> Path:
+    """One Airflow home for the module's DAG runs: its metadata database is migrated once."""
+    return tmp_path_factory.mktemp("airflow")
+
+
+def _maintain(airflow_home: Path, cdc_user, table: TableId, lake: Path, state_dir: Path) -> MaintenanceReport:
+    env = example_dag_env(airflow_home, cdc_user, [table], sink_root=lake, state_dir=state_dir,
                           split_rows=1000, chunk_rows=1000)
     env["MYSQLCDC_VACUUM_RETENTION_HOURS"] = str(RETENTION_S / 3600)
     result = run_dag(DAG_ID, env, timeout_s=600)
@@ -124,7 +130,7 @@ def _files(uri: str) -> int:
 
 
 def test_maintenance_while_a_stream_runs_bounds_files_keeps_the_sink_exact_and_time_travel(
-        mysql_server, cdc_user, database, tmp_path):
+        mysql_server, cdc_user, database, tmp_path, airflow_home):
     conn = mysql_server.connect()
     [table] = create_sample_tables(conn, database, rows_per_table=500, seed=41, tables=SAMPLE_TABLES[:1])
     schema = load_table_schema(conn, table)
@@ -148,7 +154,7 @@ def test_maintenance_while_a_stream_runs_bounds_files_keeps_the_sink_exact_and_t
             # the first batches' files must have left the table longer ago than the retention
             first_at = {c["version"]: c for c in DeltaTable(uri).history()}[snapshot + 1]["timestamp"] / 1000
             _wait(lambda: time.time() > first_at + RETENTION_S + 1, "the first batches to age past the retention")
-            report = _maintain(tmp_path, cdc_user, table, lake, state_dir)  # the writer and the stream go on
+            report = _maintain(airflow_home, cdc_user, table, lake, state_dir)  # the writer and the stream go on
             after = DeltaTable(uri).version()
             _wait(lambda: DeltaTable(uri).version() > after + 2, "batches after maintenance", proc=proc, log=log)
             writer.stop()
@@ -193,7 +199,7 @@ def _readable(uri: str, version: int) -> bool:
     return True
 
 
-def test_maintenance_without_a_stream_is_done_by_the_task(mysql_server, cdc_user, database, tmp_path):
+def test_maintenance_without_a_stream_is_done_by_the_task(mysql_server, cdc_user, database, tmp_path, airflow_home):
     conn = mysql_server.connect()
     [table] = create_sample_tables(conn, database, rows_per_table=300, seed=43, tables=SAMPLE_TABLES[:1])
     schema = load_table_schema(conn, table)
@@ -211,7 +217,7 @@ def test_maintenance_without_a_stream_is_done_by_the_task(mysql_server, cdc_user
         cdc_user.to_private_file(tmp_path / "secrets" / "source.json"))
     before = _files(uri)
 
-    report = _maintain(tmp_path, cdc_user, table, lake, state_dir)
+    report = _maintain(airflow_home, cdc_user, table, lake, state_dir)
 
     assert report.done_by == "this task"
     [mirror] = report.tables
