@@ -145,6 +145,16 @@ class BatchApplier:
         self.writers[schema.table_id] = SinkWriter(self.sink, schema, chunk_key,
                                                    KeyOrdering(schema.column(chunk_key), self.source.connect))
 
+    def __getstate__(self) -> dict[str, Any]:
+        """On a Spark Connect session this object is pickled to the server: a lock does not travel."""
+        state = dict(self.__dict__)
+        del state["applying"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.applying = threading.Lock()
+
     def __call__(self, batch_df: Any, batch_id: int) -> None:
         with self.applying:  # maintenance between batches waits for it, and it waits for maintenance
             self._apply_batch(batch_df, batch_id)

@@ -74,3 +74,18 @@ def test_the_stream_needs_the_private_file_its_spark_side_reads():
 
     with pytest.raises(ValueError, match="needs source_file"):
         run_stream_job(None, SOURCE, StreamJob(state="/tmp/s", sink_root="/tmp/l"), source_file="")
+
+
+def test_the_batch_function_pickles_for_the_server_without_its_lock(tmp_path):
+    """On Spark Connect the stream's foreachBatch function is pickled to the server (with Spark's
+    cloudpickle); its lock against maintenance is made anew there."""
+    from pyspark import cloudpickle
+
+    from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
+    from airflow_provider_mysqlcdc.spark.stream_job import BatchApplier
+
+    applier = BatchApplier(SOURCE.for_executors(str(tmp_path / "source.json")),
+                           StreamJob(str(tmp_path / "state"), str(tmp_path / "lake")))
+    copy = cloudpickle.loads(cloudpickle.dumps(applier))
+    assert copy.applying is not applier.applying and copy.applying.acquire(blocking=False)
+    assert copy.job == applier.job and "pw" not in str(cloudpickle.dumps(applier))
