@@ -141,6 +141,20 @@ class AirflowStandalone:
                 return None
             raise
 
+    def signed_in_url(self, path: str) -> str:
+        """A URL that signs a browser in (the simple auth manager's all-admins login sets its
+        session cookie) and then opens ``path``."""
+        return f"{self.url}/auth/token/login?next={urllib.parse.quote(path)}"
+
+    def status_with_token(self, path: str, token: str) -> int:
+        """The HTTP status of a GET of ``path`` presenting ``token`` as its bearer token."""
+        request = urllib.request.Request(self.url + path, headers={"Authorization": f"Bearer {token}"})
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return response.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
     def plugins(self) -> list[dict[str, Any]]:
         """The plugins the API server loaded (``GET /api/v2/plugins``)."""
         return self._request("GET", "/api/v2/plugins")["plugins"]

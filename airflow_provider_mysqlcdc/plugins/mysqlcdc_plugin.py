@@ -3,7 +3,7 @@
 adds it to the UI's navigation as an external view ("MySQL CDC", shown in Airflow's frame).
 
 ``/mysqlcdc/`` is the page (plugins/pipelines_page.py), ``/mysqlcdc/api/pipelines`` the same as
-JSON. It reads the pipelines' state locations, nothing else: every pipeline whose state location
+JSON; both for signed-in users only. It reads the pipelines' state locations, nothing else: every pipeline whose state location
 is one of ``[mysqlcdc] state_dirs`` (comma-separated; ``AIRFLOW__MYSQLCDC__STATE_DIRS``) or a
 folder right under one (the builder puts a pipeline at ``<state_dir>/<dag_id>``). A state location
 on an object store is read with the API server's own credentials.
@@ -14,9 +14,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from airflow.api_fastapi.core_api.security import requires_authenticated
 from airflow.plugins_manager import AirflowPlugin
 from airflow.sdk import conf
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.responses import HTMLResponse
 
 from airflow_provider_mysqlcdc.cdc.model.split import encode_value
@@ -64,7 +65,12 @@ def _read(location: str) -> tuple[dict[str, Any] | None, dict[str, list[dict[str
         return None, {}, f"{type(exc).__name__}: {exc}"
 
 
-app = FastAPI(title="MySQL CDC pipelines", description="The pipelines' state, as bin/status shows it")
+#: signed-in users only, as Airflow's own API: the session cookie the UI holds (the page opens in
+#: Airflow's frame) or a bearer token, checked by the deployment's auth manager
+AUTHENTICATED = requires_authenticated()
+
+app = FastAPI(title="MySQL CDC pipelines", description="The pipelines' state, as bin/status shows it",
+              dependencies=[Depends(AUTHENTICATED)])
 
 
 @app.get("/", response_class=HTMLResponse)

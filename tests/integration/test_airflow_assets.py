@@ -64,6 +64,7 @@ class TwoRuns:
     page: str  # the plugin's page (/mysqlcdc/) as headless Chromium rendered it
     ui: str  # Airflow's own UI at the plugin's navigation entry, rendered the same way
     screenshots: dict[str, Path]
+    forged: int  # the HTTP status of the page for a request with a forged token
 
     def lineage(self, run_id: str, task_id: str, event_type: str) -> list[dict]:
         """The OpenLineage events of ``event_type`` of the task's instances in the DAG run."""
@@ -114,14 +115,15 @@ def two_runs(mysql_server, cdc_user, tmp_path_factory):
                                              "the downstream DAG runs on the stream's event")
             runs = airflow.dag_runs(DOWNSTREAM)
             plugins = airflow.plugins()
-            page = dump_dom(f"{airflow.url}/mysqlcdc/")
-            ui = dump_dom(f"{airflow.url}/plugin/mysqlcdc")
-            screenshots = {"page": screenshot(f"{airflow.url}/mysqlcdc/", tmp / "mysqlcdc-page.png"),
-                           "ui": screenshot(f"{airflow.url}/plugin/mysqlcdc", tmp / "mysqlcdc-in-airflow.png",
+            forged = airflow.status_with_token("/mysqlcdc/", "not-a-token")
+            page = dump_dom(airflow.signed_in_url("/mysqlcdc/"))
+            ui = dump_dom(airflow.signed_in_url("/plugin/mysqlcdc"))
+            screenshots = {"page": screenshot(airflow.signed_in_url("/mysqlcdc/"), tmp / "mysqlcdc-page.png"),
+                           "ui": screenshot(airflow.signed_in_url("/plugin/mysqlcdc"), tmp / "mysqlcdc-in-airflow.png",
                                             height=1000)}
         yield TwoRuns(conn, watched, other, lake, PipelineState(str(tmp / "state" / DAG_ID)), first, second,
                       snapshot_events, snapshot_rows, stream_event, head, snapshot_seen, stream_seen, runs, lineage_file,
-                      schemas, statsd.received(), plugins, page, ui, screenshots)
+                      schemas, statsd.received(), plugins, page, ui, screenshots, forged)
     finally:
         for line in spark_processes_of(tmp):
             os.kill(int(line.split(":")[0]), signal.SIGKILL)
@@ -238,6 +240,11 @@ def test_the_ui_page_shows_the_pipelines_tables_splits_stream_and_pending_re_sna
     assert "re-snapshot pending" in page and "note dropped" in page  # the other table's dropped column
     assert "Event-time lag per batch" in page and "behind the head" in page
     assert two_runs.screenshots["page"].stat().st_size > 10_000
+
+
+def test_the_ui_page_checks_who_asks_with_airflows_auth_manager(two_runs):
+    """The test's Airflow signs everyone in as admin (all-admins mode); a forged token is refused."""
+    assert two_runs.forged in (401, 403)
 
 
 def test_airflow_shows_the_page_in_its_navigation(two_runs):

@@ -9,7 +9,7 @@ from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import TableEventKind
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
-from airflow_provider_mysqlcdc.plugins.mysqlcdc_plugin import MySqlCdcPlugin, app, pipelines
+from airflow_provider_mysqlcdc.plugins.mysqlcdc_plugin import AUTHENTICATED, MySqlCdcPlugin, app, pipelines
 from airflow_provider_mysqlcdc.plugins.pipelines_page import lag_chart
 from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
 from airflow_provider_mysqlcdc.protocol.state import (CapturedTable, HistoryPoint, StreamBatchProgress,
@@ -19,6 +19,15 @@ from airflow_provider_mysqlcdc.state.registry import STREAM_HISTORY, STREAM_OFFS
 
 ORDERS, ODD = TableId("shop", "orders"), TableId("shop", "<script>alert(1)</script>")
 AT = BinlogOffset("binlog.000002", 400)
+
+
+@pytest.fixture(autouse=True)
+def signed_in():
+    """Airflow's auth manager, which checks the user, runs in the API server only (the integration
+    test signs in for real); here every request counts as signed in."""
+    app.dependency_overrides[AUTHENTICATED] = lambda: None
+    yield
+    app.dependency_overrides.clear()
 
 
 @pytest.fixture
