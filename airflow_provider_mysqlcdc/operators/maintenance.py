@@ -99,6 +99,11 @@ class MySqlCdcMaintenanceOperator(BaseOperator):
         tables = [TableId.parse(t) for t in self.tables or ()]
         self.object_store
         state = PipelineState(self.state)
+        captured = sorted(state.load(state.latest_number()).tables)
+        unknown = sorted(set(tables) - set(captured))
+        if unknown:
+            raise ConfigurationError(f"The pipeline does not capture {', '.join(map(str, unknown))}: name tables it "
+                                     f"captures ({', '.join(map(str, captured)) or 'none yet'}), or none for all.")
         lease = StreamLeases(state).current()
         if lease is not None and lease.live:
             self.log.info("a stream runs on the pipeline (%s): asking it to maintain the tables between two batches",
@@ -107,7 +112,7 @@ class MySqlCdcMaintenanceOperator(BaseOperator):
         else:
             report = None
         if report is None:
-            report = self._maintain_here(state, policy, tables)
+            report = self._maintain_here(policy, tables or captured)
         for table in report.tables:
             self.log.info("%s", table)
         self.log.info("maintenance (%s) done by %s in %.1fs", policy, report.done_by, report.seconds)
@@ -145,15 +150,8 @@ class MySqlCdcMaintenanceOperator(BaseOperator):
             requests.withdraw(request.request_id)  # answered, or not wanted any more
             self._request = None
 
-    def _maintain_here(self, state: PipelineState, policy: MaintenancePolicy,
-                       tables: list[TableId]) -> MaintenanceReport:
+    def _maintain_here(self, policy: MaintenancePolicy, wanted: list[TableId]) -> MaintenanceReport:
         started = time.monotonic()
-        captured = sorted(state.load(state.latest_number()).tables)
-        wanted = tables or captured
-        unknown = sorted(set(wanted) - set(captured))
-        if unknown:
-            raise ConfigurationError(f"The pipeline does not capture {', '.join(map(str, unknown))}: name tables it "
-                                     f"captures ({', '.join(map(str, captured)) or 'none yet'}), or none for all.")
         sink = DeltaSink(self.sink_root)  # the credentials are installed (object_store)
         done = []
         for number, table_id in enumerate(wanted, 1):
