@@ -160,7 +160,7 @@ class DeltaSink(Sink):
         predicate = chunk_range_predicate(start, end)
 
         def write() -> None:
-            write_deltalake(uri, _with_dropped_columns(rows, self._open(uri)), mode="overwrite", predicate=predicate,
+            write_deltalake(uri, _with_dropped_columns(rows, self.open_table(uri)), mode="overwrite", predicate=predicate,
                             schema_mode="merge", storage_options=self.storage_options,
                             commit_properties=_commit_properties(commit))
 
@@ -170,7 +170,7 @@ class DeltaSink(Sink):
         """The columns data files of ``schema``'s rows take, once the table has every column of the
         source (added here, in a commit of their own); None while a column's type differs from the
         table's (a widening only a rewrite through ``replace_range`` carries out). Call after ``prepare``."""
-        table = self._open(self.table_uri(schema.table_id))
+        table = self.open_table(self.table_uri(schema.table_id))
         if table is None:
             return None
         current, target = pa.schema(table.schema().to_arrow()), arrow_schema(schema)
@@ -300,7 +300,7 @@ class DeltaSink(Sink):
         retry_conflicts(append, f"changelog batch {commit.batch_id} of {table_id}")
 
     def applied_position(self, table_id: TableId, *, changelog: bool = False) -> Position | None:
-        table = self._open(self.table_uri(table_id) + (CHANGELOG_SUFFIX if changelog else ""))
+        table = self.open_table(self.table_uri(table_id) + (CHANGELOG_SUFFIX if changelog else ""))
         if table is None:
             return None
         offset, order = table.transaction_version(_POSITION), table.transaction_version(_POSITION_ORDER)
@@ -308,7 +308,8 @@ class DeltaSink(Sink):
             return None
         return (offset >> 32, offset & 0xFFFFFFFF, (order >> _ORDER_BITS) - 1, order & ((1 << _ORDER_BITS) - 1))
 
-    def _open(self, uri: str) -> DeltaTable | None:
+    def open_table(self, uri: str) -> DeltaTable | None:
+        """The Delta table at ``uri`` (one of ``table_uri``'s, or its changelog's), None when there is none."""
         try:
             return DeltaTable(uri, storage_options=self.storage_options)
         except TableNotFoundError:
@@ -316,7 +317,7 @@ class DeltaSink(Sink):
 
     def column_names(self, table_id: TableId) -> list[str]:
         """The table's column names (metadata columns included); none for a table not written yet."""
-        table = self._open(self.table_uri(table_id))
+        table = self.open_table(self.table_uri(table_id))
         return [] if table is None else [f.name for f in table.schema().fields]
 
     def read(self, table_id: TableId) -> pa.Table:

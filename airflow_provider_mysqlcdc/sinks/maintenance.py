@@ -27,7 +27,6 @@ import logging
 import math
 
 from deltalake import DeltaTable
-from deltalake.exceptions import TableNotFoundError
 
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy, TableMaintenance
@@ -48,26 +47,19 @@ def maintain_table(sink: DeltaSink, table_id: TableId, policy: MaintenancePolicy
     """Maintain the table's Delta table and, when there is one, its changelog; what was done to each."""
     done = []
     mirror = sink.table_uri(table_id)
-    if _exists(sink, mirror):
-        done.append(_maintain(sink, mirror, policy, compact=lambda: _cluster(sink, table_id, policy)))
     changelog = mirror + CHANGELOG_SUFFIX
-    if _exists(sink, changelog):
-        done.append(_maintain(sink, changelog, policy, compact=lambda: _bin_pack(sink, changelog, policy)))
+    for uri, compact in ((mirror, lambda: _cluster(sink, table_id, policy)),
+                         (changelog, lambda: _bin_pack(sink, changelog, policy))):
+        table = sink.open_table(uri)
+        if table is not None:
+            done.append(_maintain(sink, uri, len(table.file_uris()), policy, compact=compact))
     for table in done:
         log.info("maintenance of %s", table)
     return done
 
 
-def _exists(sink: DeltaSink, uri: str) -> bool:
-    try:
-        _load(sink, uri)
-    except TableNotFoundError:
-        return False
-    return True
-
-
-def _maintain(sink: DeltaSink, uri: str, policy: MaintenancePolicy, *, compact) -> TableMaintenance:
-    before = len(_load(sink, uri).file_uris())
+def _maintain(sink: DeltaSink, uri: str, before: int, policy: MaintenancePolicy, *, compact) -> TableMaintenance:
+    """``before``: the table's data files when it was opened."""
     rewritten, note = compact() if policy.compact else (0, "")
     checkpoint = None
     if policy.checkpoint:
