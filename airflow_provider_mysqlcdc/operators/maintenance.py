@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from functools import cached_property
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context
@@ -32,7 +31,6 @@ from airflow_provider_mysqlcdc.protocol.maintenance import (DEFAULT_TARGET_FILE_
                                                             MaintenanceReport, MaintenanceRequest)
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.maintenance import maintain_table
-from airflow_provider_mysqlcdc.state.credentials import ObjectStoreCredentials
 from airflow_provider_mysqlcdc.state.lease import StreamLeases
 from airflow_provider_mysqlcdc.state.maintenance import MaintenanceRequests, new_request_id
 from airflow_provider_mysqlcdc.state.registry import PipelineState
@@ -79,11 +77,6 @@ class MySqlCdcMaintenanceOperator(BaseOperator):
         self.aws_conn_id = aws_conn_id
         self._request: tuple[MaintenanceRequests, str] | None = None  # the request a running stream has
 
-    @cached_property
-    def object_store(self) -> ObjectStoreCredentials:
-        """The lake's and the state location's credentials, installed in this process once asked for."""
-        return open_object_store(self.aws_conn_id)
-
     def policy(self) -> MaintenancePolicy:
         hours = self.vacuum_retention_hours
         try:
@@ -97,7 +90,7 @@ class MySqlCdcMaintenanceOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         policy = self.policy()  # refused before anything is touched
         tables = [TableId.parse(t) for t in self.tables or ()]
-        self.object_store
+        open_object_store(self.aws_conn_id)  # installed before the state location and the lake are touched
         state = PipelineState(self.state)
         captured = sorted(state.load(state.latest_number()).tables)
         unknown = sorted(set(tables) - set(captured))
@@ -152,7 +145,7 @@ class MySqlCdcMaintenanceOperator(BaseOperator):
 
     def _maintain_here(self, policy: MaintenancePolicy, wanted: list[TableId]) -> MaintenanceReport:
         started = time.monotonic()
-        sink = DeltaSink(self.sink_root)  # the credentials are installed (object_store)
+        sink = DeltaSink(self.sink_root)  # the credentials are installed (execute)
         done = []
         for number, table_id in enumerate(wanted, 1):
             done += maintain_table(sink, table_id, policy)
