@@ -93,15 +93,11 @@ class MySqlCdcSnapshotOperator(MySqlCdcSparkJobOperator):
         return self._lineage(self._rows_written)
 
     def _lineage(self, rows: int | None) -> Any:
-        from airflow_provider_mysqlcdc.lineage.openlineage import known_tables, pipeline_lineage
-
-        self.object_store  # the state location may be on an object store
         chunk = self._chunk()
         table_id = TableId.parse(chunk["table"])
         chunk_key = chunk["splits"][0]["chunk_key"] if chunk["splits"] else None
-        source = self.hook.source_config()
-        return pipeline_lineage(host=source.host, port=source.port, sink_root=self.sink_root, tables=known_tables(
-            PipelineState(self.state), {table_id: chunk_key}, None if rows is None else {table_id: rows}))
+        return self.source_lineage(PipelineState(self.state), self.sink_root, {table_id: chunk_key},
+                                   None if rows is None else {table_id: rows})
 
     def _record_progress(self, state: PipelineState, context: Context, result: ChunkResult) -> None:
         """One file per chunk (mapped tasks run concurrently), read back for 'chunks done of total'."""

@@ -3,12 +3,13 @@ stopping it when the task is killed (marked failed, cleared, or past its ``execu
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import cached_property
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
 from airflow_provider_mysqlcdc.hooks.object_store import open_object_store
 from airflow_provider_mysqlcdc.hooks.spark import SparkJobRunner, spark_target
@@ -87,6 +88,17 @@ class MySqlCdcSparkJobOperator(BaseOperator):
                 context["ti"].xcom_push(key=SPARK_UI_XCOM_KEY, value=info.ui_url)
 
         return driver_started
+
+    def source_lineage(self, state: PipelineState, sink_root: str, tables: Mapping[TableId, str | None],
+                       rows: Mapping[TableId, int] | None) -> Any:
+        """The OpenLineage of a task reading ``tables`` (with their chunk keys) from the source into
+        the sink at ``sink_root``, ``rows`` per table once it ended (lineage/openlineage.py)."""
+        from airflow_provider_mysqlcdc.lineage.openlineage import known_tables, pipeline_lineage
+
+        self.object_store  # the state location may be on an object store
+        source = self.hook.source_config()
+        return pipeline_lineage(host=source.host, port=source.port, sink_root=sink_root,
+                                tables=known_tables(state, tables, rows))
 
     def on_kill(self) -> None:
         if "spark_runner" in self.__dict__:  # a Spark program was started (or is starting)

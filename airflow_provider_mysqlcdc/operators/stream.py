@@ -264,17 +264,12 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
         return self._lineage(self._result)
 
     def _lineage(self, result: StreamResult | None = None) -> Any:
-        from airflow_provider_mysqlcdc.lineage.openlineage import known_tables, pipeline_lineage
-
         if self.mode == "skip":
             return None  # it runs no stream
         self.object_store  # the state location may be on an object store
         state = PipelineState(self.state)
-        generation = state.load(state.latest_number())
         rows = None if result is None else {TableId.parse(t): n for t, n in result.table_changes.items()}
-        source = self.hook.source_config()
-        return pipeline_lineage(host=source.host, port=source.port, sink_root=self.sink_root,
-                                tables=known_tables(state, generation.chunk_keys, rows))
+        return self.source_lineage(state, self.sink_root, state.load(state.latest_number()).chunk_keys, rows)
 
 
 def _holder(context: Context) -> str:
