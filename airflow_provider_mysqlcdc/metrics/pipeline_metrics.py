@@ -37,7 +37,7 @@ from airflow.sdk.observability.stats import Stats, normalize_name_for_stats
 
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.protocol.state import StreamBatchProgress, StreamOffsetProgress
-from airflow_provider_mysqlcdc.state.drift import pending_drift, read_drift
+from airflow_provider_mysqlcdc.state.drift import Drift, pending_drift, read_drift
 from airflow_provider_mysqlcdc.state.registry import STREAM_OFFSET, STREAM_PROGRESS, PipelineState
 
 log = logging.getLogger(__name__)
@@ -109,6 +109,7 @@ class StreamMetrics:
         self._counts: dict[str, int] = {}
         self._offset_at = 0.0
         self._drift: dict[TableId, int] | None = None
+        self._pending: tuple[tuple[int, Drift], int] | None = None  # (generation, drift) -> tables pending
         try:  # drift recorded from now on is new (the events before are not counted again)
             self._drift = self._drift_counts(read_drift(state))
         except Exception as exc:  # noqa: BLE001 - then from the first look on
@@ -146,12 +147,20 @@ class StreamMetrics:
         counts = self._drift_counts(drift)
         seen = self._drift if self._drift is not None else counts  # events before the first look are not new
         grown = {t: n - seen.get(t, 0) for t, n in counts.items() if n > seen.get(t, 0)}
-        captured = self.state.load(self.state.latest_number()).tables
-        self.metrics.drift(grown, sum(1 for t in drift if pending_drift(drift, t, captured.get(t))))
+        self.metrics.drift(grown, self._tables_pending(drift))
         self._drift = counts
 
+    def _tables_pending(self, drift: Drift) -> int:
+        """Tables whose drift awaits a re-snapshot; the registry generation (which may list thousands
+        of splits) is read again only when it or the drift changed since the last look."""
+        number = self.state.latest_number()
+        if self._pending is None or self._pending[0] != (number, drift):
+            captured = self.state.load(number).tables
+            self._pending = ((number, drift), sum(1 for t in drift if pending_drift(drift, t, captured.get(t))))
+        return self._pending[1]
+
     @staticmethod
-    def _drift_counts(drift: dict[TableId, list]) -> dict[TableId, int]:
+    def _drift_counts(drift: Drift) -> dict[TableId, int]:
         return {table: len(events) for table, events in drift.items()}
 
 
