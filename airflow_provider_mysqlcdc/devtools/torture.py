@@ -5,7 +5,9 @@ seeded script of rounds changes the source and the deployment:
 
 - DML: single- and multi-row transactions of inserts, updates, key-changing updates and deletes,
   and large transactions (every row of a table, or thousands of new rows) that the stream merges in
-  pieces and sends through spill files;
+  pieces and sends through spill files; some transactions are XA: prepared in one round, committed
+  or rolled back at the start of the next, after the stream committed a batch in between (so the
+  prepare and its outcome lie in different batches, some across a kill -9 or a lost checkpoint);
 - DDL: add a nullable column or one with a constant DEFAULT, drop or rename a column, widen INT to
   BIGINT, change a DECIMAL's scale, TRUNCATE in each form, RENAME TABLE away and create the name
   again, DROP and CREATE;
@@ -35,7 +37,9 @@ from pathlib import Path
 
 from deltalake import DeltaTable
 
+from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
+from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 from airflow_provider_mysqlcdc.devtools.snapshot import snapshot_tables, stage_whole_table
 from airflow_provider_mysqlcdc.devtools.throwaway_server import ThrowawayMariaDB
 from airflow_provider_mysqlcdc.devtools.verify import differences, sink_rows, source_rows
@@ -57,6 +61,10 @@ DDL_ACTIONS = ("add_nullable", "add_default", "drop_column", "rename_column", "w
                "rename_table", "drop_create")
 FAULTS = ("kill9", "server_restart", "purge", "checkpoint_reset")
 FAULT_EVERY = 5
+#: the share of DML transactions that are XA (prepared, their outcome one round later)
+XA_SHARE = 0.25
+#: faults a prepared XA transaction is left open across (the others touch the server or its binlog)
+XA_CROSSES = ("kill9", "checkpoint_reset")
 
 
 @dataclass
@@ -92,6 +100,9 @@ class Torture:
         self.submit = SparkSubmit(master="local[2]", work_dir=work / "spark")
         self.stream: subprocess.Popen[bytes] | None = None
         self.stream_log = work / "stream.log"
+        #: the prepared XA transaction whose outcome the next round writes: (xid, outcome, the binlog
+        #: offset after its prepare)
+        self.prepared: tuple[str, str, BinlogOffset] | None = None
 
     # --- the run ---------------------------------------------------------------------------------
     def run(self) -> TortureReport:
@@ -106,6 +117,8 @@ class Torture:
                 what = getattr(self, f"_{kind}")()
                 self.report.script.append(f"{number}: {what}")
                 log.info("torture seed %d round %s", self.seed, self.report.script[-1])
+            if self.prepared is not None:
+                self.report.script.append(f"{self.rounds}: {self._resolve_xa()}")
             self._stop_stream()
             self._catch_up()
             self._check(after_resnapshot=False)
@@ -143,20 +156,41 @@ class Torture:
             return round(self.rng.uniform(-999, 999), 2)
         return None if self.rng.random() < 0.1 else f"text {self.rng.randint(0, 10**6)}"
 
-    def _dml(self) -> str:
+    def _resolve_xa(self) -> str:
+        """The outcome of the prepared XA transaction, once the stream committed a batch after its
+        prepare (a stream that is not running: at once, the prepare stays in the binlog it reads)."""
+        assert self.prepared is not None
+        xid, outcome, prepared_to = self.prepared
+        if self.stream is not None:
+            self._wait_for_a_batch(reaching=prepared_to)
+        with self._conn().cursor() as cur:
+            cur.execute(f"XA {outcome} '{xid}'")
+        self.prepared = None
+        return f"XA {outcome} '{xid}'; "
+
+    def _dml(self, xa: bool = True) -> str:
+        resolved = self._resolve_xa() if self.prepared is not None else ""
+        return resolved + self._transaction(xa)
+
+    def _transaction(self, xa: bool) -> str:
         table = self.rng.choice(self.tables)
         conn = self._conn()
         columns = self.columns[table]
+        xid = f"xa{self.counter}" if xa and self.rng.random() < XA_SHARE else None
+        self.counter += 1
         with conn.cursor() as cur:
-            if self.rng.random() < 0.15:  # a large transaction
+            if xid is None and self.rng.random() < 0.15:  # a large transaction
                 if self.rng.random() < 0.5:
                     cur.execute(f"UPDATE {table.quoted} SET v = v + 1")
                     return f"large UPDATE of every row of {table}"
                 first = self.rng.randint(10_000, 50_000)
                 cur.execute(f"INSERT IGNORE INTO {table.quoted} (id) SELECT seq FROM seq_{first}_to_{first + 2999}")
                 return f"large INSERT of 3000 rows into {table}"
-            cur.execute("BEGIN")
+            cur.execute("BEGIN" if xid is None else f"XA START '{xid}'")
             ops = []
+            if xid is not None:  # a new key: the transaction writes a row, so its prepare is in the binlog
+                cur.execute(f"INSERT INTO {table.quoted} (id) VALUES (%s)", (200_000 + self.counter,))
+                ops.append("insert")
             for _ in range(self.rng.randint(1, 6)):
                 op = self.rng.choice(("insert", "update", "update", "rekey", "delete"))
                 key = self.rng.randint(1, self.rows * 2)
@@ -172,10 +206,18 @@ class Torture:
                 else:
                     cur.execute(f"DELETE FROM {table.quoted} WHERE id BETWEEN %s AND %s", (key, key + 2))
                 ops.append(op)
-            cur.execute("COMMIT")
-        return f"transaction on {table}: {', '.join(ops)}"
+            if xid is None:
+                cur.execute("COMMIT")
+                return f"transaction on {table}: {', '.join(ops)}"
+            cur.execute(f"XA END '{xid}'")
+            cur.execute(f"XA PREPARE '{xid}'")
+        conn.close()  # the prepared transaction outlives its session
+        self.prepared = (xid, self.rng.choice(("COMMIT", "COMMIT", "ROLLBACK")), current_offset(self._conn()))
+        return f"XA transaction '{xid}' prepared on {table}: {', '.join(ops)}"
 
     def _ddl(self) -> str:
+        if self.prepared is not None:  # it holds its rows' locks and its tables' metadata locks
+            return self._resolve_xa() + self._ddl()
         table = self.rng.choice(self.ddl_tables)
         action = self.rng.choice(DDL_ACTIONS)
         columns = self.columns[table]
@@ -218,6 +260,7 @@ class Torture:
     def _fault(self) -> str:
         fault = self.faults.pop(0)
         self.faults.append(fault)
+        resolved = self._resolve_xa() if self.prepared is not None and fault not in XA_CROSSES else ""
         self._wait_for_a_batch()
         if fault == "kill9":
             self._kill_stream()
@@ -231,10 +274,10 @@ class Torture:
             self._start_stream()
         else:  # purge what the (stopped) stream has not read yet
             self._kill_stream()
-            self._dml()
+            self._dml(xa=False)
             self.server.purge_binlogs()
             self._start_stream()
-        return f"fault: {fault}"
+        return f"{resolved}fault: {fault}" + (" (an XA transaction prepared across it)" if self.prepared else "")
 
     # --- the stream ------------------------------------------------------------------------------
     def _write_job(self, mode: str) -> None:
@@ -248,12 +291,14 @@ class Torture:
                                         self.source_file, self.stream_log)
         self._stream_started = time.time()
 
-    def _wait_for_a_batch(self, timeout_s: float = 240) -> None:
-        """Until the running stream has committed a batch since it started (so faults hit a stream at work)."""
+    def _wait_for_a_batch(self, timeout_s: float = 240, reaching: BinlogOffset | None = None) -> None:
+        """Until the running stream has committed a batch since it started (so faults hit a stream at
+        work), one that ends at or after ``reaching`` if given."""
         deadline = time.monotonic() + timeout_s
         while True:
             progress = self.state.read_progress(StreamOffsetProgress, STREAM_OFFSET)
-            if progress and progress.committed_at > self._stream_started:
+            if progress and progress.committed_at > self._stream_started and (
+                    reaching is None or progress.offset.offset >= reaching):
                 return
             if self.stream is None or self.stream.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"seed {self.seed}: the stream stopped or made no progress:\n"

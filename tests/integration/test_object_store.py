@@ -126,6 +126,9 @@ def test_a_deferred_stream_on_s3_is_watched_and_stopped_by_a_trigger_with_the_co
         airflow.wait_until(lambda: leases.current() and leases.current().live, 600, "the stream runs")
         airflow.wait_until(lambda: ((airflow.task_instance("mysqlcdc_example", run_id, "stream") or {})
                                     .get("trigger") or {}).get("triggerer_id"), 120, "a triggerer runs the trigger")
+        # the trigger's first poll, which reads the lease on S3 with the connection's credentials
+        airflow.wait_until(lambda: "stream running" in airflow.task_log("mysqlcdc_example", run_id, "stream", 1), 300,
+                           "the trigger logs the running stream")
         airflow.mark("mysqlcdc_example", run_id, "stream", "failed")
         airflow.wait_until(lambda: leases.current().released, 120, "the stream stops and lets its lease go")
         log = airflow.task_log("mysqlcdc_example", run_id, "stream", 1)

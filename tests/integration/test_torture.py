@@ -1,6 +1,7 @@
 """The randomized torture run (devtools/torture.py) for one seed: random DML and DDL while a
 continuous stream runs, with kill -9, a server restart, a purge and a deleted checkpoint, and the
-stream clustering a table's files once two need it (how often depends on the timing: the summary
+stream clustering a table's files once two need it, and XA transactions whose outcome comes batches after
+their prepare (how often depends on the timing: the summary
 counts it; test_spark_stream_job.py checks that clustering happens). Every
 table the drift record does not name equals the source; after the next run's re-snapshot of the
 named ones, every table does. ``bin/torture --seeds N`` runs more seeds."""
@@ -22,3 +23,6 @@ def test_a_random_history_with_faults_ends_exact_or_named_and_re_snapshotted(tmp
     report = Torture(SEED, tmp_path, rounds=20).run()  # four faults, each kind once
     print("\n" + "\n".join(report.script) + "\n" + report.summary())
     assert not report.problems, report.summary()
+    # XA transactions prepared in one batch, committed or rolled back in a later one
+    assert any(" prepared on " in line for line in report.script)
+    assert any("XA COMMIT" in line or "XA ROLLBACK" in line for line in report.script)

@@ -82,13 +82,17 @@ def files_between(conn: pymysql.connections.Connection, start: BinlogOffset,
 
 
 def opens_transaction(event: ListedEvent) -> bool:
-    """BEGIN, or MariaDB's GTID event of a transactional group (its info reads ``BEGIN GTID d-s-n``)."""
-    return (event.kind == "query" and event.info.upper() == "BEGIN") or (
-        event.kind.startswith("gtid") and event.info.startswith("BEGIN GTID"))
+    """BEGIN, or MariaDB's GTID event of a transactional group (its info reads ``BEGIN GTID d-s-n``,
+    or ``XA START xid GTID d-s-n`` for an XA transaction's), or MySQL's ``XA START`` (xa.py)."""
+    if event.kind == "query":
+        info = event.info.upper()
+        return info == "BEGIN" or info.startswith(("XA START", "XA BEGIN"))
+    return event.kind.startswith("gtid") and event.info.startswith(("BEGIN GTID", "XA START"))
 
 
 def closes_transaction(event: ListedEvent) -> bool:
-    return event.kind.startswith("xid") or (event.kind == "query" and event.info.upper() == "COMMIT")
+    """A commit, or the prepare event that ends an XA transaction's group (its outcome comes later)."""
+    return event.kind.startswith(("xid", "xa_prepare")) or (event.kind == "query" and event.info.upper() == "COMMIT")
 
 
 def table_ddl_after(conn: pymysql.connections.Connection, table_id: TableId, after: BinlogOffset,

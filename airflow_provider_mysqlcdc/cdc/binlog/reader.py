@@ -10,6 +10,12 @@ events (``follow=True``). It yields, in binlog order:
   each (binlog/ddl.py parses it; never silently dropped);
 - ``TransactionCommitted`` after each committed transaction, whose offset is a safe resume point.
 
+An XA transaction's rows are written at its ``XA PREPARE`` and happen only at its ``XA COMMIT``,
+possibly much later (xa.py): they are emitted at the commit's offset, in their order, and never
+when it is rolled back. A prepared group this reader read is held decoded when it is small
+(``HELD_XA_ROWS``), else only its position, and read again at the commit (the reader reconnects after
+it); a commit whose prepare lies before the reader's start is found in the server's binlog listing.
+
 A transient fault (the server restarts, the connection drops) is ridden out within the source's
 retry budget (source/retry.py): the reader reconnects at the last transaction boundary it reached
 and reads past what it already handed out, so nothing is yielded twice or skipped.
@@ -26,19 +32,22 @@ import logging
 import random
 import time
 from collections import Counter
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.constants.BINLOG import PARTIAL_UPDATE_ROWS_EVENT
-from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent
+from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XAPrepareEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from airflow_provider_mysqlcdc.cdc.binlog import library_fixes  # noqa: F401  (patches decoders on import)
 from airflow_provider_mysqlcdc.cdc.binlog.ddl import parse_ddl
 from airflow_provider_mysqlcdc.cdc.binlog.row_decoder import chosen_decoder, decoder_for, layout_for
 from airflow_provider_mysqlcdc.cdc.binlog.table_map import column_from_table_map
+from airflow_provider_mysqlcdc.cdc.binlog.xa import (MARIADB_PREPARED_XA_FLAG, PreparedXa, Xid, find_prepared,
+                                                    parse_xa_statement)
+from airflow_provider_mysqlcdc.cdc.errors import BinlogPurgedError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import (ChangeRecord, Operation, SchemaChangeEvent, TableChange,
                                                          TableEventKind)
@@ -56,6 +65,36 @@ class TransactionCommitted:
 
 
 BinlogItem = ChangeRecord | SchemaChangeEvent | TransactionCommitted
+
+#: the rows of prepared XA groups a reader holds decoded until their outcome, all groups together; a
+#: group that does not fit is read again at its commit (only its position is held)
+HELD_XA_ROWS = 10_000
+
+
+@dataclass
+class _XaGroup:
+    """An XA transaction's group as the reader goes through it: where it starts, and its rows while
+    they are few enough to hold (None: too many, or not decoded: read again at the commit)."""
+
+    start: BinlogOffset
+    rows: list[ChangeRecord] | None = field(default_factory=list)
+
+
+@dataclass
+class _HeldXa:
+    prepared: PreparedXa
+    rows: list[ChangeRecord] | None
+
+
+@dataclass(frozen=True)
+class _XaCommit:
+    """The reader met the commit of a prepared group it must read again: it stops its connection,
+    reads the group, and goes on after the commit."""
+
+    prepared: PreparedXa
+    offset: BinlogOffset
+    gtid: str | None
+    timestamp_ms: int
 
 
 def pick_server_id(server_id_range: tuple[int, int] = DEFAULT_SERVER_ID_RANGE) -> int:
@@ -106,6 +145,16 @@ class BinlogReader:
         #: row events decoded, by which decoder: the chosen one, or "library" for the tables it leaves
         self.events_decoded: Counter[str] = Counter()
         self._stream: BinLogStreamReader | None = None
+        #: the XA group being read (between its first event and its prepare), and the prepared groups
+        #: whose outcome has not been read yet, by xid
+        self._xa_group: _XaGroup | None = None
+        self._prepared: dict[Xid, _HeldXa] = {}
+        self._held_rows = 0
+        self._xa_commit: _XaCommit | None = None
+        #: the start of the last GTID event (a transaction group's first event)
+        self._group_start: BinlogOffset | None = None
+        #: reading a prepared XA group again for its commit: its rows are emitted as they come
+        self._replaying = False
 
     @classmethod
     def for_schemas(cls, source: SourceConfig, schemas: Collection[TableSchema], **kwargs: Any) -> "BinlogReader":
@@ -128,7 +177,14 @@ class BinlogReader:
                 for item in self._read(read_from, decode_after):
                     attempt = 0  # events flow again: a later fault gets the whole budget
                     yield item
-                return
+                commit, self._xa_commit = self._xa_commit, None
+                if commit is None:
+                    return
+                self.close()
+                yield from self._replay_committed(commit)
+                if self.end is not None and commit.offset >= self.end:
+                    return
+                read_from = commit.offset
             except Exception as exc:  # noqa: BLE001 - backoff re-raises what is not transient
                 if attempt == 0:
                     fault_started = time.monotonic()
@@ -151,7 +207,7 @@ class BinlogReader:
             resume_stream=True,
             blocking=self.follow,
             only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, QueryEvent, XidEvent, RotateEvent,
-                         GtidEvent, MariadbGtidEvent],
+                         GtidEvent, MariadbGtidEvent, XAPrepareEvent],
             # Both filters let the library skip row events of other tables without decoding them.
             only_schemas=sorted({t.database for t in self.tables}) if self.tables else None,
             only_tables=sorted({t.table for t in self.tables}) if self.tables else None,
@@ -178,10 +234,17 @@ class BinlogReader:
             if self.end is not None and offset > self.end:
                 break
             self.position = max(self.position, offset)
-            if decode_after is not None and offset <= decode_after and \
-                    not isinstance(event, (GtidEvent, MariadbGtidEvent)):
-                continue  # read by another piece of the range, or before a reconnect (GTIDs still name the transaction)
+            if decode_after is not None and offset <= decode_after:
+                # read by another piece of the range, or before a reconnect: GTIDs still name the
+                # transaction, and XA groups are still followed (without their rows) for their commits
+                if isinstance(event, (GtidEvent, MariadbGtidEvent, XAPrepareEvent)):
+                    self._follow_group(event, offset, decoded=False)
+                elif isinstance(event, QueryEvent) and self._xa_group is None:
+                    self._xa_started(event, offset, decoded=False)
+                continue
             yield from self._handle(event, offset)
+            if self._xa_commit is not None:
+                return  # __iter__ reads the committed group again, then goes on after its commit
             if self.end is not None and offset >= self.end:
                 break
 
@@ -193,7 +256,9 @@ class BinlogReader:
     # --- events ----------------------------------------------------------------------------------
     def _handle(self, event: Any, offset: BinlogOffset) -> Iterator[BinlogItem]:
         if isinstance(event, (GtidEvent, MariadbGtidEvent)):
-            self._gtid = str(event.gtid)
+            self._follow_group(event, offset)
+        elif isinstance(event, XAPrepareEvent):
+            yield from self._xa_prepared(event, offset)
         elif isinstance(event, XidEvent):
             self.committed = offset
             yield TransactionCommitted(offset, self._gtid)
@@ -202,10 +267,19 @@ class BinlogReader:
         else:
             table_id = TableId(event.schema, event.table)
             if self.tables is None or table_id in self.tables:
-                yield from self._rows(event, table_id, offset)
+                group = self._xa_group
+                if group is None:
+                    yield from self._rows(event, table_id, offset)
+                elif group.rows is not None:  # prepared, not committed: held until its outcome
+                    group.rows.extend(self._rows(event, table_id, offset))
+                    if len(group.rows) > HELD_XA_ROWS:
+                        group.rows = None  # read again at its commit
 
     def _handle_query(self, event: Any, offset: BinlogOffset) -> Iterator[BinlogItem]:
         statement = event.query if isinstance(event.query, str) else event.query.decode("utf-8", "replace")
+        if statement.lstrip()[:2].upper() == "XA":
+            yield from self._xa_statement(event, statement, offset)
+            return
         if statement.strip().upper() == "COMMIT":  # end of a non-transactional engine's statement
             self.committed = offset
             yield TransactionCommitted(offset, self._gtid)
@@ -229,6 +303,110 @@ class BinlogReader:
         # DDL commits implicitly: the offset after it is a safe resume point.
         self.committed = offset
         yield TransactionCommitted(offset, self._gtid)
+
+    # --- XA transactions (xa.py) -----------------------------------------------------------------
+    def _follow_group(self, event: Any, offset: BinlogOffset, decoded: bool = True) -> None:
+        """A GTID event starts a group; ``decoded``: its rows are decoded (else another piece of the
+        range, or this reader before a reconnect, handled them). An XA prepare event passed here ends
+        a group whose rows were not decoded."""
+        if isinstance(event, XAPrepareEvent):
+            list(self._xa_prepared(event, offset, decoded=False))
+            return
+        self._gtid = str(event.gtid)
+        self._group_start = offset.at(offset.file, offset.position - int(event.packet.event_size))
+        if isinstance(event, MariadbGtidEvent) and event.flags & MARIADB_PREPARED_XA_FLAG and not self._replaying:
+            self._xa_group = _XaGroup(self._group_start, [] if decoded else None)
+
+    def _xa_started(self, event: Any, offset: BinlogOffset, decoded: bool = True) -> None:
+        """MySQL's ``XA START`` query (after the group's GTID event) opens an XA group."""
+        statement = event.query if isinstance(event.query, str) else event.query.decode("utf-8", "replace")
+        parsed = parse_xa_statement(statement) if statement.lstrip()[:2].upper() == "XA" else None
+        if parsed is not None and parsed.verb == "START" and not self._replaying:
+            start = self._group_start or offset.at(offset.file, offset.position - int(event.packet.event_size))
+            self._xa_group = _XaGroup(start, [] if decoded else None)
+
+    def _xa_statement(self, event: Any, statement: str, offset: BinlogOffset) -> Iterator[BinlogItem]:
+        parsed = parse_xa_statement(statement)
+        if parsed is None or self._replaying:
+            return
+        if parsed.verb == "START":
+            self._xa_started(event, offset)
+        elif parsed.verb == "ROLLBACK":
+            self._forget(parsed.xid)
+            self.committed = offset
+            yield TransactionCommitted(offset, self._gtid)
+        elif parsed.verb == "COMMIT" and parsed.one_phase and self._xa_group is not None:
+            yield from self._xa_prepared(None, offset, one_phase_xid=parsed.xid)
+        elif parsed.verb == "COMMIT":
+            held = self._forget(parsed.xid)
+            timestamp_ms = int(event.timestamp) * 1000
+            if held is not None and held.rows is not None:
+                yield from _at_commit(held.rows, offset, self._gtid, timestamp_ms)
+                self.committed = offset
+                yield TransactionCommitted(offset, self._gtid)
+                return
+            prepared = held.prepared if held is not None else self._find_prepared(parsed.xid, offset)
+            self._xa_commit = _XaCommit(prepared, offset, self._gtid, timestamp_ms)
+
+    def _xa_prepared(self, event: Any, offset: BinlogOffset, decoded: bool = True,
+                     one_phase_xid: Xid | None = None) -> Iterator[BinlogItem]:
+        """The end of an XA group: prepared (held until its outcome), or committed in one phase."""
+        group, self._xa_group = self._xa_group, None
+        self.committed = offset  # a group ends here: a safe resume point
+        if self._replaying or group is None:
+            return
+        if not decoded and (event is None or event.one_phase):
+            return  # committed in one phase where this reader does not decode: handled there
+        if event is not None:
+            xid = Xid(bytes(event.xid_gtrid), bytes(event.xid_bqual), int(event.xid_format_id))
+            one_phase = bool(event.one_phase)
+        else:
+            xid, one_phase = one_phase_xid, True
+        assert xid is not None
+        rows = group.rows if decoded else None
+        prepared = PreparedXa(xid, group.start, offset)
+        if not one_phase:
+            if rows is not None and self._held_rows + len(rows) > HELD_XA_ROWS:
+                rows = None  # too many held already: read again at the commit
+            self._held_rows += len(rows or ())
+            self._forget(xid)
+            self._prepared[xid] = _HeldXa(prepared, rows)
+            return
+        gtid, timestamp_ms = self._gtid, 0 if event is None else int(event.timestamp) * 1000
+        if rows is not None:
+            yield from _at_commit(rows, offset, gtid, timestamp_ms)
+            yield TransactionCommitted(offset, gtid)
+        else:
+            self._xa_commit = _XaCommit(prepared, offset, gtid, timestamp_ms)
+
+    def _forget(self, xid: Xid) -> "_HeldXa | None":
+        held = self._prepared.pop(xid, None)
+        if held is not None:
+            self._held_rows -= len(held.rows or ())
+        return held
+
+    def _find_prepared(self, xid: Xid, commit: BinlogOffset) -> PreparedXa:
+        found = self.source.run(lambda conn: find_prepared(conn, xid, commit), f"finding the XA PREPARE of {xid}")
+        if found is None:
+            raise BinlogPurgedError(
+                f"XA COMMIT {xid} at {commit}: the server's binlog no longer holds the XA PREPARE that wrote its "
+                "rows (purged before the transaction was committed), so its changes cannot be read. Keep binlogs "
+                "at least as long as XA transactions stay prepared; re-snapshot the tables into a new sink "
+                "location and state to recover.", missing=commit)
+        log.info("XA COMMIT %s at %s: its rows were prepared at %s..%s", xid, commit, found.start, found.end)
+        return found
+
+    def _replay_committed(self, commit: _XaCommit) -> Iterator[BinlogItem]:
+        """The rows of a committed XA group, read again from its start to its prepare, at the commit."""
+        replay = BinlogReader(self.source, start=commit.prepared.start, end=commit.prepared.end, tables=self.tables,
+                              key_columns=self.key_columns, known_columns=self.known_columns,
+                              server_id=self.server_id, decoder=self.decoder)
+        replay._replaying = True
+        rows = (item for item in replay if isinstance(item, ChangeRecord))
+        yield from _at_commit(rows, commit.offset, commit.gtid, commit.timestamp_ms)
+        self.events_decoded.update(replay.events_decoded)
+        self.committed = self.position = max(self.position, commit.offset)
+        yield TransactionCommitted(commit.offset, commit.gtid)
 
     def _decoding(self, event: Any, table_id: TableId) -> "_TableDecoding":
         """How this event's rows are decoded: by the library's table map it was written under."""
@@ -326,6 +504,18 @@ class _TableDecoding:
             return None
         packet = event.packet  # the library's packet: 20 header bytes, then what the event has read
         return memoryview(packet.packet.get_all_data())[20 + packet.read_bytes:20 + event.event_size]
+
+
+def _at_commit(rows: Iterable[ChangeRecord], offset: BinlogOffset, gtid: str | None,
+               timestamp_ms: int) -> Iterator[ChangeRecord]:
+    """An XA group's rows as changes of its commit: at the commit's offset, numbered in their order
+    (a key change's delete and create keep one number and their parts)."""
+    number, last = -1, None
+    for record in rows:
+        if (record.offset, record.row) != last:
+            number, last = number + 1, (record.offset, record.row)
+        yield ChangeRecord(record.op, record.table_id, record.before, record.after, offset, number, record.part,
+                           gtid, timestamp_ms or record.timestamp_ms)
 
 
 def _raw(values: dict[str, Any], none_sources: dict[str, str] | None) -> dict[str, Any]:
