@@ -39,6 +39,7 @@ import pyarrow.compute as pc
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import Operation, TableTruncated, WindowChange
+from airflow_provider_mysqlcdc.cdc.records.values import decimal_text
 from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableSchema
 
 METADATA_COLUMNS = ("_cdc_op", "_cdc_binlog_file", "_cdc_binlog_pos", "_cdc_version", "_cdc_event_ts", "_cdc_chunk")
@@ -122,7 +123,7 @@ def _decimal_of_int(value: Any) -> Any:
 
 
 def _decimal_text(value: Any) -> Any:
-    return str(value) if isinstance(value, decimal.Decimal) else value
+    return decimal_text(value) if isinstance(value, decimal.Decimal) else value
 
 
 def data_schema(schema: TableSchema) -> pa.Schema:

@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.records.values import decimal_text
 from airflow_provider_mysqlcdc.sinks.arrow_rows import event_timestamps
 
 CHANGELOG_SUFFIX = "__changelog"
@@ -36,7 +37,7 @@ CHANGELOG_SCHEMA = pa.schema([
 
 def _json_value(value: Any) -> Any:
     if isinstance(value, decimal.Decimal):
-        return str(value)
+        return decimal_text(value)
     if isinstance(value, (dt.datetime, dt.date)):
         return value.isoformat()
     if isinstance(value, dt.timedelta):

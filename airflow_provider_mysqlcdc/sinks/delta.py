@@ -23,6 +23,7 @@ from deltalake.schema import Field as DeltaField
 from deltalake.transaction import AddAction, RemoveAction
 
 from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError
+from airflow_provider_mysqlcdc.cdc.records.values import decimal_text
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_schema
 from airflow_provider_mysqlcdc.sinks.base import Position, Sink, StreamCommit
@@ -72,7 +73,7 @@ def sql_literal(value: pa.Scalar) -> str | None:
     if pa.types.is_floating(t) and math.isfinite(v):
         return f"arrow_cast({v!r}, 'Float{t.bit_width}')"
     if pa.types.is_decimal128(t):
-        return f"arrow_cast({sql_string(str(v))}, 'Decimal128({t.precision}, {t.scale})')"
+        return f"arrow_cast({sql_string(decimal_text(v))}, 'Decimal128({t.precision}, {t.scale})')"
     if pa.types.is_string(t):
         return sql_string(v)
     if pa.types.is_binary(t):

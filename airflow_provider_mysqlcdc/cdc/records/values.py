@@ -132,6 +132,12 @@ def _real_text(value: decimal.Decimal) -> str:
     return f"{'-' if sign else ''}{mantissa}e{'+' if adjusted >= 0 else '-'}{abs(adjusted):02d}"
 
 
+def decimal_text(value: decimal.Decimal) -> str:
+    """A DECIMAL as the server prints it: plain digits at the value's scale, never an exponent
+    (``str`` gives ``0E-18`` for ``0.000000000000000000``), and no negative zero."""
+    return format(value.copy_abs() if value.is_zero() else value, "f")
+
+
 def _make_decimal(scale: int) -> Converter:
     quantum = decimal.Decimal(1).scaleb(-scale)
 
