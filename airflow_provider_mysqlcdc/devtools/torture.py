@@ -114,7 +114,10 @@ class Torture:
             self._start_stream()
             for number in range(self.rounds):
                 kind = FAULT if number % FAULT_EVERY == FAULT_EVERY - 1 else self.rng.choices((DML, DDL), (4, 1))[0]
-                what = getattr(self, f"_{kind}")()
+                if number % FAULT_EVERY == FAULT_EVERY - 2 and self.faults[0] in XA_CROSSES:
+                    what = self._dml(xa_to_commit=True)  # an XA transaction prepared across the fault
+                else:
+                    what = getattr(self, f"_{kind}")()
                 self.report.script.append(f"{number}: {what}")
                 log.info("torture seed %d round %s", self.seed, self.report.script[-1])
             if self.prepared is not None:
@@ -168,15 +171,16 @@ class Torture:
         self.prepared = None
         return f"XA {outcome} '{xid}'; "
 
-    def _dml(self, xa: bool = True) -> str:
+    def _dml(self, xa: bool = True, xa_to_commit: bool = False) -> str:
+        """A transaction (some XA, or XA committed in the next round: ``xa_to_commit``); ``xa=False``: no XA."""
         resolved = self._resolve_xa() if self.prepared is not None else ""
-        return resolved + self._transaction(xa)
+        return resolved + self._transaction(xa, xa_to_commit)
 
-    def _transaction(self, xa: bool) -> str:
+    def _transaction(self, xa: bool, xa_to_commit: bool) -> str:
         table = self.rng.choice(self.tables)
         conn = self._conn()
         columns = self.columns[table]
-        xid = f"xa{self.counter}" if xa and self.rng.random() < XA_SHARE else None
+        xid = f"xa{self.counter}" if xa_to_commit or (xa and self.rng.random() < XA_SHARE) else None
         self.counter += 1
         with conn.cursor() as cur:
             if xid is None and self.rng.random() < 0.15:  # a large transaction
@@ -212,7 +216,8 @@ class Torture:
             cur.execute(f"XA END '{xid}'")
             cur.execute(f"XA PREPARE '{xid}'")
         conn.close()  # the prepared transaction outlives its session
-        self.prepared = (xid, self.rng.choice(("COMMIT", "COMMIT", "ROLLBACK")), current_offset(self._conn()))
+        outcome = "COMMIT" if xa_to_commit else self.rng.choice(("COMMIT", "COMMIT", "ROLLBACK"))
+        self.prepared = (xid, outcome, current_offset(self._conn()))
         return f"XA transaction '{xid}' prepared on {table}: {', '.join(ops)}"
 
     def _ddl(self) -> str:

@@ -33,7 +33,20 @@ CONSTANT = ("ADD COLUMN n INT NOT NULL DEFAULT -7, ADD COLUMN s VARCHAR(20) DEFA
             "ADD COLUMN at DATETIME(6) DEFAULT '2024-01-02 03:04:05.123456', ADD COLUMN b VARBINARY(4) DEFAULT 0x00ff, "
             "ADD COLUMN big BIGINT UNSIGNED DEFAULT 18446744073709551615, ADD COLUMN e ENUM('x','y') DEFAULT 'y', "
             "ADD COLUMN none_ INT NULL")
-TABLES = ("constant", "expression", "changed_later", "reserved")
+#: a constant DEFAULT of every type family MariaDB takes one for, with values at their edges
+EVERY_TYPE = ("ADD COLUMN b10 BIT(10) DEFAULT b'101000010', ADD COLUMN b1 BIT(1) DEFAULT b'1', "
+              "ADD COLUMN b64 BIT(64) DEFAULT b'1111111111111111111111111111111111111111111111111111111111111111', "
+              "ADD COLUMN ti TINYINT DEFAULT -128, ADD COLUMN siu SMALLINT UNSIGNED DEFAULT 65535, "
+              "ADD COLUMN mi MEDIUMINT DEFAULT -8388608, ADD COLUMN bi BIGINT DEFAULT -9223372036854775808, "
+              "ADD COLUMN f FLOAT DEFAULT 1.5e10, ADD COLUMN dbl DOUBLE DEFAULT -2.5e-300, "
+              "ADD COLUMN wide DECIMAL(65,18) DEFAULT -0.000000000000000001, ADD COLUMN bo BOOLEAN DEFAULT TRUE, "
+              "ADD COLUMN ts TIMESTAMP(3) NULL DEFAULT '2024-03-04 05:06:07.891', ADD COLUMN tm TIME(6) "
+              "DEFAULT '-838:59:58.999999', ADD COLUMN y YEAR DEFAULT 2155, ADD COLUMN ch CHAR(5) DEFAULT 'ab ', "
+              "ADD COLUMN bn BINARY(4) DEFAULT 'ab', ADD COLUMN tx TEXT DEFAULT 'héllo 😀', ADD COLUMN bl BLOB DEFAULT 'x', "
+              "ADD COLUMN st SET('p','q','r') DEFAULT 'r,p', ADD COLUMN js JSON DEFAULT '{\"k\": [1]}', "
+              "ADD COLUMN u UUID DEFAULT '123e4567-e89b-12d3-a456-426614174000', ADD COLUMN i6 INET6 DEFAULT '::1', "
+              "ADD COLUMN l1 VARCHAR(10) CHARACTER SET latin1 DEFAULT 'çà'")
+TABLES = ("constant", "expression", "changed_later", "reserved", "every_type")
 
 
 @dataclass
@@ -67,6 +80,9 @@ def history(mysql_server, cdc_user, tmp_path_factory):
         cur.execute(f"UPDATE {database}.constant SET v = 2, n = id, s = NULL WHERE id % 3 = 0")
         cur.execute(f"INSERT INTO {database}.constant (id, v) VALUES (100, 9)")
         cur.execute(f"DELETE FROM {database}.constant WHERE id % 10 = 0")
+        cur.execute(f"UPDATE {database}.every_type SET v = 1 WHERE id % 4 = 0")
+        cur.execute(f"ALTER TABLE {database}.every_type {EVERY_TYPE}")
+        cur.execute(f"UPDATE {database}.every_type SET v = 2, b10 = 5, tx = NULL WHERE id % 3 = 0")
         cur.execute(f"ALTER TABLE {database}.expression ADD COLUMN at TIMESTAMP(6) DEFAULT CURRENT_TIMESTAMP(6)")
         cur.execute(f"ALTER TABLE {database}.changed_later ADD COLUMN c INT DEFAULT 1")
         cur.execute(f"UPDATE {database}.changed_later SET v = 3 WHERE id = 1")
@@ -86,6 +102,14 @@ def history(mysql_server, cdc_user, tmp_path_factory):
 def test_constant_defaults_fill_the_older_rows_in_place(history, mysql_server):
     table = history.table("constant")
     schema = load_table_schema(mysql_server.connect(), table)
+    assert_same_rows(table, source_rows(mysql_server.admin, schema), delta_rows(history.lake, schema))
+    assert table not in history.drift
+
+
+def test_a_constant_default_of_every_type_fills_the_older_rows_in_place(history, mysql_server):
+    table = history.table("every_type")
+    schema = load_table_schema(mysql_server.connect(), table)
+    assert all(c.default_constant for c in schema.columns if c.name not in ("id", "v"))
     assert_same_rows(table, source_rows(mysql_server.admin, schema), delta_rows(history.lake, schema))
     assert table not in history.drift
 

@@ -77,7 +77,8 @@ def test_marking_a_running_stream_task_failed_stops_its_spark_application(mysql_
         if deploy == "deferred":  # a triggerer runs the trigger (marked failed before, nothing could stop it)
             airflow.wait_until(lambda: ((airflow.task_instance(DAG_ID, run_id, "stream") or {}).get("trigger") or {})
                                .get("triggerer_id"), 120, "a triggerer runs the stream's trigger")
-        assert StreamLeases(PipelineState(str(tmp_path / "state" / DAG_ID))).current().live
+        leases = StreamLeases(PipelineState(str(tmp_path / "state" / DAG_ID)))  # taken after the driver is up
+        airflow.wait_until(lambda: leases.current() and leases.current().live, 120, "the stream holds the lease")
 
         airflow.mark(DAG_ID, run_id, "stream", "failed")
         marked = time.monotonic()
@@ -121,7 +122,8 @@ def test_a_stream_task_past_its_execution_timeout_stops_its_spark_application(my
     env = example_dag_env(tmp_path / "airflow", cdc_user, [table], sink_root=tmp_path / "lake",
                           state_dir=tmp_path / "state", split_rows=1000, chunk_rows=1000, dags_folder=dags)
     (tmp_path / "tmp").mkdir()
-    env.update(TMPDIR=str(tmp_path / "tmp"), STREAM_TIMEOUT_S="45")
+    # the stream must be up (spark-submit, its session, the lease) well within the timeout on a busy machine
+    env.update(TMPDIR=str(tmp_path / "tmp"), STREAM_TIMEOUT_S="90")
     leases = StreamLeases(PipelineState(str(tmp_path / "state" / "cdc_timeout")))
     with AirflowStandalone(env) as airflow:
         airflow.wait_for_dag("cdc_timeout")

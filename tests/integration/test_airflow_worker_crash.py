@@ -66,6 +66,9 @@ def test_a_retry_after_a_worker_crash_reconnects_to_the_running_stream(mysql_ser
                            "the stream task's retry runs")
         airflow.wait_until(lambda: "Reconnecting to existing job" in airflow.task_log(DAG_ID, run_id, "stream", 2),
                            60, "the retry reconnects to the stream")
+        # from here on its on_kill can stop the stream it reconnected to
+        airflow.wait_until(lambda: "following the stream" in airflow.task_log(DAG_ID, run_id, "stream", 2), 60,
+                           "the retry follows the stream")
         now = leases.current()
         assert (now.lease.number, now.heartbeat.app_id) == (first.lease.number, first.heartbeat.app_id) and now.live
         assert stream_drivers(tmp_path) == [driver]

@@ -223,6 +223,8 @@ class TableSchema:
 
 
 _NUMBER = re.compile(r"^-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+#: a BIT column's literal DEFAULT as both servers show it (``b'101000010'``)
+_BIT_LITERAL = re.compile(r"^b'[01]*'$")
 
 
 def _constant_default(default: str | None, extra: str | None) -> bool:
@@ -231,7 +233,7 @@ def _constant_default(default: str | None, extra: str | None) -> bool:
     and does not quote strings, so only its numbers count (anything else is not trusted)."""
     if default in (None, "NULL") or "GENERATED" in (extra or "").upper():
         return False
-    return default.startswith("'") or bool(_NUMBER.match(default))
+    return default.startswith("'") or bool(_NUMBER.match(default) or _BIT_LITERAL.match(default))
 
 
 def parse_labels(column_type: str) -> tuple[str, ...]:
