@@ -13,6 +13,10 @@ path with the SELECT path for every type.
   JSON text (``json_opaque_value``), so both paths give the same document (records/values.py).
   Pinned down by tests/unit/test_values.py with binary JSON built byte by byte (only MariaDB, whose
   JSON is text, runs here).
+- Text in a character set other than UTF-8: the library decoded it with pymysql's codec names, which
+  Python reads otherwise than the server (``utf16`` little-endian, ``latin1`` without its five
+  holes) or not at all (``macce``: a LookupError naming no table). It now decodes with the codec
+  every decoder of ours uses (records/charsets.py); tests/integration/test_charsets.py.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from pymysqlreplication import json_binary
 from pymysqlreplication.constants import FIELD_TYPE
 from pymysqlreplication.row_event import RowsEvent
 from pymysqlreplication.util.bytes import decode_decimal, decode_variable_length
+
+from airflow_provider_mysqlcdc.cdc.records.charsets import codec_name, decodable
 
 _TIMEF_INT_OFS = 0x800000
 _TIMEF_OFS = 0x800000000000
@@ -104,9 +110,18 @@ def _parse_json_opaque(data: bytes) -> Any:
     return json_opaque_value(data[0], bytes(data[1 + used:1 + used + length]))
 
 
+_library_charset_to_encoding = RowsEvent.__dict__["charset_to_encoding"].__func__
+
+
+def _charset_to_encoding(name: str) -> str:
+    """The codec the library decodes a text column with: ours (records/charsets.py) where we have one."""
+    return codec_name(name) if decodable(name) else _library_charset_to_encoding(name)
+
+
 def apply() -> None:
     RowsEvent._RowsEvent__read_time2 = _read_time2  # type: ignore[attr-defined]
     json_binary.parse_opaque = _parse_json_opaque  # parse_json looks it up in its module at each call
+    RowsEvent.charset_to_encoding = staticmethod(_charset_to_encoding)
 
 
 apply()

@@ -36,11 +36,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pymysql.charset import charset_by_name
 from pymysqlreplication.constants import FIELD_TYPE
 
 from airflow_provider_mysqlcdc.cdc.binlog.library_fixes import time2_to_timedelta
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
+from airflow_provider_mysqlcdc.cdc.records.charsets import codec_name, decodable
 from airflow_provider_mysqlcdc.cdc.records.values import converter_for
 from airflow_provider_mysqlcdc.cdc.source.schema import Column
 
@@ -149,10 +149,10 @@ def _column_layout(lib: Any, column: Column) -> ColumnLayout | None:
     if lib.character_set_name is None:
         return None  # no charset in the table map: the library guesses UTF-8
     if column.is_text:
-        encoding = _library_encoding(column.charset)
-        if encoding is None:
-            return None
-        if encoding.replace("-", "").lower() in ("utf8", "utf8mb4"):
+        if not decodable(column.charset):
+            return None  # the library's decoding names the column's charset in its error
+        encoding = codec_name(column.charset)
+        if encoding == "utf-8":
             return ColumnLayout(UTF8, prefix)
         return ColumnLayout(PREFIXED, prefix, convert=_text_reader(encoding))
     if data_type in ("binary", "uuid", "inet6", "inet4"):  # BINARY(n) padded; MariaDB's UUID and INET as text
@@ -162,17 +162,6 @@ def _column_layout(lib: Any, column: Column) -> ColumnLayout | None:
 
 _INTEGER_WIDTHS = {FIELD_TYPE.TINY: 1, FIELD_TYPE.SHORT: 2, FIELD_TYPE.INT24: 3, FIELD_TYPE.LONG: 4,
                    FIELD_TYPE.LONGLONG: 8}
-
-
-def _library_encoding(charset: str | None) -> str | None:
-    """The Python codec the library decodes a charset's text with (pymysql's table), if Python has it."""
-    known = charset_by_name(charset)
-    encoding = known.encoding if known else charset
-    try:
-        "".encode(encoding)
-    except LookupError:
-        return None
-    return encoding
 
 
 def _text_reader(encoding: str) -> Callable[[bytes], str]:

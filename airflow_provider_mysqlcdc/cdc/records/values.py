@@ -38,6 +38,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from airflow_provider_mysqlcdc.cdc.records.charsets import codec_name
 from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableSchema, quote_identifier
 
 Converter = Callable[[Any], Any]
@@ -200,7 +201,7 @@ def _make_padded_binary(length: int) -> Converter:
 
 
 def _make_text(charset: str | None) -> Converter:
-    encoding = "utf-8" if not charset or charset.startswith("utf8") else _python_encoding(charset)
+    encoding = codec_name(charset)
 
     def convert(value: Any) -> Any:
         if isinstance(value, (bytes, bytearray)):
@@ -208,12 +209,6 @@ def _make_text(charset: str | None) -> Converter:
         return value
 
     return convert
-
-
-def _python_encoding(charset: str) -> str:
-    return {"latin1": "cp1252", "ascii": "ascii", "binary": "latin-1", "ucs2": "utf-16-be", "utf16": "utf-16-be",
-            "utf32": "utf-32-be", "cp1250": "cp1250", "cp1251": "cp1251", "gbk": "gbk", "big5": "big5",
-            "sjis": "shift_jis", "ujis": "euc_jp", "euckr": "euc_kr", "gb2312": "gb2312"}.get(charset, charset)
 
 
 _BYTES_TYPES = {"varbinary", "tinyblob", "blob", "mediumblob", "longblob", "geometry", "point", "linestring",

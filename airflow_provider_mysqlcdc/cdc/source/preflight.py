@@ -15,6 +15,7 @@ from pymysqlreplication import BinLogStreamReader
 
 from airflow_provider_mysqlcdc.cdc.binlog.reader import pick_server_id
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError, PreflightError, PreflightFailures
+from airflow_provider_mysqlcdc.cdc.records.charsets import decodable
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema, load_table_schema, quote_identifier
 from airflow_provider_mysqlcdc.cdc.source.server import ServerInfo, current_offset, server_info
@@ -124,13 +125,25 @@ def check_table(conn: pymysql.connections.Connection, table_id: TableId,
             return schema, None, [f"The CDC user may not read {table_id}: GRANT SELECT ON "
                                   f"{quote_identifier(table_id.database)}.* TO the CDC user ({exc.args[1]})."]
         raise
-    reserved = schema.reserved_name_problem()
+    reserved = schema.reserved_name_problem() or charset_problem(schema)
     if reserved:
         return schema, None, [reserved]
     try:
         return schema, schema.chunk_key_column(chunk_key_column), []
     except (PreflightError, ConfigurationError) as exc:
         return schema, None, [str(exc)]
+
+
+def charset_problem(schema: TableSchema) -> str | None:
+    """Why the binlog's text of this table cannot be decoded as the server does, if it cannot (a
+    character set records/charsets.py does not know: a server newer than this provider)."""
+    unknown = [c for c in schema.columns if c.is_text and not decodable(c.charset)]
+    if not unknown:
+        return None
+    return (f"Table {schema.table_id} has column(s) {', '.join(f'{c.name} ({c.charset})' for c in unknown)} in a "
+            "character set this version of the provider cannot decode from the binlog: convert them (ALTER TABLE "
+            f"{schema.table_id.quoted} MODIFY {quote_identifier(unknown[0].name)} ... CHARACTER SET utf8mb4), or "
+            "leave the table out of the pipeline.")
 
 
 def run_preflight(source: SourceConfig, tables: Iterable[TableId],

@@ -1,0 +1,119 @@
+"""Every character set the server has, through the binlog exactly as the SELECT gives it.
+
+The server's own catalogues make the test data: ``SHOW CHARACTER SET`` names the sets, and each
+set's repertoire is what the server converts to it and back unchanged (every Basic Multilingual
+Plane code point, and a sample of the others, tried by the server); single-byte sets also get every
+one of their 256 bytes. Each set's text is written to a table of its own (VARCHAR and TEXT, which
+the binlog stores differently), and every row decoder must give what the snapshot's SELECT gives.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+import pytest
+
+from airflow_provider_mysqlcdc.cdc.binlog.reader import BinlogReader
+from airflow_provider_mysqlcdc.cdc.binlog.row_decoder import DECODERS
+from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord
+from airflow_provider_mysqlcdc.cdc.records.charset_tables import SINGLE_BYTE
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema, load_table_schema
+from airflow_provider_mysqlcdc.cdc.source.server import current_offset
+
+from ..tools.charset_tables import single_byte_tables
+
+pytestmark = pytest.mark.integration
+
+CHARS_PER_ROW = 100
+
+
+@dataclass
+class Written:
+    schemas: list[TableSchema]
+    start: BinlogOffset
+    end: BinlogOffset
+    selected: dict[TableId, dict[int, tuple[str, str]]]  # id -> (v, tx) as the SELECT gives them
+    repertoire: dict[str, int]  # charset -> characters written
+
+
+def _repertoire(cur, database: str, charset: str) -> list[str]:
+    """The characters the server converts to ``charset`` and back unchanged."""
+    cur.execute(f"SELECT cp FROM `{database}`.candidates "
+                f"WHERE CAST(CONVERT(CONVERT(c USING `{charset}`) USING utf8mb4) AS BINARY) = CAST(c AS BINARY) "
+                "ORDER BY cp")
+    return [chr(row[0]) for row in cur.fetchall()]
+
+
+@pytest.fixture(scope="module")
+def written(mysql_server):
+    database = f"cdc_charsets_{uuid.uuid4().hex[:8]}"
+    conn = mysql_server.connect()
+    tables, repertoire = [], {}
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{database}` CHARACTER SET utf8mb4")
+        cur.execute(f"CREATE TABLE `{database}`.candidates (cp INT PRIMARY KEY, c VARCHAR(1) "
+                    "CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)")
+        # the Basic Multilingual Plane without surrogates, and every 97th code point of planes 1 and 2
+        cur.execute(f"INSERT INTO `{database}`.candidates SELECT seq, CONVERT(CHAR(seq USING utf32) USING utf8mb4) "
+                    f"FROM `{database}`.seq_128_to_196607 WHERE seq NOT BETWEEN 55296 AND 57343 "
+                    "AND (seq < 65536 OR seq % 97 = 0)")
+        cur.execute("SHOW CHARACTER SET")
+        charsets = sorted(row[0] for row in cur.fetchall() if row[0] != "binary")
+        start = current_offset(conn)
+        for charset in charsets:
+            table = TableId(database, f"t_{charset}")
+            cur.execute(f"CREATE TABLE {table.quoted} (id INT PRIMARY KEY, v VARCHAR({CHARS_PER_ROW}) CHARACTER SET "
+                        f"`{charset}`, tx TEXT CHARACTER SET `{charset}`)")
+            chars = _repertoire(cur, database, charset)
+            repertoire[charset] = len(chars)
+            rows = ["".join(chars[i:i + CHARS_PER_ROW]) for i in range(0, len(chars), CHARS_PER_ROW)]
+            for number, text in enumerate(rows):
+                cur.execute(f"INSERT INTO {table.quoted} VALUES (%s, %s, %s)", (number, text, text[::-1]))
+            if charset in SINGLE_BYTE:  # every byte, also those no Unicode character maps to
+                for number, first in enumerate(range(0, 256, 64)):
+                    raw = bytes(range(first, first + 64)).hex()
+                    cur.execute(f"INSERT INTO {table.quoted} VALUES (%s, CONVERT(UNHEX(%s) USING `{charset}`), "
+                                f"CONVERT(UNHEX(%s) USING `{charset}`))", (10_000 + number, raw, raw))
+            cur.execute(f"UPDATE {table.quoted} SET tx = CONCAT(tx, v) WHERE id % 3 = 0")  # before and after images
+            tables.append(table)
+        end = current_offset(conn)
+        selected = {}
+        for table in tables:
+            cur.execute(f"SELECT id, v, tx FROM {table.quoted}")
+            selected[table] = {row[0]: (row[1], row[2]) for row in cur.fetchall()}
+    schemas = [load_table_schema(conn, t) for t in tables]
+    yield Written(schemas, start, end, selected, repertoire)
+    with conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE `{database}`")
+
+
+def test_the_shipped_single_byte_tables_are_the_servers_conversions(mysql_server):
+    assert single_byte_tables(mysql_server.connect()) == SINGLE_BYTE, (
+        "regenerate airflow_provider_mysqlcdc/cdc/records/charset_tables.py: .venv/bin/python -m tests.tools.charset_tables")
+
+
+def test_every_charset_has_text_beyond_ascii_to_decode(written):
+    assert len(written.repertoire) >= 35
+    # ascii has none (its 256 bytes are written, the upper half is what the server makes of them)
+    few = {charset: count for charset, count in written.repertoire.items() if count < 10 and charset != "ascii"}
+    assert not few, few
+
+
+@pytest.mark.parametrize("decoder", [d for d in DECODERS if d != "auto"])
+def test_every_character_set_decodes_from_the_binlog_as_the_select_gives_it(cdc_user, written, decoder):
+    latest: dict[TableId, dict[int, tuple[str, str]]] = {s.table_id: {} for s in written.schemas}
+    for item in BinlogReader.for_schemas(cdc_user, written.schemas, start=written.start, end=written.end,
+                                         decoder=decoder):
+        if isinstance(item, ChangeRecord):
+            latest[item.table_id][item.after["id"]] = (item.after["v"], item.after["tx"])
+    wrong = []
+    for table, rows in written.selected.items():
+        for row_id, expected in rows.items():
+            got = latest[table].get(row_id)
+            if got != expected:
+                pairs = [(e, g) for e, g in zip(expected[0], (got or ("", ""))[0]) if e != g][:3]
+                wrong.append(f"{table.table} row {row_id}: " + ", ".join(
+                    f"U+{ord(e):04X} read as U+{ord(g):04X}" for e, g in pairs) if pairs else f"{table.table} row {row_id}")
+    assert not wrong, f"{len(wrong)} rows differ:\n" + "\n".join(wrong[:40])
