@@ -5,17 +5,10 @@ transaction with its GTID event, so the MySQL layout (a GTID event, then BEGIN) 
 
 from __future__ import annotations
 
-from airflow_provider_mysqlcdc.cdc.binlog.listing import ListedEvent
 from airflow_provider_mysqlcdc.cdc.binlog.ranges import first_cut_in_window
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 
-
-def _events(*kinds: tuple[str, str]) -> list[ListedEvent]:
-    events, position = [], 1000
-    for kind, info in kinds:
-        events.append(ListedEvent("binlog.000001", position, kind, position + 100, info))
-        position += 100
-    return events
+from .listings import listed_events as _events
 
 
 def test_a_window_that_begins_at_a_mysql_begin_cuts_in_the_next_transaction_from_its_gtid_event():

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_mysqlcdc.cdc.binlog.listing import ListedEvent, closes_transaction, opens_transaction
+from airflow_provider_mysqlcdc.cdc.binlog.listing import closes_transaction, opens_transaction
 from airflow_provider_mysqlcdc.cdc.binlog.xa import Xid, parse_xa_statement, prepared_groups
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+
+from .listings import listed_events as _events
 
 
 @pytest.mark.parametrize("text, xid", [
@@ -41,14 +43,6 @@ def test_xa_statements_are_recognised_with_their_verb_and_one_phase():
     assert parse_xa_statement("UPDATE t SET v = 1") is None
 
 
-def _events(*rows: tuple[str, str]) -> list[ListedEvent]:
-    events, position = [], 4
-    for kind, info in rows:
-        events.append(ListedEvent("binlog.000003", position, kind, position + 10, info))
-        position += 10
-    return events
-
-
 def test_prepared_groups_in_a_mariadb_listing_start_at_their_gtid_event():
     events = _events(("gtid", "BEGIN GTID 0-1-3"), ("write_rows_v1", ""), ("xid", "COMMIT /* xid=8 */"),
                      ("gtid", "XA START X'7262',X'',1 GTID 0-1-4"), ("update_rows_v1", ""),
@@ -56,7 +50,7 @@ def test_prepared_groups_in_a_mariadb_listing_start_at_their_gtid_event():
                      ("gtid", "GTID 0-1-5"), ("query", "XA ROLLBACK X'7262',X'',1"))
     [prepared] = prepared_groups(iter(events))
     assert prepared.xid == Xid(b"rb")
-    assert (prepared.start, prepared.end) == (BinlogOffset("binlog.000003", 34), BinlogOffset("binlog.000003", 74))
+    assert (prepared.start, prepared.end) == (BinlogOffset("binlog.000001", 1300), BinlogOffset("binlog.000001", 1700))
 
 
 def test_prepared_groups_in_a_mysql_listing_start_at_the_gtid_before_xa_start_and_skip_one_phase():
@@ -67,7 +61,7 @@ def test_prepared_groups_in_a_mysql_listing_start_at_the_gtid_before_xa_start_an
                      ("write_rows", ""), ("query", "XA END X'62',X'',1"),
                      ("xa_prepare", "XA COMMIT X'62',X'',1 ONE PHASE"))
     [prepared] = prepared_groups(iter(events))
-    assert prepared.xid == Xid(b"a") and prepared.start.position == 4 and prepared.end.position == 64
+    assert prepared.xid == Xid(b"a") and prepared.start.position == 1000 and prepared.end.position == 1600
 
 
 def test_an_xa_group_opens_and_its_prepare_closes_a_transaction_for_batch_ends():
