@@ -9,15 +9,21 @@ database's order:
 - character columns: the collation's weight string, computed by the server itself
   (``WEIGHT_STRING(... AS CHAR(n))`` pads like PAD SPACE comparison does), cached;
 - numbers, DECIMAL, temporal types, bytes: the normalised value itself, whose Python order is the
-  database's (binary strings compare bytewise in both).
+  database's (binary strings compare bytewise in both);
+- MariaDB's INET4 and INET6 (normalised to their text): the address's bytes, which the server compares;
+- MariaDB's UUID (normalised to its text): the bytes in the order the server's index compares them
+  (``uuid_sort_key``). tests/integration/test_key_types.py holds
+  every chunk-key type to the server's ORDER BY.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import decimal
+import ipaddress
 import re
 import struct
+import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -34,6 +40,30 @@ def _itself(value: Any) -> Any:
     return value
 
 
+def uuid_sort_key(text: str) -> bytes:
+    """MariaDB's index order of UUIDs (its in-record form): a UUID whose seventh byte lies in
+    0x01..0x5F (version 0 to 5, not all zero) and whose variant's top bit is set is stored with its
+    five groups from last to first (time-based ones then sort by time), any other as written; the
+    index compares those bytes."""
+    raw = uuid.UUID(text).bytes
+    if 0 < raw[6] < 0x60 and raw[8] & 0x80:
+        return raw[10:16] + raw[8:10] + raw[6:8] + raw[4:6] + raw[0:4]
+    return raw
+
+
+def _inet6_sort_key(text: str) -> bytes:
+    return ipaddress.IPv6Address(text if ":" in text else f"::ffff:{text}").packed
+
+
+def _inet4_sort_key(text: str) -> bytes:
+    return ipaddress.IPv4Address(text).packed
+
+
+#: sort keys of the types whose normalised value (text) does not order like the server orders them
+_SORT_KEYS: dict[str, Callable[[Any], Any]] = {"uuid": uuid_sort_key, "inet6": _inet6_sort_key,
+                                               "inet4": _inet4_sort_key}
+
+
 class KeyOrdering:
     """Maps chunk-key values of one column to sort keys. Thread-unsafe; make one per reader."""
 
@@ -43,7 +73,7 @@ class KeyOrdering:
         self._conn: pymysql.connections.Connection | None = None
         self._cache: OrderedDict[str, bytes] = OrderedDict()
         self._weight_sql: str | None = None
-        self._simple: Callable[[Any], Any] | None = None if column.is_text else _itself
+        self._simple: Callable[[Any], Any] | None = None if column.is_text else _SORT_KEYS.get(column.data_type, _itself)
 
     @property
     def needs_database(self) -> bool:
