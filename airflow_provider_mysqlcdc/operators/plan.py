@@ -172,8 +172,9 @@ class MySqlCdcPlanOperator(BaseOperator):
             conn.close()
         ServerEpochs(state).begin(read)
         known = KnownSchemas(state)
-        for schema in report.schemas.values():
-            known.remember(schema)  # the stream describes a table that later leaves the server by it
+        for table_id, schema in report.schemas.items():  # the stream describes a table that later leaves the server by it
+            captured = registry.tables.get(table_id)
+            known.remember_planned(schema, captured.chunk_key if captured else None)
         chunks = self._chunks(plans, settings)
         for plan in plans:
             self.log.info("%s: %s%s", plan.table_id, plan.action,

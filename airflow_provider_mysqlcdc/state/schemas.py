@@ -11,7 +11,8 @@ The same memory keeps a stream from being wedged by a key or type change it has 
 batch replayed from before ``ALTER TABLE ... RENAME COLUMN id TO id2`` (or a DROP/CHANGE of a key
 column, or ``MODIFY d DECIMAL(10,4)``) holds changes keyed by ``id``, or typed as before, while the
 server already says otherwise. ``for_stream`` describes such a table by the remembered schema until
-the stream reaches the statement (which freezes the table until it is re-snapshotted).
+the stream reaches the statement (which freezes the table until it is re-snapshotted), and a plan
+that runs in between keeps that schema (``remember_planned``) rather than the server's.
 """
 
 from __future__ import annotations
@@ -43,6 +44,15 @@ def orders_differently(old: Column, new: Column) -> bool:
     return old.collation != new.collation or (before != after and not (before in INTEGER_TYPES and after in INTEGER_TYPES))
 
 
+def bridges(known: TableSchema, server: TableSchema, chunk_key: str) -> bool:
+    """Whether changes written under ``known`` (keyed by ``chunk_key``) need it rather than the server's
+    schema: a DDL the stream has not reached yet changed the key columns, removed the chunk key,
+    changed a column's type, or added a column named like a change column."""
+    return chunk_key in known.column_names and (
+        server.key_columns != known.key_columns or chunk_key not in server.column_names
+        or _types_differ(known, server) or server.reserved_name_problem() is not None)
+
+
 def _file_name(table_id: TableId) -> str:
     return quote(table_id.quoted, safe="") + ".json"
 
@@ -57,6 +67,16 @@ class KnownSchemas:
             record = self.state.storage.read_record(RememberedSchema, SCHEMAS, _file_name(table_id))
             self._remembered[table_id] = record.schema if record else None
         return self._remembered[table_id]
+
+    def remember_planned(self, schema: TableSchema, captured_chunk_key: str | None) -> None:
+        """A plan's schema of a table, unless the table is captured under ``captured_chunk_key`` and the
+        remembered schema bridges to it (``bridges``): then the remembered one stays, for the stream's
+        changes from before the DDL; the stream replaces it once it has applied them (or a re-snapshot
+        under the new key is active)."""
+        known = self.remembered(schema.table_id)
+        if captured_chunk_key is not None and known is not None and bridges(known, schema, captured_chunk_key):
+            return
+        self.remember(schema)
 
     def remember(self, schema: TableSchema) -> None:
         if self.remembered(schema.table_id) != schema:
@@ -84,9 +104,7 @@ class KnownSchemas:
         remembered one."""
         server = self.load(conn, table_id, remember=False)
         known = self.remembered(table_id)
-        if known is not None and chunk_key in known.column_names and (
-                server.key_columns != known.key_columns or chunk_key not in server.column_names
-                or _types_differ(known, server) or server.reserved_name_problem()):
+        if known is not None and bridges(known, server, chunk_key):
             return known
         if remember:
             self.remember(server)

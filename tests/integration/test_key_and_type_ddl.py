@@ -35,6 +35,17 @@ from .helpers import assert_same_rows, delta_rows
 pytestmark = pytest.mark.integration
 
 
+#: other forms of a key column's rename or a new primary key: each freezes its table only
+KEY_DDL = {
+    "changed": ("id INT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY, v INT",
+                "CHANGE id collection_id INT UNSIGNED NOT NULL AUTO_INCREMENT"),
+    "changed_column": ("id INT NOT NULL PRIMARY KEY, v INT",
+                       "/* app migration */ CHANGE COLUMN `id` `Id2` BIGINT NOT NULL, ALGORITHM=COPY"),
+    "new_primary_key": ("id INT NOT NULL PRIMARY KEY, v INT NOT NULL",
+                        "DROP PRIMARY KEY, ADD PRIMARY KEY (v, id)"),
+}
+
+
 @dataclass
 class History:
     renamed: TableId
@@ -46,6 +57,8 @@ class History:
     before_rename: Rows
     before_type_change: Rows
     before_collation_change: Rows
+    before_key_ddl: dict[TableId, Rows]
+    second_run: dict
 
 
 @pytest.fixture(scope="module")
@@ -65,8 +78,21 @@ def history(mysql_server, cdc_user, tmp_path_factory):
         cur.execute(f"CREATE TABLE {collated.quoted} (id VARCHAR(20) COLLATE utf8mb4_general_ci PRIMARY KEY, v INT)")
         cur.execute(f"INSERT INTO {collated.quoted} SELECT CONCAT(IF(seq % 2, 'a', 'B'), seq), 0 "
                     f"FROM `{database}`.seq_1_to_60")
+        key_ddl = {TableId(database, name): ddl for name, (_, ddl) in KEY_DDL.items()}
+        for name, (columns, _) in KEY_DDL.items():
+            cur.execute(f"CREATE TABLE `{database}`.`{name}` ({columns})")
+            cur.execute(f"INSERT INTO `{database}`.`{name}` (id, v) SELECT seq, seq FROM `{database}`.seq_1_to_40")
     state, lake = PipelineState(str(tmp / "state")), str(tmp / "lake")
-    snapshot_tables(cdc_user, [renamed, money, other, collated], lake, state)
+    snapshot_tables(cdc_user, [renamed, money, other, collated, *key_ddl], lake, state)
+    before_key_ddl = {}
+    with conn.cursor() as cur:
+        for table, ddl in key_ddl.items():
+            cur.execute(f"UPDATE {table.quoted} SET v = v + 100 WHERE id % 3 = 0")
+            cur.execute(f"DELETE FROM {table.quoted} WHERE id % 7 = 0")
+            before_key_ddl[table] = source_rows(mysql_server.admin, load_table_schema(conn, table))
+            cur.execute(f"ALTER TABLE {table.quoted} {ddl}")
+            cur.execute(f"INSERT INTO {table.quoted} (v) VALUES (1000)" if "AUTO_INCREMENT" in ddl
+                        else f"UPDATE {table.quoted} SET v = v + 1000 WHERE v % 2 = 0")
     with conn.cursor() as cur:
         cur.execute(f"UPDATE {renamed.quoted} SET v = 1 WHERE id % 3 = 0")
         cur.execute(f"UPDATE {renamed.quoted} SET id = id + 100 WHERE id % 5 = 0")  # key-changing updates
@@ -91,10 +117,13 @@ def history(mysql_server, cdc_user, tmp_path_factory):
 
     # the stream's first run starts now: the server already says id2 and DECIMAL(10,4)
     (tmp / "stream.json").write_text(StreamJob(state=state.location, sink_root=lake).to_json())
-    SparkSubmit(master="local[2]", work_dir=tmp / "spark").run(
-        "binlog_stream.py", ["--job", str(tmp / "stream.json")], cdc_user.to_private_file(tmp / "secrets" / "s.json"))
+    submit, secrets = SparkSubmit(master="local[2]", work_dir=tmp / "spark"), cdc_user.to_private_file(tmp / "s" / "s.json")
+    submit.run("binlog_stream.py", ["--job", str(tmp / "stream.json")], secrets)
+    with conn.cursor() as cur:  # the next run streams on past the frozen tables
+        cur.execute(f"UPDATE {other.quoted} SET v = 5 WHERE id % 5 = 0")
+    second_run = submit.run("binlog_stream.py", ["--job", str(tmp / "stream.json")], secrets)
     yield History(renamed, money, other, collated, lake, state, before_rename, before_type_change,
-                  before_collation_change)
+                  before_collation_change, before_key_ddl, second_run)
     with conn.cursor() as cur:
         cur.execute(f"DROP DATABASE `{database}`")
 
@@ -109,6 +138,19 @@ def test_changes_from_before_a_key_rename_apply_with_the_key_they_were_written_u
     schema = _remembered(history, history.renamed)
     assert schema.key_columns == ("id",)
     assert_same_rows(history.renamed, history.before_rename, delta_rows(history.lake, schema))
+
+
+@pytest.mark.parametrize("name", sorted(KEY_DDL))
+def test_every_form_of_a_key_change_freezes_its_table_after_applying_the_changes_before_it(history, name):
+    table = TableId(history.renamed.database, name)
+    assert [e.kind for e in read_drift(history.state)[table]] == [TableEventKind.KEY_CHANGED]
+    assert_same_rows(table, history.before_key_ddl[table], delta_rows(history.lake, _remembered(history, table)))
+
+
+def test_the_next_stream_run_after_key_changes_succeeds_and_streams_the_other_tables(history, mysql_server):
+    assert history.second_run["mode"] == "available-now"
+    schema = load_table_schema(mysql_server.connect(), history.other)
+    assert_same_rows(history.other, source_rows(mysql_server.admin, schema), delta_rows(history.lake, schema))
 
 
 def test_a_key_rename_freezes_the_table_for_a_re_snapshot(history):
@@ -138,3 +180,33 @@ def test_another_collation_of_the_chunk_key_freezes_the_table_after_the_changes_
     schema = _remembered(history, history.collated)
     assert schema.column("id").collation == "utf8mb4_general_ci"
     assert_same_rows(history.collated, history.before_collation_change, delta_rows(history.lake, schema))
+
+
+def test_a_plan_between_a_key_change_and_the_stream_leaves_the_stream_able_to_apply_the_changes_before_it(
+        mysql_server, cdc_user, database, tmp_path):
+    """A DAG run plans (and remembers the server's schema) before its stream reaches the key change:
+    the stream still applies the changes written under the old key, then freezes only that table."""
+    from airflow_provider_mysqlcdc.devtools.dag_runner import example_dag_env, run_dag
+
+    table = TableId(database, "k")
+    conn = mysql_server.connect()
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE TABLE {table.quoted} (id INT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY, v INT)")
+        cur.execute(f"INSERT INTO {table.quoted} SELECT seq, seq FROM `{database}`.seq_1_to_30")
+    env = example_dag_env(tmp_path / "airflow", cdc_user, [table], sink_root=tmp_path / "lake",
+                          state_dir=tmp_path / "state", split_rows=100, chunk_rows=100)
+    first = run_dag("mysqlcdc_example", env, conf={"stream_mode": "skip"})
+    assert first["state"] == "success", first["output"][-3000:]
+    with conn.cursor() as cur:
+        cur.execute(f"UPDATE {table.quoted} SET v = -v WHERE id % 2 = 0")
+        cur.execute(f"DELETE FROM {table.quoted} WHERE id = 3")
+        before = source_rows(mysql_server.admin, load_table_schema(conn, table))
+        cur.execute(f"ALTER TABLE {table.quoted} CHANGE id collection_id INT UNSIGNED NOT NULL AUTO_INCREMENT")
+        cur.execute(f"INSERT INTO {table.quoted} (v) VALUES (1000)")
+    second = run_dag("mysqlcdc_example", env, conf={"stream_mode": "available-now"})
+    assert second["state"] == "success", second["output"][-3000:]
+    state = PipelineState(str(tmp_path / "state" / "mysqlcdc_example"))
+    assert [e.kind for e in read_drift(state)[table]] == [TableEventKind.KEY_CHANGED]
+    remembered = KnownSchemas(state).remembered(table)
+    assert remembered.key_columns == ("id",)
+    assert_same_rows(table, before, delta_rows(str(tmp_path / "lake"), remembered))
