@@ -15,13 +15,22 @@ from dataclasses import dataclass
 import pytest
 from deltalake import DeltaTable
 
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
 from airflow_provider_mysqlcdc.devtools.snapshot import snapshot_tables
+from airflow_provider_mysqlcdc.devtools.verify import source_rows
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 
+from .helpers import assert_same_rows, delta_rows
+from .test_value_fidelity import COLUMNS, GEOMETRY, MAX_ROW, MIN_ROW, NULL_ROW, ZERO_AND_PARTIAL, _random_rows
+
 pytestmark = pytest.mark.integration
+
+#: NOT NULL temporal columns (not keys) as legacy schemas have them, holding zero and partial dates
+NOT_NULL_DATES = {"nn_da": "DATE NOT NULL DEFAULT '0000-00-00'", "nn_dt": "DATETIME NOT NULL DEFAULT '0000-00-00 00:00:00'",
+                  "nn_dt6": "DATETIME(6) NOT NULL DEFAULT '0000-00-00 00:00:00.000000'",
+                  "nn_ts": "TIMESTAMP NOT NULL DEFAULT '0000-00-00 00:00:00'"}
 
 #: DECIMAL wider than Delta's decimal: the sink keeps the server's exact text at the column's scale
 WIDE_DECIMALS = {"d65_18": "DECIMAL(65,18)", "d65_0": "DECIMAL(65,0)", "d39_38": "DECIMAL(39,38)",
@@ -35,6 +44,21 @@ class History:
     table: TableId
     lake: str
     server_text: dict[int, dict[str, str | None]]  # id -> column -> what the server prints
+    matrix: TableId  # every type, also NOT NULL dates holding zero dates
+
+
+def _matrix_rows() -> list[dict]:
+    rows = [dict(MAX_ROW), dict(MIN_ROW), dict(NULL_ROW)] + _random_rows(__import__("random").Random(27), 8)
+    for number, row in enumerate(rows):
+        odd = ZERO_AND_PARTIAL[number % len(ZERO_AND_PARTIAL)]
+        row.update(nn_da=odd["da"], nn_dt=odd["dt0"], nn_dt6=odd["dt6"], nn_ts=odd["ts0"] or "0000-00-00 00:00:00")
+    return rows
+
+
+def _insert_matrix_row(cur, table: TableId, row_id: int, row: dict, time_zone: str) -> None:
+    cur.execute("SET time_zone = %s", (time_zone,))  # TIMESTAMPs written from another zone are the same instants
+    values = ["%s" if n not in GEOMETRY or row[n] is None else "ST_GeomFromText(%s)" for n in row]
+    cur.execute(f"INSERT INTO {table.quoted} (id, {', '.join(row)}) VALUES (%s, {', '.join(values)})", [row_id, *row.values()])
 
 
 @pytest.fixture(scope="module")
@@ -58,8 +82,26 @@ def history(mysql_server, cdc_user, tmp_path_factory):
                     + ", ".join(f"{n} {t} NULL" for n, t in WIDE_DECIMALS.items()) + ")")
     for number, value in enumerate(WIDE_VALUES):  # read by the snapshot
         insert(number, value)
+    matrix = TableId(database, "matrix")
+    rows = _matrix_rows()
+    with conn.cursor() as cur:
+        cur.execute("SET sql_mode = ''")
+        cur.execute(f"CREATE TABLE {matrix.quoted} (id INT PRIMARY KEY, "
+                    + ", ".join(f"`{n}` {t}" for n, t in {**COLUMNS, **NOT_NULL_DATES}.items()) + ")")
+        for number, row in enumerate(rows):  # the snapshot reads the first half
+            if number % 2 == 0:
+                _insert_matrix_row(cur, matrix, number, row, "+05:30")
     state, lake = PipelineState(str(tmp / "state")), str(tmp / "lake")
-    snapshot_tables(cdc_user, [table], lake, state, chunk_size=4)
+    snapshot_tables(cdc_user, [table, matrix], lake, state, chunk_size=4)
+    with conn.cursor() as cur:  # the stream writes the second half, and updates and deletes rows of the first
+        cur.execute("SET sql_mode = ''")
+        for number, row in enumerate(rows):
+            if number % 2:
+                _insert_matrix_row(cur, matrix, number, row, "-08:00")
+        set_list = ", ".join(f"`{n}` = %s" if n not in GEOMETRY else f"`{n}` = ST_GeomFromText(%s)" for n in rows[1])
+        cur.execute(f"UPDATE {matrix.quoted} SET {set_list} WHERE id = 0", list(rows[1].values()))
+        cur.execute(f"DELETE FROM {matrix.quoted} WHERE id = 2")
+        cur.execute("SET time_zone = '+00:00'")
     for number, value in enumerate(WIDE_VALUES):  # written by the stream: inserts, and updates of snapshot rows
         insert(100 + number, value)
     with conn.cursor() as cur:
@@ -71,8 +113,9 @@ def history(mysql_server, cdc_user, tmp_path_factory):
     with conn.cursor() as cur:
         cur.execute(f"SELECT id, {', '.join(f'CAST({n} AS CHAR)' for n in names)} FROM {table.quoted}")
         server_text = {row[0]: dict(zip(names, row[1:])) for row in cur.fetchall()}
-        cur.execute(f"DROP DATABASE `{database}`")
-    return History(table, lake, server_text)
+    yield History(table, lake, server_text, matrix)
+    with conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS `{database}`")
 
 
 def test_wide_decimals_are_the_servers_exact_text_through_the_snapshot_and_the_stream(history):
@@ -88,3 +131,9 @@ def test_wide_decimals_in_the_changelog_images_are_the_servers_exact_text(histor
         image = json.loads(row["after"])
         latest[image["id"]] = {n: image[n] for n in WIDE_DECIMALS}
     assert latest and latest == {i: text for i, text in history.server_text.items() if i in latest}
+
+
+def test_every_type_and_zero_dates_in_not_null_columns_reach_the_sink_as_the_source_holds_them(history,
+                                                                                              mysql_server):
+    schema = load_table_schema(mysql_server.connect(), history.matrix)
+    assert_same_rows(history.matrix, source_rows(mysql_server.admin, schema), delta_rows(history.lake, schema))
