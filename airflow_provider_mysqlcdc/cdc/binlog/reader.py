@@ -88,13 +88,14 @@ class _HeldXa:
 
 @dataclass(frozen=True)
 class _XaCommit:
-    """The reader met the commit of a prepared group it must read again: it stops its connection,
-    reads the group, and goes on after the commit."""
+    """The commit of a prepared group: its rows when held, else (None) the reader stops its
+    connection, reads the group again, and goes on after the commit."""
 
     prepared: PreparedXa
     offset: BinlogOffset
     gtid: str | None
     timestamp_ms: int
+    rows: list[ChangeRecord] | None = None
 
 
 def pick_server_id(server_id_range: tuple[int, int] = DEFAULT_SERVER_ID_RANGE) -> int:
@@ -237,10 +238,14 @@ class BinlogReader:
             if decode_after is not None and offset <= decode_after:
                 # read by another piece of the range, or before a reconnect: GTIDs still name the
                 # transaction, and XA groups are still followed (without their rows) for their commits
-                if isinstance(event, (GtidEvent, MariadbGtidEvent, XAPrepareEvent)):
+                if isinstance(event, (GtidEvent, MariadbGtidEvent)):
                     self._follow_group(event, offset, decoded=False)
+                elif isinstance(event, XAPrepareEvent):
+                    self._xa_prepared(event, offset, decoded=False)
                 elif isinstance(event, QueryEvent) and self._xa_group is None:
-                    self._xa_started(event, offset, decoded=False)
+                    parsed = parse_xa_statement(_statement(event))
+                    if parsed is not None and parsed.verb == "START":
+                        self._open_xa_group(event, offset, decoded=False)
                 continue
             yield from self._handle(event, offset)
             if self._xa_commit is not None:
@@ -258,7 +263,7 @@ class BinlogReader:
         if isinstance(event, (GtidEvent, MariadbGtidEvent)):
             self._follow_group(event, offset)
         elif isinstance(event, XAPrepareEvent):
-            yield from self._xa_prepared(event, offset)
+            yield from self._xa_outcome(self._xa_prepared(event, offset))
         elif isinstance(event, XidEvent):
             self.committed = offset
             yield TransactionCommitted(offset, self._gtid)
@@ -276,7 +281,7 @@ class BinlogReader:
                         group.rows = None  # read again at its commit
 
     def _handle_query(self, event: Any, offset: BinlogOffset) -> Iterator[BinlogItem]:
-        statement = event.query if isinstance(event.query, str) else event.query.decode("utf-8", "replace")
+        statement = _statement(event)
         if statement.lstrip()[:2].upper() == "XA":
             yield from self._xa_statement(event, statement, offset)
             return
@@ -306,57 +311,58 @@ class BinlogReader:
 
     # --- XA transactions (xa.py) -----------------------------------------------------------------
     def _follow_group(self, event: Any, offset: BinlogOffset, decoded: bool = True) -> None:
-        """A GTID event starts a group; ``decoded``: its rows are decoded (else another piece of the
-        range, or this reader before a reconnect, handled them). An XA prepare event passed here ends
-        a group whose rows were not decoded."""
-        if isinstance(event, XAPrepareEvent):
-            list(self._xa_prepared(event, offset, decoded=False))
-            return
+        """A GTID event starts a group (MariaDB marks an XA transaction's); ``decoded``: its rows are
+        decoded (else another piece of the range, or this reader before a reconnect, handled them)."""
         self._gtid = str(event.gtid)
-        self._group_start = offset.at(offset.file, offset.position - int(event.packet.event_size))
-        if isinstance(event, MariadbGtidEvent) and event.flags & MARIADB_PREPARED_XA_FLAG and not self._replaying:
-            self._xa_group = _XaGroup(self._group_start, [] if decoded else None)
+        self._group_start = _event_start(event, offset)
+        if isinstance(event, MariadbGtidEvent) and event.flags & MARIADB_PREPARED_XA_FLAG:
+            self._open_xa_group(event, offset, decoded)
 
-    def _xa_started(self, event: Any, offset: BinlogOffset, decoded: bool = True) -> None:
-        """MySQL's ``XA START`` query (after the group's GTID event) opens an XA group."""
-        statement = event.query if isinstance(event.query, str) else event.query.decode("utf-8", "replace")
-        parsed = parse_xa_statement(statement) if statement.lstrip()[:2].upper() == "XA" else None
-        if parsed is not None and parsed.verb == "START" and not self._replaying:
-            start = self._group_start or offset.at(offset.file, offset.position - int(event.packet.event_size))
-            self._xa_group = _XaGroup(start, [] if decoded else None)
+    def _open_xa_group(self, event: Any, offset: BinlogOffset, decoded: bool) -> None:
+        """An XA transaction's group begins: at its GTID event (MariaDB's, or the one before MySQL's
+        ``XA START`` query)."""
+        if not self._replaying:
+            self._xa_group = _XaGroup(self._group_start or _event_start(event, offset), [] if decoded else None)
 
     def _xa_statement(self, event: Any, statement: str, offset: BinlogOffset) -> Iterator[BinlogItem]:
         parsed = parse_xa_statement(statement)
         if parsed is None or self._replaying:
             return
         if parsed.verb == "START":
-            self._xa_started(event, offset)
+            self._open_xa_group(event, offset, decoded=True)
         elif parsed.verb == "ROLLBACK":
             self._forget(parsed.xid)
             self.committed = offset
             yield TransactionCommitted(offset, self._gtid)
         elif parsed.verb == "COMMIT" and parsed.one_phase and self._xa_group is not None:
-            yield from self._xa_prepared(None, offset, one_phase_xid=parsed.xid)
+            yield from self._xa_outcome(self._xa_prepared(None, offset, one_phase_xid=parsed.xid))
         elif parsed.verb == "COMMIT":
             held = self._forget(parsed.xid)
-            timestamp_ms = int(event.timestamp) * 1000
-            if held is not None and held.rows is not None:
-                yield from _at_commit(held.rows, offset, self._gtid, timestamp_ms)
-                self.committed = offset
-                yield TransactionCommitted(offset, self._gtid)
-                return
             prepared = held.prepared if held is not None else self._find_prepared(parsed.xid, offset)
-            self._xa_commit = _XaCommit(prepared, offset, self._gtid, timestamp_ms)
+            yield from self._xa_outcome(_XaCommit(prepared, offset, self._gtid, int(event.timestamp) * 1000,
+                                                  held.rows if held is not None else None))
+
+    def _xa_outcome(self, commit: "_XaCommit | None") -> Iterator[BinlogItem]:
+        """A committed XA group's rows, when held; else __iter__ reads the group again (``_xa_commit``)."""
+        if commit is None:
+            return
+        if commit.rows is None:
+            self._xa_commit = commit
+            return
+        yield from _at_commit(commit.rows, commit.offset, commit.gtid, commit.timestamp_ms)
+        self.committed = commit.offset
+        yield TransactionCommitted(commit.offset, commit.gtid)
 
     def _xa_prepared(self, event: Any, offset: BinlogOffset, decoded: bool = True,
-                     one_phase_xid: Xid | None = None) -> Iterator[BinlogItem]:
-        """The end of an XA group: prepared (held until its outcome), or committed in one phase."""
+                     one_phase_xid: Xid | None = None) -> _XaCommit | None:
+        """The end of an XA group: prepared (held until its outcome), or committed in one phase (the
+        commit to emit, by ``_xa_outcome``)."""
         group, self._xa_group = self._xa_group, None
         self.committed = offset  # a group ends here: a safe resume point
         if self._replaying or group is None:
-            return
+            return None
         if not decoded and (event is None or event.one_phase):
-            return  # committed in one phase where this reader does not decode: handled there
+            return None  # committed in one phase where this reader does not decode: handled there
         if event is not None:
             xid = Xid(bytes(event.xid_gtrid), bytes(event.xid_bqual), int(event.xid_format_id))
             one_phase = bool(event.one_phase)
@@ -371,13 +377,9 @@ class BinlogReader:
             self._held_rows += len(rows or ())
             self._forget(xid)
             self._prepared[xid] = _HeldXa(prepared, rows)
-            return
-        gtid, timestamp_ms = self._gtid, 0 if event is None else int(event.timestamp) * 1000
-        if rows is not None:
-            yield from _at_commit(rows, offset, gtid, timestamp_ms)
-            yield TransactionCommitted(offset, gtid)
-        else:
-            self._xa_commit = _XaCommit(prepared, offset, gtid, timestamp_ms)
+            return None
+        timestamp_ms = 0 if event is None else int(event.timestamp) * 1000
+        return _XaCommit(prepared, offset, self._gtid, timestamp_ms, rows)
 
     def _forget(self, xid: Xid) -> "_HeldXa | None":
         held = self._prepared.pop(xid, None)
@@ -504,6 +506,16 @@ class _TableDecoding:
             return None
         packet = event.packet  # the library's packet: 20 header bytes, then what the event has read
         return memoryview(packet.packet.get_all_data())[20 + packet.read_bytes:20 + event.event_size]
+
+
+def _statement(event: Any) -> str:
+    """A query event's statement as text."""
+    return event.query if isinstance(event.query, str) else event.query.decode("utf-8", "replace")
+
+
+def _event_start(event: Any, offset: BinlogOffset) -> BinlogOffset:
+    """Where an event that ends at ``offset`` starts."""
+    return offset.at(offset.file, offset.position - int(event.packet.event_size))
 
 
 def _at_commit(rows: Iterable[ChangeRecord], offset: BinlogOffset, gtid: str | None,

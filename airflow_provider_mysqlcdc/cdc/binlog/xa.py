@@ -6,9 +6,9 @@ group: a query ``XA COMMIT xid`` or ``XA ROLLBACK xid``. So the rows of a prepar
 in the binlog before anyone knows whether they will happen. The reader (reader.py) therefore never
 emits them at the prepare: it remembers where the prepared group lies (``PreparedXa``), drops it at
 ``XA ROLLBACK``, and at ``XA COMMIT`` reads the group again and emits its rows at the commit's offset,
-where they became visible. Nothing is held in memory but positions, and a reader that starts
-between a prepare and its commit (a restarted stream, a snapshot split's window) finds the prepared
-group in the server's binlog listing (``find_prepared``).
+where they became visible (a small group's rows it read are held instead of read again). A reader
+that starts between a prepare and its commit (a restarted stream, a snapshot split's window) finds
+the prepared group in the server's binlog listing (``find_prepared``).
 
 The group starts at the transaction's GTID event: MariaDB marks it (``XA START X'..',X'..',1 GTID
 d-s-n`` in a listing, the prepared-XA flag in the event), MySQL writes a query ``XA START xid``
