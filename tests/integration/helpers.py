@@ -18,6 +18,8 @@ from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.devtools.verify import Rows, differences
 from airflow_provider_mysqlcdc.devtools.verify import sink_rows as delta_rows  # noqa: F401 (the tests' name)
+from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
+from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
 
 
 def assert_same_rows(table_id: TableId, expected: Rows, actual: Rows,
@@ -218,3 +220,10 @@ class Http2Recorder:
 
     def close(self) -> None:
         self._listener.close()
+
+
+def run_stream(source: SourceConfig, work: Path, job: StreamJob) -> dict:
+    """One run of the stream job under spark-submit (local[2]) in ``work``; its result."""
+    (work / "stream.json").write_text(job.to_json())
+    return SparkSubmit(master="local[2]", work_dir=work / "spark").run(
+        "binlog_stream.py", ["--job", str(work / "stream.json")], source.to_private_file(work / "secrets" / "source.json"))

@@ -25,12 +25,11 @@ from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_sche
 from airflow_provider_mysqlcdc.devtools.snapshot import snapshot_tables
 from airflow_provider_mysqlcdc.devtools.verify import Rows, source_rows
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
-from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
 from airflow_provider_mysqlcdc.state.drift import read_drift
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
 
-from .helpers import assert_same_rows, delta_rows
+from .helpers import assert_same_rows, delta_rows, run_stream
 
 pytestmark = pytest.mark.integration
 
@@ -116,12 +115,11 @@ def history(mysql_server, cdc_user, tmp_path_factory):
         cur.execute(f"INSERT INTO {collated.quoted} VALUES ('b1', 3)")
 
     # the stream's first run starts now: the server already says id2 and DECIMAL(10,4)
-    (tmp / "stream.json").write_text(StreamJob(state=state.location, sink_root=lake).to_json())
-    submit, secrets = SparkSubmit(master="local[2]", work_dir=tmp / "spark"), cdc_user.to_private_file(tmp / "s" / "s.json")
-    submit.run("binlog_stream.py", ["--job", str(tmp / "stream.json")], secrets)
+    job = StreamJob(state=state.location, sink_root=lake)
+    run_stream(cdc_user, tmp, job)
     with conn.cursor() as cur:  # the next run streams on past the frozen tables
         cur.execute(f"UPDATE {other.quoted} SET v = 5 WHERE id % 5 = 0")
-    second_run = submit.run("binlog_stream.py", ["--job", str(tmp / "stream.json")], secrets)
+    second_run = run_stream(cdc_user, tmp, job)
     yield History(renamed, money, other, collated, lake, state, before_rename, before_type_change,
                   before_collation_change, before_key_ddl, second_run)
     with conn.cursor() as cur:

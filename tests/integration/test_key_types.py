@@ -26,10 +26,9 @@ from airflow_provider_mysqlcdc.cdc.source.schema import UNSUPPORTED_CHUNK_KEY_TY
 from airflow_provider_mysqlcdc.devtools.snapshot import snapshot_tables
 from airflow_provider_mysqlcdc.devtools.verify import source_rows
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
-from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 
-from .helpers import assert_same_rows, delta_rows
+from .helpers import assert_same_rows, delta_rows, run_stream
 
 pytestmark = pytest.mark.integration
 
@@ -117,9 +116,7 @@ def key_tables(mysql_server, cdc_user, tmp_path_factory):
         for table in tables.values():
             cur.execute(f"UPDATE {table.quoted} SET v = v + 100")
             cur.execute(f"DELETE FROM {table.quoted} ORDER BY k LIMIT 2")
-    (tmp / "stream.json").write_text(StreamJob(state=state.location, sink_root=lake).to_json())
-    SparkSubmit(master="local[2]", work_dir=tmp / "spark").run(
-        "binlog_stream.py", ["--job", str(tmp / "stream.json")], cdc_user.to_private_file(tmp / "secrets" / "s.json"))
+    run_stream(cdc_user, tmp, StreamJob(state=state.location, sink_root=lake))
     yield KeyTables(database, tables, lake)
     with conn.cursor() as cur:
         cur.execute(f"DROP DATABASE `{database}`")

@@ -19,10 +19,9 @@ from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_sche
 from airflow_provider_mysqlcdc.devtools.snapshot import snapshot_tables
 from airflow_provider_mysqlcdc.devtools.verify import source_rows
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
-from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 
-from .helpers import assert_same_rows, delta_rows
+from .helpers import assert_same_rows, delta_rows, run_stream
 from .test_value_fidelity import COLUMNS, GEOMETRY, MAX_ROW, MIN_ROW, NULL_ROW, ZERO_AND_PARTIAL, _random_rows
 
 pytestmark = pytest.mark.integration
@@ -107,9 +106,7 @@ def history(mysql_server, cdc_user, tmp_path_factory):
     with conn.cursor() as cur:
         cur.execute("SET sql_mode = ''")
         cur.execute(f"UPDATE {table.quoted} SET " + ", ".join(f"{n} = -{n}" for n in names) + " WHERE id < 5")
-    (tmp / "stream.json").write_text(StreamJob(state=state.location, sink_root=lake, changelog=True).to_json())
-    SparkSubmit(master="local[2]", work_dir=tmp / "spark").run(
-        "binlog_stream.py", ["--job", str(tmp / "stream.json")], cdc_user.to_private_file(tmp / "secrets" / "s.json"))
+    run_stream(cdc_user, tmp, StreamJob(state=state.location, sink_root=lake, changelog=True))
     with conn.cursor() as cur:
         cur.execute(f"SELECT id, {', '.join(f'CAST({n} AS CHAR)' for n in names)} FROM {table.quoted}")
         server_text = {row[0]: dict(zip(names, row[1:])) for row in cur.fetchall()}

@@ -25,10 +25,9 @@ from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 from airflow_provider_mysqlcdc.devtools.snapshot import snapshot_tables
 from airflow_provider_mysqlcdc.devtools.verify import source_rows
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
-from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 
-from .helpers import assert_same_rows, delta_rows
+from .helpers import assert_same_rows, delta_rows, run_stream
 
 pytestmark = pytest.mark.integration
 
@@ -205,9 +204,7 @@ class History:
 
 
 def _run_stream(cdc_user, tmp, state: PipelineState, lake: str) -> dict:
-    (tmp / "stream.json").write_text(StreamJob(state=state.location, sink_root=lake, changelog=True).to_json())
-    return SparkSubmit(master="local[2]", work_dir=tmp / "spark").run(
-        "binlog_stream.py", ["--job", str(tmp / "stream.json")], cdc_user.to_private_file(tmp / "secrets" / "s.json"))
+    return run_stream(cdc_user, tmp, StreamJob(state=state.location, sink_root=lake, changelog=True))
 
 
 @pytest.fixture(scope="module")
