@@ -133,7 +133,7 @@ def print_status(location: str, source: SourceConfig | None = None) -> None:
         for event in table["drift"]:
             print(f"  {'':<32} {event['kind']} at {event['offset']}: {event['reason']}")
         if table["frozen_since"]:
-            print(f"  {'':<32} the sink holds the table as of {table['frozen_since']}; none of its later changes are "
+            print(f"  {'':<32} the sink holds the table's changes before {table['frozen_since']}; none from there are "
                   "applied until it is re-snapshotted (the next DAG run does, if the table exists on the source)")
         elif table["drift"]:
             print(f"  {'':<32} the next DAG run re-snapshots it")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import struct
+
 
 class CdcError(Exception):
     """Base class for every error this package raises on purpose."""
@@ -44,3 +46,29 @@ class SchemaChangedError(CdcError):
 
 class SourceUnavailableError(CdcError):
     """The source stayed unreachable for longer than the retry budget (cdc/source/retry.py)."""
+
+
+def is_table_fault(exc: BaseException) -> bool:
+    """Whether an error raised while decoding, typing or writing one table's changes belongs to that
+    table's data or schema (a value that cannot be decoded or represented, a key that cannot be
+    encoded, a schema that cannot be followed), so that the stream freezes that table and goes on
+    with the others. Never the source's, the storage's or the pipeline's own errors: an ``OSError``
+    or a database error anywhere in the chain, our other ``CdcError``s, or running out of memory."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, (OSError, MemoryError)) or type(cause).__module__.startswith("pymysql"):
+            return False
+        cause = cause.__cause__ or cause.__context__
+    if isinstance(exc, SchemaChangedError):
+        return True
+    if isinstance(exc, CdcError):
+        return False
+    return isinstance(exc, (ValueError, TypeError, LookupError, ArithmeticError, NotImplementedError, struct.error))
+
+
+def describe_error(exc: BaseException, limit: int = 500) -> str:
+    """An error as a drift reason or log line: its type and the start of its message."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:limit]}{'...' if len(text) > limit else ''}"

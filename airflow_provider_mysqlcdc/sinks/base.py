@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from airflow_provider_mysqlcdc.cdc.errors import is_table_fault
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
 
 #: a point in binlog order at row granularity: (binlog file number, position, row, part), as
@@ -85,3 +86,9 @@ class Sink(ABC):
     @abstractmethod
     def read(self, table_id: TableId) -> pa.Table:
         """The whole table (for verification and status)."""
+
+    def refuses(self, table_id: TableId, exc: BaseException) -> bool:
+        """Whether ``exc``, raised while writing the table, is the sink refusing this table's data or
+        schema (a type, a constraint) rather than its storage or the pipeline failing: then the stream
+        freezes this table and goes on with the others."""
+        return is_table_fault(exc)

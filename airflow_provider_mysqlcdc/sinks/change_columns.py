@@ -113,9 +113,9 @@ def changes_after(changes: pa.Table, position: Position | None) -> pa.Table:
                                  pc.and_(pc.equal(versions, version), later_in_event)))
 
 
-def changes_until(changes: pa.Table, offset: BinlogOffset) -> pa.Table:
-    """The changes at or before ``offset``."""
-    return changes.filter(pc.less_equal(changes.column("_cdc_version"), offset.version))
+def changes_before(changes: pa.Table, offset: BinlogOffset) -> pa.Table:
+    """The changes of events before ``offset`` (an event's changes carry the offset of its end)."""
+    return changes.filter(pc.less(changes.column("_cdc_version"), offset.version))
 
 
 def last_change_per_key(changes: pa.Table, key_columns: Sequence[str]) -> pa.Table:

@@ -18,11 +18,11 @@ from typing import TypeVar
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, TableFeatures, Transaction, write_deltalake
-from deltalake.exceptions import CommitFailedError, TableNotFoundError
+from deltalake.exceptions import CommitFailedError, DeltaError, SchemaMismatchError, TableNotFoundError
 from deltalake.schema import Field as DeltaField
 from deltalake.transaction import AddAction, RemoveAction
 
-from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError
+from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError, is_table_fault
 from airflow_provider_mysqlcdc.cdc.records.values import decimal_text
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_schema
@@ -323,6 +323,31 @@ class DeltaSink(Sink):
 
     def read(self, table_id: TableId) -> pa.Table:
         return DeltaTable(self.table_uri(table_id), storage_options=self.storage_options).to_pyarrow_table()
+
+    def refuses(self, table_id: TableId, exc: BaseException) -> bool:
+        """Besides the table's own faults: delta-rs refusing its rows, which is a ``SchemaMismatchError``
+        or a ``DeltaError`` saying the data failed the table's CHECK constraints or invariants, or that
+        a value does not fit its column (``_REFUSALS``). Any other
+        ``DeltaError`` (delta-rs wraps the object store's failures in generic ones too), a conflict or
+        a missing table is not the table's."""
+        if is_table_fault(exc) or isinstance(exc, SchemaMismatchError):
+            return True
+        if type(exc) is not DeltaError:
+            return False
+        message = str(exc)
+        return any(s in message for s in _REFUSALS) and not any(s in message for s in _STORAGE_FAILURES)
+        try:
+            return self.open_table(self.table_uri(table_id)) is not None
+        except Exception:  # noqa: BLE001 - the storage does not answer: not the table's
+            return False
+
+
+#: what delta-rs says when a table refuses rows: its constraints or invariants (``InvalidData``), or a
+#: value its column cannot hold (Arrow: a NULL in a non-nullable column, a failed cast, a schema)
+_REFUSALS = ("Invalid data found", "failed validation", "Invariant violations", "Arrow error", "Cast error",
+             "Schema error")
+#: what it says when storage failed, whatever the wrapping
+_STORAGE_FAILURES = ("Object Store error", "os error", "Generic S3 error", "Io error", "I/O error")
 
 
 def _stats_columns(schema: TableSchema) -> str:

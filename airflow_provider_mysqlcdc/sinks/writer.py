@@ -135,18 +135,18 @@ class SinkWriter:
 
     def apply_changes(self, changes: pa.Table, *, app_id: str, batch_id: int, changelog: bool = False) -> int:
         """Merge the changes (change columns in binlog order, conformed to this writer) not applied
-        yet in one commit, and append them to the changelog too when asked; returns how many were merged."""
+        yet in one commit, and then append them to the changelog too when asked (so that changes the
+        table refuses never reach its changelog); returns how many were merged."""
+        new = changes_after(changes, self.applied())
+        if new.num_rows:
+            commit = StreamCommit(app_id, batch_id, position_at(new, new.num_rows - 1))
+            self._once(commit, lambda: self.sink.merge_changes(self.schema, self.changes_table(new), commit=commit))
         if changelog:
             logged = changes_after(changes, self.applied(changelog=True))
             if logged.num_rows:
                 commit = StreamCommit(app_id, batch_id, position_at(logged, logged.num_rows - 1))
                 self._once(commit, lambda: self.sink.append_changelog(self.schema.table_id, changelog_rows(logged),
                                                                       commit=commit), changelog=True)
-        new = changes_after(changes, self.applied())
-        if not new.num_rows:
-            return 0
-        commit = StreamCommit(app_id, batch_id, position_at(new, new.num_rows - 1))
-        self._once(commit, lambda: self.sink.merge_changes(self.schema, self.changes_table(new), commit=commit))
         return new.num_rows
 
 

@@ -2,7 +2,7 @@
 
 A row is one table's part of a run of up to ``RUN_LENGTH`` changes, as Arrow IPC in ``payload``
 (``TableChanges``: change columns typed on the executor, sinks/change_columns.py), or one marker
-item (a DDL, an activation, a staged split, a purged gap), pickled. The only consumer is our Python
+item (a DDL, an activation, a staged split, a purged gap, a table that failed), pickled. The only consumer is our Python
 ``foreachBatch``; a few large binary rows keep Spark's per-row cost off the hot path. ``version``
 (the first change's offset as an int64) and ``row``/``part`` order the rows; ``gen`` is the
 registry generation the batch captures, under which the driver applies it. A run's tables come
@@ -23,7 +23,8 @@ import pickle
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord
+from airflow_provider_mysqlcdc.cdc.errors import describe_error, is_table_fault
+from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, TableFailed
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.sinks.change_columns import TableChanges, change_columns
 from airflow_provider_mysqlcdc.state.spill import SpillWriter, read_spill_file
@@ -32,6 +33,7 @@ SCHEMA = "version LONG, row INT, part INT, kind STRING, count INT, ts_ms LONG, g
 RUN_LENGTH = 1000
 SPILLED = "spilled"
 CHANGES = "changes"
+FAILED = "failed"
 #: a spill file is closed (and a new one begun) once it holds this many bytes
 SPILL_FILE_BYTES = 64 << 20
 
@@ -39,7 +41,11 @@ SPILL_FILE_BYTES = 64 << 20
 class RowEmitter:
     """Makes one partition's rows: runs of changes and markers, inline up to ``inline_bytes`` (0: no
     limit), then in spill files under ``spill_folder``. Every row passes through a ``yield from``;
-    ``close()`` yields the row of the last spill file."""
+    ``close()`` yields the row of the last spill file.
+
+    One table's failure never stops the partition: a change that cannot be typed (or that the reader
+    could not decode, ``fail``) becomes a ``TableFailed`` marker at its event, after the table's
+    changes of earlier events; the partition sends none of the table's changes after it."""
 
     def __init__(self, generation: int, *, schemas: dict[TableId, TableSchema] | None = None, changelog: bool = False,
                  spill_folder: str | None = None, inline_bytes: int = 0):
@@ -54,23 +60,70 @@ class RowEmitter:
         self._spill_first: tuple | None = None
         self._spill_items = 0
         self._spill_ts = 0
+        #: the tables of this partition that failed (their later changes are not sent)
+        self.failed: set[TableId] = set()
 
     def changes(self, batch: Sequence[ChangeRecord], decisions: Sequence[bool]) -> Iterator[tuple]:
-        """One row per table of the records of ``batch`` to keep (``decisions``), if any."""
+        """One row per table of the records of ``batch`` to keep (``decisions``), if any, in the order
+        of their first change (a table's failure in its place)."""
         by_table: dict[TableId, list[ChangeRecord]] = {}
         for record, keep in zip(batch, decisions):
-            if keep:
+            if keep and record.table_id not in self.failed:
                 by_table.setdefault(record.table_id, []).append(record)
-        for table_id, kept in by_table.items():  # in the order of their first change
-            first = kept[0]
-            data = change_columns(self.schemas.get(table_id), kept, changelog=self.changelog)
-            yield from self._emit((first.offset.version, first.row, first.part, CHANGES, len(kept),
-                                   max(r.timestamp_ms for r in kept), self.generation,
-                                   TableChanges(table_id, data).to_ipc()))
+        rows = [row for table_id, kept in by_table.items() for row in self._table_rows(table_id, kept)]
+        for row in sorted(rows, key=row_key):
+            yield from self._emit(row)
+
+    def _table_rows(self, table_id: TableId, kept: list[ChangeRecord]) -> list[tuple]:
+        try:
+            return [self._changes_row(table_id, kept)]
+        except Exception as exc:  # noqa: BLE001 - what is not the table's is raised again
+            if not is_table_fault(exc):
+                raise
+            error = exc
+        # rare: the first change that cannot be typed with the ones before it (the longest prefix that
+        # types, by halving); the table's events before it go, then its failure
+        typed, failing = 0, len(kept)  # kept[:typed] types, kept[:failing] does not (with ``error``)
+        while failing - typed > 1:
+            middle = (typed + failing) // 2
+            found = self._typing_error(table_id, kept[:middle])
+            typed, failing, error = (middle, failing, error) if found is None else (typed, middle, found)
+        bad = kept[typed]
+        before = [r for r in kept if r.offset < bad.offset]
+        self.failed.add(table_id)
+        failure = TableFailed(table_id, bad.offset, f"a change at {bad.offset} cannot be typed for the sink: "
+                                                    f"{describe_error(error)}")
+        return ([self._changes_row(table_id, before)] if before else []) + [self._failure_row(failure)]
+
+    def _typing_error(self, table_id: TableId, records: list[ChangeRecord]) -> BaseException | None:
+        try:
+            self._changes_row(table_id, records)
+            return None
+        except Exception as exc:  # noqa: BLE001
+            if not is_table_fault(exc):
+                raise
+            return exc
+
+    def _changes_row(self, table_id: TableId, kept: list[ChangeRecord]) -> tuple:
+        first = kept[0]
+        data = change_columns(self.schemas.get(table_id), kept, changelog=self.changelog)
+        return (first.offset.version, first.row, first.part, CHANGES, len(kept), max(r.timestamp_ms for r in kept),
+                self.generation, TableChanges(table_id, data).to_ipc())
+
+    def fail(self, failure: TableFailed) -> Iterator[tuple]:
+        """The reader could not decode a change of the table (sent once; its later changes are not)."""
+        if failure.table_id not in self.failed:
+            self.failed.add(failure.table_id)
+            yield from self._emit(self._failure_row(failure))
+
+    def _failure_row(self, failure: TableFailed) -> tuple:
+        return self._marker_row(failure.offset.version, 0, FAILED, 0, failure)
 
     def marker(self, version: int, row: int, kind: str, ts_ms: int, item: Any) -> Iterator[tuple]:
-        yield from self._emit((version, row, 0, kind, 1, ts_ms, self.generation,
-                               pickle.dumps([item], protocol=pickle.HIGHEST_PROTOCOL)))
+        yield from self._emit(self._marker_row(version, row, kind, ts_ms, item))
+
+    def _marker_row(self, version: int, row: int, kind: str, ts_ms: int, item: Any) -> tuple:
+        return (version, row, 0, kind, 1, ts_ms, self.generation, pickle.dumps([item], protocol=pickle.HIGHEST_PROTOCOL))
 
     def _emit(self, row: tuple) -> Iterator[tuple]:
         if self.inline_left is None or (self._spill is None and self.inline_left > 0):

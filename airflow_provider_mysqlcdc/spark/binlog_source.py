@@ -26,6 +26,10 @@ A micro-batch ends where a transaction ends, after at most ``max_batch_bytes`` o
 Its rows are described in batch_rows.py: what a partition decodes beyond ``inline_bytes`` travels
 through spill files in the state location, not through Spark, so neither side holds a whole batch.
 
+A change that cannot be decoded or typed because of its table's data or schema does not fail the
+partition: the table's ``TableFailed`` takes its place (batch_rows.py), and the driver freezes that
+table there, unless the change could not be applied anyway (before every split's high watermark).
+
 Table DDL in an activation's re-read ``(h, start]`` counts too: for a table the chunk job wrote
 directly, its ``SchemaChangeEvent`` travels like in any batch (a ``TRUNCATE`` there removes exactly
 the rows older than it); for a staged split, a ``TRUNCATE`` of its table joins its ``changes``.
@@ -62,7 +66,7 @@ from airflow_provider_mysqlcdc.cdc.binlog.split_filter import FinishedSplitFilte
 from airflow_provider_mysqlcdc.cdc.errors import BinlogPurgedError, ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import (BinlogPurged, ChangeRecord, SchemaChangeEvent, TableEventKind,
-                                                         TableTruncated, WindowChange)
+                                                         TableFailed, TableTruncated, WindowChange)
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig, parse_server_id_range
@@ -302,6 +306,10 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     yield from rows.changes(batch, split_filter.filter(batch))
                     batch = []
                     yield from rows.marker(item.offset.version, 0, "ddl", item.timestamp_ms, item)
+                elif isinstance(item, TableFailed) and split_filter.may_emit(item.table_id, item.offset):
+                    yield from rows.changes(batch, split_filter.filter(batch))
+                    batch = []
+                    yield from rows.fail(item)
             yield from rows.changes(batch, split_filter.filter(batch))
             yield from rows.close()
         finally:
@@ -403,6 +411,9 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     if direct:
                         yield from rows.marker(item.offset.version, 0, "ddl", item.timestamp_ms,
                                                dataclasses.replace(item, changes=direct))
+                elif isinstance(item, TableFailed) and split_filter.may_emit(item.table_id, item.offset):
+                    yield from flush()
+                    yield from rows.fail(item)  # a staged split of the table is then not applied
             yield from flush()
         finally:
             for ordering in orderings.values():

@@ -32,11 +32,11 @@ import fsspec
 import pyarrow as pa
 
 from airflow_provider_mysqlcdc.cdc.binlog.row_decoder import chosen_decoder
-from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError
+from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError, describe_error
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import (BinlogPurged, ChangeRecord, SchemaChangeEvent,
-                                                         TableEventKind)
+                                                         TableEventKind, TableFailed)
 from airflow_provider_mysqlcdc.cdc.binlog.listing import table_ddl_after
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.records.values import column_defaults
@@ -47,7 +47,7 @@ from airflow_provider_mysqlcdc.sinks.arrow_rows import METADATA_COLUMNS, conform
 from airflow_provider_mysqlcdc.sinks.base import StreamCommit
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.maintenance import maintain_table
-from airflow_provider_mysqlcdc.sinks.change_columns import TableChanges, changes_until, conform_changes, offset_at
+from airflow_provider_mysqlcdc.sinks.change_columns import TableChanges, changes_before, conform_changes, offset_at
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_table_changes, staged_position
 from airflow_provider_mysqlcdc.spark.batch_rows import batch_items, row_key, spill_urls
 from airflow_provider_mysqlcdc.spark.binlog_source import (SOURCE_NAME, BinlogDataSource, StagedSplitReady,
@@ -91,6 +91,13 @@ class BatchApplier:
     A batch is applied under the registry generation it was planned with (``gen`` on its rows), so a
     batch replayed after a restart decides exactly as the first time: which tables are captured,
     and which are frozen because their name stopped holding the captured table (state/drift.py).
+    Tables a newer generation no longer captures (the user removed them) are left out at once, so
+    a batch that failed because of one of them is not replayed into the same failure.
+
+    One table's failure is that table's: a change the executors could not decode or type
+    (``TableFailed``), or that the sink refuses (``Sink.refuses``: a constraint, a type), freezes
+    the table at that change (``TableEventKind.FAILED``, the error as the reason) and the others
+    go on; the next DAG run re-snapshots it. Any other error fails the batch.
     """
 
     def __init__(self, source: SourceConfig, job: StreamJob, fence: Callable[[], None] = lambda: None):
@@ -110,8 +117,10 @@ class BatchApplier:
         self.started_at = time.time()
         self.generation = Generation(0)
         self.drift: Drift = {}
-        #: per frozen table, the offset after which none of its changes apply (for the current batch)
+        #: per frozen table, the offset from which none of its changes apply (for the current batch)
         self.frozen: dict[TableId, BinlogOffset] = {}
+        #: the batch's tables a newer generation no longer captures: nothing of them is applied
+        self.removed: set[TableId] = set()
         #: the tables whose changes carried columns their writer lacks (drift noted) in the current batch
         self.unknown_noted: set[TableId] = set()
         #: held while a batch is applied or the tables are maintained: never both at once
@@ -184,20 +193,19 @@ class BatchApplier:
             if isinstance(item, TableChanges):
                 last = item.last_offset
                 newest_ms, last_change = max(newest_ms, item.newest_ms), max(last_change or last, last)
-                data = item.data
-                since = self.frozen.get(item.table_id)
-                if since is not None:
-                    data = changes_until(data, since)
-                    skipped += item.data.num_rows - data.num_rows
-                changes += data.num_rows
+                data = self._applicable(item.table_id, item.data)
+                skipped += item.data.num_rows - data.num_rows
                 while data.num_rows:  # cut where a unit reaches max_apply_changes
                     room = self.job.max_apply_changes - pending
                     segment.append(TableChanges(item.table_id, data.slice(0, room)))
                     pending += min(room, data.num_rows)
+                    changes += min(room, data.num_rows)
                     data = data.slice(room)
                     if pending >= self.job.max_apply_changes:
                         merged_tables |= self._apply(segment, batch_id * SEGMENTS + unit)
                         segment, unit, pending = [], unit + 1, 0
+                        rest = self._applicable(item.table_id, data)  # the table may have failed in that unit
+                        skipped, data = skipped + data.num_rows - rest.num_rows, rest
                 continue
             newest_ms = max(newest_ms, getattr(item, "timestamp_ms", 0))
             merged_tables |= self._apply(segment, batch_id * SEGMENTS + unit)
@@ -206,6 +214,8 @@ class BatchApplier:
                 self._activate(item)
             elif isinstance(item, BinlogPurged):
                 self._purged(item)
+            elif isinstance(item, TableFailed):
+                self._failed(item.table_id, item.offset, item.reason)
             elif isinstance(item, StagedSplitReady):
                 self._apply_staged(item, batch_id * SEGMENTS + unit, staged)
                 unit, staged = unit + 1, staged + 1
@@ -214,13 +224,22 @@ class BatchApplier:
         merged_tables |= self._apply(segment, batch_id * SEGMENTS + unit)
         self.rows_applied += changes
         if skipped:
-            log.info("skipped %d change(s) of frozen table(s) %s", skipped, ", ".join(map(str, sorted(self.frozen))))
+            log.info("skipped %d change(s) of frozen or removed table(s) %s", skipped,
+                     ", ".join(map(str, sorted(self.frozen.keys() | self.removed))))
         spilled = spill_urls(rows)
         for folder in sorted({url.rsplit("/", 1)[0] for url in spilled}):
             remove_spill_folder(folder)
         self._log_progress(batch_id, changes, unit + 1, len(spilled), newest_ms, last_change, read_s,
                            time.monotonic() - started)
         self._cluster_due(merged_tables)
+
+    def _applicable(self, table_id: TableId, data: pa.Table) -> pa.Table:
+        """The changes of ``data`` (one table's) to apply: none of a table no longer captured, and none
+        of a frozen table from where it froze."""
+        if table_id in self.removed:
+            return data.slice(0, 0)
+        since = self.frozen.get(table_id)
+        return data if since is None else changes_before(data, since)
 
     def _begin(self, generation: int) -> None:
         """The batch's generation, its tables' drift, and which of them are frozen."""
@@ -231,6 +250,12 @@ class BatchApplier:
         self.frozen = {}
         for table_id in self.generation.tables:
             self._refreeze(table_id)
+        latest = self.state.latest_number()
+        self.removed = set() if latest == generation else \
+            set(self.generation.tables) - set(self.state.load(latest).tables)
+        if self.removed:
+            log.info("batch of generation %d: %s no longer captured (generation %d), left out", generation,
+                     ", ".join(map(str, sorted(self.removed))), latest)
 
     def _refreeze(self, table_id: TableId) -> None:
         """Whether (from where) the table is frozen, by its drift under this batch's generation."""
@@ -249,13 +274,19 @@ class BatchApplier:
         return self.writers[table_id]
 
     def _activate(self, event: TablesActivated) -> None:
-        self._load_writers(event.chunk_keys, event.whole)
-        if event.chunk_keys:
-            log.info("registry changes activated for %s", ", ".join(str(t) for t in event.chunk_keys))
+        chunk_keys = {t: k for t, k in event.chunk_keys.items() if t not in self.removed}
+        self._load_writers(chunk_keys, event.whole)
+        if chunk_keys:
+            log.info("registry changes activated for %s", ", ".join(str(t) for t in chunk_keys))
 
     def _apply_staged(self, staged: StagedSplitReady, version: int, sequence: int) -> None:
         """Replace a staged split's range by its rows brought forward to the batch start, in one commit."""
         table_id = staged.split.split.table_id
+        since = self.frozen.get(table_id)
+        if table_id in self.removed or (since is not None and since <= staged.as_of):
+            log.info("staged split %s not applied: its table is %s", staged.split.split.split_id,
+                     "no longer captured" if table_id in self.removed else f"frozen from {since}")
+            return
         writer = self._writer(table_id)
         commit = StreamCommit(self.job.app_id, version, staged_position(staged.as_of, sequence))
         if writer.is_applied(commit.position):  # its file may be gone already (state/cleanup.py)
@@ -277,20 +308,73 @@ class BatchApplier:
                  staged.split.split.split_id, merged.num_rows, len(staged.changes), as_of.high_watermark)
 
     def _apply(self, segment: list[TableChanges], version: int) -> set[TableId]:
-        """Apply a segment of changes (one table's in binlog order); the tables it merged into."""
-        by_table: dict[TableId, list[pa.Table]] = {}
+        """Apply a segment of changes (one table's in binlog order); the tables it merged into. A table
+        whose changes the sink refuses (``Sink.refuses``) is frozen at the first one it refuses; one
+        whose sink table cannot be prepared or its changes conformed, at its first change here."""
+        by_table: dict[TableId, list[TableChanges]] = {}
         for piece in segment:
-            writer = self._writer(piece.table_id)
-            data, unknown = conform_changes(piece.data, writer.data_schema)
-            if unknown:
-                self._note_unknown_columns(piece.table_id, unknown, offset_at(piece.data, 0))
-            by_table.setdefault(piece.table_id, []).append(data)
-        if not by_table:
-            return set()
-        merged = apply_table_changes(self.writers, {t: pa.concat_tables(p) for t, p in by_table.items()},
-                                     app_id=self.job.app_id, batch_id=version, changelog=self.job.changelog)
+            if piece.data.num_rows:
+                by_table.setdefault(piece.table_id, []).append(piece)
+        merged: dict[TableId, int] = {}
+        for table_id, pieces in by_table.items():
+            count = self._guarded(table_id, offset_at(pieces[0].data, 0), "cannot be prepared for the sink",
+                                  lambda: self._merge(table_id, pieces, version))
+            if count:
+                merged[table_id] = count
         self.table_changes.update({t.quoted: n for t, n in merged.items()})
         return set(merged)
+
+    def _merge(self, table_id: TableId, pieces: list[TableChanges], version: int) -> int:
+        writer = self._writer(table_id)
+        conformed = []
+        for piece in pieces:
+            data, unknown = conform_changes(piece.data, writer.data_schema)
+            if unknown:
+                self._note_unknown_columns(table_id, unknown, offset_at(piece.data, 0))
+            conformed.append(data)
+        return self._merge_until_refused(table_id, pa.concat_tables(conformed), version)
+
+    def _merge_until_refused(self, table_id: TableId, changes: pa.Table, version: int) -> int:
+        """Merge the table's changes in one commit; when the sink refuses them (``Sink.refuses``), the
+        changes before the first one it refuses are merged (halving: a few commits, on a rare path)
+        and the table is frozen at that change. Returns how many were merged."""
+        try:
+            merged = apply_table_changes(self.writers, {table_id: changes}, app_id=self.job.app_id,
+                                         batch_id=version, changelog=self.job.changelog)
+            return merged.get(table_id, 0)
+        except Exception as exc:  # noqa: BLE001 - what is not the table's is raised again
+            if not self.sink.refuses(table_id, exc):
+                raise
+            if changes.num_rows == 1:
+                offset = offset_at(changes, 0)
+                self._failed(table_id, offset, f"a change at {offset} cannot be written to the sink: "
+                                               f"{describe_error(exc)}")
+                return 0
+        half = changes.num_rows // 2
+        merged = self._merge_until_refused(table_id, changes.slice(0, half), version)
+        if table_id in self.frozen:
+            return merged
+        return merged + self._merge_until_refused(table_id, changes.slice(half), version)
+
+    def _guarded(self, table_id: TableId, offset: BinlogOffset, what: str, operation: Callable[[], Any]) -> Any:
+        """``operation`` on one table; when the sink refuses it as this table's fault, the table is
+        frozen at ``offset`` (its change there ``what``) instead of the batch failing."""
+        try:
+            return operation()
+        except Exception as exc:  # noqa: BLE001 - what is not the table's is raised again
+            if not self.sink.refuses(table_id, exc):
+                raise
+            self._failed(table_id, offset, f"a change at {offset} {what}: {describe_error(exc)}")
+            return None
+
+    def _failed(self, table_id: TableId, offset: BinlogOffset, reason: str) -> None:
+        """A change of the table at ``offset`` cannot be applied: the table stops there, the others go on."""
+        since = self.frozen.get(table_id)
+        if table_id not in self.generation.tables or table_id in self.removed or (since is not None and since <= offset):
+            return
+        self._drifted(table_id, TableEventKind.FAILED, offset, f"{reason}; the sink keeps the table's changes before "
+                                                               "it and the other tables go on")
+        self._refreeze(table_id)
 
     def _cluster_due(self, tables: set[TableId]) -> None:
         """Between two batches (no merge of this stream runs meanwhile), cluster the data files of the
@@ -364,7 +448,7 @@ class BatchApplier:
         altered = []
         for change in event.changes:
             table_id, kind = change.table, change.kind
-            if table_id not in self.generation.tables:
+            if table_id not in self.generation.tables or table_id in self.removed:
                 continue
             since = self.frozen.get(table_id)
             if since is not None and event.offset > since:

@@ -15,6 +15,12 @@ The stream records each such event here with its binlog offset and what it was
 - ``created``: a table was created again under a frozen name (noted, for ``bin/status``).
 - ``binlog-purged``: binlog the stream needed for the table was purged (with the stream's
   ``on_binlog_purged="resnapshot"``): changes are lost, so the table is frozen as well.
+- ``key-changed``, ``type-changed``: a DDL changed the key, or a type the sink cannot take: frozen.
+- ``failed``: a change of the table could not be decoded, typed or written (its data or schema:
+  the error is the reason): frozen from that change, the other tables go on.
+
+A frozen table's changes from the event's offset on are not applied (``changes_before``): the sink
+keeps the changes of the events before it.
 
 One thing repairs all of them exactly while streaming: a staged whole-table re-snapshot, which the
 next plan does for every table with an event after its splits were read (``operators/plan.py``),

@@ -12,7 +12,7 @@ from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, Operation
 from airflow_provider_mysqlcdc.cdc.source.schema import RESERVED_COLUMN_PREFIX, Column, TableId, TableSchema
 from airflow_provider_mysqlcdc.sinks.arrow_rows import METADATA_COLUMNS, data_schema
-from airflow_provider_mysqlcdc.sinks.change_columns import (CHANGE_FIELDS, LOG_FIELDS, TableChanges, change_columns, changes_after, changes_until,
+from airflow_provider_mysqlcdc.sinks.change_columns import (CHANGE_FIELDS, LOG_FIELDS, TableChanges, change_columns, changes_after, changes_before,
                                                             conform_changes, last_change_per_key, position_at)
 from airflow_provider_mysqlcdc.sinks.changelog import changelog_rows
 
@@ -86,7 +86,16 @@ def test_positions_and_offsets_keep_the_server_epoch():
 
     assert position_at(changes, 0) == records[0].order_key
     assert piece.last_offset == records[0].offset and piece.last_offset.epoch == 2
-    assert changes_until(changes, BinlogOffset("b.000099", 4, epoch=1)).num_rows == 0
+    assert changes_before(changes, BinlogOffset("b.000099", 4, epoch=1)).num_rows == 0
+
+
+def test_changes_before_an_offset_leave_out_the_event_ending_there():
+    records = [_change(Operation.CREATE, 1, 100), _change(Operation.CREATE, 2, 110), _change(Operation.CREATE, 3, 110, row=1),
+               _change(Operation.CREATE, 4, 120)]
+    changes = change_columns(SCHEMA, records)
+
+    assert changes_before(changes, records[1].offset).column("id").to_pylist() == [1]
+    assert changes_before(changes, records[3].offset).column("id").to_pylist() == [1, 2, 3]
 
 
 def test_the_last_change_of_each_key_is_kept_in_binlog_order():

@@ -28,6 +28,8 @@ compressed transaction payloads rejected by preflight because the library drops 
 
 from __future__ import annotations
 
+import dataclasses
+
 import logging
 import random
 import time
@@ -47,10 +49,10 @@ from airflow_provider_mysqlcdc.cdc.binlog.row_decoder import chosen_decoder, dec
 from airflow_provider_mysqlcdc.cdc.binlog.table_map import column_from_table_map
 from airflow_provider_mysqlcdc.cdc.binlog.xa import (MARIADB_PREPARED_XA_FLAG, PreparedXa, Xid, find_prepared,
                                                     parse_xa_statement)
-from airflow_provider_mysqlcdc.cdc.errors import BinlogPurgedError
+from airflow_provider_mysqlcdc.cdc.errors import BinlogPurgedError, describe_error, is_table_fault
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import (ChangeRecord, Operation, SchemaChangeEvent, TableChange,
-                                                         TableEventKind)
+                                                         TableEventKind, TableFailed)
 from airflow_provider_mysqlcdc.cdc.records.values import ValueNormalizer
 from airflow_provider_mysqlcdc.cdc.source.connection import DEFAULT_SERVER_ID_RANGE, SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
@@ -64,7 +66,7 @@ class TransactionCommitted:
     gtid: str | None = None
 
 
-BinlogItem = ChangeRecord | SchemaChangeEvent | TransactionCommitted
+BinlogItem = ChangeRecord | SchemaChangeEvent | TransactionCommitted | TableFailed
 
 #: the rows of prepared XA groups a reader holds decoded until their outcome, all groups together; a
 #: group that does not fit is read again at its commit (only its position is held)
@@ -77,13 +79,13 @@ class _XaGroup:
     they are few enough to hold (None: too many, or not decoded: read again at the commit)."""
 
     start: BinlogOffset
-    rows: list[ChangeRecord] | None = field(default_factory=list)
+    rows: list[ChangeRecord | TableFailed] | None = field(default_factory=list)
 
 
 @dataclass
 class _HeldXa:
     prepared: PreparedXa
-    rows: list[ChangeRecord] | None
+    rows: list[ChangeRecord | TableFailed] | None
 
 
 @dataclass(frozen=True)
@@ -95,7 +97,7 @@ class _XaCommit:
     offset: BinlogOffset
     gtid: str | None
     timestamp_ms: int
-    rows: list[ChangeRecord] | None = None
+    rows: list[ChangeRecord | TableFailed] | None = None
 
 
 def pick_server_id(server_id_range: tuple[int, int] = DEFAULT_SERVER_ID_RANGE) -> int:
@@ -274,9 +276,9 @@ class BinlogReader:
             if self.tables is None or table_id in self.tables:
                 group = self._xa_group
                 if group is None:
-                    yield from self._rows(event, table_id, offset)
+                    yield from self._guarded_rows(event, table_id, offset)
                 elif group.rows is not None:  # prepared, not committed: held until its outcome
-                    group.rows.extend(self._rows(event, table_id, offset))
+                    group.rows.extend(self._guarded_rows(event, table_id, offset))
                     if len(group.rows) > HELD_XA_ROWS:
                         group.rows = None  # read again at its commit
 
@@ -404,7 +406,7 @@ class BinlogReader:
                               key_columns=self.key_columns, known_columns=self.known_columns,
                               server_id=self.server_id, decoder=self.decoder)
         replay._replaying = True
-        rows = (item for item in replay if isinstance(item, ChangeRecord))
+        rows = (item for item in replay if isinstance(item, (ChangeRecord, TableFailed)))
         yield from _at_commit(rows, commit.offset, commit.gtid, commit.timestamp_ms)
         self.events_decoded.update(replay.events_decoded)
         self.committed = self.position = max(self.position, commit.offset)
@@ -442,6 +444,17 @@ class BinlogReader:
             normalizer = ValueNormalizer(TableSchema(table_id, columns, keys))
             self._normalizers[key] = normalizer
         return normalizer
+
+    def _guarded_rows(self, event: Any, table_id: TableId, offset: BinlogOffset) -> list[ChangeRecord | TableFailed]:
+        """The event's row changes, or, when one of them cannot be decoded because of the table's data
+        or schema (``is_table_fault``), a ``TableFailed`` in their place: the table stops, not the reader."""
+        try:
+            return list(self._rows(event, table_id, offset))
+        except Exception as exc:  # noqa: BLE001 - what is not the table's is raised again
+            if not is_table_fault(exc):
+                raise
+            log.warning("%s: a row event at %s cannot be decoded: %s", table_id, offset, describe_error(exc))
+            return [TableFailed(table_id, offset, f"a change at {offset} cannot be decoded: {describe_error(exc)}")]
 
     def _rows(self, event: Any, table_id: TableId, offset: BinlogOffset) -> Iterator[ChangeRecord]:
         decoding = self._decoding(event, table_id)
@@ -518,12 +531,20 @@ def _event_start(event: Any, offset: BinlogOffset) -> BinlogOffset:
     return offset.at(offset.file, offset.position - int(event.packet.event_size))
 
 
-def _at_commit(rows: Iterable[ChangeRecord], offset: BinlogOffset, gtid: str | None,
-               timestamp_ms: int) -> Iterator[ChangeRecord]:
+def _at_commit(rows: Iterable[ChangeRecord | TableFailed], offset: BinlogOffset, gtid: str | None,
+               timestamp_ms: int) -> Iterator[ChangeRecord | TableFailed]:
     """An XA group's rows as changes of its commit: at the commit's offset, numbered in their order
-    (a key change's delete and create keep one number and their parts)."""
+    (a key change's delete and create keep one number and their parts). A table with a change that
+    could not be decoded sends none of the group's changes, only its ``TableFailed``, first: the
+    group is one transaction, applied whole or not at all."""
+    rows = list(rows)
+    failed = {f.table_id: f for f in reversed(rows) if isinstance(f, TableFailed)}
+    for failure in failed.values():
+        yield dataclasses.replace(failure, offset=offset)
     number, last = -1, None
     for record in rows:
+        if isinstance(record, TableFailed) or record.table_id in failed:
+            continue
         if (record.offset, record.row) != last:
             number, last = number + 1, (record.offset, record.row)
         yield ChangeRecord(record.op, record.table_id, record.before, record.after, offset, number, record.part,

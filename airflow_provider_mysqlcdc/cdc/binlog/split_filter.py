@@ -64,6 +64,12 @@ class FinishedSplitFilter:
     def max_high_watermark(self, table_id: TableId) -> BinlogOffset:
         return self._tables[table_id].max_high_watermark
 
+    def may_emit(self, table_id: TableId, offset: BinlogOffset) -> bool:
+        """Whether a change of the table at ``offset`` can be emitted, whatever its key: the table is
+        captured and ``offset`` is after the smallest high watermark of its splits."""
+        table = self._tables.get(table_id)
+        return table is not None and any(offset > f.high_watermark for f in table.splits)
+
     def should_emit(self, record: ChangeRecord) -> bool:
         return self.filter([record])[0]
 

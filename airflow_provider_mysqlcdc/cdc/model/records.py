@@ -90,6 +90,9 @@ class TableEventKind(str, enum.Enum):
     #: a column's type changed in a way the sink's table cannot follow (Delta refuses the new type), or
     #: a column was given a name the sink reserves (``_cdc_...``)
     TYPE_CHANGED = "type-changed"
+    #: a change of the table could not be decoded, typed or written (``TableFailed``): one table's
+    #: data or schema, not the pipeline's, so only this table stops
+    FAILED = "failed"
 
     @property
     def ends_table(self) -> bool:
@@ -100,7 +103,7 @@ class TableEventKind(str, enum.Enum):
     def freezes(self) -> bool:
         """After this event none of the table's changes can be applied exactly until it is re-snapshotted."""
         return self.ends_table or self in (TableEventKind.BINLOG_PURGED, TableEventKind.KEY_CHANGED,
-                                           TableEventKind.TYPE_CHANGED)
+                                           TableEventKind.TYPE_CHANGED, TableEventKind.FAILED)
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,17 @@ class TableTruncated:
 
     table_id: TableId
     offset: BinlogOffset
+
+
+@dataclass(frozen=True)
+class TableFailed:
+    """A change of ``table_id`` at ``offset`` (the end of its event; an XA group's: its commit) could not
+    be decoded or typed: ``reason`` names the error. None of the table's changes from that event on
+    are sent; the stream freezes the table there (``TableEventKind.FAILED``), the others go on."""
+
+    table_id: TableId
+    offset: BinlogOffset
+    reason: str
 
 
 #: what a window replay applies over a split's rows, in binlog order
