@@ -124,9 +124,10 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
         plan_ids.append(plan.task_id)
         snapshots.append(snapshot)
         collected.append((plan.task_id, snapshot.task_id))
-    # none_failed: a group with nothing to read maps to zero chunks, which Airflow marks skipped
+    # all_done: a group with nothing to read maps to zero chunks (which Airflow marks skipped), and one
+    # table's failed chunk task must not hold back the others (collect.py leaves that table out)
     collect = MySqlCdcCollectSplitsOperator(task_id="collect_splits", groups=collected, state=state,
-                                            aws_conn_id=aws_conn_id, trigger_rule="none_failed")
+                                            aws_conn_id=aws_conn_id, trigger_rule="all_done")
     snapshots >> collect
     stream = MySqlCdcStreamOperator(task_id="stream", state=state, sink_root=sink,
                                     mode=_param("stream_mode", stream_mode), mysqlcdc_conn_id=mysqlcdc_conn_id,

@@ -7,19 +7,28 @@ running stream picks the new generation up at its next micro-batch.
 
 It pulls only XComs that exist: a group with nothing to read maps to zero chunk tasks, and asking
 for their results would log an error (Airflow logs every missing XCom as one) in a healthy run.
+
+One table's failed chunk task (after its retries) does not hold back the others: the collect runs
+once every chunk task is done (``all_done``), lands every table whose chunks all finished, and
+leaves a table with a failed chunk as it was registered (a new table is not captured yet), saying
+so; the stream then goes on with the rest, and the next run plans that table again. A failed plan
+task is not one table's matter (a preflight problem, another run of the pipeline): nothing lands.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.hooks.object_store import open_object_store
+from airflow_provider_mysqlcdc.protocol.actions import PlanAction
 from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
 from airflow_provider_mysqlcdc.protocol.results import ChunkResult, CollectResult
-from airflow_provider_mysqlcdc.protocol.plans import TablePlans
+from airflow_provider_mysqlcdc.protocol.plans import TablePlan, TablePlans
 from airflow_provider_mysqlcdc.state.changes import next_tables
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 
@@ -46,14 +55,25 @@ class MySqlCdcCollectSplitsOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         open_object_store(self.aws_conn_id)
         ti = context["ti"]
-        groups, results = [], []
+        groups, results, failed = [], [], {}
         for plan_id, snapshot_id in self.groups:
             value = ti.xcom_pull(task_ids=plan_id, key="tables")
+            if value is None:
+                raise RuntimeError(f"Plan task {plan_id} did not finish (see its log): nothing of this run lands, "
+                                   "and the stream does not start. Fix what it reports, then clear it or trigger a "
+                                   "new run.")
             groups.append(decode(TablePlans, value, f"the 'tables' XCom of {plan_id}"))
-            chunks = len(ti.xcom_pull(task_ids=plan_id) or [])
+            chunks = ti.xcom_pull(task_ids=plan_id) or []
             if chunks:
-                results.extend(ti.xcom_pull(task_ids=snapshot_id, map_indexes=list(range(chunks))))
-        plans = [p for g in groups for p in g.plans]
+                pulled = ti.xcom_pull(task_ids=snapshot_id, map_indexes=list(range(len(chunks))))
+                results.extend(r for r in pulled if r is not None)
+                for table_id, indexes in failed_chunks(chunks, pulled).items():
+                    failed.setdefault(table_id, []).extend(f"{snapshot_id}[{i}]" for i in indexes)
+        for table_id, tasks in sorted(failed.items()):
+            self.log.warning("%s is left as it was registered: chunk task(s) %s failed (see their logs). The other "
+                             "tables land and stream on; the next run plans %s again (a re-snapshot you asked for "
+                             "by a param: ask again).", table_id, ", ".join(tasks), table_id)
+        plans = kept_if_failed([p for g in groups for p in g.plans], set(failed))
         exact = bool(groups) and all(g.exact for g in groups)
         state = PipelineState(self.state)
         servers = state.servers()  # results read on a server the source failed over to compare as newer
@@ -70,5 +90,20 @@ class MySqlCdcCollectSplitsOperator(BaseOperator):
                       ", ".join(map(str, removed)) or "none")
         return encode(CollectResult(self.state, generation.number, sorted(map(str, generation.tables)),
                                     len(generation.finished_splits), len(added), [str(t) for t in removed],
-                                    generation.initial_offset()))
+                                    generation.initial_offset(), [str(t) for t in sorted(failed)]))
 
+
+
+def failed_chunks(chunks: Sequence[dict[str, Any]], results: Sequence[Any]) -> dict[TableId, list[int]]:
+    """Per table, the indexes of its chunk tasks that left no result (they failed), given the plan's
+    chunks and the results pulled for their map indexes (None where none)."""
+    failed: dict[TableId, list[int]] = {}
+    for index, (chunk, result) in enumerate(zip(chunks, results)):
+        if result is None:
+            failed.setdefault(TableId.parse(chunk["table"]), []).append(index)
+    return failed
+
+
+def kept_if_failed(plans: Sequence[TablePlan], failed: set[TableId]) -> list[TablePlan]:
+    """The plans to land: a table with a failed chunk is kept as registered (not captured if new)."""
+    return [dataclasses.replace(p, action=PlanAction.KEEP) if p.table_id in failed else p for p in plans]

@@ -59,17 +59,19 @@ class CollectResult:
     changed_splits: int  # splits new or replaced by this run
     removed: list[str]  # tables this run stopped capturing
     start_offset: BinlogOffset | None  # where a stream without a checkpoint would start
+    left_out: list[str] = field(default_factory=list)  # tables whose chunk tasks failed, left as registered
 
     def to_body(self) -> dict[str, Any]:
         return {"state": self.state, "generation": self.generation, "tables": self.tables, "splits": self.splits,
                 "changed_splits": self.changed_splits, "removed": self.removed,
-                "start_offset": self.start_offset.to_dict() if self.start_offset else None}
+                "start_offset": self.start_offset.to_dict() if self.start_offset else None, "left_out": self.left_out}
 
     @classmethod
     def from_body(cls, body: dict[str, Any], version: int) -> "CollectResult":
         start = body.get("start_offset")
         return cls(body["state"], int(body["generation"]), list(body["tables"]), int(body["splits"]),
-                   int(body["changed_splits"]), list(body["removed"]), BinlogOffset.from_dict(start) if start else None)
+                   int(body["changed_splits"]), list(body["removed"]), BinlogOffset.from_dict(start) if start else None,
+                   list(body.get("left_out", [])))
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,8 @@ def test_graph_has_a_group_per_parse_time_table_and_one_for_trigger_time_tables(
                                  "param_tables.snapshot", "collect_splits", "stream"}
     assert dag.get_task("stream").spark_conf == {"spark.executor.memory": "2g"}
     assert dag.get_task("collect_splits").downstream_task_ids == {"stream"}
+    # one table's failed chunk task does not hold back the others' landing and the stream (collect.py)
+    assert dag.get_task("collect_splits").trigger_rule == "all_done"
 
 
 def test_a_dag_allowing_overlapping_runs_is_refused_when_parsed():

@@ -193,3 +193,22 @@ def race_collects(make_state, collects: int = 8) -> None:
 def test_collects_racing_for_one_generation_leave_one_winner_per_generation(tmp_path):
     for round_ in range(10):
         race_collects(lambda: PipelineState(str(tmp_path / f"state-{round_}")))
+
+
+def test_a_table_with_a_failed_chunk_task_stays_as_registered_and_the_others_land():
+    from airflow_provider_mysqlcdc.operators.collect import failed_chunks, kept_if_failed
+
+    current = Generation(1, captured_tables([finish(s, 100) for s in splits(T, [10])]))
+    resnapshot, new = TablePlan(T, "id", "resnapshot", splits(T, [15])), TablePlan(U, "id", "snapshot", splits(U, [5]))
+    chunks = [{"table": T.quoted}, {"table": T.quoted}, {"table": U.quoted}]
+    results = [{"a": "result"}, None, {"another": "result"}]  # T's second chunk task failed
+
+    failed = failed_chunks(chunks, results)
+    tables = next_tables(current, kept_if_failed([resnapshot, new], set(failed)),
+                         [finish(resnapshot.splits[0], 400, staged="p")] + [finish(s, 400) for s in new.splits],
+                         exact=True)
+
+    assert failed == {T: [1]}
+    assert tables[T] == current.tables[T]  # not half re-snapshotted, not removed
+    assert [f.high_watermark.position for f in tables[U].splits] == [400, 400]
+    assert not failed_chunks(chunks, [{"r": 1}] * 3)
