@@ -184,7 +184,7 @@ cdef class RowDecoder:
                     raw = little(data + at, 3)
                     at += 3
                     day, month, year = raw & 0x1F, (raw >> 5) & 0x0F, raw >> 9
-                    image[names[i]] = _date(year, month, day)
+                    image[names[i]] = _date(year, month, day, self.converts[i])
                 elif kind == FIXED:
                     image[names[i]] = self.converts[i](PyBytes_FromStringAndSize(<const char*>(data + at), width))
                     at += width
@@ -203,11 +203,11 @@ cdef class RowDecoder:
                         micros //= 10
                     micros *= POW10[fsp]
                     if kind == DATETIME:
-                        image[names[i]] = _datetime(raw, <int>micros)
+                        image[names[i]] = _datetime(raw, <int>micros, self.converts[i])
                     else:
                         seconds = <int64_t>raw
-                        if seconds == 0 and micros == 0:
-                            image[names[i]] = None  # the zero TIMESTAMP
+                        if seconds == 0 and micros == 0:  # the zero TIMESTAMP: None, or its text in a key
+                            image[names[i]] = None if self.converts[i] is None else self.converts[i](0, 0, 0)
                         else:
                             civil_from_days(seconds // 86400, &year, &month, &day)
                             seconds %= 86400
@@ -218,20 +218,23 @@ cdef class RowDecoder:
         return images
 
 
-cdef object _date(int year, int month, int day):
+cdef object _date(int year, int month, int day, object zero):
     try:
         return date_new(year, month, day)
     except ValueError:
-        return None  # the zero date, a date with a zero part, or an impossible one (ALLOW_INVALID_DATES)
+        # the zero date, a date with a zero part, or an impossible one (ALLOW_INVALID_DATES): None, or
+        # in a key column its text (``zero``: values.zero_date_text)
+        return None if zero is None else zero(year, month, day)
 
 
-cdef object _datetime(uint64_t packed, int micros):
+cdef object _datetime(uint64_t packed, int micros, object zero):
     cdef int year_month = (packed >> 22) & 0x1FFFF
+    cdef int year = year_month // 13, month = year_month % 13, day = (packed >> 17) & 0x1F
+    cdef int hour = (packed >> 12) & 0x1F, minute = (packed >> 6) & 0x3F, second = packed & 0x3F
     try:
-        return datetime_new(year_month // 13, year_month % 13, (packed >> 17) & 0x1F, (packed >> 12) & 0x1F,
-                            (packed >> 6) & 0x3F, packed & 0x3F, micros, None)
-    except ValueError:
-        return None  # the zero date, or a date with a zero part
+        return datetime_new(year, month, day, hour, minute, second, micros, None)
+    except ValueError:  # the zero date, or a date with a zero part: as _date
+        return None if zero is None else zero(year, month, day, hour, minute, second, micros)
 
 
 def _decimal_bytes(column) -> int:

@@ -25,6 +25,10 @@ are exact at, the split's high watermark or, for a partition no window change to
 snapshot's low watermark: spark/chunk_job.py), ``_cdc_version`` (that offset as one sortable integer), ``_cdc_event_ts`` (event
 time), and ``_cdc_chunk`` (the chunk key's order-preserving text, records/ordering.py, so that a
 split's rows are a string range in any engine).
+
+A DATE, DATETIME or TIMESTAMP key column is nullable and has a companion, ``_cdc_zero_<name>``: a
+key value with no calendar date (``ZeroDate``, records/values.py) is NULL in the column, as in any
+other column, and its text in the companion, so that the row keeps a key of its own.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ import pyarrow.compute as pc
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import Operation, TableTruncated, WindowChange
-from airflow_provider_mysqlcdc.cdc.records.values import decimal_text
+from airflow_provider_mysqlcdc.cdc.records.values import ZeroDate, decimal_text
 from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableSchema
 
 METADATA_COLUMNS = ("_cdc_op", "_cdc_binlog_file", "_cdc_binlog_pos", "_cdc_version", "_cdc_event_ts", "_cdc_chunk")
@@ -94,10 +98,29 @@ def _bit_width(column: Column) -> int:
     return int(digits) if digits else 64
 
 
+#: the temporal types whose key columns hold a ``ZeroDate`` where there is no calendar date
+_TEMPORAL = ("date", "datetime", "timestamp")
+#: the prefix of a temporal key column's companion (``zero_date_columns``)
+ZERO_DATE_PREFIX = "_cdc_zero_"
+
+
+def zero_date_columns(schema: TableSchema) -> dict[str, str]:
+    """Each DATE, DATETIME or TIMESTAMP key column and its companion column: a key value with no
+    calendar date (a ``ZeroDate``: ``0000-00-00``, ``2024-00-10``) is NULL in the key column, as in
+    any other, and its text in the companion, so that such rows keep distinct keys."""
+    return {k: ZERO_DATE_PREFIX + k for k in schema.key_columns if schema.column(k).data_type in _TEMPORAL}
+
+
+def row_key_columns(schema: TableSchema) -> list[str]:
+    """The sink columns that identify a row: the key columns, and the companions of temporal ones."""
+    return [*schema.key_columns, *zero_date_columns(schema).values()]
+
+
 def arrow_schema(schema: TableSchema) -> pa.Schema:
-    fields = [pa.field(c.name, arrow_type(c), nullable=c.nullable or c.name not in schema.key_columns)
-              for c in schema.columns]
-    return pa.schema(fields + _METADATA_FIELDS)
+    zeros = zero_date_columns(schema)
+    fields = [pa.field(c.name, arrow_type(c), nullable=c.nullable or c.name not in schema.key_columns
+                       or c.name in zeros) for c in schema.columns]
+    return pa.schema(fields + [pa.field(z, pa.string()) for z in zeros.values()] + _METADATA_FIELDS)
 
 
 def _to_arrow_value(target: pa.DataType) -> Callable[[Any], Any] | None:
@@ -112,6 +135,10 @@ def _to_arrow_value(target: pa.DataType) -> Callable[[Any], Any] | None:
     if pa.types.is_string(target):
         return _decimal_text
     return None
+
+
+def _zero_date_text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _micros(value: Any) -> Any:
@@ -143,7 +170,10 @@ def conform_to(data: pa.Table, target: pa.Schema) -> tuple[pa.Table, list[str]]:
 def rows_to_data_table(schema: TableSchema, rows: Sequence[dict[str, Any]]) -> pa.Table:
     """Normalised rows (dicts) as an Arrow table of the source columns."""
     target = data_schema(schema)
-    return pa.Table.from_arrays([_typed_array(f.type, [r.get(f.name) for r in rows]) for f in target], schema=target)
+    companions = {z: k for k, z in zero_date_columns(schema).items()}
+    arrays = [pa.array([_zero_date_text(r.get(companions[f.name])) for r in rows], pa.string())
+              if f.name in companions else _typed_array(f.type, [r.get(f.name) for r in rows]) for f in target]
+    return pa.Table.from_arrays(arrays, schema=target)
 
 
 def image_table(schema: TableSchema | None, images: Sequence[dict[str, Any]]) -> pa.Table:
@@ -167,14 +197,23 @@ def image_table(schema: TableSchema | None, images: Sequence[dict[str, Any]]) ->
             except (TypeError, ValueError, OverflowError, pa.ArrowException):
                 pass  # values of an older shape of the column
         arrays.append(typed if typed is not None else _inferred_array(name, values))
-    return pa.Table.from_arrays(arrays, names=list(names))
+    zeros = {k: z for k, z in zero_date_columns(schema).items() if k in names} if schema is not None else {}
+    for key, companion in zeros.items():
+        arrays.append(pa.array([_zero_date_text(image.get(key)) for image in images], pa.string()))
+    return pa.Table.from_arrays(arrays, names=list(names) + list(zeros.values()))
 
 
 def _typed_array(target: pa.DataType, values: list[Any]) -> pa.Array:
     convert = _to_arrow_value(target)
     if convert is not None:
         values = [None if v is None else convert(v) for v in values]
-    return pa.array(values, type=target)
+    try:
+        return pa.array(values, type=target)
+    except pa.ArrowTypeError:
+        if not (pa.types.is_date32(target) or pa.types.is_timestamp(target)):
+            raise
+    # a key's ZeroDate (text, which no date type takes): NULL here, its text in the companion column
+    return pa.array([None if isinstance(v, str) else v for v in values], type=target)
 
 
 def _inferred_array(name: str, values: list[Any]) -> pa.Array:
@@ -226,10 +265,19 @@ def python_values(column: Column, values: pa.ChunkedArray | pa.Array) -> list[An
     return out
 
 
+def column_values(table: pa.Table, schema: TableSchema, name: str) -> list[Any]:
+    """A sink column back to normalised Python values, a key's ``ZeroDate`` from its companion."""
+    values = python_values(schema.column(name), table.column(name))
+    companion = zero_date_columns(schema).get(name)
+    if companion is None or companion not in table.column_names:
+        return values
+    return [ZeroDate(z) if z is not None else v for v, z in zip(values, table.column(companion).to_pylist())]
+
+
 def arrow_to_rows(table: pa.Table, schema: TableSchema) -> list[dict[str, Any]]:
     """Back from a sink table to normalised rows (for comparisons with the source)."""
     names = [c.name for c in schema.columns]
-    columns = [python_values(c, table.column(c.name)) for c in schema.columns]
+    columns = [column_values(table, schema, n) for n in names]
     return [dict(zip(names, values)) for values in zip(*columns)]
 
 
@@ -237,7 +285,7 @@ def drop_keys(data: pa.Table, schema: TableSchema, keys: set[tuple[Any, ...]]) -
     """``data`` without the rows whose row key is in ``keys`` (normalised values)."""
     if not keys:
         return data
-    key_values = zip(*(python_values(schema.column(k), data.column(k)) for k in schema.key_columns))
+    key_values = zip(*(column_values(data, schema, k) for k in schema.key_columns))
     mask = pa.array([key not in keys for key in key_values], pa.bool_())
     return data.filter(mask)
 

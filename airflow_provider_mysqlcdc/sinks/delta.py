@@ -25,7 +25,7 @@ from deltalake.transaction import AddAction, RemoveAction
 from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError, is_table_fault
 from airflow_provider_mysqlcdc.cdc.records.values import decimal_text
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
-from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_schema
+from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_schema, row_key_columns, zero_date_columns
 from airflow_provider_mysqlcdc.sinks.base import Position, Sink, StreamCommit
 from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SUFFIX
 from airflow_provider_mysqlcdc.sinks.clustering import (MAX_REWRITE_BYTES, TARGET_BYTES, ClusteringResult,
@@ -118,8 +118,10 @@ class DeltaSink(Sink):
             except CommitFailedError:
                 pass  # created concurrently by another writer
             return
-        self._check_evolution(schema.table_id, pa.schema(table.schema().to_arrow()), target)
+        current = pa.schema(table.schema().to_arrow())
+        self._check_evolution(schema.table_id, current, target)
         self._enable_features(table, schema.table_id, target)
+        self._relax_nullability(table, schema.table_id, current, target)
         if STATS_COLUMNS not in table.metadata().configuration:  # a table created before this setting
             retry_conflicts(lambda: DeltaTable(uri, storage_options=self.storage_options).alter.set_table_properties(
                 {STATS_COLUMNS: _stats_columns(schema)}), f"keep statistics of {schema.table_id}'s key columns")
@@ -141,6 +143,18 @@ class DeltaSink(Sink):
         retry_conflicts(lambda: DeltaTable(table.table_uri, storage_options=self.storage_options).alter.add_feature(
             TableFeatures.TimestampWithoutTimezone, allow_protocol_versions_increase=True),
             f"enable TIMESTAMP_NTZ on {table_id}")
+
+    def _relax_nullability(self, table: DeltaTable, table_id: TableId, current: pa.Schema, target: pa.Schema) -> None:
+        """A column the table has as NOT NULL that ``target`` lets be NULL (a temporal key column, which a
+        table written before zero dates in keys were kept has as NOT NULL: arrow_rows.py) becomes
+        nullable, with the columns ``target`` adds, in a commit of its own (an empty schema-merging
+        append), before data files of the new schema are written."""
+        relaxed = [f.name for f in target if f.nullable and f.name in current.names and not current.field(f.name).nullable]
+        if not relaxed:
+            return
+        retry_conflicts(lambda: write_deltalake(table.table_uri, target.empty_table(), mode="append", schema_mode="merge",
+                                                storage_options=self.storage_options),
+                        f"let {', '.join(relaxed)} of {table_id} hold NULL")
 
     def _check_evolution(self, table_id: TableId, current: pa.Schema, target: pa.Schema) -> None:
         """Added columns are merged in on the next write; a changed type is refused clearly."""
@@ -216,7 +230,12 @@ class DeltaSink(Sink):
 
     def merge_changes(self, schema: TableSchema, changes: pa.Table, *, commit: StreamCommit) -> None:
         uri = self.table_uri(schema.table_id)
-        keys = " AND ".join(f"t.{sql_identifier(k)} = s.{sql_identifier(k)}" for k in schema.key_columns)
+        zeros = zero_date_columns(schema)
+        nullable = set(zeros) | set(zeros.values())
+        # a temporal key column is NULL where its companion holds a ZeroDate's text (arrow_rows.py): both
+        # match NULL-safely; every other key column is never NULL
+        keys = " AND ".join(f"(t.{sql_identifier(k)} IS NOT DISTINCT FROM s.{sql_identifier(k)})" if k in nullable
+                            else f"t.{sql_identifier(k)} = s.{sql_identifier(k)}" for k in row_key_columns(schema))
         integer_keys = all(pa.types.is_integer(changes.schema.field(k).type) for k in schema.key_columns)
         # every column by name, quoted here: delta-rs's update_all/insert_all wrap names in backticks
         # without escaping them, which a column named with a backtick breaks

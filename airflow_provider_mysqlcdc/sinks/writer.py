@@ -24,7 +24,8 @@ from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering, encode_int_sort_keys, encode_sort_key
 from airflow_provider_mysqlcdc.cdc.source.schema import TableSchema
-from airflow_provider_mysqlcdc.sinks.arrow_rows import data_schema, python_values, rows_to_data_table, with_metadata
+from airflow_provider_mysqlcdc.sinks.arrow_rows import (column_values, data_schema, row_key_columns,
+                                                      rows_to_data_table, with_metadata)
 from airflow_provider_mysqlcdc.sinks.base import Position, Sink, StreamCommit
 from airflow_provider_mysqlcdc.sinks.change_columns import (change_columns, changes_after, conform_changes,
                                                           last_change_per_key, position_at)
@@ -72,7 +73,7 @@ class SinkWriter:
         column = data.column(self.chunk_key)
         if pa.types.is_integer(column.type) and not self.ordering.needs_database:
             return encode_int_sort_keys(column.combine_chunks())  # integers (and TIME as microseconds)
-        keys = python_values(self.schema.column(self.chunk_key), column)
+        keys = column_values(data, self.schema, self.chunk_key)
         return [encode_sort_key(k) for k in self.ordering.sort_keys(keys)]
 
     def split_range(self, split: SnapshotSplit) -> tuple[str | None, str | None]:
@@ -127,7 +128,7 @@ class SinkWriter:
 
     def changes_table(self, changes: pa.Table) -> pa.Table:
         """The sink rows of a run of change columns (conformed to this writer: ``conform_changes``)."""
-        latest = last_change_per_key(changes, self.schema.key_columns)
+        latest = last_change_per_key(changes, row_key_columns(self.schema))
         data = latest.select(self.data_schema.names)
         offsets = tuple(latest.column(n) for n in ("_cdc_binlog_file", "_cdc_binlog_pos", "_cdc_version"))
         return with_metadata(data, self.schema, ops=latest.column("_cdc_op"), offsets=offsets,

@@ -3,8 +3,8 @@ goes through planning, the snapshot and the stream.
 
 The types are the server's (``information_schema.COLUMNS`` of a table with one column of each, less
 the ones preflight refuses as chunk keys); the values are each type's edges and random values, also
-ones the server takes only under a permissive ``sql_mode`` (clipped numbers). Zero and partial dates in
-a key are not here yet: the sink keeps them as NULL, which a key cannot be (issue 27, item 2). For each type: the server's ``ORDER BY``
+ones the server takes only under a permissive ``sql_mode`` (clipped numbers; zero, partial and
+impossible dates, which sit between real ones in the server's order). For each type: the server's ``ORDER BY``
 equals the order of the sort keys the split reader and the binlog filter use
 (records/ordering.py) and of their text in the sink's ``_cdc_chunk``; and a table with such a
 primary key, cut into small splits, is snapshotted, changed and streamed into a sink equal to the
@@ -65,12 +65,16 @@ KEY_TYPES: dict[str, tuple[str, list]] = {
     "float": ("FLOAT", [-3.4e38, -1.0, -1e-30, 0.0, 1e-30, 0.5, 3.4e38] + [RNG.uniform(-1e6, 1e6) for _ in range(20)]),
     "double": ("DOUBLE", [-1.7e308, -2.2e-308, 0.0, 5e-324, 1.7e308] + [RNG.uniform(-1e300, 1e300) for _ in range(20)]),
     "bit": ("BIT(64)", _ints(0, 2**64 - 1)),
-    "date": ("DATE", ["0001-01-01", "1000-01-01", "2024-02-29", "9999-12-31"]
+    "date": ("DATE", ["0001-01-01", "1000-01-01", "2024-02-29", "9999-12-31", "0000-00-00", "0000-05-06", "2024-00-10",
+                      "2024-05-00", "2024-02-30", "2023-12-31", "2024-01-01"]
              + [f"{RNG.randint(1, 9999):04d}-{RNG.randint(1, 12):02d}-{RNG.randint(1, 28):02d}" for _ in range(20)]),
     "datetime": ("DATETIME(6)", ["0001-01-01 00:00:00", "1000-01-01 00:00:00", "2024-02-29 23:59:59.999999",
-                                 "9999-12-31 23:59:59.999999"] + [f"2020-01-{d:02d} 10:00:00.{RNG.randint(0, 999999):06d}"
+                                 "9999-12-31 23:59:59.999999", "0000-00-00 00:00:00", "2024-00-10 12:00:00.5",
+                                 "2024-05-00 01:02:03.000004", "0000-05-06 00:00:00", "2024-02-30 10:00:00",
+                                 "2023-12-31 23:59:59.999999", "2024-01-01 00:00:00"] + [f"2020-01-{d:02d} 10:00:00.{RNG.randint(0, 999999):06d}"
                                                                   for d in range(1, 20)]),
-    "timestamp": ("TIMESTAMP(6)", ["1970-01-01 00:00:01", "2038-01-19 03:14:07.999999", "2024-06-01 12:00:00.5"]
+    "timestamp": ("TIMESTAMP(6)", ["1970-01-01 00:00:01", "2038-01-19 03:14:07.999999", "2024-06-01 12:00:00.5",
+                                   "0000-00-00 00:00:00"]
                   + [f"{RNG.randint(1971, 2037)}-06-01 12:00:00.{RNG.randint(0, 999999):06d}" for _ in range(20)]),
     "time": ("TIME(6)", ["-838:59:59", "-00:00:00.000001", "00:00:00", "24:00:00", "838:59:59"]
              + [f"{RNG.randint(-838, 838)}:00:00.{RNG.randint(0, 999999):06d}" for _ in range(20)]),
@@ -103,7 +107,7 @@ def key_tables(mysql_server, cdc_user, tmp_path_factory):
     tables = {}
     with conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE `{database}`")
-        cur.execute("SET sql_mode = ''")  # zero dates, clipped values: what legacy servers hold
+        cur.execute("SET sql_mode = 'ALLOW_INVALID_DATES'")  # zero and impossible dates, clipped values: legacy servers
         for name, (sql_type, values) in KEY_TYPES.items():
             table = TableId(database, f"k_{name}")
             cur.execute(f"CREATE TABLE {table.quoted} (k {sql_type} NOT NULL PRIMARY KEY, v INT)")

@@ -417,7 +417,9 @@ class BinlogReader:
         found = self._decodings.get(id(event.columns))
         if found is None or found.library_columns is not event.columns:
             normalizer = self._normalizer(event, table_id)
-            layout = None if self.decoder == "library" else layout_for(event.columns, normalizer.schema.columns)
+            schema = normalizer.schema
+            layout = None if self.decoder == "library" else layout_for(event.columns, schema.columns,
+                                                                       schema.key_columns)
             if layout is None and self.decoder != "library":
                 log.info("rows of %s are decoded by python-mysql-replication: a column of it is stored in a way "
                          "the %s decoder leaves to the library", table_id, self.decoder)
@@ -503,10 +505,25 @@ class _TableDecoding:
         if body is None:
             normalize = self.normalizer.row
             if not is_update:
-                return [normalize(_raw(row["values"], row.get("none_sources"))) for row in event.rows], False
-            return [normalize(_raw(row[f"{side}_values"], row.get(f"{side}_none_sources")))
-                    for row in event.rows for side in ("before", "after")], False
+                images = [normalize(_raw(row["values"], row.get("none_sources"))) for row in event.rows]
+            else:
+                images = [normalize(_raw(row[f"{side}_values"], row.get(f"{side}_none_sources")))
+                          for row in event.rows for side in ("before", "after")]
+            self._check_key_dates(images)
+            return images, False
         return self.row_decoder.decode(body), True
+
+    def _check_key_dates(self, images: list[dict[str, Any]]) -> None:
+        """The library gives None for a date with no calendar date, which a key column cannot hold
+        (values.py keeps such keys as ``ZeroDate``): refused, for this table only (``TableFailed``)."""
+        schema = self.normalizer.schema
+        for name in schema.key_columns:
+            column = schema.column(name)
+            if column.data_type in ("date", "datetime", "timestamp") and not column.nullable \
+                    and any(name in image and image[name] is None for image in images):
+                raise ValueError(f"key column {name!r} holds a zero or partial date, of which python-mysql-replication "
+                                 "(decoding this table: a column of it is stored in a way the row decoders leave to "
+                                 "it) gives no value; update the row to a real date, then re-snapshot the table")
 
     def _row_bytes(self, event: Any, is_update: bool) -> memoryview | None:
         """The event's rows as bytes (what follows the bitmaps the library has read), when a row

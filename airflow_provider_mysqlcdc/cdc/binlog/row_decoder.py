@@ -32,7 +32,7 @@ import datetime as dt
 import decimal
 import os
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +41,7 @@ from pymysqlreplication.constants import FIELD_TYPE
 from airflow_provider_mysqlcdc.cdc.binlog.library_fixes import time2_to_timedelta
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.records.charsets import codec_name, decodable
-from airflow_provider_mysqlcdc.cdc.records.values import converter_for
+from airflow_provider_mysqlcdc.cdc.records.values import converter_for, zero_date_text
 from airflow_provider_mysqlcdc.cdc.source.schema import Column
 
 # --- kinds: how a column's value is stored (the compiled decoder uses the same codes) -------------
@@ -51,9 +51,9 @@ FLOAT = 3  # 4-byte IEEE, widened
 DOUBLE = 4  # 8-byte IEEE
 UTF8 = 5  # a ``width``-byte length, then UTF-8 text
 BYTES = 6  # a ``width``-byte length, then bytes
-DATE = 7  # 3 bytes: day, month, year bit fields; zero, partial and impossible dates are None
-DATETIME = 8  # 5 bytes big-endian packed, then ``fsp`` fraction bytes; impossible dates are None
-TIMESTAMP = 9  # 4 bytes big-endian seconds, then fraction bytes; aware UTC; the zero TIMESTAMP is None
+DATE = 7  # 3 bytes: day, month, year bit fields; zero, partial and impossible dates: None, or text in a key
+DATETIME = 8  # 5 bytes big-endian packed, then ``fsp`` fraction bytes; impossible dates as DATE's
+TIMESTAMP = 9  # 4 bytes big-endian seconds, then fraction bytes; aware UTC; the zero TIMESTAMP as DATE's
 YEAR = 10  # 1 byte, years after 1900 (0 is the year 0000)
 FIXED = 11  # ``width`` bytes handed to ``convert``
 PREFIXED = 12  # a ``width``-byte length, then that many bytes handed to ``convert``
@@ -80,8 +80,9 @@ class ColumnLayout:
     width: int = 0
     #: fractional-second digits of DATETIME and TIMESTAMP
     fsp: int = 0
-    #: the bytes' value, for FIXED and PREFIXED (and DECIMAL, in the Python twin)
-    convert: Callable[[bytes], Any] | None = None
+    #: the bytes' value, for FIXED and PREFIXED (and DECIMAL, in the Python twin); for DATE, DATETIME and
+    #: TIMESTAMP in a key column, the text of a value with no calendar date from its parts (else None)
+    convert: Callable[..., Any] | None = None
     #: digits, and digits after the point, of a DECIMAL
     precision: int = 0
     scale: int = 0
@@ -95,22 +96,23 @@ class RowLayout:
     columns: tuple[ColumnLayout, ...]
 
 
-def layout_for(library_columns: list[Any], columns: tuple[Column, ...]) -> RowLayout | None:
+def layout_for(library_columns: list[Any], columns: tuple[Column, ...],
+               key_columns: Collection[str] = ()) -> RowLayout | None:
     """The layout of a table map's row images (``library_columns``: the library's view of the table
-    map, ``columns``: ours, column_from_table_map's), or None when a column is stored in a way the
-    decoders leave to the library."""
+    map, ``columns``: ours, column_from_table_map's; ``key_columns``: the row key's), or None when a
+    column is stored in a way the decoders leave to the library."""
     layouts = []
     if any(lib.name is None for lib in library_columns):
         return None  # binlog_row_metadata=MINIMAL: the library names the columns while it reads them
     for lib, column in zip(library_columns, columns, strict=True):
-        layout = _column_layout(lib, column)
+        layout = _column_layout(lib, column, column.name in key_columns)
         if layout is None:
             return None
         layouts.append(layout)
     return RowLayout(tuple(c.name for c in columns), tuple(layouts))
 
 
-def _column_layout(lib: Any, column: Column) -> ColumnLayout | None:
+def _column_layout(lib: Any, column: Column, key: bool = False) -> ColumnLayout | None:
     code, data_type = lib.type, column.data_type
     if code in _INTEGER_WIDTHS:
         return ColumnLayout(UNSIGNED if lib.unsigned else SIGNED, _INTEGER_WIDTHS[code])
@@ -121,11 +123,11 @@ def _column_layout(lib: Any, column: Column) -> ColumnLayout | None:
     if code == FIELD_TYPE.YEAR:
         return ColumnLayout(YEAR, 1)
     if code in (FIELD_TYPE.DATE, FIELD_TYPE.NEWDATE):
-        return ColumnLayout(DATE, 3)
+        return ColumnLayout(DATE, 3, convert=zero_date_text(True, 0) if key else None)
     if code == FIELD_TYPE.DATETIME2:
-        return ColumnLayout(DATETIME, 5, fsp=lib.fsp)
+        return ColumnLayout(DATETIME, 5, fsp=lib.fsp, convert=zero_date_text(False, lib.fsp) if key else None)
     if code == FIELD_TYPE.TIMESTAMP2:
-        return ColumnLayout(TIMESTAMP, 4, fsp=lib.fsp)
+        return ColumnLayout(TIMESTAMP, 4, fsp=lib.fsp, convert=zero_date_text(False, lib.fsp) if key else None)
     if code == FIELD_TYPE.TIME2:
         return ColumnLayout(FIXED, 3 + (lib.fsp + 1) // 2, convert=time2_to_timedelta)
     if code == FIELD_TYPE.NEWDECIMAL:
@@ -232,30 +234,33 @@ def fraction_micros(raw: int, fsp: int) -> int:
     return raw * 10 ** (6 - fsp)
 
 
-def datetime_value(packed: int, micros: int) -> dt.datetime | None:
+def datetime_value(packed: int, micros: int, zero: Callable[..., str] | None = None) -> dt.datetime | str | None:
     """A DATETIME from its 40-bit packed value (sign bit, year*13+month, day, hour, minute, second);
-    None for the zero date and dates with a zero part, as the SELECT path has them."""
+    the zero date and dates with a zero part are None, as the SELECT path has them, or in a key
+    column (``zero``: values.zero_date_text) their text."""
     year_month = (packed >> 22) & 0x1FFFF
+    year, month, day = year_month // 13, year_month % 13, (packed >> 17) & 0x1F
+    hour, minute, second = (packed >> 12) & 0x1F, (packed >> 6) & 0x3F, packed & 0x3F
     try:
-        return dt.datetime(year_month // 13, year_month % 13, (packed >> 17) & 0x1F, (packed >> 12) & 0x1F,
-                           (packed >> 6) & 0x3F, packed & 0x3F, micros)
+        return dt.datetime(year, month, day, hour, minute, second, micros)
     except ValueError:
-        return None
+        return None if zero is None else zero(year, month, day, hour, minute, second, micros)
 
 
-def date_value(packed: int) -> dt.date | None:
-    """A DATE from its 3 bytes; None for the zero date, dates with a zero part and the impossible
-    dates ``ALLOW_INVALID_DATES`` lets in (2024-02-30), as the SELECT path has them."""
+def date_value(packed: int, zero: Callable[..., str] | None = None) -> dt.date | str | None:
+    """A DATE from its 3 bytes; the zero date, dates with a zero part and the impossible dates
+    ``ALLOW_INVALID_DATES`` lets in (2024-02-30) are None, or in a key column their text."""
     day, month, year = packed & 0x1F, (packed >> 5) & 0x0F, packed >> 9
     try:
         return dt.date(year, month, day)
     except ValueError:
-        return None
+        return None if zero is None else zero(year, month, day)
 
 
-def timestamp_value(seconds: int, micros: int) -> dt.datetime | None:
+def timestamp_value(seconds: int, micros: int, zero: Callable[..., str] | None = None) -> dt.datetime | str | None:
+    """An aware UTC datetime; the zero TIMESTAMP is None, or in a key column its text."""
     if not seconds and not micros:
-        return None  # the zero TIMESTAMP
+        return None if zero is None else zero(0, 0, 0)
     if micros >= 1_000_000:
         raise ValueError(f"a TIMESTAMP fraction of {micros} microseconds")
     return _EPOCH + dt.timedelta(seconds=seconds, microseconds=micros)
@@ -308,7 +313,7 @@ class PythonRowDecoder:
                 elif kind == DOUBLE:
                     values.append(_DOUBLE.unpack(raw)[0])
                 elif kind == DATE:
-                    values.append(date_value(from_bytes(raw, "little")))
+                    values.append(date_value(from_bytes(raw, "little"), convert))
                 elif kind == YEAR:
                     values.append(raw[0] + 1900 if raw[0] else 0)
                 elif kind == FIXED or kind == DECIMAL:
@@ -319,9 +324,9 @@ class PythonRowDecoder:
                     micros = fraction_micros(from_bytes(data[at:at + fraction_bytes], "big"), fsp)
                     at += fraction_bytes
                     if kind == DATETIME:
-                        values.append(datetime_value(from_bytes(raw, "big"), micros))
+                        values.append(datetime_value(from_bytes(raw, "big"), micros, convert))
                     else:
-                        values.append(timestamp_value(from_bytes(raw, "big"), micros))
+                        values.append(timestamp_value(from_bytes(raw, "big"), micros, convert))
             images.append(dict(zip(names, values)))
         return images
 

@@ -73,7 +73,7 @@ class ChunkSplitter:
         self.chunk_key = schema.chunk_key_column(options.chunk_key_column)
         self.column: Column = schema.column(self.chunk_key)
         self.ordering = ordering or KeyOrdering(self.column, lambda: conn)
-        self._normalise = converter_for(self.column) or (lambda value: value)
+        self._normalise = converter_for(self.column, key=True) or (lambda value: value)
         # every statement here runs with parameters (an empty tuple where it has none)
         self._key_sql = with_params(read_expression(self.column))
         self._key_name = with_params(quote_identifier(self.chunk_key))

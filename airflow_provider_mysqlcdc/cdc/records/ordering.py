@@ -26,10 +26,12 @@ import struct
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import pymysql
 
+from airflow_provider_mysqlcdc.cdc.records.values import ZeroDate
 from airflow_provider_mysqlcdc.cdc.source.schema import Column
 
 _WEIGHT_BATCH = 200
@@ -59,9 +61,60 @@ def _inet4_sort_key(text: str) -> bytes:
     return ipaddress.IPv4Address(text).packed
 
 
-#: sort keys of the types whose normalised value (text) does not order like the server orders them
+@dataclass(frozen=True, order=True)
+class TemporalKey:
+    """Where a DATE, DATETIME or TIMESTAMP value sits in the server's order: ``number`` is the day's
+    ordinal (DATE) or the microseconds since the epoch (DATETIME naive, TIMESTAMP in UTC). A value with
+    no calendar date (``ZeroDate``) sits where the server puts it, which compares year, month, day
+    and time as numbers: right after the last instant before the first real date that follows it
+    (``number``), ordered among its likes by its ``parts``."""
+
+    number: int
+    parts: tuple[int, ...] = ()
+
+
+def _temporal_sort_key(kind: str) -> Callable[[Any], TemporalKey]:
+    def key(value: Any) -> TemporalKey:
+        if isinstance(value, str):  # a ZeroDate, or a bound of a split carried as text
+            parts = ZeroDate(value).parts
+            try:
+                value = dt.datetime(*parts)
+            except ValueError:  # no calendar date
+                return TemporalKey(_number(kind, _next_real(parts)) - 1, parts)
+        return TemporalKey(_number(kind, value))
+
+    return key
+
+
+def _number(kind: str, value: dt.date) -> int:
+    if kind == "date":
+        return value.toordinal() if not isinstance(value, dt.datetime) else value.date().toordinal()
+    if not isinstance(value, dt.datetime):
+        value = dt.datetime(value.year, value.month, value.day)
+    if kind == "timestamp" and value.tzinfo is None:
+        value = value.replace(tzinfo=dt.timezone.utc)
+    return (value - (_EPOCH_UTC if value.tzinfo else _EPOCH)) // dt.timedelta(microseconds=1)
+
+
+def _next_real(parts: tuple[int, ...]) -> dt.date:
+    """The first calendar date after a date with the given (impossible) year, month and day."""
+    year, month, day = parts[:3]
+    if year == 0:
+        return dt.date.min
+    if month == 0:
+        return dt.date(year, 1, 1)
+    if day == 0:
+        return dt.date(year, month, 1)
+    if month == 12:
+        return dt.date(year + 1, 1, 1) if year < dt.MAXYEAR else dt.date.max
+    return dt.date(year, month + 1, 1)  # a day past the month's end (ALLOW_INVALID_DATES)
+
+
+#: sort keys of the types whose normalised value does not order like the server orders them
 _SORT_KEYS: dict[str, Callable[[Any], Any]] = {"uuid": uuid_sort_key, "inet6": _inet6_sort_key,
-                                               "inet4": _inet4_sort_key}
+                                               "inet4": _inet4_sort_key, "date": _temporal_sort_key("date"),
+                                               "datetime": _temporal_sort_key("datetime"),
+                                               "timestamp": _temporal_sort_key("timestamp")}
 
 
 class KeyOrdering:
@@ -157,6 +210,8 @@ def _sql_name(name: str) -> str:
 
 _EPOCH = dt.datetime(1970, 1, 1)
 _EPOCH_UTC = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+#: hex digits of a ZeroDate's year, month, day, hour, minute, second and microsecond in its encoding
+_PART_WIDTHS = (4, 1, 2, 2, 2, 2, 5)
 
 
 def encode_sort_key(key: Any) -> str:
@@ -176,6 +231,9 @@ def encode_sort_key(key: Any) -> str:
         bits = struct.unpack(">Q", struct.pack(">d", key))[0]
         bits = bits ^ 0xFFFFFFFFFFFFFFFF if bits >> 63 else bits | (1 << 63)
         return f"{bits:016x}"
+    if isinstance(key, TemporalKey):  # a ZeroDate's parts follow its number: after it, before the next
+        suffix = "".join(f"{p:0{w}x}" for p, w in zip(key.parts, _PART_WIDTHS))
+        return _encode_int(key.number) + (f"~{suffix}" if key.parts else "")
     if isinstance(key, dt.datetime):
         base = _EPOCH_UTC if key.tzinfo else _EPOCH
         return _encode_int((key - base) // dt.timedelta(microseconds=1))

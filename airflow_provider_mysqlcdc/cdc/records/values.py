@@ -15,8 +15,8 @@ SET                       'a,b' / ''                {'a','b'} / None if empty   
 TIMESTAMP                 naive UTC (session UTC)   naive UTC                    aware datetime in UTC
 DECIMAL(p,s)              Decimal                   Decimal                      Decimal with exactly s places
 JSON (MySQL)              text                      parsed object                canonical JSON text
-zero/partial DATE(TIME)   '2024-00-10' string       None                         None
-zero TIMESTAMP            '0000-00-00...' string    the epoch                    None
+zero/partial DATE(TIME)   '2024-00-10' string       the same text                None; in a key: ZeroDate
+zero TIMESTAMP            '0000-00-00...' string    the epoch                    None; in a key: ZeroDate
 YEAR 0000                 0                         1900                         0
 UUID (MariaDB)            text                      16 bytes                     text
 INET6/INET4 (MariaDB)     text                      16/4 bytes                   text (as inet_ntop)
@@ -70,10 +70,58 @@ def _timestamp_to_utc(value: Any) -> Any:
     return _zero_temporal_to_none(value)
 
 
+class ZeroDate(str):
+    """A DATE, DATETIME or TIMESTAMP value with no calendar date, as the server writes it: the zero date
+    or one with a zero or impossible part (``'0000-00-00'``, ``'2024-00-10 12:00:00'``,
+    ``'2024-02-30'`` under ``ALLOW_INVALID_DATES``), which no Python or Arrow date can hold. Key
+    columns keep it (a NULL could not tell such rows apart); other columns hold None."""
+
+    __slots__ = ()
+
+    @property
+    def parts(self) -> tuple[int, int, int, int, int, int, int]:
+        """Year, month, day, hour, minute, second, microsecond."""
+        day, _, time = self.partition(" ")
+        year, month, date = (int(p) for p in day.split("-"))
+        clock, _, fraction = time.partition(".")
+        hour, minute, second = (int(p) for p in clock.split(":")) if clock else (0, 0, 0)
+        return year, month, date, hour, minute, second, int(fraction.ljust(6, "0")[:6]) if fraction else 0
+
+
 def _zero_temporal_to_none(value: Any) -> Any:
-    # pymysql hands back a zero or partial date ('0000-00-00', '2024-00-10 ...') as a string, where
-    # Python (and Arrow) have no such date; the binlog decoder gives None for them.
+    # pymysql hands back a zero or partial date ('0000-00-00', '2024-00-10 ...') as a string, and so do
+    # the binlog decoders, where Python (and Arrow) have no such date
     return None if isinstance(value, str) else value
+
+
+def zero_date_text(is_date: bool, fsp: int) -> Callable[..., ZeroDate]:
+    """The ``ZeroDate`` of a DATE (``is_date``) or a DATETIME/TIMESTAMP with ``fsp`` fraction digits,
+    from its parts, as the server writes it: the binlog's decoders and the SELECT's text agree on it."""
+
+    def text(year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0,
+             micros: int = 0) -> ZeroDate:
+        written = f"{year:04d}-{month:02d}-{day:02d}"
+        if not is_date:
+            written += f" {hour:02d}:{minute:02d}:{second:02d}" + (f".{micros:06d}"[:fsp + 1] if fsp else "")
+        return ZeroDate(written)
+
+    return text
+
+
+def _make_key_temporal(column: Column) -> Converter:
+    """A key column's temporal values: a value with no calendar date as the ``ZeroDate`` the server
+    writes (the same text from the SELECT and from the binlog), real ones like other columns'."""
+    is_timestamp = column.data_type == "timestamp"
+    text = zero_date_text(column.data_type == "date", column.datetime_precision or 0)
+
+    def convert(value: Any) -> Any:
+        if isinstance(value, str):
+            return text(*ZeroDate(value).parts)
+        if is_timestamp:
+            return _timestamp_to_utc(value) or text(0, 0, 0)
+        return value
+
+    return convert
 
 
 class _Real(decimal.Decimal):
@@ -216,9 +264,13 @@ _BYTES_TYPES = {"varbinary", "tinyblob", "blob", "mediumblob", "longblob", "geom
 _TEXT_TYPES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext"}
 
 
-def converter_for(column: Column) -> Converter | None:
-    """The normalising function for one column (None when both paths already agree); non-NULL values only."""
+def converter_for(column: Column, *, key: bool = False) -> Converter | None:
+    """The normalising function for one column (None when both paths already agree); non-NULL values
+    only. ``key``: the column is part of the row key (or the chunk key), where a date with no calendar
+    date is kept as a ``ZeroDate``, not NULL."""
     t = column.data_type
+    if key and t in ("date", "datetime", "timestamp"):
+        return _make_key_temporal(column)
     if t == "float":
         return _to_float32
     if t == "bit":
@@ -284,7 +336,9 @@ class ValueNormalizer:
 
     def __init__(self, schema: TableSchema):
         self.schema = schema
-        self._converters = {c.name: f for c in schema.columns if (f := converter_for(c)) is not None}
+        keys = set(schema.key_columns)
+        self._converters = {c.name: f for c in schema.columns
+                            if (f := converter_for(c, key=c.name in keys)) is not None}
 
     def row(self, raw: dict[str, Any]) -> dict[str, Any]:
         """Normalise a row in place (the caller hands over ``raw``) and return it."""
