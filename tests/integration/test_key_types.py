@@ -7,8 +7,8 @@ ones the server takes only under a permissive ``sql_mode`` (clipped numbers; zer
 impossible dates, which sit between real ones in the server's order). For each type: the server's ``ORDER BY``
 equals the order of the sort keys the split reader and the binlog filter use
 (records/ordering.py) and of their text in the sink's ``_cdc_chunk``; and a table with such a
-primary key, cut into small splits, is snapshotted, changed and streamed into a sink equal to the
-source. Types refused as chunk keys are refused by preflight, naming the type.
+primary key, cut into small splits, is snapshotted, then updated, deleted from and inserted into
+while streaming, into a sink equal to the source. Types refused as chunk keys are refused by preflight, naming the type.
 """
 
 from __future__ import annotations
@@ -117,9 +117,13 @@ def key_tables(mysql_server, cdc_user, tmp_path_factory):
     state, lake = PipelineState(str(tmp / "state")), str(tmp / "lake")
     snapshot_tables(cdc_user, list(tables.values()), lake, state, chunk_size=4, chunk_key="k")
     with conn.cursor() as cur:  # the stream: updates of every row, deletes and inserts
+        cur.execute("SET sql_mode = 'ALLOW_INVALID_DATES'")
         for table in tables.values():
             cur.execute(f"UPDATE {table.quoted} SET v = v + 100")
+            cur.execute(f"SELECT k FROM {table.quoted} ORDER BY k LIMIT 1")
+            (smallest,) = cur.fetchone()  # a zero date, where the type has them
             cur.execute(f"DELETE FROM {table.quoted} ORDER BY k LIMIT 2")
+            cur.execute(f"INSERT INTO {table.quoted} VALUES (%s, -1)", (smallest,))
     run_stream(cdc_user, tmp, StreamJob(state=state.location, sink_root=lake))
     yield KeyTables(database, tables, lake)
     with conn.cursor() as cur:
