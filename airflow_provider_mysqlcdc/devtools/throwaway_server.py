@@ -87,6 +87,12 @@ class ThrowawayMariaDB:
     failover_ready: bool = False
     #: TLS with these certificates, and no plaintext TCP connection accepted (require_secure_transport)
     tls: TestCertificates | None = None
+    #: the server's defaults, which legacy installations often have otherwise: its character set (and
+    #: collation), its time zone (None: the system's) and its sql_mode (None: MariaDB's default)
+    character_set_server: str = "utf8mb4"
+    collation_server: str = "utf8mb4_general_ci"
+    default_time_zone: str | None = None
+    sql_mode: str | None = None
 
     _process: subprocess.Popen[bytes] | None = None
     _owns_base_dir: bool = False
@@ -231,8 +237,8 @@ class ThrowawayMariaDB:
             # Durability is not what the throwaway server is for; speed is.
             "--innodb-flush-log-at-trx-commit=2",
             "--sync-binlog=0",
-            "--character-set-server=utf8mb4",
-            "--collation-server=utf8mb4_general_ci",
+            f"--character-set-server={self.character_set_server}",
+            f"--collation-server={self.collation_server}",
         ]
         if self.log_bin:
             options += [
@@ -241,6 +247,10 @@ class ThrowawayMariaDB:
                 f"--binlog-row-image={self.binlog_row_image}",
                 f"--binlog-row-metadata={self.binlog_row_metadata}",
             ]
+        if self.default_time_zone is not None:
+            options.append(f"--default-time-zone={self.default_time_zone}")
+        if self.sql_mode is not None:
+            options.append(f"--sql-mode={self.sql_mode}")
         if self.max_binlog_size:
             options.append(f"--max-binlog-size={self.max_binlog_size}")
         if self.tls:

@@ -93,12 +93,14 @@ SAMPLE_TABLES: tuple[SampleTable, ...] = (
 
 
 def create_sample_tables(conn: pymysql.connections.Connection, database: str, rows_per_table: int,
-                         seed: int = 0, tables: tuple[SampleTable, ...] = SAMPLE_TABLES) -> list[TableId]:
-    """(Re)create the sample database and fill each table with about ``rows_per_table`` rows."""
+                         seed: int = 0, tables: tuple[SampleTable, ...] = SAMPLE_TABLES,
+                         charset: str | None = "utf8mb4") -> list[TableId]:
+    """(Re)create the sample database and fill each table with about ``rows_per_table`` rows.
+    ``charset``: the database's default character set (None: the server's)."""
     rng = random.Random(seed)
     with conn.cursor() as cur:
         cur.execute(f"DROP DATABASE IF EXISTS {quote_identifier(database)}")
-        cur.execute(f"CREATE DATABASE {quote_identifier(database)} CHARACTER SET utf8mb4")
+        cur.execute(f"CREATE DATABASE {quote_identifier(database)}" + (f" CHARACTER SET {charset}" if charset else ""))
         for table in tables:
             table_id = TableId(database, table.name)
             cur.execute(table.ddl.format(name=table_id.quoted))
@@ -154,8 +156,11 @@ class RandomWriters:
 
     def __init__(self, source: SourceConfig, database: str, *, writers: int = 3, seed: int = 1,
                  tables: tuple[SampleTable, ...] = SAMPLE_TABLES, max_statements_per_txn: int = 5,
-                 pause_s: float = 0.0):
+                 pause_s: float = 0.0, server_time_zone: bool = False):
+        """``server_time_zone``: the writers' sessions take the server's default time zone, as an
+        application's do (``NOW()``, TIMESTAMP literals), not UTC as the pipeline's own connections."""
         self.source = source
+        self.server_time_zone = server_time_zone
         self.database = database
         self.tables = tables
         self.max_statements = max_statements_per_txn
@@ -193,7 +198,7 @@ class RandomWriters:
         """Run ``transactions`` random transactions on the calling thread (deterministic for a seed,
         except that keys collide with rows others changed meanwhile)."""
         rng, stats = random.Random(seed), WriterStats()
-        conn = self.source.connect(autocommit=False)
+        conn = self._connect()
         try:
             for _ in range(transactions):
                 self._transaction(conn, rng, stats)
@@ -205,7 +210,7 @@ class RandomWriters:
         rng = random.Random(seed)
         stats = WriterStats()
         try:
-            conn = self.source.connect(autocommit=False)
+            conn = self._connect()
             try:
                 while not self._stop.is_set():
                     self._transaction(conn, rng, stats)
@@ -217,6 +222,13 @@ class RandomWriters:
             self._errors.append(exc)
         with self._lock:
             self._stats.append(stats)
+
+    def _connect(self) -> pymysql.connections.Connection:
+        conn = self.source.connect(autocommit=False)
+        if self.server_time_zone:
+            with conn.cursor() as cur:
+                cur.execute("SET time_zone = @@global.time_zone")
+        return conn
 
     def _transaction(self, conn: pymysql.connections.Connection, rng: random.Random, stats: WriterStats) -> None:
         statements = 1 if rng.random() < 0.5 else rng.randint(2, self.max_statements)

@@ -3,7 +3,12 @@ account that ``REQUIRE X509`` (so a client that does not present the connection'
 is refused too: pymysql alone would encrypt, unverified and without it), and a ``mysqlcdc`` connection
 whose extras name the CA, the client certificate and key. A whole DAG run (preflight, planning, the
 chunk jobs' reads on Spark executors, the binlog stream) must work, so every path uses the
-connection's TLS settings."""
+connection's TLS settings.
+
+The server is also configured as legacy installations often are: a time zone other than UTC
+(``+05:30``: the writers' ``NOW()`` in DATETIME columns and TIMESTAMPs written from its sessions), a
+latin1 default character set (the sample tables take it: their text columns are latin1) and a
+permissive ``sql_mode``; the sink must equal the source as read over a UTC session all the same."""
 
 from __future__ import annotations
 
@@ -30,7 +35,9 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def tls_server(tmp_path_factory):
     certificates = make_test_certificates(tmp_path_factory.mktemp("tls"))
-    with ThrowawayMariaDB(base_dir=tmp_path_factory.mktemp("mariadb-tls"), tls=certificates) as server:
+    with ThrowawayMariaDB(base_dir=tmp_path_factory.mktemp("mariadb-tls"), tls=certificates,
+                          character_set_server="latin1", collation_server="latin1_swedish_ci",
+                          default_time_zone="+05:30", sql_mode="") as server:
         yield server
 
 
@@ -55,18 +62,27 @@ def test_the_server_refuses_plaintext_and_clients_without_the_certificate(tls_us
     tls_user.connect().close()
 
 
-def test_a_dag_run_over_tls_is_exact(tls_server, tls_user, tmp_path):
+def test_a_dag_run_over_tls_against_a_legacy_configured_server_is_exact(tls_server, tls_user, tmp_path):
     database = f"cdc_tls_{uuid.uuid4().hex[:8]}"
     root = tls_server.root_config()
     with root.connect() as conn, conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE `{database}`")
     conn = root.with_database(database).connect()
-    tables = create_sample_tables(conn, database, rows_per_table=1500, seed=41, tables=SAMPLE_TABLES[:2])
+    with conn.cursor() as cur:
+        cur.execute("SET time_zone = @@global.time_zone")  # the application's sessions: the server's zone
+    sample = (SAMPLE_TABLES[0], SAMPLE_TABLES[4])  # text and DATETIME(6); DECIMAL key and TIMESTAMP(3)
+    tables = create_sample_tables(conn, database, rows_per_table=1500, seed=41, tables=sample, charset=None)
+    with conn.cursor() as cur:  # what makes the run mean something: the server's defaults took
+        cur.execute("SELECT CHARACTER_SET_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s "
+                    "AND COLUMN_NAME = 'customer'", (database,))
+        assert cur.fetchone()[0] == "latin1"
+        cur.execute("SELECT @@global.time_zone, @@session.time_zone")
+        assert cur.fetchone() == ("+05:30", "+05:30")
     schemas = run_preflight(tls_user, tables).schemas
     lake, state_dir = tmp_path / "lake", tmp_path / "state"
     env = example_dag_env(tmp_path / "airflow", tls_user, tables, sink_root=lake, state_dir=state_dir,
                           split_rows=600, chunk_rows=1000)
-    with RandomWriters(root, database, writers=1, seed=411, pause_s=0.01, tables=SAMPLE_TABLES[:2]):
+    with RandomWriters(root, database, writers=1, seed=411, pause_s=0.01, tables=sample, server_time_zone=True):
         result = run_dag("mysqlcdc_example", env, conf={"stream_mode": "available-now"})
     assert result["state"] == "success", "\n".join(line for line in result["output"].splitlines()
                                                     if "Error" in line or "error" in line)[-5000:]
