@@ -17,6 +17,7 @@ import pytest
 
 from airflow_provider_mysqlcdc.cdc.binlog import row_decoder as rd
 from airflow_provider_mysqlcdc.cdc.binlog.row_decoder import ColumnLayout, PythonRowDecoder, RowLayout
+from airflow_provider_mysqlcdc.cdc.records.values import zero_date_text
 
 
 def _compiled(layout: RowLayout):
@@ -38,9 +39,14 @@ def _random_column(rng: random.Random) -> ColumnLayout:
         return ColumnLayout(kind, rng.choice([1, 2]), convert=lambda raw: raw[::-1])
     if kind == rd.FIXED:
         return ColumnLayout(kind, rng.choice([1, 3, 9, 30]), convert=lambda raw: raw.hex())
+    key = rng.random() < 0.5  # a key column's layout gives a date with no calendar date as its text
     if kind in (rd.DATETIME, rd.TIMESTAMP):
-        return ColumnLayout(kind, 5 if kind == rd.DATETIME else 4, fsp=rng.randint(0, 6))
-    return ColumnLayout(kind, {rd.FLOAT: 4, rd.DOUBLE: 8, rd.DATE: 3, rd.YEAR: 1}[kind])
+        fsp = rng.randint(0, 6)
+        return ColumnLayout(kind, 5 if kind == rd.DATETIME else 4, fsp=fsp,
+                            convert=zero_date_text(False, fsp) if key else None)
+    if kind == rd.DATE:
+        return ColumnLayout(kind, 3, convert=zero_date_text(True, 0) if key else None)
+    return ColumnLayout(kind, {rd.FLOAT: 4, rd.DOUBLE: 8, rd.YEAR: 1}[kind])
 
 
 def _value_bytes(rng: random.Random, column: ColumnLayout) -> bytes:
@@ -176,12 +182,16 @@ def _decimal_bytes(value: decimal.Decimal, precision: int, scale: int) -> bytes:
     return bytes(data)
 
 
-def test_an_impossible_date_is_none_in_both_decoders_as_the_select_path_has_it():
-    layout = RowLayout(("da", "dt"), (ColumnLayout(rd.DATE, 3), ColumnLayout(rd.DATETIME, 5)))
-    body = b"\x00" + (2024 << 9 | 2 << 5 | 30).to_bytes(3, "little") \
-        + (1 << 39 | (2024 * 13 + 2) << 22 | 30 << 17).to_bytes(5, "big")  # ALLOW_INVALID_DATES: 2024-02-30
+def test_an_impossible_date_is_none_in_both_decoders_as_the_select_path_has_it_and_text_in_a_key():
+    layout = RowLayout(("da", "dt", "kda", "kdt"), (
+        ColumnLayout(rd.DATE, 3), ColumnLayout(rd.DATETIME, 5),
+        ColumnLayout(rd.DATE, 3, convert=zero_date_text(True, 0)),
+        ColumnLayout(rd.DATETIME, 5, convert=zero_date_text(False, 0))))
+    date = (2024 << 9 | 2 << 5 | 30).to_bytes(3, "little")  # ALLOW_INVALID_DATES: 2024-02-30
+    datetime = (1 << 39 | (2024 * 13 + 2) << 22 | 30 << 17).to_bytes(5, "big")
+    body = b"\x00" + date + datetime + date + datetime
     for decoder in (PythonRowDecoder(layout), _compiled(layout)):
-        assert decoder.decode(body) == [{"da": None, "dt": None}]
+        assert decoder.decode(body) == [{"da": None, "dt": None, "kda": "2024-02-30", "kdt": "2024-02-30 00:00:00"}]
 
 
 def test_a_timestamp_fraction_of_a_whole_second_or_more_is_refused_by_both_decoders():
