@@ -280,7 +280,13 @@ class BatchApplier:
             log.info("registry changes activated for %s", ", ".join(str(t) for t in chunk_keys))
 
     def _apply_staged(self, staged: StagedSplitReady, version: int, sequence: int) -> None:
-        """Replace a staged split's range by its rows brought forward to the batch start, in one commit."""
+        """Replace a staged split's range by its rows brought forward to the batch start, in one commit.
+
+        Not of a table frozen at or before that point (a change of it in the re-read failed). A split
+        the sink refuses still fails the batch: the table could only be frozen at ``as_of``, which may
+        equal its new splits' smallest high watermark, where drift does not count (state/drift.py),
+        so the stream would go on over rows the re-snapshot did not replace. Removing the table from
+        the pipeline lets the batch through."""
         table_id = staged.split.split.table_id
         since = self.frozen.get(table_id)
         if table_id in self.removed or (since is not None and since <= staged.as_of):
