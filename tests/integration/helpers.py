@@ -222,6 +222,14 @@ class Http2Recorder:
         self._listener.close()
 
 
+def run_statements(conn, session: str, *statements: str) -> None:
+    """``statements`` on ``conn``, after the session settings ``session`` (e.g. a permissive sql_mode)."""
+    with conn.cursor() as cur:
+        cur.execute(session)
+        for statement in statements:
+            cur.execute(statement)
+
+
 def run_stream(source: SourceConfig, work: Path, job: StreamJob) -> dict:
     """One run of the stream job under spark-submit (local[2]) in ``work``; its result."""
     (work / "stream.json").write_text(job.to_json())

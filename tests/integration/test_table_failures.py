@@ -31,7 +31,7 @@ from airflow_provider_mysqlcdc.state.drift import read_drift
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from airflow_provider_mysqlcdc.status import pipeline_status
 
-from .helpers import assert_same_rows, delta_rows, run_stream
+from .helpers import assert_same_rows, delta_rows, run_statements, run_stream
 
 pytestmark = pytest.mark.integration
 
@@ -57,10 +57,7 @@ def history(mysql_server, cdc_user, tmp_path_factory):
     conn = mysql_server.connect()
 
     def run(*statements: str) -> None:
-        with conn.cursor() as cur:
-            cur.execute("SET sql_mode = ''")
-            for statement in statements:
-                cur.execute(statement)
+        run_statements(conn, "SET sql_mode = ''", *statements)
 
     run(f"CREATE DATABASE `{database}`",
         f"CREATE TABLE {good.quoted} (id INT PRIMARY KEY, v INT)",

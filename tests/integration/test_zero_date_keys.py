@@ -22,7 +22,7 @@ from airflow_provider_mysqlcdc.devtools.verify import source_rows
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 
-from .helpers import assert_same_rows, delta_rows, run_stream
+from .helpers import assert_same_rows, delta_rows, run_statements, run_stream
 
 pytestmark = pytest.mark.integration
 
@@ -51,10 +51,7 @@ def history(mysql_server, cdc_user, tmp_path_factory):
     conn = mysql_server.connect()
 
     def run(*statements: str) -> None:
-        with conn.cursor() as cur:
-            cur.execute("SET sql_mode = '', time_zone = '+00:00'")
-            for statement in statements:
-                cur.execute(statement)
+        run_statements(conn, "SET sql_mode = '', time_zone = '+00:00'", *statements)
 
     run(f"CREATE DATABASE `{database}`")
     for name, (sql_type, values) in KEY_TYPES.items():
