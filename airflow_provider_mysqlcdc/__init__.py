@@ -3,7 +3,9 @@
 Layout:
   cdc/          the CDC core (no Airflow, no Spark): model, source access, planning, reading,
                 binlog and record utilities. Spark executors import only this.
-  devtools/     throwaway MariaDB server, random workloads and the demo.
+
+Test servers, workloads, the demo and the DAG runner live outside the package, in the checkout's
+``devtools/``: they are never installed.
 """
 
 __version__ = "0.1.0"

@@ -12,7 +12,7 @@ from airflow_provider_mysqlcdc.cdc.binlog.reader import BinlogReader
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
-from airflow_provider_mysqlcdc.devtools.throwaway_server import ThrowawayMariaDB
+from devtools.throwaway_server import ThrowawayMariaDB
 
 
 def mariadb_binlog_seconds(server: ThrowawayMariaDB, start: BinlogOffset, end: BinlogOffset) -> float:

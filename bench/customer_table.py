@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
-from airflow_provider_mysqlcdc.devtools.throwaway_server import ThrowawayMariaDB
+from devtools.throwaway_server import ThrowawayMariaDB
 
 CUSTOMER_DDL = """
 CREATE TABLE {name} (

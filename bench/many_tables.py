@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
-from airflow_provider_mysqlcdc.devtools.airflow_standalone import AirflowStandalone
-from airflow_provider_mysqlcdc.devtools.dag_runner import example_dag_env
-from airflow_provider_mysqlcdc.devtools.spark_connect_server import SparkConnectServer
-from airflow_provider_mysqlcdc.devtools.throwaway_server import ThrowawayMariaDB
+from devtools.airflow_standalone import AirflowStandalone
+from devtools.dag_runner import example_dag_env
+from devtools.spark_connect_server import SparkConnectServer
+from devtools.throwaway_server import ThrowawayMariaDB
 
 ROWS = 10_000
 DAG_ID = "mysqlcdc_example"

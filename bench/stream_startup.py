@@ -30,12 +30,12 @@ from pathlib import Path
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
-from airflow_provider_mysqlcdc.devtools.spark_connect_server import SparkConnectServer
-from airflow_provider_mysqlcdc.devtools.throwaway_server import ThrowawayMariaDB
+from devtools.spark_connect_server import SparkConnectServer
+from devtools.throwaway_server import ThrowawayMariaDB
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.state import CapturedTable, stream_only_split
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
-from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
+from devtools.spark_submit import SparkSubmit
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from bench.customer_table import fresh_table
 from bench.fixed_cost import connect_runner

@@ -47,7 +47,7 @@ def mysql_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestServe
         conn.close()
         yield TestServer(admin, info, None)
         return
-    from airflow_provider_mysqlcdc.devtools.throwaway_server import ThrowawayMariaDB
+    from devtools.throwaway_server import ThrowawayMariaDB
 
     # Small binlog files, so that every integration test crosses binlog rotations.
     server = ThrowawayMariaDB(base_dir=tmp_path_factory.mktemp("mariadb"), max_binlog_size=1024 * 1024)

@@ -16,10 +16,10 @@ from pathlib import Path
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
-from airflow_provider_mysqlcdc.devtools.verify import Rows, differences
-from airflow_provider_mysqlcdc.devtools.verify import sink_rows as delta_rows  # noqa: F401 (the tests' name)
+from devtools.verify import Rows, differences
+from devtools.verify import sink_rows as delta_rows  # noqa: F401 (the tests' name)
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
-from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
+from devtools.spark_submit import SparkSubmit
 
 
 def assert_same_rows(table_id: TableId, expected: Rows, actual: Rows,
@@ -102,6 +102,7 @@ class WheelInstall:
 
     python: Path
     example_dags: Path
+    wheel: Path  # the built wheel file
 
 
 def install_wheel(tmp: Path) -> WheelInstall:
@@ -129,8 +130,9 @@ def install_wheel(tmp: Path) -> WheelInstall:
     (site / "mysqlcdc_test_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     (wheel,) = dist.glob("*.whl")
     run(python, "-m", "pip", "install", "--no-deps", "--no-index", wheel)
-    return WheelInstall(python, Path(run(python, "-c", "from airflow_provider_mysqlcdc.devtools.dag_runner import "
-                                                       "EXAMPLE_DAGS; print(EXAMPLE_DAGS)")))
+    example_dags = run(python, "-c", "from importlib.resources import files; "
+                                     "print(files('airflow_provider_mysqlcdc.example_dags'))")
+    return WheelInstall(python, Path(example_dags), wheel)
 
 
 def spark_processes_of(folder: Path) -> list[str]:

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_mysqlcdc.devtools.airflow_standalone import AirflowStandalone
-from airflow_provider_mysqlcdc.devtools.dag_runner import example_dag_env
-from airflow_provider_mysqlcdc.devtools.workload import SAMPLE_TABLES, create_sample_tables
+from devtools.airflow_standalone import AirflowStandalone
+from devtools.dag_runner import example_dag_env
+from devtools.workload import SAMPLE_TABLES, create_sample_tables
 from airflow_provider_mysqlcdc.state.lease import StreamLeases
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 

@@ -17,10 +17,11 @@ from airflow_provider_mysqlcdc.cdc.errors import SourceChangedError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.cdc.source.server import check_same_binlog, current_offset
-from airflow_provider_mysqlcdc.devtools.throwaway_server import ThrowawayMariaDB
+from devtools.throwaway_server import ThrowawayMariaDB
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
-from airflow_provider_mysqlcdc.spark.submit import SparkJobFailed, SparkSubmit
+from airflow_provider_mysqlcdc.spark.submit import SparkJobFailed
+from devtools.spark_submit import SparkSubmit
 from airflow_provider_mysqlcdc.protocol.state import CapturedTable, stream_only_split
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 

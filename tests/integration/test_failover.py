@@ -14,7 +14,7 @@ from airflow_provider_mysqlcdc.cdc.binlog.listing import binlog_events
 from airflow_provider_mysqlcdc.cdc.errors import BinlogPurgedError, SourceChangedError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset, gtid_sequences
-from airflow_provider_mysqlcdc.devtools.throwaway_server import ThrowawayMariaDB
+from devtools.throwaway_server import ThrowawayMariaDB
 
 pytestmark = pytest.mark.integration
 
@@ -121,7 +121,7 @@ def failover_pipeline(tmp_path):
 class _Pipeline:
     def __init__(self, tmp_path, server: ThrowawayMariaDB):
         from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
-        from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
+        from devtools.spark_submit import SparkSubmit
         from airflow_provider_mysqlcdc.state.registry import PipelineState
 
         self.tmp, self.lake = tmp_path, str(tmp_path / "lake")
@@ -165,7 +165,7 @@ class _Pipeline:
         self.submit.run("binlog_stream.py", ["--job", str(job_file)], self.source_file)
 
     def sink_equals_source(self, name: str) -> bool:
-        from airflow_provider_mysqlcdc.devtools.verify import source_rows
+        from devtools.verify import source_rows
 
         from .helpers import assert_same_rows, delta_rows
 

@@ -22,8 +22,8 @@ import pytest
 
 from airflow_provider_mysqlcdc.cdc.model.records import TableEventKind
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
-from airflow_provider_mysqlcdc.devtools.snapshot import snapshot_tables
-from airflow_provider_mysqlcdc.devtools.verify import Rows, source_rows
+from devtools.snapshot import snapshot_tables
+from devtools.verify import Rows, source_rows
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.state.drift import read_drift
 from airflow_provider_mysqlcdc.state.registry import PipelineState
@@ -184,7 +184,7 @@ def test_a_plan_between_a_key_change_and_the_stream_leaves_the_stream_able_to_ap
         mysql_server, cdc_user, database, tmp_path):
     """A DAG run plans (and remembers the server's schema) before its stream reaches the key change:
     the stream still applies the changes written under the old key, then freezes only that table."""
-    from airflow_provider_mysqlcdc.devtools.dag_runner import example_dag_env, run_dag
+    from devtools.dag_runner import example_dag_env, run_dag
 
     table = TableId(database, "k")
     conn = mysql_server.connect()

@@ -15,17 +15,17 @@ import pytest
 from deltalake import DeltaTable
 
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
-from airflow_provider_mysqlcdc.devtools.dag_runner import example_dag_env, run_dag
-from airflow_provider_mysqlcdc.devtools.snapshot import snapshot_tables
-from airflow_provider_mysqlcdc.devtools.verify import differences, source_rows
-from airflow_provider_mysqlcdc.devtools.workload import SAMPLE_TABLES, create_sample_tables
+from devtools.dag_runner import example_dag_env, run_dag
+from devtools.snapshot import snapshot_tables
+from devtools.verify import differences, source_rows
+from devtools.workload import SAMPLE_TABLES, create_sample_tables
 from airflow_provider_mysqlcdc.protocol.envelope import decode
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.maintenance import MaintenanceReport
 from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_to_rows
 from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SUFFIX
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
-from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
+from devtools.spark_submit import SparkSubmit
 from airflow_provider_mysqlcdc.state.lease import StreamLeases
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 

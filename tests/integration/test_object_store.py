@@ -21,11 +21,11 @@ from deltalake import DeltaTable, write_deltalake
 
 from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
-from airflow_provider_mysqlcdc.devtools.airflow_standalone import AirflowStandalone
-from airflow_provider_mysqlcdc.devtools.dag_runner import catch_up_stream, example_dag_env, run_dag
-from airflow_provider_mysqlcdc.devtools.s3_server import S3Server
-from airflow_provider_mysqlcdc.devtools.verify import source_rows
-from airflow_provider_mysqlcdc.devtools.workload import SAMPLE_TABLES, RandomWriters, create_sample_tables
+from devtools.airflow_standalone import AirflowStandalone
+from devtools.dag_runner import catch_up_stream, example_dag_env, run_dag
+from devtools.s3_server import S3Server
+from devtools.verify import source_rows
+from devtools.workload import SAMPLE_TABLES, RandomWriters, create_sample_tables
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.state.credentials import ObjectStoreCredentials
 from airflow_provider_mysqlcdc.state.lease import StreamAlreadyRunning, StreamLeases

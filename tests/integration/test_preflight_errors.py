@@ -21,7 +21,7 @@ from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.cdc.source.server import binlog_files, current_offset
-from airflow_provider_mysqlcdc.devtools.throwaway_server import ThrowawayMariaDB
+from devtools.throwaway_server import ThrowawayMariaDB
 
 pytestmark = pytest.mark.integration
 

@@ -19,7 +19,7 @@ from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
-from airflow_provider_mysqlcdc.devtools.throwaway_server import ThrowawayMariaDB
+from devtools.throwaway_server import ThrowawayMariaDB
 
 from .test_value_fidelity import (COLUMNS, GEOMETRY, MAX_ROW, MIN_ROW, MORE_COLUMNS, MORE_ROWS, NULL_ROW, _insert,
                                   _random_rows)

@@ -20,9 +20,9 @@ from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, Split
 from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitReader
 from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
-from airflow_provider_mysqlcdc.devtools.workload import RandomWriters, create_sample_tables
+from devtools.workload import RandomWriters, create_sample_tables
 
-from airflow_provider_mysqlcdc.devtools.verify import explain, read_binlog, replay, source_rows
+from devtools.verify import explain, read_binlog, replay, source_rows
 
 from .helpers import assert_same_rows
 

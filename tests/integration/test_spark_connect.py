@@ -19,12 +19,12 @@ import pytest
 
 from airflow_provider_mysqlcdc.cdc.model.split import SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
-from airflow_provider_mysqlcdc.devtools.dag_runner import example_dag_env, run_dag
-from airflow_provider_mysqlcdc.devtools.spark_connect_server import SparkConnectServer
-from airflow_provider_mysqlcdc.devtools.verify import source_rows
-from airflow_provider_mysqlcdc.devtools.workload import SAMPLE_TABLES, RandomWriters, create_sample_tables
+from devtools.dag_runner import example_dag_env, run_dag
+from devtools.spark_connect_server import SparkConnectServer
+from devtools.verify import source_rows
+from devtools.workload import SAMPLE_TABLES, RandomWriters, create_sample_tables
 from airflow_provider_mysqlcdc.hooks.spark_connect import SparkConnectJobRunner
-from airflow_provider_mysqlcdc.devtools.snapshot import snapshot_tables
+from devtools.snapshot import snapshot_tables
 from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob, StreamJob
 from airflow_provider_mysqlcdc.protocol.results import StreamPhase
 from airflow_provider_mysqlcdc.protocol.state import StreamBatchProgress

@@ -17,7 +17,7 @@ from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, Split
 from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitReader
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
 
-from airflow_provider_mysqlcdc.devtools.verify import source_rows
+from devtools.verify import source_rows
 
 pytestmark = pytest.mark.integration
 

@@ -23,8 +23,8 @@ from deltalake import DeltaTable
 
 from airflow_provider_mysqlcdc.cdc.model.records import TableEventKind
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
-from airflow_provider_mysqlcdc.devtools.snapshot import snapshot_tables
-from airflow_provider_mysqlcdc.devtools.verify import source_rows
+from devtools.snapshot import snapshot_tables
+from devtools.verify import source_rows
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.spark.submit import SparkJobFailed
 from airflow_provider_mysqlcdc.state.drift import read_drift

@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from airflow_provider_mysqlcdc.devtools.torture import Torture
+from devtools.torture import Torture
 
 pytestmark = pytest.mark.integration
 

@@ -19,8 +19,8 @@ from airflow_provider_mysqlcdc.cdc.errors import SourceUnavailableError
 from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
-from airflow_provider_mysqlcdc.devtools.throwaway_server import ThrowawayMariaDB
-from airflow_provider_mysqlcdc.devtools.verify import source_rows
+from devtools.throwaway_server import ThrowawayMariaDB
+from devtools.verify import source_rows
 
 from .helpers import delta_rows
 
@@ -106,7 +106,7 @@ def stream_outages(own_server, tmp_path_factory) -> Outages:
     from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
     from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
     from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
-    from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
+    from devtools.spark_submit import SparkSubmit
     from airflow_provider_mysqlcdc.state.registry import PipelineState, captured_tables
 
     tmp = tmp_path_factory.mktemp("stream-outage")

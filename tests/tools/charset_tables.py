@@ -94,7 +94,7 @@ def module_text(tables: dict[str, str], extras: dict[str, dict[bytes, str]]) -> 
 
 def main() -> None:
     from airflow_provider_mysqlcdc.cdc.records.charsets import MULTI_BYTE
-    from airflow_provider_mysqlcdc.devtools.throwaway_server import ThrowawayMariaDB
+    from devtools.throwaway_server import ThrowawayMariaDB
 
     with ThrowawayMariaDB() as server:
         conn = server.connect_root()

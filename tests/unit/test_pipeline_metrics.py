@@ -14,7 +14,7 @@ from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset  # noqa: E40
 from airflow_provider_mysqlcdc.cdc.model.records import TableEventKind  # noqa: E402
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit  # noqa: E402
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId  # noqa: E402
-from airflow_provider_mysqlcdc.devtools.statsd_listener import StatsdListener  # noqa: E402
+from devtools.statsd_listener import StatsdListener  # noqa: E402
 from airflow_provider_mysqlcdc.metrics.pipeline_metrics import (PipelineMetrics, StreamMetrics,  # noqa: E402
                                                                 pipeline_name)
 from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset  # noqa: E402

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from airflow_provider_mysqlcdc.devtools.throwaway_server import find_free_port, stop_process_group
+from devtools.throwaway_server import find_free_port, stop_process_group
 
 
 @dataclass

@@ -1,9 +1,12 @@
 """Runs a DAG from the DAGs folder with ``dag.test()`` in a fresh process and prints the outcome.
 
-    python -m airflow_provider_mysqlcdc.devtools.dag_runner DAG_ID [CONF_JSON]
-    python -m airflow_provider_mysqlcdc.devtools.dag_runner --clear DAG_ID RUN_ID TASK_ID MAP_INDEX
+    python -P devtools/dag_runner.py DAG_ID [CONF_JSON]
+    python -P devtools/dag_runner.py --clear DAG_ID RUN_ID TASK_ID MAP_INDEX
 
-(AIRFLOW_HOME and the DAGs folder from the environment.) ``--clear`` clears one task instance and
+(AIRFLOW_HOME and the DAGs folder from the environment; ``-P``: the script's folder is not put on
+``sys.path``, so the Airflow installation that runs it, a wheel's, sees no checkout.) It is test
+tooling, never installed: it uses Airflow's internals (``dag.test()``'s task loop, the ORM) that a
+minor release of Airflow may change. ``--clear`` clears one task instance and
 everything downstream through Airflow's REST API (``POST /api/v2/dags/{dag_id}/clearTaskInstances``,
 served in process by Airflow's own FastAPI app), then runs the cleared task instances the way
 ``dag.test()`` runs tasks, until the run finishes.
@@ -64,7 +67,7 @@ def run_dag(dag_id: str, env: dict[str, str], timeout_s: float = 3600, conf: dic
         if migrate.returncode != 0:
             raise RuntimeError(f"airflow db migrate failed:\n{migrate.stderr[-3000:]}")
         migrated.touch()
-    proc = subprocess.run([_python(env), "-m", "airflow_provider_mysqlcdc.devtools.dag_runner", dag_id,
+    proc = subprocess.run([_python(env), "-P", str(Path(__file__).resolve()), dag_id,
                            json.dumps(conf or {})], env=env, cwd=_home(env), capture_output=True, text=True,
                           timeout=timeout_s)
     lines = [line for line in proc.stdout.splitlines() if line.startswith(MARKER)]
@@ -77,7 +80,7 @@ def clear_and_resume(dag_id: str, run_id: str, task_id: str, map_index: int, env
                      timeout_s: float = 3600) -> dict[str, Any]:
     """Clear one (mapped) task instance and its downstream through the REST API, then finish the run."""
     args = ["--clear", dag_id, run_id, task_id, str(map_index)]
-    proc = subprocess.run([_python(env), "-m", "airflow_provider_mysqlcdc.devtools.dag_runner", *args],
+    proc = subprocess.run([_python(env), "-P", str(Path(__file__).resolve()), *args],
                           env=dict(env, AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS="True"), cwd=_home(env),
                           capture_output=True, text=True, timeout=timeout_s)
     lines = [line for line in proc.stdout.splitlines() if line.startswith(MARKER)]
@@ -95,7 +98,7 @@ def catch_up_stream(source: Any, state: str, sink_root: Path | str, work_dir: Pa
     """One more available-now stream run over the DAG's state and checkpoint, as its next run would do
     (``object_store``: the ObjectStoreCredentials of a lake and state on an object store)."""
     from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
-    from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
+    from devtools.spark_submit import SparkSubmit
 
     work_dir.mkdir(parents=True, exist_ok=True)
     job = StreamJob(state=state, sink_root=str(sink_root))
@@ -136,9 +139,8 @@ def main(dag_id: str, conf: dict[str, Any]) -> None:
 
 
 def clear_main(dag_id: str, run_id: str, task_id: str, map_index: int) -> None:
-    from fastapi.testclient import TestClient
-
     from airflow.api_fastapi.app import create_app
+    from fastapi.testclient import TestClient
 
     client = TestClient(create_app())
     response = client.post(f"/api/v2/dags/{dag_id}/clearTaskInstances", json={

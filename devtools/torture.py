@@ -40,13 +40,13 @@ from deltalake import DeltaTable
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
-from airflow_provider_mysqlcdc.devtools.snapshot import snapshot_tables, stage_whole_table
-from airflow_provider_mysqlcdc.devtools.throwaway_server import ThrowawayMariaDB
-from airflow_provider_mysqlcdc.devtools.verify import differences, sink_rows, source_rows
+from devtools.snapshot import snapshot_tables, stage_whole_table
+from devtools.throwaway_server import ThrowawayMariaDB
+from devtools.verify import differences, sink_rows, source_rows
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.sinks.clustering import CLUSTERING_COMMIT
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
-from airflow_provider_mysqlcdc.spark.submit import SparkSubmit
+from devtools.spark_submit import SparkSubmit
 from airflow_provider_mysqlcdc.state.drift import pending_drift, read_drift
 from airflow_provider_mysqlcdc.protocol.state import CapturedTable, StreamOffsetProgress
 from airflow_provider_mysqlcdc.state.registry import STREAM_OFFSET, PipelineState

@@ -26,8 +26,8 @@ from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
-from airflow_provider_mysqlcdc.devtools.verify import differences, replay, source_rows
-from airflow_provider_mysqlcdc.devtools.workload import RandomWriters, create_sample_tables
+from devtools.verify import differences, replay, source_rows
+from devtools.workload import RandomWriters, create_sample_tables
 
 log = logging.getLogger("mysqlcdc.demo")
 
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     demo = run_core if args.core else run_dag_demo
     if args.dsn:
         return demo(SourceConfig.from_url(args.dsn), args)
-    from airflow_provider_mysqlcdc.devtools.throwaway_server import ThrowawayMariaDB
+    from devtools.throwaway_server import ThrowawayMariaDB
 
     with ThrowawayMariaDB() as server:
         log.info("throwaway MariaDB pid %s on 127.0.0.1:%s", server.pid, server.port)
@@ -61,9 +61,9 @@ def run_dag_demo(source: SourceConfig, args: argparse.Namespace) -> int:
     import tempfile
     from pathlib import Path
 
-    from airflow_provider_mysqlcdc.devtools.dag_runner import catch_up_stream, example_dag_env, run_dag
+    from devtools.dag_runner import catch_up_stream, example_dag_env, run_dag
     from airflow_provider_mysqlcdc.status import print_status
-    from airflow_provider_mysqlcdc.devtools.workload import SAMPLE_TABLES
+    from devtools.workload import SAMPLE_TABLES
     from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_to_rows
     from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 

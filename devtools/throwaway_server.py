@@ -24,7 +24,7 @@ import pymysql
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.server import binlog_files, current_offset
-from airflow_provider_mysqlcdc.devtools.tls import TestCertificates
+from devtools.tls import TestCertificates
 
 log = logging.getLogger(__name__)
 

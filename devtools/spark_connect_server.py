@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_mysqlcdc.devtools.throwaway_server import find_free_port, stop_process_group
+from devtools.throwaway_server import find_free_port, stop_process_group
 from airflow_provider_mysqlcdc.spark.connect import SERVER_FILE_EXTRA, write_server_credentials_file
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
