@@ -29,8 +29,12 @@ from airflow_provider_mysqlcdc.assets.sink_tables import sink_alias
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
 from airflow_provider_mysqlcdc.operators.collect import MySqlCdcCollectSplitsOperator
-from airflow_provider_mysqlcdc.operators.plan import DEFAULT_CHUNK_ROWS, DEFAULT_SPLIT_ROWS, MySqlCdcPlanOperator, \
-    parse_tables
+from airflow_provider_mysqlcdc.operators.plan import (
+    DEFAULT_CHUNK_ROWS,
+    DEFAULT_SPLIT_ROWS,
+    MySqlCdcPlanOperator,
+    parse_tables,
+)
 from airflow_provider_mysqlcdc.operators.snapshot import MySqlCdcSnapshotOperator
 from airflow_provider_mysqlcdc.operators.stream import STREAM_MODES, MySqlCdcStreamOperator
 from airflow_provider_mysqlcdc.protocol.actions import StartupMode

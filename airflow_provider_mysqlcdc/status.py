@@ -23,11 +23,16 @@ from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
-from airflow_provider_mysqlcdc.state.drift import frozen_since, pending_drift, read_drift
 from airflow_provider_mysqlcdc.protocol.envelope import Record, encode
 from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
-from airflow_provider_mysqlcdc.protocol.state import (ChunkProgress, RunPlanProgress, StreamBatchProgress,
-                                                      StreamHistory, StreamOffsetProgress)
+from airflow_provider_mysqlcdc.protocol.state import (
+    ChunkProgress,
+    RunPlanProgress,
+    StreamBatchProgress,
+    StreamHistory,
+    StreamOffsetProgress,
+)
+from airflow_provider_mysqlcdc.state.drift import frozen_since, pending_drift, read_drift
 from airflow_provider_mysqlcdc.state.lease import StreamLeases
 from airflow_provider_mysqlcdc.state.registry import STREAM_HISTORY, STREAM_OFFSET, STREAM_PROGRESS, PipelineState
 from airflow_provider_mysqlcdc.state.servers import ServerEpochs

@@ -24,11 +24,11 @@ from types import SimpleNamespace
 from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
-from devtools.spark_connect_server import SparkConnectServer
-from devtools.throwaway_server import ThrowawayMariaDB
 from airflow_provider_mysqlcdc.hooks.spark_connect import SparkConnectJobRunner
 from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob
+from devtools.spark_connect_server import SparkConnectServer
 from devtools.spark_submit import SparkSubmit
+from devtools.throwaway_server import ThrowawayMariaDB
 
 ROWS = 1000
 TIMES = 3

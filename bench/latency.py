@@ -20,13 +20,13 @@ from deltalake import DeltaTable
 
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
-from devtools.throwaway_server import ThrowawayMariaDB
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.state import CapturedTable, stream_only_split
-from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
-from devtools.spark_submit import SparkSubmit
+from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from bench.customer_table import fresh_table
+from devtools.spark_submit import SparkSubmit
+from devtools.throwaway_server import ThrowawayMariaDB
 
 RATES = (1_000, 10_000)
 #: each row is stamped again only after every other row was: 10 s later at the highest rate, so no
@@ -41,7 +41,7 @@ def bench_latency(server: ThrowawayMariaDB, work: Path, secrets: Path, seconds: 
     table = TableId("bench", "latency")
     conn = fresh_table(server, table, "id INT PRIMARY KEY, t_ms BIGINT", f"SELECT seq, 0 FROM bench.seq_1_to_{ROWS}")
     lake = work / "latency-lake"
-    sink = DeltaSink(str(lake))
+    sink = open_sink(str(lake))
     sink.prepare(load_table_schema(conn, table))
     PipelineState(str(work / "latency-state")).commit(
         {table: CapturedTable("id", [stream_only_split(table, "id", current_offset(conn))])})

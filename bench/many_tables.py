@@ -11,7 +11,6 @@ table is what compares). The stream goes through spark-submit both ways.
 from __future__ import annotations
 
 import datetime as dt
-
 import json
 import time
 from pathlib import Path

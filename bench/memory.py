@@ -25,12 +25,12 @@ from pathlib import Path
 
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
-from devtools.throwaway_server import ThrowawayMariaDB
-from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
-from devtools.spark_submit import SparkSubmit
 from airflow_provider_mysqlcdc.protocol.state import CapturedTable, stream_only_split
+from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.state.registry import PipelineState
+from devtools.spark_submit import SparkSubmit
+from devtools.throwaway_server import ThrowawayMariaDB
 
 ROLES = ("python driver", "driver JVM", "python workers")
 UNBOUNDED = {"max_batch_bytes": 0, "inline_bytes": 0, "max_apply_changes": 10**12}
@@ -106,7 +106,7 @@ def _stream_one_update(server: ThrowawayMariaDB, work: Path, secrets: Path, rows
     conn.commit()
     state = PipelineState(str(work / f"{name}-state"))
     state.commit({table: CapturedTable("id", [stream_only_split(table, "id", start)])})
-    DeltaSink(str(work / f"{name}-lake")).prepare(load_table_schema(conn, table))
+    open_sink(str(work / f"{name}-lake")).prepare(load_table_schema(conn, table))
     job = StreamJob(state=state.location, sink_root=str(work / f"{name}-lake"), **settings)
     (work / f"{name}.json").write_text(job.to_json())
     submit = SparkSubmit(master="local[2]", work_dir=work / "spark")

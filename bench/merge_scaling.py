@@ -19,12 +19,12 @@ from pathlib import Path
 from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
-from devtools.throwaway_server import ThrowawayMariaDB
 from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob, StreamJob
 from airflow_provider_mysqlcdc.protocol.state import CapturedTable, stream_only_split
-from devtools.spark_submit import SparkSubmit
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from bench.customer_table import add_customer_rows, create_customer_table
+from devtools.spark_submit import SparkSubmit
+from devtools.throwaway_server import ThrowawayMariaDB
 
 SIZES = (1_000_000, 10_000_000)
 #: transactions of 100 new rows; every second one also updates the previous one's rows, every tenth

@@ -19,14 +19,14 @@ from pathlib import Path
 
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
-from devtools.throwaway_server import ThrowawayMariaDB
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.state import CapturedTable, stream_only_split
-from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
-from devtools.spark_submit import SparkSubmit
+from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from bench.binlog_baselines import mariadb_binlog_seconds, python_replication_seconds, reader_rows, reader_seconds
 from bench.customer_table import fresh_table
+from devtools.spark_submit import SparkSubmit
+from devtools.throwaway_server import ThrowawayMariaDB
 
 TRANSACTIONS = 10_000
 ROWS = 10_000
@@ -40,7 +40,7 @@ _BATCH = re.compile(r"stream batch \d+: (\d+) changes applied in ([\d.]+)s \(([\
 def bench_mixed_workload(server: ThrowawayMariaDB, work: Path, secrets: Path) -> dict:
     conn = _tables(server)
     lake, state = work / "mixed-lake", work / "mixed-state"
-    sink = DeltaSink(str(lake))
+    sink = open_sink(str(lake))
     for table in NARROW + WIDE:
         sink.prepare(load_table_schema(conn, table))
     start = current_offset(conn)

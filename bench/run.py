@@ -38,28 +38,26 @@ from pathlib import Path
 from typing import Any
 
 from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
+from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
-from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
-from devtools.spark_connect_server import SparkConnectServer
-from devtools.throwaway_server import ThrowawayMariaDB
-from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob, StreamJob
 from airflow_provider_mysqlcdc.protocol.state import CapturedTable, stream_only_split
-from airflow_provider_mysqlcdc.state.registry import PipelineState
-from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob
-from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
+from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.spark.submit import spark_home
-from devtools.spark_submit import SparkSubmit
-
-from bench.customer_table import create_customer_table, fresh_table
-from bench.latency import bench_latency, latency_report
-from bench.mixed_workload import bench_mixed_workload, mixed_workload_report
-from bench.stream_startup import bench_stream_startup, stream_startup_report
+from airflow_provider_mysqlcdc.state.registry import PipelineState
 from bench.binlog_baselines import mariadb_binlog_seconds, python_replication_seconds, reader_rows, reader_seconds
+from bench.customer_table import create_customer_table, fresh_table
 from bench.fixed_cost import bench_fixed_cost, connect_runner, fixed_cost_report
+from bench.latency import bench_latency, latency_report
 from bench.many_tables import bench_many_tables, many_tables_report
 from bench.memory import ROLES, PeakRss, bench_memory, memory_report
 from bench.merge_scaling import bench_merge_scaling, merge_scaling_report
+from bench.mixed_workload import bench_mixed_workload, mixed_workload_report
+from bench.stream_startup import bench_stream_startup, stream_startup_report
+from devtools.spark_connect_server import SparkConnectServer
+from devtools.spark_submit import SparkSubmit
+from devtools.throwaway_server import ThrowawayMariaDB
 
 ROOT = Path(__file__).resolve().parent.parent
 JDBC_JAR = Path("/usr/share/java/mariadb-java-client.jar")
@@ -135,7 +133,8 @@ def _connect_chunk_job(conn: Any, table: TableId, work: Path, secrets: Path) -> 
         runner = connect_runner(connect, source)
         for lake in ("lake-connect-warm-up", "lake-connect"):
             job = ChunkJob(table=str(table), splits=splits, sink_root=str(work / lake), partitions_per_split=4)
-            total, result = timed(lambda: runner.run("snapshot_chunk.py", job.to_json(), source=source, report_folder=""))
+            total, result = timed(lambda: runner.run(
+                "snapshot_chunk.py", job.to_json(), source=source, report_folder=""))  # noqa: B023 - called at once
     return total, result["seconds"]
 
 
@@ -181,7 +180,7 @@ def bench_stream(server: ThrowawayMariaDB, work: Path, burst: int, secrets: Path
            "reader_s": reader_seconds(server, [table], start, end, burst)}
 
     PipelineState(str(work / "burst-state")).commit({table: CapturedTable("id", [stream_only_split(table, "id", start)])})
-    DeltaSink(str(work / "lake")).prepare(load_table_schema(conn, table))
+    open_sink(str(work / "lake")).prepare(load_table_schema(conn, table))
     job = StreamJob(state=str(work / "burst-state"), sink_root=str(work / "lake"))
     (work / "stream.json").write_text(job.to_json())
     submit = SparkSubmit(master="local[2]", work_dir=work / "spark")

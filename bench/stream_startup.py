@@ -30,15 +30,15 @@ from pathlib import Path
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
-from devtools.spark_connect_server import SparkConnectServer
-from devtools.throwaway_server import ThrowawayMariaDB
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.state import CapturedTable, stream_only_split
-from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
-from devtools.spark_submit import SparkSubmit
+from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from bench.customer_table import fresh_table
 from bench.fixed_cost import connect_runner
+from devtools.spark_connect_server import SparkConnectServer
+from devtools.spark_submit import SparkSubmit
+from devtools.throwaway_server import ThrowawayMariaDB
 
 RUNS = 3
 CHANGES = 100
@@ -53,7 +53,7 @@ def bench_stream_startup(server: ThrowawayMariaDB, work: Path, secrets: Path) ->
     table = TableId("bench", "startup")
     conn = fresh_table(server, table, "id INT PRIMARY KEY, v INT", "SELECT seq, 0 FROM bench.seq_1_to_1000")
     lake, state = work / "startup-lake", work / "startup-state"
-    DeltaSink(str(lake)).prepare(load_table_schema(conn, table))
+    open_sink(str(lake)).prepare(load_table_schema(conn, table))
     PipelineState(str(state)).commit({table: CapturedTable("id", [stream_only_split(table, "id", current_offset(conn))])})
     (work / "startup.json").write_text(StreamJob(state=str(state), sink_root=str(lake)).to_json())
     submit = SparkSubmit(master="local[2]", work_dir=work / "spark")

@@ -61,11 +61,11 @@ def run_dag_demo(source: SourceConfig, args: argparse.Namespace) -> int:
     import tempfile
     from pathlib import Path
 
-    from devtools.dag_runner import catch_up_stream, example_dag_env, run_dag
-    from airflow_provider_mysqlcdc.status import print_status
-    from devtools.workload import SAMPLE_TABLES
     from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_to_rows
-    from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+    from airflow_provider_mysqlcdc.sinks.factory import open_sink
+    from airflow_provider_mysqlcdc.status import print_status
+    from devtools.dag_runner import catch_up_stream, example_dag_env, run_dag
+    from devtools.workload import SAMPLE_TABLES
 
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="mysqlcdc-demo-"))
     samples = SAMPLE_TABLES[: max(1, min(args.tables, len(SAMPLE_TABLES)))]
@@ -91,7 +91,7 @@ def run_dag_demo(source: SourceConfig, args: argparse.Namespace) -> int:
     print(f"\nwhere the pipeline stands (python -m airflow_provider_mysqlcdc.status {state}):")
     print_status(state, source)
     report = run_preflight(source, tables)
-    sink = DeltaSink(str(work / "lake"))
+    sink = open_sink(str(work / "lake"))
     print(f"\n{'table':<28}{'chunks':>7}{'delta rows':>12}{'source rows':>13}  equal")
     exact = True
     for table_id in tables:

@@ -41,7 +41,7 @@ class S3Server:
             except OSError:
                 if self._process.poll() is not None or time.monotonic() > deadline:
                     self.stop()
-                    raise RuntimeError(f"the S3 server did not start:\n{self.log_file.read_text()[-2000:]}")
+                    raise RuntimeError(f"the S3 server did not start:\n{self.log_file.read_text()[-2000:]}") from None
                 time.sleep(0.2)
 
     def connection(self, access_key: str, secret_key: str) -> dict[str, Any]:

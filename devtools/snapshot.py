@@ -16,7 +16,7 @@ from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitReader
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema, load_table_schema
 from airflow_provider_mysqlcdc.sinks.arrow_rows import rows_to_data_table
-from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
 from airflow_provider_mysqlcdc.state.registry import PipelineState, captured_tables
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
@@ -26,7 +26,7 @@ from airflow_provider_mysqlcdc.state.staged import write_staged
 def snapshot_tables(source: SourceConfig, tables: Sequence[TableId], lake: str, state: PipelineState, *,
                     chunk_size: int = 20, chunk_key: str = "id") -> None:
     """Each table in splits of ``chunk_size`` rows into the sink, registered and remembered."""
-    sink, finished = DeltaSink(lake), []
+    sink, finished = open_sink(lake), []
     conn = source.connect(autocommit=True)
     try:
         for table in tables:

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from devtools.throwaway_server import find_free_port, stop_process_group
 from airflow_provider_mysqlcdc.spark.connect import SERVER_FILE_EXTRA, write_server_credentials_file
+from devtools.throwaway_server import find_free_port, stop_process_group
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 

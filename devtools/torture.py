@@ -40,17 +40,17 @@ from deltalake import DeltaTable
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
-from devtools.snapshot import snapshot_tables, stage_whole_table
-from devtools.throwaway_server import ThrowawayMariaDB
-from devtools.verify import differences, sink_rows, source_rows
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
-from airflow_provider_mysqlcdc.sinks.clustering import CLUSTERING_COMMIT
-from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
-from devtools.spark_submit import SparkSubmit
-from airflow_provider_mysqlcdc.state.drift import pending_drift, read_drift
 from airflow_provider_mysqlcdc.protocol.state import CapturedTable, StreamOffsetProgress
+from airflow_provider_mysqlcdc.sinks.clustering import CLUSTERING_COMMIT
+from airflow_provider_mysqlcdc.sinks.factory import open_sink
+from airflow_provider_mysqlcdc.state.drift import pending_drift, read_drift
 from airflow_provider_mysqlcdc.state.registry import STREAM_OFFSET, PipelineState
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
+from devtools.snapshot import snapshot_tables, stage_whole_table
+from devtools.spark_submit import SparkSubmit
+from devtools.throwaway_server import ThrowawayMariaDB
+from devtools.verify import differences, sink_rows, source_rows
 
 log = logging.getLogger(__name__)
 
@@ -345,7 +345,7 @@ class Torture:
                 when = "after the re-snapshot" if after_resnapshot else "not named by the drift record"
                 self.report.problems.append(f"{table} ({when}): {problem}")
         if after_resnapshot:
-            sink = DeltaSink(self.lake)
+            sink = open_sink(self.lake)
             self.report.clusterings = sum(CLUSTERING_COMMIT in commit for table in self.tables
                                           for commit in DeltaTable(sink.table_uri(table)).history())
 

@@ -107,9 +107,9 @@ def sink_rows(lake: object, schema: TableSchema, storage_options: dict[str, str]
     """A Delta table's rows by key; a key present twice fails (a dict would hide it).
     ``storage_options``: delta-rs's, for a lake on an object store."""
     from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_to_rows
-    from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+    from airflow_provider_mysqlcdc.sinks.factory import open_sink
 
-    rows = arrow_to_rows(DeltaSink(str(lake), storage_options).read(schema.table_id), schema)
+    rows = arrow_to_rows(open_sink(str(lake), storage_options).read(schema.table_id), schema)
     by_key = {schema.key_of(r): r for r in rows}
     if len(by_key) != len(rows):
         raise AssertionError(f"{schema.table_id}: {len(rows) - len(by_key)} duplicated key(s) in Delta")

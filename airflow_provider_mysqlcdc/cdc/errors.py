@@ -1,4 +1,22 @@
-"""Errors the core raises. Each message names the problem and the fix."""
+"""Every error the package raises on purpose, in one tree under ``CdcError``. Each message names
+the problem and the fix.
+
+    CdcError
+    ├── ConfigurationError      a parameter or a setting is malformed or inconsistent
+    │   └── ProtocolError       a record is not what its place should hold (protocol/)
+    │       └── ProtocolVersionError
+    ├── PreflightError          the source is not set up for CDC
+    │   └── PreflightFailures
+    ├── BinlogPurgedError       binlog a reader needs is gone
+    ├── SourceChangedError      offsets beyond the server's binlog
+    ├── SchemaChangedError      a schema change that cannot be followed (a table's fault)
+    ├── SourceUnavailableError  the source stayed unreachable past the retry budget
+    ├── ConcurrentStateChange   two writers raced for one registry generation (state/)
+    ├── StreamAlreadyRunning    another live stream holds the pipeline's lease (state/lease.py)
+    ├── LeaseLost               this stream's lease was taken over (state/lease.py)
+    ├── SparkJobFailed          a Spark program failed (spark/, hooks/)
+    └── MaintenanceNotAnswered  the running stream did not answer a maintenance request
+"""
 
 from __future__ import annotations
 
@@ -46,6 +64,34 @@ class SchemaChangedError(CdcError):
 
 class SourceUnavailableError(CdcError):
     """The source stayed unreachable for longer than the retry budget (cdc/source/retry.py)."""
+
+
+class ProtocolError(ConfigurationError):
+    """A record that is not what its place should hold, or is malformed."""
+
+
+class ProtocolVersionError(ProtocolError):
+    """A record written by a newer version of the provider than the one reading it."""
+
+
+class ConcurrentStateChange(CdcError):
+    """Two writers raced for the same generation number."""
+
+
+class StreamAlreadyRunning(CdcError):
+    """Another stream holds the pipeline's lease and is alive."""
+
+
+class LeaseLost(CdcError):
+    """This stream's lease was taken over by another stream: this one must stop writing."""
+
+
+class SparkJobFailed(CdcError):
+    """A Spark program failed; the message carries its own error when it reported one."""
+
+
+class MaintenanceNotAnswered(CdcError):
+    """The running stream did not answer a maintenance request in time."""
 
 
 def is_table_fault(exc: BaseException) -> bool:

@@ -10,7 +10,6 @@ from airflow_provider_mysqlcdc.cdc.errors import CdcError, ConfigurationError
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig, parse_server_id_range
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset, server_info
 
-
 DEFAULT_RETRY_BUDGET_S = 300.0
 
 

@@ -85,8 +85,12 @@ class SparkConnectJobRunner:
         it is up. It removes its private folder (the credentials file) when it ends."""
         from airflow_provider_mysqlcdc.spark.packaging import spark_job_script
         from airflow_provider_mysqlcdc.spark.report import ReportWatcher
-        from airflow_provider_mysqlcdc.spark.submit import (job_arguments, prepare_program, program_environment,
-                                                            wait_for_driver)
+        from airflow_provider_mysqlcdc.spark.submit import (
+            job_arguments,
+            prepare_program,
+            program_environment,
+            wait_for_driver,
+        )
 
         work = Path(tempfile.mkdtemp(prefix="mysqlcdc-"))  # 0700: the credentials file lives here
         report = ReportWatcher(report_folder)

@@ -23,10 +23,16 @@ import urllib.parse
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from airflow.providers.common.compat.openlineage.facet import (ColumnLineageDatasetFacet, Fields, InputDataset,
-                                                               InputField, OutputDataset,
-                                                               OutputStatisticsOutputDatasetFacet, SchemaDatasetFacet,
-                                                               SchemaDatasetFacetFields)
+from airflow.providers.common.compat.openlineage.facet import (
+    ColumnLineageDatasetFacet,
+    Fields,
+    InputDataset,
+    InputField,
+    OutputDataset,
+    OutputStatisticsOutputDatasetFacet,
+    SchemaDatasetFacet,
+    SchemaDatasetFacetFields,
+)
 from airflow.providers.openlineage.extractors import OperatorLineage
 from deltalake import Schema as DeltaSchema
 from openlineage.client.generated.column_lineage_dataset import Transformation

@@ -27,8 +27,8 @@ from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.hooks.object_store import open_object_store
 from airflow_provider_mysqlcdc.protocol.actions import PlanAction
 from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
-from airflow_provider_mysqlcdc.protocol.results import ChunkResult, CollectResult
 from airflow_provider_mysqlcdc.protocol.plans import TablePlan, TablePlans
+from airflow_provider_mysqlcdc.protocol.results import ChunkResult, CollectResult
 from airflow_provider_mysqlcdc.state.changes import next_tables
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 

@@ -23,21 +23,20 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
-from airflow_provider_mysqlcdc.cdc.errors import CdcError, ConfigurationError
+from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError, MaintenanceNotAnswered
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.hooks.object_store import open_object_store
 from airflow_provider_mysqlcdc.protocol.envelope import encode
-from airflow_provider_mysqlcdc.protocol.maintenance import (DEFAULT_TARGET_FILE_BYTES, MaintenancePolicy,
-                                                            MaintenanceReport, MaintenanceRequest)
-from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
-from airflow_provider_mysqlcdc.sinks.maintenance import maintain_table
+from airflow_provider_mysqlcdc.protocol.maintenance import (
+    DEFAULT_TARGET_FILE_BYTES,
+    MaintenancePolicy,
+    MaintenanceReport,
+    MaintenanceRequest,
+)
+from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.state.lease import StreamLeases
 from airflow_provider_mysqlcdc.state.maintenance import MaintenanceRequests, new_request_id
 from airflow_provider_mysqlcdc.state.registry import PipelineState
-
-
-class MaintenanceNotAnswered(CdcError):
-    """The running stream did not answer a maintenance request in time."""
 
 
 class MySqlCdcMaintenanceOperator(BaseOperator):
@@ -145,10 +144,10 @@ class MySqlCdcMaintenanceOperator(BaseOperator):
 
     def _maintain_here(self, policy: MaintenancePolicy, wanted: list[TableId]) -> MaintenanceReport:
         started = time.monotonic()
-        sink = DeltaSink(self.sink_root)  # the credentials are installed (execute)
+        sink = open_sink(self.sink_root)  # the credentials are installed (execute)
         done = []
         for number, table_id in enumerate(wanted, 1):
-            done += maintain_table(sink, table_id, policy)
+            done += sink.maintain(table_id, policy)
             self.log.info("maintenance: %d of %d table(s) done (%s)", number, len(wanted), table_id)
         return MaintenanceReport(new_request_id(), "this task", policy, done, round(time.monotonic() - started, 3))
 

@@ -10,8 +10,8 @@ mapped over); the per-table plans go to the XCom key ``tables`` for the collect 
 from __future__ import annotations
 
 import ast
-import time
 import json
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,17 +21,23 @@ from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
-from airflow_provider_mysqlcdc.metrics.pipeline_metrics import PipelineMetrics, pipeline_name
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, table_exists
 from airflow_provider_mysqlcdc.cdc.source.server import check_offset_available, current_offset
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
 from airflow_provider_mysqlcdc.hooks.object_store import open_object_store
+from airflow_provider_mysqlcdc.metrics.pipeline_metrics import PipelineMetrics, pipeline_name
 from airflow_provider_mysqlcdc.protocol.actions import PlanAction
 from airflow_provider_mysqlcdc.protocol.envelope import encode
 from airflow_provider_mysqlcdc.protocol.plans import TablePlan, TablePlans
 from airflow_provider_mysqlcdc.protocol.state import RunPlanProgress
-from airflow_provider_mysqlcdc.state.changes import (ResnapshotRequest, check_request_bounds, decide_action,
-                                                     parse_offset, parse_startup_mode, splits_overlapping)
+from airflow_provider_mysqlcdc.state.changes import (
+    ResnapshotRequest,
+    check_request_bounds,
+    decide_action,
+    parse_offset,
+    parse_startup_mode,
+    splits_overlapping,
+)
 from airflow_provider_mysqlcdc.state.drift import Drift, pending_drift, read_drift
 from airflow_provider_mysqlcdc.state.registry import PipelineState, run_folder
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas

@@ -55,7 +55,7 @@ class MySqlCdcSnapshotOperator(MySqlCdcSparkJobOperator):
         self._rows_written: int | None = None  # into the sink table, once done (None: staged, or not done)
 
     def execute(self, context: Context) -> dict[str, Any]:
-        self.object_store  # installed before the state location and the lake are touched
+        self.object_store  # noqa: B018 - installed before the state location and the lake are touched
         hook = self.hook
         chunk = self._chunk()
         table_id = TableId.parse(chunk["table"])

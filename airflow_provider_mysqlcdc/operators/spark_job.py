@@ -95,7 +95,7 @@ class MySqlCdcSparkJobOperator(BaseOperator):
         the sink at ``sink_root``, ``rows`` per table once it ended (lineage/openlineage.py)."""
         from airflow_provider_mysqlcdc.lineage.openlineage import known_tables, pipeline_lineage
 
-        self.object_store  # the state location may be on an object store
+        self.object_store  # noqa: B018 - the state location may be on an object store
         source = self.hook.source_config()
         return pipeline_lineage(host=source.host, port=source.port, sink_root=sink_root,
                                 tables=known_tables(state, tables, rows))

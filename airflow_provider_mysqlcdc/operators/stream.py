@@ -27,7 +27,7 @@ from typing import Any
 from airflow.sdk import Context, ResumableJobMixin, conf
 
 from airflow_provider_mysqlcdc.assets.sink_tables import TableChanged, emit_table_events
-from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
+from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError, SparkJobFailed
 from airflow_provider_mysqlcdc.cdc.model.records import ON_BINLOG_PURGED
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.hooks.spark import checked_spark_conf
@@ -38,9 +38,8 @@ from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.results import DetachedStreamRef, StreamPhase, StreamResult, StreamStatus
 from airflow_provider_mysqlcdc.spark.report import ReportWatcher
-from airflow_provider_mysqlcdc.spark.submit import SparkJobFailed
-from airflow_provider_mysqlcdc.state.registry import PipelineState
 from airflow_provider_mysqlcdc.spark.supervision import DetachedStream, wait_for_a_stopping_stream
+from airflow_provider_mysqlcdc.state.registry import PipelineState
 from airflow_provider_mysqlcdc.triggers.stream import STOP_REASON, MySqlCdcStreamTrigger
 
 STREAM_MODES = (*(m.value for m in StreamMode), "skip")
@@ -126,7 +125,7 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
         if self.mode == "skip":
             self.log.info("stream mode 'skip': a stream running elsewhere picks up this run's registry changes")
             return encode(StreamResult("skip"))
-        self.object_store  # installed before the state location and the lake are touched
+        self.object_store  # noqa: B018 - installed before the state location and the lake are touched
         hook = self.hook
         low, high = hook.server_id_range()
         job = StreamJob(state=self.state, sink_root=self.sink_root, mode=self.mode,
@@ -237,7 +236,7 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """The detached stream ended: its result, or its own error."""
         status = decode(StreamStatus, event, "the stream trigger's event")
-        self.object_store  # the report folder lives in the state location
+        self.object_store  # noqa: B018 - the report folder lives in the state location
         ReportWatcher(self.report_folder(PipelineState(self.state), context)).remove()
         if status.phase is not StreamPhase.FINISHED or status.result is None:
             raise SparkJobFailed(status.message)
@@ -266,7 +265,7 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
     def _lineage(self, result: StreamResult | None = None) -> Any:
         if self.mode == "skip":
             return None  # it runs no stream
-        self.object_store  # the state location may be on an object store
+        self.object_store  # noqa: B018 - the state location may be on an object store
         state = PipelineState(self.state)
         rows = None if result is None else {TableId.parse(t): n for t, n in result.table_changes.items()}
         return self.source_lineage(state, self.sink_root, state.load(state.latest_number()).chunk_keys, rows)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 
-from airflow_provider_mysqlcdc.protocol.envelope import ProtocolError
+from airflow_provider_mysqlcdc.cdc.errors import ProtocolError
 
 
 class PlanAction(enum.StrEnum):

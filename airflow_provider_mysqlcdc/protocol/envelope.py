@@ -16,17 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, TypeVar
 
-from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
+from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError, ProtocolError, ProtocolVersionError
 
 RECORD, FORMAT_VERSION = "record", "format_version"
-
-
-class ProtocolError(ConfigurationError):
-    """A record that is not what its place should hold, or is malformed."""
-
-
-class ProtocolVersionError(ProtocolError):
-    """A record written by a newer version of the provider than the one reading it."""
 
 
 @dataclass(frozen=True)

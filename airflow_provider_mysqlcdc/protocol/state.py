@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset

@@ -198,7 +198,7 @@ def image_table(schema: TableSchema | None, images: Sequence[dict[str, Any]]) ->
                 pass  # values of an older shape of the column
         arrays.append(typed if typed is not None else _inferred_array(name, values))
     zeros = {k: z for k, z in zero_date_columns(schema).items() if k in names} if schema is not None else {}
-    for key, companion in zeros.items():
+    for key in zeros:
         arrays.append(pa.array([_zero_date_text(image.get(key)) for image in images], pa.string()))
     return pa.Table.from_arrays(arrays, names=list(names) + list(zeros.values()))
 

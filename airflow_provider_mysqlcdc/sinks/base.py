@@ -16,19 +16,26 @@ from a checkpoint that was deleted, replaced by an older copy, or started afresh
 change twice and never skips one (sinks/writer.py): idempotence belongs to the sink's own state,
 not to the numbering of a checkpoint's batches.
 
-Only ``DeltaSink`` exists and is tested; a user with Spark's own Delta or Iceberg can implement the
-same methods.
+Only ``DeltaSink`` exists and is tested. Callers open a sink with ``factory.open_sink`` and use
+only the methods below, so a second table format is a new subclass and a line in the factory.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from airflow_provider_mysqlcdc.cdc.errors import is_table_fault
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
+
+if TYPE_CHECKING:
+    from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy, TableMaintenance
+    from airflow_provider_mysqlcdc.sinks.clustering import ClusteringResult
+    from airflow_provider_mysqlcdc.sinks.data_files import DataFile
 
 #: a point in binlog order at row granularity: (binlog file number, position, row, part), as
 #: ``ChangeRecord.order_key``; a DDL is (file, position, 0, 0), the k-th staged split applied at the
@@ -47,6 +54,18 @@ class StreamCommit:
 
 
 class Sink(ABC):
+    #: where the tables live (a local path or an object store URL), and the object store's options
+    root: str
+    storage_options: dict[str, str] | None
+
+    @abstractmethod
+    def table_uri(self, table_id: TableId) -> str:
+        """Where the table of ``table_id`` lives (its data files are written under it)."""
+
+    @abstractmethod
+    def column_names(self, table_id: TableId) -> list[str]:
+        """The table's column names (metadata columns included); none for a table not written yet."""
+
     @abstractmethod
     def prepare(self, schema: TableSchema) -> None:
         """Create the table for ``schema`` if missing; evolve it when columns were added."""
@@ -55,6 +74,17 @@ class Sink(ABC):
     def replace_range(self, table_id: TableId, start: str | None, end: str | None, rows: pa.Table, *,
                       commit: StreamCommit | None = None) -> None:
         """Atomically replace the rows with ``start <= _cdc_chunk < end`` (None = open) by ``rows``."""
+
+    @abstractmethod
+    def file_schema(self, schema: TableSchema) -> pa.Schema | None:
+        """The columns of data files the executors write for ``schema``'s rows (``commit_range``), or
+        None when they cannot be written apart from the table (a column's type differs)."""
+
+    @abstractmethod
+    def commit_range(self, table_id: TableId, start: str | None, end: str | None, files: Sequence[DataFile], *,
+                     file_schema: pa.Schema) -> None:
+        """Replace the rows of the chunk range ``[start, end)`` by data ``files`` already written
+        under ``table_uri`` (sinks/data_files.py), in one commit."""
 
     @abstractmethod
     def merge_changes(self, schema: TableSchema, changes: pa.Table, *, commit: StreamCommit) -> None:
@@ -86,6 +116,16 @@ class Sink(ABC):
     @abstractmethod
     def read(self, table_id: TableId) -> pa.Table:
         """The whole table (for verification and status)."""
+
+    @abstractmethod
+    def cluster(self, table_id: TableId, *, min_files: int = 2) -> ClusteringResult | None:
+        """Rewrite, in chunk-key order, the data files that spread the table's key ranges, in one
+        commit that changes no row; None when there was nothing to do."""
+
+    @abstractmethod
+    def maintain(self, table_id: TableId, policy: MaintenancePolicy) -> list[TableMaintenance]:
+        """Maintain the table and its changelog as ``policy`` says (compaction, checkpoint, expiry
+        of old files); what was done to each."""
 
     def refuses(self, table_id: TableId, exc: BaseException) -> bool:
         """Whether ``exc``, raised while writing the table, is the sink refusing this table's data or

@@ -33,8 +33,14 @@ from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, RemoveAction
 
 from airflow_provider_mysqlcdc.sinks.arrow_rows import conform_to
-from airflow_provider_mysqlcdc.sinks.data_files import (CHUNK_COLUMN, DataFile, chunk_bounds, delete_data_file,
-                                                        read_data_file, write_data_file)
+from airflow_provider_mysqlcdc.sinks.data_files import (
+    CHUNK_COLUMN,
+    DataFile,
+    chunk_bounds,
+    delete_data_file,
+    read_data_file,
+    write_data_file,
+)
 
 log = logging.getLogger(__name__)
 

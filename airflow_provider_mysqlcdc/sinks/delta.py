@@ -25,13 +25,19 @@ from deltalake.transaction import AddAction, RemoveAction
 from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError, is_table_fault
 from airflow_provider_mysqlcdc.cdc.records.values import decimal_text
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
+from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy, TableMaintenance
 from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_schema, row_key_columns, zero_date_columns
 from airflow_provider_mysqlcdc.sinks.base import Position, Sink, StreamCommit
 from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SUFFIX
-from airflow_provider_mysqlcdc.sinks.clustering import (MAX_REWRITE_BYTES, TARGET_BYTES, ClusteringResult,
-                                                        cluster_table)
-from airflow_provider_mysqlcdc.sinks.data_files import (CHUNK_COLUMN, DataFile, chunk_bounds, read_data_file,
-                                                        rows_outside, write_data_file)
+from airflow_provider_mysqlcdc.sinks.clustering import MAX_REWRITE_BYTES, TARGET_BYTES, ClusteringResult, cluster_table
+from airflow_provider_mysqlcdc.sinks.data_files import (
+    CHUNK_COLUMN,
+    DataFile,
+    chunk_bounds,
+    read_data_file,
+    rows_outside,
+    write_data_file,
+)
 
 log = logging.getLogger(__name__)
 
@@ -342,6 +348,11 @@ class DeltaSink(Sink):
 
     def read(self, table_id: TableId) -> pa.Table:
         return DeltaTable(self.table_uri(table_id), storage_options=self.storage_options).to_pyarrow_table()
+
+    def maintain(self, table_id: TableId, policy: MaintenancePolicy) -> list[TableMaintenance]:
+        from airflow_provider_mysqlcdc.sinks.maintenance import maintain_table
+
+        return maintain_table(self, table_id, policy)
 
     def refuses(self, table_id: TableId, exc: BaseException) -> bool:
         """Besides the table's own faults: delta-rs refusing its rows, which is a ``SchemaMismatchError``

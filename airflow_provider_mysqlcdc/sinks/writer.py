@@ -24,11 +24,21 @@ from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering, encode_int_sort_keys, encode_sort_key
 from airflow_provider_mysqlcdc.cdc.source.schema import TableSchema
-from airflow_provider_mysqlcdc.sinks.arrow_rows import (column_values, data_schema, row_key_columns,
-                                                      rows_to_data_table, with_metadata)
+from airflow_provider_mysqlcdc.sinks.arrow_rows import (
+    column_values,
+    data_schema,
+    row_key_columns,
+    rows_to_data_table,
+    with_metadata,
+)
 from airflow_provider_mysqlcdc.sinks.base import Position, Sink, StreamCommit
-from airflow_provider_mysqlcdc.sinks.change_columns import (change_columns, changes_after, conform_changes,
-                                                          last_change_per_key, position_at)
+from airflow_provider_mysqlcdc.sinks.change_columns import (
+    change_columns,
+    changes_after,
+    conform_changes,
+    last_change_per_key,
+    position_at,
+)
 from airflow_provider_mysqlcdc.sinks.changelog import changelog_rows, truncation_changelog
 
 

@@ -57,16 +57,28 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxBytes, ReadMaxRows,
-                                              SupportsTriggerAvailableNow)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 
 from airflow_provider_mysqlcdc.cdc.binlog.ranges import DecodeRange, batch_end, plan_decode_ranges
 from airflow_provider_mysqlcdc.cdc.binlog.reader import BinlogReader, pick_server_id
 from airflow_provider_mysqlcdc.cdc.binlog.split_filter import FinishedSplitFilter
 from airflow_provider_mysqlcdc.cdc.errors import BinlogPurgedError, ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
-from airflow_provider_mysqlcdc.cdc.model.records import (BinlogPurged, ChangeRecord, SchemaChangeEvent, TableEventKind,
-                                                         TableFailed, TableTruncated, WindowChange)
+from airflow_provider_mysqlcdc.cdc.model.records import (
+    BinlogPurged,
+    ChangeRecord,
+    SchemaChangeEvent,
+    TableEventKind,
+    TableFailed,
+    TableTruncated,
+    WindowChange,
+)
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig, parse_server_id_range
@@ -75,11 +87,11 @@ from airflow_provider_mysqlcdc.cdc.source.server import binlog_changed_error, ch
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
 from airflow_provider_mysqlcdc.protocol.state import Generation
-from airflow_provider_mysqlcdc.state.registry import PipelineState
 from airflow_provider_mysqlcdc.spark.batch_rows import RUN_LENGTH, SCHEMA, RowEmitter
+from airflow_provider_mysqlcdc.state.credentials import install_from_private_file
+from airflow_provider_mysqlcdc.state.registry import PipelineState
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
 from airflow_provider_mysqlcdc.state.servers import ServerEpochs
-from airflow_provider_mysqlcdc.state.credentials import install_from_private_file
 from airflow_provider_mysqlcdc.state.spill import new_spill_folder
 
 SOURCE_NAME = "mysqlcdc_binlog"

@@ -32,10 +32,10 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, TableTruncated, WindowChange
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
 from airflow_provider_mysqlcdc.cdc.reading.arrow_select import fast_select_supported, select_arrow
-from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, TableTruncated, WindowChange
 from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitRangeChecker, SplitReader
 from airflow_provider_mysqlcdc.cdc.records.apply import KeyedRows
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
@@ -46,7 +46,7 @@ from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob
 from airflow_provider_mysqlcdc.protocol.results import ChunkResult
 from airflow_provider_mysqlcdc.sinks.arrow_rows import data_schema, merge_changes_into_table, rows_to_data_table
 from airflow_provider_mysqlcdc.sinks.data_files import DataFile, delete_data_file, read_data_file, write_data_file
-from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
 from airflow_provider_mysqlcdc.state.credentials import install_from_private_file
 from airflow_provider_mysqlcdc.state.staged import write_staged
@@ -86,7 +86,7 @@ class PartitionFiles:
               rows: pa.Table) -> DataFile:
         """Stamp ``rows`` as read at ``low`` and write them into the table's folder."""
         install_from_private_file(source.password_file)  # the lake may be on an object store
-        sink = DeltaSink(self.sink_root)
+        sink = open_sink(self.sink_root)
         ordering = KeyOrdering(schema.column(self.chunk_key), source.connect)
         try:
             stamped = SinkWriter(sink, schema, self.chunk_key, ordering).stamped(rows, low.in_epoch(self.epoch))
@@ -180,7 +180,7 @@ def run_chunk_job(spark: Any, source: SourceConfig, job: ChunkJob,
     executor_source = (executor_source or source).with_retry(job.retry_budget_s)
     schema = source.run(lambda conn: load_table_schema(conn, table_id), f"reading the schema of {table_id}")
     splits = job.splits
-    sink = DeltaSink(job.sink_root)
+    sink = open_sink(job.sink_root)
     file_schema = None
     if not job.stage_to:  # staged splits: the stream prepares the table when it applies them
         sink.prepare(schema)
@@ -232,7 +232,7 @@ class _SplitJob:
                            file_schema: pa.Schema) -> FinishedSplit:
         """The executors write the partitions' data files; the driver rewrites the files the window's
         changes touch and commits the split's files in one Delta commit."""
-        sink: DeltaSink = self.writer.sink  # type: ignore[assignment]
+        sink = self.writer.sink
         uri = sink.table_uri(self.schema.table_id)
         epoch = self.job.servers.place(self.reader.current_offset()).epoch
         files = PartitionFiles(sink.root, file_schema, split.chunk_key, epoch, prefix=f"chunk-{split.index}")

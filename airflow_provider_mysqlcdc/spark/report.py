@@ -25,9 +25,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from airflow_provider_mysqlcdc.spark.connect import application_of
 from airflow_provider_mysqlcdc.protocol.results import DriverInfo, DriverLog, JobFailure
 from airflow_provider_mysqlcdc.protocol.state import StopRequest
+from airflow_provider_mysqlcdc.spark.connect import application_of
 from airflow_provider_mysqlcdc.state.storage import StateStorage
 
 JOB, DRIVER, LOG, RESULT, FAILURE, STOP = "job.json", "driver.json", "log", "result.json", "failure.json", "stop.json"

@@ -31,42 +31,56 @@ from typing import Any
 import fsspec
 import pyarrow as pa
 
-from airflow_provider_mysqlcdc.cdc.binlog.row_decoder import chosen_decoder
-from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError, describe_error
-
-from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
-from airflow_provider_mysqlcdc.cdc.model.records import (BinlogPurged, ChangeRecord, SchemaChangeEvent,
-                                                         TableEventKind, TableFailed)
 from airflow_provider_mysqlcdc.cdc.binlog.listing import table_ddl_after
+from airflow_provider_mysqlcdc.cdc.binlog.row_decoder import chosen_decoder
+from airflow_provider_mysqlcdc.cdc.errors import LeaseLost, SchemaChangedError, describe_error
+from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.model.records import (
+    BinlogPurged,
+    ChangeRecord,
+    SchemaChangeEvent,
+    TableEventKind,
+    TableFailed,
+)
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.records.values import column_defaults
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.cdc.source.server import binlog_changed_error, current_offset
-from airflow_provider_mysqlcdc.sinks.arrow_rows import METADATA_COLUMNS, conform_to, merge_changes_into_table
-from airflow_provider_mysqlcdc.sinks.base import StreamCommit
-from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
-from airflow_provider_mysqlcdc.sinks.maintenance import maintain_table
-from airflow_provider_mysqlcdc.sinks.change_columns import TableChanges, changes_before, conform_changes, offset_at
-from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_table_changes, staged_position
-from airflow_provider_mysqlcdc.spark.batch_rows import batch_items, row_key, spill_urls
-from airflow_provider_mysqlcdc.spark.binlog_source import (SOURCE_NAME, BinlogDataSource, StagedSplitReady,
-                                                          TablesActivated, registry_start_offset)
-from airflow_provider_mysqlcdc.spark.connect import application_of, is_connect
-from airflow_provider_mysqlcdc.spark.report import stop_request
-from airflow_provider_mysqlcdc.state.cleanup import release_staged_files
-from airflow_provider_mysqlcdc.state.credentials import install_from_private_file
-from airflow_provider_mysqlcdc.state.drift import Drift, frozen_since, read_drift, record_drift
 from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy, MaintenanceReport, TableMaintenance
 from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
 from airflow_provider_mysqlcdc.protocol.results import StreamResult
-from airflow_provider_mysqlcdc.protocol.state import (CheckpointIdentity, Generation, HistoryPoint,
-                                                      StreamBatchProgress, StreamHistory, StreamOffsetProgress)
-from airflow_provider_mysqlcdc.state.registry import STREAM_HISTORY, STREAM_OFFSET, STREAM_PROGRESS, PipelineState
-from airflow_provider_mysqlcdc.state.lease import LeaseKeeper, LeaseLost, StreamLeases
+from airflow_provider_mysqlcdc.protocol.state import (
+    CheckpointIdentity,
+    Generation,
+    HistoryPoint,
+    StreamBatchProgress,
+    StreamHistory,
+    StreamOffsetProgress,
+)
+from airflow_provider_mysqlcdc.sinks.arrow_rows import METADATA_COLUMNS, conform_to, merge_changes_into_table
+from airflow_provider_mysqlcdc.sinks.base import Sink, StreamCommit
+from airflow_provider_mysqlcdc.sinks.change_columns import TableChanges, changes_before, conform_changes, offset_at
+from airflow_provider_mysqlcdc.sinks.factory import open_sink
+from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_table_changes, staged_position
+from airflow_provider_mysqlcdc.spark.batch_rows import batch_items, row_key, spill_urls
+from airflow_provider_mysqlcdc.spark.binlog_source import (
+    SOURCE_NAME,
+    BinlogDataSource,
+    StagedSplitReady,
+    TablesActivated,
+    registry_start_offset,
+)
+from airflow_provider_mysqlcdc.spark.connect import application_of, is_connect
+from airflow_provider_mysqlcdc.spark.report import stop_request
+from airflow_provider_mysqlcdc.state.cleanup import release_staged_files
+from airflow_provider_mysqlcdc.state.credentials import install_from_private_file
+from airflow_provider_mysqlcdc.state.drift import Drift, frozen_since, read_drift, record_drift
+from airflow_provider_mysqlcdc.state.lease import LeaseKeeper, StreamLeases
 from airflow_provider_mysqlcdc.state.maintenance import MaintenanceRequests
+from airflow_provider_mysqlcdc.state.registry import STREAM_HISTORY, STREAM_OFFSET, STREAM_PROGRESS, PipelineState
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas, orders_differently
 from airflow_provider_mysqlcdc.state.servers import ServerEpochs
 from airflow_provider_mysqlcdc.state.spill import remove_all_spill_folders, remove_spill_folder
@@ -107,7 +121,7 @@ class BatchApplier:
         self.source = source
         self.job = job
         self.fence = fence  # raises when another stream took the pipeline over (state/lease.py)
-        self.sink = DeltaSink(job.sink_root)
+        self.sink = open_sink(job.sink_root)
         self.state = PipelineState(job.state)
         self.known = KnownSchemas(self.state)
         self.writers: dict[TableId, SinkWriter] = {}
@@ -324,7 +338,7 @@ class BatchApplier:
         merged: dict[TableId, int] = {}
         for table_id, pieces in by_table.items():
             count = self._guarded(table_id, offset_at(pieces[0].data, 0), "cannot be prepared for the sink",
-                                  lambda: self._merge(table_id, pieces, version))
+                                  lambda: self._merge(table_id, pieces, version))  # noqa: B023 - called at once
             if count:
                 merged[table_id] = count
         self.table_changes.update({t.quoted: n for t, n in merged.items()})
@@ -440,7 +454,7 @@ class BatchApplier:
         done: list[TableMaintenance] = []
         for table_id in tables:
             try:
-                done += maintain_table(self.sink, table_id, policy)
+                done += self.sink.maintain(table_id, policy)
             except Exception as exc:  # noqa: BLE001 - the stream goes on; the report says what failed
                 log.warning("maintenance of %s failed (the stream goes on): %s: %s", table_id, type(exc).__name__, exc)
                 done.append(TableMaintenance(self.sink.table_uri(table_id), 0, 0, note=f"failed: {exc}"))
@@ -679,7 +693,7 @@ def resume_offset(state: PipelineState, job: StreamJob) -> StreamOffset | None:
     return progress.offset if progress and progress.sink_root == job.sink_root else None
 
 
-def refuse_positions_beyond_the_head(source: SourceConfig, state: PipelineState, sink: DeltaSink) -> None:
+def refuse_positions_beyond_the_head(source: SourceConfig, state: PipelineState, sink: Sink) -> None:
     """A sink table recorded past the server's binlog head was written from another binlog: the
     server's binlog was reset (RESET MASTER), restored, or this is another server."""
     head = source.run(ServerEpochs(state).head, "reading the binlog head")  # in its epoch: after a failover, later

@@ -15,6 +15,7 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_mysqlcdc.cdc.errors import SparkJobFailed
 from airflow_provider_mysqlcdc.cdc.source.connection import ENV_PREFIX, SourceConfig
 from airflow_provider_mysqlcdc.spark.connect import CONNECT_MODE_VARIABLES
 from airflow_provider_mysqlcdc.spark.report import ReportWatcher
@@ -25,10 +26,6 @@ log = logging.getLogger(__name__)
 #: environment Spark's processes do not inherit: our credentials, and Airflow's connections and
 #: variables (an Airflow worker configured through the environment holds passwords there)
 PRIVATE_ENV_PREFIXES = (ENV_PREFIX, "AIRFLOW_CONN_", "AIRFLOW_VAR_")
-
-
-class SparkJobFailed(RuntimeError):
-    """A Spark program failed; the message carries its own error when it reported one."""
 
 
 def spark_home() -> Path:

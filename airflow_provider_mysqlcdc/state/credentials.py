@@ -51,7 +51,7 @@ class ObjectStoreCredentials:
             raise ConfigurationError(f"Connection {conn_id!r} has {'a login' if login else 'a password'} but no "
                                      f"{'password' if login else 'login'}: give both (access key id as login, "
                                      "secret access key as password) or neither (the machine's own credentials).")
-        variables = {"AWS_ACCESS_KEY_ID": login, "AWS_SECRET_ACCESS_KEY": password} if login else {}
+        variables: dict[str, str] = {"AWS_ACCESS_KEY_ID": login, "AWS_SECRET_ACCESS_KEY": password or ""} if login else {}
         nested = extra.get("service_config", {}).get("s3", {}) if isinstance(extra.get("service_config"), dict) else {}
         for name, variable in _AWS_EXTRAS.items():
             value = nested.get(name) or extra.get(name)

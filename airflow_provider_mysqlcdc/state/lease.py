@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_mysqlcdc.cdc.errors import CdcError
+from airflow_provider_mysqlcdc.cdc.errors import LeaseLost, StreamAlreadyRunning
 from airflow_provider_mysqlcdc.protocol.state import LeaseHeartbeat, StopRequest, StreamLease
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 
@@ -41,14 +41,6 @@ log = logging.getLogger(__name__)
 
 LEASES = "lease"
 DEFAULT_TTL_S = 60.0
-
-
-class StreamAlreadyRunning(CdcError):
-    """Another stream holds the pipeline's lease and is alive."""
-
-
-class LeaseLost(CdcError):
-    """This stream's lease was taken over by another stream: this one must stop writing."""
 
 
 def _lease_name(number: int) -> str:

@@ -30,7 +30,7 @@ import re
 import uuid
 from typing import Any, TypeVar
 
-from airflow_provider_mysqlcdc.cdc.errors import CdcError
+from airflow_provider_mysqlcdc.cdc.errors import ConcurrentStateChange
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.protocol.envelope import Record
@@ -47,10 +47,6 @@ STREAM_PROGRESS = "stream.json"
 STREAM_HISTORY = "stream-history.json"
 #: the servers the pipeline followed through failovers (state/servers.py)
 SERVERS = "servers.json"
-
-
-class ConcurrentStateChange(CdcError):
-    """Two writers raced for the same generation number."""
 
 
 class PipelineState:

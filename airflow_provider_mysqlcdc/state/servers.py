@@ -28,8 +28,13 @@ import pymysql
 
 from airflow_provider_mysqlcdc.cdc.binlog.gtid import offset_at_gtid_position
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
-from airflow_provider_mysqlcdc.cdc.source.server import (binlog_changed_error, binlog_file_sizes, bytes_between,
-                                                        current_offset, server_info)
+from airflow_provider_mysqlcdc.cdc.source.server import (
+    binlog_changed_error,
+    binlog_file_sizes,
+    bytes_between,
+    current_offset,
+    server_info,
+)
 from airflow_provider_mysqlcdc.protocol.state import ServerEpoch, ServerHistory
 from airflow_provider_mysqlcdc.state.registry import SERVERS, PipelineState
 

@@ -16,10 +16,10 @@ from pathlib import Path
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
-from devtools.verify import Rows, differences
-from devtools.verify import sink_rows as delta_rows  # noqa: F401 (the tests' name)
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from devtools.spark_submit import SparkSubmit
+from devtools.verify import Rows, differences
+from devtools.verify import sink_rows as delta_rows  # noqa: F401 (the tests' name)
 
 
 def assert_same_rows(table_id: TableId, expected: Rows, actual: Rows,

@@ -17,12 +17,12 @@ import pytest
 
 from airflow_provider_mysqlcdc.cdc.model.records import TableEventKind
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema, load_table_schema
-from devtools.snapshot import snapshot_tables
-from devtools.verify import source_rows
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
-from devtools.spark_submit import SparkSubmit
 from airflow_provider_mysqlcdc.state.drift import Drift, read_drift
 from airflow_provider_mysqlcdc.state.registry import PipelineState
+from devtools.snapshot import snapshot_tables
+from devtools.spark_submit import SparkSubmit
+from devtools.verify import source_rows
 
 from .helpers import assert_same_rows, delta_rows
 

@@ -21,14 +21,14 @@ from airflow_provider_mysqlcdc.assets.sink_tables import table_asset_uri
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
+from airflow_provider_mysqlcdc.pipeline import group_id_for
+from airflow_provider_mysqlcdc.state.lease import StreamLeases
+from airflow_provider_mysqlcdc.state.registry import PipelineState
 from devtools.airflow_standalone import AirflowStandalone
 from devtools.browser import dump_dom, screenshot
 from devtools.dag_runner import example_dag_env
 from devtools.statsd_listener import Metric, StatsdListener
 from devtools.workload import SAMPLE_TABLES, create_sample_tables
-from airflow_provider_mysqlcdc.pipeline import group_id_for
-from airflow_provider_mysqlcdc.state.lease import StreamLeases
-from airflow_provider_mysqlcdc.state.registry import PipelineState
 
 from .helpers import spark_processes_of
 

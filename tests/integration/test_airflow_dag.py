@@ -38,16 +38,15 @@ from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
-from devtools.dag_runner import (catch_up_stream, clear_and_resume, example_dag_env,
-                                                           mark_running, run_dag)
-from devtools.verify import source_rows
-from devtools.workload import SAMPLE_TABLES, RandomWriters, create_sample_tables
-from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
-from devtools.spark_submit import SparkSubmit
 from airflow_provider_mysqlcdc.protocol.state import StreamOffsetProgress
+from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.state.registry import STREAM_OFFSET, PipelineState
 from airflow_provider_mysqlcdc.status import pipeline_status
+from devtools.dag_runner import catch_up_stream, clear_and_resume, example_dag_env, mark_running, run_dag
+from devtools.spark_submit import SparkSubmit
+from devtools.verify import source_rows
+from devtools.workload import SAMPLE_TABLES, RandomWriters, create_sample_tables
 
 from .helpers import SecretWatch, assert_same_rows, delta_rows, files_holding, transactions_between
 
@@ -248,7 +247,7 @@ def test_pipeline_lifecycle_adds_clears_resnapshots_and_stays_exact(mysql_server
     catch_up_stream(cdc_user, state.location, lake, tmp_path / "catch-up")
     step("caught up")
     schemas = run_preflight(cdc_user, [a, b, c]).schemas  # B's column is called tag now
-    assert "tag" in DeltaSink(str(lake)).column_names(b)
+    assert "tag" in open_sink(str(lake)).column_names(b)
     for table in (a, b, c):
         assert_same_rows(table, source_rows(mysql_server.admin, schemas[table]), delta_rows(lake, schemas[table]))
         _assert_no_row_went_back(lake, schemas[table])
@@ -282,7 +281,7 @@ def test_pipeline_lifecycle_adds_clears_resnapshots_and_stays_exact(mysql_server
 def _assert_no_row_went_back(lake, schema) -> None:
     """Across every commit of the Delta table, each key's ``_cdc_version`` (the binlog offset of the
     state it shows) never decreases: no re-snapshot or replay took a row back to an older state."""
-    uri = DeltaSink(str(lake)).table_uri(schema.table_id)
+    uri = open_sink(str(lake)).table_uri(schema.table_id)
     columns = [*schema.key_columns, "_cdc_version"]
     last: dict[tuple, int] = {}
     for version in range(DeltaTable(uri).version() + 1):

@@ -23,14 +23,14 @@ from contextlib import ExitStack
 
 import pytest
 
+from airflow_provider_mysqlcdc.pipeline import group_id_for
+from airflow_provider_mysqlcdc.state.lease import StreamLeases
+from airflow_provider_mysqlcdc.state.registry import PipelineState
 from devtools.airflow_standalone import AirflowStandalone
 from devtools.dag_runner import example_dag_env
 from devtools.spark_connect_server import SparkConnectServer
 from devtools.spark_standalone import StandaloneCluster
 from devtools.workload import SAMPLE_TABLES, create_sample_tables
-from airflow_provider_mysqlcdc.pipeline import group_id_for
-from airflow_provider_mysqlcdc.state.lease import StreamLeases
-from airflow_provider_mysqlcdc.state.registry import PipelineState
 
 from .helpers import spark_processes_of, stream_drivers
 

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_mysqlcdc.state.lease import StreamLeases
+from airflow_provider_mysqlcdc.state.registry import PipelineState
 from devtools.airflow_standalone import AirflowStandalone
 from devtools.dag_runner import example_dag_env
 from devtools.workload import SAMPLE_TABLES, create_sample_tables
-from airflow_provider_mysqlcdc.state.lease import StreamLeases
-from airflow_provider_mysqlcdc.state.registry import PipelineState
 
 from .helpers import spark_processes_of, stream_drivers
 from .test_airflow_kill import DAG_ID, STREAM_ONLY

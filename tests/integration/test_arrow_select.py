@@ -24,7 +24,7 @@ def test_fast_path_equals_pymysql_path(mysql_server, cdc_user, database):
         cur.execute(f"""CREATE TABLE {table.quoted} (id BIGINT PRIMARY KEY, ti TINYINT, tiu TINYINT UNSIGNED,
             si SMALLINT, mi MEDIUMINT UNSIGNED, i INT, iu INT UNSIGNED, d DOUBLE, da DATE, dt DATETIME(6), dt0 DATETIME,
             c CHAR(12), v VARCHAR(50) COLLATE utf8mb4_general_ci, t TEXT, lt LONGTEXT)""")
-        for i in range(500):
+        for _ in range(500):
             cur.execute(f"INSERT INTO {table.quoted} VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)", (
                 rng.randint(-2**63, 2**63 - 1), rng.randint(-128, 127), rng.randint(0, 255), rng.randint(-2**15, 2**15 - 1),
                 rng.randint(0, 2**24 - 1), rng.randint(-2**31, 2**31 - 1), rng.randint(0, 2**32 - 1),

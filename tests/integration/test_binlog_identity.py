@@ -13,17 +13,16 @@ import threading
 
 import pytest
 
-from airflow_provider_mysqlcdc.cdc.errors import SourceChangedError
+from airflow_provider_mysqlcdc.cdc.errors import SourceChangedError, SparkJobFailed
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.cdc.source.server import check_same_binlog, current_offset
-from devtools.throwaway_server import ThrowawayMariaDB
-from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
-from airflow_provider_mysqlcdc.spark.submit import SparkJobFailed
-from devtools.spark_submit import SparkSubmit
 from airflow_provider_mysqlcdc.protocol.state import CapturedTable, stream_only_split
+from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.state.registry import PipelineState
+from devtools.spark_submit import SparkSubmit
+from devtools.throwaway_server import ThrowawayMariaDB
 
 pytestmark = pytest.mark.integration
 
@@ -112,7 +111,7 @@ def test_a_stream_refuses_to_continue_on_a_reset_binlog_and_writes_nothing(serve
     submit.run("binlog_stream.py", ["--job", str(tmp_path / "stream.json")], source_file)
     processed = json.loads((tmp_path / "state" / "progress" / "stream-offset.json").read_text())["offset"]
     assert processed.get("gtid") and processed.get("server_id") is not None, processed
-    rows_before = DeltaSink(lake).read(table).num_rows
+    rows_before = open_sink(lake).read(table).num_rows
 
     with conn.cursor() as cur:
         cur.execute("RESET MASTER")
@@ -121,4 +120,4 @@ def test_a_stream_refuses_to_continue_on_a_reset_binlog_and_writes_nothing(serve
     assert current_offset(conn) > BinlogOffset(processed["file"], int(processed["pos"]))
     with pytest.raises(SparkJobFailed, match="RESET MASTER"):
         submit.run("binlog_stream.py", ["--job", str(tmp_path / "stream.json")], source_file)
-    assert DeltaSink(lake).read(table).num_rows == rows_before == 200
+    assert open_sink(lake).read(table).num_rows == rows_before == 200

@@ -12,20 +12,21 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from airflow_provider_mysqlcdc.cdc.errors import SparkJobFailed
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitReader
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema, load_table_schema
-from devtools.snapshot import stage_whole_table
-from devtools.throwaway_server import ThrowawayMariaDB
-from devtools.verify import Rows, source_rows
-from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
-from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
-from devtools.spark_submit import SparkSubmit
+from airflow_provider_mysqlcdc.protocol.state import CapturedTable
+from airflow_provider_mysqlcdc.sinks.factory import open_sink
+from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
 from airflow_provider_mysqlcdc.state.changes import decide_action
 from airflow_provider_mysqlcdc.state.drift import pending_drift, read_drift
-from airflow_provider_mysqlcdc.protocol.state import CapturedTable
 from airflow_provider_mysqlcdc.state.registry import PipelineState, captured_tables
+from devtools.snapshot import stage_whole_table
+from devtools.spark_submit import SparkSubmit
+from devtools.throwaway_server import ThrowawayMariaDB
+from devtools.verify import Rows, source_rows
 
 from .helpers import assert_same_rows, delta_rows
 
@@ -70,7 +71,7 @@ def _run_history(server: ThrowawayMariaDB, tmp) -> PurgeHistory:
             cur.executemany(f"INSERT INTO purging.{name} VALUES (%s, 'initial')", [(i,) for i in range(50)])
     schemas = {n: load_table_schema(conn, TableId("purging", n)) for n in "abc"}
     lake, state = str(tmp / "lake"), PipelineState(str(tmp / "state"))
-    sink = DeltaSink(lake)
+    sink = open_sink(lake)
 
     def direct(name: str) -> FinishedSplit:
         finished, rows = _read(source, schemas[name])
@@ -109,7 +110,7 @@ def _run_history(server: ThrowawayMariaDB, tmp) -> PurgeHistory:
         job_file.write_text(StreamJob(state=state.location, sink_root=lake, on_binlog_purged=on_binlog_purged).to_json())
         submit.run("binlog_stream.py", ["--job", str(job_file)], source_file)
 
-    with pytest.raises(RuntimeError) as failure:
+    with pytest.raises(SparkJobFailed) as failure:
         stream("fail")
     h.default_error = str(failure.value)
     stream("resnapshot")

@@ -17,11 +17,11 @@ from airflow_provider_mysqlcdc.cdc.binlog.reader import BinlogReader, Transactio
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
-from devtools.verify import source_rows
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
-from devtools.spark_submit import SparkSubmit
 from airflow_provider_mysqlcdc.protocol.state import CapturedTable, stream_only_split
 from airflow_provider_mysqlcdc.state.registry import PipelineState
+from devtools.spark_submit import SparkSubmit
+from devtools.verify import source_rows
 
 from .helpers import assert_same_rows, delta_rows
 

@@ -120,13 +120,13 @@ def failover_pipeline(tmp_path):
 
 class _Pipeline:
     def __init__(self, tmp_path, server: ThrowawayMariaDB):
-        from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
-        from devtools.spark_submit import SparkSubmit
+        from airflow_provider_mysqlcdc.sinks.factory import open_sink
         from airflow_provider_mysqlcdc.state.registry import PipelineState
+        from devtools.spark_submit import SparkSubmit
 
         self.tmp, self.lake = tmp_path, str(tmp_path / "lake")
         self.state = PipelineState(str(tmp_path / "state"))
-        self.sink = DeltaSink(self.lake)
+        self.sink = open_sink(self.lake)
         self.submit = SparkSubmit(master="local[1]", work_dir=tmp_path / "spark")
         self.point_at(server)
 

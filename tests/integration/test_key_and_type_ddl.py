@@ -22,12 +22,12 @@ import pytest
 
 from airflow_provider_mysqlcdc.cdc.model.records import TableEventKind
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
-from devtools.snapshot import snapshot_tables
-from devtools.verify import Rows, source_rows
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.state.drift import read_drift
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
+from devtools.snapshot import snapshot_tables
+from devtools.verify import Rows, source_rows
 
 from .helpers import assert_same_rows, delta_rows, run_stream
 

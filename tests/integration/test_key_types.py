@@ -23,10 +23,10 @@ from airflow_provider_mysqlcdc.cdc.errors import PreflightError
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering, encode_sort_key
 from airflow_provider_mysqlcdc.cdc.records.values import ValueNormalizer
 from airflow_provider_mysqlcdc.cdc.source.schema import UNSUPPORTED_CHUNK_KEY_TYPES, TableId, load_table_schema
-from devtools.snapshot import snapshot_tables
-from devtools.verify import source_rows
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.state.registry import PipelineState
+from devtools.snapshot import snapshot_tables
+from devtools.verify import source_rows
 
 from .helpers import assert_same_rows, delta_rows, run_stream
 

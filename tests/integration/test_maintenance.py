@@ -15,19 +15,19 @@ import pytest
 from deltalake import DeltaTable
 
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
-from devtools.dag_runner import example_dag_env, run_dag
-from devtools.snapshot import snapshot_tables
-from devtools.verify import differences, source_rows
-from devtools.workload import SAMPLE_TABLES, create_sample_tables
 from airflow_provider_mysqlcdc.protocol.envelope import decode
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.maintenance import MaintenanceReport
 from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_to_rows
 from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SUFFIX
-from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
-from devtools.spark_submit import SparkSubmit
+from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.state.lease import StreamLeases
 from airflow_provider_mysqlcdc.state.registry import PipelineState
+from devtools.dag_runner import example_dag_env, run_dag
+from devtools.snapshot import snapshot_tables
+from devtools.spark_submit import SparkSubmit
+from devtools.verify import differences, source_rows
+from devtools.workload import SAMPLE_TABLES, create_sample_tables
 
 from .helpers import assert_same_rows, delta_rows
 
@@ -137,7 +137,7 @@ def test_maintenance_while_a_stream_runs_bounds_files_keeps_the_sink_exact_and_t
     lake, state_dir = tmp_path / "lake", tmp_path / "state"
     state = PipelineState(str(state_dir / "mysqlcdc_example"))
     snapshot_tables(cdc_user, [table], str(lake), state, chunk_size=100)
-    uri = DeltaSink(str(lake)).table_uri(table)
+    uri = open_sink(str(lake)).table_uri(table)
     # the stream's own clustering is off: every batch leaves its files, for maintenance to compact
     job = StreamJob(state=state.location, sink_root=str(lake), mode="continuous", trigger_interval_s=0.3,
                     changelog=True, cluster_after_files=0)
@@ -206,7 +206,7 @@ def test_maintenance_without_a_stream_is_done_by_the_task(mysql_server, cdc_user
     lake, state_dir = tmp_path / "lake", tmp_path / "state"
     state = PipelineState(str(state_dir / "mysqlcdc_example"))
     snapshot_tables(cdc_user, [table], str(lake), state, chunk_size=30)  # ten files
-    uri = DeltaSink(str(lake)).table_uri(table)
+    uri = open_sink(str(lake)).table_uri(table)
     with conn.cursor() as cur:  # new keys, a transaction each: every batch's merge adds a file
         for i in range(40):
             cur.execute(f"INSERT INTO {table.quoted} (id, customer) VALUES (%s, 'new')", (200_000 + i,))

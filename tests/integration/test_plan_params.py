@@ -28,8 +28,8 @@ def test_a_start_offset_beyond_the_binlog_fails_the_plan_and_writes_nothing(mysq
 
 def test_an_older_runs_collect_run_again_does_not_bring_back_a_table_a_later_run_removed(
         mysql_server, cdc_user, database, tmp_path):
-    from devtools.dag_runner import clear_and_resume
     from airflow_provider_mysqlcdc.state.registry import PipelineState
+    from devtools.dag_runner import clear_and_resume
 
     kept, removed = create_sample_tables(mysql_server.connect(), database, rows_per_table=10, seed=62,
                                          tables=SAMPLE_TABLES[:2])

@@ -15,7 +15,12 @@ import uuid
 import pytest
 
 from airflow_provider_mysqlcdc.cdc.binlog.reader import BinlogReader
-from airflow_provider_mysqlcdc.cdc.errors import BinlogPurgedError, ConfigurationError, PreflightFailures, SourceChangedError
+from airflow_provider_mysqlcdc.cdc.errors import (
+    BinlogPurgedError,
+    ConfigurationError,
+    PreflightFailures,
+    SourceChangedError,
+)
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
@@ -41,7 +46,7 @@ def spare_server(tmp_path_factory):
         yield server
 
 
-def _problems(source: SourceConfig, tables=(TableId("shop", "orders"),), **kwargs) -> list[str]:
+def _problems(source: SourceConfig, tables=(TableId("shop", "orders"),), **kwargs) -> list[str]:  # noqa: B008
     with pytest.raises(PreflightFailures) as info:
         run_preflight(source, list(tables), **kwargs)
     return info.value.problems

@@ -21,8 +21,17 @@ from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_sche
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 from devtools.throwaway_server import ThrowawayMariaDB
 
-from .test_value_fidelity import (COLUMNS, GEOMETRY, MAX_ROW, MIN_ROW, MORE_COLUMNS, MORE_ROWS, NULL_ROW, _insert,
-                                  _random_rows)
+from .test_value_fidelity import (
+    COLUMNS,
+    GEOMETRY,
+    MAX_ROW,
+    MIN_ROW,
+    MORE_COLUMNS,
+    MORE_ROWS,
+    NULL_ROW,
+    _insert,
+    _random_rows,
+)
 
 pytestmark = pytest.mark.integration
 

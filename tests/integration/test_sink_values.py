@@ -16,10 +16,10 @@ import pytest
 from deltalake import DeltaTable
 
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
-from devtools.snapshot import snapshot_tables
-from devtools.verify import source_rows
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.state.registry import PipelineState
+from devtools.snapshot import snapshot_tables
+from devtools.verify import source_rows
 
 from .helpers import assert_same_rows, delta_rows, run_stream
 from .test_value_fidelity import COLUMNS, GEOMETRY, MAX_ROW, MIN_ROW, NULL_ROW, ZERO_AND_PARTIAL, _random_rows

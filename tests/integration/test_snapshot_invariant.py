@@ -20,9 +20,8 @@ from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, Split
 from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitReader
 from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
-from devtools.workload import RandomWriters, create_sample_tables
-
 from devtools.verify import explain, read_binlog, replay, source_rows
+from devtools.workload import RandomWriters, create_sample_tables
 
 from .helpers import assert_same_rows
 
@@ -86,6 +85,6 @@ def test_snapshot_plus_filtered_binlog_equals_source_under_concurrent_writes(mys
             bad = [k for k in set(expected[t]) ^ set(actual)] + \
                   [k for k in expected[t] if k in actual and expected[t][k] != actual[k]]
             assert_same_rows(t, expected[t], actual, evidence=lambda: explain(
-                t, report.schemas[t], bad, chosen[t], binlog, report.chunk_keys[t]) + f"\n(retries chosen: {choice})")
+                t, report.schemas[t], bad, chosen[t], binlog, report.chunk_keys[t]) + f"\n(retries chosen: {choice})")  # noqa: B023
         print(f"  retries chosen '{choice}': {replayed.emitted} binlog changes emitted by the filter, "
               f"{replayed.skipped} filtered out; all tables exact")

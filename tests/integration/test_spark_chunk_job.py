@@ -22,12 +22,12 @@ from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, Split
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
+from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob
+from airflow_provider_mysqlcdc.sinks.factory import open_sink
+from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_change_batch
+from devtools.spark_submit import SparkSubmit
 from devtools.verify import source_rows
 from devtools.workload import SAMPLE_TABLES, RandomWriters, create_sample_tables
-from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
-from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_change_batch
-from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob
-from devtools.spark_submit import SparkSubmit
 
 from .helpers import assert_same_rows, delta_rows
 
@@ -64,7 +64,7 @@ def test_chunk_job_snapshot_then_binlog_equals_source(mysql_server, cdc_user, da
     end = current_offset(conn)
 
     merged = 0
-    for number, result in enumerate(results):
+    for result in results:
         assert result["rows"] > 0 and result["seconds"] > 0
         merged += result["binlog_events_merged"]
         latest = {}
@@ -74,7 +74,7 @@ def test_chunk_job_snapshot_then_binlog_equals_source(mysql_server, cdc_user, da
             latest[f.split.index] = f  # a retried split's later result wins
         finished += latest.values()
 
-    sink = DeltaSink(lake)
+    sink = open_sink(lake)
     writers_by_table = {}
     for table_id, schema in report.schemas.items():
         chunk_key = report.chunk_keys[table_id]
@@ -103,7 +103,7 @@ def test_the_executors_write_a_quiet_splits_data_files_and_one_commit_adds_them(
                                                 partitions_per_split=3).to_json())
     result = SparkSubmit(master="local[2]", work_dir=tmp_path / "spark").run(
         "snapshot_chunk.py", ["--job", str(tmp_path / "job.json")], cdc_user.to_private_file(tmp_path / "secrets" / "s.json"))
-    uri = DeltaSink(lake).table_uri(table)
+    uri = open_sink(lake).table_uri(table)
     history = DeltaTable(uri).history()
     commits = [h for h in history if h["operation"] == "WRITE"]
     assert len(commits) == len(splits) and result["binlog_events_merged"] == 0

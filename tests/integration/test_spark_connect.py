@@ -19,21 +19,29 @@ import pytest
 
 from airflow_provider_mysqlcdc.cdc.model.split import SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
-from devtools.dag_runner import example_dag_env, run_dag
-from devtools.spark_connect_server import SparkConnectServer
-from devtools.verify import source_rows
-from devtools.workload import SAMPLE_TABLES, RandomWriters, create_sample_tables
 from airflow_provider_mysqlcdc.hooks.spark_connect import SparkConnectJobRunner
-from devtools.snapshot import snapshot_tables
 from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob, StreamJob
 from airflow_provider_mysqlcdc.protocol.results import StreamPhase
 from airflow_provider_mysqlcdc.protocol.state import StreamBatchProgress
+from airflow_provider_mysqlcdc.spark.connect import CONNECT_MODE_VARIABLES
 from airflow_provider_mysqlcdc.spark.supervision import DetachedStream
 from airflow_provider_mysqlcdc.state.lease import StreamLeases
 from airflow_provider_mysqlcdc.state.registry import STREAM_PROGRESS, PipelineState
-from airflow_provider_mysqlcdc.spark.connect import CONNECT_MODE_VARIABLES
+from devtools.dag_runner import example_dag_env, run_dag
+from devtools.snapshot import snapshot_tables
+from devtools.spark_connect_server import SparkConnectServer
+from devtools.verify import source_rows
+from devtools.workload import SAMPLE_TABLES, RandomWriters, create_sample_tables
 
-from .helpers import Http2Recorder, SecretWatch, assert_same_rows, delta_rows, files_holding, spark_processes_of, stream_drivers
+from .helpers import (
+    Http2Recorder,
+    SecretWatch,
+    assert_same_rows,
+    delta_rows,
+    files_holding,
+    spark_processes_of,
+    stream_drivers,
+)
 
 pytestmark = pytest.mark.integration
 

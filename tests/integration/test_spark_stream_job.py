@@ -19,23 +19,23 @@ import pytest
 from deltalake import DeltaTable
 
 from airflow_provider_mysqlcdc.cdc.binlog.row_decoder import DECODER_VARIABLE
+from airflow_provider_mysqlcdc.cdc.errors import SparkJobFailed
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
 from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitReader
 from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
-from devtools.verify import source_rows
-from devtools.workload import SAMPLE_TABLES, RandomWriters, create_sample_tables
+from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
+from airflow_provider_mysqlcdc.protocol.state import CapturedTable, stream_only_split
 from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SUFFIX
 from airflow_provider_mysqlcdc.sinks.clustering import CLUSTERING_COMMIT, clustering_plan, held_files
-from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
-from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
-from airflow_provider_mysqlcdc.spark.submit import SparkJobFailed
-from devtools.spark_submit import SparkSubmit
-from airflow_provider_mysqlcdc.state.lease import StreamLeases
 from airflow_provider_mysqlcdc.state.drift import read_drift
-from airflow_provider_mysqlcdc.protocol.state import CapturedTable, stream_only_split
+from airflow_provider_mysqlcdc.state.lease import StreamLeases
 from airflow_provider_mysqlcdc.state.registry import PipelineState, captured_tables
+from devtools.spark_submit import SparkSubmit
+from devtools.verify import source_rows
+from devtools.workload import SAMPLE_TABLES, RandomWriters, create_sample_tables
 
 from .helpers import assert_same_rows, delta_rows
 
@@ -45,7 +45,7 @@ TABLES = SAMPLE_TABLES[:3]
 
 
 def _snapshot(cdc_user, report, lake: str, state: Path, chunk_size: int = 400) -> PipelineState:
-    sink = DeltaSink(lake)
+    sink = open_sink(lake)
     finished = []
     for table_id, schema in report.schemas.items():
         sink.prepare(schema)
@@ -122,7 +122,7 @@ def test_stream_survives_kill_9_and_stays_exact_and_refuses_a_second_stream(mysq
     _assert_sink_equals_source(mysql_server, report, lake)
     for table, versions in _committed_batches(Path(lake)).items():
         assert versions == sorted(set(versions)), f"{table}: a batch was committed twice: {versions}"
-    sink = DeltaSink(lake)
+    sink = open_sink(lake)
     for table_id in report.schemas:
         changelog = DeltaTable(sink.table_uri(table_id) + CHANGELOG_SUFFIX).to_pyarrow_table().to_pylist()
         coordinates = [(c["version"], c["row_in_event"], c["part"]) for c in changelog]
@@ -152,7 +152,7 @@ def test_added_columns_evolve_delta_and_a_dropped_one_is_drift(mysql_server, cdc
         cur.execute(f"INSERT INTO {table.quoted} (id, customer, region) VALUES (100000, 'new', 'apac')")
     submit.run("binlog_stream.py", ["--job", str(tmp_path / "stream.json")], source_file)
     schema = load_table_schema(conn, table)
-    assert {"region", "score"} <= set(DeltaSink(lake).read(table).column_names)
+    assert {"region", "score"} <= set(open_sink(lake).read(table).column_names)
     # rows untouched since the ALTER got score's DEFAULT in Delta too (region has none: NULL is right)
     assert_same_rows(table, source_rows(mysql_server.admin, schema), delta_rows(lake, schema))
     assert table not in read_drift(PipelineState(str(tmp_path / "state")))
@@ -185,7 +185,7 @@ def test_the_stream_clusters_the_files_its_merges_leave_and_stays_exact(mysql_se
         "binlog_stream.py", ["--job", str(tmp_path / "stream.json")], source_file)
 
     _assert_sink_equals_source(mysql_server, report, lake)
-    sink = DeltaSink(lake)
+    sink = open_sink(lake)
     for table_id in report.schemas:
         table = DeltaTable(sink.table_uri(table_id))
         clusterings = [c for c in table.history() if CLUSTERING_COMMIT in c]

@@ -12,8 +12,8 @@ from airflow_provider_mysqlcdc.cdc.model.split import SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitReader
 from airflow_provider_mysqlcdc.cdc.records.apply import KeyedRows
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
-from devtools.verify import source_rows
 from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_to_rows, merge_changes_into_table, rows_to_data_table
+from devtools.verify import source_rows
 
 from .helpers import assert_same_rows
 

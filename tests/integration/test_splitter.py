@@ -16,7 +16,6 @@ from airflow_provider_mysqlcdc.cdc.model.split import SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
 from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitReader
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
-
 from devtools.verify import source_rows
 
 pytestmark = pytest.mark.integration

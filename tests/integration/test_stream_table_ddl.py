@@ -24,18 +24,19 @@ import pytest
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitReader
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema, load_table_schema, table_exists
-from devtools.snapshot import stage_whole_table
-from devtools.verify import Rows, source_rows
-from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
-from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
-from devtools.spark_submit import SparkSubmit
+from airflow_provider_mysqlcdc.protocol.state import CapturedTable
+from airflow_provider_mysqlcdc.sinks.base import Sink
+from airflow_provider_mysqlcdc.sinks.factory import open_sink
+from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
 from airflow_provider_mysqlcdc.state.changes import decide_action
 from airflow_provider_mysqlcdc.state.drift import pending_drift, read_drift
-from airflow_provider_mysqlcdc.protocol.state import CapturedTable
 from airflow_provider_mysqlcdc.state.registry import PipelineState, captured_tables
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
 from airflow_provider_mysqlcdc.status import pipeline_status
+from devtools.snapshot import stage_whole_table
+from devtools.spark_submit import SparkSubmit
+from devtools.verify import Rows, source_rows
 
 from .helpers import assert_same_rows, delta_rows
 
@@ -70,7 +71,7 @@ def _read(cdc_user, schema: TableSchema, split: SnapshotSplit) -> tuple[Finished
     return result.finished, result.rows
 
 
-def _write_direct(sink: DeltaSink, cdc_user, schema: TableSchema, split: SnapshotSplit) -> FinishedSplit:
+def _write_direct(sink: Sink, cdc_user, schema: TableSchema, split: SnapshotSplit) -> FinishedSplit:
     finished, rows = _read(cdc_user, schema, split)
     sink.prepare(schema)
     with SplitReader(cdc_user, schema) as reader:
@@ -97,7 +98,7 @@ def history(mysql_server, cdc_user, tmp_path_factory) -> History:
     known = KnownSchemas(h.state)
     for schema in schemas.values():
         known.remember(schema)  # what the plan does for every table it plans
-    sink = DeltaSink(h.lake)
+    sink = open_sink(h.lake)
 
     # generation 1; trunc_hw's first split is read before a TRUNCATE, its second after it
     finished = [_write_direct(sink, cdc_user, schemas[n], SnapshotSplit(h.table(n), 0, "id"))

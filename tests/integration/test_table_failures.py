@@ -21,15 +21,15 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
+from airflow_provider_mysqlcdc.cdc.errors import SparkJobFailed
 from airflow_provider_mysqlcdc.cdc.model.records import TableEventKind
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
-from devtools.snapshot import snapshot_tables
-from devtools.verify import source_rows
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
-from airflow_provider_mysqlcdc.spark.submit import SparkJobFailed
 from airflow_provider_mysqlcdc.state.drift import read_drift
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from airflow_provider_mysqlcdc.status import pipeline_status
+from devtools.snapshot import snapshot_tables
+from devtools.verify import source_rows
 
 from .helpers import assert_same_rows, delta_rows, run_statements, run_stream
 

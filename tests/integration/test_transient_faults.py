@@ -103,11 +103,11 @@ def stream_outages(own_server, tmp_path_factory) -> Outages:
     noticed), writes go on, the sink catches up; then the server stays down for good."""
     from airflow_provider_mysqlcdc.cdc.model.split import SnapshotSplit
     from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitReader
-    from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
-    from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
     from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
-    from devtools.spark_submit import SparkSubmit
+    from airflow_provider_mysqlcdc.sinks.factory import open_sink
+    from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
     from airflow_provider_mysqlcdc.state.registry import PipelineState, captured_tables
+    from devtools.spark_submit import SparkSubmit
 
     tmp = tmp_path_factory.mktemp("stream-outage")
     source = own_server.root_config()
@@ -119,7 +119,7 @@ def stream_outages(own_server, tmp_path_factory) -> Outages:
     table = TableId("outage", "t")
     schema = load_table_schema(conn, table)
     conn.close()
-    lake, sink = str(tmp / "lake"), DeltaSink(str(tmp / "lake"))
+    lake, sink = str(tmp / "lake"), open_sink(str(tmp / "lake"))
     sink.prepare(schema)
     with SplitReader(source, schema) as reader:
         result = reader.read(SnapshotSplit(table, 0, "id"))

@@ -12,20 +12,19 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-import pymysql
 import pytest
 
 from airflow_provider_mysqlcdc.cdc.binlog import reader as reader_module
-from airflow_provider_mysqlcdc.cdc.binlog.reader import BinlogReader, TransactionCommitted
 from airflow_provider_mysqlcdc.cdc.binlog.ranges import batch_end
+from airflow_provider_mysqlcdc.cdc.binlog.reader import BinlogReader, TransactionCommitted
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, Operation
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
-from devtools.snapshot import snapshot_tables
-from devtools.verify import source_rows
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.state.registry import PipelineState
+from devtools.snapshot import snapshot_tables
+from devtools.verify import source_rows
 
 from .helpers import assert_same_rows, delta_rows, run_stream
 

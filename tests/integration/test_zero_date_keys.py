@@ -17,10 +17,10 @@ import pytest
 from deltalake import DeltaTable
 
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
-from devtools.snapshot import snapshot_tables
-from devtools.verify import source_rows
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.state.registry import PipelineState
+from devtools.snapshot import snapshot_tables
+from devtools.verify import source_rows
 
 from .helpers import assert_same_rows, delta_rows, run_statements, run_stream
 

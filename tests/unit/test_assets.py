@@ -7,12 +7,17 @@ import asyncio
 import threading
 import urllib.parse
 
-from airflow_provider_mysqlcdc.assets.sink_tables import (ASSET_GROUP, TableChanged, sink_alias, sink_table_asset,
-                                                          table_asset_uri)
+from airflow_provider_mysqlcdc.assets.sink_tables import (
+    ASSET_GROUP,
+    TableChanged,
+    sink_alias,
+    sink_table_asset,
+    table_asset_uri,
+)
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.protocol.state import StreamBatchProgress
-from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.state.registry import STREAM_PROGRESS, PipelineState
 from airflow_provider_mysqlcdc.triggers.table_changes import CURSOR_KEY, MySqlCdcTableChangedTrigger, table_watcher
 
@@ -22,7 +27,7 @@ def test_a_local_table_asset_is_the_file_uri_of_the_delta_table_the_sink_writes(
     uri = table_asset_uri(str(tmp_path / "lake") + "/", table)
 
     assert uri.startswith("file:///")
-    assert urllib.parse.unquote(urllib.parse.urlsplit(uri).path) == DeltaSink(str(tmp_path / "lake")).table_uri(table)
+    assert urllib.parse.unquote(urllib.parse.urlsplit(uri).path) == open_sink(str(tmp_path / "lake")).table_uri(table)
 
 
 def test_an_object_store_table_asset_keeps_its_scheme_and_bucket():

@@ -12,8 +12,17 @@ from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, Operation
 from airflow_provider_mysqlcdc.cdc.source.schema import RESERVED_COLUMN_PREFIX, Column, TableId, TableSchema
 from airflow_provider_mysqlcdc.sinks.arrow_rows import METADATA_COLUMNS, data_schema
-from airflow_provider_mysqlcdc.sinks.change_columns import (CHANGE_FIELDS, LOG_FIELDS, TableChanges, change_columns, changes_after, changes_before,
-                                                            conform_changes, last_change_per_key, position_at)
+from airflow_provider_mysqlcdc.sinks.change_columns import (
+    CHANGE_FIELDS,
+    LOG_FIELDS,
+    TableChanges,
+    change_columns,
+    changes_after,
+    changes_before,
+    conform_changes,
+    last_change_per_key,
+    position_at,
+)
 from airflow_provider_mysqlcdc.sinks.changelog import changelog_rows
 
 T = TableId("db", "t")

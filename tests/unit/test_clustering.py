@@ -10,11 +10,17 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
-from deltalake.schema import Field as DeltaField
 from deltalake.exceptions import CommitFailedError
+from deltalake.schema import Field as DeltaField
 
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
-from airflow_provider_mysqlcdc.sinks.clustering import CLUSTERING_COMMIT, HeldFile, cluster_table, clustering_plan, held_files
+from airflow_provider_mysqlcdc.sinks.clustering import (
+    CLUSTERING_COMMIT,
+    HeldFile,
+    cluster_table,
+    clustering_plan,
+    held_files,
+)
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 
 T = TableId("db", "line items")  # a name its folder keeps and a URI escapes

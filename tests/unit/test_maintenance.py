@@ -13,8 +13,12 @@ from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
-from airflow_provider_mysqlcdc.protocol.maintenance import (MaintenancePolicy, MaintenanceReport, MaintenanceRequest,
-                                                            TableMaintenance)
+from airflow_provider_mysqlcdc.protocol.maintenance import (
+    MaintenancePolicy,
+    MaintenanceReport,
+    MaintenanceRequest,
+    TableMaintenance,
+)
 from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SUFFIX
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.maintenance import RETENTION, maintain_table

@@ -11,8 +11,7 @@ pytest.importorskip("airflow.providers.openlineage")
 from openlineage.client.serde import Serde  # noqa: E402
 
 from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema  # noqa: E402
-from airflow_provider_mysqlcdc.lineage.openlineage import (LineageTable, pipeline_lineage,  # noqa: E402
-                                                           sink_dataset_name)
+from airflow_provider_mysqlcdc.lineage.openlineage import LineageTable, pipeline_lineage, sink_dataset_name  # noqa: E402
 
 T = TableId("shop", "or/ders")
 SCHEMA = TableSchema(T, (Column("id", "bigint", "bigint(20) unsigned", False, unsigned=True),

@@ -14,14 +14,12 @@ from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset  # noqa: E40
 from airflow_provider_mysqlcdc.cdc.model.records import TableEventKind  # noqa: E402
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit  # noqa: E402
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId  # noqa: E402
-from devtools.statsd_listener import StatsdListener  # noqa: E402
-from airflow_provider_mysqlcdc.metrics.pipeline_metrics import (PipelineMetrics, StreamMetrics,  # noqa: E402
-                                                                pipeline_name)
+from airflow_provider_mysqlcdc.metrics.pipeline_metrics import PipelineMetrics, StreamMetrics, pipeline_name  # noqa: E402
 from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset  # noqa: E402
-from airflow_provider_mysqlcdc.protocol.state import (CapturedTable, StreamBatchProgress,  # noqa: E402
-                                                      StreamOffsetProgress)
+from airflow_provider_mysqlcdc.protocol.state import CapturedTable, StreamBatchProgress, StreamOffsetProgress  # noqa: E402
 from airflow_provider_mysqlcdc.state.drift import read_drift, record_drift  # noqa: E402
 from airflow_provider_mysqlcdc.state.registry import STREAM_OFFSET, STREAM_PROGRESS, PipelineState  # noqa: E402
+from devtools.statsd_listener import StatsdListener  # noqa: E402
 
 T = TableId("shop", "line.items")
 AT = BinlogOffset("binlog.000002", 400)

@@ -6,21 +6,41 @@ import json
 
 import pytest
 
+from airflow_provider_mysqlcdc.cdc.errors import ProtocolError, ProtocolVersionError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import TableEventKind
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
-from airflow_provider_mysqlcdc.protocol.envelope import ProtocolError, ProtocolVersionError, decode, encode
 from airflow_provider_mysqlcdc.protocol.actions import PlanAction
+from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
 from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob, StreamJob
 from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
-from airflow_provider_mysqlcdc.protocol.results import (ChunkResult, CollectResult, DetachedStreamRef, StreamPhase,
-                                                        StreamResult, StreamStatus)
-from airflow_provider_mysqlcdc.protocol.state import (CapturedTable, CheckpointIdentity, ChunkProgress, DriftEvent,
-                                                      DriftLog, Generation, LeaseHeartbeat, RunPlanProgress,
-                                                      StagedRelease, RememberedSchema, ServerEpoch, ServerHistory,
-                                                      StopRequest, StreamBatchProgress, StreamLease,
-                                                      StreamOffsetProgress)
+from airflow_provider_mysqlcdc.protocol.results import (
+    ChunkResult,
+    CollectResult,
+    DetachedStreamRef,
+    StreamPhase,
+    StreamResult,
+    StreamStatus,
+)
+from airflow_provider_mysqlcdc.protocol.state import (
+    CapturedTable,
+    CheckpointIdentity,
+    ChunkProgress,
+    DriftEvent,
+    DriftLog,
+    Generation,
+    LeaseHeartbeat,
+    RememberedSchema,
+    RunPlanProgress,
+    ServerEpoch,
+    ServerHistory,
+    StagedRelease,
+    StopRequest,
+    StreamBatchProgress,
+    StreamLease,
+    StreamOffsetProgress,
+)
 from airflow_provider_mysqlcdc.state.drift import DRIFT, read_drift
 from airflow_provider_mysqlcdc.state.registry import GENERATIONS, PipelineState
 

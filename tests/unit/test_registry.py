@@ -10,9 +10,8 @@ from airflow_provider_mysqlcdc.cdc.model.records import TableEventKind
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.protocol.plans import TablePlan
-from airflow_provider_mysqlcdc.state.changes import (ResnapshotRequest, decide_action, next_tables,
-                                                     parse_offset)
 from airflow_provider_mysqlcdc.protocol.state import CapturedTable, Generation
+from airflow_provider_mysqlcdc.state.changes import ResnapshotRequest, decide_action, next_tables, parse_offset
 from airflow_provider_mysqlcdc.state.registry import PipelineState, captured_tables
 
 T = TableId("shop", "orders")
@@ -164,7 +163,7 @@ def race_collects(make_state, collects: int = 8) -> None:
     and each generation holds its winner's tables (never the last writer's over the winner's)."""
     import threading
 
-    from airflow_provider_mysqlcdc.state.registry import ConcurrentStateChange
+    from airflow_provider_mysqlcdc.cdc.errors import ConcurrentStateChange
 
     barrier = threading.Barrier(collects)
     outcomes: dict[int, object] = {}
@@ -192,7 +191,7 @@ def race_collects(make_state, collects: int = 8) -> None:
 
 def test_collects_racing_for_one_generation_leave_one_winner_per_generation(tmp_path):
     for round_ in range(10):
-        race_collects(lambda: PipelineState(str(tmp_path / f"state-{round_}")))
+        race_collects(lambda: PipelineState(str(tmp_path / f"state-{round_}")))  # noqa: B023 - called within the round
 
 
 def test_a_table_with_a_failed_chunk_task_stays_as_registered_and_the_others_land():

@@ -56,7 +56,7 @@ def test_source_settings_holding_the_password_are_never_serialised_for_spark():
 def test_a_missing_server_credentials_file_is_a_clear_error(tmp_path):
     shipped = SOURCE.for_executors(str(tmp_path / "absent.json"))
     with pytest.raises(ConfigurationError, match="absent.json.*server_credentials_file.*on the Spark Connect server"):
-        shipped.secret
+        shipped.secret  # noqa: B018 - reading it raises
 
 
 def test_the_command_writes_the_servers_file_with_the_password_from_the_environment(tmp_path, monkeypatch, capsys):

@@ -10,7 +10,8 @@ import threading
 
 import pytest
 
-from airflow_provider_mysqlcdc.state.lease import LeaseKeeper, LeaseLost, StreamAlreadyRunning, StreamLeases
+from airflow_provider_mysqlcdc.cdc.errors import LeaseLost, StreamAlreadyRunning
+from airflow_provider_mysqlcdc.state.lease import LeaseKeeper, StreamLeases
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 
 

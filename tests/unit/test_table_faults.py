@@ -13,8 +13,12 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from airflow_provider_mysqlcdc.cdc.binlog.reader import _at_commit
-from airflow_provider_mysqlcdc.cdc.errors import (BinlogPurgedError, ConfigurationError, SchemaChangedError,
-                                                  is_table_fault)
+from airflow_provider_mysqlcdc.cdc.errors import (
+    BinlogPurgedError,
+    ConfigurationError,
+    SchemaChangedError,
+    is_table_fault,
+)
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, Operation, TableFailed
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId

@@ -303,7 +303,8 @@ class _Parser:
         if not self._at(TokenType.L_PAREN):
             name = self._name_part()
             return [name] if name is not None else []
-        names, depth, expect_name = [], 0, False
+        names: list[str] = []
+        depth, expect_name = 0, False
         while self.i < len(self.tokens):  # a list of column definitions: a name after "(" and each comma
             kind = self.tokens[self.i].token_type
             if kind == TokenType.L_PAREN:

@@ -23,8 +23,14 @@ from dataclasses import dataclass
 
 import pymysql
 
-from airflow_provider_mysqlcdc.cdc.binlog.listing import (ListedEvent, binlog_events, closes_transaction, files_between,
-                                                         listed_window, opens_transaction)
+from airflow_provider_mysqlcdc.cdc.binlog.listing import (
+    ListedEvent,
+    binlog_events,
+    closes_transaction,
+    files_between,
+    listed_window,
+    opens_transaction,
+)
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.source.server import gtid_positions
 

@@ -29,7 +29,6 @@ compressed transaction payloads rejected by preflight because the library drops 
 from __future__ import annotations
 
 import dataclasses
-
 import logging
 import random
 import time
@@ -47,12 +46,23 @@ from airflow_provider_mysqlcdc.cdc.binlog import library_fixes  # noqa: F401  (p
 from airflow_provider_mysqlcdc.cdc.binlog.ddl import parse_ddl
 from airflow_provider_mysqlcdc.cdc.binlog.row_decoder import chosen_decoder, decoder_for, layout_for
 from airflow_provider_mysqlcdc.cdc.binlog.table_map import column_from_table_map
-from airflow_provider_mysqlcdc.cdc.binlog.xa import (MARIADB_PREPARED_XA_FLAG, PreparedXa, Xid, find_prepared,
-                                                    parse_xa_statement)
+from airflow_provider_mysqlcdc.cdc.binlog.xa import (
+    MARIADB_PREPARED_XA_FLAG,
+    PreparedXa,
+    Xid,
+    find_prepared,
+    parse_xa_statement,
+)
 from airflow_provider_mysqlcdc.cdc.errors import BinlogPurgedError, describe_error, is_table_fault
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
-from airflow_provider_mysqlcdc.cdc.model.records import (ChangeRecord, Operation, SchemaChangeEvent, TableChange,
-                                                         TableEventKind, TableFailed)
+from airflow_provider_mysqlcdc.cdc.model.records import (
+    ChangeRecord,
+    Operation,
+    SchemaChangeEvent,
+    TableChange,
+    TableEventKind,
+    TableFailed,
+)
 from airflow_provider_mysqlcdc.cdc.records.values import ValueNormalizer
 from airflow_provider_mysqlcdc.cdc.source.connection import DEFAULT_SERVER_ID_RANGE, SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema

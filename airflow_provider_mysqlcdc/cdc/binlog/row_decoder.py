@@ -286,7 +286,7 @@ class PythonRowDecoder:
                 raise ValueError("row event bytes end inside a NULL bitmap")
             nulls = from_bytes(data[at:at + bitmap_bytes], "little")
             at += bitmap_bytes
-            values = []
+            values: list[Any] = []
             for index, (kind, width, fsp, fraction_bytes, convert) in enumerate(columns):
                 if nulls >> index & 1:
                     values.append(None)

@@ -32,8 +32,13 @@ from airflow_provider_mysqlcdc.cdc.binlog.listing import binlog_events
 from airflow_provider_mysqlcdc.cdc.binlog.reader import BinlogReader, pick_server_id
 from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
-from airflow_provider_mysqlcdc.cdc.model.records import (ChangeRecord, SchemaChangeEvent, TableEventKind, TableTruncated,
-                                                         WindowChange)
+from airflow_provider_mysqlcdc.cdc.model.records import (
+    ChangeRecord,
+    SchemaChangeEvent,
+    TableEventKind,
+    TableTruncated,
+    WindowChange,
+)
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit, key_range_sql
 from airflow_provider_mysqlcdc.cdc.reading.low_watermark import InFlightTransactions
 from airflow_provider_mysqlcdc.cdc.records.apply import KeyedRows

@@ -118,7 +118,7 @@ def _multi_byte_codec(charset: str) -> codecs.CodecInfo:
     def encode(text: str, errors: str = "strict") -> tuple[bytes, int]:
         return codecs.encode(text, base, errors), len(text)
 
-    return codecs.CodecInfo(encode, decode, name=CODEC_PREFIX + charset)
+    return codecs.CodecInfo(encode, decode, name=CODEC_PREFIX + charset)  # type: ignore[arg-type]  # typeshed: decode takes bytes-like
 
 
 def _decodes(raw: bytes, base: str) -> bool:
@@ -139,7 +139,7 @@ def _single_byte_codec(name: str) -> codecs.CodecInfo:
     def encode(text: str, errors: str = "strict") -> tuple[bytes, int]:
         return codecs.charmap_encode(text, errors, encoding_map)
 
-    return codecs.CodecInfo(encode, decode, name=CODEC_PREFIX + name)
+    return codecs.CodecInfo(encode, decode, name=CODEC_PREFIX + name)  # type: ignore[arg-type]  # typeshed: decode takes bytes-like
 
 
 def _search(name: str) -> codecs.CodecInfo | None:

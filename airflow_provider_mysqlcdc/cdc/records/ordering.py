@@ -142,7 +142,7 @@ class KeyOrdering:
         missing = list(dict.fromkeys(v for v in values if v is not None and v not in self._cache))
         for start in range(0, len(missing), _WEIGHT_BATCH):
             self._fetch_weights(missing[start : start + _WEIGHT_BATCH])
-        keys = []
+        keys: list[bytes | None] = []
         for v in values:
             if v is None:
                 keys.append(None)
@@ -225,7 +225,7 @@ def encode_sort_key(key: Any) -> str:
     if isinstance(key, decimal.Decimal):
         # All values of a DECIMAL column carry the column's scale, so the unscaled integer orders them.
         sign, digits, exponent = key.as_tuple()
-        unscaled = int("".join(map(str, digits)) or "0") * (10 ** max(exponent, 0))  # type: ignore[arg-type]
+        unscaled = int("".join(map(str, digits)) or "0") * (10 ** max(exponent, 0))  # type: ignore[arg-type,operator]  # a finite Decimal: an int exponent
         return _encode_int(-unscaled if sign else unscaled)
     if isinstance(key, float):
         bits = struct.unpack(">Q", struct.pack(">d", key))[0]
