@@ -27,13 +27,13 @@ from airflow.sdk import Param, TaskGroup
 
 from airflow_provider_mysqlcdc.assets.sink_tables import sink_alias
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
 from airflow_provider_mysqlcdc.operators.collect import MySqlCdcCollectSplitsOperator
 from airflow_provider_mysqlcdc.operators.plan import (
     DEFAULT_CHUNK_ROWS,
     DEFAULT_SPLIT_ROWS,
     MySqlCdcPlanOperator,
-    parse_tables,
 )
 from airflow_provider_mysqlcdc.operators.snapshot import MySqlCdcSnapshotOperator
 from airflow_provider_mysqlcdc.operators.stream import STREAM_MODES, MySqlCdcStreamOperator
@@ -44,7 +44,7 @@ def group_id_for(table: str) -> str:
     """The task group of a table: ``<db>__<table>`` where both are plain (letters, digits, ``_``), else
     that with the other characters as ``_``, cut to 100 characters, and a hash of the exact name, so
     that two tables never share a group (``a.b`` and ``a_b``, ``x y`` and ``x_y``)."""
-    table_id = parse_tables([table])[0]
+    table_id = TableId.parse(table)
     plain = f"{table_id.database}__{table_id.table}"
     readable = re.sub(r"[^A-Za-z0-9_]", "_", plain)
     if readable == plain and len(plain) <= 100:
@@ -86,7 +86,7 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
                       spark_master: str = "local[2]", spark_conn_id: str | None = None,
                       spark_conf: dict[str, Any] | None = None, changelog: bool = False,
                       on_binlog_purged: str = "fail", tables_param: bool = False,
-                      stream_limits: dict[str, float] | None = None,
+                      stream_limits: dict[str, Any] | None = None,
                       stream_deferrable: bool | None = None, aws_conn_id: str | None = None,
                       stream_spark_conn_id: str | None = None) -> dict[str, Any]:
     """Build the graph in the current DAG; ``tables_param`` adds the group for trigger-time tables;
@@ -103,14 +103,14 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
 
     Object stores: ``sink_root`` and ``state_dir`` may be ``s3://`` (``gs://``, ``abfss://``) URLs;
     ``aws_conn_id`` names the ``aws`` connection whose credentials open them (hooks/object_store.py)."""
-    spark = dict(spark_master=spark_master, spark_conn_id=spark_conn_id, spark_conf=spark_conf, aws_conn_id=aws_conn_id)
+    spark: dict[str, Any] = dict(spark_master=spark_master, spark_conn_id=spark_conn_id, spark_conf=spark_conf, aws_conn_id=aws_conn_id)
     state = f"{state_dir.rstrip('/')}/{{{{ dag.dag_id }}}}"
     sink = _param("sink_root", sink_root)
-    common = dict(state=state, mysqlcdc_conn_id=mysqlcdc_conn_id, split_rows=_param("split_rows", split_rows),
+    common: dict[str, Any] = dict(state=state, mysqlcdc_conn_id=mysqlcdc_conn_id, split_rows=_param("split_rows", split_rows),
                   chunk_rows=_param("chunk_rows", chunk_rows), chunk_key_columns=_param("chunk_key_columns", {}),
                   startup_mode=_param("startup_mode", "initial"), start_offset=_param("start_offset", None),
                   resnapshot=_param("resnapshot", None), aws_conn_id=aws_conn_id)
-    groups = [(group_id_for(t), [t]) for t in tables]
+    groups: list[tuple[str, Any]] = [(group_id_for(t), [t]) for t in tables]
     if tables_param:
         groups.append(("param_tables", _param("tables", None)))
     plan_ids, snapshots, collected = [], [], []

@@ -93,8 +93,9 @@ def _latest_run(state: PipelineState) -> dict[str, Any] | None:
     runs = []
     for run in state.storage.list_names("progress", "runs"):
         names = state.storage.list_names("progress", "runs", run)
-        plans = [state.read_progress(RunPlanProgress, f"runs/{run}/{n}") for n in names
-                 if n.startswith("plan-") and n.endswith(".json")]
+        read = [state.read_progress(RunPlanProgress, f"runs/{run}/{n}") for n in names
+                if n.startswith("plan-") and n.endswith(".json")]
+        plans = [plan for plan in read if plan is not None]  # one removed since the listing: not shown
         if plans:
             runs.append((max(p.planned_at for p in plans), run, plans, names))
     if not runs:
@@ -107,6 +108,8 @@ def _latest_run(state: PipelineState) -> dict[str, Any] | None:
     for name in names:
         if name.startswith("chunk-") and name.endswith(".json"):
             chunk = state.read_progress(ChunkProgress, f"runs/{run}/{name}")
+            if chunk is None:  # removed since the listing
+                continue
             entry = per_table.setdefault(_shown(chunk.table), {"chunks": 0, "done": 0, "rows": 0})
             entry["done"] += 1
             entry["rows"] += chunk.rows

@@ -15,12 +15,18 @@ the problem and the fix.
     ├── StreamAlreadyRunning    another live stream holds the pipeline's lease (state/lease.py)
     ├── LeaseLost               this stream's lease was taken over (state/lease.py)
     ├── SparkJobFailed          a Spark program failed (spark/, hooks/)
-    └── MaintenanceNotAnswered  the running stream did not answer a maintenance request
+    ├── MaintenanceNotAnswered  the running stream did not answer a maintenance request
+    ├── PlanNotFinished         a DAG run's plan task failed: nothing of the run lands
+    └── InternalError           a broken invariant of the provider itself (a bug: please report it)
 """
 
 from __future__ import annotations
 
 import struct
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 
 
 class CdcError(Exception):
@@ -45,10 +51,10 @@ class ConfigurationError(CdcError):
 
 
 class BinlogPurgedError(CdcError):
-    """The binlog file a reader needs is no longer on the server. ``missing`` is the offset the
-    reader needed, ``oldest`` the first offset the server still has (None: it has no binlog)."""
+    """The binlog file a reader needs is no longer on the server. ``missing`` is the offset (or GTID
+    position) the reader needed, ``oldest`` the first offset the server still has (None: it has no binlog)."""
 
-    def __init__(self, message: str, missing: object = None, oldest: object = None):
+    def __init__(self, message: str, missing: object = None, oldest: BinlogOffset | None = None):
         super().__init__(message)
         self.missing = missing
         self.oldest = oldest
@@ -92,6 +98,14 @@ class SparkJobFailed(CdcError):
 
 class MaintenanceNotAnswered(CdcError):
     """The running stream did not answer a maintenance request in time."""
+
+
+class PlanNotFinished(CdcError):
+    """A plan task of the DAG run did not finish: nothing of the run lands."""
+
+
+class InternalError(CdcError):
+    """An invariant of the provider itself does not hold: a bug, never the user's input."""
 
 
 def is_table_fault(exc: BaseException) -> bool:

@@ -22,6 +22,7 @@ import os
 import urllib.parse
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from airflow.providers.common.compat.openlineage.facet import (
     ColumnLineageDatasetFacet,
@@ -81,7 +82,7 @@ def pipeline_lineage(*, host: str, port: int, sink_root: str, tables: Iterable[L
         source = InputDataset(namespace=source_namespace(host, port), name=f"{table.table_id.database}."
                               f"{table.table_id.table}", facets=_source_facets(table.schema))
         namespace, name = sink_dataset_name(sink_root, table.table_id)
-        statistics = {} if table.rows is None else {"outputStatistics": OutputStatisticsOutputDatasetFacet(
+        statistics: dict[str, Any] = {} if table.rows is None else {"outputStatistics": OutputStatisticsOutputDatasetFacet(
             rowCount=table.rows)}
         outputs.append(OutputDataset(namespace=namespace, name=name, facets=_sink_facets(table, source),
                                      outputFacets=statistics))

@@ -23,6 +23,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
+from airflow_provider_mysqlcdc.cdc.errors import PlanNotFinished
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.hooks.object_store import open_object_store
 from airflow_provider_mysqlcdc.protocol.actions import PlanAction
@@ -55,11 +56,13 @@ class MySqlCdcCollectSplitsOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         open_object_store(self.aws_conn_id)
         ti = context["ti"]
-        groups, results, failed = [], [], {}
+        groups: list[Any] = []
+        results: list[Any] = []
+        failed: dict[Any, Any] = {}
         for plan_id, snapshot_id in self.groups:
             value = ti.xcom_pull(task_ids=plan_id, key="tables")
             if value is None:
-                raise RuntimeError(f"Plan task {plan_id} did not finish (see its log): nothing of this run lands, "
+                raise PlanNotFinished(f"Plan task {plan_id} did not finish (see its log): nothing of this run lands, "
                                    "and the stream does not start. Fix what it reports, then clear it or trigger a "
                                    "new run.")
             groups.append(decode(TablePlans, value, f"the 'tables' XCom of {plan_id}"))

@@ -79,7 +79,7 @@ class MySqlCdcMaintenanceOperator(BaseOperator):
     def policy(self) -> MaintenancePolicy:
         hours = self.vacuum_retention_hours
         try:
-            retention = None if hours in (None, "") else float(hours) * 3600  # type: ignore[arg-type]
+            retention = None if hours in (None, "") else float(hours) * 3600
         except (TypeError, ValueError):
             raise ConfigurationError(f"vacuum_retention_hours must be a number of hours, got {hours!r}.") from None
         return MaintenancePolicy(compact=self.compact, checkpoint=self.checkpoint, vacuum_retention_s=retention,

@@ -157,6 +157,7 @@ class MySqlCdcPlanOperator(BaseOperator):
             self.log.info("no tables given for this group: nothing planned, the captured set unchanged")
             context["ti"].xcom_push(key="tables", value=encode(TablePlans(exact=False, planned_on=registry.number)))
             return []
+        assert table_ids is not None  # None and not exact returned above
         source = MySqlCdcHook(self.mysqlcdc_conn_id).source_config()
         drift = read_drift(state)
         gone = self._gone_tables(source, table_ids, registry, drift)
@@ -281,6 +282,7 @@ class MySqlCdcPlanOperator(BaseOperator):
             options = SplitOptions(chunk_size=settings["split_rows"], chunk_key_column=chunk_key)
             plan.splits = ChunkSplitter(conn, report.schemas[table_id], options).split()
         elif action == PlanAction.RESNAPSHOT_SPLITS:
+            assert request is not None  # decide_action gives the request it re-snapshots
             check_request_bounds(request, report.schemas[table_id].column(chunk_key))
             ordering = KeyOrdering(report.schemas[table_id].column(chunk_key), source.connect)
             try:

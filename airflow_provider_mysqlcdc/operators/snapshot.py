@@ -105,7 +105,7 @@ class MySqlCdcSnapshotOperator(MySqlCdcSparkJobOperator):
         state.write_progress(f"{folder}/chunk-{self.task_id}-{context['ti'].map_index}.json",
                              ChunkProgress(result.label, result.table, result.rows, result.high_watermark))
         names = state.storage.list_names("progress", folder)
-        planned = sum(state.read_progress(RunPlanProgress, f"{folder}/{n}").chunks
-                      for n in names if n.startswith("plan-"))
+        plans = [state.read_progress(RunPlanProgress, f"{folder}/{n}") for n in names if n.startswith("plan-")]
+        planned = sum(plan.chunks for plan in plans if plan is not None)
         done = len([n for n in names if n.startswith("chunk-") and n.endswith(".json")])
         self.log.info("snapshot progress of this run: %d of %d chunk(s) done", done, planned)

@@ -110,7 +110,7 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
         self.trigger_interval_s = trigger_interval_s
         self.changelog = changelog
         # None: the stream job's default (protocol/jobs.py), defined there once
-        self.limits = {name: value for name, value in (("max_batch_bytes", max_batch_bytes),
+        self.limits: dict[str, Any] = {name: value for name, value in (("max_batch_bytes", max_batch_bytes),
                                                        ("max_batch_events", max_batch_events),
                                                        ("max_apply_changes", max_apply_changes),
                                                        ("cluster_after_files", cluster_after_files),
@@ -242,7 +242,7 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
             raise SparkJobFailed(status.message)
         return self._finished(status.result, context)
 
-    def _finished(self, output: dict[str, Any], context: Context) -> dict[str, Any]:
+    def _finished(self, output: dict[str, Any] | None, context: Context) -> dict[str, Any]:
         result = decode(StreamResult, output, "the stream job's result")
         self.log.info("stream (%s) applied %d changes; end offset %s", self.mode, result.changes_applied,
                       result.end_offset or "-")

@@ -38,7 +38,7 @@ class _JobFile:
         return cls(**body)
 
     def to_json(self) -> str:
-        return json.dumps(encode(self))  # type: ignore[arg-type]
+        return json.dumps(encode(self))
 
     @classmethod
     def from_json(cls, text: str) -> Any:

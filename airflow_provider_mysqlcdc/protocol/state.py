@@ -116,7 +116,7 @@ class Generation:
 
     def added_since(self, older: "Generation") -> list[FinishedSplit]:
         """Splits of this generation that ``older`` did not have (new tables, re-snapshots)."""
-        added = []
+        added: list[FinishedSplit] = []
         for table_id, captured in sorted(self.tables.items()):
             before = older.tables.get(table_id)
             known = {split_identity(f) for f in before.splits} if before else set()

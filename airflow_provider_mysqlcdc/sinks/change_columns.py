@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
-from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, Operation
+from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.sinks.arrow_rows import conform_to, image_table
 from airflow_provider_mysqlcdc.sinks.base import Position
@@ -57,7 +57,7 @@ _TABLE_KEY = b"mysqlcdc.table"
 def change_columns(schema: TableSchema | None, records: Sequence[ChangeRecord], *, changelog: bool = False) -> pa.Table:
     """One table's records (in binlog order) as change columns; ``schema``: the decoding side's
     schema of the table (None: every column's type inferred from its values)."""
-    data = image_table(schema, [r.before if r.op is Operation.DELETE else r.after for r in records])
+    data = image_table(schema, [r.image for r in records])
     columns = [
         pa.array([r.op.value for r in records], pa.string()),
         pa.array([r.offset.file for r in records], pa.string()),

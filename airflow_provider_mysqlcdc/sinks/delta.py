@@ -302,15 +302,15 @@ class DeltaSink(Sink):
                     commit: StreamCommit) -> None:
         """Set columns to constant values in every row older than ``version`` (columns an ALTER added,
         in the rows that existed then), in one commit."""
-        updates = {name: sql_literal(value) for name, value in values.items()}
-        unsupported = sorted(name for name, literal in updates.items() if literal is None)
+        literals = {name: sql_literal(value) for name, value in values.items()}
+        unsupported = sorted(name for name, literal in literals.items() if literal is None)
         if unsupported:
             raise ValueError(f"no SQL literal for the type of column(s) {', '.join(unsupported)}")
         uri = self.table_uri(table_id)
 
         def update() -> None:
             DeltaTable(uri, storage_options=self.storage_options).update(
-                updates={sql_identifier(n): u for n, u in updates.items()}, predicate=f"_cdc_version < {int(version)}",
+                updates={sql_identifier(n): u for n, u in literals.items() if u is not None}, predicate=f"_cdc_version < {int(version)}",
                 commit_properties=_commit_properties(commit))
 
         retry_conflicts(update, f"fill {', '.join(values)} of {table_id} before version {version}")

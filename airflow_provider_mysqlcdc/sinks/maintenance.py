@@ -53,8 +53,8 @@ def maintain_table(sink: DeltaSink, table_id: TableId, policy: MaintenancePolicy
         table = sink.open_table(uri)
         if table is not None:
             done.append(_maintain(sink, uri, len(table.file_uris()), policy, compact=compact))
-    for table in done:
-        log.info("maintenance of %s", table)
+    for report in done:
+        log.info("maintenance of %s", report)
     return done
 
 

@@ -23,7 +23,7 @@ import pickle
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from airflow_provider_mysqlcdc.cdc.errors import describe_error, is_table_fault
+from airflow_provider_mysqlcdc.cdc.errors import InternalError, describe_error, is_table_fault
 from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, TableFailed
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.sinks.change_columns import TableChanges, change_columns
@@ -80,7 +80,7 @@ class RowEmitter:
         except Exception as exc:  # noqa: BLE001 - what is not the table's is raised again
             if not is_table_fault(exc):
                 raise
-            error = exc
+            error: BaseException = exc
         # rare: the first change that cannot be typed with the ones before it (the longest prefix that
         # types, by halving); the table's events before it go, then its failure
         typed, failing = 0, len(kept)  # kept[:typed] types, kept[:failing] does not (with ``error``)
@@ -169,7 +169,7 @@ def batch_items(rows: Sequence[Any]) -> Iterator[Any]:
         for run in runs:
             key = row_key(run)
             if last is not None and key < last:  # a broken promise of the partitions, never silently applied
-                raise RuntimeError(f"micro-batch rows out of binlog order: {key} after {last}")
+                raise InternalError(f"micro-batch rows out of binlog order: {key} after {last}")
             last = key
             if run[3] == CHANGES:
                 yield TableChanges.from_ipc(run[-1])

@@ -68,7 +68,7 @@ from pyspark.sql.streaming.datasource import (
 from airflow_provider_mysqlcdc.cdc.binlog.ranges import DecodeRange, batch_end, plan_decode_ranges
 from airflow_provider_mysqlcdc.cdc.binlog.reader import BinlogReader, pick_server_id
 from airflow_provider_mysqlcdc.cdc.binlog.split_filter import FinishedSplitFilter
-from airflow_provider_mysqlcdc.cdc.errors import BinlogPurgedError, ConfigurationError
+from airflow_provider_mysqlcdc.cdc.errors import BinlogPurgedError, ConfigurationError, InternalError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import (
     BinlogPurged,
@@ -298,6 +298,8 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             yield from RowEmitter(partition.generation).marker(partition.gap.lost_from.version, 0, "purged", 0,
                                                                partition.gap)
             return
+        if not isinstance(partition, BinlogRange):
+            raise InternalError(f"unknown partition of the binlog source: {partition!r}")
         source, state = self._source(), self._state()
         generation = _with_watermarks(state.load(partition.generation), partition.watermarks)
         schemas, orderings = _schemas_and_orderings(source, state, generation, generation.tables)
@@ -348,9 +350,10 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         lost = self._lost_to_purge(behind, partition)
         if lost is not None:  # these tables are re-snapshotted by the next run: nothing of them is applied now
             yield from rows.marker(lost.lost_from.version, 0, "purged", 0, lost)
-            added = [f for f in added if f.split.table_id not in lost.tables]
-            behind = [f for f in behind if f.split.table_id not in lost.tables]
-            staged = {i: f for i, f in staged.items() if f.split.table_id not in lost.tables}
+            gone = set(lost.tables or ())  # _lost_to_purge names them
+            added = [f for f in added if f.split.table_id not in gone]
+            behind = [f for f in behind if f.split.table_id not in gone]
+            staged = {i: f for i, f in staged.items() if f.split.table_id not in gone}
         changes: dict[str, list[WindowChange]] = {split_id: [] for split_id in staged}
         if behind:
             yield from self._replay_behind(partition, new, added, behind, changes, rows)
@@ -400,7 +403,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             decisions = []
             for record, split in zip(batch, split_filter.locate(batch)):
                 keep = split is not None and record.offset > split.high_watermark
-                if keep and split.split.split_id in staged_changes:
+                if keep and split is not None and split.split.split_id in staged_changes:
                     staged_changes[split.split.split_id].append(record)
                     keep = False
                 decisions.append(keep)
@@ -455,7 +458,7 @@ def _purged_or_raise(conn: Any, offset: BinlogOffset, on_binlog_purged: str) -> 
         check_offset_available(conn, offset)
         return None
     except BinlogPurgedError as exc:
-        if on_binlog_purged != "resnapshot":
+        if on_binlog_purged != "resnapshot" or exc.oldest is None:  # no binlog left to go on from
             raise
         return BinlogPurged(offset, exc.oldest)
 
@@ -481,4 +484,4 @@ class BinlogDataSource(DataSource):
         return SCHEMA
 
     def streamReader(self, schema: Any) -> BinlogStreamReader:
-        return BinlogStreamReader(self.options)
+        return BinlogStreamReader(dict(self.options))

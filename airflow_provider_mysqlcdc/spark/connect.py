@@ -85,11 +85,11 @@ def connect_session(url: str, conf: Mapping[str, str] | None = None) -> Iterator
         if spark is not None:
             spark.stop()
         shutil.rmtree(folder, ignore_errors=True)
-        for name, value in saved.items():
-            if value is None:
+        for name, old in saved.items():
+            if old is None:
                 os.environ.pop(name, None)
             else:
-                os.environ[name] = value
+                os.environ[name] = old
 
 
 @dataclass(frozen=True)

@@ -73,7 +73,7 @@ def job_main(argv: list[str] | None, *, description: str, prepare: Prepare) -> i
 def _run(args: argparse.Namespace, report: Any, prepare: Prepare) -> int:
     with report or nullcontext():
         try:
-            job_json = _read(args.job) if args.job else report.read_job()  # type: ignore[union-attr]
+            job_json = _read(args.job) if args.job else report.read_job()
             run = _connect_session if args.spark_connect else _classic_session
             with run(args.source_file, job_json, prepare) as (spark, work, connect_url):
                 if report:

@@ -26,7 +26,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import fsspec
 import pyarrow as pa
@@ -313,6 +313,7 @@ class BatchApplier:
             log.info("staged split %s was applied before a restart", staged.split.split.split_id)
             return
         as_of = dataclasses.replace(staged.split, high_watermark=max(staged.as_of, staged.split.high_watermark))
+        assert staged.split.staged is not None  # a staged split names its rows' file
         data, unknown = conform_to(read_staged(staged.split.staged), writer.data_schema)
         if unknown:  # read before a DDL this stream's schema already reflects
             self._drifted(table_id, TableEventKind.ALTERED, as_of.high_watermark,
@@ -359,9 +360,9 @@ class BatchApplier:
         changes before the first one it refuses are merged (halving: a few commits, on a rare path)
         and the table is frozen at that change. Returns how many were merged."""
         try:
-            merged = apply_table_changes(self.writers, {table_id: changes}, app_id=self.job.app_id,
+            counts = apply_table_changes(self.writers, {table_id: changes}, app_id=self.job.app_id,
                                          batch_id=version, changelog=self.job.changelog)
-            return merged.get(table_id, 0)
+            return counts.get(table_id, 0)
         except Exception as exc:  # noqa: BLE001 - what is not the table's is raised again
             if not self.sink.refuses(table_id, exc):
                 raise
@@ -570,7 +571,7 @@ class BatchApplier:
         if not constant:
             return names, False
 
-        def defaults(conn: Any) -> dict[str, Any] | None | bool:
+        def defaults(conn: Any) -> dict[str, Any] | None | Literal[False]:
             head = current_offset(conn).in_epoch(event.offset.epoch)  # the server the event was just read from
             later = table_ddl_after(conn, table_id, event.offset, head, FILL_LOOKAHEAD_EVENTS)
             return False if later is not False else column_defaults(conn, writer.schema, constant)
@@ -653,10 +654,11 @@ def record_processed_offset(state: PipelineState, job: StreamJob, progress: Any,
     state.write_progress(STREAM_OFFSET, StreamOffsetProgress(end, now, job.sink_root, job.app_id, head, behind))
     if measure is not None:
         batch = state.read_progress(StreamBatchProgress, STREAM_PROGRESS)
-        ours = batch is not None and batch.app_id == job.app_id and batch.batch == progress.get("batchId")
+        ours = batch if batch is not None and batch.app_id == job.app_id and batch.batch == progress.get("batchId") \
+            else None
         history = state.read_progress(StreamHistory, STREAM_HISTORY) or StreamHistory()
         state.write_progress(STREAM_HISTORY, history.with_point(HistoryPoint(
-            now, batch.lag_s if ours else 0.0, behind, batch.changes_in_batch if ours else 0)))
+            now, ours.lag_s if ours else 0.0, behind, ours.changes_in_batch if ours else 0)))
 
 
 @dataclass(frozen=True)

@@ -75,7 +75,7 @@ def parse_offset(value: Any) -> BinlogOffset:
     """``'binlog.000042:1234'`` or ``{"file": ..., "position"|"pos": ...}``."""
     try:
         if isinstance(value, dict):
-            return BinlogOffset(str(value["file"]), int(value.get("position", value.get("pos"))))
+            return BinlogOffset(str(value["file"]), int(value["position"] if "position" in value else value["pos"]))
         file, _, position = str(value).strip().rpartition(":")
         return BinlogOffset(file, int(position))
     except (KeyError, TypeError, ValueError, ConfigurationError) as exc:
@@ -175,6 +175,7 @@ def next_tables(current: Generation, plans: Iterable[TablePlan], finished: Itera
         if plan.action == PlanAction.KEEP:
             continue
         if plan.action == PlanAction.STREAM_ONLY:
+            assert plan.stream_from is not None  # a stream-only plan carries its start
             if registered is None:
                 tables[table_id] = CapturedTable(plan.chunk_key, [stream_only_split(table_id, plan.chunk_key,
                                                                                     plan.stream_from)])

@@ -44,7 +44,9 @@ def release_staged_files(state: PipelineState, committed_generation: int) -> lis
 
 def _staged_added(state: PipelineState, first: int, last: int) -> set[str]:
     urls: set[str] = set()
-    previous = state.load(first - 1) if first <= last else None
+    if first > last:
+        return urls
+    previous = state.load(first - 1)
     for number in range(first, last + 1):
         current = state.load(number)
         urls.update(f.staged for f in current.added_since(previous) if f.staged)

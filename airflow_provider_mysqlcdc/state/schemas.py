@@ -97,10 +97,10 @@ class KnownSchemas:
             if remember:
                 self.remember(schema)
             return schema
-        schema = self.remembered(table_id)
-        if schema is None:
+        remembered = self.remembered(table_id)
+        if remembered is None:
             raise missing_table_error(table_id)
-        return schema
+        return remembered
 
     def for_stream(self, conn: pymysql.connections.Connection, table_id: TableId, chunk_key: str, *,
                    remember: bool = True) -> TableSchema:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 from airflow.sdk import AssetWatcher
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
@@ -88,7 +88,7 @@ class MySqlCdcTableChangedTrigger(BaseEventTrigger):
     async def _load_cursor(self) -> list[Any] | None:
         if self.asset_state_store is None:
             return None
-        return await sync_to_async(self.asset_state_store.get)(CURSOR_KEY)
+        return cast("list[Any] | None", await sync_to_async(self.asset_state_store.get)(CURSOR_KEY))
 
     async def _save_cursor(self, cursor: list[Any]) -> list[Any]:
         if self.asset_state_store is not None:

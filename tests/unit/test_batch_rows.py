@@ -7,6 +7,7 @@ from collections import namedtuple
 
 import pytest
 
+from airflow_provider_mysqlcdc.cdc.errors import InternalError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, Operation
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
@@ -55,7 +56,7 @@ def test_without_a_spill_folder_every_row_is_inline(tmp_path):
 
 def test_rows_out_of_binlog_order_are_refused_not_applied(tmp_path):
     rows = _emit(RowEmitter(1), [_records(100, 5), _records(200, 5)])
-    with pytest.raises(RuntimeError, match="out of binlog order"):
+    with pytest.raises(InternalError, match="out of binlog order"):
         list(batch_items([rows[1], rows[0]]))
 
 

@@ -119,7 +119,7 @@ def _charset_to_encoding(name: str) -> str:
 
 
 def apply() -> None:
-    RowsEvent._RowsEvent__read_time2 = _read_time2  # type: ignore[attr-defined]
+    RowsEvent._RowsEvent__read_time2 = _read_time2
     json_binary.parse_opaque = _parse_json_opaque  # parse_json looks it up in its module at each call
     RowsEvent.charset_to_encoding = staticmethod(_charset_to_encoding)
 

@@ -375,6 +375,7 @@ class BinlogReader:
             return None
         if not decoded and (event is None or event.one_phase):
             return None  # committed in one phase where this reader does not decode: handled there
+        xid: Xid | None
         if event is not None:
             xid = Xid(bytes(event.xid_gtrid), bytes(event.xid_bqual), int(event.xid_format_id))
             one_phase = bool(event.one_phase)
@@ -500,7 +501,7 @@ class _TableDecoding:
 
     library_columns: list[Any]  # held, so that its identity stays this table map's
     normalizer: ValueNormalizer
-    row_decoder: Any | None
+    row_decoder: Any  # None: the library decodes the table
     #: the columns-present bitmap of a full row image
     full_image: bytes = field(init=False)
 

@@ -271,7 +271,8 @@ class PythonRowDecoder:
 
     def __init__(self, layout: RowLayout):
         self.layout = layout
-        self._columns = tuple((c.kind, c.width, c.fsp, (c.fsp + 1) // 2, c.convert) for c in layout.columns)
+        self._columns: tuple[tuple[Any, ...], ...] = tuple((c.kind, c.width, c.fsp, (c.fsp + 1) // 2, c.convert)
+                                                          for c in layout.columns)
 
     def decode(self, body: bytes | memoryview) -> list[dict[str, Any]]:
         """Every row image in ``body``, in order, each a dict by column name (an update's before and

@@ -26,6 +26,7 @@ import logging
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 
@@ -66,7 +67,7 @@ class Transaction:
     start: BinlogOffset  # where its GTID event starts
 
 
-def transactions_in(events: Iterable[object]) -> list[Transaction]:
+def transactions_in(events: Iterable[Any]) -> list[Transaction]:
     """The transactions ``events`` (listing.py ``ListedEvent``) open: MySQL's ``Gtid`` events."""
     found = []
     for event in events:

@@ -31,6 +31,7 @@ from typing import Any
 
 import pymysql
 
+from airflow_provider_mysqlcdc.cdc.errors import InternalError
 from airflow_provider_mysqlcdc.cdc.records.values import ZeroDate
 from airflow_provider_mysqlcdc.cdc.source.schema import Column
 
@@ -162,7 +163,7 @@ class KeyOrdering:
     def _fetch_weights(self, batch: list[str]) -> None:
         if self._conn is None:
             if self._connect is None:
-                raise RuntimeError(f"Ordering keys of text column {self.column.name!r} needs a database connection")
+                raise InternalError(f"Ordering keys of text column {self.column.name!r} needs a database connection")
             self._conn = self._connect()
         if self._weight_sql is None:
             self._weight_sql = self._weight_expression(self._conn)
@@ -225,7 +226,7 @@ def encode_sort_key(key: Any) -> str:
     if isinstance(key, decimal.Decimal):
         # All values of a DECIMAL column carry the column's scale, so the unscaled integer orders them.
         sign, digits, exponent = key.as_tuple()
-        unscaled = int("".join(map(str, digits)) or "0") * (10 ** max(exponent, 0))  # type: ignore[arg-type,operator]  # a finite Decimal: an int exponent
+        unscaled = int("".join(map(str, digits)) or "0") * (10 ** max(exponent, 0))  # type: ignore[operator]  # a finite Decimal: an int exponent
         return _encode_int(-unscaled if sign else unscaled)
     if isinstance(key, float):
         bits = struct.unpack(">Q", struct.pack(">d", key))[0]

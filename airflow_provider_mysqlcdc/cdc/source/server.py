@@ -82,7 +82,9 @@ def current_offset(conn: pymysql.connections.Connection, info: ServerInfo | None
                 break
             gtid_before = gtid
         else:
+            assert row is not None  # checked in the loop
             gtid = gtid_position_at(conn, BinlogOffset(str(row["File"]), int(row["Position"])))
+    assert row is not None  # checked in the loop
     return BinlogOffset(file=str(row["File"]), position=int(row["Position"]), gtid_set=gtid or None,
                         server_id=int(server_id))
 
