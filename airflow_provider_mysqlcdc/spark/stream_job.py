@@ -463,7 +463,7 @@ class BatchApplier:
                                  round(time.monotonic() - started, 3))
 
     def _schema_changed(self, event: SchemaChangeEvent, version: int) -> bool:
-        """Follow a DDL statement table by table (the README's "event -> what happens to the sink");
+        """Follow a DDL statement table by table (docs/events-and-types.md, "Event -> what happens to the sink");
         True when it committed something to the sink under ``version``."""
         committed = False
         altered = []

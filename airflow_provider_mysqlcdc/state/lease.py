@@ -2,7 +2,7 @@
 
 Two streams on one pipeline would both apply every change to every sink table, race for the same
 Spark checkpoint and delete each other's spill files. So a stream holds the pipeline's lease while
-it runs, whatever started it (a task, a deferred task, ``bin/stream``, a person).
+it runs, whatever started it (a task, a deferred task, a person running the stream program).
 
 The lease is a sequence of numbered files in the state location, ``lease/stream-NNNNNN.json``, each
 written once with put-if-absent (``StateStorage.create_exclusive``): two streams starting at the

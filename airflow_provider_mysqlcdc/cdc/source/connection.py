@@ -62,7 +62,7 @@ def read_private_file(path: str | Path) -> dict[str, Any]:
             f"Cannot read the private credentials file {path} ({exc}). A Spark program reads the one its task "
             "wrote for it; on Spark Connect it is the file the spark_connect connection names as "
             "server_credentials_file, which must exist on the Spark Connect server, readable by the user the "
-            "server runs as, and hold a JSON object (see the README, 'Spark Connect').") from exc
+            "server runs as, and hold a JSON object (see docs/deploying.md, 'Spark Connect').") from exc
     if not isinstance(data, dict):
         raise ConfigurationError(f"The private credentials file {path} must hold a JSON object, e.g. "
                                  '{"password": "..."}.')
