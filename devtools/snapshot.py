@@ -3,7 +3,8 @@
 ``snapshot_tables`` reads each table in splits straight into the sink, remembers its schema and
 registers the finished splits as the next generation (a first run). ``stage_whole_table`` reads a
 table as one split into a staged file, as a re-snapshot of a captured table does (the stream
-applies it when it activates the generation that adds it).
+applies it when it activates the generation that adds it); ``resnapshot_whole_tables`` does that
+for several tables and registers them, remembering their schemas the way a plan does.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, Split
 from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitReader
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema, load_table_schema
+from airflow_provider_mysqlcdc.protocol.state import CapturedTable
 from airflow_provider_mysqlcdc.sinks.arrow_rows import rows_to_data_table
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
@@ -55,3 +57,22 @@ def stage_whole_table(source: SourceConfig, state: PipelineState, schema: TableS
     finished = result.finished
     return FinishedSplit(finished.split, finished.high_watermark, finished.low_watermark, rows=len(result.rows),
                          staged=url)
+
+
+def resnapshot_whole_tables(source: SourceConfig, state: PipelineState, tables: Sequence[TableId]) -> None:
+    """What the next DAG run does for tables the drift record names: each re-read whole into a staged
+    split (chunk key ``id``), registered in a new generation. Their schemas are remembered as the
+    plan remembers them (``remember_planned``: a remembered schema that bridges a key or type change
+    the stream has not passed stays), so the stream meets what it meets after a real plan."""
+    registry, known = state.latest(), KnownSchemas(state)
+    captured = dict(registry.tables)
+    conn = source.connect(autocommit=True)
+    try:
+        schemas = [load_table_schema(conn, table) for table in tables]
+    finally:
+        conn.close()
+    for schema in schemas:
+        before = registry.tables.get(schema.table_id)
+        known.remember_planned(schema, before.chunk_key if before else None)
+        captured[schema.table_id] = CapturedTable("id", [stage_whole_table(source, state, schema)])
+    state.commit(captured)

@@ -41,13 +41,12 @@ from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
-from airflow_provider_mysqlcdc.protocol.state import CapturedTable, StreamOffsetProgress
+from airflow_provider_mysqlcdc.protocol.state import StreamOffsetProgress
 from airflow_provider_mysqlcdc.sinks.clustering import CLUSTERING_COMMIT
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.state.drift import pending_drift, read_drift
 from airflow_provider_mysqlcdc.state.registry import STREAM_OFFSET, PipelineState
-from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
-from devtools.snapshot import snapshot_tables, stage_whole_table
+from devtools.snapshot import resnapshot_whole_tables, snapshot_tables
 from devtools.spark_submit import SparkSubmit
 from devtools.throwaway_server import ThrowawayMariaDB
 from devtools.verify import differences, sink_rows, source_rows
@@ -352,12 +351,7 @@ class Torture:
     def _next_run(self) -> None:
         """What the next DAG run does for the tables the drift record names: a staged whole-table
         re-snapshot in a new generation."""
-        tables = dict(self.state.latest().tables)
-        for table in self._pending():
-            schema = load_table_schema(self._conn(), table)
-            KnownSchemas(self.state).remember(schema)
-            tables[table] = CapturedTable("id", [stage_whole_table(self.server.root_config(), self.state, schema)])
-        self.state.commit(tables)
+        resnapshot_whole_tables(self.server.root_config(), self.state, self._pending())
 
 
 def main(argv: list[str] | None = None) -> int:

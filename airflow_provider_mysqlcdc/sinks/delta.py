@@ -301,12 +301,20 @@ class DeltaSink(Sink):
     def fill_before(self, table_id: TableId, values: dict[str, pa.Scalar], version: int, *,
                     commit: StreamCommit) -> None:
         """Set columns to constant values in every row older than ``version`` (columns an ALTER added,
-        in the rows that existed then), in one commit."""
+        in the rows that existed then), in one commit (after one adding the columns the table lacks)."""
         literals = {name: sql_literal(value) for name, value in values.items()}
         unsupported = sorted(name for name, literal in literals.items() if literal is None)
         if unsupported:
             raise ValueError(f"no SQL literal for the type of column(s) {', '.join(unsupported)}")
         uri = self.table_uri(table_id)
+        # the columns may not be in the table yet (they are merged in by the first write that holds
+        # them), and an update of a column the table lacks sets nothing: add them first, empty
+        table = DeltaTable(uri, storage_options=self.storage_options)
+        missing = [pa.field(name, value.type, nullable=True) for name, value in values.items()
+                   if name not in table.schema().to_arrow().names]
+        if missing:
+            retry_conflicts(lambda: DeltaTable(uri, storage_options=self.storage_options).alter.add_columns(
+                [DeltaField.from_arrow(f) for f in missing]), f"add columns {[f.name for f in missing]} to {table_id}")
 
         def update() -> None:
             DeltaTable(uri, storage_options=self.storage_options).update(
@@ -500,7 +508,7 @@ def retry_conflicts(operation: Callable[[], T], what: str, *, attempts: int = _M
 
 
 def _safe_widening(old: pa.DataType, new: pa.DataType) -> bool:
-    order = [pa.int8(), pa.int16(), pa.int32(), pa.int64()]
-    if old in order and new in order:
-        return order.index(new) >= order.index(old)
+    """Whether a table whose column is ``old`` takes values of ``new`` as they are. Only text to
+    text: delta-rs casts every write to the table's column type and cannot widen a column in place
+    (no type-widening table feature), so INT to BIGINT would fail the first value beyond INT."""
     return pa.types.is_string(old) and pa.types.is_string(new)

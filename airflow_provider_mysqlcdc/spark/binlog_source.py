@@ -53,7 +53,6 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -93,27 +92,9 @@ from airflow_provider_mysqlcdc.state.registry import PipelineState
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
 from airflow_provider_mysqlcdc.state.servers import ServerEpochs
 from airflow_provider_mysqlcdc.state.spill import new_spill_folder
+from airflow_provider_mysqlcdc.stream.events import StagedSplitReady, TablesActivated
 
 SOURCE_NAME = "mysqlcdc_binlog"
-
-
-@dataclass
-class TablesActivated:
-    """Tables (with their chunk keys) a micro-batch starts to capture; ``whole``: those whose every
-    split it adds (a snapshot or re-snapshot of the whole table), whose sink table it may replace."""
-
-    chunk_keys: dict[TableId, str]
-    whole: tuple[TableId, ...] = ()
-
-
-@dataclass
-class StagedSplitReady:
-    """A staged split to apply: its rows are at ``split.staged``, as of its high watermark;
-    ``changes`` are its key range's changes after that, up to ``as_of`` (the batch's start)."""
-
-    split: FinishedSplit
-    as_of: BinlogOffset
-    changes: list[WindowChange]
 
 
 #: split id -> its high watermark placed among the pipeline's servers (state/servers.py), where that

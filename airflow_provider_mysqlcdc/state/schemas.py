@@ -108,8 +108,11 @@ class KnownSchemas:
         columns, chunk key or a column's type differ from the remembered schema's, or it has a column
         named like a change column (a DDL the stream has not reached yet changed them), then the
         remembered one."""
-        server = self.load(conn, table_id, remember=False)
-        known = self.remembered(table_id)
+        return self.stream_schema(self.load(conn, table_id, remember=False), chunk_key, remember=remember)
+
+    def stream_schema(self, server: TableSchema, chunk_key: str, *, remember: bool = True) -> TableSchema:
+        """``for_stream``'s choice, given the server's schema of the table."""
+        known = self.remembered(server.table_id)
         if known is not None and bridges(known, server, chunk_key):
             return known
         if remember:

@@ -2,7 +2,8 @@
 them. One scripted history (the module fixture) with one stream run; each test checks one table:
 
 - constant DEFAULTs of several types are filled into the sink's older rows in place, in one commit,
-  so the table equals the source without a re-snapshot;
+  so the table equals the source without a re-snapshot, also when the ALTER is the table's first
+  event the stream meets (no write has added the columns to the sink table yet);
 - an expression DEFAULT (CURRENT_TIMESTAMP) cannot be known: drift, the next run re-snapshots;
 - a default changed by a later DDL is never filled with the later value: drift instead;
 - a column named like the sink's change columns (``_cdc_...``) freezes the table with a reason
@@ -46,7 +47,7 @@ EVERY_TYPE = ("ADD COLUMN b10 BIT(10) DEFAULT b'101000010', ADD COLUMN b1 BIT(1)
               "ADD COLUMN st SET('p','q','r') DEFAULT 'r,p', ADD COLUMN js JSON DEFAULT '{\"k\": [1]}', "
               "ADD COLUMN u UUID DEFAULT '123e4567-e89b-12d3-a456-426614174000', ADD COLUMN i6 INET6 DEFAULT '::1', "
               "ADD COLUMN l1 VARCHAR(10) CHARACTER SET latin1 DEFAULT 'çà'")
-TABLES = ("constant", "expression", "changed_later", "reserved", "every_type")
+TABLES = ("constant", "expression", "changed_later", "reserved", "every_type", "first_event")
 
 
 @dataclass
@@ -83,6 +84,7 @@ def history(mysql_server, cdc_user, tmp_path_factory):
         cur.execute(f"UPDATE {database}.every_type SET v = 1 WHERE id % 4 = 0")
         cur.execute(f"ALTER TABLE {database}.every_type {EVERY_TYPE}")
         cur.execute(f"UPDATE {database}.every_type SET v = 2, b10 = 5, tx = NULL WHERE id % 3 = 0")
+        cur.execute(f"ALTER TABLE {database}.first_event ADD COLUMN c INT DEFAULT 3, ADD COLUMN s VARCHAR(9) DEFAULT 'x'")
         cur.execute(f"ALTER TABLE {database}.expression ADD COLUMN at TIMESTAMP(6) DEFAULT CURRENT_TIMESTAMP(6)")
         cur.execute(f"ALTER TABLE {database}.changed_later ADD COLUMN c INT DEFAULT 1")
         cur.execute(f"UPDATE {database}.changed_later SET v = 3 WHERE id = 1")
@@ -110,6 +112,13 @@ def test_a_constant_default_of_every_type_fills_the_older_rows_in_place(history,
     table = history.table("every_type")
     schema = load_table_schema(mysql_server.connect(), table)
     assert all(c.default_constant for c in schema.columns if c.name not in ("id", "v"))
+    assert_same_rows(table, source_rows(mysql_server.admin, schema), delta_rows(history.lake, schema))
+    assert table not in history.drift
+
+
+def test_a_constant_default_fills_the_older_rows_when_the_alter_is_the_tables_first_event(history, mysql_server):
+    table = history.table("first_event")
+    schema = load_table_schema(mysql_server.connect(), table)
     assert_same_rows(table, source_rows(mysql_server.admin, schema), delta_rows(history.lake, schema))
     assert table not in history.drift
 

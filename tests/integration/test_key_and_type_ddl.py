@@ -4,8 +4,9 @@
   server already says ``id2`` when the stream gets to them. They are applied with the key they were
   written under, the table is frozen at the statement (the sink's rows cannot be matched to later
   changes: drift of kind ``key-changed``, re-snapshotted by the next run).
-- A type change Delta refuses (``DECIMAL(10,2)`` to ``DECIMAL(10,4)``): changes before it are
-  applied with the old type, the table is frozen there (kind ``type-changed``).
+- A type change Delta refuses (``DECIMAL(10,2)`` to ``DECIMAL(10,4)``, and ``INT`` to ``BIGINT``,
+  which delta-rs cannot widen in place: a value beyond INT would not fit the table's column):
+  changes before it are applied with the old type, the table is frozen there (kind ``type-changed``).
 - Another collation for a string chunk key orders its values differently, so the sink's chunk
   ranges no longer hold: changes before it apply, the table is frozen there (``key-changed``).
 
@@ -49,12 +50,14 @@ KEY_DDL = {
 class History:
     renamed: TableId
     money: TableId
+    widened: TableId
     other: TableId
     collated: TableId
     lake: str
     state: PipelineState
     before_rename: Rows
     before_type_change: Rows
+    before_widening: Rows
     before_collation_change: Rows
     before_key_ddl: dict[TableId, Rows]
     second_run: dict
@@ -65,13 +68,16 @@ def history(mysql_server, cdc_user, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("key-and-type")
     database = f"cdc_keytype_{uuid.uuid4().hex[:8]}"
     conn = mysql_server.connect()
-    renamed, money, other, collated = (TableId(database, n) for n in ("renamed", "money", "other", "collated"))
+    renamed, money, widened, other, collated = (TableId(database, n) for n in
+                                                ("renamed", "money", "widened", "other", "collated"))
     with conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE `{database}`")
         cur.execute(f"CREATE TABLE {renamed.quoted} (id INT PRIMARY KEY, v INT)")
         cur.execute(f"INSERT INTO {renamed.quoted} SELECT seq, 0 FROM `{database}`.seq_1_to_60")
         cur.execute(f"CREATE TABLE {money.quoted} (id INT PRIMARY KEY, d DECIMAL(10,2))")
         cur.execute(f"INSERT INTO {money.quoted} SELECT seq, seq / 4 FROM `{database}`.seq_1_to_60")
+        cur.execute(f"CREATE TABLE {widened.quoted} (id INT PRIMARY KEY, w INT)")
+        cur.execute(f"INSERT INTO {widened.quoted} SELECT seq, seq FROM `{database}`.seq_1_to_60")
         cur.execute(f"CREATE TABLE {other.quoted} (id INT PRIMARY KEY, v INT)")
         cur.execute(f"INSERT INTO {other.quoted} SELECT seq, 0 FROM `{database}`.seq_1_to_60")
         cur.execute(f"CREATE TABLE {collated.quoted} (id VARCHAR(20) COLLATE utf8mb4_general_ci PRIMARY KEY, v INT)")
@@ -82,7 +88,7 @@ def history(mysql_server, cdc_user, tmp_path_factory):
             cur.execute(f"CREATE TABLE `{database}`.`{name}` ({columns})")
             cur.execute(f"INSERT INTO `{database}`.`{name}` (id, v) SELECT seq, seq FROM `{database}`.seq_1_to_40")
     state, lake = PipelineState(str(tmp / "state")), str(tmp / "lake")
-    snapshot_tables(cdc_user, [renamed, money, other, collated, *key_ddl], lake, state)
+    snapshot_tables(cdc_user, [renamed, money, widened, other, collated, *key_ddl], lake, state)
     before_key_ddl = {}
     with conn.cursor() as cur:
         for table, ddl in key_ddl.items():
@@ -99,15 +105,19 @@ def history(mysql_server, cdc_user, tmp_path_factory):
         cur.execute(f"UPDATE {money.quoted} SET d = d + 1.25 WHERE id % 3 = 0")
         cur.execute(f"DELETE FROM {money.quoted} WHERE id % 7 = 0")
         cur.execute(f"UPDATE {collated.quoted} SET v = 1 WHERE id LIKE 'B%'")
+        cur.execute(f"UPDATE {widened.quoted} SET w = -w WHERE id % 3 = 0")
     before_collation_change = source_rows(mysql_server.admin, load_table_schema(conn, collated))
     before_rename = source_rows(mysql_server.admin, load_table_schema(conn, renamed))
     before_type_change = source_rows(mysql_server.admin, load_table_schema(conn, money))
+    before_widening = source_rows(mysql_server.admin, load_table_schema(conn, widened))
     with conn.cursor() as cur:
         cur.execute(f"ALTER TABLE {renamed.quoted} RENAME COLUMN id TO id2")
         cur.execute(f"UPDATE {renamed.quoted} SET v = 2 WHERE id2 % 2 = 0")
         cur.execute(f"INSERT INTO {renamed.quoted} VALUES (1000, 3)")
         cur.execute(f"ALTER TABLE {money.quoted} MODIFY d DECIMAL(10,4)")
         cur.execute(f"UPDATE {money.quoted} SET d = 0.1234 WHERE id % 2 = 0")
+        cur.execute(f"ALTER TABLE {widened.quoted} MODIFY w BIGINT")
+        cur.execute(f"UPDATE {widened.quoted} SET w = 1099511627776 + id WHERE id % 2 = 0")
         cur.execute(f"UPDATE {other.quoted} SET v = 4 WHERE id % 2 = 0")
         cur.execute(f"DELETE FROM {other.quoted} WHERE id % 9 = 0")
         cur.execute(f"ALTER TABLE {collated.quoted} MODIFY id VARCHAR(20) COLLATE utf8mb4_bin")
@@ -120,8 +130,8 @@ def history(mysql_server, cdc_user, tmp_path_factory):
     with conn.cursor() as cur:  # the next run streams on past the frozen tables
         cur.execute(f"UPDATE {other.quoted} SET v = 5 WHERE id % 5 = 0")
     second_run = run_stream(cdc_user, tmp, job)
-    yield History(renamed, money, other, collated, lake, state, before_rename, before_type_change,
-                  before_collation_change, before_key_ddl, second_run)
+    yield History(renamed, money, widened, other, collated, lake, state, before_rename, before_type_change,
+                  before_widening, before_collation_change, before_key_ddl, second_run)
     with conn.cursor() as cur:
         cur.execute(f"DROP DATABASE `{database}`")
 
@@ -155,15 +165,19 @@ def test_a_key_rename_freezes_the_table_for_a_re_snapshot(history):
     assert [e.kind for e in read_drift(history.state)[history.renamed]] == [TableEventKind.KEY_CHANGED]
 
 
-def test_changes_from_before_a_type_change_apply_with_the_old_type(history):
-    schema = _remembered(history, history.money)
-    assert schema.column("d").column_type.lower() == "decimal(10,2)"
-    assert_same_rows(history.money, history.before_type_change, delta_rows(history.lake, schema))
+@pytest.mark.parametrize("name, column, old_type", [("money", "d", "decimal(10,2)"), ("widened", "w", "int(11)")])
+def test_changes_from_before_a_type_change_apply_with_the_old_type(history, name, column, old_type):
+    table = getattr(history, name)
+    schema = _remembered(history, table)
+    assert schema.column(column).column_type.lower() == old_type
+    before = history.before_type_change if name == "money" else history.before_widening
+    assert_same_rows(table, before, delta_rows(history.lake, schema))
 
 
-def test_a_type_the_sink_cannot_take_freezes_the_table_with_the_reason(history):
-    events = read_drift(history.state)[history.money]
-    assert [e.kind for e in events] == [TableEventKind.TYPE_CHANGED] and "decimal" in events[0].reason.lower()
+@pytest.mark.parametrize("name, reason", [("money", "decimal"), ("widened", "int64")])
+def test_a_type_the_sink_cannot_take_freezes_the_table_with_the_reason(history, name, reason):
+    events = read_drift(history.state)[getattr(history, name)]
+    assert [e.kind for e in events] == [TableEventKind.TYPE_CHANGED] and reason in events[0].reason.lower()
 
 
 def test_every_other_table_streams_on(history, mysql_server):

@@ -82,10 +82,10 @@ def test_the_batch_function_pickles_for_the_server_without_its_lock(tmp_path):
     from pyspark import cloudpickle
 
     from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
-    from airflow_provider_mysqlcdc.spark.stream_job import BatchApplier
+    from airflow_provider_mysqlcdc.spark.stream_job import StreamBatchFunction
 
-    applier = BatchApplier(SOURCE.for_executors(str(tmp_path / "source.json")),
-                           StreamJob(str(tmp_path / "state"), str(tmp_path / "lake")))
-    copy = cloudpickle.loads(cloudpickle.dumps(applier))
-    assert copy.applying is not applier.applying and copy.applying.acquire(blocking=False)
-    assert copy.job == applier.job and "pw" not in str(cloudpickle.dumps(applier))
+    batches = StreamBatchFunction(SOURCE.for_executors(str(tmp_path / "source.json")),
+                                  StreamJob(str(tmp_path / "state"), str(tmp_path / "lake")))
+    copy = cloudpickle.loads(cloudpickle.dumps(batches))
+    assert copy.applying is not batches.applying and copy.applying.acquire(blocking=False)
+    assert copy.applier.job == batches.applier.job and "pw" not in str(cloudpickle.dumps(batches))

@@ -1,0 +1,193 @@
+"""What a DDL statement, or binlog lost to a purge, does to the sink: the rules of
+docs/events-and-types.md ("Event -> what happens to the sink") beyond row changes.
+
+"Drift" means the stream goes on, records the event (state/drift.py) and the next DAG run
+re-snapshots the table; "frozen" means in addition that from that offset none of the table's
+changes apply. ``SchemaChangeRules`` is the part of ``BatchApplier`` (applier.py) that follows
+them; the applier holds the batch's state it reads and writes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+
+from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError
+from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.model.records import BinlogPurged, SchemaChangeEvent, TableEventKind
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
+from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
+from airflow_provider_mysqlcdc.protocol.state import Generation
+from airflow_provider_mysqlcdc.sinks.arrow_rows import METADATA_COLUMNS
+from airflow_provider_mysqlcdc.sinks.base import Sink
+from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
+from airflow_provider_mysqlcdc.state.drift import Drift, frozen_since, record_drift
+from airflow_provider_mysqlcdc.state.registry import PipelineState
+from airflow_provider_mysqlcdc.state.schemas import KnownSchemas, orders_differently
+from airflow_provider_mysqlcdc.stream.tables import TableSource
+
+log = logging.getLogger(__name__)
+
+
+class SchemaChangeRules:
+    """DDL, purge gaps and drift, for ``BatchApplier`` (which sets these attributes and the writers)."""
+
+    job: StreamJob
+    sink: Sink
+    state: PipelineState
+    tables: TableSource
+    known: KnownSchemas
+    writers: dict[TableId, SinkWriter]
+    table_changes: Counter[str]
+    generation: Generation
+    drift: Drift
+    frozen: dict[TableId, BinlogOffset]
+    removed: set[TableId]
+
+    def _writer(self, table_id: TableId) -> SinkWriter:
+        raise NotImplementedError
+
+    def _make_writer(self, schema: TableSchema, chunk_key: str, *, replace: bool = False) -> None:
+        raise NotImplementedError
+
+    def _schema_changed(self, event: SchemaChangeEvent, version: int) -> bool:
+        """Follow a DDL statement table by table (docs/events-and-types.md, "Event -> what happens to the sink");
+        True when it committed something to the sink under ``version``."""
+        committed = False
+        altered = []
+        for change in event.changes:
+            table_id, kind = change.table, change.kind
+            if table_id not in self.generation.tables or table_id in self.removed:
+                continue
+            since = self.frozen.get(table_id)
+            if since is not None and event.offset > since:
+                if kind in (TableEventKind.CREATED, TableEventKind.REPLACED):
+                    self._drifted(table_id, TableEventKind.CREATED, event.offset,
+                                  f"created again by {event.statement[:300]!r}")
+                continue  # the name holds another table than the sink's: nothing of it applies
+            if kind is TableEventKind.TRUNCATED:
+                self._truncate(table_id, event, version)
+                committed = True
+            elif kind.ends_table:
+                what = f"{kind.value}{f' (now {change.other})' if kind is TableEventKind.RENAMED else ''}"
+                self._drifted(table_id, kind, event.offset, f"{what} by {event.statement[:300]!r}; the sink keeps its "
+                                                            "last state")
+                self._refreeze(table_id)
+            elif kind is TableEventKind.ROWS_CHANGED:
+                self._drifted(table_id, kind, event.offset, f"rows removed or exchanged without row events by "
+                                                            f"{event.statement[:300]!r}")
+            elif kind is TableEventKind.ALTERED:
+                altered.append(table_id)
+        log.warning("schema change at %s: %s (%s)", event.offset, event.statement,
+                    ", ".join(f"{c.table} {c.kind.value}" for c in event.changes))
+        return self._reload_altered(altered, event, version) or committed
+
+    def _purged(self, gap: BinlogPurged) -> None:
+        """Binlog this batch needed was purged: freeze exactly the tables that needed it."""
+        tables = gap.tables if gap.tables is not None else \
+            [t for t, c in sorted(self.generation.tables.items()) if c.first_high_watermark < gap.resumed_at]
+        log.warning("binlog from %s to %s was purged before the stream read it (on_binlog_purged='resnapshot'): %s",
+                    gap.lost_from, gap.resumed_at, ", ".join(map(str, tables)) or "no table needed it")
+        for table_id in tables:
+            self._drifted(table_id, TableEventKind.BINLOG_PURGED, gap.resumed_at,
+                          f"binlog from {gap.lost_from} to {gap.resumed_at} was purged before the stream read it; the "
+                          "sink keeps the table as it was")
+            self._refreeze(table_id)
+
+    def _truncate(self, table_id: TableId, event: SchemaChangeEvent, version: int) -> None:
+        """Remove the rows older than the TRUNCATE; a split read after it keeps its rows."""
+        if self._writer(table_id).truncate_before(event.offset, event.timestamp_ms, app_id=self.job.app_id,
+                                                  batch_id=version, changelog=self.job.changelog):
+            self.table_changes[table_id.quoted] += 0  # changed, by no count of rows
+
+    def _reload_altered(self, altered: list[TableId], event: SchemaChangeEvent, version: int) -> bool:
+        """Reload the altered tables' schemas; True when it committed something under ``version``.
+        A column that vanished is drift. A column the statement adds that rows existing before it hold
+        a value in gets that value in the sink's older rows when it is a constant DEFAULT the server
+        still has (``_fill_added``); otherwise (an expression, generated, NOT NULL without DEFAULT)
+        it is drift too: the sink has those rows with NULL there until they are read again."""
+        committed = False
+        # the columns before: this stream's schema, or (first time it meets the table) the sink's
+        before = {t: set(self.writers[t].schema.column_names) if t in self.writers else
+                  set(self.sink.column_names(t)) - set(METADATA_COLUMNS) for t in altered}
+        old = {t: self._writer(t) for t in altered}  # the schema the table's changes so far were written under
+        schemas = self.tables.current_schemas(altered)
+        added = {c.table: c.added_columns for c in event.changes if c.kind is TableEventKind.ALTERED}
+        for table_id, schema in zip(altered, schemas):
+            keys, chunk_key = old[table_id].schema.key_columns, old[table_id].chunk_key
+            if schema.key_columns != keys or chunk_key not in schema.column_names or orders_differently(
+                    old[table_id].schema.column(chunk_key), schema.column(chunk_key)):
+                # the sink's rows cannot be matched to the changes from here on: the old writer (and
+                # the remembered schema, which a replay of the changes before this DDL needs) stay
+                self._drifted(table_id, TableEventKind.KEY_CHANGED, event.offset,
+                              f"key ({', '.join(keys)}; chunk key {chunk_key}) changed by {event.statement[:300]!r} "
+                              f"to ({', '.join(schema.key_columns)}{_collated(schema, chunk_key)}); the sink keeps "
+                              "the table's last state")
+                self._refreeze(table_id)
+                continue
+            try:
+                self._make_writer(schema, chunk_key)
+            except SchemaChangedError as exc:  # a type the sink's table cannot take: this table only stops
+                self._drifted(table_id, TableEventKind.TYPE_CHANGED, event.offset,
+                              f"{exc} (changed by {event.statement[:300]!r}; the sink keeps the table's last state)")
+                self._refreeze(table_id)
+                continue
+            self.known.remember(schema)
+            vanished = before[table_id] - set(schema.column_names)
+            if vanished:
+                self._drifted(table_id, TableEventKind.ALTERED, event.offset,
+                              f"column(s) {', '.join(sorted(vanished))} dropped or renamed by {event.statement[:300]!r}")
+            present = {c.name: c for c in schema.columns}
+            filled = tuple(n for n in added.get(table_id, ()) if n in present and present[n].fills_existing_rows)
+            unfilled, wrote = self._fill_added(table_id, filled, event, version)
+            committed = committed or wrote
+            if unfilled:
+                self._drifted(table_id, TableEventKind.ALTERED, event.offset,
+                              f"column(s) {', '.join(unfilled)} added by {event.statement[:300]!r} hold a default (or "
+                              "generated) value in rows written before, which the binlog does not carry")
+        return committed
+
+    def _fill_added(self, table_id: TableId, names: tuple[str, ...], event: SchemaChangeEvent,
+                    version: int) -> tuple[tuple[str, ...], bool]:
+        """Give the sink's rows older than ``event`` the constant DEFAULT of the columns it added, as
+        the server evaluates it now (``DEFAULT(col)``), provided no later DDL changed the table (the
+        default would not be the one those rows got) within ``tables.FILL_LOOKAHEAD_EVENTS`` events.
+        Returns the columns it could not fill, and whether it committed."""
+        writer = self.writers[table_id]
+        constant = tuple(n for n in names if writer.schema.column(n).default_constant)
+        if not constant:
+            return names, False
+        values = self.tables.added_defaults(writer.schema, constant, event.offset)
+        rest = tuple(n for n in names if n not in constant)
+        if values is False:
+            log.info("%s: not filling %s from DEFAULT: a later DDL changed the table, or it lies too far ahead",
+                     table_id, ", ".join(constant))
+            return names, False
+        if values is None:  # no row now: every row older than the ALTER is deleted by a later change
+            return rest, False
+        try:
+            wrote = writer.fill_before(event.offset, values, app_id=self.job.app_id, batch_id=version)
+            if wrote:
+                self.table_changes[table_id.quoted] += 0
+        except ValueError as exc:  # a type without an SQL literal: re-snapshot instead
+            log.warning("%s: cannot fill %s in place (%s)", table_id, ", ".join(constant), exc)
+            return names, False
+        log.info("%s: rows older than %s got the DEFAULT of %s", table_id, event.offset,
+                 ", ".join(f"{n} = {values[n]!r}" for n in constant))
+        return rest, wrote
+
+    def _refreeze(self, table_id: TableId) -> None:
+        """Whether (from where) the table is frozen, by its drift under this batch's generation."""
+        since = frozen_since(self.drift, table_id, self.generation.tables.get(table_id))
+        if since is not None:
+            self.frozen[table_id] = since
+
+    def _drifted(self, table_id: TableId, kind: TableEventKind, offset: BinlogOffset, reason: str) -> None:
+        if record_drift(self.state, self.drift, table_id, kind, offset, reason):
+            log.warning("%s at %s: %s. The sink cannot follow this exactly by itself: the next DAG run re-snapshots "
+                        "the table if it exists on the source (state/drift.py)", table_id, offset, reason)
+
+
+def _collated(schema: TableSchema, chunk_key: str) -> str:
+    column = schema.column(chunk_key) if chunk_key in schema.column_names else None
+    return f"; chunk key {column.column_type} COLLATE {column.collation}" if column and column.collation else ""

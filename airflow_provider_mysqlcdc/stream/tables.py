@@ -1,0 +1,79 @@
+"""What the stream's rules ask the source while they apply a batch, and the answer from the server.
+
+The rules (applier.py) never open a connection themselves: they ask a ``TableSource``. The stream
+job gives them ``ServerTables`` (the real server, through the retrying ``SourceConfig``); unit tests
+give them tables of their own, so the rules are tested without a server.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Protocol
+
+from airflow_provider_mysqlcdc.cdc.binlog.listing import table_ddl_after
+from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
+from airflow_provider_mysqlcdc.cdc.records.values import column_defaults
+from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
+from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
+from airflow_provider_mysqlcdc.cdc.source.server import current_offset
+from airflow_provider_mysqlcdc.state.registry import PipelineState
+from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
+from airflow_provider_mysqlcdc.state.servers import ServerEpochs
+
+#: an added column's DEFAULT is filled in place only if no DDL of the table follows within this many
+#: binlog events (a later one may have changed the default); else the table is re-snapshotted
+FILL_LOOKAHEAD_EVENTS = 200_000
+
+#: ``TableSource.added_defaults``: False when the defaults cannot be trusted for the rows before the
+#: statement (a later DDL changed the table, or lies too far ahead); None when the table has no row
+Defaults = dict[str, Any] | None | Literal[False]
+
+
+class TableSource(Protocol):
+    def schemas_for_stream(self, chunk_keys: dict[TableId, str]) -> list[TableSchema]:
+        """The schema each table's changes are written under (the server's, or the remembered one for
+        a table that left the server or whose key a DDL ahead of the stream changed: state/schemas.py)."""
+
+    def current_schemas(self, tables: list[TableId]) -> list[TableSchema]:
+        """The tables' schemas as the server has them now (not remembered: the caller decides)."""
+
+    def added_defaults(self, schema: TableSchema, columns: tuple[str, ...], offset: BinlogOffset) -> Defaults:
+        """The values the server gives existing rows in ``columns``, which a DDL at ``offset`` added."""
+
+    def ordering(self, column: Column) -> KeyOrdering:
+        """The database's order of ``column``'s values (text keys ask the server for their weights)."""
+
+    def head(self) -> BinlogOffset:
+        """The server's binlog head, in its epoch among the pipeline's servers."""
+
+
+class ServerTables:
+    """``TableSource`` answered by the source server. ``source`` may hold no password but the private
+    file it is read from (a stream's Spark side: spark/connect.py)."""
+
+    def __init__(self, source: SourceConfig, state: PipelineState, known: KnownSchemas):
+        self.source = source
+        self.state = state
+        self.known = known
+
+    def schemas_for_stream(self, chunk_keys: dict[TableId, str]) -> list[TableSchema]:
+        return self.source.run(lambda conn: [self.known.for_stream(conn, t, k) for t, k in chunk_keys.items()],
+                               "reading table schemas")
+
+    def current_schemas(self, tables: list[TableId]) -> list[TableSchema]:
+        return self.source.run(lambda conn: [self.known.load(conn, t, remember=False) for t in tables],
+                               "reading table schemas")
+
+    def added_defaults(self, schema: TableSchema, columns: tuple[str, ...], offset: BinlogOffset) -> Defaults:
+        def defaults(conn: Any) -> Defaults:
+            head = current_offset(conn).in_epoch(offset.epoch)  # the server the event was just read from
+            later = table_ddl_after(conn, schema.table_id, offset, head, FILL_LOOKAHEAD_EVENTS)
+            return False if later is not False else column_defaults(conn, schema, columns)
+
+        return self.source.run(defaults, "reading the added columns' defaults")
+
+    def ordering(self, column: Column) -> KeyOrdering:
+        return KeyOrdering(column, self.source.connect)
+
+    def head(self) -> BinlogOffset:
+        return self.source.run(ServerEpochs(self.state).head, "reading the binlog head")

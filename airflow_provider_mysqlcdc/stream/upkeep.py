@@ -1,0 +1,88 @@
+"""What the stream does to its sink tables between two micro-batches: clustering the tables a batch
+merged into (``cluster_after_files``), and maintenance (compaction, checkpoints, vacuum) asked by a
+maintenance task (state/maintenance.py) or due by ``maintenance_every_s``. Never while a batch is
+applied: the caller holds the stream's lock around both (spark/stream_job.py)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
+from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy, MaintenanceReport, TableMaintenance
+from airflow_provider_mysqlcdc.sinks.base import Sink
+from airflow_provider_mysqlcdc.state.maintenance import MaintenanceRequests
+from airflow_provider_mysqlcdc.state.registry import PipelineState
+
+log = logging.getLogger(__name__)
+
+#: how often a stream looks for maintenance requests (state/maintenance.py)
+MAINTENANCE_POLL_S = 5.0
+
+
+class StreamUpkeep:
+    def __init__(self, job: StreamJob, sink: Sink, state: PipelineState, fence: Callable[[], None] = lambda: None):
+        self.job = job
+        self.sink = sink
+        self.state = state
+        self.fence = fence  # raises when another stream took the pipeline over (state/lease.py)
+        self.maintenance = MaintenanceRequests(state)
+        self.maintained_at = time.monotonic()  # the stream's own maintenance (maintenance_every_s)
+        self.requests_seen_at = 0.0
+
+    def cluster_due(self, tables: set[TableId]) -> None:
+        """Between two batches (no merge of this stream runs meanwhile), cluster the data files of
+        ``tables`` (those the batch merged into, not frozen), where ``cluster_after_files`` files need it."""
+        if not self.job.cluster_after_files or not tables:
+            return
+        self.fence()  # a stream another one took over stops here, as at the next batch
+        for table_id in sorted(tables):
+            started = time.monotonic()
+            try:
+                result = self.sink.cluster(table_id, min_files=self.job.cluster_after_files)
+            except Exception as exc:  # noqa: BLE001 - the batch is applied; clustering can wait for the next one
+                log.warning("clustering %s failed (the batch stands; the next batch tries again): %s: %s", table_id,
+                            type(exc).__name__, exc)
+                continue
+            if result is not None:
+                log.info("clustered %s by its chunk key: %s in %.1fs", table_id, result, time.monotonic() - started)
+
+    def maintain_due(self) -> None:
+        """Between two batches (no merge of this stream runs): answer the maintenance tasks' requests
+        (state/maintenance.py), looked for every ``MAINTENANCE_POLL_S``, and run the stream's own
+        maintenance every ``maintenance_every_s``. A failure is logged and reported, never the batch's."""
+        now = time.monotonic()
+        requests = []
+        if now - self.requests_seen_at >= MAINTENANCE_POLL_S:
+            self.requests_seen_at = now
+            requests = self.maintenance.pending()
+        own = bool(self.job.maintenance_every_s) and now - self.maintained_at >= self.job.maintenance_every_s
+        if not requests and not own:
+            return
+        self.fence()  # a stream another one took over touches nothing
+        captured = sorted(self.state.load(self.state.latest_number()).tables)
+        for request in requests:
+            wanted = set(request.tables)
+            tables = [t for t in captured if not wanted or t.quoted in wanted]
+            log.info("maintenance asked by %s: %s of %d table(s)", request.requested_by, request.policy, len(tables))
+            self.maintenance.answer(self._maintain(request.request_id, request.policy, tables))
+        if own:
+            self.maintained_at = time.monotonic()
+            policy = MaintenancePolicy(vacuum_retention_s=self.job.vacuum_retention_s)
+            log.info("the stream's maintenance, every %.0fs: %s of %d table(s)", self.job.maintenance_every_s, policy,
+                     len(captured))
+            self._maintain(f"stream-{self.job.app_id}", policy, captured)
+
+    def _maintain(self, request_id: str, policy: MaintenancePolicy, tables: list[TableId]) -> MaintenanceReport:
+        started = time.monotonic()
+        done: list[TableMaintenance] = []
+        for table_id in tables:
+            try:
+                done += self.sink.maintain(table_id, policy)
+            except Exception as exc:  # noqa: BLE001 - the stream goes on; the report says what failed
+                log.warning("maintenance of %s failed (the stream goes on): %s: %s", table_id, type(exc).__name__, exc)
+                done.append(TableMaintenance(self.sink.table_uri(table_id), 0, 0, note=f"failed: {exc}"))
+        return MaintenanceReport(request_id, f"the stream {self.job.app_id}", policy, done,
+                                 round(time.monotonic() - started, 3))

@@ -1,0 +1,164 @@
+"""Every DDL row of the event table (docs/events-and-types.md, "Event -> what happens to the sink")
+through the stream's rules (stream/schema_changes.py), without Spark or a server: what each
+statement does to the sink table, to the drift record, and to the table's later changes."""
+
+from __future__ import annotations
+
+from airflow_provider_mysqlcdc.cdc.model.records import TableEventKind as Kind
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+
+from .harness import (
+    Pipeline,
+    T,
+    U,
+    changes,
+    column,
+    ddl,
+    insert,
+    off,
+    schema,
+    table_change,
+    update,
+    with_columns,
+)
+
+
+def _later_changes_of_both(p: Pipeline) -> None:
+    p.batch(changes(schema(T), insert(T, 20, id=9, v="after")), changes(schema(U), insert(U, 21, id=9, v="after")))
+
+
+def test_truncate_removes_the_rows_older_than_the_statement(tmp_path):
+    p = Pipeline(tmp_path, schema(T))
+    p.snapshot(T, {"id": 1, "v": "a"}, {"id": 2, "v": "b"})
+    p.batch(changes(schema(T), insert(T, 1, id=3, v="c")),
+            ddl(2, "TRUNCATE TABLE t", table_change(Kind.TRUNCATED, T)),
+            changes(schema(T), insert(T, 3, id=4, v="d")))
+    assert p.rows(T) == {4: {"id": 4, "v": "d"}}
+    assert p.drift(T) == []  # followed exactly: nothing to re-snapshot
+
+
+def test_an_added_column_with_a_constant_default_gives_the_older_rows_that_value(tmp_path):
+    p = Pipeline(tmp_path, schema(T))
+    p.snapshot(T, {"id": 1, "v": "a"})
+    p.alter(T, with_columns(schema(T), column("c", fills_existing_rows=True, default_constant=True)))
+    p.tables.defaults = {"c": 5}
+    p.batch(ddl(1, "ALTER TABLE t ADD COLUMN c INT DEFAULT 5", table_change(Kind.ALTERED, T, added_columns=("c",))),
+            changes(p.tables.server[T], insert(T, 2, id=2, v="b", c=6)))
+    assert p.rows(T) == {1: {"id": 1, "v": "a", "c": 5}, 2: {"id": 2, "v": "b", "c": 6}}
+    assert p.tables.asked_defaults == [("c",)] and p.drift(T) == []
+
+
+def test_an_added_column_whose_default_cannot_be_trusted_is_drift(tmp_path):
+    """An expression default, a generated column, or a later DDL of the table (the source says False)."""
+    p = Pipeline(tmp_path, schema(T))
+    p.snapshot(T, {"id": 1, "v": "a"})
+    p.alter(T, with_columns(schema(T), column("c", fills_existing_rows=True, default_constant=True),
+                            column("ts", "datetime", column_type="datetime", fills_existing_rows=True)))
+    p.tables.defaults = False
+    p.batch(ddl(1, "ALTER TABLE t ADD c INT DEFAULT 5, ADD ts DATETIME DEFAULT NOW()",
+                table_change(Kind.ALTERED, T, added_columns=("c", "ts"))))
+    assert p.rows(T) == {1: {"id": 1, "v": "a", "c": None, "ts": None}}
+    assert p.drift(T) == [(Kind.ALTERED, off(1))]
+
+
+def test_an_added_nullable_column_without_default_needs_nothing(tmp_path):
+    p = Pipeline(tmp_path, schema(T))
+    p.snapshot(T, {"id": 1, "v": "a"})
+    p.alter(T, with_columns(schema(T), column("c")))
+    p.batch(ddl(1, "ALTER TABLE t ADD COLUMN c INT", table_change(Kind.ALTERED, T, added_columns=("c",))))
+    assert p.rows(T) == {1: {"id": 1, "v": "a", "c": None}}
+    assert p.drift(T) == [] and p.tables.asked_defaults == []
+
+
+def test_a_dropped_or_renamed_column_is_drift_and_the_table_streams_on(tmp_path):
+    p = Pipeline(tmp_path, schema(T, column("c")))
+    p.snapshot(T, {"id": 1, "v": "a", "c": 1})
+    p.alter(T, schema(T))
+    p.batch(ddl(1, "ALTER TABLE t DROP COLUMN c", table_change(Kind.ALTERED, T)),
+            changes(schema(T), insert(T, 2, id=2, v="b")))
+    assert p.drift(T) == [(Kind.ALTERED, off(1))]
+    assert p.rows(T)[2]["v"] == "b"
+
+
+def test_a_changed_key_freezes_the_table_and_the_others_stream_on(tmp_path):
+    p = Pipeline(tmp_path, schema(T), schema(U))
+    p.alter(T, schema(T, key=("id", "v")))
+    p.batch(changes(schema(T), insert(T, 1, id=1, v="before")),
+            ddl(2, "ALTER TABLE t DROP PRIMARY KEY, ADD PRIMARY KEY (id, v)", table_change(Kind.ALTERED, T)))
+    _later_changes_of_both(p)
+    assert p.drift(T) == [(Kind.KEY_CHANGED, off(2))]
+    assert p.rows(T) == {1: {"id": 1, "v": "before"}}
+    assert p.rows(U) == {9: {"id": 9, "v": "after"}}
+
+
+def test_a_type_the_sink_cannot_take_freezes_the_table_and_a_longer_text_evolves_it(tmp_path):
+    """INT to BIGINT included: delta-rs cannot widen a column in place."""
+    p = Pipeline(tmp_path, schema(T, column("w")), schema(U, column("w", "varchar")))
+    p.snapshot(T, {"id": 1, "v": "a", "w": 1})
+    p.snapshot(U, {"id": 1, "v": "a", "w": "x"})
+    p.alter(T, schema(T, column("w", "bigint")))
+    p.alter(U, schema(U, column("w", "varchar", column_type="varchar(200)", char_max_length=200)))
+    p.batch(ddl(1, "ALTER TABLE t MODIFY w BIGINT", table_change(Kind.ALTERED, T)),
+            ddl(2, "ALTER TABLE u MODIFY w VARCHAR(200)", table_change(Kind.ALTERED, U)),
+            changes(p.tables.server[T], insert(T, 3, id=2, v="b", w=2**40)),
+            changes(p.tables.server[U], insert(U, 4, id=2, v="b", w="y" * 150)))
+    assert p.drift(T) == [(Kind.TYPE_CHANGED, off(1))] and p.rows(T) == {1: {"id": 1, "v": "a", "w": 1}}
+    assert p.drift(U) == [] and p.rows(U)[2]["w"] == "y" * 150
+
+
+def test_another_alter_reloads_the_schema_and_freezes_nothing(tmp_path):
+    p = Pipeline(tmp_path, schema(T))
+    p.batch(ddl(1, "CREATE INDEX iv ON t (v)", table_change(Kind.ALTERED, T)),
+            changes(schema(T), insert(T, 2, id=1, v="a")))
+    assert p.drift(T) == [] and p.rows(T) == {1: {"id": 1, "v": "a"}}
+
+
+def test_a_dropped_table_is_frozen_and_its_later_changes_are_not_applied(tmp_path):
+    p = Pipeline(tmp_path, schema(T), schema(U))
+    p.batch(changes(schema(T), insert(T, 1, id=1, v="before")), ddl(2, "DROP TABLE t", table_change(Kind.DROPPED, T)))
+    _later_changes_of_both(p)
+    assert p.drift(T) == [(Kind.DROPPED, off(2))]
+    assert p.rows(T) == {1: {"id": 1, "v": "before"}} and 9 in p.rows(U)
+
+
+def test_a_table_renamed_away_is_frozen(tmp_path):
+    p = Pipeline(tmp_path, schema(T), schema(U))
+    p.snapshot(T, {"id": 1, "v": "a"})
+    p.batch(ddl(1, "RENAME TABLE t TO t_old", table_change(Kind.RENAMED, T, other=TableId("shop", "t_old"))))
+    _later_changes_of_both(p)
+    assert p.drift(T) == [(Kind.RENAMED, off(1))]
+    assert p.rows(T) == {1: {"id": 1, "v": "a"}} and 9 in p.rows(U)
+
+
+def test_a_name_replaced_by_another_table_is_frozen_and_a_later_create_is_noted(tmp_path):
+    p = Pipeline(tmp_path, schema(T), schema(U))
+    p.batch(ddl(1, "CREATE OR REPLACE TABLE t (id INT PRIMARY KEY)", table_change(Kind.REPLACED, T)),
+            ddl(2, "DROP TABLE t", table_change(Kind.DROPPED, T)),
+            ddl(3, "CREATE TABLE t (id INT PRIMARY KEY)", table_change(Kind.CREATED, T)))
+    _later_changes_of_both(p)
+    assert p.drift(T) == [(Kind.REPLACED, off(1)), (Kind.CREATED, off(3))]
+
+
+def test_partition_operations_are_drift_and_the_table_keeps_streaming(tmp_path):
+    p = Pipeline(tmp_path, schema(T))
+    p.batch(ddl(1, "ALTER TABLE t TRUNCATE PARTITION p0", table_change(Kind.ROWS_CHANGED, T)),
+            changes(schema(T), insert(T, 2, id=1, v="a")))
+    assert p.drift(T) == [(Kind.ROWS_CHANGED, off(1))] and p.rows(T) == {1: {"id": 1, "v": "a"}}
+
+
+def test_statements_on_tables_not_captured_do_nothing(tmp_path):
+    p = Pipeline(tmp_path, schema(T))
+    other = TableId("shop", "not_captured")
+    p.batch(ddl(1, "DROP TABLE not_captured", table_change(Kind.DROPPED, other)),
+            changes(schema(T), insert(T, 2, id=1, v="a")))
+    assert p.drift(other) == [] and p.drift(T) == [] and p.rows(T) == {1: {"id": 1, "v": "a"}}
+
+
+def test_a_frozen_table_stays_frozen_for_a_restarted_stream_replaying_the_batch(tmp_path):
+    p = Pipeline(tmp_path, schema(T))
+    batch = (ddl(1, "DROP TABLE t", table_change(Kind.DROPPED, T)),
+             changes(schema(T), insert(T, 2, id=1, v="a"), update(T, 3, {"id": 1, "v": "a"}, {"id": 1, "v": "b"})))
+    p.batch(*batch)
+    p.applier = p.new_applier()
+    done = p.batch(*batch, batch_id=0)
+    assert done.skipped == 2 and p.drift(T) == [(Kind.DROPPED, off(1))]
