@@ -25,7 +25,7 @@ from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.protocol.envelope import Record, encode
 from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
-from airflow_provider_mysqlcdc.protocol.state import (
+from airflow_provider_mysqlcdc.protocol.progress import (
     ChunkProgress,
     RunPlanProgress,
     StreamBatchProgress,

@@ -42,7 +42,7 @@ from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob, StreamJob
-from airflow_provider_mysqlcdc.protocol.state import CapturedTable, stream_only_split
+from airflow_provider_mysqlcdc.protocol.registry import CapturedTable, stream_only_split
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.spark.submit import spark_home
 from airflow_provider_mysqlcdc.state.registry import PipelineState

@@ -29,7 +29,7 @@ from airflow_provider_mysqlcdc.metrics.pipeline_metrics import PipelineMetrics, 
 from airflow_provider_mysqlcdc.protocol.actions import PlanAction
 from airflow_provider_mysqlcdc.protocol.envelope import encode
 from airflow_provider_mysqlcdc.protocol.plans import TablePlan, TablePlans
-from airflow_provider_mysqlcdc.protocol.state import RunPlanProgress
+from airflow_provider_mysqlcdc.protocol.progress import RunPlanProgress
 from airflow_provider_mysqlcdc.state.changes import (
     ResnapshotRequest,
     check_request_bounds,

@@ -25,8 +25,8 @@ from airflow_provider_mysqlcdc.metrics.pipeline_metrics import PipelineMetrics, 
 from airflow_provider_mysqlcdc.operators.spark_job import MySqlCdcSparkJobOperator
 from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
 from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob
+from airflow_provider_mysqlcdc.protocol.progress import ChunkProgress, RunPlanProgress
 from airflow_provider_mysqlcdc.protocol.results import ChunkResult
-from airflow_provider_mysqlcdc.protocol.state import ChunkProgress, RunPlanProgress
 from airflow_provider_mysqlcdc.state.registry import PipelineState, run_folder
 
 

@@ -8,8 +8,10 @@ an upgrade. What they exchange is defined here, once:
   the fix, files from before the envelope read as version 0.
 - ``offsets.py``: ``StreamOffset``, the stream's Spark offset (binlog offset with its server
   identity, and the registry generation).
-- ``state.py``: what the state location holds: registry generations, drift, the stream's progress
-  and its checkpoint identity, a DAG run's progress.
+- what the state location holds, by subject: ``registry.py`` (generations, drift, remembered
+  schemas), ``progress.py`` (the stream's progress and history, its checkpoint identity, a DAG
+  run's progress, staged files released), ``lease.py`` (the stream lease, its heartbeat, a stop
+  request), ``servers.py`` (the servers followed through failovers).
 - ``jobs.py``: the job files a task hands a Spark job (chunk job, stream job).
 - ``results.py``: what jobs and tasks hand back through XCom: a chunk's result (to the collect
   task), what collect landed, what a stream run did.

@@ -24,7 +24,7 @@ from airflow_provider_mysqlcdc.cdc.source.connection import parse_server_id_rang
 from airflow_provider_mysqlcdc.protocol.actions import StreamMode
 from airflow_provider_mysqlcdc.protocol.envelope import RecordFormat, decode, encode
 from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy
-from airflow_provider_mysqlcdc.protocol.state import ServerHistory
+from airflow_provider_mysqlcdc.protocol.servers import ServerHistory
 
 
 class _JobFile:

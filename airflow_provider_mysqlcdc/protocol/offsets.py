@@ -52,3 +52,8 @@ class StreamOffset:
 
     def __str__(self) -> str:
         return f"{self.offset} (registry generation {self.generation})"
+
+
+def optional_offset(data: dict[str, Any] | None) -> BinlogOffset | None:
+    """A ``BinlogOffset`` field of a record that may be absent."""
+    return BinlogOffset.from_dict(data) if data else None

@@ -25,8 +25,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from airflow_provider_mysqlcdc.protocol.lease import StopRequest
 from airflow_provider_mysqlcdc.protocol.results import DriverInfo, DriverLog, JobFailure
-from airflow_provider_mysqlcdc.protocol.state import StopRequest
 from airflow_provider_mysqlcdc.spark.connect import application_of
 from airflow_provider_mysqlcdc.state.storage import StateStorage
 

@@ -36,14 +36,14 @@ from airflow_provider_mysqlcdc.cdc.source.server import binlog_changed_error
 from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
-from airflow_provider_mysqlcdc.protocol.results import StreamResult
-from airflow_provider_mysqlcdc.protocol.state import (
+from airflow_provider_mysqlcdc.protocol.progress import (
     CheckpointIdentity,
     HistoryPoint,
     StreamBatchProgress,
     StreamHistory,
     StreamOffsetProgress,
 )
+from airflow_provider_mysqlcdc.protocol.results import StreamResult
 from airflow_provider_mysqlcdc.sinks.base import Sink
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.spark.batch_rows import batch_items, row_key, spill_urls

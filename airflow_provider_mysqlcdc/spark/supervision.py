@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from airflow_provider_mysqlcdc.protocol.lease import StopRequest
 from airflow_provider_mysqlcdc.protocol.results import StreamPhase, StreamStatus
-from airflow_provider_mysqlcdc.protocol.state import StopRequest
 from airflow_provider_mysqlcdc.spark.report import ReportWatcher, stop_request
 from airflow_provider_mysqlcdc.state.lease import LeaseState, StreamLeases
 from airflow_provider_mysqlcdc.state.registry import PipelineState

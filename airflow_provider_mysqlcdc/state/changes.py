@@ -29,7 +29,7 @@ from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId
 from airflow_provider_mysqlcdc.protocol.actions import PlanAction, StartupMode
 from airflow_provider_mysqlcdc.protocol.plans import TablePlan
-from airflow_provider_mysqlcdc.protocol.state import CapturedTable, Generation, stream_only_split
+from airflow_provider_mysqlcdc.protocol.registry import CapturedTable, Generation, stream_only_split
 
 log = logging.getLogger(__name__)
 

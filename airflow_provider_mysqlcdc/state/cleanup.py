@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 
-from airflow_provider_mysqlcdc.protocol.state import StagedRelease
+from airflow_provider_mysqlcdc.protocol.progress import StagedRelease
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from airflow_provider_mysqlcdc.state.staged import delete_staged
 

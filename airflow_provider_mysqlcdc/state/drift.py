@@ -28,7 +28,7 @@ when the table exists on the server; a table that is gone keeps its sink as it w
 ``bin/status`` say so. Once the re-snapshot's generation is active, its splits are newer than the
 events, so nothing is pending or frozen any more.
 
-The file is ``progress/schema-drift.json``, a ``DriftLog`` record (protocol/state.py).
+The file is ``progress/schema-drift.json``, a ``DriftLog`` record (protocol/registry.py).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ import time
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import TableEventKind
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
-from airflow_provider_mysqlcdc.protocol.state import CapturedTable, DriftEvent, DriftLog
+from airflow_provider_mysqlcdc.protocol.registry import CapturedTable, DriftEvent, DriftLog
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 
 DRIFT = "schema-drift.json"

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_mysqlcdc.cdc.errors import LeaseLost, StreamAlreadyRunning
-from airflow_provider_mysqlcdc.protocol.state import LeaseHeartbeat, StopRequest, StreamLease
+from airflow_provider_mysqlcdc.protocol.lease import LeaseHeartbeat, StopRequest, StreamLease
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 
 log = logging.getLogger(__name__)

@@ -34,7 +34,8 @@ from airflow_provider_mysqlcdc.cdc.errors import ConcurrentStateChange
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.protocol.envelope import Record
-from airflow_provider_mysqlcdc.protocol.state import CapturedTable, Generation, ServerHistory
+from airflow_provider_mysqlcdc.protocol.registry import CapturedTable, Generation
+from airflow_provider_mysqlcdc.protocol.servers import ServerHistory
 from airflow_provider_mysqlcdc.state.storage import StateStorage
 
 GENERATIONS = "generations"
@@ -43,7 +44,7 @@ R = TypeVar("R")
 STREAM_OFFSET = "stream-offset.json"
 #: progress file: the stream's last micro-batch (its heartbeat)
 STREAM_PROGRESS = "stream.json"
-#: the stream's latest batches' lag and distance to the head (protocol/state.py StreamHistory)
+#: the stream's latest batches' lag and distance to the head (protocol/progress.py StreamHistory)
 STREAM_HISTORY = "stream-history.json"
 #: the servers the pipeline followed through failovers (state/servers.py)
 SERVERS = "servers.json"
@@ -120,7 +121,7 @@ class PipelineState:
         return self.storage.url("staged", *table_id.path_segments, uuid.uuid4().hex[:12])
 
     def write_progress(self, name: str, record: Record) -> None:
-        """Write one of the records of protocol/state.py under ``progress/``."""
+        """Write one of the records of protocol/progress.py under ``progress/``."""
         self.storage.write_record(record, "progress", name)
 
     def read_progress(self, cls: type[R], name: str) -> R | None:

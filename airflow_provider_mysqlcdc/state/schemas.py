@@ -30,7 +30,7 @@ from airflow_provider_mysqlcdc.cdc.source.schema import (
     missing_table_error,
     table_exists,
 )
-from airflow_provider_mysqlcdc.protocol.state import RememberedSchema
+from airflow_provider_mysqlcdc.protocol.registry import RememberedSchema
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 
 SCHEMAS = "schemas"

@@ -35,7 +35,7 @@ from airflow_provider_mysqlcdc.cdc.source.server import (
     current_offset,
     server_info,
 )
-from airflow_provider_mysqlcdc.protocol.state import ServerEpoch, ServerHistory
+from airflow_provider_mysqlcdc.protocol.servers import ServerEpoch, ServerHistory
 from airflow_provider_mysqlcdc.state.registry import SERVERS, PipelineState
 
 log = logging.getLogger(__name__)

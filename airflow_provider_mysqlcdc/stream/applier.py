@@ -35,7 +35,8 @@ from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import BinlogPurged, ChangeRecord, TableEventKind, TableFailed
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
-from airflow_provider_mysqlcdc.protocol.state import Generation, StreamBatchProgress
+from airflow_provider_mysqlcdc.protocol.progress import StreamBatchProgress
+from airflow_provider_mysqlcdc.protocol.registry import Generation
 from airflow_provider_mysqlcdc.sinks.arrow_rows import conform_to, merge_changes_into_table
 from airflow_provider_mysqlcdc.sinks.base import Sink, StreamCommit
 from airflow_provider_mysqlcdc.sinks.change_columns import TableChanges, changes_before, conform_changes, offset_at

@@ -30,7 +30,7 @@ from asgiref.sync import sync_to_async
 from airflow_provider_mysqlcdc.assets.sink_tables import TableChanged
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.hooks.object_store import storage_options_for
-from airflow_provider_mysqlcdc.protocol.state import StreamBatchProgress
+from airflow_provider_mysqlcdc.protocol.progress import StreamBatchProgress
 from airflow_provider_mysqlcdc.state.registry import STREAM_PROGRESS, PipelineState
 
 #: the asset state store's key of what the trigger reported last

@@ -16,7 +16,7 @@ from airflow_provider_mysqlcdc.assets.sink_tables import (
 )
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
-from airflow_provider_mysqlcdc.protocol.state import StreamBatchProgress
+from airflow_provider_mysqlcdc.protocol.progress import StreamBatchProgress
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.state.registry import STREAM_PROGRESS, PipelineState
 from airflow_provider_mysqlcdc.triggers.table_changes import CURSOR_KEY, MySqlCdcTableChangedTrigger, table_watcher

@@ -135,7 +135,7 @@ def test_the_operator_refuses_a_table_the_pipeline_does_not_capture_before_touch
     from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
     from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
     from airflow_provider_mysqlcdc.operators.maintenance import MySqlCdcMaintenanceOperator
-    from airflow_provider_mysqlcdc.protocol.state import CapturedTable
+    from airflow_provider_mysqlcdc.protocol.registry import CapturedTable
 
     state = PipelineState(str(tmp_path / "state"))
     at = BinlogOffset("binlog.000001", 4)

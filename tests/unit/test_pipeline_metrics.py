@@ -16,7 +16,8 @@ from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSpl
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId  # noqa: E402
 from airflow_provider_mysqlcdc.metrics.pipeline_metrics import PipelineMetrics, StreamMetrics, pipeline_name  # noqa: E402
 from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset  # noqa: E402
-from airflow_provider_mysqlcdc.protocol.state import CapturedTable, StreamBatchProgress, StreamOffsetProgress  # noqa: E402
+from airflow_provider_mysqlcdc.protocol.progress import StreamBatchProgress, StreamOffsetProgress  # noqa: E402
+from airflow_provider_mysqlcdc.protocol.registry import CapturedTable  # noqa: E402
 from airflow_provider_mysqlcdc.state.drift import read_drift, record_drift  # noqa: E402
 from airflow_provider_mysqlcdc.state.registry import STREAM_OFFSET, STREAM_PROGRESS, PipelineState  # noqa: E402
 from devtools.statsd_listener import StatsdListener  # noqa: E402

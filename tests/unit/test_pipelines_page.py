@@ -12,13 +12,13 @@ from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.plugins.mysqlcdc_plugin import AUTHENTICATED, MySqlCdcPlugin, app, pipelines
 from airflow_provider_mysqlcdc.plugins.pipelines_page import lag_chart
 from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
-from airflow_provider_mysqlcdc.protocol.state import (
-    CapturedTable,
+from airflow_provider_mysqlcdc.protocol.progress import (
     HistoryPoint,
     StreamBatchProgress,
     StreamHistory,
     StreamOffsetProgress,
 )
+from airflow_provider_mysqlcdc.protocol.registry import CapturedTable
 from airflow_provider_mysqlcdc.state.drift import read_drift, record_drift
 from airflow_provider_mysqlcdc.state.registry import STREAM_HISTORY, STREAM_OFFSET, STREAM_PROGRESS, PipelineState
 

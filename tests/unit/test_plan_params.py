@@ -57,7 +57,7 @@ def test_a_table_named_twice_in_one_run_is_refused():
 
 
 def _requests_checked(registry_tables, run_tables, resnapshot, tables=("shop.orders",)):
-    from airflow_provider_mysqlcdc.protocol.state import CapturedTable, Generation
+    from airflow_provider_mysqlcdc.protocol.registry import CapturedTable, Generation
     from airflow_provider_mysqlcdc.state.changes import ResnapshotRequest
 
     operator = MySqlCdcPlanOperator(task_id="plan", tables=list(tables), state="/tmp/unused", run_tables=run_tables)

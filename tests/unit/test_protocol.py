@@ -14,7 +14,23 @@ from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSc
 from airflow_provider_mysqlcdc.protocol.actions import PlanAction
 from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
 from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob, StreamJob
+from airflow_provider_mysqlcdc.protocol.lease import LeaseHeartbeat, StopRequest, StreamLease
 from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
+from airflow_provider_mysqlcdc.protocol.progress import (
+    CheckpointIdentity,
+    ChunkProgress,
+    RunPlanProgress,
+    StagedRelease,
+    StreamBatchProgress,
+    StreamOffsetProgress,
+)
+from airflow_provider_mysqlcdc.protocol.registry import (
+    CapturedTable,
+    DriftEvent,
+    DriftLog,
+    Generation,
+    RememberedSchema,
+)
 from airflow_provider_mysqlcdc.protocol.results import (
     ChunkResult,
     CollectResult,
@@ -23,24 +39,7 @@ from airflow_provider_mysqlcdc.protocol.results import (
     StreamResult,
     StreamStatus,
 )
-from airflow_provider_mysqlcdc.protocol.state import (
-    CapturedTable,
-    CheckpointIdentity,
-    ChunkProgress,
-    DriftEvent,
-    DriftLog,
-    Generation,
-    LeaseHeartbeat,
-    RememberedSchema,
-    RunPlanProgress,
-    ServerEpoch,
-    ServerHistory,
-    StagedRelease,
-    StopRequest,
-    StreamBatchProgress,
-    StreamLease,
-    StreamOffsetProgress,
-)
+from airflow_provider_mysqlcdc.protocol.servers import ServerEpoch, ServerHistory
 from airflow_provider_mysqlcdc.state.drift import DRIFT, read_drift
 from airflow_provider_mysqlcdc.state.registry import GENERATIONS, PipelineState
 

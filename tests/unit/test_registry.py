@@ -10,7 +10,7 @@ from airflow_provider_mysqlcdc.cdc.model.records import TableEventKind
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.protocol.plans import TablePlan
-from airflow_provider_mysqlcdc.protocol.state import CapturedTable, Generation
+from airflow_provider_mysqlcdc.protocol.registry import CapturedTable, Generation
 from airflow_provider_mysqlcdc.state.changes import ResnapshotRequest, decide_action, next_tables, parse_offset
 from airflow_provider_mysqlcdc.state.registry import PipelineState, captured_tables
 

@@ -4,7 +4,7 @@
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
-from airflow_provider_mysqlcdc.protocol.state import ServerEpoch, ServerHistory
+from airflow_provider_mysqlcdc.protocol.servers import ServerEpoch, ServerHistory
 from airflow_provider_mysqlcdc.state.registry import SERVERS, PipelineState, captured_tables
 
 FAILOVER = ServerHistory((ServerEpoch(0, 1, None), ServerEpoch(1, 2, "0-1-100")))
@@ -44,7 +44,7 @@ def test_a_generation_is_loaded_with_its_high_watermarks_placed_among_the_server
 def test_a_resnapshot_read_on_the_new_primary_replaces_splits_read_on_the_old_one_once_placed():
     from airflow_provider_mysqlcdc.protocol.actions import PlanAction
     from airflow_provider_mysqlcdc.protocol.plans import TablePlan
-    from airflow_provider_mysqlcdc.protocol.state import CapturedTable, Generation
+    from airflow_provider_mysqlcdc.protocol.registry import CapturedTable, Generation
     from airflow_provider_mysqlcdc.state.changes import next_tables
 
     split = SnapshotSplit(T, 0, "id")
