@@ -28,7 +28,7 @@ from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.hooks.object_store import open_object_store
 from airflow_provider_mysqlcdc.protocol.actions import PlanAction
 from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
-from airflow_provider_mysqlcdc.protocol.plans import TablePlan, TablePlans
+from airflow_provider_mysqlcdc.protocol.plans import ChunkPlan, TablePlan, TablePlans
 from airflow_provider_mysqlcdc.protocol.results import ChunkResult, CollectResult
 from airflow_provider_mysqlcdc.state.changes import next_tables
 from airflow_provider_mysqlcdc.state.registry import PipelineState
@@ -99,11 +99,12 @@ class MySqlCdcCollectSplitsOperator(BaseOperator):
 
 def failed_chunks(chunks: Sequence[dict[str, Any]], results: Sequence[Any]) -> dict[TableId, list[int]]:
     """Per table, the indexes of its chunk tasks that left no result (they failed), given the plan's
-    chunks and the results pulled for their map indexes (None where none)."""
+    chunks (``ChunkPlan`` records) and the results pulled for their map indexes (None where none)."""
     failed: dict[TableId, list[int]] = {}
     for index, (chunk, result) in enumerate(zip(chunks, results)):
         if result is None:
-            failed.setdefault(TableId.parse(chunk["table"]), []).append(index)
+            table_id = decode(ChunkPlan, chunk, f"chunk {index} of the plan").table_id
+            failed.setdefault(table_id, []).append(index)
     return failed
 
 

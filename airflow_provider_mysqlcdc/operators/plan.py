@@ -28,7 +28,7 @@ from airflow_provider_mysqlcdc.hooks.object_store import open_object_store
 from airflow_provider_mysqlcdc.metrics.pipeline_metrics import PipelineMetrics, pipeline_name
 from airflow_provider_mysqlcdc.protocol.actions import PlanAction
 from airflow_provider_mysqlcdc.protocol.envelope import encode
-from airflow_provider_mysqlcdc.protocol.plans import TablePlan, TablePlans
+from airflow_provider_mysqlcdc.protocol.plans import ChunkPlan, TablePlan, TablePlans
 from airflow_provider_mysqlcdc.protocol.progress import RunPlanProgress
 from airflow_provider_mysqlcdc.state.changes import (
     ResnapshotRequest,
@@ -298,6 +298,6 @@ class MySqlCdcPlanOperator(BaseOperator):
         for plan in plans:
             groups = [plan.splits[i:i + per_chunk] for i in range(0, len(plan.splits), per_chunk)]
             for number, group in enumerate(groups, start=1):
-                chunks.append({"label": f"{plan.table_id} chunk {number}/{len(groups)}", "table": plan.table_id.quoted,
-                               "splits": [s.to_dict() for s in group]})
+                chunks.append(encode(ChunkPlan(f"{plan.table_id} chunk {number}/{len(groups)}", plan.table_id,
+                                               tuple(group))))
         return chunks

@@ -19,12 +19,11 @@ from typing import Any
 from airflow.sdk import Context
 
 from airflow_provider_mysqlcdc.assets.sink_tables import TableChanged, emit_table_events
-from airflow_provider_mysqlcdc.cdc.model.split import SnapshotSplit
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.metrics.pipeline_metrics import PipelineMetrics, pipeline_name
 from airflow_provider_mysqlcdc.operators.spark_job import MySqlCdcSparkJobOperator
 from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
 from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob
+from airflow_provider_mysqlcdc.protocol.plans import ChunkPlan
 from airflow_provider_mysqlcdc.protocol.progress import ChunkProgress, RunPlanProgress
 from airflow_provider_mysqlcdc.protocol.results import ChunkResult
 from airflow_provider_mysqlcdc.state.registry import PipelineState, run_folder
@@ -33,7 +32,8 @@ from airflow_provider_mysqlcdc.state.registry import PipelineState, run_folder
 class MySqlCdcSnapshotOperator(MySqlCdcSparkJobOperator):
     """One chunk of one table: a run of the chunk job, returning its finished splits.
 
-    :param chunk: one item of the plan task's return value (label, table, splits); mapped over them
+    :param chunk: one item of the plan task's return value, a ``ChunkPlan`` record (protocol/plans.py);
+        mapped over them
     :param sink_root: where the Delta tables live
     :param state: the pipeline's state location; a table it captured already is staged there
     :param mysqlcdc_conn_id: the ``mysqlcdc`` connection of the source (its ``retry_budget_s`` applies)
@@ -58,18 +58,18 @@ class MySqlCdcSnapshotOperator(MySqlCdcSparkJobOperator):
         self.object_store  # noqa: B018 - installed before the state location and the lake are touched
         hook = self.hook
         chunk = self._chunk()
-        table_id = TableId.parse(chunk["table"])
+        table_id = chunk.table_id
         state = PipelineState(self.state)
         stage_to = state.staging_url(table_id) if state.needs_staging(table_id) else None
-        job = ChunkJob(table=chunk["table"], splits=[SnapshotSplit.from_dict(s) for s in chunk["splits"]],
+        job = ChunkJob(table=table_id.quoted, splits=list(chunk.splits),
                        sink_root=self.sink_root, partitions_per_split=self.partitions_per_split,
                        server_id_range=hook.server_id_range(), stage_to=stage_to, retry_budget_s=hook.retry_budget_s(),
                        servers=state.servers())
-        self.log.info("snapshot %s: %d split(s)%s", chunk["label"], len(chunk["splits"]),
+        self.log.info("snapshot %s: %d split(s)%s", chunk.label, len(chunk.splits),
                       "; captured before, so staged for the stream" if stage_to else "")
         output = self.run_spark_program("snapshot_chunk.py", job.to_json(), state, context)
-        result = replace(decode(ChunkResult, output, f"the result of chunk {chunk['label']}"), label=chunk["label"])
-        self.log.info("snapshot %s done: %d rows, %d binlog changes merged, %.1fs", chunk["label"], result.rows,
+        result = replace(decode(ChunkResult, output, f"the result of chunk {chunk.label}"), label=chunk.label)
+        self.log.info("snapshot %s done: %d rows, %d binlog changes merged, %.1fs", chunk.label, result.rows,
                       result.binlog_events_merged, result.seconds)
         self._record_progress(state, context, result)
         PipelineMetrics(pipeline_name(self.state)).chunk_done(table_id, result.rows, result.seconds)
@@ -79,9 +79,10 @@ class MySqlCdcSnapshotOperator(MySqlCdcSparkJobOperator):
                 table_id, "snapshot", result.rows, result.high_watermark, state.latest_number())])
         return encode(result)
 
-    def _chunk(self) -> dict[str, Any]:
-        """The (rendered) ``chunk`` argument: a dict, or its JSON text."""
-        return self.chunk if isinstance(self.chunk, dict) else json.loads(self.chunk)
+    def _chunk(self) -> ChunkPlan:
+        """The (rendered) ``chunk`` argument: a ``ChunkPlan`` record, or its JSON text."""
+        return decode(ChunkPlan, self.chunk if isinstance(self.chunk, dict) else json.loads(self.chunk),
+                      f"the chunk argument of {self.task_id}")
 
     def get_openlineage_facets_on_start(self) -> Any:
         """The chunk's source table as input, its Delta table as output (lineage/openlineage.py)."""
@@ -94,10 +95,8 @@ class MySqlCdcSnapshotOperator(MySqlCdcSparkJobOperator):
 
     def _lineage(self, rows: int | None) -> Any:
         chunk = self._chunk()
-        table_id = TableId.parse(chunk["table"])
-        chunk_key = chunk["splits"][0]["chunk_key"] if chunk["splits"] else None
-        return self.source_lineage(PipelineState(self.state), self.sink_root, {table_id: chunk_key},
-                                   None if rows is None else {table_id: rows})
+        return self.source_lineage(PipelineState(self.state), self.sink_root, {chunk.table_id: chunk.chunk_key},
+                                   None if rows is None else {chunk.table_id: rows})
 
     def _record_progress(self, state: PipelineState, context: Context, result: ChunkResult) -> None:
         """One file per chunk (mapped tasks run concurrently), read back for 'chunks done of total'."""

@@ -1,8 +1,11 @@
-"""What a plan task decided, handed through XCom to the collect task (and read by ``bin/status``).
+"""What a plan task decided, handed through XCom.
 
-One ``TablePlans`` record per plan task: per table its ``PlanAction``, the splits it reads and, for
-a stream-only table, where the stream starts; ``exact``: the task names every table of the pipeline
-(tables it does not name are removed from the registry).
+- ``ChunkPlan``: the plan task's return value is a list of them, one per mapped snapshot task (a
+  chunk: a group of one table's splits that one Spark application reads).
+- ``TablePlans``: one per plan task, to the collect task (and read by ``bin/status``): per table its
+  ``PlanAction``, the splits it reads and, for a stream-only table, where the stream starts;
+  ``exact``: the task names every table of the pipeline (tables it does not name are removed from
+  the registry).
 """
 
 from __future__ import annotations
@@ -54,3 +57,27 @@ class TablePlans:
         planned_on = body.get("planned_on")
         return cls(bool(body["exact"]), [TablePlan.from_dict(p) for p in body["plans"]],
                    None if planned_on is None else int(planned_on))
+
+
+@dataclass(frozen=True)
+class ChunkPlan:
+    """One snapshot task's work: ``splits`` of one table, read by one Spark application. ``label``
+    names the task in the UI (its map index) and in logs."""
+
+    FORMAT: ClassVar[RecordFormat] = RecordFormat("chunk-plan", 1)
+
+    label: str
+    table_id: TableId
+    splits: tuple[SnapshotSplit, ...]
+
+    @property
+    def chunk_key(self) -> str | None:
+        return self.splits[0].chunk_key if self.splits else None
+
+    def to_body(self) -> dict[str, Any]:
+        return {"label": self.label, "table": self.table_id.quoted, "splits": [s.to_dict() for s in self.splits]}
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any], version: int) -> "ChunkPlan":
+        return cls(str(body["label"]), TableId.parse(body["table"]),
+                   tuple(SnapshotSplit.from_dict(s) for s in body["splits"]))

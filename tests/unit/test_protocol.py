@@ -16,6 +16,7 @@ from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
 from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob, StreamJob
 from airflow_provider_mysqlcdc.protocol.lease import LeaseHeartbeat, StopRequest, StreamLease
 from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
+from airflow_provider_mysqlcdc.protocol.plans import ChunkPlan
 from airflow_provider_mysqlcdc.protocol.progress import (
     CheckpointIdentity,
     ChunkProgress,
@@ -73,6 +74,7 @@ RECORDS = [
                                  ("id",))),
     StreamOffset(AT.in_epoch(2), 3),
     ServerHistory((ServerEpoch(0, 1, None, "2026-11-23T00:00:00+00:00"), ServerEpoch(1, 2, "0-1-42", "x"))),
+    ChunkPlan("shop.orders chunk 1/2", T, (SPLIT.split,)),
 ]
 
 
@@ -163,3 +165,10 @@ def test_a_job_file_from_a_newer_provider_is_refused_before_the_job_starts():
 def test_a_stream_job_file_of_version_2_reads_with_the_default_clustering():
     body = {k: v for k, v in encode(StreamJob(state="/s", sink_root="/l")).items() if k != "cluster_after_files"}
     assert StreamJob.from_json(json.dumps({**body, "format_version": 2})).cluster_after_files == 16
+
+
+def test_a_chunk_from_before_the_envelope_reads_as_the_same_chunk():
+    """An XCom a plan task of an earlier version pushed (a plain dict) still maps a snapshot task."""
+    chunk = ChunkPlan("shop.orders chunk 1/1", T, (SPLIT.split,))
+    plain = {"label": chunk.label, "table": T.quoted, "splits": [SPLIT.split.to_dict()]}
+    assert decode(ChunkPlan, plain, "the chunk argument") == chunk and chunk.chunk_key == SPLIT.split.chunk_key

@@ -196,10 +196,13 @@ def test_collects_racing_for_one_generation_leave_one_winner_per_generation(tmp_
 
 def test_a_table_with_a_failed_chunk_task_stays_as_registered_and_the_others_land():
     from airflow_provider_mysqlcdc.operators.collect import failed_chunks, kept_if_failed
+    from airflow_provider_mysqlcdc.protocol.envelope import encode
+    from airflow_provider_mysqlcdc.protocol.plans import ChunkPlan
 
     current = Generation(1, captured_tables([finish(s, 100) for s in splits(T, [10])]))
     resnapshot, new = TablePlan(T, "id", "resnapshot", splits(T, [15])), TablePlan(U, "id", "snapshot", splits(U, [5]))
-    chunks = [{"table": T.quoted}, {"table": T.quoted}, {"table": U.quoted}]
+    chunks = [encode(ChunkPlan(f"{t} chunk {n}", t, (s,))) for n, (t, s) in enumerate(
+        [(T, resnapshot.splits[0]), (T, resnapshot.splits[0]), (U, new.splits[0])])]
     results = [{"a": "result"}, None, {"another": "result"}]  # T's second chunk task failed
 
     failed = failed_chunks(chunks, results)
