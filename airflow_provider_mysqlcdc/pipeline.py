@@ -106,7 +106,7 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
     spark: dict[str, Any] = dict(spark_master=spark_master, spark_conn_id=spark_conn_id, spark_conf=spark_conf, aws_conn_id=aws_conn_id)
     state = f"{state_dir.rstrip('/')}/{{{{ dag.dag_id }}}}"
     sink = _param("sink_root", sink_root)
-    common: dict[str, Any] = dict(state=state, mysqlcdc_conn_id=mysqlcdc_conn_id, split_rows=_param("split_rows", split_rows),
+    common: dict[str, Any] = dict(state_location=state, mysqlcdc_conn_id=mysqlcdc_conn_id, split_rows=_param("split_rows", split_rows),
                   chunk_rows=_param("chunk_rows", chunk_rows), chunk_key_columns=_param("chunk_key_columns", {}),
                   startup_mode=_param("startup_mode", "initial"), start_offset=_param("start_offset", None),
                   resnapshot=_param("resnapshot", None), aws_conn_id=aws_conn_id)
@@ -121,7 +121,7 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
                                         run_tables={"dag": list(tables),
                                                     **({"param": _param("tables", None)} if tables_param else {})})
             snapshot = MySqlCdcSnapshotOperator.partial(
-                task_id="snapshot", sink_root=sink, state=state, mysqlcdc_conn_id=mysqlcdc_conn_id, **spark,
+                task_id="snapshot", sink_root=sink, state_location=state, mysqlcdc_conn_id=mysqlcdc_conn_id, **spark,
                 outlets=[sink_alias(sink_root)],
                 map_index_template="{{ task.chunk['label'] }}",
             ).expand(chunk=plan.output)
@@ -130,15 +130,17 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
         collected.append((plan.task_id, snapshot.task_id))
     # all_done: a group with nothing to read maps to zero chunks (which Airflow marks skipped), and one
     # table's failed chunk task must not hold back the others (collect.py leaves that table out)
-    collect = MySqlCdcCollectSplitsOperator(task_id="collect_splits", groups=collected, state=state,
+    collect = MySqlCdcCollectSplitsOperator(task_id="collect_splits", groups=collected, state_location=state,
                                             aws_conn_id=aws_conn_id, trigger_rule="all_done")
     snapshots >> collect
-    stream = MySqlCdcStreamOperator(task_id="stream", state=state, sink_root=sink,
+    stream_options: dict[str, Any] = {**(stream_limits or {}), **spark,
+                                      "spark_conn_id": stream_spark_conn_id or spark_conn_id}
+    if stream_deferrable is not None:
+        stream_options["deferrable"] = stream_deferrable
+    stream = MySqlCdcStreamOperator(task_id="stream", state_location=state, sink_root=sink,
                                     mode=_param("stream_mode", stream_mode), mysqlcdc_conn_id=mysqlcdc_conn_id,
-                                    changelog=changelog, on_binlog_purged=on_binlog_purged, **(stream_limits or {}),
-                                    outlets=[sink_alias(sink_root)],
-                                    **({} if stream_deferrable is None else {"deferrable": stream_deferrable}),
-                                    **{**spark, "spark_conn_id": stream_spark_conn_id or spark_conn_id})
+                                    changelog=changelog, on_binlog_purged=on_binlog_purged,
+                                    outlets=[sink_alias(sink_root)], **stream_options)
     collect >> stream
     _require_one_run_at_a_time(collect)
     return {"plan_task_ids": plan_ids, "snapshots": snapshots, "collect": collect, "stream": stream}

@@ -21,6 +21,6 @@ PIPELINE_STATE = f"{os.environ.get('MYSQLCDC_STATE_DIR', '/tmp/mysqlcdc/state').
 
 with DAG(dag_id="mysqlcdc_maintenance_example", schedule=os.environ.get("MYSQLCDC_MAINTENANCE_SCHEDULE", "@daily"),
          catchup=False, tags=["mysqlcdc"]):
-    MySqlCdcMaintenanceOperator(task_id="maintain", sink_root=SINK_ROOT, state=PIPELINE_STATE,
+    MySqlCdcMaintenanceOperator(task_id="maintain", sink_root=SINK_ROOT, state_location=PIPELINE_STATE,
                                 vacuum_retention_hours=float(os.environ.get("MYSQLCDC_VACUUM_RETENTION_HOURS", "168")),
                                 poll_interval_s=1.0, aws_conn_id=os.environ.get("MYSQLCDC_AWS_CONN_ID") or None)

@@ -26,6 +26,7 @@ from airflow.sdk import BaseOperator, Context
 from airflow_provider_mysqlcdc.cdc.errors import PlanNotFinished
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.hooks.object_store import open_object_store
+from airflow_provider_mysqlcdc.operators.arguments import state_location_of
 from airflow_provider_mysqlcdc.protocol.actions import PlanAction
 from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
 from airflow_provider_mysqlcdc.protocol.plans import ChunkPlan, TablePlan, TablePlans
@@ -39,19 +40,20 @@ class MySqlCdcCollectSplitsOperator(BaseOperator):
 
     :param groups: per table group, its plan task (whose ``tables`` XCom says what this run planned, and
         whose return value lists the chunks) and its mapped snapshot task (one finished-splits XCom per chunk)
-    :param state: the pipeline's state location
+    :param state_location: the pipeline's state location
     :param aws_conn_id: an ``aws`` connection whose credentials open the state location on an object
         store (hooks/object_store.py); none: the machine's own credentials
     """
 
-    template_fields: Sequence[str] = ("state",)
+    template_fields: Sequence[str] = ("state_location",)
 
-    def __init__(self, *, groups: Sequence[tuple[str, str]], state: str, aws_conn_id: str | None = None,
+    def __init__(self, *, groups: Sequence[tuple[str, str]], state_location: str | None = None, state: str | None = None,
+                 aws_conn_id: str | None = None,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.aws_conn_id = aws_conn_id
         self.groups = [(plan, snapshot) for plan, snapshot in groups]
-        self.state = state
+        self.state_location = state_location_of(state_location, state, "MySqlCdcCollectSplitsOperator")
 
     def execute(self, context: Context) -> dict[str, Any]:
         open_object_store(self.aws_conn_id)
@@ -78,7 +80,7 @@ class MySqlCdcCollectSplitsOperator(BaseOperator):
                              "by a param: ask again).", table_id, ", ".join(tasks), table_id)
         plans = kept_if_failed([p for g in groups for p in g.plans], set(failed))
         exact = bool(groups) and all(g.exact for g in groups)
-        state = PipelineState(self.state)
+        state = PipelineState(self.state_location)
         servers = state.servers()  # results read on a server the source failed over to compare as newer
         finished = [servers.place_split(f) for item in results
                     for f in decode(ChunkResult, item, "a snapshot task's XCom").finished_splits]
@@ -89,9 +91,9 @@ class MySqlCdcCollectSplitsOperator(BaseOperator):
         added = generation.added_since(before)
         removed = sorted(set(before.tables) - set(generation.tables))
         self.log.info("registry generation %d at %s: %d table(s) captured; %d split(s) new or replaced; removed: %s",
-                      generation.number, self.state, len(generation.tables), len(added),
+                      generation.number, self.state_location, len(generation.tables), len(added),
                       ", ".join(map(str, removed)) or "none")
-        return encode(CollectResult(self.state, generation.number, sorted(map(str, generation.tables)),
+        return encode(CollectResult(self.state_location, generation.number, sorted(map(str, generation.tables)),
                                     len(generation.finished_splits), len(added), [str(t) for t in removed],
                                     generation.initial_offset(), [str(t) for t in sorted(failed)]))
 

@@ -26,6 +26,7 @@ from airflow.sdk import BaseOperator, Context
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError, MaintenanceNotAnswered
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.hooks.object_store import open_object_store
+from airflow_provider_mysqlcdc.operators.arguments import state_location_of
 from airflow_provider_mysqlcdc.protocol.envelope import encode
 from airflow_provider_mysqlcdc.protocol.maintenance import (
     DEFAULT_TARGET_FILE_BYTES,
@@ -43,7 +44,7 @@ class MySqlCdcMaintenanceOperator(BaseOperator):
     """Maintain the pipeline's Delta tables (see the module doc).
 
     :param sink_root: where the Delta tables live
-    :param state: the pipeline's state location (``<state_dir>/<dag_id>``)
+    :param state_location: the pipeline's state location (``<state_dir>/<dag_id>``)
     :param tables: ``db.table`` names to maintain (default: every table the pipeline captures)
     :param compact: rewrite small and overlapping files in chunk-key order (changelogs: bin-packed)
     :param checkpoint: write a Delta checkpoint and drop log files past the log retention
@@ -57,15 +58,16 @@ class MySqlCdcMaintenanceOperator(BaseOperator):
         on an object store (hooks/object_store.py); none: the machine's own credentials
     """
 
-    template_fields: Sequence[str] = ("sink_root", "state", "tables", "vacuum_retention_hours")
+    template_fields: Sequence[str] = ("sink_root", "state_location", "tables", "vacuum_retention_hours")
 
-    def __init__(self, *, sink_root: str, state: str, tables: Sequence[str] | None = None, compact: bool = True,
+    def __init__(self, *, sink_root: str, state_location: str | None = None, state: str | None = None,
+                 tables: Sequence[str] | None = None, compact: bool = True,
                  checkpoint: bool = True, vacuum_retention_hours: float | None = None, target_file_mb: int = 128,
                  stream_timeout_s: float = 1800.0, poll_interval_s: float = 5.0, aws_conn_id: str | None = None,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.sink_root = sink_root
-        self.state = state
+        self.state_location = state_location_of(state_location, state, "MySqlCdcMaintenanceOperator")
         self.tables = tables
         self.compact = compact
         self.checkpoint = checkpoint
@@ -90,7 +92,7 @@ class MySqlCdcMaintenanceOperator(BaseOperator):
         policy = self.policy()  # refused before anything is touched
         tables = [TableId.parse(t) for t in self.tables or ()]
         open_object_store(self.aws_conn_id)  # installed before the state location and the lake are touched
-        state = PipelineState(self.state)
+        state = PipelineState(self.state_location)
         captured = sorted(state.load(state.latest_number()).tables)
         unknown = sorted(set(tables) - set(captured))
         if unknown:

@@ -26,6 +26,7 @@ from airflow_provider_mysqlcdc.cdc.source.server import check_offset_available, 
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
 from airflow_provider_mysqlcdc.hooks.object_store import open_object_store
 from airflow_provider_mysqlcdc.metrics.pipeline_metrics import PipelineMetrics, pipeline_name
+from airflow_provider_mysqlcdc.operators.arguments import state_location_of
 from airflow_provider_mysqlcdc.protocol.actions import PlanAction
 from airflow_provider_mysqlcdc.protocol.envelope import encode
 from airflow_provider_mysqlcdc.protocol.plans import ChunkPlan, TablePlan, TablePlans
@@ -98,7 +99,7 @@ class MySqlCdcPlanOperator(BaseOperator):
     (the DAG's parse-time tables), so re-snapshot requests and schema drift still reach them.
 
     :param tables: ``db.table`` names (a list, a comma-separated string or a rendered list), or None
-    :param state: the pipeline's state location (``<state_dir>/<dag_id>``)
+    :param state_location: the pipeline's state location (``<state_dir>/<dag_id>``)
     :param mysqlcdc_conn_id: the ``mysqlcdc`` connection of the source
     :param split_rows: rows per split (one atomic replace in the sink)
     :param chunk_rows: rows per chunk (one spark-submit)
@@ -116,10 +117,11 @@ class MySqlCdcPlanOperator(BaseOperator):
         store (hooks/object_store.py); none: the machine's own credentials
     """
 
-    template_fields: Sequence[str] = ("tables", "state", "split_rows", "chunk_rows", "chunk_key_columns",
+    template_fields: Sequence[str] = ("tables", "state_location", "split_rows", "chunk_rows", "chunk_key_columns",
                                       "startup_mode", "start_offset", "resnapshot", "run_tables")
 
-    def __init__(self, *, tables: Any, state: str, mysqlcdc_conn_id: str = MySqlCdcHook.default_conn_name,
+    def __init__(self, *, tables: Any, state_location: str | None = None, state: str | None = None,
+                 mysqlcdc_conn_id: str = MySqlCdcHook.default_conn_name,
                  split_rows: int | str = DEFAULT_SPLIT_ROWS, chunk_rows: int | str = DEFAULT_CHUNK_ROWS,
                  chunk_key_columns: dict[str, str] | str | None = None, startup_mode: str = "initial",
                  start_offset: Any = None, resnapshot: Any = None,
@@ -130,7 +132,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         self.aws_conn_id = aws_conn_id
         self.unset_covers_captured_except = unset_covers_captured_except
         self.tables = tables
-        self.state = state
+        self.state_location = state_location_of(state_location, state, "MySqlCdcPlanOperator")
         self.mysqlcdc_conn_id = mysqlcdc_conn_id
         self.split_rows = split_rows
         self.chunk_rows = chunk_rows
@@ -146,7 +148,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         table_ids = parse_tables(self.tables, allow_empty=True)
         _refuse_duplicates(table_ids or [])
         settings = self._settings()
-        state = PipelineState(self.state)
+        state = PipelineState(self.state_location)
         registry = state.latest()
         self._check_requests(settings["resnapshot"], registry, table_ids or [])
         exact = table_ids is not None
@@ -189,7 +191,7 @@ class MySqlCdcPlanOperator(BaseOperator):
                           f" from {plan.stream_from}" if plan.action == PlanAction.STREAM_ONLY else
                           " (already captured)")
         self.log.info("planned %d chunk(s) for %d table(s); binlog head at planning: %s", len(chunks), len(plans), head)
-        PipelineMetrics(pipeline_name(self.state)).resnapshots(
+        PipelineMetrics(pipeline_name(self.state_location)).resnapshots(
             [p.table_id for p in plans if p.action in (PlanAction.RESNAPSHOT, PlanAction.RESNAPSHOT_SPLITS)])
         context["ti"].xcom_push(key="tables", value=encode(TablePlans(exact, plans, planned_on=registry.number)))
         state.write_progress(

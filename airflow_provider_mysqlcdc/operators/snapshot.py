@@ -20,6 +20,7 @@ from airflow.sdk import Context
 
 from airflow_provider_mysqlcdc.assets.sink_tables import TableChanged, emit_table_events
 from airflow_provider_mysqlcdc.metrics.pipeline_metrics import PipelineMetrics, pipeline_name
+from airflow_provider_mysqlcdc.operators.arguments import state_location_of
 from airflow_provider_mysqlcdc.operators.spark_job import MySqlCdcSparkJobOperator
 from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
 from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob
@@ -35,7 +36,7 @@ class MySqlCdcSnapshotOperator(MySqlCdcSparkJobOperator):
     :param chunk: one item of the plan task's return value, a ``ChunkPlan`` record (protocol/plans.py);
         mapped over them
     :param sink_root: where the Delta tables live
-    :param state: the pipeline's state location; a table it captured already is staged there
+    :param state_location: the pipeline's state location; a table it captured already is staged there
     :param mysqlcdc_conn_id: the ``mysqlcdc`` connection of the source (its ``retry_budget_s`` applies)
     :param spark_master: Spark master when no ``spark_conn_id`` is given
     :param spark_conn_id: an Airflow ``spark`` connection to submit through (hooks/spark.py)
@@ -43,14 +44,15 @@ class MySqlCdcSnapshotOperator(MySqlCdcSparkJobOperator):
     :param partitions_per_split: Spark partitions reading one split (0: Spark's default parallelism)
     """
 
-    template_fields: Sequence[str] = ("chunk", "sink_root", "state", "spark_master", "spark_conn_id", "spark_conf")
+    template_fields: Sequence[str] = ("chunk", "sink_root", "state_location", "spark_master", "spark_conn_id", "spark_conf")
 
-    def __init__(self, *, chunk: dict[str, Any], sink_root: str, state: str, partitions_per_split: int = 0,
+    def __init__(self, *, chunk: dict[str, Any], sink_root: str, state_location: str | None = None, state: str | None = None,
+                 partitions_per_split: int = 0,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.chunk = chunk
         self.sink_root = sink_root
-        self.state = state
+        self.state_location = state_location_of(state_location, state, "MySqlCdcSnapshotOperator")
         self.partitions_per_split = partitions_per_split
         self._rows_written: int | None = None  # into the sink table, once done (None: staged, or not done)
 
@@ -59,7 +61,7 @@ class MySqlCdcSnapshotOperator(MySqlCdcSparkJobOperator):
         hook = self.hook
         chunk = self._chunk()
         table_id = chunk.table_id
-        state = PipelineState(self.state)
+        state = PipelineState(self.state_location)
         stage_to = state.staging_url(table_id) if state.needs_staging(table_id) else None
         job = ChunkJob(table=table_id.quoted, splits=list(chunk.splits),
                        sink_root=self.sink_root, partitions_per_split=self.partitions_per_split,
@@ -72,7 +74,7 @@ class MySqlCdcSnapshotOperator(MySqlCdcSparkJobOperator):
         self.log.info("snapshot %s done: %d rows, %d binlog changes merged, %.1fs", chunk.label, result.rows,
                       result.binlog_events_merged, result.seconds)
         self._record_progress(state, context, result)
-        PipelineMetrics(pipeline_name(self.state)).chunk_done(table_id, result.rows, result.seconds)
+        PipelineMetrics(pipeline_name(self.state_location)).chunk_done(table_id, result.rows, result.seconds)
         if stage_to is None:  # written to the sink table now (staged rows change it when the stream applies them)
             self._rows_written = result.rows
             emit_table_events(self.outlets, context, self.sink_root, [TableChanged(
@@ -95,7 +97,7 @@ class MySqlCdcSnapshotOperator(MySqlCdcSparkJobOperator):
 
     def _lineage(self, rows: int | None) -> Any:
         chunk = self._chunk()
-        return self.source_lineage(PipelineState(self.state), self.sink_root, {chunk.table_id: chunk.chunk_key},
+        return self.source_lineage(PipelineState(self.state_location), self.sink_root, {chunk.table_id: chunk.chunk_key},
                                    None if rows is None else {chunk.table_id: rows})
 
     def _record_progress(self, state: PipelineState, context: Context, result: ChunkResult) -> None:

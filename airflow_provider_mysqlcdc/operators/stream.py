@@ -32,6 +32,7 @@ from airflow_provider_mysqlcdc.cdc.model.records import ON_BINLOG_PURGED
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.hooks.spark import checked_spark_conf
 from airflow_provider_mysqlcdc.metrics.pipeline_metrics import StreamMetricsFollower
+from airflow_provider_mysqlcdc.operators.arguments import state_location_of
 from airflow_provider_mysqlcdc.operators.spark_job import MySqlCdcSparkJobOperator
 from airflow_provider_mysqlcdc.protocol.actions import StreamMode
 from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
@@ -51,7 +52,7 @@ STOPPED_BY_ITS_TASK = "stopped-by-its-task"
 class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
     """The binlog stream into the sink (see the module doc for the modes).
 
-    :param state: the pipeline's state location (``<state_dir>/<dag_id>``)
+    :param state_location: the pipeline's state location (``<state_dir>/<dag_id>``)
     :param sink_root: where the Delta tables live
     :param mode: ``available-now``, ``continuous`` or ``skip``
     :param mysqlcdc_conn_id: the ``mysqlcdc`` connection of the source
@@ -82,13 +83,14 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
     :param poll_interval_s: how often the trigger looks at a detached stream
     """
 
-    template_fields: Sequence[str] = ("state", "sink_root", "mode", "spark_master", "spark_conn_id", "spark_conf")
+    template_fields: Sequence[str] = ("state_location", "sink_root", "mode", "spark_master", "spark_conn_id", "spark_conf")
     external_id_key = "mysqlcdc_stream"  # in the task state store: the detached stream a retry reconnects to
     _detached: DetachedStream | None = None
     _job: StreamJob
     _result: StreamResult | None = None
 
-    def __init__(self, *, state: str, sink_root: str, mode: str = "available-now", trigger_interval_s: float = 1.0,
+    def __init__(self, *, state_location: str | None = None, state: str | None = None,
+                 sink_root: str, mode: str = "available-now", trigger_interval_s: float = 1.0,
                  changelog: bool = False, on_binlog_purged: str = "fail", max_batch_bytes: int | None = None,
                  max_batch_events: int | None = None, max_apply_changes: int | None = None,
                  cluster_after_files: int | None = None, maintenance_every_s: float | None = None,
@@ -102,7 +104,7 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
             raise ConfigurationError(f"on_binlog_purged must be one of {', '.join(ON_BINLOG_PURGED)}, got "
                                      f"{on_binlog_purged!r}.")
         self.on_binlog_purged = on_binlog_purged
-        self.state = state
+        self.state_location = state_location_of(state_location, state, "MySqlCdcStreamOperator")
         self.sink_root = sink_root
         self.mode = mode
         if isinstance(self.spark_conf, dict):  # refused at parse time when it is not a template
@@ -128,11 +130,11 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
         self.object_store  # noqa: B018 - installed before the state location and the lake are touched
         hook = self.hook
         low, high = hook.server_id_range()
-        job = StreamJob(state=self.state, sink_root=self.sink_root, mode=self.mode,
+        job = StreamJob(state=self.state_location, sink_root=self.sink_root, mode=self.mode,
                         trigger_interval_s=self.trigger_interval_s, server_id_range=f"{low}-{high}",
                         changelog=self.changelog, retry_budget_s=hook.retry_budget_s(),
                         on_binlog_purged=self.on_binlog_purged, holder=_holder(context), **self.limits)
-        state = PipelineState(self.state)
+        state = PipelineState(self.state_location)
         if self.mode != StreamMode.CONTINUOUS.value:
             with StreamMetricsFollower(state, self.poll_interval_s):
                 output = self.run_spark_program("binlog_stream.py", job.to_json(), state, context)
@@ -147,7 +149,7 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
                     self._detached.request_stop(f"its Airflow task {_holder(context)} failed")
                 raise
         submitted = self._start_detached(context)
-        self.defer(trigger=MySqlCdcStreamTrigger(state=self.state, report=submitted.report,
+        self.defer(trigger=MySqlCdcStreamTrigger(state=self.state_location, report=submitted.report,
                                                  submitted_at=submitted.submitted_at,
                                                  poll_interval_s=self.poll_interval_s, aws_conn_id=self.aws_conn_id),
                    method_name="execute_complete")
@@ -159,8 +161,8 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
         A stream this task's previous try asked to stop (the task was cleared, or retried after its
         ``execution_timeout``) may still be ending its last micro-batch: wait for it to let the
         pipeline's lease go first."""
-        wait_for_a_stopping_stream(self.state, on_wait=self.log.info)
-        job, state = self._job, PipelineState(self.state)
+        wait_for_a_stopping_stream(self.state_location, on_wait=self.log.info)
+        job, state = self._job, PipelineState(self.state_location)
         job.report = self.report_folder(state, context)
         submitted = DetachedStreamRef(job.report, time.time())
         if before_start is not None:
@@ -226,7 +228,7 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
         return self._stream_of(decode(DetachedStreamRef, external_id, f"the task state store's {self.external_id_key}"))
 
     def _stream_of(self, ref: DetachedStreamRef) -> DetachedStream:
-        return DetachedStream(self.state, ref.report, submitted_at=ref.submitted_at)
+        return DetachedStream(self.state_location, ref.report, submitted_at=ref.submitted_at)
 
     def on_kill(self) -> None:
         if self._detached is not None:  # wherever its driver runs, also when this try only reconnected to it
@@ -237,7 +239,7 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
         """The detached stream ended: its result, or its own error."""
         status = decode(StreamStatus, event, "the stream trigger's event")
         self.object_store  # noqa: B018 - the report folder lives in the state location
-        ReportWatcher(self.report_folder(PipelineState(self.state), context)).remove()
+        ReportWatcher(self.report_folder(PipelineState(self.state_location), context)).remove()
         if status.phase is not StreamPhase.FINISHED or status.result is None:
             raise SparkJobFailed(status.message)
         return self._finished(status.result, context)
@@ -266,7 +268,7 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
         if self.mode == "skip":
             return None  # it runs no stream
         self.object_store  # noqa: B018 - the state location may be on an object store
-        state = PipelineState(self.state)
+        state = PipelineState(self.state_location)
         rows = None if result is None else {TableId.parse(t): n for t, n in result.table_changes.items()}
         return self.source_lineage(state, self.sink_root, state.load(state.latest_number()).chunk_keys, rows)
 

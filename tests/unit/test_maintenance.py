@@ -140,11 +140,11 @@ def test_the_operator_refuses_a_table_the_pipeline_does_not_capture_before_touch
     state = PipelineState(str(tmp_path / "state"))
     at = BinlogOffset("binlog.000001", 4)
     state.commit({T: CapturedTable("id", [FinishedSplit(SnapshotSplit(T, 0, "id"), at, at)])})
-    operator = MySqlCdcMaintenanceOperator(task_id="maintain", sink_root=str(tmp_path / "lake"), state=state.location,
+    operator = MySqlCdcMaintenanceOperator(task_id="maintain", sink_root=str(tmp_path / "lake"), state_location=state.location,
                                            tables=["db.other"])
     with pytest.raises(ConfigurationError, match=r"does not capture db.other: name tables it captures \(db.t\)"):
         operator.execute(context={})
-    bad = MySqlCdcMaintenanceOperator(task_id="maintain", sink_root="/lake", state=state.location,
+    bad = MySqlCdcMaintenanceOperator(task_id="maintain", sink_root="/lake", state_location=state.location,
                                       vacuum_retention_hours="a week")
     with pytest.raises(ConfigurationError, match="vacuum_retention_hours must be a number of hours"):
         bad.execute(context={})

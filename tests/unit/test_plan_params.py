@@ -11,7 +11,7 @@ from airflow_provider_mysqlcdc.operators.plan import MySqlCdcPlanOperator, nativ
 
 
 def plan(**params) -> MySqlCdcPlanOperator:
-    return MySqlCdcPlanOperator(task_id="plan", tables=["shop.orders"], state="/tmp/unused", **params)
+    return MySqlCdcPlanOperator(task_id="plan", tables=["shop.orders"], state_location="/tmp/unused", **params)
 
 
 def test_rendered_params_become_values():
@@ -60,7 +60,7 @@ def _requests_checked(registry_tables, run_tables, resnapshot, tables=("shop.ord
     from airflow_provider_mysqlcdc.protocol.registry import CapturedTable, Generation
     from airflow_provider_mysqlcdc.state.changes import ResnapshotRequest
 
-    operator = MySqlCdcPlanOperator(task_id="plan", tables=list(tables), state="/tmp/unused", run_tables=run_tables)
+    operator = MySqlCdcPlanOperator(task_id="plan", tables=list(tables), state_location="/tmp/unused", run_tables=run_tables)
     registry = Generation(1, {TableId.parse(t): CapturedTable("id", []) for t in registry_tables})
     operator._check_requests(ResnapshotRequest.parse_all(resnapshot), registry, parse_tables(list(tables)))
 

@@ -166,7 +166,7 @@ def test_a_stream_asked_to_stop_on_its_lease_is_waited_for_too(where):
 def test_a_retry_starts_anew_instead_of_reconnecting_to_a_stream_its_task_asked_to_stop(where):
     state, report = where
     StreamLeases(PipelineState(state)).acquire("task t, try 1", report=report)
-    operator = MySqlCdcStreamOperator(task_id="stream", state=state, sink_root="/lake", mode="continuous")
+    operator = MySqlCdcStreamOperator(task_id="stream", state_location=state, sink_root="/lake", mode="continuous")
     ref = encode(DetachedStreamRef(report, 0.0))
     running = operator.get_job_status(ref, context={})
     assert operator.is_job_active(running)
@@ -197,7 +197,7 @@ class RecordingStore:
 def test_the_stream_id_is_in_the_task_state_store_before_the_stream_starts(where, monkeypatch):
     state, _ = where
     events: list[str] = []
-    operator = MySqlCdcStreamOperator(task_id="stream", state=state, sink_root="/lake", mode="continuous")
+    operator = MySqlCdcStreamOperator(task_id="stream", state_location=state, sink_root="/lake", mode="continuous")
     operator._job = StreamJob(state=state, sink_root="/lake", mode="continuous")
     monkeypatch.setattr(operator, "start_spark_program", lambda *args: events.append("start"))
     ti = SimpleNamespace(dag_id="d", task_id="stream", map_index=-1, try_number=1)
