@@ -8,8 +8,8 @@ from airflow.exceptions import AirflowProviderDeprecationWarning
 
 
 def state_location_of(state_location: str | None, state: str | None, operator: str) -> str:
-    """The pipeline's state location, given as ``state_location``, or as ``state`` (its name before
-    0.2, accepted with a deprecation warning for one release)."""
+    """The pipeline's state location, given as ``state_location``, or as ``state`` (its old name,
+    accepted with a deprecation warning for one more release)."""
     if state is not None:
         if state_location is not None:
             raise TypeError(f"{operator} got both state_location and state (its old name): give state_location only.")
