@@ -5,7 +5,7 @@ side in one run, three times each way:
 
 - through spark-submit in local mode, end to end, as a chunk task with a ``spark`` connection runs
   it: a JVM start, Spark's start-up and planning, then the work;
-- as a Spark Connect session (hooks/spark_connect.py) on a server started once beforehand (a
+- as a Spark Connect session (spark/connect_runner.py) on a server started once beforehand (a
   long-running server is the point of Connect: its start is not a task's cost), end to end, as a
   chunk task with a ``spark_connect`` connection runs it in its own process.
 
@@ -24,8 +24,8 @@ from types import SimpleNamespace
 from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
-from airflow_provider_mysqlcdc.hooks.spark_connect import SparkConnectJobRunner
 from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob
+from airflow_provider_mysqlcdc.spark.connect_runner import SparkConnectJobRunner
 from devtools.spark_connect_server import SparkConnectServer
 from devtools.spark_submit import SparkSubmit
 from devtools.throwaway_server import ThrowawayMariaDB

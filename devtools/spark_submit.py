@@ -1,7 +1,7 @@
 """spark-submit as a plain child process, without Airflow: the tests, the demo, the torture run and the
 benchmarks start the programs of ``spark/jobs/`` with it, on a local master.
 
-It prepares each run the way the operators' runner does (hooks/spark.py: the package zip on the
+It prepares each run the way the operators' runner does (spark/submit.py: the package zip on the
 Python path, the environment without private variables, the program's report folder) through the
 same functions of ``airflow_provider_mysqlcdc.spark.submit``.
 """

@@ -12,10 +12,11 @@ from airflow.sdk import BaseOperator, Context
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
 from airflow_provider_mysqlcdc.hooks.object_store import open_object_store
-from airflow_provider_mysqlcdc.hooks.spark import SparkJobRunner, spark_target
-from airflow_provider_mysqlcdc.hooks.spark_connect import SparkConnectJobRunner
+from airflow_provider_mysqlcdc.hooks.spark import spark_target
 from airflow_provider_mysqlcdc.links.spark import SPARK_UI_XCOM_KEY, SparkUiLink
 from airflow_provider_mysqlcdc.protocol.results import DriverInfo
+from airflow_provider_mysqlcdc.spark.connect_runner import SparkConnectJobRunner
+from airflow_provider_mysqlcdc.spark.submit import SparkJobRunner
 from airflow_provider_mysqlcdc.state.credentials import ObjectStoreCredentials
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 
@@ -26,7 +27,7 @@ class MySqlCdcSparkJobOperator(BaseOperator):
     :param mysqlcdc_conn_id: the ``mysqlcdc`` connection of the source
     :param spark_master: Spark master when no ``spark_conn_id`` is given
     :param spark_conn_id: an Airflow ``spark`` connection to submit through (hooks/spark.py), or a
-        ``spark_connect`` one whose server runs the program as a session (hooks/spark_connect.py)
+        ``spark_connect`` one whose server runs the program as a session (spark/connect_runner.py)
     :param spark_conf: extra Spark configuration (no secrets)
     :param aws_conn_id: an ``aws`` connection whose credentials open the lake and the state location on
         an object store (hooks/object_store.py); none: the machine's own credentials

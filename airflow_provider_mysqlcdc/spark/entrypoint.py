@@ -7,7 +7,7 @@ may run on the cluster. Without it (a person running a program by hand) the log 
 the result is printed on stdout.
 
 With ``--spark-connect`` the program is the client of a Spark Connect session (a detached stream
-started by hooks/spark_connect.py): a plain Python process, no spark-submit. Its session's URL is in
+started by spark/connect_runner.py): a plain Python process, no spark-submit. Its session's URL is in
 the private credentials file, and ``prepare`` is given the source's settings and the object store's
 credentials to carry to the server's Python workers (spark/connect.py).
 """

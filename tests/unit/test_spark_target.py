@@ -8,7 +8,8 @@ import json
 import pytest
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
-from airflow_provider_mysqlcdc.hooks.spark import SparkTarget, checked_spark_conf, spark_target
+from airflow_provider_mysqlcdc.hooks.spark import checked_spark_conf, spark_target
+from airflow_provider_mysqlcdc.spark.submit import SparkTarget
 
 
 def test_without_a_connection_the_master_becomes_a_spark_connection():
@@ -105,7 +106,7 @@ def test_ordinary_spark_conf_is_not_taken_for_a_secret():
 def test_spark_redacts_our_secrets_in_its_ui_and_event_logs():
     import re
 
-    from airflow_provider_mysqlcdc.hooks.spark import DEFAULT_CONF
+    from airflow_provider_mysqlcdc.spark.submit import DEFAULT_CONF
 
     keys = re.compile(DEFAULT_CONF["spark.redaction.regex"])
     assert keys.search("spark.hadoop.fs.azure.account.key.acct.dfs.core.windows.net")
