@@ -9,6 +9,8 @@ from airflow.sdk import BaseHook
 from airflow_provider_mysqlcdc.cdc.errors import CdcError, ConfigurationError
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig, parse_server_id_range
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset, server_info
+from airflow_provider_mysqlcdc.state.planner import Planner
+from airflow_provider_mysqlcdc.state.registry import PipelineState
 
 DEFAULT_RETRY_BUDGET_S = 300.0
 
@@ -45,6 +47,10 @@ class MySqlCdcHook(BaseHook):
             raise ConfigurationError(f"Connection {self.mysqlcdc_conn_id!r} has no host: set the source server's host.")
         return SourceConfig(host=conn.host, port=int(conn.port or 3306), user=conn.login or "",
                             password=conn.password or "", database=conn.schema or None, ssl=ssl)
+
+    def planner(self, state: PipelineState, *, log: Any = None) -> Planner:
+        """What a plan task decides, against this connection's server (state/planner.py)."""
+        return Planner(self.source_config(), state, **({"log": log} if log is not None else {}))
 
     def retry_budget_s(self) -> float:
         """How long the Spark jobs ride out a source outage (extra ``retry_budget_s``, default 300 s).

@@ -1,10 +1,12 @@
 """``MySqlCdcPlanOperator``: preflight, then what this run reads, as chunks for the mapped snapshot task.
 
-Preflight checks every table and the server at once and fails before any Spark job starts. Then each
-table gets an action against the registry (state/changes.py): new tables are planned split by
-split and grouped into chunks (one spark-submit each); captured tables are not read again unless a
-re-snapshot asks for it. The chunks are the return value (what ``MySqlCdcSnapshotOperator`` is
-mapped over); the per-table plans go to the XCom key ``tables`` for the collect step.
+The operator checks its arguments and the run's tables; its hook's planner (state/planner.py) does
+the rest: preflight checks every table and the server at once and fails before any Spark job
+starts; then each table gets an action against the registry (state/changes.py): new tables are
+planned split by split and grouped into chunks (one spark-submit each); captured tables are not
+read again unless a re-snapshot asks for it. The chunks (``ChunkPlan`` records) are the return
+value, what ``MySqlCdcSnapshotOperator`` is mapped over; the per-table plans go to the XCom key
+``tables`` for the collect step.
 """
 
 from __future__ import annotations
@@ -13,36 +15,26 @@ import ast
 import json
 import time
 from collections.abc import Sequence
+from functools import cached_property
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
-from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
-from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
-from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId, table_exists
-from airflow_provider_mysqlcdc.cdc.source.server import check_offset_available, current_offset
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
 from airflow_provider_mysqlcdc.hooks.object_store import open_object_store
 from airflow_provider_mysqlcdc.metrics.pipeline_metrics import PipelineMetrics, pipeline_name
 from airflow_provider_mysqlcdc.operators.arguments import state_location_of
 from airflow_provider_mysqlcdc.protocol.actions import PlanAction
 from airflow_provider_mysqlcdc.protocol.envelope import encode
-from airflow_provider_mysqlcdc.protocol.plans import ChunkPlan, TablePlan, TablePlans
+from airflow_provider_mysqlcdc.protocol.plans import TablePlans
 from airflow_provider_mysqlcdc.protocol.progress import RunPlanProgress
 from airflow_provider_mysqlcdc.state.changes import (
     ResnapshotRequest,
-    check_request_bounds,
-    decide_action,
-    parse_offset,
-    parse_startup_mode,
-    splits_overlapping,
 )
-from airflow_provider_mysqlcdc.state.drift import Drift, pending_drift, read_drift
+from airflow_provider_mysqlcdc.state.planner import PlanSettings
 from airflow_provider_mysqlcdc.state.registry import PipelineState, run_folder
-from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
-from airflow_provider_mysqlcdc.state.servers import ServerEpochs
 
 #: Rows per split (one atomic replace in the sink) and per chunk (one spark-submit). A spark-submit
 #: costs 15-20 s before any work here and a chunk reads ~190k rows/s, so 2M rows per chunk keeps
@@ -141,6 +133,10 @@ class MySqlCdcPlanOperator(BaseOperator):
         self.start_offset = start_offset
         self.resnapshot = resnapshot
 
+    @cached_property
+    def hook(self) -> MySqlCdcHook:
+        return MySqlCdcHook(self.mysqlcdc_conn_id)
+
     def execute(self, context: Context) -> list[dict[str, Any]]:
         open_object_store(self.aws_conn_id)
         self._refuse_overlapping_runs(context)
@@ -150,56 +146,40 @@ class MySqlCdcPlanOperator(BaseOperator):
         settings = self._settings()
         state = PipelineState(self.state_location)
         registry = state.latest()
-        self._check_requests(settings["resnapshot"], registry, table_ids or [])
+        self._check_requests(settings.resnapshot, registry, table_ids or [])
         exact = table_ids is not None
         if table_ids is None and self.unset_covers_captured_except is not None:
             others = set(parse_tables(list(self.unset_covers_captured_except), allow_empty=True) or [])
             table_ids = [t for t in sorted(registry.tables) if t not in others]
-        if not table_ids and not exact:
-            self.log.info("no tables given for this group: nothing planned, the captured set unchanged")
-            context["ti"].xcom_push(key="tables", value=encode(TablePlans(exact=False, planned_on=registry.number)))
-            return []
-        assert table_ids is not None  # None and not exact returned above
-        source = MySqlCdcHook(self.mysqlcdc_conn_id).source_config()
-        drift = read_drift(state)
-        gone = self._gone_tables(source, table_ids, registry, drift)
-        report = run_preflight(source, [t for t in table_ids if t not in gone], settings["chunk_keys"])
-        conn = source.connect()
-        try:
-            read = current_offset(conn, report.server)
-            head = state.servers().place(read)  # in its epoch after a failover (recorded below, once all is checked)
-            stream_from = head
-            if settings["startup_mode"] == "offset":
-                stream_from = settings["start_offset"].in_epoch(head.epoch)  # an offset of the server planned on
-                check_offset_available(conn, stream_from)
-                if stream_from > head:
-                    raise ConfigurationError(f"Start offset {stream_from} is beyond the server's binlog head {head}.")
-            plans = [TablePlan(t, registry.tables[t].chunk_key, PlanAction.KEEP) if t in gone else
-                     self._plan_table(conn, source, report, registry.tables.get(t), t, settings, stream_from, drift)
-                     for t in table_ids]
-        finally:
-            conn.close()
-        ServerEpochs(state).begin(read)
-        known = KnownSchemas(state)
-        for table_id, schema in report.schemas.items():  # the stream describes a table that later leaves the server by it
-            captured = registry.tables.get(table_id)
-            known.remember_planned(schema, captured.chunk_key if captured else None)
-        chunks = self._chunks(plans, settings)
-        for plan in plans:
+        if not table_ids:
+            if not exact:
+                self.log.info("no tables given for this group: nothing planned, the captured set unchanged")
+                context["ti"].xcom_push(key="tables", value=encode(TablePlans(exact=False, planned_on=registry.number)))
+                return []
+            table_ids = []
+        run = self.hook.planner(state, log=self.log).plan(table_ids, settings, registry)
+        for plan in run.plans:
             self.log.info("%s: %s%s", plan.table_id, plan.action,
                           f", {len(plan.splits)} split(s)" if plan.splits else
                           f" from {plan.stream_from}" if plan.action == PlanAction.STREAM_ONLY else
                           " (already captured)")
-        self.log.info("planned %d chunk(s) for %d table(s); binlog head at planning: %s", len(chunks), len(plans), head)
+        self.log.info("planned %d chunk(s) for %d table(s); binlog head at planning: %s", len(run.chunks),
+                      len(run.plans), run.head)
         PipelineMetrics(pipeline_name(self.state_location)).resnapshots(
-            [p.table_id for p in plans if p.action in (PlanAction.RESNAPSHOT, PlanAction.RESNAPSHOT_SPLITS)])
-        context["ti"].xcom_push(key="tables", value=encode(TablePlans(exact, plans, planned_on=registry.number)))
+            [p.table_id for p in run.plans if p.action in (PlanAction.RESNAPSHOT, PlanAction.RESNAPSHOT_SPLITS)])
+        context["ti"].xcom_push(key="tables", value=encode(TablePlans(exact, run.plans, planned_on=registry.number)))
         state.write_progress(
             f"{run_folder(context['run_id'])}/plan-{self.task_id}.json",
-            RunPlanProgress(chunks=len(chunks), planned_at=time.time(),
-                            actions={str(p.table_id): p.action.value for p in plans},
-                            chunk_tables=[c["table"] for c in chunks]))
-        return chunks
+            RunPlanProgress(chunks=len(run.chunks), planned_at=time.time(),
+                            actions={str(p.table_id): p.action.value for p in run.plans},
+                            chunk_tables=[c.table_id.quoted for c in run.chunks]))
+        return [encode(chunk) for chunk in run.chunks]
+
+    def _settings(self) -> PlanSettings:
+        """The rendered arguments, checked."""
+        return PlanSettings.parse(split_rows=native(self.split_rows), chunk_rows=native(self.chunk_rows),
+                                  chunk_key_columns=native(self.chunk_key_columns), startup_mode=native(self.startup_mode),
+                                  start_offset=native(self.start_offset), resnapshot=native(self.resnapshot))
 
     def _refuse_overlapping_runs(self, context: Context) -> None:
         """Runs of one pipeline share its registry and must not overlap. The builder requires
@@ -230,76 +210,3 @@ class MySqlCdcPlanOperator(BaseOperator):
             if table_id not in named and exact:
                 raise ConfigurationError(f"resnapshot asks for {table_id.quoted}, which this run's tables stop capturing: "
                                          "keep it in tables to re-snapshot it, or drop the request.")
-
-    def _settings(self) -> dict[str, Any]:
-        split_rows, chunk_rows = int(native(self.split_rows)), int(native(self.chunk_rows))
-        if split_rows < 1 or chunk_rows < split_rows:
-            raise ConfigurationError(f"Need 1 <= split_rows <= chunk_rows, got {split_rows} and {chunk_rows}.")
-        keys = native(self.chunk_key_columns) or {}
-        if not isinstance(keys, dict):
-            raise ConfigurationError(f"chunk_key_columns must map 'db.table' to a column, got {keys!r}.")
-        mode = parse_startup_mode(native(self.startup_mode) or "initial")
-        offset = native(self.start_offset)
-        if mode == "offset" and offset is None:
-            raise ConfigurationError("Startup mode 'offset' needs start_offset, e.g. 'binlog.000042:1234'.")
-        return {"split_rows": split_rows, "chunk_rows": chunk_rows, "startup_mode": mode,
-                "chunk_keys": {TableId.parse(t): c for t, c in keys.items()},
-                "start_offset": parse_offset(offset) if offset is not None else None,
-                "resnapshot": ResnapshotRequest.parse_all(native(self.resnapshot))}
-
-    def _gone_tables(self, source: Any, table_ids: list[TableId], registry: Any, drift: Drift) -> set[TableId]:
-        """Captured tables the stream saw dropped or renamed away and that are not back on the server:
-        their sink keeps its last state, and they are kept as they are instead of failing preflight."""
-        candidates = [t for t in table_ids if any(e.kind.ends_table for e in
-                                                  pending_drift(drift, t, registry.tables.get(t)))]
-        if not candidates:
-            return set()
-        conn = source.connect()
-        try:
-            gone = {t for t in candidates if not table_exists(conn, t)}
-        finally:
-            conn.close()
-        for table_id in sorted(gone):
-            event = [e for e in pending_drift(drift, table_id, registry.tables[table_id]) if e.kind.ends_table][-1]
-            self.log.warning("%s is no longer on the source: %s at %s. Its sink table keeps its state as of then and is "
-                             "not captured from the binlog until a table of that name exists again (the next run then "
-                             "re-snapshots it); leave it out of the DAG's tables to stop capturing it.",
-                             table_id, event.reason, event.offset)
-        return gone
-
-    def _plan_table(self, conn: Any, source: Any, report: Any, registered: Any, table_id: TableId,
-                    settings: dict[str, Any], stream_from: Any, drift: Drift) -> TablePlan:
-        pending = pending_drift(drift, table_id, registered)
-        for event in pending:
-            self.log.warning("%s: re-snapshotting the whole table after schema drift: the stream saw it %s at %s (%s)",
-                             table_id, event.kind.value, event.offset, event.reason)
-        action, request = decide_action(table_id, registered, settings["resnapshot"], settings["startup_mode"],
-                                        drifted=bool(pending))
-        keeps_key = action in (PlanAction.KEEP, PlanAction.RESNAPSHOT_SPLITS)
-        chunk_key = registered.chunk_key if keeps_key else report.chunk_keys[table_id]
-        plan = TablePlan(table_id, chunk_key, action)
-        if action == PlanAction.STREAM_ONLY:
-            plan.stream_from = stream_from
-        elif action in (PlanAction.SNAPSHOT, PlanAction.RESNAPSHOT):
-            options = SplitOptions(chunk_size=settings["split_rows"], chunk_key_column=chunk_key)
-            plan.splits = ChunkSplitter(conn, report.schemas[table_id], options).split()
-        elif action == PlanAction.RESNAPSHOT_SPLITS:
-            assert request is not None  # decide_action gives the request it re-snapshots
-            check_request_bounds(request, report.schemas[table_id].column(chunk_key))
-            ordering = KeyOrdering(report.schemas[table_id].column(chunk_key), source.connect)
-            try:
-                plan.splits = splits_overlapping(registered, ordering, request)
-            finally:
-                ordering.close()
-        return plan
-
-    @staticmethod
-    def _chunks(plans: list[TablePlan], settings: dict[str, Any]) -> list[dict[str, Any]]:
-        per_chunk = max(1, settings["chunk_rows"] // settings["split_rows"])
-        chunks = []
-        for plan in plans:
-            groups = [plan.splits[i:i + per_chunk] for i in range(0, len(plan.splits), per_chunk)]
-            for number, group in enumerate(groups, start=1):
-                chunks.append(encode(ChunkPlan(f"{plan.table_id} chunk {number}/{len(groups)}", plan.table_id,
-                                               tuple(group))))
-        return chunks

@@ -23,9 +23,9 @@ def test_rendered_params_become_values():
     settings = plan(split_rows="400", chunk_rows="1200", startup_mode="offset", start_offset="binlog.000003:120",
                     chunk_key_columns="{'shop.orders': 'created_id'}",
                     resnapshot="[{'table': 'shop.orders', 'from': 5, 'to': 9}]")._settings()
-    assert settings["start_offset"] == BinlogOffset("binlog.000003", 120)
-    assert settings["chunk_keys"] == {TableId("shop", "orders"): "created_id"}
-    assert settings["resnapshot"][0].low == 5 and settings["split_rows"] == 400
+    assert settings.start_offset == BinlogOffset("binlog.000003", 120)
+    assert settings.chunk_keys == {TableId("shop", "orders"): "created_id"}
+    assert settings.resnapshot[0].low == 5 and settings.split_rows == 400
 
 
 @pytest.mark.parametrize("params, message", [

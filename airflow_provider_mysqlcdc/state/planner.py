@@ -1,0 +1,172 @@
+"""What a plan task decides, apart from Airflow: preflight, an action per table against the registry
+(changes.py), the splits it reads, and the chunks the mapped snapshot tasks take.
+
+``Planner.plan`` reads the server (preflight, the binlog head, the splits) and writes to the state
+location only once everything is checked: the server's epoch (servers.py) and the planned tables'
+schemas (schemas.py). The plan operator (operators/plan.py) checks its arguments, asks the hook for
+a planner, and hands on what it decided.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
+from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
+from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
+from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
+from airflow_provider_mysqlcdc.cdc.source.preflight import PreflightReport, run_preflight
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId, table_exists
+from airflow_provider_mysqlcdc.cdc.source.server import check_offset_available, current_offset
+from airflow_provider_mysqlcdc.protocol.actions import PlanAction
+from airflow_provider_mysqlcdc.protocol.plans import ChunkPlan, TablePlan
+from airflow_provider_mysqlcdc.protocol.registry import CapturedTable, Generation
+from airflow_provider_mysqlcdc.state.changes import (
+    ResnapshotRequest,
+    check_request_bounds,
+    decide_action,
+    parse_offset,
+    parse_startup_mode,
+    splits_overlapping,
+)
+from airflow_provider_mysqlcdc.state.drift import Drift, pending_drift, read_drift
+from airflow_provider_mysqlcdc.state.registry import PipelineState
+from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
+from airflow_provider_mysqlcdc.state.servers import ServerEpochs
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PlanSettings:
+    """A plan task's settings, checked (``parse``) before anything is read or written."""
+
+    split_rows: int
+    chunk_rows: int
+    startup_mode: str = "initial"
+    chunk_keys: dict[TableId, str] = field(default_factory=dict)
+    start_offset: BinlogOffset | None = None
+    resnapshot: list[ResnapshotRequest] = field(default_factory=list)
+
+    @classmethod
+    def parse(cls, *, split_rows: Any, chunk_rows: Any, chunk_key_columns: Any = None, startup_mode: Any = None,
+              start_offset: Any = None, resnapshot: Any = None) -> "PlanSettings":
+        """The settings from the task's (rendered, then parsed) arguments; a clear error for bad ones."""
+        split, chunk = int(split_rows), int(chunk_rows)
+        if split < 1 or chunk < split:
+            raise ConfigurationError(f"Need 1 <= split_rows <= chunk_rows, got {split} and {chunk}.")
+        keys = chunk_key_columns or {}
+        if not isinstance(keys, dict):
+            raise ConfigurationError(f"chunk_key_columns must map 'db.table' to a column, got {keys!r}.")
+        mode = parse_startup_mode(startup_mode or "initial")
+        if mode == "offset" and start_offset is None:
+            raise ConfigurationError("Startup mode 'offset' needs start_offset, e.g. 'binlog.000042:1234'.")
+        return cls(split, chunk, mode, {TableId.parse(t): c for t, c in keys.items()},
+                   parse_offset(start_offset) if start_offset is not None else None,
+                   ResnapshotRequest.parse_all(resnapshot))
+
+
+@dataclass
+class RunPlan:
+    """What one plan task decided: per table its plan, and the chunks of the splits to read."""
+
+    plans: list[TablePlan]
+    chunks: list[ChunkPlan]
+    #: the binlog head when planned, in its server epoch
+    head: BinlogOffset
+
+
+class Planner:
+    def __init__(self, source: SourceConfig, state: PipelineState, log: Any = log):
+        self.source = source
+        self.state = state
+        self.log = log
+
+    def plan(self, table_ids: list[TableId], settings: PlanSettings, registry: Generation) -> RunPlan:
+        """Plan ``table_ids`` against ``registry``. Tables the stream saw dropped or renamed away and
+        that are not back on the server are kept as they are (preflight would fail them)."""
+        drift = read_drift(self.state)
+        gone = self._gone_tables(table_ids, registry, drift)
+        report = run_preflight(self.source, [t for t in table_ids if t not in gone], settings.chunk_keys)
+        conn = self.source.connect()
+        try:
+            read = current_offset(conn, report.server)
+            head = self.state.servers().place(read)  # in its epoch after a failover (recorded below, once checked)
+            stream_from = head
+            if settings.startup_mode == "offset":
+                assert settings.start_offset is not None  # checked by PlanSettings.parse
+                stream_from = settings.start_offset.in_epoch(head.epoch)  # an offset of the server planned on
+                check_offset_available(conn, stream_from)
+                if stream_from > head:
+                    raise ConfigurationError(f"Start offset {stream_from} is beyond the server's binlog head {head}.")
+            plans = [TablePlan(t, registry.tables[t].chunk_key, PlanAction.KEEP) if t in gone else
+                     self._plan_table(conn, report, registry.tables.get(t), t, settings, stream_from, drift)
+                     for t in table_ids]
+        finally:
+            conn.close()
+        ServerEpochs(self.state).begin(read)
+        known = KnownSchemas(self.state)
+        for table_id, schema in report.schemas.items():  # the stream describes a table that later leaves the server by it
+            captured = registry.tables.get(table_id)
+            known.remember_planned(schema, captured.chunk_key if captured else None)
+        return RunPlan(plans, chunk_plans(plans, settings), head)
+
+    def _gone_tables(self, table_ids: list[TableId], registry: Generation, drift: Drift) -> set[TableId]:
+        """Captured tables the stream saw dropped or renamed away and that are not back on the server:
+        their sink keeps its last state, and they are kept as they are instead of failing preflight."""
+        candidates = [t for t in table_ids if any(e.kind.ends_table for e in
+                                                  pending_drift(drift, t, registry.tables.get(t)))]
+        if not candidates:
+            return set()
+        conn = self.source.connect()
+        try:
+            gone = {t for t in candidates if not table_exists(conn, t)}
+        finally:
+            conn.close()
+        for table_id in sorted(gone):
+            event = [e for e in pending_drift(drift, table_id, registry.tables[table_id]) if e.kind.ends_table][-1]
+            self.log.warning("%s is no longer on the source: %s at %s. Its sink table keeps its state as of then and is "
+                             "not captured from the binlog until a table of that name exists again (the next run then "
+                             "re-snapshots it); leave it out of the DAG's tables to stop capturing it.",
+                             table_id, event.reason, event.offset)
+        return gone
+
+    def _plan_table(self, conn: Any, report: PreflightReport, registered: CapturedTable | None, table_id: TableId,
+                    settings: PlanSettings, stream_from: BinlogOffset, drift: Drift) -> TablePlan:
+        pending = pending_drift(drift, table_id, registered)
+        for event in pending:
+            self.log.warning("%s: re-snapshotting the whole table after schema drift: the stream saw it %s at %s (%s)",
+                             table_id, event.kind.value, event.offset, event.reason)
+        action, request = decide_action(table_id, registered, settings.resnapshot, settings.startup_mode,
+                                        drifted=bool(pending))
+        keeps_key = registered is not None and action in (PlanAction.KEEP, PlanAction.RESNAPSHOT_SPLITS)
+        chunk_key = registered.chunk_key if registered is not None and keeps_key else report.chunk_keys[table_id]
+        plan = TablePlan(table_id, chunk_key, action)
+        if action == PlanAction.STREAM_ONLY:
+            plan.stream_from = stream_from
+        elif action in (PlanAction.SNAPSHOT, PlanAction.RESNAPSHOT):
+            options = SplitOptions(chunk_size=settings.split_rows, chunk_key_column=chunk_key)
+            plan.splits = ChunkSplitter(conn, report.schemas[table_id], options).split()
+        elif action == PlanAction.RESNAPSHOT_SPLITS:
+            assert request is not None and registered is not None  # decide_action gives the request it re-snapshots
+            check_request_bounds(request, report.schemas[table_id].column(chunk_key))
+            ordering = KeyOrdering(report.schemas[table_id].column(chunk_key), self.source.connect)
+            try:
+                plan.splits = splits_overlapping(registered, ordering, request)
+            finally:
+                ordering.close()
+        return plan
+
+
+def chunk_plans(plans: list[TablePlan], settings: PlanSettings) -> list[ChunkPlan]:
+    """Each table's splits in groups of ``chunk_rows // split_rows``: one snapshot task each."""
+    per_chunk = max(1, settings.chunk_rows // settings.split_rows)
+    chunks = []
+    for plan in plans:
+        groups = [plan.splits[i:i + per_chunk] for i in range(0, len(plan.splits), per_chunk)]
+        for number, group in enumerate(groups, start=1):
+            chunks.append(ChunkPlan(f"{plan.table_id} chunk {number}/{len(groups)}", plan.table_id, tuple(group)))
+    return chunks
