@@ -4,5 +4,5 @@ standalone``, headless Chromium), random write workloads, the torture run, the d
 runner of the integration tests, and spark-submit as a plain child process.
 
 ``bin/demo``, ``bin/torture``, ``bench/`` and ``tests/`` import them from the checkout. Nothing in
-``airflow_provider_mysqlcdc`` imports them (tests/unit/test_package_contents.py checks the wheel).
+``airflow_provider_mysqlcdc`` imports them (tests/integration/test_wheel_install.py checks the wheel).
 """

@@ -1,7 +1,7 @@
 """One bad table never stalls the others.
 
 A change that one table's data or schema makes impossible to apply (here a row the sink's table
-refuses; a value the executors cannot type or decode: tests/unit/test_table_faults.py) freezes
+refuses; a value the executors cannot type or decode: tests/unit/cdc/test_table_faults.py) freezes
 that table at that change, with the
 error as its drift reason (``bin/status``, the UI page and the drift metric read it), and every
 other table streams on; the batch does not fail. An error that is not one table's (here the sink's

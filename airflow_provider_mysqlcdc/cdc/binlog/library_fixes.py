@@ -11,7 +11,7 @@ path with the SELECT path for every type.
   (which crashed on a TIME beyond 23:59:59, a negative one or a partial date, and which JSON text
   cannot hold), and decoded other types' bytes as text. They now come out as MySQL prints them in
   JSON text (``json_opaque_value``), so both paths give the same document (records/values.py).
-  Pinned down by tests/unit/test_values.py with binary JSON built byte by byte (only MariaDB, whose
+  Pinned down by tests/unit/cdc/records/test_values.py with binary JSON built byte by byte (only MariaDB, whose
   JSON is text, runs here).
 - Text in a character set other than UTF-8: the library decoded it with pymysql's codec names, which
   Python reads otherwise than the server (``utf16`` little-endian, ``latin1`` without its five
