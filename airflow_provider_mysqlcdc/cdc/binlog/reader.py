@@ -28,30 +28,33 @@ compressed transaction payloads rejected by preflight because the library drops 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import random
 import time
 from collections import Counter
-from collections.abc import Collection, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Collection, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pymysqlreplication import BinLogStreamReader
-from pymysqlreplication.constants.BINLOG import PARTIAL_UPDATE_ROWS_EVENT
 from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XAPrepareEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from airflow_provider_mysqlcdc.cdc.binlog import library_fixes  # noqa: F401  (patches decoders on import)
 from airflow_provider_mysqlcdc.cdc.binlog.ddl import parse_ddl
-from airflow_provider_mysqlcdc.cdc.binlog.row_decoder import chosen_decoder, decoder_for, layout_for
-from airflow_provider_mysqlcdc.cdc.binlog.table_map import column_from_table_map
+from airflow_provider_mysqlcdc.cdc.binlog.row_decoder import chosen_decoder
+from airflow_provider_mysqlcdc.cdc.binlog.table_decoding import TableDecodings
 from airflow_provider_mysqlcdc.cdc.binlog.xa import (
+    HELD_XA_ROWS,
     MARIADB_PREPARED_XA_FLAG,
+    HeldXa,
     PreparedXa,
+    XaCommit,
+    XaGroup,
     Xid,
     find_prepared,
     parse_xa_statement,
+    rows_at_commit,
 )
 from airflow_provider_mysqlcdc.cdc.errors import BinlogPurgedError, describe_error, is_table_fault
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
@@ -63,7 +66,6 @@ from airflow_provider_mysqlcdc.cdc.model.records import (
     TableEventKind,
     TableFailed,
 )
-from airflow_provider_mysqlcdc.cdc.records.values import ValueNormalizer
 from airflow_provider_mysqlcdc.cdc.source.connection import DEFAULT_SERVER_ID_RANGE, SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
 from airflow_provider_mysqlcdc.cdc.source.server import check_offset_available
@@ -77,38 +79,6 @@ class TransactionCommitted:
 
 
 BinlogItem = ChangeRecord | SchemaChangeEvent | TransactionCommitted | TableFailed
-
-#: the rows of prepared XA groups a reader holds decoded until their outcome, all groups together; a
-#: group that does not fit is read again at its commit (only its position is held)
-HELD_XA_ROWS = 10_000
-
-
-@dataclass
-class _XaGroup:
-    """An XA transaction's group as the reader goes through it: where it starts, and its rows while
-    they are few enough to hold (None: too many, or not decoded: read again at the commit)."""
-
-    start: BinlogOffset
-    rows: list[ChangeRecord | TableFailed] | None = field(default_factory=list)
-
-
-@dataclass
-class _HeldXa:
-    prepared: PreparedXa
-    rows: list[ChangeRecord | TableFailed] | None
-
-
-@dataclass(frozen=True)
-class _XaCommit:
-    """The commit of a prepared group: its rows when held, else (None) the reader stops its
-    connection, reads the group again, and goes on after the commit."""
-
-    prepared: PreparedXa
-    offset: BinlogOffset
-    gtid: str | None
-    timestamp_ms: int
-    rows: list[ChangeRecord | TableFailed] | None = None
-
 
 def pick_server_id(server_id_range: tuple[int, int] = DEFAULT_SERVER_ID_RANGE) -> int:
     low, high = server_id_range
@@ -152,18 +122,17 @@ class BinlogReader:
         #: which decoder turns row events into values (row_decoder.py: compiled, python or library)
         self.decoder = chosen_decoder(decoder)
         self._gtid: str | None = None
-        self._normalizers: dict[tuple[TableId, tuple[Any, ...]], ValueNormalizer] = {}
-        #: the decoding of each table map the library holds, by the identity of its column list
-        self._decodings: dict[int, _TableDecoding] = {}
+        #: how each table map's rows are decoded
+        self._decodings = TableDecodings(self.decoder, self.key_columns, self.known_columns)
         #: row events decoded, by which decoder: the chosen one, or "library" for the tables it leaves
         self.events_decoded: Counter[str] = Counter()
         self._stream: BinLogStreamReader | None = None
         #: the XA group being read (between its first event and its prepare), and the prepared groups
         #: whose outcome has not been read yet, by xid
-        self._xa_group: _XaGroup | None = None
-        self._prepared: dict[Xid, _HeldXa] = {}
+        self._xa_group: XaGroup | None = None
+        self._prepared: dict[Xid, HeldXa] = {}
         self._held_rows = 0
-        self._xa_commit: _XaCommit | None = None
+        self._xa_commit: XaCommit | None = None
         #: the start of the last GTID event (a transaction group's first event)
         self._group_start: BinlogOffset | None = None
         #: reading a prepared XA group again for its commit: its rows are emitted as they come
@@ -334,7 +303,7 @@ class BinlogReader:
         """An XA transaction's group begins: at its GTID event (MariaDB's, or the one before MySQL's
         ``XA START`` query)."""
         if not self._replaying:
-            self._xa_group = _XaGroup(self._group_start or _event_start(event, offset), [] if decoded else None)
+            self._xa_group = XaGroup(self._group_start or _event_start(event, offset), [] if decoded else None)
 
     def _xa_statement(self, event: Any, statement: str, offset: BinlogOffset) -> Iterator[BinlogItem]:
         parsed = parse_xa_statement(statement)
@@ -351,22 +320,22 @@ class BinlogReader:
         elif parsed.verb == "COMMIT":
             held = self._forget(parsed.xid)
             prepared = held.prepared if held is not None else self._find_prepared(parsed.xid, offset)
-            yield from self._xa_outcome(_XaCommit(prepared, offset, self._gtid, int(event.timestamp) * 1000,
+            yield from self._xa_outcome(XaCommit(prepared, offset, self._gtid, int(event.timestamp) * 1000,
                                                   held.rows if held is not None else None))
 
-    def _xa_outcome(self, commit: "_XaCommit | None") -> Iterator[BinlogItem]:
+    def _xa_outcome(self, commit: "XaCommit | None") -> Iterator[BinlogItem]:
         """A committed XA group's rows, when held; else __iter__ reads the group again (``_xa_commit``)."""
         if commit is None:
             return
         if commit.rows is None:
             self._xa_commit = commit
             return
-        yield from _at_commit(commit.rows, commit.offset, commit.gtid, commit.timestamp_ms)
+        yield from rows_at_commit(commit.rows, commit.offset, commit.gtid, commit.timestamp_ms)
         self.committed = commit.offset
         yield TransactionCommitted(commit.offset, commit.gtid)
 
     def _xa_prepared(self, event: Any, offset: BinlogOffset, decoded: bool = True,
-                     one_phase_xid: Xid | None = None) -> _XaCommit | None:
+                     one_phase_xid: Xid | None = None) -> XaCommit | None:
         """The end of an XA group: prepared (held until its outcome), or committed in one phase (the
         commit to emit, by ``_xa_outcome``)."""
         group, self._xa_group = self._xa_group, None
@@ -389,12 +358,12 @@ class BinlogReader:
                 rows = None  # too many held already: read again at the commit
             self._held_rows += len(rows or ())
             self._forget(xid)
-            self._prepared[xid] = _HeldXa(prepared, rows)
+            self._prepared[xid] = HeldXa(prepared, rows)
             return None
         timestamp_ms = 0 if event is None else int(event.timestamp) * 1000
-        return _XaCommit(prepared, offset, self._gtid, timestamp_ms, rows)
+        return XaCommit(prepared, offset, self._gtid, timestamp_ms, rows)
 
-    def _forget(self, xid: Xid) -> "_HeldXa | None":
+    def _forget(self, xid: Xid) -> "HeldXa | None":
         held = self._prepared.pop(xid, None)
         if held is not None:
             self._held_rows -= len(held.rows or ())
@@ -411,52 +380,17 @@ class BinlogReader:
         log.info("XA COMMIT %s at %s: its rows were prepared at %s..%s", xid, commit, found.start, found.end)
         return found
 
-    def _replay_committed(self, commit: _XaCommit) -> Iterator[BinlogItem]:
+    def _replay_committed(self, commit: XaCommit) -> Iterator[BinlogItem]:
         """The rows of a committed XA group, read again from its start to its prepare, at the commit."""
         replay = BinlogReader(self.source, start=commit.prepared.start, end=commit.prepared.end, tables=self.tables,
                               key_columns=self.key_columns, known_columns=self.known_columns,
                               server_id=self.server_id, decoder=self.decoder)
         replay._replaying = True
         rows = (item for item in replay if isinstance(item, (ChangeRecord, TableFailed)))
-        yield from _at_commit(rows, commit.offset, commit.gtid, commit.timestamp_ms)
+        yield from rows_at_commit(rows, commit.offset, commit.gtid, commit.timestamp_ms)
         self.events_decoded.update(replay.events_decoded)
         self.committed = self.position = max(self.position, commit.offset)
         yield TransactionCommitted(commit.offset, commit.gtid)
-
-    def _decoding(self, event: Any, table_id: TableId) -> "_TableDecoding":
-        """How this event's rows are decoded: by the library's table map it was written under."""
-        found = self._decodings.get(id(event.columns))
-        if found is None or found.library_columns is not event.columns:
-            normalizer = self._normalizer(event, table_id)
-            schema = normalizer.schema
-            layout = None if self.decoder == "library" else layout_for(event.columns, schema.columns,
-                                                                       schema.key_columns)
-            if layout is None and self.decoder != "library":
-                log.info("rows of %s are decoded by python-mysql-replication: a column of it is stored in a way "
-                         "the %s decoder leaves to the library", table_id, self.decoder)
-            found = _TableDecoding(event.columns, normalizer, None if layout is None else decoder_for(layout, self.decoder))
-            self._decodings[id(event.columns)] = found
-        return found
-
-    def _normalizer(self, event: Any, table_id: TableId) -> ValueNormalizer:
-        """The normaliser of rows written under this table map's columns. Its key columns are the
-        schema's, unless the event was written under other columns (a batch from before or after a
-        DDL that renamed or dropped one): then the table map's own primary key."""
-        # everything column_from_table_map reads: a DECIMAL whose scale changed is another decoder
-        signature = tuple((c.name, c.type, c.unsigned, c.character_set_name, c.collation_name,
-                           getattr(c, "max_length", None), getattr(c, "decimals", None),
-                           tuple(c.set_values or ()), tuple(c.enum_values or ())) for c in event.columns)
-        key = (table_id, signature)
-        normalizer = self._normalizers.get(key)
-        if normalizer is None:
-            known = self.known_columns.get(table_id, {})
-            columns = tuple(column_from_table_map(c, known.get(c.name)) for c in event.columns)
-            keys = self.key_columns.get(table_id, ())
-            if not set(keys) <= {c.name for c in columns}:
-                keys = tuple(c.name for c in event.columns if getattr(c, "is_primary", False))
-            normalizer = ValueNormalizer(TableSchema(table_id, columns, keys))
-            self._normalizers[key] = normalizer
-        return normalizer
 
     def _guarded_rows(self, event: Any, table_id: TableId, offset: BinlogOffset) -> list[ChangeRecord | TableFailed]:
         """The event's row changes, or, when one of them cannot be decoded because of the table's data
@@ -470,7 +404,7 @@ class BinlogReader:
             return [TableFailed(table_id, offset, f"a change at {offset} cannot be decoded: {describe_error(exc)}")]
 
     def _rows(self, event: Any, table_id: TableId, offset: BinlogOffset) -> Iterator[ChangeRecord]:
-        decoding = self._decoding(event, table_id)
+        decoding = self._decodings.of(event, table_id)
         keys = decoding.normalizer.schema.key_columns
         ts, gtid = int(event.timestamp) * 1000, self._gtid
         create, delete, update = Operation.CREATE, Operation.DELETE, Operation.UPDATE
@@ -494,61 +428,6 @@ class BinlogReader:
                 yield ChangeRecord(update, table_id, before, after, offset, index, 0, gtid, ts)
 
 
-@dataclass
-class _TableDecoding:
-    """The decoding of one table map's rows: by a row decoder (row_decoder.py) when it takes the
-    table, else by the library's rows and the normaliser."""
-
-    library_columns: list[Any]  # held, so that its identity stays this table map's
-    normalizer: ValueNormalizer
-    row_decoder: Any  # None: the library decodes the table
-    #: the columns-present bitmap of a full row image
-    full_image: bytes = field(init=False)
-
-    def __post_init__(self) -> None:
-        count = len(self.library_columns)
-        self.full_image = ((1 << count) - 1).to_bytes((count + 7) // 8, "little")
-
-    def images(self, event: Any, is_update: bool) -> tuple[list[dict[str, Any]], bool]:
-        """Every row image of the event, as a dict by column name (an update's before and after
-        images alternate), and whether the row decoder decoded them (else the library did)."""
-        body = self._row_bytes(event, is_update)
-        if body is None:
-            normalize = self.normalizer.row
-            if not is_update:
-                images = [normalize(_raw(row["values"], row.get("none_sources"))) for row in event.rows]
-            else:
-                images = [normalize(_raw(row[f"{side}_values"], row.get(f"{side}_none_sources")))
-                          for row in event.rows for side in ("before", "after")]
-            self._check_key_dates(images)
-            return images, False
-        return self.row_decoder.decode(body), True
-
-    def _check_key_dates(self, images: list[dict[str, Any]]) -> None:
-        """The library gives None for a date with no calendar date, which a key column cannot hold
-        (values.py keeps such keys as ``ZeroDate``): refused, for this table only (``TableFailed``)."""
-        schema = self.normalizer.schema
-        for name in schema.key_columns:
-            column = schema.column(name)
-            if column.data_type in ("date", "datetime", "timestamp") and not column.nullable \
-                    and any(name in image and image[name] is None for image in images):
-                raise ValueError(f"key column {name!r} holds a zero or partial date, of which python-mysql-replication "
-                                 "(decoding this table: a column of it is stored in a way the row decoders leave to "
-                                 "it) gives no value; update the row to a real date, then re-snapshot the table")
-
-    def _row_bytes(self, event: Any, is_update: bool) -> memoryview | None:
-        """The event's rows as bytes (what follows the bitmaps the library has read), when a row
-        decoder takes them: it has the table, and every column is in the image (a full row image)."""
-        if self.row_decoder is None or event.number_of_columns != len(self.library_columns) \
-                or event.event_type == PARTIAL_UPDATE_ROWS_EVENT:  # its after images carry a JSON diff
-            return None
-        full = self.full_image
-        if event.columns_present_bitmap != full or (is_update and event.columns_present_bitmap2 != full):
-            return None
-        packet = event.packet  # the library's packet: 20 header bytes, then what the event has read
-        return memoryview(packet.packet.get_all_data())[20 + packet.read_bytes:20 + event.event_size]
-
-
 def _statement(event: Any) -> str:
     """A query event's statement as text."""
     return event.query if isinstance(event.query, str) else event.query.decode("utf-8", "replace")
@@ -557,32 +436,3 @@ def _statement(event: Any) -> str:
 def _event_start(event: Any, offset: BinlogOffset) -> BinlogOffset:
     """Where an event that ends at ``offset`` starts."""
     return offset.at(offset.file, offset.position - int(event.packet.event_size))
-
-
-def _at_commit(rows: Iterable[ChangeRecord | TableFailed], offset: BinlogOffset, gtid: str | None,
-               timestamp_ms: int) -> Iterator[ChangeRecord | TableFailed]:
-    """An XA group's rows as changes of its commit: at the commit's offset, numbered in their order
-    (a key change's delete and create keep one number and their parts). A table with a change that
-    could not be decoded sends none of the group's changes, only its ``TableFailed``, first: the
-    group is one transaction, applied whole or not at all."""
-    rows = list(rows)
-    failed = {f.table_id: f for f in reversed(rows) if isinstance(f, TableFailed)}
-    for failure in failed.values():
-        yield dataclasses.replace(failure, offset=offset)
-    number, last = -1, None
-    for record in rows:
-        if isinstance(record, TableFailed) or record.table_id in failed:
-            continue
-        if (record.offset, record.row) != last:
-            number, last = number + 1, (record.offset, record.row)
-        yield ChangeRecord(record.op, record.table_id, record.before, record.after, offset, number, record.part,
-                           gtid, timestamp_ms or record.timestamp_ms)
-
-
-def _raw(values: dict[str, Any], none_sources: dict[str, str] | None) -> dict[str, Any]:
-    """Undo the library's None for an empty SET (it is '' in SQL, not NULL)."""
-    if none_sources:
-        for name, source in none_sources.items():
-            if source == "empty set":
-                values[name] = ""
-    return values

@@ -21,14 +21,16 @@ statements and the listing alike; ``Xid.parse`` also reads the forms a client ma
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 
 import pymysql
 
 from airflow_provider_mysqlcdc.cdc.binlog.listing import ListedEvent, binlog_events
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset, binlog_file_number
+from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, TableFailed
 from airflow_provider_mysqlcdc.cdc.source.server import binlog_file_sizes
 
 #: MariaDB's GTID event flag of a prepared XA transaction's group (FL_PREPARED_XA)
@@ -173,3 +175,57 @@ def prepared_groups(events: Iterator[ListedEvent]) -> Iterator[PreparedXa]:
             if statement is not None and statement.verb == "PREPARE" and xa_start is not None:
                 yield PreparedXa(statement.xid, xa_start, event.end)
             xa_start = group_start = None
+
+
+# --- what a binlog reader holds of XA groups until their outcome (reader.py) ----------------------
+
+#: the rows of prepared XA groups a reader holds decoded until their outcome, all groups together; a
+#: group that does not fit is read again at its commit (only its position is held)
+HELD_XA_ROWS = 10_000
+
+
+@dataclass
+class XaGroup:
+    """An XA transaction's group as the reader goes through it: where it starts, and its rows while
+    they are few enough to hold (None: too many, or not decoded: read again at the commit)."""
+
+    start: BinlogOffset
+    rows: list[ChangeRecord | TableFailed] | None = field(default_factory=list)
+
+
+@dataclass
+class HeldXa:
+    prepared: PreparedXa
+    rows: list[ChangeRecord | TableFailed] | None
+
+
+@dataclass(frozen=True)
+class XaCommit:
+    """The commit of a prepared group: its rows when held, else (None) the reader stops its
+    connection, reads the group again, and goes on after the commit."""
+
+    prepared: PreparedXa
+    offset: BinlogOffset
+    gtid: str | None
+    timestamp_ms: int
+    rows: list[ChangeRecord | TableFailed] | None = None
+
+
+def rows_at_commit(rows: Iterable[ChangeRecord | TableFailed], offset: BinlogOffset, gtid: str | None,
+               timestamp_ms: int) -> Iterator[ChangeRecord | TableFailed]:
+    """An XA group's rows as changes of its commit: at the commit's offset, numbered in their order
+    (a key change's delete and create keep one number and their parts). A table with a change that
+    could not be decoded sends none of the group's changes, only its ``TableFailed``, first: the
+    group is one transaction, applied whole or not at all."""
+    rows = list(rows)
+    failed = {f.table_id: f for f in reversed(rows) if isinstance(f, TableFailed)}
+    for failure in failed.values():
+        yield dataclasses.replace(failure, offset=offset)
+    number, last = -1, None
+    for record in rows:
+        if isinstance(record, TableFailed) or record.table_id in failed:
+            continue
+        if (record.offset, record.row) != last:
+            number, last = number + 1, (record.offset, record.row)
+        yield ChangeRecord(record.op, record.table_id, record.before, record.after, offset, number, record.part,
+                           gtid, timestamp_ms or record.timestamp_ms)

@@ -12,7 +12,7 @@ import pymysql
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from airflow_provider_mysqlcdc.cdc.binlog.reader import _at_commit
+from airflow_provider_mysqlcdc.cdc.binlog.xa import rows_at_commit
 from airflow_provider_mysqlcdc.cdc.errors import (
     BinlogPurgedError,
     ConfigurationError,
@@ -102,7 +102,7 @@ def test_an_xa_group_with_a_failed_change_sends_none_of_that_tables_rows_and_the
             _change(GOOD, 130, 2), _change(BAD, 140, 2)]
     commit = BinlogOffset("b.000001", 500)
 
-    out = list(_at_commit(held, commit, "0-1-9", 7))
+    out = list(rows_at_commit(held, commit, "0-1-9", 7))
 
     assert out[0] == TableFailed(BAD, commit, "decode")
     assert [(r.table_id, r.after["v"], r.offset, r.row) for r in out[1:]] == [(GOOD, 1, commit, 0), (GOOD, 2, commit, 1)]

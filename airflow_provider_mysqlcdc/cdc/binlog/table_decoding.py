@@ -1,0 +1,134 @@
+"""How the rows of one table map are decoded: by a row decoder (row_decoder.py) when it takes the
+table, else by python-mysql-replication's rows and the value normaliser (records/values.py)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pymysqlreplication.constants.BINLOG import PARTIAL_UPDATE_ROWS_EVENT
+
+from airflow_provider_mysqlcdc.cdc.binlog.row_decoder import decoder_for, layout_for
+from airflow_provider_mysqlcdc.cdc.binlog.table_map import column_from_table_map
+from airflow_provider_mysqlcdc.cdc.records.values import ValueNormalizer
+from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TableDecoding:
+    """The decoding of one table map's rows: by a row decoder (row_decoder.py) when it takes the
+    table, else by the library's rows and the normaliser."""
+
+    library_columns: list[Any]  # held, so that its identity stays this table map's
+    normalizer: ValueNormalizer
+    row_decoder: Any  # None: the library decodes the table
+    #: the columns-present bitmap of a full row image
+    full_image: bytes = field(init=False)
+
+    def __post_init__(self) -> None:
+        count = len(self.library_columns)
+        self.full_image = ((1 << count) - 1).to_bytes((count + 7) // 8, "little")
+
+    def images(self, event: Any, is_update: bool) -> tuple[list[dict[str, Any]], bool]:
+        """Every row image of the event, as a dict by column name (an update's before and after
+        images alternate), and whether the row decoder decoded them (else the library did)."""
+        body = self._row_bytes(event, is_update)
+        if body is None:
+            normalize = self.normalizer.row
+            if not is_update:
+                images = [normalize(_raw(row["values"], row.get("none_sources"))) for row in event.rows]
+            else:
+                images = [normalize(_raw(row[f"{side}_values"], row.get(f"{side}_none_sources")))
+                          for row in event.rows for side in ("before", "after")]
+            self._check_key_dates(images)
+            return images, False
+        return self.row_decoder.decode(body), True
+
+    def _check_key_dates(self, images: list[dict[str, Any]]) -> None:
+        """The library gives None for a date with no calendar date, which a key column cannot hold
+        (values.py keeps such keys as ``ZeroDate``): refused, for this table only (``TableFailed``)."""
+        schema = self.normalizer.schema
+        for name in schema.key_columns:
+            column = schema.column(name)
+            if column.data_type in ("date", "datetime", "timestamp") and not column.nullable \
+                    and any(name in image and image[name] is None for image in images):
+                raise ValueError(f"key column {name!r} holds a zero or partial date, of which python-mysql-replication "
+                                 "(decoding this table: a column of it is stored in a way the row decoders leave to "
+                                 "it) gives no value; update the row to a real date, then re-snapshot the table")
+
+    def _row_bytes(self, event: Any, is_update: bool) -> memoryview | None:
+        """The event's rows as bytes (what follows the bitmaps the library has read), when a row
+        decoder takes them: it has the table, and every column is in the image (a full row image)."""
+        if self.row_decoder is None or event.number_of_columns != len(self.library_columns) \
+                or event.event_type == PARTIAL_UPDATE_ROWS_EVENT:  # its after images carry a JSON diff
+            return None
+        full = self.full_image
+        if event.columns_present_bitmap != full or (is_update and event.columns_present_bitmap2 != full):
+            return None
+        packet = event.packet  # the library's packet: 20 header bytes, then what the event has read
+        return memoryview(packet.packet.get_all_data())[20 + packet.read_bytes:20 + event.event_size]
+
+
+class TableDecodings:
+    """The decoding of each table map the library holds (by the identity of its column list, cleared
+    when the reader moves to another binlog file), and the normaliser of each set of columns a
+    table's events were written under."""
+
+    def __init__(self, decoder: str, key_columns: Mapping[TableId, tuple[str, ...]],
+                 known_columns: Mapping[TableId, Mapping[str, Column]]):
+        self.decoder = decoder  # compiled, python or library (row_decoder.py)
+        self.key_columns = key_columns
+        self.known_columns = known_columns
+        self._decodings: dict[int, TableDecoding] = {}
+        self._normalizers: dict[tuple[TableId, tuple[Any, ...]], ValueNormalizer] = {}
+
+    def clear(self) -> None:
+        self._decodings.clear()
+
+    def of(self, event: Any, table_id: TableId) -> TableDecoding:
+        """How this event's rows are decoded: by the library's table map it was written under."""
+        found = self._decodings.get(id(event.columns))
+        if found is None or found.library_columns is not event.columns:
+            normalizer = self._normalizer(event, table_id)
+            schema = normalizer.schema
+            layout = None if self.decoder == "library" else layout_for(event.columns, schema.columns,
+                                                                       schema.key_columns)
+            if layout is None and self.decoder != "library":
+                log.info("rows of %s are decoded by python-mysql-replication: a column of it is stored in a way "
+                         "the %s decoder leaves to the library", table_id, self.decoder)
+            found = TableDecoding(event.columns, normalizer, None if layout is None else decoder_for(layout, self.decoder))
+            self._decodings[id(event.columns)] = found
+        return found
+
+    def _normalizer(self, event: Any, table_id: TableId) -> ValueNormalizer:
+        """The normaliser of rows written under this table map's columns. Its key columns are the
+        schema's, unless the event was written under other columns (a batch from before or after a
+        DDL that renamed or dropped one): then the table map's own primary key."""
+        # everything column_from_table_map reads: a DECIMAL whose scale changed is another decoder
+        signature = tuple((c.name, c.type, c.unsigned, c.character_set_name, c.collation_name,
+                           getattr(c, "max_length", None), getattr(c, "decimals", None),
+                           tuple(c.set_values or ()), tuple(c.enum_values or ())) for c in event.columns)
+        key = (table_id, signature)
+        normalizer = self._normalizers.get(key)
+        if normalizer is None:
+            known = self.known_columns.get(table_id, {})
+            columns = tuple(column_from_table_map(c, known.get(c.name)) for c in event.columns)
+            keys = self.key_columns.get(table_id, ())
+            if not set(keys) <= {c.name for c in columns}:
+                keys = tuple(c.name for c in event.columns if getattr(c, "is_primary", False))
+            normalizer = ValueNormalizer(TableSchema(table_id, columns, keys))
+            self._normalizers[key] = normalizer
+        return normalizer
+
+
+def _raw(values: dict[str, Any], none_sources: dict[str, str] | None) -> dict[str, Any]:
+    """Undo the library's None for an empty SET (it is '' in SQL, not NULL)."""
+    if none_sources:
+        for name, source in none_sources.items():
+            if source == "empty set":
+                values[name] = ""
+    return values
