@@ -20,7 +20,8 @@ from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSpl
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
 from airflow_provider_mysqlcdc.sinks.data_files import chunk_bounds, file_stats, write_data_file
-from airflow_provider_mysqlcdc.sinks.delta import DeltaSink, _files_holding
+from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.sinks.predicates import files_holding
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_change_batch
 from airflow_provider_mysqlcdc.spark.chunk_job import touched_partitions
 
@@ -180,7 +181,7 @@ def test_a_pruned_merge_conflicts_with_a_concurrent_file_holding_one_of_its_new_
     read = DeltaTable(uri)
     write_deltalake(uri, rows(100), mode="append")  # committed after the merge read the table
     changes = rows(2, 100)
-    files = _files_holding(read, changes.column("_cdc_chunk"))
+    files = files_holding(read, changes.column("_cdc_chunk"))
     with pytest.raises(CommitFailedError):
         read.merge(changes, predicate=f"t.id = s.id AND ({files})", source_alias="s", target_alias="t",
                    streamed_exec=streamed).when_matched_update_all().when_not_matched_insert_all().execute()
