@@ -79,7 +79,6 @@ from airflow_provider_mysqlcdc.cdc.model.records import (
     WindowChange,
 )
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit
-from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig, parse_server_id_range
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.cdc.source.server import binlog_changed_error, check_offset_available
@@ -89,17 +88,20 @@ from airflow_provider_mysqlcdc.protocol.registry import Generation
 from airflow_provider_mysqlcdc.spark.batch_rows import RUN_LENGTH, SCHEMA, RowEmitter
 from airflow_provider_mysqlcdc.state.credentials import install_from_private_file
 from airflow_provider_mysqlcdc.state.registry import PipelineState
-from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
 from airflow_provider_mysqlcdc.state.servers import ServerEpochs
 from airflow_provider_mysqlcdc.state.spill import new_spill_folder
 from airflow_provider_mysqlcdc.stream.events import StagedSplitReady, TablesActivated
+from airflow_provider_mysqlcdc.stream.positions import (
+    Watermarks,
+    purged_or_raise,
+    registry_start_offset,
+    with_watermarks,
+)
+from airflow_provider_mysqlcdc.stream.tables import schemas_and_orderings
 
 SOURCE_NAME = "mysqlcdc_binlog"
 
 
-#: split id -> its high watermark placed among the pipeline's servers (state/servers.py), where that
-#: differs from the registry's: after a failover, in the epoch of the server the batch reads from
-Watermarks = dict[str, BinlogOffset]
 
 
 class BinlogRange(InputPartition):
@@ -232,7 +234,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         def plan(conn: Any) -> tuple[BinlogOffset, Watermarks, BinlogPurged | None, list[DecodeRange]]:
             here = self._servers().follow(conn, begin)  # the same point on a server the source failed over to
             watermarks = self._translated_watermarks(conn, begin, here, generation, previous)
-            gap = _purged_or_raise(conn, here, self.on_binlog_purged) if finish > here else None
+            gap = purged_or_raise(conn, here, self.on_binlog_purged) if finish > here else None
             read_from = gap.resumed_at if gap else here
             ranges = plan_decode_ranges(conn, read_from, finish, self.decode_pieces) if finish > read_from else []
             return here, watermarks, gap, ranges
@@ -282,8 +284,8 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not isinstance(partition, BinlogRange):
             raise InternalError(f"unknown partition of the binlog source: {partition!r}")
         source, state = self._source(), self._state()
-        generation = _with_watermarks(state.load(partition.generation), partition.watermarks)
-        schemas, orderings = _schemas_and_orderings(source, state, generation, generation.tables)
+        generation = with_watermarks(state.load(partition.generation), partition.watermarks)
+        schemas, orderings = schemas_and_orderings(source, state, generation, generation.tables)
         rows = self._emitter(partition.generation, partition.spill_folder, schemas)
         split_filter = FinishedSplitFilter([f for f in generation.finished_splits if f.split.table_id in orderings],
                                            orderings)
@@ -319,7 +321,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         state = self._state()
         new, old = state.load(partition.generation), state.load(partition.previous)
         added_ids = {f.split.split_id for f in new.added_since(old)}
-        new = _with_watermarks(new, partition.watermarks)
+        new = with_watermarks(new, partition.watermarks)
         added = [f for f in new.finished_splits if f.split.split_id in added_ids]
         tables = {f.split.table_id for f in added}
         rows = self._emitter(partition.generation, partition.spill_folder)
@@ -349,7 +351,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not behind:
             return None
         earliest = min(f.high_watermark for f in behind)
-        gap = self._source().run(lambda conn: _purged_or_raise(conn, earliest, partition.on_binlog_purged),
+        gap = self._source().run(lambda conn: purged_or_raise(conn, earliest, partition.on_binlog_purged),
                                  "checking the binlog behind an activation")
         if gap is None:
             return None
@@ -369,7 +371,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         splits = [f if f.split.split_id in added_ids
                   else dataclasses.replace(f, high_watermark=max(f.high_watermark, partition.start))
                   for t in sorted(tables) for f in new.tables[t].splits]
-        schemas, orderings = _schemas_and_orderings(source, state, new, tables)
+        schemas, orderings = schemas_and_orderings(source, state, new, tables)
         rows.schemas = {s.table_id: s for s in schemas}
         split_filter = FinishedSplitFilter([f for f in splits if f.split.table_id in orderings], orderings)
         staged_tables: dict[TableId, list[str]] = {}
@@ -414,46 +416,6 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         finally:
             for ordering in orderings.values():
                 ordering.close()
-
-
-def registry_start_offset(state: PipelineState) -> StreamOffset:
-    """Where a stream without a checkpoint starts: the registry's smallest high watermark, at generation
-    0 (nothing captured), so the first batch activates everything the latest generation holds."""
-    start = state.latest().initial_offset()
-    if start is None:
-        raise ConfigurationError(f"No tables are captured at {state.location}: run the snapshot (or register "
-                                 "tables with startup mode 'latest'/'offset') before starting the stream.")
-    return StreamOffset(start, 0)
-
-
-def _with_watermarks(generation: Generation, watermarks: Watermarks) -> Generation:
-    """``generation`` with the high watermarks the driver translated (``_translated_watermarks``)."""
-    if not watermarks:
-        return generation
-    return generation.with_splits(lambda f: dataclasses.replace(f, high_watermark=watermarks[f.split.split_id])
-                                  if f.split.split_id in watermarks else f)
-
-
-def _purged_or_raise(conn: Any, offset: BinlogOffset, on_binlog_purged: str) -> BinlogPurged | None:
-    try:
-        check_offset_available(conn, offset)
-        return None
-    except BinlogPurgedError as exc:
-        if on_binlog_purged != "resnapshot" or exc.oldest is None:  # no binlog left to go on from
-            raise
-        return BinlogPurged(offset, exc.oldest)
-
-
-def _schemas_and_orderings(source: SourceConfig, state: PipelineState, generation: Generation,
-                           tables: Any) -> tuple[list[TableSchema], dict[TableId, KeyOrdering]]:
-    known = KnownSchemas(state)
-    schemas = source.run(lambda conn: [known.for_stream(conn, t, generation.tables[t].chunk_key, remember=False)
-                                       for t in sorted(tables)], "reading table schemas")
-    # a table whose chunk key a DDL renamed or dropped is frozen at that DDL (stream_job.py): none of
-    # its changes are placed into splits or applied, so it gets no ordering
-    orderings = {s.table_id: KeyOrdering(s.column(generation.tables[s.table_id].chunk_key), source.connect)
-                 for s in schemas if generation.tables[s.table_id].chunk_key in s.column_names}
-    return schemas, orderings
 
 
 class BinlogDataSource(DataSource):

@@ -47,7 +47,7 @@ from airflow_provider_mysqlcdc.protocol.results import StreamResult
 from airflow_provider_mysqlcdc.sinks.base import Sink
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.spark.batch_rows import batch_items, row_key, spill_urls
-from airflow_provider_mysqlcdc.spark.binlog_source import SOURCE_NAME, BinlogDataSource, registry_start_offset
+from airflow_provider_mysqlcdc.spark.binlog_source import SOURCE_NAME, BinlogDataSource
 from airflow_provider_mysqlcdc.spark.connect import application_of, is_connect
 from airflow_provider_mysqlcdc.spark.report import stop_request
 from airflow_provider_mysqlcdc.state.cleanup import release_staged_files
@@ -58,6 +58,7 @@ from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
 from airflow_provider_mysqlcdc.state.servers import ServerEpochs
 from airflow_provider_mysqlcdc.state.spill import remove_all_spill_folders, remove_spill_folder
 from airflow_provider_mysqlcdc.stream.applier import BatchApplier
+from airflow_provider_mysqlcdc.stream.positions import registry_start_offset
 from airflow_provider_mysqlcdc.stream.tables import ServerTables
 from airflow_provider_mysqlcdc.stream.upkeep import StreamUpkeep
 

@@ -16,6 +16,7 @@ from airflow_provider_mysqlcdc.cdc.records.values import column_defaults
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
+from airflow_provider_mysqlcdc.protocol.registry import Generation
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
 from airflow_provider_mysqlcdc.state.servers import ServerEpochs
@@ -77,3 +78,17 @@ class ServerTables:
 
     def head(self) -> BinlogOffset:
         return self.source.run(ServerEpochs(self.state).head, "reading the binlog head")
+
+
+def schemas_and_orderings(source: SourceConfig, state: PipelineState, generation: Generation,
+                          tables: Any) -> tuple[list[TableSchema], dict[TableId, KeyOrdering]]:
+    """What the executors decode and place a batch's changes by: each table's schema for the stream,
+    and the database's order of its chunk key."""
+    known = KnownSchemas(state)
+    schemas = source.run(lambda conn: [known.for_stream(conn, t, generation.tables[t].chunk_key, remember=False)
+                                       for t in sorted(tables)], "reading table schemas")
+    # a table whose chunk key a DDL renamed or dropped is frozen at that DDL (stream_job.py): none of
+    # its changes are placed into splits or applied, so it gets no ordering
+    orderings = {s.table_id: KeyOrdering(s.column(generation.tables[s.table_id].chunk_key), source.connect)
+                 for s in schemas if generation.tables[s.table_id].chunk_key in s.column_names}
+    return schemas, orderings

@@ -1,0 +1,50 @@
+"""Where the stream starts and goes on, apart from Spark: the first offset of a stream without a
+checkpoint, the registry's high watermarks as a micro-batch places them, and what binlog lost to a
+purge means (spark/binlog_source.py plans and reads by them)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from airflow_provider_mysqlcdc.cdc.errors import BinlogPurgedError, ConfigurationError
+from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.model.records import BinlogPurged
+from airflow_provider_mysqlcdc.cdc.source.server import check_offset_available
+from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
+from airflow_provider_mysqlcdc.protocol.registry import Generation
+from airflow_provider_mysqlcdc.state.registry import PipelineState
+
+#: split id -> its high watermark placed among the pipeline's servers (state/servers.py), where that
+#: differs from the registry's: after a failover, in the epoch of the server the batch reads from
+Watermarks = dict[str, BinlogOffset]
+
+
+def registry_start_offset(state: PipelineState) -> StreamOffset:
+    """Where a stream without a checkpoint starts: the registry's smallest high watermark, at generation
+    0 (nothing captured), so the first batch activates everything the latest generation holds."""
+    start = state.latest().initial_offset()
+    if start is None:
+        raise ConfigurationError(f"No tables are captured at {state.location}: run the snapshot (or register "
+                                 "tables with startup mode 'latest'/'offset') before starting the stream.")
+    return StreamOffset(start, 0)
+
+
+def with_watermarks(generation: Generation, watermarks: Watermarks) -> Generation:
+    """``generation`` with the high watermarks the driver translated (spark/binlog_source.py)."""
+    if not watermarks:
+        return generation
+    return generation.with_splits(lambda f: dataclasses.replace(f, high_watermark=watermarks[f.split.split_id])
+                                  if f.split.split_id in watermarks else f)
+
+
+def purged_or_raise(conn: Any, offset: BinlogOffset, on_binlog_purged: str) -> BinlogPurged | None:
+    """None when the server still has the binlog at ``offset``; else the gap to go on after, with
+    ``on_binlog_purged="resnapshot"`` (its tables are re-snapshotted), or the error."""
+    try:
+        check_offset_available(conn, offset)
+        return None
+    except BinlogPurgedError as exc:
+        if on_binlog_purged != "resnapshot" or exc.oldest is None:  # no binlog left to go on from
+            raise
+        return BinlogPurged(offset, exc.oldest)
