@@ -106,10 +106,11 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
     spark: dict[str, Any] = dict(spark_master=spark_master, spark_conn_id=spark_conn_id, spark_conf=spark_conf, aws_conn_id=aws_conn_id)
     state = f"{state_dir.rstrip('/')}/{{{{ dag.dag_id }}}}"
     sink = _param("sink_root", sink_root)
-    common: dict[str, Any] = dict(state_location=state, mysqlcdc_conn_id=mysqlcdc_conn_id, split_rows=_param("split_rows", split_rows),
-                  chunk_rows=_param("chunk_rows", chunk_rows), chunk_key_columns=_param("chunk_key_columns", {}),
-                  startup_mode=_param("startup_mode", "initial"), start_offset=_param("start_offset", None),
-                  resnapshot=_param("resnapshot", None), aws_conn_id=aws_conn_id)
+    common: dict[str, Any] = dict(
+        state_location=state, mysqlcdc_conn_id=mysqlcdc_conn_id, split_rows=_param("split_rows", split_rows),
+        chunk_rows=_param("chunk_rows", chunk_rows), chunk_key_columns=_param("chunk_key_columns", {}),
+        startup_mode=_param("startup_mode", "initial"), start_offset=_param("start_offset", None),
+        resnapshot=_param("resnapshot", None), aws_conn_id=aws_conn_id)
     groups: list[tuple[str, Any]] = [(group_id_for(t), [t]) for t in tables]
     if tables_param:
         groups.append(("param_tables", _param("tables", None)))

@@ -47,9 +47,8 @@ class MySqlCdcCollectSplitsOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("state_location",)
 
-    def __init__(self, *, groups: Sequence[tuple[str, str]], state_location: str | None = None, state: str | None = None,
-                 aws_conn_id: str | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(self, *, groups: Sequence[tuple[str, str]], state_location: str | None = None,
+                 state: str | None = None, aws_conn_id: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.aws_conn_id = aws_conn_id
         self.groups = [(plan, snapshot) for plan, snapshot in groups]

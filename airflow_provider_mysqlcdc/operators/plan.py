@@ -178,8 +178,9 @@ class MySqlCdcPlanOperator(BaseOperator):
     def _settings(self) -> PlanSettings:
         """The rendered arguments, checked."""
         return PlanSettings.parse(split_rows=native(self.split_rows), chunk_rows=native(self.chunk_rows),
-                                  chunk_key_columns=native(self.chunk_key_columns), startup_mode=native(self.startup_mode),
-                                  start_offset=native(self.start_offset), resnapshot=native(self.resnapshot))
+                                  chunk_key_columns=native(self.chunk_key_columns),
+                                  startup_mode=native(self.startup_mode), start_offset=native(self.start_offset),
+                                  resnapshot=native(self.resnapshot))
 
     def _refuse_overlapping_runs(self, context: Context) -> None:
         """Runs of one pipeline share its registry and must not overlap. The builder requires

@@ -44,11 +44,11 @@ class MySqlCdcSnapshotOperator(MySqlCdcSparkJobOperator):
     :param partitions_per_split: Spark partitions reading one split (0: Spark's default parallelism)
     """
 
-    template_fields: Sequence[str] = ("chunk", "sink_root", "state_location", "spark_master", "spark_conn_id", "spark_conf")
+    template_fields: Sequence[str] = ("chunk", "sink_root", "state_location", "spark_master", "spark_conn_id",
+                                      "spark_conf")
 
-    def __init__(self, *, chunk: dict[str, Any], sink_root: str, state_location: str | None = None, state: str | None = None,
-                 partitions_per_split: int = 0,
-                 **kwargs: Any) -> None:
+    def __init__(self, *, chunk: dict[str, Any], sink_root: str, state_location: str | None = None,
+                 state: str | None = None, partitions_per_split: int = 0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.chunk = chunk
         self.sink_root = sink_root

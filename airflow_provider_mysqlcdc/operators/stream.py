@@ -83,7 +83,8 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
     :param poll_interval_s: how often the trigger looks at a detached stream
     """
 
-    template_fields: Sequence[str] = ("state_location", "sink_root", "mode", "spark_master", "spark_conn_id", "spark_conf")
+    template_fields: Sequence[str] = ("state_location", "sink_root", "mode", "spark_master", "spark_conn_id",
+                                      "spark_conf")
     external_id_key = "mysqlcdc_stream"  # in the task state store: the detached stream a retry reconnects to
     _detached: DetachedStream | None = None
     _job: StreamJob

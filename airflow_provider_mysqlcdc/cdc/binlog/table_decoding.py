@@ -100,7 +100,8 @@ class TableDecodings:
             if layout is None and self.decoder != "library":
                 log.info("rows of %s are decoded by python-mysql-replication: a column of it is stored in a way "
                          "the %s decoder leaves to the library", table_id, self.decoder)
-            found = TableDecoding(event.columns, normalizer, None if layout is None else decoder_for(layout, self.decoder))
+            row_decoder = None if layout is None else decoder_for(layout, self.decoder)
+            found = TableDecoding(event.columns, normalizer, row_decoder)
             self._decodings[id(event.columns)] = found
         return found
 
