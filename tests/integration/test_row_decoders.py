@@ -101,7 +101,7 @@ def test_every_decoder_gives_the_library_records_on_every_type_through_inserts_u
 def test_table_maps_without_column_names_and_charsets_are_left_to_the_library(restartable_server, caplog):
     """MINIMAL row metadata leaves the table map without column names and charsets: the library names
     the columns and guesses the charset while it reads the rows, so the decoders leave them to it."""
-    caplog.set_level(logging.INFO, logger="airflow_provider_mysqlcdc.cdc.binlog.reader")
+    caplog.set_level(logging.INFO, logger="airflow_provider_mysqlcdc.cdc.binlog.table_decoding")
     server = restartable_server
     text, numbers = TableId("d", "text"), TableId("d", "numbers")
     conn = server.connect_root()
