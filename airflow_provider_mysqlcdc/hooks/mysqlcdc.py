@@ -50,7 +50,7 @@ class MySqlCdcHook(BaseHook):
 
     def planner(self, state: PipelineState, *, log: Any = None) -> Planner:
         """What a plan task decides, against this connection's server (state/planner.py)."""
-        return Planner(self.source_config(), state, **({"log": log} if log is not None else {}))
+        return Planner(self.source_config(), state, log)
 
     def retry_budget_s(self) -> float:
         """How long the Spark jobs ride out a source outage (extra ``retry_budget_s``, default 300 s).

@@ -151,13 +151,11 @@ class MySqlCdcPlanOperator(BaseOperator):
         if table_ids is None and self.unset_covers_captured_except is not None:
             others = set(parse_tables(list(self.unset_covers_captured_except), allow_empty=True) or [])
             table_ids = [t for t in sorted(registry.tables) if t not in others]
-        if not table_ids:
-            if not exact:
-                self.log.info("no tables given for this group: nothing planned, the captured set unchanged")
-                context["ti"].xcom_push(key="tables", value=encode(TablePlans(exact=False, planned_on=registry.number)))
-                return []
-            table_ids = []
-        run = self.hook.planner(state, log=self.log).plan(table_ids, settings, registry)
+        if not table_ids and not exact:
+            self.log.info("no tables given for this group: nothing planned, the captured set unchanged")
+            context["ti"].xcom_push(key="tables", value=encode(TablePlans(exact=False, planned_on=registry.number)))
+            return []
+        run = self.hook.planner(state, log=self.log).plan(table_ids or [], settings, registry)
         for plan in run.plans:
             self.log.info("%s: %s%s", plan.table_id, plan.action,
                           f", {len(plan.splits)} split(s)" if plan.splits else

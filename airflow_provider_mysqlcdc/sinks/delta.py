@@ -264,9 +264,8 @@ class DeltaSink(Sink):
         uri = self.table_uri(table_id)
         # the columns may not be in the table yet (they are merged in by the first write that holds
         # them), and an update of a column the table lacks sets nothing: add them first, empty
-        table = DeltaTable(uri, storage_options=self.storage_options)
-        missing = [pa.field(name, value.type, nullable=True) for name, value in values.items()
-                   if name not in table.schema().to_arrow().names]
+        present = set(DeltaTable(uri, storage_options=self.storage_options).schema().to_arrow().names)
+        missing = [pa.field(name, value.type, nullable=True) for name, value in values.items() if name not in present]
         if missing:
             retry_conflicts(lambda: DeltaTable(uri, storage_options=self.storage_options).alter.add_columns(
                 [DeltaField.from_arrow(f) for f in missing]), f"add columns {[f.name for f in missing]} to {table_id}")

@@ -37,8 +37,6 @@ from airflow_provider_mysqlcdc.state.registry import PipelineState
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
 from airflow_provider_mysqlcdc.state.servers import ServerEpochs
 
-log = logging.getLogger(__name__)
-
 
 @dataclass(frozen=True)
 class PlanSettings:
@@ -80,10 +78,10 @@ class RunPlan:
 
 
 class Planner:
-    def __init__(self, source: SourceConfig, state: PipelineState, log: Any = log):
+    def __init__(self, source: SourceConfig, state: PipelineState, log: Any = None):
         self.source = source
         self.state = state
-        self.log = log
+        self.log = log if log is not None else logging.getLogger(__name__)
 
     def plan(self, table_ids: list[TableId], settings: PlanSettings, registry: Generation) -> RunPlan:
         """Plan ``table_ids`` against ``registry``. Tables the stream saw dropped or renamed away and

@@ -106,8 +106,9 @@ class Pipeline:
 
     def snapshot(self, table: TableId, *rows: dict[str, Any]) -> None:
         """The snapshot's rows of ``table`` (its one split, read as of ``off(0)``)."""
-        writer = SinkWriter(self.sink, self.tables.server[table], "id", KeyOrdering(self.tables.server[table].column("id")))
-        self.sink.prepare(self.tables.server[table])
+        schema = self.tables.server[table]
+        writer = SinkWriter(self.sink, schema, "id", self.tables.ordering(schema.column("id")))
+        self.sink.prepare(schema)
         writer.write_split(FinishedSplit(SnapshotSplit(table, 0, "id"), off(0)), list(rows))
 
     def batch(self, *items: BatchItem, batch_id: int | None = None) -> AppliedBatch:
