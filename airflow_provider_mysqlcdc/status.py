@@ -33,6 +33,7 @@ from airflow_provider_mysqlcdc.protocol.progress import (
     StreamOffsetProgress,
 )
 from airflow_provider_mysqlcdc.state.drift import frozen_since, pending_drift, read_drift
+from airflow_provider_mysqlcdc.state.generations import first_high_watermark
 from airflow_provider_mysqlcdc.state.lease import StreamLeases
 from airflow_provider_mysqlcdc.state.registry import STREAM_HISTORY, STREAM_OFFSET, STREAM_PROGRESS, PipelineState
 from airflow_provider_mysqlcdc.state.servers import ServerEpochs
@@ -51,7 +52,7 @@ def pipeline_status(location: str, source: SourceConfig | None = None) -> dict[s
             "splits": 0 if stream_only else len(captured.splits),
             "rows_at_snapshot": sum(f.rows for f in captured.splits),
             "staged_splits": sum(1 for f in captured.splits if f.staged),
-            "high_watermarks": [str(captured.first_high_watermark),
+            "high_watermarks": [str(first_high_watermark(captured)),
                                 str(max(f.high_watermark for f in captured.splits))],
             "drift": [{"kind": e.kind.value, "offset": str(e.offset), "reason": e.reason}
                       for e in pending_drift(drift, table_id, captured)],

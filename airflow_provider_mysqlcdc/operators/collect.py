@@ -32,6 +32,8 @@ from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
 from airflow_provider_mysqlcdc.protocol.plans import ChunkPlan, TablePlan, TablePlans
 from airflow_provider_mysqlcdc.protocol.results import ChunkResult, CollectResult
 from airflow_provider_mysqlcdc.state.changes import next_tables
+from airflow_provider_mysqlcdc.state.epochs import place_split
+from airflow_provider_mysqlcdc.state.generations import added_since, start_offset
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 
 
@@ -81,20 +83,20 @@ class MySqlCdcCollectSplitsOperator(BaseOperator):
         exact = bool(groups) and all(g.exact for g in groups)
         state = PipelineState(self.state_location)
         servers = state.servers()  # results read on a server the source failed over to compare as newer
-        finished = [servers.place_split(f) for item in results
+        finished = [place_split(servers, f) for item in results
                     for f in decode(ChunkResult, item, "a snapshot task's XCom").finished_splits]
         for planned_on in sorted({g.planned_on for g in groups if g.planned_on is not None}):
             state.refuse_stale_plans(planned_on, context["run_id"])
         before = state.latest()
         generation = state.commit(next_tables(before, plans, finished, exact=exact), landed_by=context["run_id"])
-        added = generation.added_since(before)
+        added = added_since(generation, before)
         removed = sorted(set(before.tables) - set(generation.tables))
         self.log.info("registry generation %d at %s: %d table(s) captured; %d split(s) new or replaced; removed: %s",
                       generation.number, self.state_location, len(generation.tables), len(added),
                       ", ".join(map(str, removed)) or "none")
         return encode(CollectResult(self.state_location, generation.number, sorted(map(str, generation.tables)),
                                     len(generation.finished_splits), len(added), [str(t) for t in removed],
-                                    generation.initial_offset(), [str(t) for t in sorted(failed)]))
+                                    start_offset(generation), [str(t) for t in sorted(failed)]))
 
 
 

@@ -8,9 +8,7 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -44,17 +42,8 @@ class CapturedTable:
     splits: list[FinishedSplit]
 
     @property
-    def first_high_watermark(self) -> BinlogOffset:
-        """The earliest point any of its splits was read at: events after it may be missing from the sink."""
-        return min(f.high_watermark for f in self.splits)
-
-    @property
     def stream_only(self) -> bool:
         return any(f.stream_only for f in self.splits)
-
-    def with_splits(self, change: Callable[[FinishedSplit], FinishedSplit]) -> "CapturedTable":
-        """This table with ``change`` applied to every finished split."""
-        return CapturedTable(self.chunk_key, [change(f) for f in self.splits])
 
     def to_dict(self) -> dict[str, Any]:
         return {"chunk_key": self.chunk_key, "splits": [f.to_dict() for f in self.splits]}
@@ -85,23 +74,6 @@ class Generation:
     @property
     def chunk_keys(self) -> dict[TableId, str]:
         return {t: c.chunk_key for t, c in self.tables.items()}
-
-    def initial_offset(self) -> BinlogOffset | None:
-        """Where a stream without a checkpoint starts: the smallest high watermark."""
-        return min((f.high_watermark for f in self.finished_splits), default=None)
-
-    def with_splits(self, change: Callable[[FinishedSplit], FinishedSplit]) -> "Generation":
-        """This generation with ``change`` applied to every finished split."""
-        return dataclasses.replace(self, tables={t: c.with_splits(change) for t, c in self.tables.items()})
-
-    def added_since(self, older: "Generation") -> list[FinishedSplit]:
-        """Splits of this generation that ``older`` did not have (new tables, re-snapshots)."""
-        added: list[FinishedSplit] = []
-        for table_id, captured in sorted(self.tables.items()):
-            before = older.tables.get(table_id)
-            known = {split_identity(f) for f in before.splits} if before else set()
-            added.extend(f for f in captured.splits if split_identity(f) not in known)
-        return added
 
     def to_body(self) -> dict[str, Any]:
         return {"number": self.number, "created": self.created, "landed_by": self.landed_by,

@@ -87,6 +87,7 @@ from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
 from airflow_provider_mysqlcdc.protocol.registry import Generation
 from airflow_provider_mysqlcdc.spark.batch_rows import RUN_LENGTH, SCHEMA, RowEmitter
 from airflow_provider_mysqlcdc.state.credentials import install_from_private_file
+from airflow_provider_mysqlcdc.state.generations import added_since
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from airflow_provider_mysqlcdc.state.servers import ServerEpochs
 from airflow_provider_mysqlcdc.state.spill import new_spill_folder
@@ -262,7 +263,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         new = state.load(number)
         if all(f.high_watermark.epoch == here.epoch for f in new.finished_splits):
             return {}
-        added = {f.split.split_id for f in new.added_since(state.load(previous))} if number != previous else set()
+        added = {f.split.split_id for f in added_since(new, state.load(previous))} if number != previous else set()
         return {f.split.split_id: self._servers().translate(conn, f.high_watermark, here.epoch)
                 for f in new.finished_splits
                 if f.high_watermark.epoch < here.epoch
@@ -320,7 +321,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _read_activation(self, partition: Activation) -> Iterator[tuple]:
         state = self._state()
         new, old = state.load(partition.generation), state.load(partition.previous)
-        added_ids = {f.split.split_id for f in new.added_since(old)}
+        added_ids = {f.split.split_id for f in added_since(new, old)}
         new = with_watermarks(new, partition.watermarks)
         added = [f for f in new.finished_splits if f.split.split_id in added_ids]
         tables = {f.split.table_id for f in added}

@@ -49,6 +49,7 @@ from airflow_provider_mysqlcdc.sinks.data_files import DataFile, delete_data_fil
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
 from airflow_provider_mysqlcdc.state.credentials import install_from_private_file
+from airflow_provider_mysqlcdc.state.epochs import place
 from airflow_provider_mysqlcdc.state.staged import write_staged
 
 log = logging.getLogger(__name__)
@@ -224,7 +225,7 @@ class _SplitJob:
                 floor: BinlogOffset | None) -> tuple[BinlogOffset, BinlogOffset, list[WindowChange]]:
         """The high watermark (placed among the pipeline's servers: after a failover, the rows' versions
         order after the old server's), the low one, and the split's changes between them."""
-        high = self.job.servers.place(self.reader.current_offset())
+        high = place(self.job.servers, self.reader.current_offset())
         low = min(lows + ([floor] if floor else [])).in_epoch(high.epoch)
         return high, low, list(self.reader.window_changes(split, low, high)) if high > low else []
 
@@ -234,7 +235,7 @@ class _SplitJob:
         changes touch and commits the split's files in one Delta commit."""
         sink = self.writer.sink
         uri = sink.table_uri(self.schema.table_id)
-        epoch = self.job.servers.place(self.reader.current_offset()).epoch
+        epoch = place(self.job.servers, self.reader.current_offset()).epoch
         files = PartitionFiles(sink.root, file_schema, split.chunk_key, epoch, prefix=f"chunk-{split.index}")
         started = time.monotonic()
         results = read_partitions(self.spark, self.executor_source, self.schema, parts, files)

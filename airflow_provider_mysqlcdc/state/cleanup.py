@@ -15,6 +15,7 @@ import logging
 import time
 
 from airflow_provider_mysqlcdc.protocol.progress import StagedRelease
+from airflow_provider_mysqlcdc.state.generations import added_since
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from airflow_provider_mysqlcdc.state.staged import delete_staged
 
@@ -49,6 +50,6 @@ def _staged_added(state: PipelineState, first: int, last: int) -> set[str]:
     previous = state.load(first - 1)
     for number in range(first, last + 1):
         current = state.load(number)
-        urls.update(f.staged for f in current.added_since(previous) if f.staged)
+        urls.update(f.staged for f in added_since(current, previous) if f.staged)
         previous = current
     return urls

@@ -39,6 +39,7 @@ from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import TableEventKind
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.protocol.registry import CapturedTable, DriftEvent, DriftLog
+from airflow_provider_mysqlcdc.state.generations import first_high_watermark
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 
 DRIFT = "schema-drift.json"
@@ -73,7 +74,7 @@ def pending_drift(drift: Drift, table_id: TableId, captured: CapturedTable | Non
     """The table's events after some of its splits were read: a re-snapshot is due when any."""
     if captured is None or not captured.splits:
         return []
-    return [e for e in drift.get(table_id, []) if e.offset > captured.first_high_watermark]
+    return [e for e in drift.get(table_id, []) if e.offset > first_high_watermark(captured)]
 
 
 def frozen_since(drift: Drift, table_id: TableId, captured: CapturedTable | None) -> BinlogOffset | None:

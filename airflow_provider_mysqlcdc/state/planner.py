@@ -33,6 +33,7 @@ from airflow_provider_mysqlcdc.state.changes import (
     splits_overlapping,
 )
 from airflow_provider_mysqlcdc.state.drift import Drift, pending_drift, read_drift
+from airflow_provider_mysqlcdc.state.epochs import place
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
 from airflow_provider_mysqlcdc.state.servers import ServerEpochs
@@ -92,7 +93,7 @@ class Planner:
         conn = self.source.connect()
         try:
             read = current_offset(conn, report.server)
-            head = self.state.servers().place(read)  # in its epoch after a failover (recorded below, once checked)
+            head = place(self.state.servers(), read)  # in its epoch after a failover (recorded below, once checked)
             stream_from = head
             if settings.startup_mode == "offset":
                 assert settings.start_offset is not None  # checked by PlanSettings.parse

@@ -26,6 +26,7 @@ compare correctly with the stream's offsets.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 import uuid
 from typing import Any, TypeVar
@@ -36,6 +37,8 @@ from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.protocol.envelope import Record
 from airflow_provider_mysqlcdc.protocol.registry import CapturedTable, Generation
 from airflow_provider_mysqlcdc.protocol.servers import ServerHistory
+from airflow_provider_mysqlcdc.state.epochs import place_split
+from airflow_provider_mysqlcdc.state.generations import table_with_splits, with_splits
 from airflow_provider_mysqlcdc.state.storage import StateStorage
 
 GENERATIONS = "generations"
@@ -72,7 +75,7 @@ class PipelineState:
         generation = self.storage.read_record(Generation, GENERATIONS, f"{number:06d}.json")
         if generation is None:
             raise FileNotFoundError(self.storage.url(GENERATIONS, f"{number:06d}.json"))
-        return generation.with_splits(self.servers().place_split)
+        return with_splits(generation, functools.partial(place_split, self.servers()))
 
     def servers(self) -> ServerHistory:
         """The servers the pipeline has read from (empty until its first plan or stream)."""
@@ -99,7 +102,7 @@ class PipelineState:
         """Write the next generation, unless ``tables`` equals the latest one; returns the latest.
         ``landed_by``: the DAG run whose collect lands it."""
         servers = self.servers()
-        tables = {t: c.with_splits(servers.place_split) for t, c in tables.items()}
+        tables = {t: table_with_splits(c, functools.partial(place_split, servers)) for t, c in tables.items()}
         latest = self.latest()
         if {t: c.to_dict() for t, c in tables.items()} == {t: c.to_dict() for t, c in latest.tables.items()}:
             return latest

@@ -9,7 +9,7 @@ carry that epoch, which orders them after every offset of the servers before (cd
 Sink versions and positions order the same way, so no merge is skipped as "older".
 
 Tasks that do not keep the history (chunk jobs, the planner) record the server id and the GTID
-position with each offset they read (``current_offset``); ``place`` gives such an offset its epoch
+position with each offset they read (``current_offset``); ``place`` (state/epochs.py) gives such an offset its epoch
 when the stream reads it. An offset of a server the stream has not followed yet is placed in the
 next epoch, the one that server gets when the stream follows it.
 
@@ -36,6 +36,7 @@ from airflow_provider_mysqlcdc.cdc.source.server import (
     server_info,
 )
 from airflow_provider_mysqlcdc.protocol.servers import ServerEpoch, ServerHistory
+from airflow_provider_mysqlcdc.state.epochs import place
 from airflow_provider_mysqlcdc.state.registry import SERVERS, PipelineState
 
 log = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ class ServerEpochs:
 
     def head(self, conn: pymysql.connections.Connection) -> BinlogOffset:
         """The binlog head of the server ``conn`` reaches, in its epoch."""
-        return self.state.servers().place(current_offset(conn))
+        return place(self.state.servers(), current_offset(conn))
 
     def behind(self, conn: pymysql.connections.Connection, offset: BinlogOffset) -> tuple[BinlogOffset, int | None]:
         """The head of the server ``conn`` reaches, and how many binlog bytes ``offset`` is behind it
@@ -68,7 +69,7 @@ class ServerEpochs:
         returns ``head`` in its server's epoch."""
         if not self.history() and head.server_id is not None:
             self._write((ServerEpoch(0, head.server_id, None, _now()),))
-        return self.state.servers().place(head)
+        return place(self.state.servers(), head)
 
     def follow(self, conn: pymysql.connections.Connection, read_up_to: BinlogOffset) -> BinlogOffset:
         """``read_up_to`` (where the stream has read to, maybe on an earlier server) as an offset in

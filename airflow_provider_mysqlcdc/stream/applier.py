@@ -42,6 +42,7 @@ from airflow_provider_mysqlcdc.sinks.base import Sink, StreamCommit
 from airflow_provider_mysqlcdc.sinks.change_columns import TableChanges, changes_before, conform_changes, offset_at
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_table_changes, staged_position
 from airflow_provider_mysqlcdc.state.drift import Drift, read_drift
+from airflow_provider_mysqlcdc.state.generations import first_high_watermark
 from airflow_provider_mysqlcdc.state.registry import STREAM_PROGRESS, PipelineState
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
 from airflow_provider_mysqlcdc.state.staged import read_staged
@@ -161,7 +162,7 @@ class BatchApplier(SchemaChangeRules):
 
     def _repairs_a_freeze(self, table_id: TableId) -> bool:
         captured = self.generation.tables.get(table_id)
-        return captured is not None and any(event.kind.freezes and event.offset < captured.first_high_watermark
+        return captured is not None and any(event.kind.freezes and event.offset < first_high_watermark(captured)
                                             for event in self.drift.get(table_id, []))
 
     def _make_writer(self, schema: TableSchema, chunk_key: str, *, replace: bool = False) -> None:

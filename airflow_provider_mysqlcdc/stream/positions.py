@@ -13,6 +13,7 @@ from airflow_provider_mysqlcdc.cdc.model.records import BinlogPurged
 from airflow_provider_mysqlcdc.cdc.source.server import check_offset_available
 from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
 from airflow_provider_mysqlcdc.protocol.registry import Generation
+from airflow_provider_mysqlcdc.state.generations import start_offset, with_splits
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 
 #: split id -> its high watermark placed among the pipeline's servers (state/servers.py), where that
@@ -23,7 +24,7 @@ Watermarks = dict[str, BinlogOffset]
 def registry_start_offset(state: PipelineState) -> StreamOffset:
     """Where a stream without a checkpoint starts: the registry's smallest high watermark, at generation
     0 (nothing captured), so the first batch activates everything the latest generation holds."""
-    start = state.latest().initial_offset()
+    start = start_offset(state.latest())
     if start is None:
         raise ConfigurationError(f"No tables are captured at {state.location}: run the snapshot (or register "
                                  "tables with startup mode 'latest'/'offset') before starting the stream.")
@@ -34,7 +35,7 @@ def with_watermarks(generation: Generation, watermarks: Watermarks) -> Generatio
     """``generation`` with the high watermarks the driver translated (spark/binlog_source.py)."""
     if not watermarks:
         return generation
-    return generation.with_splits(lambda f: dataclasses.replace(f, high_watermark=watermarks[f.split.split_id])
+    return with_splits(generation, lambda f: dataclasses.replace(f, high_watermark=watermarks[f.split.split_id])
                                   if f.split.split_id in watermarks else f)
 
 

@@ -22,6 +22,7 @@ from airflow_provider_mysqlcdc.sinks.arrow_rows import METADATA_COLUMNS
 from airflow_provider_mysqlcdc.sinks.base import Sink
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
 from airflow_provider_mysqlcdc.state.drift import Drift, frozen_since, record_drift
+from airflow_provider_mysqlcdc.state.generations import first_high_watermark
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas, orders_differently
 from airflow_provider_mysqlcdc.stream.tables import TableSource
@@ -85,7 +86,7 @@ class SchemaChangeRules:
     def _purged(self, gap: BinlogPurged) -> None:
         """Binlog this batch needed was purged: freeze exactly the tables that needed it."""
         tables = gap.tables if gap.tables is not None else \
-            [t for t, c in sorted(self.generation.tables.items()) if c.first_high_watermark < gap.resumed_at]
+            [t for t, c in sorted(self.generation.tables.items()) if first_high_watermark(c) < gap.resumed_at]
         log.warning("binlog from %s to %s was purged before the stream read it (on_binlog_purged='resnapshot'): %s",
                     gap.lost_from, gap.resumed_at, ", ".join(map(str, tables)) or "no table needed it")
         for table_id in tables:

@@ -164,7 +164,7 @@ def test_streams_racing_for_the_lease_on_an_object_store_leave_exactly_one_holde
 
 
 def test_collects_racing_on_a_registry_on_an_object_store_leave_one_winner_per_generation(s3, bucket, credentials):
-    from ..unit.test_registry import race_collects
+    from ..unit.state.test_registry import race_collects
 
     options = s3.storage_options(ACCESS_KEY, SECRET_KEY)
     race_collects(lambda: PipelineState(f"s3://{bucket}/state/collect-race", options), collects=6)

@@ -12,6 +12,7 @@ from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.protocol.plans import TablePlan
 from airflow_provider_mysqlcdc.protocol.registry import CapturedTable, Generation
 from airflow_provider_mysqlcdc.state.changes import ResnapshotRequest, decide_action, next_tables, parse_offset
+from airflow_provider_mysqlcdc.state.generations import added_since, start_offset
 from airflow_provider_mysqlcdc.state.registry import PipelineState, captured_tables
 
 T = TableId("shop", "orders")
@@ -29,14 +30,14 @@ def finish(split: SnapshotSplit, position: int, **fields) -> FinishedSplit:
 
 def test_generations_are_immutable_numbered_and_skip_no_change(tmp_path):
     state = PipelineState(str(tmp_path / "state"))
-    assert state.latest().number == 0 and state.latest().initial_offset() is None
+    assert state.latest().number == 0 and start_offset(state.latest()) is None
     first = state.commit(captured_tables([finish(s, 100 + s.index) for s in splits(T, [10])]))
     assert first.number == 1 and state.needs_staging(T) and not state.needs_staging(U)
     assert state.commit(dict(first.tables)).number == 1, "an unchanged registry must not make a generation"
     second = state.commit({})  # T removed
     assert second.number == 2 and not second.tables and T in second.history and state.needs_staging(T)
     assert state.load(1).tables[T].splits == first.tables[T].splits
-    assert state.load(1).initial_offset() == BinlogOffset("binlog.000001", 100)
+    assert start_offset(state.load(1)) == BinlogOffset("binlog.000001", 100)
 
 
 def test_added_since_lists_new_tables_and_replaced_splits_only():
@@ -44,7 +45,7 @@ def test_added_since_lists_new_tables_and_replaced_splits_only():
     replaced = finish(splits(T, [10, 20])[1], 300, staged="/x/split-1.parquet")
     new_tables = captured_tables([finish(s, 100) for s in splits(T, [10, 20])] + [finish(splits(U, [])[0], 200)])
     new_tables[T].splits[1] = replaced
-    added = Generation(2, new_tables).added_since(old)
+    added = added_since(Generation(2, new_tables), old)
     assert [(f.split.table_id, f.split.index) for f in added] == [(T, 1), (U, 0)]
 
 

@@ -1,10 +1,11 @@
-"""Placing offsets among the servers a pipeline has followed through failovers (``ServerHistory``,
+"""Placing offsets among the servers a pipeline has followed through failovers (``state/epochs.py``,
 ``servers.json``), from the history alone: which server read an offset, and where it stands."""
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.protocol.servers import ServerEpoch, ServerHistory
+from airflow_provider_mysqlcdc.state.epochs import epoch_of, place, place_split
 from airflow_provider_mysqlcdc.state.registry import SERVERS, PipelineState, captured_tables
 
 FAILOVER = ServerHistory((ServerEpoch(0, 1, None), ServerEpoch(1, 2, "0-1-100")))
@@ -13,23 +14,23 @@ T = TableId("shop", "t")
 
 
 def test_an_offset_is_placed_in_the_epoch_of_the_server_that_read_it():
-    assert FAILOVER.epoch_of(BinlogOffset("binlog.000009", 4, gtid_set="0-1-50", server_id=1)) == 0
-    assert FAILOVER.epoch_of(BinlogOffset("binlog.000001", 4, gtid_set="0-2-150", server_id=2)) == 1
+    assert epoch_of(FAILOVER, BinlogOffset("binlog.000009", 4, gtid_set="0-1-50", server_id=1)) == 0
+    assert epoch_of(FAILOVER, BinlogOffset("binlog.000001", 4, gtid_set="0-2-150", server_id=2)) == 1
 
 
 def test_a_server_followed_twice_is_placed_by_the_gtid_position_it_read_at():
-    assert FAILOVER_AND_BACK.epoch_of(BinlogOffset("binlog.000009", 4, gtid_set="0-1-50", server_id=1)) == 0
-    assert FAILOVER_AND_BACK.epoch_of(BinlogOffset("binlog.000012", 4, gtid_set="0-1-350", server_id=1)) == 2
+    assert epoch_of(FAILOVER_AND_BACK, BinlogOffset("binlog.000009", 4, gtid_set="0-1-50", server_id=1)) == 0
+    assert epoch_of(FAILOVER_AND_BACK, BinlogOffset("binlog.000012", 4, gtid_set="0-1-350", server_id=1)) == 2
 
 
 def test_an_offset_of_a_server_not_followed_yet_is_placed_in_the_next_epoch():
-    placed = FAILOVER.place(BinlogOffset("binlog.000001", 4, gtid_set="0-3-400", server_id=3))
+    placed = place(FAILOVER, BinlogOffset("binlog.000001", 4, gtid_set="0-3-400", server_id=3))
     assert placed.epoch == 2 and placed > BinlogOffset("binlog.000100", 4, epoch=1)
 
 
 def test_without_a_history_or_a_server_id_offsets_keep_their_epoch():
-    assert ServerHistory().epoch_of(BinlogOffset("binlog.000001", 4, server_id=7)) == 0
-    assert FAILOVER.epoch_of(BinlogOffset("binlog.000001", 4, epoch=1)) == 1
+    assert epoch_of(ServerHistory(), BinlogOffset("binlog.000001", 4, server_id=7)) == 0
+    assert epoch_of(FAILOVER, BinlogOffset("binlog.000001", 4, epoch=1)) == 1
 
 
 def test_a_generation_is_loaded_with_its_high_watermarks_placed_among_the_servers(tmp_path):
@@ -53,5 +54,5 @@ def test_a_resnapshot_read_on_the_new_primary_replaces_splits_read_on_the_old_on
     current = Generation(1, {T: CapturedTable("id", [old])})
     plan = TablePlan(T, "id", PlanAction.RESNAPSHOT, [split])
     assert next_tables(current, [plan], [new], exact=True)[T].splits == [old]  # unplaced: taken for older
-    landed = next_tables(current, [plan], [FAILOVER.place_split(new)], exact=True)[T].splits
+    landed = next_tables(current, [plan], [place_split(FAILOVER, new)], exact=True)[T].splits
     assert [f.high_watermark.server_id for f in landed] == [2]
