@@ -129,23 +129,3 @@ def test_maintenance_records_round_trip():
     assert decode(MaintenanceReport, encode(report), "test") == report
     request = MaintenanceRequest("r", MaintenancePolicy(compact=False), ["`db`.`t`"], "task", 1.0)
     assert decode(MaintenanceRequest, encode(request), "test") == request
-
-
-def test_the_operator_refuses_a_table_the_pipeline_does_not_capture_before_touching_any(tmp_path):
-    from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
-    from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
-    from airflow_provider_mysqlcdc.operators.maintenance import MySqlCdcMaintenanceOperator
-    from airflow_provider_mysqlcdc.protocol.registry import CapturedTable
-
-    state = PipelineState(str(tmp_path / "state"))
-    at = BinlogOffset("binlog.000001", 4)
-    state.commit({T: CapturedTable("id", [FinishedSplit(SnapshotSplit(T, 0, "id"), at, at)])})
-    operator = MySqlCdcMaintenanceOperator(task_id="maintain", sink_root=str(tmp_path / "lake"), state_location=state.location,
-                                           tables=["db.other"])
-    with pytest.raises(ConfigurationError, match=r"does not capture db.other: name tables it captures \(db.t\)"):
-        operator.execute(context={})
-    bad = MySqlCdcMaintenanceOperator(task_id="maintain", sink_root="/lake", state_location=state.location,
-                                      vacuum_retention_hours="a week")
-    with pytest.raises(ConfigurationError, match="vacuum_retention_hours must be a number of hours"):
-        bad.execute(context={})
-    assert not (tmp_path / "lake").exists()
