@@ -9,7 +9,7 @@ first batch of a query checks exactly that the server's binlog holds the start
 
 A micro-batch ``(start, end]`` is decoded with ``end``'s tables and finished-split filter, on the
 executors. When ``end`` has a newer generation than ``start``, the splits it adds are activated
-first, by one more partition:
+first, by one more partition, as stream/activation.py decides (this class only reads and emits):
 
 - the tables it adds are announced (``TablesActivated``), so the driver prepares their sink tables;
 - for every added split whose high watermark ``h`` is behind ``start``, the binlog ``(h, start]`` of
@@ -50,7 +50,6 @@ was purged skips those tables the same way.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -73,29 +72,25 @@ from airflow_provider_mysqlcdc.cdc.model.records import (
     BinlogPurged,
     ChangeRecord,
     SchemaChangeEvent,
-    TableEventKind,
     TableFailed,
-    TableTruncated,
-    WindowChange,
 )
-from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig, parse_server_id_range
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
+from airflow_provider_mysqlcdc.cdc.source.schema import TableSchema
 from airflow_provider_mysqlcdc.cdc.source.server import binlog_changed_error, check_offset_available
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
-from airflow_provider_mysqlcdc.protocol.registry import Generation
 from airflow_provider_mysqlcdc.spark.batch_rows import RUN_LENGTH, SCHEMA, RowEmitter
 from airflow_provider_mysqlcdc.state.credentials import install_from_private_file
-from airflow_provider_mysqlcdc.state.generations import added_since
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from airflow_provider_mysqlcdc.state.servers import ServerEpochs
 from airflow_provider_mysqlcdc.state.spill import new_spill_folder
-from airflow_provider_mysqlcdc.stream.events import StagedSplitReady, TablesActivated
+from airflow_provider_mysqlcdc.stream.activation import Replay, plan_activation
 from airflow_provider_mysqlcdc.stream.positions import (
     Watermarks,
+    all_in_epoch,
     purged_or_raise,
     registry_start_offset,
+    watermarks_to_translate,
     with_watermarks,
 )
 from airflow_provider_mysqlcdc.stream.tables import schemas_and_orderings
@@ -261,13 +256,9 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return {}
         state = self._state()
         new = state.load(number)
-        if all(f.high_watermark.epoch == here.epoch for f in new.finished_splits):
-            return {}
-        added = {f.split.split_id for f in added_since(new, state.load(previous))} if number != previous else set()
+        older = state.load(previous) if number != previous and not all_in_epoch(new, here.epoch) else new
         return {f.split.split_id: self._servers().translate(conn, f.high_watermark, here.epoch)
-                for f in new.finished_splits
-                if f.high_watermark.epoch < here.epoch
-                and (f.split.split_id in added or (f.high_watermark.epoch == begin.epoch and f.high_watermark > begin))}
+                for f in watermarks_to_translate(new, older, begin, here.epoch)}
 
     def commit(self, end: dict[str, Any]) -> None:
         pass
@@ -319,79 +310,41 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                           spill_folder=spill_folder, inline_bytes=self.inline_bytes)
 
     def _read_activation(self, partition: Activation) -> Iterator[tuple]:
+        """The activation's items, as stream/activation.py decides them: the tables announced, the
+        tables a purge cost, the re-read changes, the staged splits."""
         state = self._state()
-        new, old = state.load(partition.generation), state.load(partition.previous)
-        added_ids = {f.split.split_id for f in added_since(new, old)}
-        new = with_watermarks(new, partition.watermarks)
-        added = [f for f in new.finished_splits if f.split.split_id in added_ids]
-        tables = {f.split.table_id for f in added}
+        plan = plan_activation(state.load(partition.generation), state.load(partition.previous), partition.start,
+                               partition.watermarks)
         rows = self._emitter(partition.generation, partition.spill_folder)
-        whole = tuple(t for t in sorted(tables) if all(f.split.split_id in added_ids for f in new.tables[t].splits))
-        activated = TablesActivated({t: new.tables[t].chunk_key for t in sorted(tables)}, whole)
-        yield from rows.marker(-1, 0, "activate", 0, activated)
-        staged = {f.split.split_id: f for f in added if f.staged}
-        behind = [f for f in added if f.high_watermark < partition.start]
-        lost = self._lost_to_purge(behind, partition)
-        if lost is not None:  # these tables are re-snapshotted by the next run: nothing of them is applied now
+        yield from rows.marker(-1, 0, "activate", 0, plan.activated)
+        replay_from = plan.replay_from
+        gap = None if replay_from is None else self._source().run(
+            lambda conn: purged_or_raise(conn, replay_from, partition.on_binlog_purged),
+            "checking the binlog behind an activation")
+        if gap is not None:  # these tables are re-snapshotted by the next run: nothing of them is applied now
+            lost = plan.lost_to(gap)
             yield from rows.marker(lost.lost_from.version, 0, "purged", 0, lost)
-            gone = set(lost.tables or ())  # _lost_to_purge names them
-            added = [f for f in added if f.split.table_id not in gone]
-            behind = [f for f in behind if f.split.table_id not in gone]
-            staged = {i: f for i, f in staged.items() if f.split.table_id not in gone}
-        changes: dict[str, list[WindowChange]] = {split_id: [] for split_id in staged}
-        if behind:
-            yield from self._replay_behind(partition, new, added, behind, changes, rows)
-        for split_id, split in sorted(staged.items()):
-            yield from rows.marker(partition.start.version, -1, "staged", 0,
-                                   StagedSplitReady(split, partition.start, changes[split_id]))
+            plan = plan.without(lost.tables)
+        source = self._source()
+        schemas, orderings = (schemas_and_orderings(source, state, plan.generation, {f.split.table_id for f in plan.behind})
+                              if plan.behind else ([], {}))
+        replay = Replay(plan, orderings)
+        if plan.behind:
+            rows.schemas = {s.table_id: s for s in schemas}
+            yield from self._replay(partition, replay, schemas, rows)
+        for ready in replay.staged_ready():
+            yield from rows.marker(partition.start.version, -1, "staged", 0, ready)
         yield from rows.close()
 
-    def _lost_to_purge(self, behind: list[FinishedSplit], partition: Activation) -> BinlogPurged | None:
-        """The tables whose re-read ``(h, start]`` lies partly in purged binlog (an error unless the
-        stream re-snapshots what a purge cost)."""
-        if not behind:
-            return None
-        earliest = min(f.high_watermark for f in behind)
-        gap = self._source().run(lambda conn: purged_or_raise(conn, earliest, partition.on_binlog_purged),
-                                 "checking the binlog behind an activation")
-        if gap is None:
-            return None
-        tables = tuple(sorted({f.split.table_id for f in behind if f.high_watermark < gap.resumed_at}))
-        return BinlogPurged(earliest, gap.resumed_at, tables)
-
-    def _replay_behind(self, partition: Activation, new: Generation, added: list[FinishedSplit],
-                       behind: list[FinishedSplit], staged_changes: dict[str, list[WindowChange]],
-                       rows: RowEmitter) -> Iterator[tuple]:
-        """Re-read ``(h, start]`` for the added splits behind ``start``: direct ones' changes (and their
-        tables' DDL) are emitted, staged ones' are collected into ``staged_changes`` (a TRUNCATE of the
-        table included). The other splits of those tables are treated as finished at ``start``, so
-        nothing already streamed comes again."""
-        source, state = self._source(), self._state()
-        tables = {f.split.table_id for f in behind}
-        added_ids = {f.split.split_id for f in added}
-        splits = [f if f.split.split_id in added_ids
-                  else dataclasses.replace(f, high_watermark=max(f.high_watermark, partition.start))
-                  for t in sorted(tables) for f in new.tables[t].splits]
-        schemas, orderings = schemas_and_orderings(source, state, new, tables)
-        rows.schemas = {s.table_id: s for s in schemas}
-        split_filter = FinishedSplitFilter([f for f in splits if f.split.table_id in orderings], orderings)
-        staged_tables: dict[TableId, list[str]] = {}
-        for f in added:
-            if f.split.split_id in staged_changes:
-                staged_tables.setdefault(f.split.table_id, []).append(f.split.split_id)
-        reader = BinlogReader.for_schemas(source, schemas, start=min(f.high_watermark for f in behind),
-                                          end=partition.start, server_id=partition.server_id)
+    def _replay(self, partition: Activation, replay: Replay, schemas: list[TableSchema],
+                rows: RowEmitter) -> Iterator[tuple]:
+        """Re-read ``(replay_from, start]`` of the tables behind ``start`` and emit what ``replay`` keeps."""
+        reader = BinlogReader.for_schemas(self._source(), schemas, start=replay.plan.replay_from, end=partition.start,
+                                          server_id=partition.server_id)
         batch: list[ChangeRecord] = []
 
         def flush() -> Iterator[tuple]:
-            decisions = []
-            for record, split in zip(batch, split_filter.locate(batch)):
-                keep = split is not None and record.offset > split.high_watermark
-                if keep and split is not None and split.split.split_id in staged_changes:
-                    staged_changes[split.split.split_id].append(record)
-                    keep = False
-                decisions.append(keep)
-            yield from rows.changes(batch, decisions)
+            yield from rows.changes(batch, replay.changes(batch))
             batch.clear()
 
         try:
@@ -402,20 +355,15 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         yield from flush()
                 elif isinstance(item, SchemaChangeEvent):
                     yield from flush()
-                    for change in item.changes:
-                        if change.table in staged_tables and change.kind is TableEventKind.TRUNCATED:
-                            for split_id in staged_tables[change.table]:
-                                staged_changes[split_id].append(TableTruncated(change.table, item.offset))
-                    direct = tuple(c for c in item.changes if c.table not in staged_tables)
-                    if direct:
-                        yield from rows.marker(item.offset.version, 0, "ddl", item.timestamp_ms,
-                                               dataclasses.replace(item, changes=direct))
-                elif isinstance(item, TableFailed) and split_filter.may_emit(item.table_id, item.offset):
+                    direct = replay.schema_change(item)
+                    if direct is not None:
+                        yield from rows.marker(item.offset.version, 0, "ddl", item.timestamp_ms, direct)
+                elif isinstance(item, TableFailed) and replay.split_filter.may_emit(item.table_id, item.offset):
                     yield from flush()
                     yield from rows.fail(item)  # a staged split of the table is then not applied
             yield from flush()
         finally:
-            for ordering in orderings.values():
+            for ordering in replay.orderings.values():
                 ordering.close()
 
 

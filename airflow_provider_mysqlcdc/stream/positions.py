@@ -10,10 +10,11 @@ from typing import Any
 from airflow_provider_mysqlcdc.cdc.errors import BinlogPurgedError, ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import BinlogPurged
+from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit
 from airflow_provider_mysqlcdc.cdc.source.server import check_offset_available
 from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
 from airflow_provider_mysqlcdc.protocol.registry import Generation
-from airflow_provider_mysqlcdc.state.generations import start_offset, with_splits
+from airflow_provider_mysqlcdc.state.generations import added_since, start_offset, with_splits
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 
 #: split id -> its high watermark placed among the pipeline's servers (state/servers.py), where that
@@ -37,6 +38,24 @@ def with_watermarks(generation: Generation, watermarks: Watermarks) -> Generatio
         return generation
     return with_splits(generation, lambda f: dataclasses.replace(f, high_watermark=watermarks[f.split.split_id])
                                   if f.split.split_id in watermarks else f)
+
+
+def all_in_epoch(generation: Generation, epoch: int) -> bool:
+    """Every high watermark of ``generation`` was read on the server of ``epoch``: none to translate."""
+    return all(f.high_watermark.epoch == epoch for f in generation.finished_splits)
+
+
+def watermarks_to_translate(new: Generation, older: Generation, begin: BinlogOffset, epoch: int) -> list[FinishedSplit]:
+    """The splits of ``new`` (a batch from ``begin`` on, read on the server of ``epoch``) whose high
+    watermarks, read on an earlier server, the batch still compares changes with exactly: those of the
+    splits it activates (added since ``older``), and those after ``begin`` on ``begin``'s server.
+    They are translated into this server's binlog by their GTID positions (state/servers.py)."""
+    if all_in_epoch(new, epoch):
+        return []
+    added = {f.split.split_id for f in added_since(new, older)}
+    return [f for f in new.finished_splits
+            if f.high_watermark.epoch < epoch
+            and (f.split.split_id in added or (f.high_watermark.epoch == begin.epoch and f.high_watermark > begin))]
 
 
 def purged_or_raise(conn: Any, offset: BinlogOffset, on_binlog_purged: str) -> BinlogPurged | None:
