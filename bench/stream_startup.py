@@ -56,7 +56,8 @@ def bench_stream_startup(server: ThrowawayMariaDB, work: Path, secrets: Path) ->
     open_sink(str(lake)).prepare(load_table_schema(conn, table))
     PipelineState(str(state)).commit({table: CapturedTable("id", [stream_only_split(table, "id", current_offset(conn))])})
     (work / "startup.json").write_text(StreamJob(state=str(state), sink_root=str(lake)).to_json())
-    submit = SparkSubmit(master="local[2]", work_dir=work / "spark")
+    # at INFO, so that the executors' Python worker start-up lines ("Times: total = ...") are in its log
+    submit = SparkSubmit(master="local[2]", work_dir=work / "spark", conf={"spark.log.level": "INFO"})
     runs = []
     for _ in range(RUNS):
         with conn.cursor() as cur:

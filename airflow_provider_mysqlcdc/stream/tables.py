@@ -58,8 +58,7 @@ class ServerTables:
         self.known = known
 
     def schemas_for_stream(self, chunk_keys: dict[TableId, str]) -> list[TableSchema]:
-        return self.source.run(lambda conn: [self.known.for_stream(conn, t, k) for t, k in chunk_keys.items()],
-                               "reading table schemas")
+        return stream_schemas(self.source, self.known, chunk_keys, remember=True)
 
     def current_schemas(self, tables: list[TableId]) -> list[TableSchema]:
         return self.source.run(lambda conn: [self.known.load(conn, t, remember=False) for t in tables],
@@ -80,13 +79,21 @@ class ServerTables:
         return self.source.run(ServerEpochs(self.state).head, "reading the binlog head")
 
 
+def stream_schemas(source: SourceConfig, known: KnownSchemas, chunk_keys: dict[TableId, str], *,
+                   remember: bool) -> list[TableSchema]:
+    """The schema each table's changes are written under (``TableSource.schemas_for_stream``), in the
+    order of ``chunk_keys``; ``remember``: record what the server has now (state/schemas.py)."""
+    return source.run(lambda conn: [known.for_stream(conn, t, k, remember=remember) for t, k in chunk_keys.items()],
+                      "reading table schemas")
+
+
 def schemas_and_orderings(source: SourceConfig, state: PipelineState, generation: Generation,
                           tables: Any) -> tuple[list[TableSchema], dict[TableId, KeyOrdering]]:
     """What the executors decode and place a batch's changes by: each table's schema for the stream,
     and the database's order of its chunk key."""
-    known = KnownSchemas(state)
-    schemas = source.run(lambda conn: [known.for_stream(conn, t, generation.tables[t].chunk_key, remember=False)
-                                       for t in sorted(tables)], "reading table schemas")
+    # executors never write schema files: only the driver remembers what it saw
+    schemas = stream_schemas(source, KnownSchemas(state), {t: generation.tables[t].chunk_key for t in sorted(tables)},
+                             remember=False)
     # a table whose chunk key a DDL renamed or dropped is frozen at that DDL (stream_job.py): none of
     # its changes are placed into splits or applied, so it gets no ordering
     orderings = {s.table_id: KeyOrdering(s.column(generation.tables[s.table_id].chunk_key), source.connect)
