@@ -27,7 +27,7 @@ from airflow.sdk import Param, TaskGroup
 
 from airflow_provider_mysqlcdc.assets.sink_tables import sink_alias
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.cdc.source.selection import TablePattern, parse_entry
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
 from airflow_provider_mysqlcdc.operators.collect import MySqlCdcCollectSplitsOperator
 from airflow_provider_mysqlcdc.operators.plan import (
@@ -43,13 +43,17 @@ from airflow_provider_mysqlcdc.protocol.actions import StartupMode
 def group_id_for(table: str) -> str:
     """The task group of a table: ``<db>__<table>`` where both are plain (letters, digits, ``_``), else
     that with the other characters as ``_``, cut to 100 characters, and a hash of the exact name, so
-    that two tables never share a group (``a.b`` and ``a_b``, ``x y`` and ``x_y``)."""
-    table_id = TableId.parse(table)
-    plain = f"{table_id.database}__{table_id.table}"
+    that two tables never share a group (``a.b`` and ``a_b``, ``x y`` and ``x_y``). A pattern
+    (cdc/source/selection.py) gets ``pattern__<its text, readable>_<hash>``."""
+    entry = parse_entry(table)
+    if isinstance(entry, TablePattern):
+        readable = re.sub(r"[^A-Za-z0-9_]+", "_", entry.text).strip("_")
+        return f"pattern__{readable[:90]}_{hashlib.sha1(entry.text.encode()).hexdigest()[:8]}"
+    plain = f"{entry.database}__{entry.table}"
     readable = re.sub(r"[^A-Za-z0-9_]", "_", plain)
     if readable == plain and len(plain) <= 100:
         return plain
-    return f"{readable[:100]}_{hashlib.sha1(table_id.quoted.encode()).hexdigest()[:8]}"
+    return f"{readable[:100]}_{hashlib.sha1(entry.quoted.encode()).hexdigest()[:8]}"
 
 
 def mysqlcdc_params(*, sink_root: str, split_rows: int = DEFAULT_SPLIT_ROWS, chunk_rows: int = DEFAULT_CHUNK_ROWS,
@@ -57,8 +61,11 @@ def mysqlcdc_params(*, sink_root: str, split_rows: int = DEFAULT_SPLIT_ROWS, chu
     """The DAG params the pipeline reads at trigger time (``DAG(params=mysqlcdc_params(...))``)."""
     return {
         "tables": Param(None, type=["null", "array"], items={"type": "string"},
-                        description="Trigger-time tables (db.table). Unset: keep those captured; a list: exactly "
-                                    "these (new ones are snapshotted, missing ones stop being captured)."),
+                        description="Trigger-time tables (db.table, or patterns such as db.order_\\d+). Unset: "
+                                    "keep those captured; a list: exactly these (new ones are snapshotted, missing "
+                                    "ones stop being captured)."),
+        "exclude_tables": Param(None, type=["null", "array"], items={"type": "string"},
+                                description="tables (db.table, or patterns) left out of every group's tables"),
         "split_rows": Param(split_rows, type="integer", minimum=1, description="rows per split"),
         "chunk_rows": Param(chunk_rows, type="integer", minimum=1, description="rows per spark-submit chunk"),
         "chunk_key_columns": Param({}, type="object", description="{'db.table': 'column'}: chunk key other than "
@@ -88,7 +95,8 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
                       on_binlog_purged: str = "fail", tables_param: bool = False,
                       stream_limits: dict[str, Any] | None = None,
                       stream_deferrable: bool | None = None, aws_conn_id: str | None = None,
-                      stream_spark_conn_id: str | None = None) -> dict[str, Any]:
+                      stream_spark_conn_id: str | None = None,
+                      exclude_tables: Sequence[str] = ()) -> dict[str, Any]:
     """Build the graph in the current DAG; ``tables_param`` adds the group for trigger-time tables;
     ``stream_limits`` (``max_batch_bytes``, ``max_batch_events``, ``max_apply_changes``,
     ``cluster_after_files``, ``maintenance_every_s``, ``vacuum_retention_hours``) go to the stream;
@@ -102,7 +110,13 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
     (default: ``spark_conn_id``), e.g. chunks on a Connect server and the stream on a cluster.
 
     Object stores: ``sink_root`` and ``state_dir`` may be ``s3://`` (``gs://``, ``abfss://``) URLs;
-    ``aws_conn_id`` names the ``aws`` connection whose credentials open them (hooks/object_store.py)."""
+    ``aws_conn_id`` names the ``aws`` connection whose credentials open them (hooks/object_store.py).
+
+    Tables: ``tables`` and ``exclude_tables`` take names and patterns (``shop.order_\\d+``: regular
+    expressions on the database and table names, resolved against the server at each run;
+    cdc/source/selection.py). A pattern's group plans every table it matches then."""
+    for entry in [*tables, *exclude_tables]:  # a malformed entry fails the DAG when it is parsed
+        parse_entry(entry)
     spark: dict[str, Any] = dict(spark_master=spark_master, spark_conn_id=spark_conn_id, spark_conf=spark_conf, aws_conn_id=aws_conn_id)
     state = f"{state_dir.rstrip('/')}/{{{{ dag.dag_id }}}}"
     sink = _param("sink_root", sink_root)
@@ -110,7 +124,8 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
         state_location=state, mysqlcdc_conn_id=mysqlcdc_conn_id, split_rows=_param("split_rows", split_rows),
         chunk_rows=_param("chunk_rows", chunk_rows), chunk_key_columns=_param("chunk_key_columns", {}),
         startup_mode=_param("startup_mode", "initial"), start_offset=_param("start_offset", None),
-        resnapshot=_param("resnapshot", None), aws_conn_id=aws_conn_id)
+        resnapshot=_param("resnapshot", None), aws_conn_id=aws_conn_id,
+        exclude_tables=_param("exclude_tables", list(exclude_tables) or None))
     groups: list[tuple[str, Any]] = [(group_id_for(t), [t]) for t in tables]
     if tables_param:
         groups.append(("param_tables", _param("tables", None)))

@@ -1,7 +1,7 @@
 """Example: capture tables of one MySQL/MariaDB source into Delta tables, then stream the binlog.
 
 Settings come from the environment so that the demo and the tests can point it anywhere:
-MYSQLCDC_EXAMPLE_TABLES (comma-separated db.table; backticks around names with dots or commas), MYSQLCDC_SINK_ROOT, MYSQLCDC_STATE_DIR,
+MYSQLCDC_EXAMPLE_TABLES (comma-separated db.table, or patterns such as db.order_\\d+; backticks around names with dots or commas), MYSQLCDC_SINK_ROOT, MYSQLCDC_STATE_DIR,
 MYSQLCDC_SPLIT_ROWS, MYSQLCDC_CHUNK_ROWS, MYSQLCDC_SPARK_CONN_ID (an Airflow ``spark`` connection, or a
 ``spark_connect`` one to a Spark Connect server; unset: Spark local mode), MYSQLCDC_STREAM_SPARK_CONN_ID
 (the stream's, when it differs), MYSQLCDC_SPARK_CONF (JSON, e.g. '{"spark.executor.memory": "4g"}') and
@@ -21,7 +21,7 @@ import os
 
 from airflow.sdk import DAG
 
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.cdc.source.selection import split_entries
 from airflow_provider_mysqlcdc.pipeline import mysqlcdc_params, mysqlcdc_pipeline
 
 SPLIT_ROWS = int(os.environ.get("MYSQLCDC_SPLIT_ROWS", "250000"))
@@ -33,7 +33,7 @@ with DAG(
     params=mysqlcdc_params(sink_root=SINK_ROOT, split_rows=SPLIT_ROWS, chunk_rows=CHUNK_ROWS),
 ) as dag:
     mysqlcdc_pipeline(
-        tables=[t.quoted for t in TableId.parse_list(os.environ.get("MYSQLCDC_EXAMPLE_TABLES", "shop.orders"))],
+        tables=split_entries(os.environ.get("MYSQLCDC_EXAMPLE_TABLES", "shop.orders")),  # names or patterns
         sink_root=SINK_ROOT,
         state_dir=os.environ.get("MYSQLCDC_STATE_DIR", "/tmp/mysqlcdc/state"),
         split_rows=SPLIT_ROWS,

@@ -22,6 +22,7 @@ from airflow.sdk import BaseOperator, Context
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.cdc.source.selection import TableSelection
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
 from airflow_provider_mysqlcdc.hooks.object_store import open_object_store
 from airflow_provider_mysqlcdc.metrics.pipeline_metrics import PipelineMetrics, pipeline_name
@@ -61,20 +62,18 @@ def native(value: Any) -> Any:
     return value
 
 
-def parse_tables(tables: Any, *, allow_empty: bool = False) -> list[TableId] | None:
-    """Tables as a list, a comma-separated string, or a rendered list; None stays None (not given)."""
+def parse_tables(tables: Any, exclude_tables: Any = None, *, allow_empty: bool = False) -> TableSelection | None:
+    """Tables (names and patterns, cdc/source/selection.py) as a list, a comma-separated string or a
+    rendered list, less ``exclude_tables``; None stays None (not given)."""
     tables = native(tables)
     if tables is None:
         return None
-    if isinstance(tables, str):
-        parsed = TableId.parse_list(tables)  # commas inside backticks belong to names
-    elif isinstance(tables, (list, tuple)):
-        parsed = [TableId.parse(str(t)) for t in tables if str(t).strip()]
-    else:
-        raise ConfigurationError(f"Malformed table list {tables!r}: write ['db.table', ...].")
-    if not parsed and not allow_empty:
+    if not isinstance(tables, (str, list, tuple)):
+        raise ConfigurationError(f"Malformed table list {tables!r}: write ['db.table', 'db.pattern_\\d+', ...].")
+    selection = TableSelection.parse(tables, native(exclude_tables))
+    if not selection.include and not allow_empty:
         raise ConfigurationError("No tables to capture: give tables as ['db.table', ...].")
-    return parsed
+    return selection
 
 
 def _refuse_duplicates(table_ids: list[TableId]) -> None:
@@ -90,7 +89,10 @@ class MySqlCdcPlanOperator(BaseOperator):
     ``unset_covers_captured_except``: then the group covers the captured tables other than those
     (the DAG's parse-time tables), so re-snapshot requests and schema drift still reach them.
 
-    :param tables: ``db.table`` names (a list, a comma-separated string or a rendered list), or None
+    :param tables: ``db.table`` names and patterns such as ``shop.order_\\d+`` (regular expressions on
+        the database and table names, resolved against the server at each run: cdc/source/selection.py),
+        as a list, a comma-separated string or a rendered list; or None
+    :param exclude_tables: names and patterns left out of ``tables`` (and of the run's other groups)
     :param state_location: the pipeline's state location (``<state_dir>/<dag_id>``)
     :param mysqlcdc_conn_id: the ``mysqlcdc`` connection of the source
     :param split_rows: rows per split (one atomic replace in the sink)
@@ -109,10 +111,11 @@ class MySqlCdcPlanOperator(BaseOperator):
         store (hooks/object_store.py); none: the machine's own credentials
     """
 
-    template_fields: Sequence[str] = ("tables", "state_location", "split_rows", "chunk_rows", "chunk_key_columns",
+    template_fields: Sequence[str] = ("tables", "exclude_tables", "state_location", "split_rows", "chunk_rows", "chunk_key_columns",
                                       "startup_mode", "start_offset", "resnapshot", "run_tables")
 
-    def __init__(self, *, tables: Any, state_location: str | None = None, state: str | None = None,
+    def __init__(self, *, tables: Any, exclude_tables: Any = None, state_location: str | None = None,
+                 state: str | None = None,
                  mysqlcdc_conn_id: str = MySqlCdcHook.default_conn_name,
                  split_rows: int | str = DEFAULT_SPLIT_ROWS, chunk_rows: int | str = DEFAULT_CHUNK_ROWS,
                  chunk_key_columns: dict[str, str] | str | None = None, startup_mode: str = "initial",
@@ -124,6 +127,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         self.aws_conn_id = aws_conn_id
         self.unset_covers_captured_except = unset_covers_captured_except
         self.tables = tables
+        self.exclude_tables = exclude_tables
         self.state_location = state_location_of(state_location, state, "MySqlCdcPlanOperator")
         self.mysqlcdc_conn_id = mysqlcdc_conn_id
         self.split_rows = split_rows
@@ -141,21 +145,26 @@ class MySqlCdcPlanOperator(BaseOperator):
         open_object_store(self.aws_conn_id)
         self._refuse_overlapping_runs(context)
         # every parameter is checked before anything is written (state, schemas, servers)
-        table_ids = parse_tables(self.tables, allow_empty=True)
-        _refuse_duplicates(table_ids or [])
+        selection = parse_tables(self.tables, self.exclude_tables, allow_empty=True)
+        _refuse_duplicates(selection.names if selection else [])
         settings = self._settings()
         state = PipelineState(self.state_location)
         registry = state.latest()
-        self._check_requests(settings.resnapshot, registry, table_ids or [])
-        exact = table_ids is not None
-        if table_ids is None and self.unset_covers_captured_except is not None:
-            others = set(parse_tables(list(self.unset_covers_captured_except), allow_empty=True) or [])
-            table_ids = [t for t in sorted(registry.tables) if t not in others]
+        self._check_requests(settings.resnapshot, registry, selection)
+        planner = self.hook.planner(state, log=self.log)
+        exact = selection is not None
+        table_ids: list[TableId] = []
+        if selection is not None:
+            table_ids = planner.tables(selection, registry)  # patterns resolved against the server
+        elif self.unset_covers_captured_except is not None:
+            others = parse_tables(list(self.unset_covers_captured_except), self.exclude_tables, allow_empty=True)
+            table_ids = [t for t in sorted(registry.tables)
+                         if others is None or not (others.covers(t) or others.excluded(t))]
         if not table_ids and not exact:
             self.log.info("no tables given for this group: nothing planned, the captured set unchanged")
             context["ti"].xcom_push(key="tables", value=encode(TablePlans(exact=False, planned_on=registry.number)))
             return []
-        run = self.hook.planner(state, log=self.log).plan(table_ids or [], settings, registry)
+        run = planner.plan(table_ids, settings, registry)
         for plan in run.plans:
             self.log.info("%s: %s%s", plan.table_id, plan.action,
                           f", {len(plan.splits)} split(s)" if plan.splits else
@@ -191,21 +200,22 @@ class MySqlCdcPlanOperator(BaseOperator):
                 "overlap (they share its registry). Let the other run finish, then clear this one; for a backfill, "
                 "pass --max-active-runs 1 (or max_active_runs=1 in the REST call).")
 
-    def _check_requests(self, requests: list[ResnapshotRequest], registry: Any, table_ids: list[TableId]) -> None:
+    def _check_requests(self, requests: list[ResnapshotRequest], registry: Any, selection: TableSelection | None) -> None:
         """Re-snapshot requests against the tables of the whole run (``run_tables``), when known."""
         if self.run_tables is None:
             return
-        given = parse_tables(self.run_tables.get("param"), allow_empty=True)
-        named = set(table_ids) | set(parse_tables(list(self.run_tables.get("dag") or []), allow_empty=True) or [])
-        named |= set(given or [])
+        given = parse_tables(self.run_tables.get("param"), self.exclude_tables, allow_empty=True)
+        dag = parse_tables(list(self.run_tables.get("dag") or []), self.exclude_tables, allow_empty=True)
+        selections = [s for s in (selection, dag, given) if s is not None]
         # the run names the complete set (captured tables it leaves out are removed), unless the DAG
         # has a trigger-time group whose param is unset (it keeps the captured tables)
         exact = "param" not in self.run_tables or given is not None
         for request in requests:
             table_id = request.table_id
-            if table_id not in named and table_id not in registry.tables:
+            named = any(s.covers(table_id) for s in selections)
+            if not named and table_id not in registry.tables:
                 raise ConfigurationError(f"resnapshot names {table_id.quoted}, which this pipeline neither captures nor "
                                          "is given in this run's tables: check the name, or add the table to tables.")
-            if table_id not in named and exact:
+            if not named and exact:
                 raise ConfigurationError(f"resnapshot asks for {table_id.quoted}, which this run's tables stop capturing: "
                                          "keep it in tables to re-snapshot it, or drop the request.")

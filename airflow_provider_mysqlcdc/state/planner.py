@@ -19,7 +19,8 @@ from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, Split
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.preflight import PreflightReport, run_preflight
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId, table_exists
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId, base_tables, table_exists
+from airflow_provider_mysqlcdc.cdc.source.selection import TableSelection
 from airflow_provider_mysqlcdc.cdc.source.server import check_offset_available, current_offset
 from airflow_provider_mysqlcdc.protocol.actions import PlanAction
 from airflow_provider_mysqlcdc.protocol.plans import ChunkPlan, TablePlan
@@ -112,6 +113,26 @@ class Planner:
             captured = registry.tables.get(table_id)
             known.remember_planned(schema, captured.chunk_key if captured else None)
         return RunPlan(plans, chunk_plans(plans, settings), head)
+
+    def tables(self, selection: TableSelection, registry: Generation) -> list[TableId]:
+        """The tables ``selection`` names or matches on the server now (cdc/source/selection.py), and
+        the captured tables a pattern covers that the stream saw dropped or renamed away: those keep
+        their sink's last state, as a named table does (``plan``)."""
+        if not selection.patterns:
+            return [t for t in selection.names if not selection.excluded(t)]
+        conn = self.source.connect()
+        try:
+            server = base_tables(conn)
+        finally:
+            conn.close()
+        drift = read_drift(self.state)
+        ended = [t for t, captured in registry.tables.items()
+                 if any(e.kind.ends_table for e in pending_drift(drift, t, captured))]
+        tables = selection.resolve(server + ended)
+        for pattern in selection.patterns:
+            self.log.info("table pattern '%s' matches %s", pattern,
+                          ", ".join(str(t) for t in tables if pattern.matches(t)) or "only excluded tables")
+        return tables
 
     def _gone_tables(self, table_ids: list[TableId], registry: Generation, drift: Drift) -> set[TableId]:
         """Captured tables the stream saw dropped or renamed away and that are not back on the server:

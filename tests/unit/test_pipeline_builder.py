@@ -32,3 +32,19 @@ def test_a_secret_in_spark_conf_is_refused_when_parsed():
         with DAG("cdc_secret", schedule=None, max_active_runs=1):
             mysqlcdc_pipeline(tables=["shop.orders"], sink_root="/lake", state_dir="/state",
                               spark_conf={"spark.hadoop.fs.s3a.secret.key": "x"})
+
+
+def test_a_pattern_gets_a_group_of_its_own_and_every_plan_the_exclude_list():
+    with DAG("cdc_patterns", schedule=None, max_active_runs=1) as dag:
+        mysqlcdc_pipeline(tables=["shop.orders", "shop.order_\\d+", "shop.order_[0-9]+"], sink_root="/lake",
+                          state_dir="/state", exclude_tables=["shop.order_0"])
+    groups = sorted({t.split(".")[0] for t in dag.task_ids} - {"collect_splits", "stream"})
+    assert len(groups) == 3 and sum(g.startswith("pattern__shop_order_") for g in groups) == 2
+    plan = dag.get_task(f"{groups[0]}.plan")
+    assert plan.exclude_tables == "{{ params.exclude_tables | default(['shop.order_0']) }}"
+
+
+def test_a_malformed_pattern_is_refused_when_parsed():
+    with pytest.raises(ConfigurationError, match="is not a regular expression"):
+        with DAG("cdc_bad_pattern", schedule=None, max_active_runs=1):
+            mysqlcdc_pipeline(tables=["shop.order_(\\d+"], sink_root="/lake", state_dir="/state")

@@ -252,6 +252,13 @@ def table_exists(conn: pymysql.connections.Connection, table_id: TableId) -> boo
     return row is not None and row[0] == "BASE TABLE"
 
 
+def base_tables(conn: pymysql.connections.Connection) -> list[TableId]:
+    """Every base table the connection's user can see (views and system views left out)."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE'")
+        return [TableId(str(database), str(table)) for database, table in cur.fetchall()]
+
+
 def missing_table_error(table_id: TableId) -> PreflightError:
     return PreflightError(
         f"Table {table_id} does not exist on the source (or is a view, or the CDC user cannot see it): "

@@ -13,6 +13,7 @@ from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.cdc.source.selection import TableSelection
 from airflow_provider_mysqlcdc.operators.plan import MySqlCdcPlanOperator
 from airflow_provider_mysqlcdc.protocol.actions import PlanAction
 from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
@@ -44,9 +45,14 @@ class FakeDag:
 
 @dataclass
 class FakePlanner:
-    """Plans each table it is given as a snapshot of one split, in one chunk."""
+    """Plans each table it is given as a snapshot of one split, in one chunk; patterns resolve against
+    ``server`` (the real resolution: cdc/source/selection.py)."""
 
     asked: list[tuple[list[TableId], PlanSettings]] = field(default_factory=list)
+    server: list[TableId] = field(default_factory=list)
+
+    def tables(self, selection: TableSelection, registry: Any) -> list[TableId]:
+        return selection.resolve(self.server)
 
     def plan(self, table_ids: list[TableId], settings: PlanSettings, registry: Any) -> RunPlan:
         self.asked.append((list(table_ids), settings))
@@ -62,9 +68,10 @@ class FakeHook:
         return self.planner_
 
 
-def _run(tmp_path, ti: FakeTaskInstance | None = None, **arguments: Any) -> tuple[Any, FakeTaskInstance, FakePlanner]:
+def _run(tmp_path, ti: FakeTaskInstance | None = None, server: tuple[TableId, ...] = (),
+         **arguments: Any) -> tuple[Any, FakeTaskInstance, FakePlanner]:
     operator = MySqlCdcPlanOperator(task_id="plan", state_location=str(tmp_path / "state"), **arguments)
-    hook = FakeHook()
+    hook = FakeHook(FakePlanner(server=list(server)))
     operator.__dict__["hook"] = hook  # the cached_property, replaced
     ti = ti or FakeTaskInstance()
     returned = operator.execute({"ti": ti, "dag": FakeDag(), "run_id": "manual__1"})  # type: ignore[arg-type]
@@ -120,3 +127,26 @@ def test_bad_settings_are_refused_before_the_planner_is_asked(tmp_path):
 def test_the_chunk_records_it_returns_carry_the_label_the_ui_shows(tmp_path):
     returned, _, _ = _run(tmp_path, tables=["shop.a"])
     assert returned[0]["label"] == "shop.a chunk 1/1" and returned == [encode(decode(ChunkPlan, returned[0], "x"))]
+
+
+SHARDS = (TableId("shop", "order_1"), TableId("shop", "order_2"), TableId("shop", "order_x"), A)
+
+
+def test_a_pattern_plans_the_tables_it_matches_on_the_server_less_the_excluded(tmp_path):
+    _, ti, planner = _run(tmp_path, server=SHARDS, tables=["shop.a", "shop.order_\\d+"],
+                          exclude_tables="shop.order_2")
+    assert planner.asked[0][0] == [A, TableId("shop", "order_1")]
+    assert decode(TablePlans, ti.pushed["tables"], "the tables XCom").exact
+
+
+def test_a_pattern_that_matches_nothing_fails_the_plan_before_anything_is_planned(tmp_path):
+    with pytest.raises(ConfigurationError, match=r"'shop\.ordr_\\d\+' matches no table on the source"):
+        _run(tmp_path, server=SHARDS, tables=["shop.ordr_\\d+"])
+    assert not (tmp_path / "state").exists() or not list((tmp_path / "state").rglob("plan-*.json"))
+
+
+def test_an_unset_param_group_leaves_the_tables_the_dags_patterns_cover_to_their_group(tmp_path):
+    state = PipelineState(str(tmp_path / "state"))
+    state.commit(captured_tables([FinishedSplit(SnapshotSplit(t, 0, "id"), HEAD) for t in SHARDS]))
+    _, _, planner = _run(tmp_path, tables=None, unset_covers_captured_except=["shop.order_\\d+"])
+    assert planner.asked[0][0] == [A, TableId("shop", "order_x")]

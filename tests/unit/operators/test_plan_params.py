@@ -19,7 +19,7 @@ def test_rendered_params_become_values():
     assert native("['shop.a', 'shop.b']") == ["shop.a", "shop.b"]
     assert native("[{'table': 'shop.a', 'from': 1}]") == [{"table": "shop.a", "from": 1}]
     assert parse_tables("None") is None
-    assert parse_tables("['shop.a', '`my.db`.`t`']") == [TableId("shop", "a"), TableId("my.db", "t")]
+    assert parse_tables("['shop.a', '`my.db`.`t`']").names == [TableId("shop", "a"), TableId("my.db", "t")]
     settings = plan(split_rows="400", chunk_rows="1200", startup_mode="offset", start_offset="binlog.000003:120",
                     chunk_key_columns="{'shop.orders': 'created_id'}",
                     resnapshot="[{'table': 'shop.orders', 'from': 5, 'to': 9}]")._settings()
@@ -53,7 +53,7 @@ def test_a_table_named_twice_in_one_run_is_refused():
     from airflow_provider_mysqlcdc.operators.plan import _refuse_duplicates
 
     with pytest.raises(ConfigurationError, match="`shop`.`a` named more than once"):
-        _refuse_duplicates(parse_tables("shop.a, shop.b, `shop`.`a`"))
+        _refuse_duplicates(parse_tables("shop.a, shop.b, `shop`.`a`").names)
 
 
 def _requests_checked(registry_tables, run_tables, resnapshot, tables=("shop.orders",)):
@@ -63,6 +63,12 @@ def _requests_checked(registry_tables, run_tables, resnapshot, tables=("shop.ord
     operator = MySqlCdcPlanOperator(task_id="plan", tables=list(tables), state_location="/tmp/unused", run_tables=run_tables)
     registry = Generation(1, {TableId.parse(t): CapturedTable("id", []) for t in registry_tables})
     operator._check_requests(ResnapshotRequest.parse_all(resnapshot), registry, parse_tables(list(tables)))
+
+
+def test_a_resnapshot_of_a_table_a_pattern_of_the_run_matches_is_accepted():
+    _requests_checked([], {"dag": ["shop.order_\\d+"], "param": None}, ["shop.order_7"], tables=("shop.order_\\d+",))
+    with pytest.raises(ConfigurationError, match="neither captures"):
+        _requests_checked([], {"dag": ["shop.order_\\d+"], "param": None}, ["shop.orders"], tables=("shop.order_\\d+",))
 
 
 def test_a_resnapshot_of_a_table_nobody_captures_is_refused():
