@@ -86,3 +86,14 @@ def test_a_malformed_entry_is_refused_before_anything_is_read(entry, message):
 def test_a_comma_separated_string_keeps_commas_inside_backticks_and_repetition_counts():
     assert split_entries("shop.orders, `a,b`.t ,shop.order_\\d{1,3}") == ["shop.orders", "`a,b`.t",
                                                                           "shop.order_\\d{1,3}"]
+
+
+#: names the server accepts that hold every character the entry syntax gives a meaning to
+HAZARDS = ["dot.ted", "back`tick", 'dou"ble', "{brace}", "pct%s", "sp ace", "1leading", "ünï", "select", ".", "..",
+           "com,ma", "sl/ash", "back\\slash", "hash#q?", "a%2Fb", "(paren)", "[br]", "a|b", "^x", "x+y*", "price$"]
+
+
+def test_every_quoted_name_reads_back_as_itself_alone_and_in_a_comma_separated_list():
+    tables = [TableId("cdc hazard.db`%s", name) for name in HAZARDS]
+    assert [parse_entry(t.quoted) for t in tables] == tables
+    assert [parse_entry(e) for e in split_entries(", ".join(t.quoted for t in tables))] == tables
