@@ -126,14 +126,16 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
         startup_mode=_param("startup_mode", "initial"), start_offset=_param("start_offset", None),
         resnapshot=_param("resnapshot", None), aws_conn_id=aws_conn_id,
         exclude_tables=_param("exclude_tables", list(exclude_tables) or None))
-    groups: list[tuple[str, Any]] = [(group_id_for(t), [t]) for t in tables]
+    groups: list[tuple[str, Any, list[str]]] = [(group_id_for(t), [t], _precedence(list(tables), i))
+                                                for i, t in enumerate(tables)]
     if tables_param:
-        groups.append(("param_tables", _param("tables", None)))
+        groups.append(("param_tables", _param("tables", None), list(tables)))
     plan_ids, snapshots, collected = [], [], []
-    for group_id, group_tables in groups:
+    for group_id, group_tables, leave_to in groups:
         with TaskGroup(group_id=group_id):
             plan = MySqlCdcPlanOperator(task_id="plan", tables=group_tables, **common,
                                         unset_covers_captured_except=list(tables) if group_id == "param_tables" else None,
+                                        leave_to_other_groups=leave_to,
                                         run_tables={"dag": list(tables),
                                                     **({"param": _param("tables", None)} if tables_param else {})})
             snapshot = MySqlCdcSnapshotOperator.partial(
@@ -160,6 +162,15 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
     collect >> stream
     _require_one_run_at_a_time(collect)
     return {"plan_task_ids": plan_ids, "snapshots": snapshots, "collect": collect, "stream": stream}
+
+
+def _precedence(tables: list[str], index: int) -> list[str]:
+    """What the group of ``tables[index]`` leaves to the others: a name is its own group's; a pattern
+    leaves every name, and the tables earlier patterns match, to their groups."""
+    if not isinstance(parse_entry(tables[index]), TablePattern):
+        return []
+    return [t for i, t in enumerate(tables)
+            if i != index and (i < index or not isinstance(parse_entry(t), TablePattern))]
 
 
 def _require_one_run_at_a_time(task: Any) -> None:

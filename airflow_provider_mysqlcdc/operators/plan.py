@@ -102,6 +102,10 @@ class MySqlCdcPlanOperator(BaseOperator):
     :param start_offset: ``binlog.000042:1234`` for startup mode ``offset``
     :param resnapshot: ``"db.table"`` or ``{"table": ..., "from": low, "to": high}`` items
     :param unset_covers_captured_except: see above
+    :param leave_to_other_groups: names and patterns of the run's other groups that take precedence: a
+        table this group's patterns (or trigger-time tables) match that they also cover is theirs, so
+        no table is planned twice in one run (``mysqlcdc_pipeline`` passes it: names before patterns,
+        earlier patterns before later ones, the DAG's groups before the trigger-time one)
     :param run_tables: every table this run names, across the DAG's groups: ``{"dag": parse-time
         tables, "param": the trigger-time tables param}`` (no ``"param"``: the DAG has no such group;
         ``mysqlcdc_pipeline`` passes it); with it, a re-snapshot
@@ -120,12 +124,14 @@ class MySqlCdcPlanOperator(BaseOperator):
                  split_rows: int | str = DEFAULT_SPLIT_ROWS, chunk_rows: int | str = DEFAULT_CHUNK_ROWS,
                  chunk_key_columns: dict[str, str] | str | None = None, startup_mode: str = "initial",
                  start_offset: Any = None, resnapshot: Any = None,
-                 unset_covers_captured_except: Sequence[str] | None = None, aws_conn_id: str | None = None,
+                 unset_covers_captured_except: Sequence[str] | None = None,
+                 leave_to_other_groups: Sequence[str] | None = None, aws_conn_id: str | None = None,
                  run_tables: dict[str, Any] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.run_tables = run_tables
         self.aws_conn_id = aws_conn_id
         self.unset_covers_captured_except = unset_covers_captured_except
+        self.leave_to_other_groups = leave_to_other_groups
         self.tables = tables
         self.exclude_tables = exclude_tables
         self.state_location = state_location_of(state_location, state, "MySqlCdcPlanOperator")
@@ -156,6 +162,12 @@ class MySqlCdcPlanOperator(BaseOperator):
         table_ids: list[TableId] = []
         if selection is not None:
             table_ids = planner.tables(selection, registry)  # patterns resolved against the server
+            theirs = parse_tables(list(self.leave_to_other_groups or []), allow_empty=True)
+            left = [t for t in table_ids if theirs is not None and theirs.covers(t)]
+            if left:
+                self.log.info("left to the run's other groups, which name or match them first: %s",
+                              ", ".join(map(str, left)))
+                table_ids = [t for t in table_ids if t not in left]
         elif self.unset_covers_captured_except is not None:
             others = parse_tables(list(self.unset_covers_captured_except), self.exclude_tables, allow_empty=True)
             table_ids = [t for t in sorted(registry.tables)

@@ -48,3 +48,13 @@ def test_a_malformed_pattern_is_refused_when_parsed():
     with pytest.raises(ConfigurationError, match="is not a regular expression"):
         with DAG("cdc_bad_pattern", schedule=None, max_active_runs=1):
             mysqlcdc_pipeline(tables=["shop.order_(\\d+"], sink_root="/lake", state_dir="/state")
+
+
+def test_no_table_is_planned_by_two_groups_names_come_first_then_earlier_patterns_then_the_dags_groups():
+    tables = ["shop.order_\\d+", "shop.order_1", "shop.order_[0-9]+"]
+    with DAG("cdc_precedence", schedule=None, max_active_runs=1, params=mysqlcdc_params(sink_root="/lake")) as dag:
+        mysqlcdc_pipeline(tables=tables, sink_root="/lake", state_dir="/state", tables_param=True)
+    plans = {t.tables[0] if isinstance(t.tables, list) else "param": t.leave_to_other_groups
+             for t in dag.tasks if t.task_id.endswith(".plan")}
+    assert plans == {"shop.order_\\d+": ["shop.order_1"], "shop.order_1": [],
+                     "shop.order_[0-9]+": ["shop.order_\\d+", "shop.order_1"], "param": tables}

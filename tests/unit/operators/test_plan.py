@@ -150,3 +150,9 @@ def test_an_unset_param_group_leaves_the_tables_the_dags_patterns_cover_to_their
     state.commit(captured_tables([FinishedSplit(SnapshotSplit(t, 0, "id"), HEAD) for t in SHARDS]))
     _, _, planner = _run(tmp_path, tables=None, unset_covers_captured_except=["shop.order_\\d+"])
     assert planner.asked[0][0] == [A, TableId("shop", "order_x")]
+
+
+def test_tables_another_group_names_or_matches_first_are_left_to_it(tmp_path):
+    _, ti, planner = _run(tmp_path, server=SHARDS, tables=["shop.order_\\d+"],
+                          leave_to_other_groups=["shop.order_1", "shop.order_[x]"])
+    assert planner.asked[0][0] == [TableId("shop", "order_2")]
