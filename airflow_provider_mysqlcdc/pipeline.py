@@ -158,7 +158,10 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
     stream = MySqlCdcStreamOperator(task_id="stream", state_location=state, sink_root=sink,
                                     mode=_param("stream_mode", stream_mode), mysqlcdc_conn_id=mysqlcdc_conn_id,
                                     changelog=changelog, on_binlog_purged=on_binlog_purged,
-                                    outlets=[sink_alias(sink_root)], **stream_options)
+                                    outlets=[sink_alias(sink_root)],
+                                    table_patterns=f"{{{{ ((params.tables | default(None)) or []) + {list(tables)!r} }}}}",
+                                    exclude_tables=_param("exclude_tables", list(exclude_tables) or None),
+                                    **stream_options)
     collect >> stream
     _require_one_run_at_a_time(collect)
     return {"plan_task_ids": plan_ids, "snapshots": snapshots, "collect": collect, "stream": stream}

@@ -35,6 +35,7 @@ from airflow_provider_mysqlcdc.protocol.progress import (
 from airflow_provider_mysqlcdc.state.drift import frozen_since, pending_drift, read_drift
 from airflow_provider_mysqlcdc.state.generations import first_high_watermark
 from airflow_provider_mysqlcdc.state.lease import StreamLeases
+from airflow_provider_mysqlcdc.state.new_tables import pending_new_tables
 from airflow_provider_mysqlcdc.state.registry import STREAM_HISTORY, STREAM_OFFSET, STREAM_PROGRESS, PipelineState
 from airflow_provider_mysqlcdc.state.servers import ServerEpochs
 
@@ -65,7 +66,10 @@ def pipeline_status(location: str, source: SourceConfig | None = None) -> dict[s
                               "stream_history": [p.to_list() for p in (state.read_progress(
                                   StreamHistory, STREAM_HISTORY) or StreamHistory()).points],
                               "servers": [dataclasses.asdict(e) for e in ServerEpochs(state).history()],
-                              "lease": _lease(state)}
+                              "lease": _lease(state),
+                              # tables a pattern now matches that the stream saw created: the next run captures them
+                              "new_tables": [{"table": _shown(t.table), "offset": str(t.offset), "statement": t.statement}
+                                             for t in pending_new_tables(state, set(generation.tables))]}
     if source is not None:
         status["server"] = _server_position(source, status["stream_offset"], state)
     return status
@@ -146,6 +150,9 @@ def print_status(location: str, source: SourceConfig | None = None) -> None:
                   "applied until it is re-snapshotted (the next DAG run does, if the table exists on the source)")
         elif table["drift"]:
             print(f"  {'':<32} the next DAG run re-snapshots it")
+    for new in status["new_tables"]:
+        print(f"  {new['table']:<32} not captured yet: matches a table pattern since {new['offset']} "
+              f"({new['statement'][:80]}); the next DAG run captures it")
     run = status["latest_run"]
     if run:
         print(f"latest DAG run {run['run']} (planned {run['planned_at']}):")

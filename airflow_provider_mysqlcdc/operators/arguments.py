@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import ast
+import json
 import warnings
+from typing import Any
 
 from airflow.exceptions import AirflowProviderDeprecationWarning
+
+from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
+from airflow_provider_mysqlcdc.cdc.source.selection import TablePattern, parse_entries
 
 
 def state_location_of(state_location: str | None, state: str | None, operator: str) -> str:
@@ -19,3 +25,27 @@ def state_location_of(state_location: str | None, state: str | None, operator: s
     if state_location is None:
         raise TypeError(f"{operator} needs state_location: the pipeline's state location (a path or URL).")
     return state_location
+
+
+def native(value: Any) -> Any:
+    """A rendered template back to a Python value ('None', "['a']", '{"a": 1}', '12')."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text in ("", "None", "null"):
+        return None
+    if text[0] in "[{" or text.lstrip("-").isdigit():
+        try:
+            return json.loads(text)
+        except ValueError:
+            try:
+                return ast.literal_eval(text)
+            except (ValueError, SyntaxError) as exc:
+                raise ConfigurationError(f"Malformed parameter value {value!r}.") from exc
+    return value
+
+
+def table_patterns(entries: Any) -> list[str]:
+    """The patterns among table entries (a list, a comma-separated string or a rendered list; names
+    left out), as given (cdc/source/selection.py)."""
+    return [e.text for e in parse_entries(native(entries), "tables") if isinstance(e, TablePattern)]

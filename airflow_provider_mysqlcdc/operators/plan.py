@@ -11,8 +11,6 @@ value, what ``MySqlCdcSnapshotOperator`` is mapped over; the per-table plans go 
 
 from __future__ import annotations
 
-import ast
-import json
 import time
 from collections.abc import Sequence
 from functools import cached_property
@@ -26,7 +24,7 @@ from airflow_provider_mysqlcdc.cdc.source.selection import TableSelection
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
 from airflow_provider_mysqlcdc.hooks.object_store import open_object_store
 from airflow_provider_mysqlcdc.metrics.pipeline_metrics import PipelineMetrics, pipeline_name
-from airflow_provider_mysqlcdc.operators.arguments import state_location_of
+from airflow_provider_mysqlcdc.operators.arguments import native, state_location_of
 from airflow_provider_mysqlcdc.protocol.actions import PlanAction
 from airflow_provider_mysqlcdc.protocol.envelope import encode
 from airflow_provider_mysqlcdc.protocol.plans import TablePlans
@@ -42,24 +40,6 @@ from airflow_provider_mysqlcdc.state.registry import PipelineState, run_folder
 #: the fixed cost under half of the chunk's time while leaving chunks small enough to retry.
 DEFAULT_SPLIT_ROWS = 250_000
 DEFAULT_CHUNK_ROWS = 2_000_000
-
-
-def native(value: Any) -> Any:
-    """A rendered template back to a Python value ('None', "['a']", '{"a": 1}', '12')."""
-    if not isinstance(value, str):
-        return value
-    text = value.strip()
-    if text in ("", "None", "null"):
-        return None
-    if text[0] in "[{" or text.lstrip("-").isdigit():
-        try:
-            return json.loads(text)
-        except ValueError:
-            try:
-                return ast.literal_eval(text)
-            except (ValueError, SyntaxError) as exc:
-                raise ConfigurationError(f"Malformed parameter value {value!r}.") from exc
-    return value
 
 
 def parse_tables(tables: Any, exclude_tables: Any = None, *, allow_empty: bool = False) -> TableSelection | None:

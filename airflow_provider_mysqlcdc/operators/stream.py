@@ -30,9 +30,10 @@ from airflow_provider_mysqlcdc.assets.sink_tables import TableChanged, emit_tabl
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError, SparkJobFailed
 from airflow_provider_mysqlcdc.cdc.model.records import ON_BINLOG_PURGED
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.cdc.source.selection import entry_text, parse_entries
 from airflow_provider_mysqlcdc.hooks.spark import checked_spark_conf
 from airflow_provider_mysqlcdc.metrics.pipeline_metrics import StreamMetricsFollower
-from airflow_provider_mysqlcdc.operators.arguments import state_location_of
+from airflow_provider_mysqlcdc.operators.arguments import native, state_location_of, table_patterns
 from airflow_provider_mysqlcdc.operators.spark_job import MySqlCdcSparkJobOperator
 from airflow_provider_mysqlcdc.protocol.actions import StreamMode
 from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
@@ -81,10 +82,14 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
     :param deferrable: run a ``continuous`` stream detached and watch it from the triggerer (default:
         Airflow's ``[operators] default_deferrable``)
     :param poll_interval_s: how often the trigger looks at a detached stream
+    :param table_patterns: the pipeline's table entries (names are left out): a table that is not
+        captured and takes a name a pattern matches is recorded, and the next run captures it
+        (state/new_tables.py)
+    :param exclude_tables: names and patterns such tables never match
     """
 
     template_fields: Sequence[str] = ("state_location", "sink_root", "mode", "spark_master", "spark_conn_id",
-                                      "spark_conf")
+                                      "spark_conf", "table_patterns", "exclude_tables")
     external_id_key = "mysqlcdc_stream"  # in the task state store: the detached stream a retry reconnects to
     _detached: DetachedStream | None = None
     _job: StreamJob
@@ -97,8 +102,11 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
                  cluster_after_files: int | None = None, maintenance_every_s: float | None = None,
                  vacuum_retention_hours: float | None = None,
                  deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
-                 poll_interval_s: float = 2.0, **kwargs: Any) -> None:
+                 poll_interval_s: float = 2.0, table_patterns: Any = None, exclude_tables: Any = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.table_patterns = table_patterns
+        self.exclude_tables = exclude_tables
         self.deferrable = deferrable
         self.poll_interval_s = poll_interval_s
         if on_binlog_purged not in ON_BINLOG_PURGED:
@@ -134,7 +142,10 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
         job = StreamJob(state=self.state_location, sink_root=self.sink_root, mode=self.mode,
                         trigger_interval_s=self.trigger_interval_s, server_id_range=f"{low}-{high}",
                         changelog=self.changelog, retry_budget_s=hook.retry_budget_s(),
-                        on_binlog_purged=self.on_binlog_purged, holder=_holder(context), **self.limits)
+                        on_binlog_purged=self.on_binlog_purged, holder=_holder(context),
+                        table_patterns=table_patterns(self.table_patterns),
+                        exclude_tables=[entry_text(e) for e in parse_entries(native(self.exclude_tables), "exclude_tables")],
+                        **self.limits)
         state = PipelineState(self.state_location)
         if self.mode != StreamMode.CONTINUOUS.value:
             with StreamMetricsFollower(state, self.poll_interval_s):

@@ -14,13 +14,14 @@ import hashlib
 import json
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.records import ON_BINLOG_PURGED
 from airflow_provider_mysqlcdc.cdc.model.split import SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.source.connection import parse_server_id_range
+from airflow_provider_mysqlcdc.cdc.source.selection import TableSelection
 from airflow_provider_mysqlcdc.protocol.actions import StreamMode
 from airflow_provider_mysqlcdc.protocol.envelope import RecordFormat, decode, encode
 from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy
@@ -76,9 +77,9 @@ class ChunkJob(_JobFile):
 class StreamJob(_JobFile):
     """One spark-submit of the stream job (spark/stream_job.py)."""
 
-    #: 2: holder, report, lease_ttl_s; 3: cluster_after_files; 4: maintenance_every_s, vacuum_retention_s
-    #: (an older file reads with the defaults)
-    FORMAT: ClassVar[RecordFormat] = RecordFormat("stream-job", 4)
+    #: 2: holder, report, lease_ttl_s; 3: cluster_after_files; 4: maintenance_every_s, vacuum_retention_s;
+    #: 5: table_patterns, exclude_tables (an older file reads with the defaults)
+    FORMAT: ClassVar[RecordFormat] = RecordFormat("stream-job", 5)
 
     state: str  # the pipeline's state location (registry, staged splits, progress)
     sink_root: str
@@ -116,8 +117,13 @@ class StreamJob(_JobFile):
     report: str = ""  # its report folder (spark/report.py), in its lease: how a detached stream is found
     #: a stream sending no lease heartbeat for this long may be taken over (state/lease.py)
     lease_ttl_s: float = 60.0
+    #: the pipeline's table patterns and exclusions (cdc/source/selection.py): a table that is not
+    #: captured and starts to match is recorded for the next run (state/new_tables.py)
+    table_patterns: list[str] = field(default_factory=list)
+    exclude_tables: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        TableSelection.parse(self.table_patterns, self.exclude_tables)  # a malformed entry is refused here
         if self.lease_ttl_s <= 0:
             raise ConfigurationError(f"lease_ttl_s must be a positive number of seconds, got {self.lease_ttl_s}.")
         if self.mode not in set(StreamMode):

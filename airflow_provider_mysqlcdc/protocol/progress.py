@@ -6,6 +6,8 @@
 - ``progress/staged-released.json``: ``StagedRelease`` (``state/cleanup.py``)
 - ``progress/runs/<run>/plan-<task>.json`` and ``chunk-<task>-<i>.json``: ``RunPlanProgress`` and
   ``ChunkProgress``, for "chunks done of planned" in the task log and ``bin/status``
+- ``progress/new-tables.json``: ``NewTables``, tables a table pattern matches that the stream saw
+  created or renamed into their names (``state/new_tables.py``)
 - ``<checkpoint>/mysqlcdc-stream.json``: ``CheckpointIdentity`` (``spark/stream_job.py``)
 """
 
@@ -203,3 +205,31 @@ class ChunkProgress:
     @classmethod
     def from_body(cls, body: dict[str, Any], version: int) -> "ChunkProgress":
         return cls(body["label"], body["table"], int(body["rows"]), optional_offset(body.get("high_watermark")))
+
+
+@dataclass(frozen=True)
+class NewTable:
+    """A table that is not captured, seen by the stream taking a name a table pattern matches."""
+
+    table: str  # quoted
+    offset: BinlogOffset
+    statement: str
+    seen_at: float
+
+
+@dataclass(frozen=True)
+class NewTables:
+    """The latest tables the stream saw start to match a pattern (state/new_tables.py), oldest first."""
+
+    FORMAT: ClassVar[RecordFormat] = RecordFormat("new-tables", 1)
+
+    tables: tuple[NewTable, ...] = ()
+
+    def to_body(self) -> dict[str, Any]:
+        return {"tables": [{"table": t.table, "offset": t.offset.to_dict(), "statement": t.statement,
+                            "seen_at": t.seen_at} for t in self.tables]}
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any], version: int) -> "NewTables":
+        return cls(tuple(NewTable(t["table"], BinlogOffset.from_dict(t["offset"]), t["statement"], float(t["seen_at"]))
+                         for t in body["tables"]))

@@ -16,6 +16,7 @@ from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import BinlogPurged, SchemaChangeEvent, TableEventKind
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
+from airflow_provider_mysqlcdc.cdc.source.selection import TableSelection
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.registry import Generation
 from airflow_provider_mysqlcdc.sinks.arrow_rows import METADATA_COLUMNS
@@ -23,6 +24,7 @@ from airflow_provider_mysqlcdc.sinks.base import Sink
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
 from airflow_provider_mysqlcdc.state.drift import Drift, frozen_since, record_drift
 from airflow_provider_mysqlcdc.state.generations import first_high_watermark
+from airflow_provider_mysqlcdc.state.new_tables import record_new_table
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas, orders_differently
 from airflow_provider_mysqlcdc.stream.tables import TableSource
@@ -58,6 +60,8 @@ class SchemaChangeRules:
         altered = []
         for change in event.changes:
             table_id, kind = change.table, change.kind
+            if kind in (TableEventKind.CREATED, TableEventKind.REPLACED, TableEventKind.RENAMED):
+                self._new_table_seen(change.other if kind is TableEventKind.RENAMED else table_id, event)
             if table_id not in self.generation.tables or table_id in self.removed:
                 continue
             since = self.frozen.get(table_id)
@@ -82,6 +86,16 @@ class SchemaChangeRules:
         log.warning("schema change at %s: %s (%s)", event.offset, event.statement,
                     ", ".join(f"{c.table} {c.kind.value}" for c in event.changes))
         return self._reload_altered(altered, event, version) or committed
+
+    def _new_table_seen(self, table_id: TableId | None, event: SchemaChangeEvent) -> None:
+        """A table took a name a pattern of the pipeline matches: the next run captures it (state/new_tables.py)."""
+        if table_id is None or table_id in self.generation.tables or not self.job.table_patterns:
+            return
+        selection = TableSelection.parse(self.job.table_patterns, self.job.exclude_tables)
+        if any(p.matches(table_id) for p in selection.patterns) and not selection.excluded(table_id) and \
+                record_new_table(self.state, table_id, event.offset, event.statement):
+            log.warning("%s now matches a table pattern of the pipeline (%s at %s): the next DAG run captures it",
+                        table_id, event.statement[:300], event.offset)
 
     def _purged(self, gap: BinlogPurged) -> None:
         """Binlog this batch needed was purged: freeze exactly the tables that needed it."""

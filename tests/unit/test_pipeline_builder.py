@@ -58,3 +58,17 @@ def test_no_table_is_planned_by_two_groups_names_come_first_then_earlier_pattern
              for t in dag.tasks if t.task_id.endswith(".plan")}
     assert plans == {"shop.order_\\d+": ["shop.order_1"], "shop.order_1": [],
                      "shop.order_[0-9]+": ["shop.order_\\d+", "shop.order_1"], "param": tables}
+
+
+def test_the_stream_is_given_the_patterns_of_the_dag_file_and_of_the_trigger_time_tables():
+    import jinja2
+
+    from airflow_provider_mysqlcdc.operators.arguments import table_patterns
+
+    with DAG("cdc_stream_patterns", schedule=None, max_active_runs=1, params=mysqlcdc_params(sink_root="/lake")) as dag:
+        mysqlcdc_pipeline(tables=["shop.orders", "shop.order_\\d+"], sink_root="/lake", state_dir="/state",
+                          tables_param=True)
+    stream = dag.get_task("stream")
+    rendered = jinja2.Template(stream.table_patterns).render(params={"tables": ["crm.*", "crm.people"]})
+    assert table_patterns(rendered) == ["crm.*", "shop.order_\\d+"]
+    assert table_patterns(jinja2.Template(stream.table_patterns).render(params={})) == ["shop.order_\\d+"]

@@ -102,6 +102,11 @@ def parse_entry(text: str) -> TableEntry:
     return TableId.parse(text)
 
 
+def entry_text(entry: TableEntry) -> str:
+    """The text ``parse_entry`` reads back as ``entry``."""
+    return entry.quoted if isinstance(entry, TableId) else entry.text
+
+
 def split_entries(text: str) -> list[str]:
     """A comma-separated list of entries; commas inside backticks, brackets and braces (``\\d{1,3}``)
     belong to the entry."""

@@ -162,3 +162,41 @@ def test_a_frozen_table_stays_frozen_for_a_restarted_stream_replaying_the_batch(
     p.applier = p.new_applier()
     done = p.batch(*batch, batch_id=0)
     assert done.skipped == 2 and p.drift(T) == [(Kind.DROPPED, off(1))]
+
+
+def test_a_table_created_or_renamed_into_a_patterns_reach_is_recorded_once_for_the_next_run(tmp_path):
+    from airflow_provider_mysqlcdc.state.new_tables import new_tables, pending_new_tables
+
+    p = Pipeline(tmp_path, schema(T))
+    p.job.table_patterns, p.job.exclude_tables = ["shop.order_\\d+"], ["shop.order_9"]
+    order_1, order_2, excluded, other = (TableId("shop", n) for n in ("order_1", "order_2", "order_9", "orders"))
+    created = ddl(1, "CREATE TABLE order_1 (id INT PRIMARY KEY)", table_change(Kind.CREATED, order_1))
+    p.batch(created,
+            ddl(2, "CREATE TABLE order_9 (id INT PRIMARY KEY)", table_change(Kind.CREATED, excluded)),
+            ddl(3, "CREATE TABLE orders (id INT PRIMARY KEY)", table_change(Kind.CREATED, other)),
+            ddl(4, "RENAME TABLE t TO order_2", table_change(Kind.RENAMED, T, other=order_2)))
+    p.batch(created, batch_id=0)  # a replayed batch records nothing twice
+    seen = new_tables(p.state).tables
+    assert [(t.table, t.offset) for t in seen] == [(order_1.quoted, off(1)), (order_2.quoted, off(4))]
+    assert seen[0].statement.startswith("CREATE TABLE order_1")
+    assert [t.table for t in pending_new_tables(p.state, {T, order_1})] == [order_2.quoted]
+
+
+def test_without_table_patterns_a_created_table_is_not_recorded(tmp_path):
+    from airflow_provider_mysqlcdc.state.new_tables import new_tables
+
+    p = Pipeline(tmp_path, schema(T))
+    p.batch(ddl(1, "CREATE TABLE order_1 (id INT PRIMARY KEY)", table_change(Kind.CREATED, TableId("shop", "order_1"))))
+    assert new_tables(p.state).tables == ()
+
+
+def test_the_status_names_a_recorded_table_until_a_run_captures_it(tmp_path, capsys):
+    from airflow_provider_mysqlcdc.status import pipeline_status, print_status
+
+    p = Pipeline(tmp_path, schema(T))
+    p.job.table_patterns = ["shop.order_\\d+"]
+    p.batch(ddl(1, "CREATE TABLE order_1 (id INT PRIMARY KEY)", table_change(Kind.CREATED, TableId("shop", "order_1"))))
+    assert [t["table"] for t in pipeline_status(p.state.location)["new_tables"]] == ["shop.order_1"]
+    print_status(p.state.location)
+    printed = capsys.readouterr().out
+    assert "shop.order_1" in printed and "the next DAG run captures it" in printed
