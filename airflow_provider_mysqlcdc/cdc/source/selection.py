@@ -33,9 +33,11 @@ SYSTEM_DATABASES = frozenset({"mysql", "information_schema", "performance_schema
 _PATTERN_CHARACTERS = frozenset("\\*+?[](){}|^")
 
 
-def _split_entry(text: str) -> tuple[str, str]:
-    """``database.table`` at the first separating dot (see the module doc); each part as written."""
-    depth, quoted, escaped = 0, False, False
+def _split_top_level(text: str, separator: str, most: int = -1) -> list[str]:
+    """``text`` cut at each ``separator`` outside backticks, brackets, braces and parentheses and not
+    escaped by a backslash (at most ``most`` cuts; -1: every one)."""
+    parts: list[str] = []
+    begin, depth, quoted, escaped = 0, 0, False, False
     for i, char in enumerate(text):
         if quoted:
             quoted = char != "`"
@@ -49,10 +51,19 @@ def _split_entry(text: str) -> tuple[str, str]:
             depth += 1
         elif char in "]})":
             depth = max(0, depth - 1)
-        elif char == "." and depth == 0:
-            return text[:i].strip(), text[i + 1:].strip()
-    raise ConfigurationError(f"Table entry {text!r} names no database: write 'database.table' (a pattern such as "
-                             "'shop.order_\\d+'; backticks around names with dots).")
+        elif char == separator and depth == 0 and len(parts) != most:
+            parts.append(text[begin:i])
+            begin = i + 1
+    return [*parts, text[begin:]]
+
+
+def _split_entry(text: str) -> tuple[str, str]:
+    """``database.table`` at the first separating dot (see the module doc); each part as written."""
+    parts = _split_top_level(text, ".", most=1)
+    if len(parts) != 2:
+        raise ConfigurationError(f"Table entry {text!r} names no database: write 'database.table' (a pattern such "
+                                 "as 'shop.order_\\d+'; backticks around names with dots).")
+    return parts[0].strip(), parts[1].strip()
 
 
 def _is_quoted(part: str) -> bool:
@@ -110,25 +121,7 @@ def entry_text(entry: TableEntry) -> str:
 def split_entries(text: str) -> list[str]:
     """A comma-separated list of entries; commas inside backticks, brackets and braces (``\\d{1,3}``)
     belong to the entry."""
-    entries: list[str] = []
-    current: list[str] = []
-    depth, quoted = 0, False
-    for char in text:
-        if quoted:
-            quoted = char != "`"
-        elif char == "`":
-            quoted = True
-        elif char in "[{(":
-            depth += 1
-        elif char in "]})":
-            depth = max(0, depth - 1)
-        elif char == "," and depth == 0:
-            entries.append("".join(current))
-            current = []
-            continue
-        current.append(char)
-    entries.append("".join(current))
-    return [e.strip() for e in entries if e.strip()]
+    return [e.strip() for e in _split_top_level(text, ",") if e.strip()]
 
 
 def parse_entries(value: Any, what: str) -> list[TableEntry]:
