@@ -108,6 +108,10 @@ def _tables_section(status: dict[str, Any]) -> str:
     out += "<h3>Drift and pending re-snapshots</h3>" + (
         _table(["table", "event", "at", "reason"], pending) if pending else
         '<p class="muted">None: every table follows its source exactly.</p>')
+    new_tables = [[_e(t["table"]), _e(t["offset"]), _e(t["statement"])] for t in status.get("new_tables", [])]
+    if new_tables:  # a pattern matches them since the stream saw them created: the next run captures them
+        out += "<h3>Tables the next run captures</h3>" + _table(["table", "matches a pattern since", "statement"],
+                                                                 new_tables)
     return out
 
 

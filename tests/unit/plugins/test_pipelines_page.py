@@ -94,3 +94,14 @@ def test_the_plugin_mounts_the_app_and_adds_a_navigation_entry():
     [mounted] = MySqlCdcPlugin.fastapi_apps
     [view] = MySqlCdcPlugin.external_views
     assert mounted["app"] is app and mounted["url_prefix"] == "/mysqlcdc" and view["href"] == "/mysqlcdc/"
+
+
+def test_the_page_lists_tables_a_pattern_matches_since_the_stream_saw_them_created(state_dir):
+    from airflow_provider_mysqlcdc.state.new_tables import record_new_table
+
+    state = PipelineState(str(state_dir / "shop_cdc"))
+    record_new_table(state, TableId("shop", "order_3"), BinlogOffset("binlog.000003", 77), "CREATE TABLE order_3 (id INT)")
+    record_new_table(state, ORDERS, BinlogOffset("binlog.000003", 88), "CREATE TABLE orders ...")  # captured already
+    text = TestClient(app).get("/").text
+    assert "Tables the next run captures" in text and "shop.order_3" in text and "binlog.000003:77" in text
+    assert "binlog.000003:88" not in text
