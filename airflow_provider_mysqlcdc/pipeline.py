@@ -73,8 +73,13 @@ def mysqlcdc_params(*, sink_root: str, split_rows: int = DEFAULT_SPLIT_ROWS, chu
         "sink_root": Param(sink_root, type="string", description="where the Delta tables live (set once)"),
         "startup_mode": Param("initial", enum=[m.value for m in StartupMode],
                               description="for tables new to the pipeline: initial (snapshot, then binlog), latest "
-                                          "(binlog from now, no snapshot) or offset (binlog from start_offset)"),
-        "start_offset": Param(None, type=["null", "string"], description="binlog.000042:1234 for startup_mode offset"),
+                                          "(binlog from now, no snapshot), offset (binlog from start_offset), "
+                                          "earliest (the oldest binlog left) or timestamp (binlog from start_time)"),
+        "start_offset": Param(None, type=["null", "string"], description="binlog.000042:1234, or a MariaDB GTID "
+                                                                         "position such as 0-1-100, for startup_mode "
+                                                                         "offset"),
+        "start_time": Param(None, type=["null", "string", "number"],
+                            description="for startup_mode timestamp: ISO 8601 with a time zone, or epoch seconds"),
         "resnapshot": Param([], type="array", description="re-read while streaming: 'db.table', or "
                                                           "{'table': 'db.table', 'from': low key, 'to': high key}"),
         "stream_mode": Param(stream_mode, enum=list(STREAM_MODES),
@@ -124,6 +129,7 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
         state_location=state, mysqlcdc_conn_id=mysqlcdc_conn_id, split_rows=_param("split_rows", split_rows),
         chunk_rows=_param("chunk_rows", chunk_rows), chunk_key_columns=_param("chunk_key_columns", {}),
         startup_mode=_param("startup_mode", "initial"), start_offset=_param("start_offset", None),
+        start_time=_param("start_time", None),
         resnapshot=_param("resnapshot", None), aws_conn_id=aws_conn_id,
         exclude_tables=_param("exclude_tables", list(exclude_tables) or None))
     groups: list[tuple[str, Any, list[str]]] = [(group_id_for(t), [t], _precedence(list(tables), i))

@@ -79,7 +79,8 @@ class MySqlCdcPlanOperator(BaseOperator):
     :param chunk_rows: rows per chunk (one spark-submit)
     :param chunk_key_columns: ``{"db.table": "column"}``, a chunk key other than the first key column
     :param startup_mode: for tables new to the pipeline: ``initial``, ``latest`` or ``offset``
-    :param start_offset: ``binlog.000042:1234`` for startup mode ``offset``
+    :param start_offset: ``binlog.000042:1234``, or a MariaDB GTID position (``0-1-100``), for startup mode ``offset``
+    :param start_time: for startup mode ``timestamp``: ISO 8601 with a time zone, or seconds since the epoch
     :param resnapshot: ``"db.table"`` or ``{"table": ..., "from": low, "to": high}`` items
     :param unset_covers_captured_except: see above
     :param leave_to_other_groups: names and patterns of the run's other groups that take precedence: a
@@ -96,14 +97,14 @@ class MySqlCdcPlanOperator(BaseOperator):
     """
 
     template_fields: Sequence[str] = ("tables", "exclude_tables", "state_location", "split_rows", "chunk_rows", "chunk_key_columns",
-                                      "startup_mode", "start_offset", "resnapshot", "run_tables")
+                                      "startup_mode", "start_offset", "start_time", "resnapshot", "run_tables")
 
     def __init__(self, *, tables: Any, exclude_tables: Any = None, state_location: str | None = None,
                  state: str | None = None,
                  mysqlcdc_conn_id: str = MySqlCdcHook.default_conn_name,
                  split_rows: int | str = DEFAULT_SPLIT_ROWS, chunk_rows: int | str = DEFAULT_CHUNK_ROWS,
                  chunk_key_columns: dict[str, str] | str | None = None, startup_mode: str = "initial",
-                 start_offset: Any = None, resnapshot: Any = None,
+                 start_offset: Any = None, start_time: Any = None, resnapshot: Any = None,
                  unset_covers_captured_except: Sequence[str] | None = None,
                  leave_to_other_groups: Sequence[str] | None = None, aws_conn_id: str | None = None,
                  run_tables: dict[str, Any] | None = None, **kwargs: Any) -> None:
@@ -121,6 +122,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         self.chunk_key_columns = chunk_key_columns
         self.startup_mode = startup_mode
         self.start_offset = start_offset
+        self.start_time = start_time
         self.resnapshot = resnapshot
 
     @cached_property
@@ -179,6 +181,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         return PlanSettings.parse(split_rows=native(self.split_rows), chunk_rows=native(self.chunk_rows),
                                   chunk_key_columns=native(self.chunk_key_columns),
                                   startup_mode=native(self.startup_mode), start_offset=native(self.start_offset),
+                                  start_time=native(self.start_time),
                                   resnapshot=native(self.resnapshot))
 
     def _refuse_overlapping_runs(self, context: Context) -> None:

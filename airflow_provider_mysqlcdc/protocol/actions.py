@@ -29,7 +29,9 @@ class StartupMode(enum.StrEnum):
 
     INITIAL = "initial"  # snapshot, then stream
     LATEST = "latest"  # no snapshot: stream from the binlog head
-    OFFSET = "offset"  # no snapshot: stream from a given binlog offset
+    OFFSET = "offset"  # no snapshot: stream from a given binlog offset or MariaDB GTID position
+    EARLIEST = "earliest"  # no snapshot: stream from the oldest binlog the server still has
+    TIMESTAMP = "timestamp"  # no snapshot: stream from the first transaction at or after a time
 
 
 class StreamMode(enum.StrEnum):

@@ -13,6 +13,13 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_provider_mysqlcdc.cdc.binlog.start_points import (
+    earliest_offset,
+    gtid_offset,
+    is_gtid_position,
+    offset_at_time,
+    parse_start_time,
+)
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
@@ -50,10 +57,14 @@ class PlanSettings:
     chunk_keys: dict[TableId, str] = field(default_factory=dict)
     start_offset: BinlogOffset | None = None
     resnapshot: list[ResnapshotRequest] = field(default_factory=list)
+    #: startup mode ``offset`` with a MariaDB GTID position (``0-1-100``) instead of a file:position
+    start_gtid: str | None = None
+    #: startup mode ``timestamp``: seconds since the epoch
+    start_time: float | None = None
 
     @classmethod
     def parse(cls, *, split_rows: Any, chunk_rows: Any, chunk_key_columns: Any = None, startup_mode: Any = None,
-              start_offset: Any = None, resnapshot: Any = None) -> "PlanSettings":
+              start_offset: Any = None, resnapshot: Any = None, start_time: Any = None) -> "PlanSettings":
         """The settings from the task's (rendered, then parsed) arguments; a clear error for bad ones."""
         split, chunk = int(split_rows), int(chunk_rows)
         if split < 1 or chunk < split:
@@ -63,10 +74,15 @@ class PlanSettings:
             raise ConfigurationError(f"chunk_key_columns must map 'db.table' to a column, got {keys!r}.")
         mode = parse_startup_mode(startup_mode or "initial")
         if mode == "offset" and start_offset is None:
-            raise ConfigurationError("Startup mode 'offset' needs start_offset, e.g. 'binlog.000042:1234'.")
+            raise ConfigurationError("Startup mode 'offset' needs start_offset, e.g. 'binlog.000042:1234' or a MariaDB "
+                                     "GTID position such as '0-1-100'.")
+        if mode == "timestamp" and start_time is None:
+            raise ConfigurationError("Startup mode 'timestamp' needs start_time, e.g. '2026-11-26T12:00:00+00:00'.")
+        gtid = str(start_offset).strip() if start_offset is not None and is_gtid_position(start_offset) else None
         return cls(split, chunk, mode, {TableId.parse(t): c for t, c in keys.items()},
-                   parse_offset(start_offset) if start_offset is not None else None,
-                   ResnapshotRequest.parse_all(resnapshot))
+                   parse_offset(start_offset) if start_offset is not None and gtid is None else None,
+                   ResnapshotRequest.parse_all(resnapshot), start_gtid=gtid,
+                   start_time=parse_start_time(start_time) if start_time is not None else None)
 
 
 @dataclass
@@ -95,13 +111,7 @@ class Planner:
         try:
             read = current_offset(conn, report.server)
             head = place(self.state.servers(), read)  # in its epoch after a failover (recorded below, once checked)
-            stream_from = head
-            if settings.startup_mode == "offset":
-                assert settings.start_offset is not None  # checked by PlanSettings.parse
-                stream_from = settings.start_offset.in_epoch(head.epoch)  # an offset of the server planned on
-                check_offset_available(conn, stream_from)
-                if stream_from > head:
-                    raise ConfigurationError(f"Start offset {stream_from} is beyond the server's binlog head {head}.")
+            stream_from = self._stream_start(conn, settings, head)
             plans = [TablePlan(t, registry.tables[t].chunk_key, PlanAction.KEEP) if t in gone else
                      self._plan_table(conn, report, registry.tables.get(t), t, settings, stream_from, drift)
                      for t in table_ids]
@@ -133,6 +143,31 @@ class Planner:
             self.log.info("table pattern '%s' matches %s", pattern,
                           ", ".join(str(t) for t in tables if pattern.matches(t)) or "only excluded tables")
         return tables
+
+    def _stream_start(self, conn: Any, settings: PlanSettings, head: BinlogOffset) -> BinlogOffset:
+        """Where tables new to the pipeline start streaming without a snapshot (startup modes other
+        than ``initial``; cdc/binlog/start_points.py), as an offset of the server planned on."""
+        mode = settings.startup_mode
+        if mode == "earliest":
+            start = earliest_offset(conn)
+        elif mode == "timestamp":
+            assert settings.start_time is not None  # checked by PlanSettings.parse
+            start = offset_at_time(self.source, conn, settings.start_time)
+        elif mode == "offset" and settings.start_gtid is not None:
+            start = gtid_offset(conn, settings.start_gtid)
+        elif mode == "offset":
+            assert settings.start_offset is not None  # checked by PlanSettings.parse
+            start = settings.start_offset
+        else:
+            return head
+        stream_from = start.in_epoch(head.epoch)
+        check_offset_available(conn, stream_from)
+        if stream_from > head:
+            raise ConfigurationError(f"Start offset {stream_from} is beyond the server's binlog head {head}.")
+        if mode != "offset" or settings.start_gtid is not None:
+            self.log.info("startup mode %s%s: new tables stream from %s", mode,
+                          f" ({settings.start_gtid})" if settings.start_gtid else "", stream_from)
+        return stream_from
 
     def _gone_tables(self, table_ids: list[TableId], registry: Generation, drift: Drift) -> set[TableId]:
         """Captured tables the stream saw dropped or renamed away and that are not back on the server:

@@ -26,6 +26,10 @@ def test_rendered_params_become_values():
     assert settings.start_offset == BinlogOffset("binlog.000003", 120)
     assert settings.chunk_keys == {TableId("shop", "orders"): "created_id"}
     assert settings.resnapshot[0].low == 5 and settings.split_rows == 400
+    gtid = plan(startup_mode="offset", start_offset="0-1-100,1-2-7")._settings()
+    assert (gtid.start_gtid, gtid.start_offset) == ("0-1-100,1-2-7", None)
+    at = plan(startup_mode="timestamp", start_time="2026-11-26T12:00:00Z")._settings()
+    assert at.start_time == 1795694400.0 and plan(startup_mode="timestamp", start_time="12.5")._settings().start_time == 12.5
 
 
 @pytest.mark.parametrize("params, message", [
@@ -35,7 +39,10 @@ def test_rendered_params_become_values():
     ({"chunk_key_columns": "['id']"}, "chunk_key_columns must map"),
     ({"resnapshot": "[{'table': 'shop.orders', 'below': 3}]"}, "Malformed re-snapshot request"),
     ({"resnapshot": "['orders']"}, "Malformed table name"),
-    ({"startup_mode": "earliest"}, "Unknown startup mode 'earliest'"),
+    ({"startup_mode": "earliest-offset"}, "Unknown startup mode 'earliest-offset'"),
+    ({"startup_mode": "timestamp"}, "needs start_time"),
+    ({"startup_mode": "timestamp", "start_time": "2026-11-26 12:00"}, "has no time zone"),
+    ({"startup_mode": "timestamp", "start_time": "noon"}, "Malformed start time"),
 ])
 def test_bad_params_name_the_problem(params, message):
     with pytest.raises(ConfigurationError, match=message):

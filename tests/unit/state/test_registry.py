@@ -91,7 +91,9 @@ def test_actions_offsets_and_requests_are_checked():
         with pytest.raises(ConfigurationError, match="Malformed binlog offset"):
             parse_offset(bad)
     with pytest.raises(ConfigurationError, match="Unknown startup mode"):
-        decide_action(T, None, [], "earliest")
+        decide_action(T, None, [], "earliest-offset")
+    for mode in ("latest", "offset", "earliest", "timestamp"):  # every mode but initial streams a new table only
+        assert decide_action(T, None, [], mode) == ("stream-only", None)
     with pytest.raises(ConfigurationError, match="Malformed re-snapshot request"):
         ResnapshotRequest.parse_all([{"table": "shop.orders", "upto": 3}])
 
