@@ -76,6 +76,7 @@ from airflow_provider_mysqlcdc.cdc.model.records import (
 )
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig, parse_server_id_range
 from airflow_provider_mysqlcdc.cdc.source.schema import TableSchema
+from airflow_provider_mysqlcdc.cdc.source.selection import TableSelection
 from airflow_provider_mysqlcdc.cdc.source.server import binlog_changed_error, check_offset_available
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
@@ -153,6 +154,8 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.max_batch_events = job.max_batch_events
         self.inline_bytes = job.inline_bytes
         self.changelog = job.changelog
+        #: tables that take a name these match are handed on (their DDL), for the next run (state/new_tables.py)
+        self.table_patterns, self.exclude_tables = job.table_patterns, job.exclude_tables
         self._target: dict[str, Any] | None = None
         self._verified = False
         self._epochs: ServerEpochs | None = None  # driver only
@@ -281,8 +284,10 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         rows = self._emitter(partition.generation, partition.spill_folder, schemas)
         split_filter = FinishedSplitFilter([f for f in generation.finished_splits if f.split.table_id in orderings],
                                            orderings)
+        patterns = TableSelection.parse(self.table_patterns, self.exclude_tables)
         reader = BinlogReader.for_schemas(source, schemas, start=partition.read_from, end=partition.end,
-                                          decode_after=partition.decode_after, server_id=partition.server_id)
+                                          decode_after=partition.decode_after, server_id=partition.server_id,
+                                          watch=patterns.pattern_matches if patterns.patterns else None)
         batch: list[ChangeRecord] = []
         try:
             for item in reader:

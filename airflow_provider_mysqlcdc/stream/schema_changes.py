@@ -92,8 +92,7 @@ class SchemaChangeRules:
         if table_id is None or table_id in self.generation.tables or not self.job.table_patterns:
             return
         selection = TableSelection.parse(self.job.table_patterns, self.job.exclude_tables)
-        if any(p.matches(table_id) for p in selection.patterns) and not selection.excluded(table_id) and \
-                record_new_table(self.state, table_id, event.offset, event.statement):
+        if selection.pattern_matches(table_id) and record_new_table(self.state, table_id, event.offset, event.statement):
             log.warning("%s now matches a table pattern of the pipeline (%s at %s): the next DAG run captures it",
                         table_id, event.statement[:300], event.offset)
 

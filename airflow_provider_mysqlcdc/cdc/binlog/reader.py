@@ -32,7 +32,7 @@ import logging
 import random
 import time
 from collections import Counter
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,8 +102,11 @@ class BinlogReader:
         heartbeat_s: float = 1.0,
         decode_after: BinlogOffset | None = None,
         decoder: str | None = None,
+        watch: Callable[[TableId], bool] | None = None,
     ):
         self.source = source
+        #: tables not captured whose DDL is still handed on (a table taking a name a pattern matches)
+        self.watch = watch
         self.start = start
         self.end = end
         self.tables = set(tables) if tables is not None else None
@@ -261,6 +264,14 @@ class BinlogReader:
                     if len(group.rows) > HELD_XA_ROWS:
                         group.rows = None  # read again at its commit
 
+    def _watched(self, change: TableChange) -> bool:
+        """A table that is not captured takes a name ``watch`` is given (created, replaced, renamed to)."""
+        if self.watch is None:
+            return False
+        if change.kind is TableEventKind.RENAMED:
+            return change.other is not None and self.watch(change.other)
+        return change.kind in (TableEventKind.CREATED, TableEventKind.REPLACED) and self.watch(change.table)
+
     def _handle_query(self, event: Any, offset: BinlogOffset) -> Iterator[BinlogItem]:
         statement = _statement(event)
         if statement.lstrip()[:2].upper() == "XA":
@@ -279,7 +290,7 @@ class BinlogReader:
                 changes += tuple(TableChange(TableEventKind.DROPPED, t) for t in sorted(self.tables)
                                  if t.database == ddl.dropped_database)
             if self.tables is not None:
-                changes = tuple(c for c in changes if c.table in self.tables)
+                changes = tuple(c for c in changes if c.table in self.tables or self._watched(c))
         if not changes:
             if ddl is not None:
                 self.committed = offset  # DDL of other tables commits too

@@ -159,6 +159,10 @@ class TableSelection:
     def excluded(self, table_id: TableId) -> bool:
         return any(_names(e, table_id) for e in self.exclude)
 
+    def pattern_matches(self, table_id: TableId) -> bool:
+        """A pattern of the selection matches ``table_id``, and no exclusion does."""
+        return any(p.matches(table_id) for p in self.patterns) and not self.excluded(table_id)
+
     def covers(self, table_id: TableId) -> bool:
         """The selection names or matches ``table_id`` (whether or not the server has it), and does not exclude it."""
         return any(_names(e, table_id) for e in self.include) and not self.excluded(table_id)
