@@ -101,7 +101,7 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
                       stream_limits: dict[str, Any] | None = None,
                       stream_deferrable: bool | None = None, aws_conn_id: str | None = None,
                       stream_spark_conn_id: str | None = None,
-                      exclude_tables: Sequence[str] = ()) -> dict[str, Any]:
+                      exclude_tables: Sequence[str] = (), schema_changes: str = "evolve") -> dict[str, Any]:
     """Build the graph in the current DAG; ``tables_param`` adds the group for trigger-time tables;
     ``stream_limits`` (``max_batch_bytes``, ``max_batch_events``, ``max_apply_changes``,
     ``cluster_after_files``, ``maintenance_every_s``, ``vacuum_retention_hours``) go to the stream;
@@ -119,7 +119,8 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
 
     Tables: ``tables`` and ``exclude_tables`` take names and patterns (``shop.order_\\d+``: regular
     expressions on the database and table names, resolved against the server at each run;
-    cdc/source/selection.py). A pattern's group plans every table it matches then."""
+    cdc/source/selection.py). A pattern's group plans every table it matches then. ``schema_changes``:
+    what the stream does with a captured table's DDL, ``evolve`` or ``fail`` (operators/stream.py)."""
     for entry in [*tables, *exclude_tables]:  # a malformed entry fails the DAG when it is parsed
         parse_entry(entry)
     spark: dict[str, Any] = dict(spark_master=spark_master, spark_conn_id=spark_conn_id, spark_conf=spark_conf, aws_conn_id=aws_conn_id)
@@ -167,6 +168,7 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
                                     outlets=[sink_alias(sink_root)],
                                     table_patterns=f"{{{{ ((params.tables | default(None)) or []) + {list(tables)!r} }}}}",
                                     exclude_tables=_param("exclude_tables", list(exclude_tables) or None),
+                                    schema_changes=schema_changes,
                                     **stream_options)
     collect >> stream
     _require_one_run_at_a_time(collect)

@@ -68,6 +68,11 @@ class SchemaChangedError(CdcError):
     """A table's schema changed in a way the reader cannot follow safely."""
 
 
+class SchemaChangeRefused(CdcError):
+    """A DDL statement of a captured table, refused by ``schema_changes="fail"`` before any of it was
+    applied: the stream stops there, and goes on once a run follows it with another policy."""
+
+
 class SourceUnavailableError(CdcError):
     """The source stayed unreachable for longer than the retry budget (cdc/source/retry.py)."""
 

@@ -37,7 +37,7 @@ from airflow_provider_mysqlcdc.operators.arguments import native, state_location
 from airflow_provider_mysqlcdc.operators.spark_job import MySqlCdcSparkJobOperator
 from airflow_provider_mysqlcdc.protocol.actions import StreamMode
 from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
-from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
+from airflow_provider_mysqlcdc.protocol.jobs import SCHEMA_CHANGE_POLICIES, StreamJob
 from airflow_provider_mysqlcdc.protocol.results import DetachedStreamRef, StreamPhase, StreamResult, StreamStatus
 from airflow_provider_mysqlcdc.spark.report import ReportWatcher
 from airflow_provider_mysqlcdc.spark.supervision import DetachedStream, wait_for_a_stopping_stream
@@ -86,6 +86,9 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
         captured and takes a name a pattern matches is recorded, and the next run captures it
         (state/new_tables.py)
     :param exclude_tables: names and patterns such tables never match
+    :param schema_changes: what a DDL statement of a captured table does: ``evolve`` (the default:
+        followed as docs/events-and-types.md says) or ``fail`` (the stream stops before it, naming it;
+        it goes on once run with ``evolve``), as Flink CDC's ``schema.change.behavior``
     """
 
     template_fields: Sequence[str] = ("state_location", "sink_root", "mode", "spark_master", "spark_conn_id",
@@ -103,8 +106,12 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
                  vacuum_retention_hours: float | None = None,
                  deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
                  poll_interval_s: float = 2.0, table_patterns: Any = None, exclude_tables: Any = None,
-                 **kwargs: Any) -> None:
+                 schema_changes: str = "evolve", **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        if schema_changes not in SCHEMA_CHANGE_POLICIES:
+            raise ConfigurationError(f"schema_changes must be one of {', '.join(SCHEMA_CHANGE_POLICIES)}, got "
+                                     f"{schema_changes!r}.")
+        self.schema_changes = schema_changes
         self.table_patterns = table_patterns
         self.exclude_tables = exclude_tables
         self.deferrable = deferrable
@@ -145,6 +152,7 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
                         on_binlog_purged=self.on_binlog_purged, holder=_holder(context),
                         table_patterns=table_patterns(self.table_patterns),
                         exclude_tables=[entry_text(e) for e in parse_entries(native(self.exclude_tables), "exclude_tables")],
+                        schema_changes=self.schema_changes,
                         **self.limits)
         state = PipelineState(self.state_location)
         if self.mode != StreamMode.CONTINUOUS.value:

@@ -27,6 +27,9 @@ from airflow_provider_mysqlcdc.protocol.envelope import RecordFormat, decode, en
 from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy
 from airflow_provider_mysqlcdc.protocol.servers import ServerHistory
 
+#: ``StreamJob.schema_changes``, as Flink CDC's ``schema.change.behavior`` names them
+SCHEMA_CHANGE_POLICIES = ("evolve", "fail")
+
 
 class _JobFile:
     FORMAT: ClassVar[RecordFormat]
@@ -78,7 +81,7 @@ class StreamJob(_JobFile):
     """One spark-submit of the stream job (spark/stream_job.py)."""
 
     #: 2: holder, report, lease_ttl_s; 3: cluster_after_files; 4: maintenance_every_s, vacuum_retention_s;
-    #: 5: table_patterns, exclude_tables (an older file reads with the defaults)
+    #: 5: table_patterns, exclude_tables, schema_changes (an older file reads with the defaults)
     FORMAT: ClassVar[RecordFormat] = RecordFormat("stream-job", 5)
 
     state: str  # the pipeline's state location (registry, staged splits, progress)
@@ -121,8 +124,14 @@ class StreamJob(_JobFile):
     #: captured and starts to match is recorded for the next run (state/new_tables.py)
     table_patterns: list[str] = field(default_factory=list)
     exclude_tables: list[str] = field(default_factory=list)
+    #: what a DDL statement of a captured table does (SCHEMA_CHANGE_POLICIES): "evolve" follows it as
+    #: docs/events-and-types.md says; "fail" stops the stream before any of it is applied
+    schema_changes: str = "evolve"
 
     def __post_init__(self) -> None:
+        if self.schema_changes not in SCHEMA_CHANGE_POLICIES:
+            raise ConfigurationError(f"schema_changes must be one of {', '.join(SCHEMA_CHANGE_POLICIES)}, got "
+                                     f"{self.schema_changes!r} (Flink CDC's lenient and ignore are not built yet).")
         TableSelection.parse(self.table_patterns, self.exclude_tables)  # a malformed entry is refused here
         if self.lease_ttl_s <= 0:
             raise ConfigurationError(f"lease_ttl_s must be a positive number of seconds, got {self.lease_ttl_s}.")

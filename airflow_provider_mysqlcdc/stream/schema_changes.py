@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 
-from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError
+from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError, SchemaChangeRefused
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import BinlogPurged, SchemaChangeEvent, TableEventKind
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
@@ -58,6 +58,8 @@ class SchemaChangeRules:
         True when it committed something to the sink under ``version``."""
         committed = False
         altered = []
+        if self.job.schema_changes == "fail":
+            self._refuse_if_captured(event)
         for change in event.changes:
             table_id, kind = change.table, change.kind
             if kind in (TableEventKind.CREATED, TableEventKind.REPLACED, TableEventKind.RENAMED):
@@ -86,6 +88,17 @@ class SchemaChangeRules:
         log.warning("schema change at %s: %s (%s)", event.offset, event.statement,
                     ", ".join(f"{c.table} {c.kind.value}" for c in event.changes))
         return self._reload_altered(altered, event, version) or committed
+
+    def _refuse_if_captured(self, event: SchemaChangeEvent) -> None:
+        """``schema_changes="fail"``: stop before a statement that changes a table whose changes apply."""
+        followed = [c.table for c in event.changes if c.table in self.generation.tables and c.table not in self.removed
+                    and not (c.table in self.frozen and event.offset > self.frozen[c.table])]
+        if followed:
+            raise SchemaChangeRefused(
+                f"{event.statement[:300]!r} at {event.offset} changes {', '.join(map(str, sorted(set(followed))))}, and "
+                "the stream runs with schema_changes='fail': it stopped before the statement, nothing of it applied "
+                "(the changes before it are). Decide, then run the stream with schema_changes='evolve' to follow it "
+                "(docs/events-and-types.md says what each statement does to the sink).")
 
     def _new_table_seen(self, table_id: TableId | None, event: SchemaChangeEvent) -> None:
         """A table took a name a pattern of the pipeline matches: the next run captures it (state/new_tables.py)."""

@@ -233,7 +233,8 @@ def run_statements(conn, session: str, *statements: str) -> None:
 
 
 def run_stream(source: SourceConfig, work: Path, job: StreamJob) -> dict:
-    """One run of the stream job under spark-submit (local[2]) in ``work``; its result."""
+    """One run of the stream job under spark-submit (local[2]) in ``work`` (made if need be); its result."""
+    work.mkdir(parents=True, exist_ok=True)
     (work / "stream.json").write_text(job.to_json())
     return SparkSubmit(master="local[2]", work_dir=work / "spark").run(
         "binlog_stream.py", ["--job", str(work / "stream.json")], source.to_private_file(work / "secrets" / "source.json"))

@@ -62,7 +62,6 @@ def test_a_pattern_captures_its_matches_less_the_excluded_and_named_and_a_later_
 
     # created while the pipeline streams: the stream records what the pattern now matches
     order_3, excluded_too = create_shards(conn, database, ["order_3", "order_19"])
-    (tmp_path / "stream").mkdir()
     run_stream(cdc_user, tmp_path / "stream", StreamJob(state=state.location, sink_root=str(lake),
                                                         table_patterns=conf["tables"],
                                                         exclude_tables=conf["exclude_tables"]))

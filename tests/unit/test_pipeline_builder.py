@@ -72,3 +72,12 @@ def test_the_stream_is_given_the_patterns_of_the_dag_file_and_of_the_trigger_tim
     rendered = jinja2.Template(stream.table_patterns).render(params={"tables": ["crm.*", "crm.people"]})
     assert table_patterns(rendered) == ["crm.*", "shop.order_\\d+"]
     assert table_patterns(jinja2.Template(stream.table_patterns).render(params={})) == ["shop.order_\\d+"]
+
+
+def test_the_schema_change_policy_reaches_the_stream_and_an_unknown_one_fails_the_parse():
+    with DAG("cdc_policy", schedule=None, max_active_runs=1) as dag:
+        mysqlcdc_pipeline(tables=["shop.orders"], sink_root="/lake", state_dir="/state", schema_changes="fail")
+    assert dag.get_task("stream").schema_changes == "fail"
+    with pytest.raises(ConfigurationError, match="schema_changes must be one of evolve, fail"):
+        with DAG("cdc_bad_policy", schedule=None, max_active_runs=1):
+            mysqlcdc_pipeline(tables=["shop.orders"], sink_root="/lake", state_dir="/state", schema_changes="ignore")

@@ -200,3 +200,35 @@ def test_the_status_names_a_recorded_table_until_a_run_captures_it(tmp_path, cap
     print_status(p.state.location)
     printed = capsys.readouterr().out
     assert "shop.order_1" in printed and "the next DAG run captures it" in printed
+
+
+def test_with_schema_changes_fail_a_captured_tables_ddl_stops_the_stream_before_it_naming_it(tmp_path):
+    import pytest
+
+    from airflow_provider_mysqlcdc.cdc.errors import SchemaChangeRefused
+
+    p = Pipeline(tmp_path, schema(T), schema(U))
+    p.job.schema_changes = "fail"
+    p.snapshot(T, {"id": 1, "v": "a"})
+    p.batch(ddl(1, "CREATE TABLE other (id INT PRIMARY KEY)", table_change(Kind.CREATED, TableId("shop", "other"))))
+    with pytest.raises(SchemaChangeRefused, match=r"'TRUNCATE TABLE t' at .* changes shop.t.*schema_changes='evolve'"):
+        p.batch(changes(schema(T), insert(T, 2, id=2, v="b")),
+                ddl(3, "TRUNCATE TABLE t", table_change(Kind.TRUNCATED, T)),
+                changes(schema(T), insert(T, 4, id=3, v="c")))
+    assert p.rows(T) == {1: {"id": 1, "v": "a"}, 2: {"id": 2, "v": "b"}}  # the changes before it, nothing of it
+    p.job.schema_changes = "evolve"  # the user's decision; the batch runs again
+    p.applier = p.new_applier()
+    p.batch(changes(schema(T), insert(T, 2, id=2, v="b")),
+            ddl(3, "TRUNCATE TABLE t", table_change(Kind.TRUNCATED, T)),
+            changes(schema(T), insert(T, 4, id=3, v="c")), batch_id=1)
+    assert p.rows(T) == {3: {"id": 3, "v": "c"}}
+
+
+def test_an_unknown_schema_change_policy_is_refused_naming_the_choices(tmp_path):
+    import pytest
+
+    from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
+    from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
+
+    with pytest.raises(ConfigurationError, match="schema_changes must be one of evolve, fail, got 'lenient'"):
+        StreamJob(str(tmp_path / "state"), str(tmp_path / "lake"), schema_changes="lenient")
