@@ -30,9 +30,9 @@ from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.hooks.spark import spark_target
 from airflow_provider_mysqlcdc.spark.packaging import build_py_files_zip, spark_job_script
 from airflow_provider_mysqlcdc.spark.submit import (
-    DEFAULT_CONF,
     SparkJobRunner,
     SparkTarget,
+    program_conf,
     spark_environment,
     spark_home,
 )
@@ -158,7 +158,7 @@ class SparkSubmit:
         target = self.target()
         py_files = build_py_files_zip(self.work_dir / "airflow_provider_mysqlcdc.zip")
         cmd = [str(spark_home() / "bin" / "spark-submit"), "--master", target.master, "--py-files", str(py_files)]
-        for key, value in {**DEFAULT_CONF, "spark.pyspark.python": self.python, **target.conf}.items():
+        for key, value in program_conf(target, self.python).items():
             cmd += ["--conf", f"{key}={value}"]
         cmd += [str(spark_job_script(script)), "--source-file", str(source_file), *args]
         log.info("spark-submit %s", " ".join(cmd[1:]))

@@ -10,7 +10,7 @@ from typing import Any
 from airflow.exceptions import AirflowProviderDeprecationWarning
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
-from airflow_provider_mysqlcdc.cdc.source.selection import TablePattern, parse_entries
+from airflow_provider_mysqlcdc.cdc.source.selection import TablePattern, entry_text, parse_entries
 
 
 def state_location_of(state_location: str | None, state: str | None, operator: str) -> str:
@@ -43,6 +43,12 @@ def native(value: Any) -> Any:
             except (ValueError, SyntaxError) as exc:
                 raise ConfigurationError(f"Malformed parameter value {value!r}.") from exc
     return value
+
+
+def table_entries(entries: Any, what: str = "tables") -> list[str]:
+    """Table entries (a list, a comma-separated string or a rendered list) as the texts that read back
+    as them (cdc/source/selection.py)."""
+    return [entry_text(e) for e in parse_entries(native(entries), what)]
 
 
 def table_patterns(entries: Any) -> list[str]:

@@ -96,8 +96,9 @@ class MySqlCdcPlanOperator(BaseOperator):
         store (hooks/object_store.py); none: the machine's own credentials
     """
 
-    template_fields: Sequence[str] = ("tables", "exclude_tables", "state_location", "split_rows", "chunk_rows", "chunk_key_columns",
-                                      "startup_mode", "start_offset", "start_time", "resnapshot", "run_tables")
+    template_fields: Sequence[str] = ("tables", "exclude_tables", "state_location", "split_rows", "chunk_rows",
+                                      "chunk_key_columns", "startup_mode", "start_offset", "start_time", "resnapshot",
+                                      "run_tables")
 
     def __init__(self, *, tables: Any, exclude_tables: Any = None, state_location: str | None = None,
                  state: str | None = None,
@@ -144,16 +145,15 @@ class MySqlCdcPlanOperator(BaseOperator):
         table_ids: list[TableId] = []
         if selection is not None:
             table_ids = planner.tables(selection, registry)  # patterns resolved against the server
-            theirs = parse_tables(list(self.leave_to_other_groups or []), allow_empty=True)
-            left = [t for t in table_ids if theirs is not None and theirs.covers(t)]
+            theirs = TableSelection.parse(list(self.leave_to_other_groups or []))
+            left = [t for t in table_ids if theirs.covers(t)]
             if left:
                 self.log.info("left to the run's other groups, which name or match them first: %s",
                               ", ".join(map(str, left)))
                 table_ids = [t for t in table_ids if t not in left]
         elif self.unset_covers_captured_except is not None:
-            others = parse_tables(list(self.unset_covers_captured_except), self.exclude_tables, allow_empty=True)
-            table_ids = [t for t in sorted(registry.tables)
-                         if others is None or not (others.covers(t) or others.excluded(t))]
+            others = TableSelection.parse(list(self.unset_covers_captured_except), native(self.exclude_tables))
+            table_ids = [t for t in sorted(registry.tables) if not (others.covers(t) or others.excluded(t))]
         if not table_ids and not exact:
             self.log.info("no tables given for this group: nothing planned, the captured set unchanged")
             context["ti"].xcom_push(key="tables", value=encode(TablePlans(exact=False, planned_on=registry.number)))

@@ -30,14 +30,13 @@ from airflow_provider_mysqlcdc.assets.sink_tables import TableChanged, emit_tabl
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError, SparkJobFailed
 from airflow_provider_mysqlcdc.cdc.model.records import ON_BINLOG_PURGED
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
-from airflow_provider_mysqlcdc.cdc.source.selection import entry_text, parse_entries
 from airflow_provider_mysqlcdc.hooks.spark import checked_spark_conf
 from airflow_provider_mysqlcdc.metrics.pipeline_metrics import StreamMetricsFollower
-from airflow_provider_mysqlcdc.operators.arguments import native, state_location_of, table_patterns
+from airflow_provider_mysqlcdc.operators.arguments import state_location_of, table_entries, table_patterns
 from airflow_provider_mysqlcdc.operators.spark_job import MySqlCdcSparkJobOperator
 from airflow_provider_mysqlcdc.protocol.actions import StreamMode
 from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
-from airflow_provider_mysqlcdc.protocol.jobs import SCHEMA_CHANGE_POLICIES, StreamJob
+from airflow_provider_mysqlcdc.protocol.jobs import StreamJob, check_schema_change_policy
 from airflow_provider_mysqlcdc.protocol.results import DetachedStreamRef, StreamPhase, StreamResult, StreamStatus
 from airflow_provider_mysqlcdc.spark.report import ReportWatcher
 from airflow_provider_mysqlcdc.spark.supervision import DetachedStream, wait_for_a_stopping_stream
@@ -108,10 +107,7 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
                  poll_interval_s: float = 2.0, table_patterns: Any = None, exclude_tables: Any = None,
                  schema_changes: str = "evolve", **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if schema_changes not in SCHEMA_CHANGE_POLICIES:
-            raise ConfigurationError(f"schema_changes must be one of {', '.join(SCHEMA_CHANGE_POLICIES)}, got "
-                                     f"{schema_changes!r}.")
-        self.schema_changes = schema_changes
+        self.schema_changes = check_schema_change_policy(schema_changes)  # refused when the DAG is parsed
         self.table_patterns = table_patterns
         self.exclude_tables = exclude_tables
         self.deferrable = deferrable
@@ -151,7 +147,7 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
                         changelog=self.changelog, retry_budget_s=hook.retry_budget_s(),
                         on_binlog_purged=self.on_binlog_purged, holder=_holder(context),
                         table_patterns=table_patterns(self.table_patterns),
-                        exclude_tables=[entry_text(e) for e in parse_entries(native(self.exclude_tables), "exclude_tables")],
+                        exclude_tables=table_entries(self.exclude_tables, "exclude_tables"),
                         schema_changes=self.schema_changes,
                         **self.limits)
         state = PipelineState(self.state_location)

@@ -31,6 +31,13 @@ from airflow_provider_mysqlcdc.protocol.servers import ServerHistory
 SCHEMA_CHANGE_POLICIES = ("evolve", "fail")
 
 
+def check_schema_change_policy(policy: str) -> str:
+    if policy not in SCHEMA_CHANGE_POLICIES:
+        raise ConfigurationError(f"schema_changes must be one of {', '.join(SCHEMA_CHANGE_POLICIES)}, got {policy!r} "
+                                 "(Flink CDC's lenient and ignore are not built yet).")
+    return policy
+
+
 class _JobFile:
     FORMAT: ClassVar[RecordFormat]
 
@@ -129,9 +136,7 @@ class StreamJob(_JobFile):
     schema_changes: str = "evolve"
 
     def __post_init__(self) -> None:
-        if self.schema_changes not in SCHEMA_CHANGE_POLICIES:
-            raise ConfigurationError(f"schema_changes must be one of {', '.join(SCHEMA_CHANGE_POLICIES)}, got "
-                                     f"{self.schema_changes!r} (Flink CDC's lenient and ignore are not built yet).")
+        check_schema_change_policy(self.schema_changes)
         TableSelection.parse(self.table_patterns, self.exclude_tables)  # a malformed entry is refused here
         if self.lease_ttl_s <= 0:
             raise ConfigurationError(f"lease_ttl_s must be a positive number of seconds, got {self.lease_ttl_s}.")

@@ -259,7 +259,9 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return {}
         state = self._state()
         new = state.load(number)
-        older = state.load(previous) if number != previous and not all_in_epoch(new, here.epoch) else new
+        if all_in_epoch(new, here.epoch):
+            return {}
+        older = state.load(previous) if number != previous else new
         return {f.split.split_id: self._servers().translate(conn, f.high_watermark, here.epoch)
                 for f in watermarks_to_translate(new, older, begin, here.epoch)}
 

@@ -159,6 +159,11 @@ class SparkTarget:
         return self.deploy_mode == "cluster" and self.master.startswith("spark://")
 
 
+def program_conf(target: SparkTarget, python: str) -> dict[str, str]:
+    """The conf every program is submitted with: the defaults, its Python, then the target's own."""
+    return {**DEFAULT_CONF, "spark.pyspark.python": python, **target.conf}
+
+
 @dataclass(frozen=True)
 class _Submission:
     work: Path  # the task's private folder: package zip, credentials file
@@ -256,7 +261,7 @@ class SparkJobRunner:
             secrets = prepare_program(work, source, object_store, report, job_json)
             py_files = build_py_files_zip(work / "airflow_provider_mysqlcdc.zip")
             args = job_arguments(report, secrets, ["--remove-source-folder"] if detached else [])
-            conf = {**DEFAULT_CONF, "spark.pyspark.python": self.python, **self.target.conf}
+            conf = program_conf(self.target, self.python)
             if self.target.standalone_cluster:
                 conf.setdefault("spark.standalone.submit.waitAppCompletion", "false" if detached else "true")
                 # what --py-files sets for a Python program: the zip shipped to executors, on their path

@@ -117,11 +117,6 @@ class Replay:
         self.split_filter = FinishedSplitFilter([f for f in splits if f.split.table_id in self.orderings],
                                                 self.orderings)
 
-    @property
-    def tables(self) -> set[TableId]:
-        """The tables whose binlog is read again."""
-        return {f.split.table_id for f in self.plan.behind}
-
     def changes(self, records: list[ChangeRecord]) -> list[bool]:
         """Which of ``records`` are applied with the batch; those of staged splits are kept for them."""
         decisions = []

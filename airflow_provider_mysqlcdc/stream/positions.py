@@ -50,8 +50,6 @@ def watermarks_to_translate(new: Generation, older: Generation, begin: BinlogOff
     watermarks, read on an earlier server, the batch still compares changes with exactly: those of the
     splits it activates (added since ``older``), and those after ``begin`` on ``begin``'s server.
     They are translated into this server's binlog by their GTID positions (state/servers.py)."""
-    if all_in_epoch(new, epoch):
-        return []
     added = {f.split.split_id for f in added_since(new, older)}
     return [f for f in new.finished_splits
             if f.high_watermark.epoch < epoch

@@ -64,10 +64,9 @@ class SchemaChangeRules:
             table_id, kind = change.table, change.kind
             if kind in (TableEventKind.CREATED, TableEventKind.REPLACED, TableEventKind.RENAMED):
                 self._new_table_seen(change.other if kind is TableEventKind.RENAMED else table_id, event)
-            if table_id not in self.generation.tables or table_id in self.removed:
+            if not self._captured(table_id):
                 continue
-            since = self.frozen.get(table_id)
-            if since is not None and event.offset > since:
+            if self._frozen_at(table_id, event.offset):
                 if kind in (TableEventKind.CREATED, TableEventKind.REPLACED):
                     self._drifted(table_id, TableEventKind.CREATED, event.offset,
                                   f"created again by {event.statement[:300]!r}")
@@ -89,10 +88,19 @@ class SchemaChangeRules:
                     ", ".join(f"{c.table} {c.kind.value}" for c in event.changes))
         return self._reload_altered(altered, event, version) or committed
 
+    def _captured(self, table_id: TableId) -> bool:
+        """The batch's generation captures the table, and it was not removed since."""
+        return table_id in self.generation.tables and table_id not in self.removed
+
+    def _frozen_at(self, table_id: TableId, offset: BinlogOffset) -> bool:
+        """None of the table's changes at ``offset`` apply: it is frozen before it."""
+        since = self.frozen.get(table_id)
+        return since is not None and offset > since
+
     def _refuse_if_captured(self, event: SchemaChangeEvent) -> None:
         """``schema_changes="fail"``: stop before a statement that changes a table whose changes apply."""
-        followed = [c.table for c in event.changes if c.table in self.generation.tables and c.table not in self.removed
-                    and not (c.table in self.frozen and event.offset > self.frozen[c.table])]
+        followed = [c.table for c in event.changes
+                    if self._captured(c.table) and not self._frozen_at(c.table, event.offset)]
         if followed:
             raise SchemaChangeRefused(
                 f"{event.statement[:300]!r} at {event.offset} changes {', '.join(map(str, sorted(set(followed))))}, and "

@@ -54,8 +54,8 @@ def parse_start_time(value: Any) -> float:
 
 def is_gtid_position(value: Any) -> bool:
     """``0-1-100`` or ``0-1-100,1-2-7``: a MariaDB GTID position (domain-server-sequence per domain)."""
-    parts = str(value).strip().split(",")
-    return all(len(p.strip().split("-")) == 3 and all(n.isdigit() for n in p.strip().split("-")) for p in parts)
+    numbers = [part.strip().split("-") for part in str(value).strip().split(",")]
+    return all(len(n) == 3 and all(x.isdigit() for x in n) for n in numbers)
 
 
 def earliest_offset(conn: pymysql.connections.Connection) -> BinlogOffset:
