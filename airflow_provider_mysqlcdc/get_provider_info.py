@@ -47,6 +47,10 @@ def get_provider_info() -> dict[str, Any]:
                     "ssl_key": {"label": "TLS client key file", "schema": {"type": ["string", "null"]}},
                     "ssl_verify_identity": {"label": "Verify server host name",
                                             "schema": {"type": ["boolean", "null"], "default": True}},
+                    "mask_salt": {"label": "Masking salt",
+                                  "description": "The secret key of the column rules' hash mask (columns=...); "
+                                                 "kept like the password, never logged.",
+                                  "schema": {"type": ["string", "null"]}, "sensitive": True},
                 },
             }
         ],

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from airflow.sdk import BaseHook
+from airflow.sdk.log import mask_secret
 
 from airflow_provider_mysqlcdc.cdc.errors import CdcError, ConfigurationError
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig, parse_server_id_range
@@ -45,8 +46,11 @@ class MySqlCdcHook(BaseHook):
             ssl["check_hostname"] = str(verify).strip().lower() not in ("false", "0", "no", "off")
         if not conn.host:
             raise ConfigurationError(f"Connection {self.mysqlcdc_conn_id!r} has no host: set the source server's host.")
+        salt = str(self._extra(extras, "mask_salt") or "")
+        if salt:
+            mask_secret(salt)  # a secret like the password: never shown in a log
         return SourceConfig(host=conn.host, port=int(conn.port or 3306), user=conn.login or "",
-                            password=conn.password or "", database=conn.schema or None, ssl=ssl)
+                            password=conn.password or "", database=conn.schema or None, ssl=ssl, mask_salt=salt)
 
     def planner(self, state: PipelineState, *, log: Any = None) -> Planner:
         """What a plan task decides, against this connection's server (state/planner.py)."""

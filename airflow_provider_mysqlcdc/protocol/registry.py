@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from airflow_provider_mysqlcdc.cdc.model.columns import ColumnRule, rule_from, rule_to
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import TableEventKind
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
@@ -40,24 +41,28 @@ def stream_only_split(table_id: TableId, chunk_key: str, offset: BinlogOffset) -
 class CapturedTable:
     chunk_key: str
     splits: list[FinishedSplit]
+    #: which columns reach the sink and how they are masked (cdc/source/columns.py); None: all, as they are
+    column_rule: ColumnRule | None = None
 
     @property
     def stream_only(self) -> bool:
         return any(f.stream_only for f in self.splits)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"chunk_key": self.chunk_key, "splits": [f.to_dict() for f in self.splits]}
+        data = {"chunk_key": self.chunk_key, "splits": [f.to_dict() for f in self.splits]}
+        return data if self.column_rule is None else {**data, "column_rule": rule_to(self.column_rule)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "CapturedTable":
-        return cls(data["chunk_key"], [FinishedSplit.from_dict(f) for f in data["splits"]])
+        return cls(data["chunk_key"], [FinishedSplit.from_dict(f) for f in data["splits"]],
+                   rule_from(data.get("column_rule")))
 
 
 @dataclass
 class Generation:
     """Generation N of the registry: every captured table with its chunk key and finished splits."""
 
-    FORMAT: ClassVar[RecordFormat] = RecordFormat("registry-generation", 1)
+    FORMAT: ClassVar[RecordFormat] = RecordFormat("registry-generation", 2)  # 2: column_rule
 
     number: int
     tables: dict[TableId, CapturedTable] = field(default_factory=dict)
@@ -74,6 +79,10 @@ class Generation:
     @property
     def chunk_keys(self) -> dict[TableId, str]:
         return {t: c.chunk_key for t, c in self.tables.items()}
+
+    def column_rule(self, table_id: TableId) -> ColumnRule | None:
+        captured = self.tables.get(table_id)
+        return captured.column_rule if captured is not None else None
 
     def to_body(self) -> dict[str, Any]:
         return {"number": self.number, "created": self.created, "landed_by": self.landed_by,
@@ -127,7 +136,7 @@ class DriftLog:
 
 @dataclass(frozen=True)
 class RememberedSchema:
-    FORMAT: ClassVar[RecordFormat] = RecordFormat("table-schema", 1)
+    FORMAT: ClassVar[RecordFormat] = RecordFormat("table-schema", 2)  # 2: column_rule, Column.mask
 
     schema: TableSchema
 

@@ -66,6 +66,8 @@ _BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longb
 
 
 def arrow_type(column: Column) -> pa.DataType:
+    if column.mask == "hash":  # 64 hex digits (cdc/records/masking.py)
+        return pa.string()
     t = column.data_type
     if t in _SIGNED:
         return (_UNSIGNED if column.unsigned else _SIGNED)[t]

@@ -37,7 +37,7 @@ def added_since(newer: Generation, older: Generation) -> list[FinishedSplit]:
 
 def table_with_splits(captured: CapturedTable, change: SplitChange) -> CapturedTable:
     """The table with ``change`` applied to every finished split."""
-    return CapturedTable(captured.chunk_key, [change(f) for f in captured.splits])
+    return dataclasses.replace(captured, splits=[change(f) for f in captured.splits])
 
 
 def with_splits(generation: Generation, change: SplitChange) -> Generation:

@@ -22,6 +22,7 @@ from urllib.parse import quote
 import pymysql
 
 from airflow_provider_mysqlcdc.cdc.planning.splitter import INTEGER_TYPES
+from airflow_provider_mysqlcdc.cdc.source.columns import captured_schema
 from airflow_provider_mysqlcdc.cdc.source.schema import (
     Column,
     TableId,
@@ -30,7 +31,7 @@ from airflow_provider_mysqlcdc.cdc.source.schema import (
     missing_table_error,
     table_exists,
 )
-from airflow_provider_mysqlcdc.protocol.registry import RememberedSchema
+from airflow_provider_mysqlcdc.protocol.registry import Generation, RememberedSchema
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 
 SCHEMAS = "schemas"
@@ -64,8 +65,11 @@ def _file_name(table_id: TableId) -> str:
 
 
 class KnownSchemas:
-    def __init__(self, state: PipelineState):
+    def __init__(self, state: PipelineState, generation: Generation | None = None):
         self.state = state
+        #: the registry generation whose column rules (cdc/source/columns.py) describe the tables the
+        #: server is asked about; a stream sets the one it applies (None: no rule, every column)
+        self.generation = generation
         self._remembered: dict[TableId, TableSchema | None] = {}
 
     def remembered(self, table_id: TableId) -> TableSchema | None:
@@ -93,7 +97,7 @@ class KnownSchemas:
         """The server's schema of the table (remembered), else, for a table no longer on the server,
         the last one remembered."""
         if table_exists(conn, table_id):
-            schema = load_table_schema(conn, table_id)
+            schema = self._captured(load_table_schema(conn, table_id))
             if remember:
                 self.remember(schema)
             return schema
@@ -101,6 +105,13 @@ class KnownSchemas:
         if remembered is None:
             raise missing_table_error(table_id)
         return remembered
+
+    def _captured(self, schema: TableSchema) -> TableSchema:
+        """The server's schema as the generation's rule of the table captures it."""
+        captured = self.generation.tables.get(schema.table_id) if self.generation is not None else None
+        if captured is None or captured.column_rule is None:
+            return schema
+        return captured_schema(schema, captured.column_rule, chunk_key=captured.chunk_key)
 
     def for_stream(self, conn: pymysql.connections.Connection, table_id: TableId, chunk_key: str, *,
                    remember: bool = True) -> TableSchema:

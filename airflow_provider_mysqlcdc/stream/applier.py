@@ -189,6 +189,7 @@ class BatchApplier(SchemaChangeRules):
         """The batch's generation, its tables' drift, and which of them are frozen."""
         if generation != self.generation.number:
             self.generation = self.state.load(generation)
+            self.known.generation = self.generation  # its column rules describe the tables from now on
         self.drift = read_drift(self.state)
         self.unknown_noted = set()
         self.frozen = {}

@@ -11,6 +11,7 @@ from typing import Any, Literal, Protocol
 
 from airflow_provider_mysqlcdc.cdc.binlog.listing import table_ddl_after
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.records.masking import ColumnMasks
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.records.values import column_defaults
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
@@ -68,7 +69,10 @@ class ServerTables:
         def defaults(conn: Any) -> Defaults:
             head = current_offset(conn).in_epoch(offset.epoch)  # the server the event was just read from
             later = table_ddl_after(conn, schema.table_id, offset, head, FILL_LOOKAHEAD_EVENTS)
-            return False if later is not False else column_defaults(conn, schema, columns)
+            if later is not False:
+                return False
+            values, masks = column_defaults(conn, schema, columns), ColumnMasks.of(schema, self.source.salt)
+            return values if values is None or masks is None else masks.row(values)  # masked as any row
 
         return self.source.run(defaults, "reading the added columns' defaults")
 
@@ -92,7 +96,7 @@ def schemas_and_orderings(source: SourceConfig, state: PipelineState, generation
     """What the executors decode and place a batch's changes by: each table's schema for the stream,
     and the database's order of its chunk key."""
     # executors never write schema files: only the driver remembers what it saw
-    schemas = stream_schemas(source, KnownSchemas(state), {t: generation.tables[t].chunk_key for t in sorted(tables)},
+    schemas = stream_schemas(source, KnownSchemas(state, generation), {t: generation.tables[t].chunk_key for t in sorted(tables)},
                              remember=False)
     # a table whose chunk key a DDL renamed or dropped is frozen at that DDL (stream_job.py): none of
     # its changes are placed into splits or applied, so it gets no ordering

@@ -20,10 +20,10 @@ A transient fault (the server restarts, the connection drops) is ridden out with
 retry budget (source/retry.py): the reader reconnects at the last transaction boundary it reached
 and reads past what it already handed out, so nothing is yielded twice or skipped.
 
-Traps handled here: ``resume_stream=True`` so the start position is used,
-``is_mariadb`` left off (with it and no GTID the library starts at the first binlog), rotations
-tracked from RotateEvent's ``next_binlog``, end offsets compared as (file, position), and
-compressed transaction payloads rejected by preflight because the library drops them.
+Traps handled here: ``resume_stream=True`` so the start position is used, ``is_mariadb`` left off
+(with it and no GTID the library starts at the first binlog), rotations tracked from RotateEvent's
+``next_binlog``, end offsets compared as (file, position); preflight rejects compressed payloads.
+A table's column rule is applied to its row images as they are decoded (records/masking.py).
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ from airflow_provider_mysqlcdc.cdc.model.records import (
     TableEventKind,
     TableFailed,
 )
+from airflow_provider_mysqlcdc.cdc.records.masking import ColumnMasks
 from airflow_provider_mysqlcdc.cdc.source.connection import DEFAULT_SERVER_ID_RANGE, SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
 from airflow_provider_mysqlcdc.cdc.source.server import check_offset_available
@@ -88,22 +89,12 @@ def pick_server_id(server_id_range: tuple[int, int] = DEFAULT_SERVER_ID_RANGE) -
 class BinlogReader:
     """Iterates the binlog of one server from ``start`` as change records of the captured tables."""
 
-    def __init__(
-        self,
-        source: SourceConfig,
-        *,
-        start: BinlogOffset,
-        end: BinlogOffset | None = None,
-        tables: Collection[TableId] | None = None,
-        key_columns: Mapping[TableId, tuple[str, ...]],
-        known_columns: Mapping[TableId, Mapping[str, Column]] | None = None,
-        server_id: int | None = None,
-        follow: bool = False,
-        heartbeat_s: float = 1.0,
-        decode_after: BinlogOffset | None = None,
-        decoder: str | None = None,
-        watch: Callable[[TableId], bool] | None = None,
-    ):
+    def __init__(self, source: SourceConfig, *, start: BinlogOffset, end: BinlogOffset | None = None,
+                 tables: Collection[TableId] | None = None, key_columns: Mapping[TableId, tuple[str, ...]],
+                 known_columns: Mapping[TableId, Mapping[str, Column]] | None = None, server_id: int | None = None,
+                 follow: bool = False, heartbeat_s: float = 1.0, decode_after: BinlogOffset | None = None,
+                 decoder: str | None = None, watch: Callable[[TableId], bool] | None = None,
+                 masks: Mapping[TableId, ColumnMasks] | None = None):
         self.source = source
         #: tables not captured whose DDL is still handed on (a table taking a name a pattern matches)
         self.watch = watch
@@ -126,7 +117,8 @@ class BinlogReader:
         self.decoder = chosen_decoder(decoder)
         self._gtid: str | None = None
         #: how each table map's rows are decoded
-        self._decodings = TableDecodings(self.decoder, self.key_columns, self.known_columns)
+        self.masks = dict(masks or {})  # each table's column rule on its rows (none: as they are)
+        self._decodings = TableDecodings(self.decoder, self.key_columns, self.known_columns, self.masks)
         #: row events decoded, by which decoder: the chosen one, or "library" for the tables it leaves
         self.events_decoded: Counter[str] = Counter()
         self._stream: BinLogStreamReader | None = None
@@ -148,6 +140,7 @@ class BinlogReader:
             tables=[s.table_id for s in schemas],
             key_columns={s.table_id: s.key_columns for s in schemas},
             known_columns={s.table_id: {c.name: c for c in s.columns} for s in schemas},
+            masks={s.table_id: m for s in schemas if (m := ColumnMasks.of(s, source.salt)) is not None},
             **kwargs,
         )
 
@@ -395,7 +388,7 @@ class BinlogReader:
         """The rows of a committed XA group, read again from its start to its prepare, at the commit."""
         replay = BinlogReader(self.source, start=commit.prepared.start, end=commit.prepared.end, tables=self.tables,
                               key_columns=self.key_columns, known_columns=self.known_columns,
-                              server_id=self.server_id, decoder=self.decoder)
+                              server_id=self.server_id, decoder=self.decoder, masks=self.masks)
         replay._replaying = True
         rows = (item for item in replay if isinstance(item, (ChangeRecord, TableFailed)))
         yield from rows_at_commit(rows, commit.offset, commit.gtid, commit.timestamp_ms)

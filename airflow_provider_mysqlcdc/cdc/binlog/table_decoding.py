@@ -12,6 +12,7 @@ from pymysqlreplication.constants.BINLOG import PARTIAL_UPDATE_ROWS_EVENT
 
 from airflow_provider_mysqlcdc.cdc.binlog.row_decoder import decoder_for, layout_for
 from airflow_provider_mysqlcdc.cdc.binlog.table_map import column_from_table_map
+from airflow_provider_mysqlcdc.cdc.records.masking import ColumnMasks
 from airflow_provider_mysqlcdc.cdc.records.values import ValueNormalizer
 from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
 
@@ -26,6 +27,7 @@ class TableDecoding:
     library_columns: list[Any]  # held, so that its identity stays this table map's
     normalizer: ValueNormalizer
     row_decoder: Any  # None: the library decodes the table
+    masks: ColumnMasks | None = None  # the table's column rule (records/masking.py)
     #: the columns-present bitmap of a full row image
     full_image: bytes = field(init=False)
 
@@ -35,7 +37,12 @@ class TableDecoding:
 
     def images(self, event: Any, is_update: bool) -> tuple[list[dict[str, Any]], bool]:
         """Every row image of the event, as a dict by column name (an update's before and after
-        images alternate), and whether the row decoder decoded them (else the library did)."""
+        images alternate) with the table's column rule applied, and whether the row decoder decoded
+        them (else the library did)."""
+        images, by_row_decoder = self._decoded(event, is_update)
+        return (images if self.masks is None else self.masks.rows(images)), by_row_decoder
+
+    def _decoded(self, event: Any, is_update: bool) -> tuple[list[dict[str, Any]], bool]:
         body = self._row_bytes(event, is_update)
         if body is None:
             normalize = self.normalizer.row
@@ -79,10 +86,12 @@ class TableDecodings:
     table's events were written under."""
 
     def __init__(self, decoder: str, key_columns: Mapping[TableId, tuple[str, ...]],
-                 known_columns: Mapping[TableId, Mapping[str, Column]]):
+                 known_columns: Mapping[TableId, Mapping[str, Column]],
+                 masks: Mapping[TableId, ColumnMasks] | None = None):
         self.decoder = decoder  # compiled, python or library (row_decoder.py)
         self.key_columns = key_columns
         self.known_columns = known_columns
+        self.masks = masks or {}
         self._decodings: dict[int, TableDecoding] = {}
         self._normalizers: dict[tuple[TableId, tuple[Any, ...]], ValueNormalizer] = {}
 
@@ -101,7 +110,7 @@ class TableDecodings:
                 log.info("rows of %s are decoded by python-mysql-replication: a column of it is stored in a way "
                          "the %s decoder leaves to the library", table_id, self.decoder)
             row_decoder = None if layout is None else decoder_for(layout, self.decoder)
-            found = TableDecoding(event.columns, normalizer, row_decoder)
+            found = TableDecoding(event.columns, normalizer, row_decoder, self.masks.get(table_id))
             self._decodings[id(event.columns)] = found
         return found
 

@@ -41,6 +41,8 @@ def fast_select_supported(schema: TableSchema, source: SourceConfig | None = Non
 
 
 def _supported(column: Column) -> bool:
+    if column.mask is not None:  # masked where rows are normalised (records/masking.py)
+        return False
     if column.data_type not in FAST_TYPES:
         return False
     if column.data_type == "bigint" and column.unsigned:

@@ -42,6 +42,7 @@ from airflow_provider_mysqlcdc.cdc.model.records import (
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit, key_range_sql
 from airflow_provider_mysqlcdc.cdc.reading.low_watermark import InFlightTransactions
 from airflow_provider_mysqlcdc.cdc.records.apply import KeyedRows
+from airflow_provider_mysqlcdc.cdc.records.masking import ColumnMasks
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.records.values import ValueNormalizer, select_list
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
@@ -86,6 +87,8 @@ class SplitReader:
         self.watch_in_flight = watch_in_flight
         self._in_flight = InFlightTransactions()
         self.normalizer = ValueNormalizer(schema)
+        #: the table's column rule on the rows read (None: no rule)
+        self.masks = ColumnMasks.of(schema, source.salt)
         self._conn: pymysql.connections.Connection | None = None
         self._info: ServerInfo | None = None
         self._orderings: dict[str, KeyOrdering] = {}
@@ -195,8 +198,9 @@ class SplitReader:
                     low = min(low, self._mariadb_snapshot_offset(cur))
                 with conn.cursor(pymysql.cursors.SSCursor) as stream:
                     stream.execute(sql, args)
+                    row_of, masks = self.normalizer.row_from_tuple, self.masks
                     for values in stream:
-                        rows.put(self.normalizer.row_from_tuple(names, values))
+                        rows.put(row_of(names, values) if masks is None else masks.row(row_of(names, values)))
             finally:
                 cur.execute("COMMIT")
         return low, self.current_offset()

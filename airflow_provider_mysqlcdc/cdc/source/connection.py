@@ -83,10 +83,13 @@ class SourceConfig:
     #: where the password is read from when ``password`` is empty: the private credentials file, so that
     #: settings shipped to Spark executors inside a function carry its path, never the password itself
     password_file: str | None = None
+    #: the key of the column rules' ``hash`` mask (records/masking.py): a secret like the password, read
+    #: from ``password_file`` when empty here
+    mask_salt: str = field(default="", repr=False)
 
     def for_executors(self, private_file: str) -> "SourceConfig":
-        """These settings without the password, which executors read from ``private_file`` instead."""
-        return replace(self, password="", password_file=str(private_file))
+        """These settings without the password and the salt, which executors read from ``private_file``."""
+        return replace(self, password="", mask_salt="", password_file=str(private_file))
 
     @property
     def secret(self) -> str:
@@ -95,11 +98,18 @@ class SourceConfig:
             return self.password
         return str(read_private_file(self.password_file).get("password") or "")
 
+    def salt(self) -> str:
+        """The masking salt: given, or read from ``password_file`` ("" when there is none)."""
+        if self.mask_salt or not self.password_file:
+            return self.mask_salt
+        return str(read_private_file(self.password_file).get("mask_salt") or "")
+
     def to_json(self) -> str:
         """These settings for a Spark program's options: refused with the password in them (send
         ``for_executors(...)``, whose password stays in its private file)."""
-        if self.password:
-            raise ValueError("these source settings hold the password: send for_executors(private_file) instead")
+        if self.password or self.mask_salt:
+            raise ValueError("these source settings hold the password or the masking salt: send "
+                             "for_executors(private_file) instead")
         return json.dumps(asdict(self))
 
     @classmethod

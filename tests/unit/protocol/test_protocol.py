@@ -97,7 +97,7 @@ def test_every_record_round_trips_through_json_in_its_envelope(record):
 def test_a_record_of_a_newer_format_version_is_refused_naming_the_file_and_the_fix():
     data = {**encode(RECORDS[1]), "format_version": Generation.FORMAT.version + 1}
     with pytest.raises(ProtocolVersionError, match=r"generations/000002.json is a registry-generation record of "
-                                                   r"format version 2, .*reads versions up to 1.*Install that version"):
+                                                   r"format version 3, .*reads versions up to 2.*Install that version"):
         decode(Generation, data, "generations/000002.json")
 
 
@@ -145,7 +145,7 @@ def test_the_registry_writes_generations_in_their_envelope(tmp_path):
     state = PipelineState(str(tmp_path / "state"))
     state.commit({T: CapturedTable("id", [SPLIT])})
     data = json.loads((tmp_path / "state" / GENERATIONS / "000001.json").read_text())
-    assert (data["record"], data["format_version"]) == ("registry-generation", 1)
+    assert (data["record"], data["format_version"]) == ("registry-generation", 2)
     assert state.latest().tables[T].splits == [SPLIT]
 
 

@@ -1,0 +1,97 @@
+"""Which columns of one captured table reach the sink, and in what form: a ``ColumnRule``.
+
+A rule keeps every column (``include`` unset) or only those ``include`` names, less those
+``exclude`` names; of the kept columns it may replace the value of some by a keyed hash
+(``hash``), cut it to its first n characters or bytes (``truncate``), or NULL (``null``). Names are
+compared without case, as MySQL compares column names. The rule is by name, not by position: a
+column a DDL adds later is kept or not, masked or not, by the same rule.
+
+Plain data (it travels in plans, job files and the registry); cdc/source/columns.py reads rules
+from a pipeline's settings and applies them to a schema, cdc/records/masking.py to values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+#: the masks a kept column may take, as ``Column.mask`` spells them (``truncate:<n>``)
+MASK_KINDS = ("hash", "truncate", "null")
+
+
+@dataclass(frozen=True)
+class ColumnRule:
+    include: tuple[str, ...] | None = None  # None: every column
+    exclude: tuple[str, ...] = ()
+    hash: tuple[str, ...] = ()
+    truncate: tuple[tuple[str, int], ...] = ()
+    null: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("exclude", "hash", "null"):
+            object.__setattr__(self, name, tuple(sorted(n.lower() for n in getattr(self, name))))
+        if self.include is not None:
+            object.__setattr__(self, "include", tuple(sorted(n.lower() for n in self.include)))
+        object.__setattr__(self, "truncate", tuple(sorted((n.lower(), int(k)) for n, k in self.truncate)))
+
+    def keeps(self, name: str) -> bool:
+        lowered = name.lower()
+        return (self.include is None or lowered in self.include) and lowered not in self.exclude
+
+    def mask_of(self, name: str) -> str | None:
+        """``hash``, ``truncate:<n>``, ``null``, or None for a column kept as it is (or not kept)."""
+        lowered = name.lower()
+        if lowered in self.hash:
+            return "hash"
+        if lowered in self.null:
+            return "null"
+        length = dict(self.truncate).get(lowered)
+        return None if length is None else f"truncate:{length}"
+
+    @property
+    def masked(self) -> tuple[str, ...]:
+        """Every column name a mask names."""
+        return self.hash + self.null + tuple(n for n, _ in self.truncate)
+
+    @property
+    def named(self) -> tuple[str, ...]:
+        """Every column name the rule names."""
+        return (self.include or ()) + self.exclude + self.masked
+
+    @property
+    def hashes(self) -> bool:
+        return bool(self.hash)
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"exclude": list(self.exclude), "hash": list(self.hash),
+                                "truncate": {n: k for n, k in self.truncate}, "null": list(self.null)}
+        if self.include is not None:
+            data["include"] = list(self.include)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ColumnRule":
+        include = data.get("include")
+        return cls(None if include is None else tuple(include), tuple(data.get("exclude", ())),
+                   tuple(data.get("hash", ())), tuple((n, int(k)) for n, k in data.get("truncate", {}).items()),
+                   tuple(data.get("null", ())))
+
+    def __str__(self) -> str:
+        parts = []
+        if self.include is not None:
+            parts.append("include " + ", ".join(self.include))
+        for word, names in (("exclude", self.exclude), ("hash", self.hash), ("null", self.null)):
+            if names:
+                parts.append(f"{word} " + ", ".join(names))
+        if self.truncate:
+            parts.append("truncate " + ", ".join(f"{n} to {k}" for n, k in self.truncate))
+        return "; ".join(parts) or "every column as it is"
+
+
+def rule_from(data: dict[str, Any] | None) -> ColumnRule | None:
+    """The rule a record holds (None: every column as it is)."""
+    return None if data is None else ColumnRule.from_dict(data)
+
+
+def rule_to(rule: ColumnRule | None) -> dict[str, Any] | None:
+    return None if rule is None else rule.to_dict()

@@ -1,0 +1,161 @@
+"""A pipeline's ``columns`` setting: per table (a name or a pattern, as ``tables`` takes them), which
+columns reach the sink and which are masked (Debezium's ``column.include.list``,
+``column.exclude.list``, ``column.mask.hash.*``, ``column.truncate.to.*``; Flink CDC's projection)::
+
+    columns={
+        "shop.customers": {"exclude": ["notes"], "hash": ["email"], "truncate": {"address": 10},
+                           "null": ["ssn"]},
+        "crm.*": {"include": ["id", "name", "updated_at"]},
+    }
+
+A table takes the rule of the first entry that names it, else of the first pattern that matches
+it. ``captured_schema`` turns a table's schema as the server has it into the schema the pipeline
+captures: the columns kept, each marked with its mask. Key columns identify a row and order the
+chunks: they can be neither left out nor masked. A salt for ``hash`` comes from the source
+connection (never from here): records/masking.py.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from typing import Any
+
+from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
+from airflow_provider_mysqlcdc.cdc.model.columns import ColumnRule
+from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
+from airflow_provider_mysqlcdc.cdc.source.selection import TableEntry, entry_text, parse_entry
+
+_KEYS = ("include", "exclude", "hash", "truncate", "null")
+#: the column types ``truncate`` may cut: text by characters, bytes by bytes
+_TRUNCATABLE = frozenset({"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "binary", "varbinary",
+                          "tinyblob", "blob", "mediumblob", "longblob", "json"})
+
+
+def _names(value: Any, what: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [v for v in value.split(",")]
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise ConfigurationError(f"{what} must be a list of column names, e.g. ['email', 'phone'], got {value!r}.")
+    return tuple(v.strip() for v in value)
+
+
+def parse_rule(value: Any, entry: str) -> ColumnRule:
+    """One table's rule as a DAG gives it; a clear error for anything malformed."""
+    where = f"columns[{entry!r}]"
+    if not isinstance(value, dict):
+        raise ConfigurationError(f"{where} must be a dict of {', '.join(_KEYS)}, got {value!r}.")
+    unknown = sorted(set(value) - set(_KEYS))
+    if unknown:
+        raise ConfigurationError(f"{where} has unknown option(s) {', '.join(unknown)}: the options are "
+                                 f"{', '.join(_KEYS)}.")
+    if value.get("include") is not None and value.get("exclude"):
+        raise ConfigurationError(f"{where} gives both include and exclude: give one of them (as Debezium takes "
+                                 "column.include.list or column.exclude.list).")
+    truncate = value.get("truncate") or {}
+    if not isinstance(truncate, dict) or not all(isinstance(n, str) and isinstance(k, int) and not isinstance(k, bool)
+                                                 and k >= 1 for n, k in truncate.items()):
+        raise ConfigurationError(f"{where}['truncate'] must map column names to a length of at least 1, e.g. "
+                                 f"{{'address': 10}}, got {truncate!r}.")
+    include = value.get("include")
+    rule = ColumnRule(None if include is None else _names(include, f"{where}['include']"),
+                      _names(value.get("exclude") or [], f"{where}['exclude']") if value.get("exclude") else (),
+                      _names(value["hash"], f"{where}['hash']") if value.get("hash") else (),
+                      tuple(truncate.items()),
+                      _names(value["null"], f"{where}['null']") if value.get("null") else ())
+    masked = list(rule.masked)
+    twice = sorted({n for n in masked if masked.count(n) > 1})
+    if twice:
+        raise ConfigurationError(f"{where} masks column(s) {', '.join(twice)} twice: give each one mask.")
+    dropped = sorted(n for n in set(masked) if not rule.keeps(n))
+    if dropped:
+        raise ConfigurationError(f"{where} masks column(s) {', '.join(dropped)} that it leaves out: a column left "
+                                 "out never reaches the sink, so it needs no mask.")
+    return rule
+
+
+@dataclass(frozen=True)
+class ColumnRules:
+    """The ``columns`` setting: a rule per table entry (see the module doc)."""
+
+    entries: tuple[tuple[TableEntry, ColumnRule], ...] = ()
+
+    @classmethod
+    def parse(cls, value: Any) -> "ColumnRules":
+        """The setting as a dict, or its JSON text (a DAG param); None or empty: no rule."""
+        if value is None or value == "":
+            return cls()
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except ValueError as exc:
+                raise ConfigurationError(f"columns is not valid JSON ({exc}): write "
+                                         '{"db.table": {"exclude": ["notes"]}}.') from exc
+        if not isinstance(value, dict):
+            raise ConfigurationError(f"columns must map a table (a name or a pattern) to its rule, e.g. "
+                                     f"{{'shop.customers': {{'hash': ['email']}}}}, got {value!r}.")
+        return cls(tuple((parse_entry(str(entry)), parse_rule(rule, str(entry))) for entry, rule in value.items()))
+
+    def for_table(self, table_id: TableId) -> tuple[ColumnRule | None, TableEntry | None]:
+        """The table's rule and the entry it comes from: a name before any pattern (None: no rule)."""
+        for entry, rule in self.entries:
+            if entry == table_id:
+                return rule, entry
+        for entry, rule in self.entries:
+            if not isinstance(entry, TableId) and entry.matches(table_id):
+                return rule, entry
+        return None, None
+
+    @property
+    def hashes(self) -> bool:
+        return any(rule.hashes for _, rule in self.entries)
+
+    def captured(self, schema: TableSchema, chunk_key: str) -> TableSchema:
+        """``schema`` as the pipeline captures it (``captured_schema``), by the table's rule; a column the
+        rule of a named table names must exist (a pattern's rule may name columns some tables lack)."""
+        rule, entry = self.for_table(schema.table_id)
+        if rule is None:
+            return schema
+        if isinstance(entry, TableId):
+            missing = [n for n in rule.named if n not in {c.name.lower() for c in schema.columns}]
+            if missing:
+                raise ConfigurationError(
+                    f"columns[{entry_text(entry)!r}] names column(s) {', '.join(sorted(set(missing)))} that "
+                    f"{schema.table_id} does not have; its columns are: {', '.join(schema.column_names)}.")
+        return captured_schema(schema, rule, chunk_key=chunk_key, strict=True)
+
+
+def captured_schema(schema: TableSchema, rule: ColumnRule | None, *, chunk_key: str | None = None,
+                    strict: bool = False) -> TableSchema:
+    """The columns ``rule`` keeps, each marked with its mask. ``strict`` (a plan): a rule that leaves out
+    or masks a key column or ``chunk_key``, or truncates a column that is neither text nor bytes, is
+    refused with the fix; otherwise (a stream after a DDL) such a key column is kept as it is, and such
+    a truncated column is NULL."""
+    if rule is None:
+        return schema
+    keys = set(schema.key_columns) | ({chunk_key} if chunk_key else set())
+    touched = sorted(k for k in keys if not rule.keeps(k) or rule.mask_of(k))
+    if touched and strict:
+        raise ConfigurationError(
+            f"The column rule of {schema.table_id} ({rule}) leaves out or masks key column(s) {', '.join(touched)}: "
+            "the key identifies each row in the sink and orders its chunks, so it is captured as it is. Take it "
+            "out of the rule (or choose another chunk key with chunk_key_columns).")
+    columns = []
+    for column in schema.columns:
+        if column.name in keys:
+            columns.append(column)
+        elif rule.keeps(column.name):
+            columns.append(_masked(schema, column, rule.mask_of(column.name), strict))
+    kept = {c.name for c in columns}
+    unique = tuple(k for k in schema.unique_not_null_keys if set(k) <= kept)
+    return TableSchema(schema.table_id, tuple(columns), schema.primary_key, unique, rule)
+
+
+def _masked(schema: TableSchema, column: Column, mask: str | None, strict: bool) -> Column:
+    if mask is not None and mask.startswith("truncate") and column.data_type not in _TRUNCATABLE:
+        if strict:
+            raise ConfigurationError(
+                f"The column rule of {schema.table_id} truncates {column.name}, a {column.column_type} column: "
+                "truncate cuts text and bytes only; use hash or null to mask it.")
+        mask = "null"  # a DDL made it another type: its values are still not to be seen
+    return column if mask == column.mask else replace(column, mask=mask)
