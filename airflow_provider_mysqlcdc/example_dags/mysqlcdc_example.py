@@ -6,7 +6,10 @@ MYSQLCDC_SPLIT_ROWS, MYSQLCDC_CHUNK_ROWS, MYSQLCDC_SPARK_CONN_ID (an Airflow ``s
 ``spark_connect`` one to a Spark Connect server; unset: Spark local mode), MYSQLCDC_STREAM_SPARK_CONN_ID
 (the stream's, when it differs), MYSQLCDC_SPARK_CONF (JSON, e.g. '{"spark.executor.memory": "4g"}') and
 MYSQLCDC_STREAM_DEFERRABLE ("true": a continuous stream runs detached, watched from the triggerer)
-and MYSQLCDC_AWS_CONN_ID (an Airflow ``aws`` connection for a lake and state on ``s3://``).
+and MYSQLCDC_AWS_CONN_ID (an Airflow ``aws`` connection for a lake and state on ``s3://``), and
+MYSQLCDC_COLUMNS (JSON: per table, the columns kept and masked, e.g.
+'{"shop.customers": {"exclude": ["notes"], "hash": ["email"]}}'; ``hash`` needs the connection's
+``mask_salt`` extra).
 The source is the Airflow connection ``mysqlcdc_default``.
 Everything else is a DAG param, e.g. more tables, or a re-snapshot while streaming:
 
@@ -44,4 +47,5 @@ with DAG(
         tables_param=True,
         stream_deferrable=os.environ.get("MYSQLCDC_STREAM_DEFERRABLE", "").lower() == "true" or None,
         aws_conn_id=os.environ.get("MYSQLCDC_AWS_CONN_ID") or None,
+        columns=json.loads(os.environ.get("MYSQLCDC_COLUMNS") or "null"),
     )

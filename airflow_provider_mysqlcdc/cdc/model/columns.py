@@ -1,7 +1,7 @@
 """Which columns of one captured table reach the sink, and in what form: a ``ColumnRule``.
 
-A rule keeps every column (``include`` unset) or only those ``include`` names, less those
-``exclude`` names; of the kept columns it may replace the value of some by a keyed hash
+A rule keeps every column (``include`` unset) or only those ``include`` names (and the row key,
+which cdc/source/columns.py always keeps), less those ``exclude`` names; of the kept columns it may replace the value of some by a keyed hash
 (``hash``), cut it to its first n characters or bytes (``truncate``), or NULL (``null``). Names are
 compared without case, as MySQL compares column names. The rule is by name, not by position: a
 column a DDL adds later is kept or not, masked or not, by the same rule.

@@ -11,7 +11,7 @@ columns reach the sink and which are masked (Debezium's ``column.include.list``,
 A table takes the rule of the first entry that names it, else of the first pattern that matches
 it. ``captured_schema`` turns a table's schema as the server has it into the schema the pipeline
 captures: the columns kept, each marked with its mask. Key columns identify a row and order the
-chunks: they can be neither left out nor masked. A salt for ``hash`` comes from the source
+chunks: ``include`` keeps them without naming them, and they can be neither excluded nor masked. A salt for ``hash`` comes from the source
 connection (never from here): records/masking.py.
 """
 
@@ -134,7 +134,7 @@ def captured_schema(schema: TableSchema, rule: ColumnRule | None, *, chunk_key: 
     if rule is None:
         return schema
     keys = set(schema.key_columns) | ({chunk_key} if chunk_key else set())
-    touched = sorted(k for k in keys if not rule.keeps(k) or rule.mask_of(k))
+    touched = sorted(k for k in keys if k.lower() in rule.exclude or rule.mask_of(k))  # include: the key implied
     if touched and strict:
         raise ConfigurationError(
             f"The column rule of {schema.table_id} ({rule}) leaves out or masks key column(s) {', '.join(touched)}: "

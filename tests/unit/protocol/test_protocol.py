@@ -7,6 +7,7 @@ import json
 import pytest
 
 from airflow_provider_mysqlcdc.cdc.errors import ProtocolError, ProtocolVersionError
+from airflow_provider_mysqlcdc.cdc.model.columns import ColumnRule
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import TableEventKind
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
@@ -16,7 +17,7 @@ from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
 from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob, StreamJob
 from airflow_provider_mysqlcdc.protocol.lease import LeaseHeartbeat, StopRequest, StreamLease
 from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
-from airflow_provider_mysqlcdc.protocol.plans import ChunkPlan
+from airflow_provider_mysqlcdc.protocol.plans import ChunkPlan, TablePlan, TablePlans
 from airflow_provider_mysqlcdc.protocol.progress import (
     CheckpointIdentity,
     ChunkProgress,
@@ -50,6 +51,8 @@ T = TableId("shop", "orders")
 AT = BinlogOffset("binlog.000007", 1234, gtid_set="0-1-42", server_id=1)
 SPLIT = FinishedSplit(SnapshotSplit(T, 0, "id", None, 100), AT, BinlogOffset("binlog.000007", 900), rows=99,
                       binlog_events_merged=3, staged="file:///state/staged/split-0.parquet", partitions=2, seconds=1.5)
+RULE = ColumnRule(None, ("notes",), ("e",), (("addr", 3),), ("ssn",))
+
 RECORDS = [
     StreamOffset(AT, 3),
     Generation(2, {T: CapturedTable("id", [SPLIT])}, {T}, "2026-11-23T00:00:00+00:00"),
@@ -79,6 +82,13 @@ RECORDS = [
     StreamOffset(AT.in_epoch(2), 3),
     ServerHistory((ServerEpoch(0, 1, None, "2026-11-23T00:00:00+00:00"), ServerEpoch(1, 2, "0-1-42", "x"))),
     ChunkPlan("shop.orders chunk 1/2", T, (SPLIT.split,)),
+    # a column rule travels with the plan, the job, the registry and the remembered schema
+    ChunkPlan("shop.orders chunk 1/2", T, (SPLIT.split,), RULE),
+    ChunkJob(str(T), [SPLIT.split], "/lake", column_rule=RULE),
+    Generation(3, {T: CapturedTable("id", [SPLIT], RULE)}, {T}, "2026-11-23T00:00:00+00:00"),
+    RememberedSchema(TableSchema(T, (Column("id", "int", "int(11)", False), Column("e", "varchar", "varchar(9)", True,
+                                                                                  mask="hash")), ("id",), (), RULE)),
+    TablePlans(True, [TablePlan(T, "id", PlanAction.RESNAPSHOT, [SPLIT.split], column_rule=RULE)], 2),
 ]
 
 
