@@ -101,7 +101,9 @@ def _sink_facets(table: LineageTable, source: InputDataset) -> dict:
     if table.schema is None:
         return {}
     delta_types = DeltaSchema.from_arrow(arrow_schema(table.schema)).fields
-    copied = {c.name: _from(source, c.name, "IDENTITY", "copied as it is") for c in table.schema.columns}
+    copied = {c.name: _from(source, c.name, "IDENTITY", "copied as it is") if c.mask is None else
+              _from(source, c.name, "TRANSFORMATION", _MASKS[c.mask.split(":")[0]].format(c.mask.partition(":")[2]),
+                    masking=True) for c in table.schema.columns}
     if table.chunk_key:
         copied[CHUNK_COLUMN] = _from(source, table.chunk_key, "TRANSFORMATION",
                                      "the chunk key's order-preserving text")
@@ -110,10 +112,16 @@ def _sink_facets(table: LineageTable, source: InputDataset) -> dict:
             "columnLineage": ColumnLineageDatasetFacet(fields=copied)}
 
 
-def _from(source: InputDataset, column: str, subtype: str, description: str) -> Fields:
+#: how each mask of a column rule (cdc/source/columns.py) is described in the column lineage
+_MASKS = {"hash": "masked: HMAC-SHA-256 of the value, keyed by the pipeline's salt", "null": "masked: NULL",
+          "truncate": "masked: the first {} characters (bytes of binary data)"}
+
+
+def _from(source: InputDataset, column: str, subtype: str, description: str, masking: bool = False) -> Fields:
     return Fields(inputFields=[InputField(namespace=source.namespace, name=source.name, field=column,
                                           transformations=[Transformation(type="DIRECT", subtype=subtype,
-                                                                          description=description)])],
+                                                                          description=description,
+                                                                          masking=masking or None)])],
                   transformationType="IDENTITY" if subtype == "IDENTITY" else None,
                   transformationDescription=description)
 
