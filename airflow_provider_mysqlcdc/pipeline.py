@@ -27,7 +27,7 @@ from airflow.sdk import Param, TaskGroup
 
 from airflow_provider_mysqlcdc.assets.sink_tables import sink_alias
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
-from airflow_provider_mysqlcdc.cdc.source.columns import ColumnRules
+from airflow_provider_mysqlcdc.cdc.source.rules import TableRules
 from airflow_provider_mysqlcdc.cdc.source.selection import TablePattern, parse_entry
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
 from airflow_provider_mysqlcdc.operators.collect import MySqlCdcCollectSplitsOperator
@@ -125,11 +125,11 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
     what the stream does with a captured table's DDL, ``evolve`` or ``fail`` (operators/stream.py).
 
     Columns: ``columns`` maps a table name or pattern to which of its columns reach the sink and which
-    are masked (``include``/``exclude``, ``hash``, ``truncate``, ``null``; cdc/source/columns.py). It
+    are masked (``include``/``exclude``, ``hash``, ``truncate``, ``null``; cdc/source/rules.py). It
     is the DAG file's, not a trigger-time param: whoever triggers a run cannot unmask a column."""
     for entry in [*tables, *exclude_tables]:  # a malformed entry fails the DAG when it is parsed
         parse_entry(entry)
-    ColumnRules.parse(columns)  # and so does a malformed column rule
+    TableRules.parse(columns)  # and so does a malformed column rule
     spark: dict[str, Any] = dict(spark_master=spark_master, spark_conn_id=spark_conn_id, spark_conf=spark_conf, aws_conn_id=aws_conn_id)
     state = f"{state_dir.rstrip('/')}/{{{{ dag.dag_id }}}}"
     sink = _param("sink_root", sink_root)

@@ -112,7 +112,7 @@ def _sink_facets(table: LineageTable, source: InputDataset) -> dict:
             "columnLineage": ColumnLineageDatasetFacet(fields=copied)}
 
 
-#: how each mask of a column rule (cdc/source/columns.py) is described in the column lineage
+#: how each mask of a column rule (cdc/source/rules.py) is described in the column lineage
 _MASKS = {"hash": "masked: HMAC-SHA-256 of the value, keyed by the pipeline's salt", "null": "masked: NULL",
           "truncate": "masked: the first {} characters (bytes of binary data)"}
 

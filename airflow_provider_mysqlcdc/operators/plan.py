@@ -84,7 +84,7 @@ class MySqlCdcPlanOperator(BaseOperator):
     :param resnapshot: ``"db.table"`` or ``{"table": ..., "from": low, "to": high}`` items
     :param columns: per table name or pattern, which columns reach the sink and which are masked:
         ``{"shop.customers": {"exclude": [...], "hash": [...], "truncate": {"col": 10}, "null": [...]}}``
-        or ``{"crm.*": {"include": [...]}}`` (cdc/source/columns.py); a table whose rule changes is
+        or ``{"crm.*": {"include": [...]}}`` (cdc/source/rules.py); a table whose rule changes is
         re-snapshotted whole. ``hash`` is keyed by the source connection's ``mask_salt``
     :param unset_covers_captured_except: see above
     :param leave_to_other_groups: names and patterns of the run's other groups that take precedence: a

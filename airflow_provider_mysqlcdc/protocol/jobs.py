@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
-from airflow_provider_mysqlcdc.cdc.model.columns import ColumnRule, rule_from, rule_to
 from airflow_provider_mysqlcdc.cdc.model.records import ON_BINLOG_PURGED
+from airflow_provider_mysqlcdc.cdc.model.rules import TableRule, rule_from, rule_to
 from airflow_provider_mysqlcdc.cdc.model.split import SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.source.connection import parse_server_id_range
 from airflow_provider_mysqlcdc.cdc.source.selection import TableSelection
@@ -61,7 +61,7 @@ class _JobFile:
 class ChunkJob(_JobFile):
     """One spark-submit of the chunk job (spark/chunk_job.py): read ``splits`` of ``table``."""
 
-    FORMAT: ClassVar[RecordFormat] = RecordFormat("chunk-job", 2)  # 2: column_rule
+    FORMAT: ClassVar[RecordFormat] = RecordFormat("chunk-job", 2)  # 2: table_rule
 
     table: str  # db.table
     splits: list[SnapshotSplit]
@@ -72,12 +72,12 @@ class ChunkJob(_JobFile):
     retry_budget_s: float = 300.0  # a source fault lasting longer fails the job (cdc/source/retry.py)
     #: the servers the pipeline followed: the job's watermarks are placed among them (state/servers.py)
     servers: ServerHistory = ServerHistory()
-    #: which columns are read and how they are masked (cdc/source/columns.py); None: all, as they are
-    column_rule: ColumnRule | None = None
+    #: which columns are read and how they are masked (cdc/source/rules.py); None: all, as they are
+    table_rule: TableRule | None = None
 
     def to_body(self) -> dict[str, Any]:
         return {**super().to_body(), "splits": [s.to_dict() for s in self.splits], "servers": self.servers.to_body(),
-                "column_rule": rule_to(self.column_rule)}
+                "table_rule": rule_to(self.table_rule)}
 
     @classmethod
     def from_body(cls, body: dict[str, Any], version: int) -> "ChunkJob":
@@ -85,7 +85,7 @@ class ChunkJob(_JobFile):
         servers = ServerHistory.from_body(body["servers"], 1) if body.get("servers") else ServerHistory()
         return cls(**{**body, "splits": [SnapshotSplit.from_dict(s) for s in body["splits"]],
                       "server_id_range": tuple(ids) if ids else None, "servers": servers,
-                      "column_rule": rule_from(body.get("column_rule"))})
+                      "table_rule": rule_from(body.get("table_rule"))})
 
 
 @dataclass

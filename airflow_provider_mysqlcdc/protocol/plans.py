@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from airflow_provider_mysqlcdc.cdc.model.columns import ColumnRule, rule_from, rule_to
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.model.rules import TableRule, rule_from, rule_to
 from airflow_provider_mysqlcdc.cdc.model.split import SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.protocol.actions import PlanAction
@@ -28,26 +28,26 @@ class TablePlan:
     action: PlanAction
     splits: list[SnapshotSplit] = field(default_factory=list)
     stream_from: BinlogOffset | None = None
-    #: the table's column rule (cdc/source/columns.py), registered with it; None: every column as it is
-    column_rule: ColumnRule | None = None
+    #: the table's column rule (cdc/source/rules.py), registered with it; None: every column as it is
+    table_rule: TableRule | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"table": self.table_id.quoted, "chunk_key": self.chunk_key, "action": PlanAction(self.action).value,
                 "splits": [s.to_dict() for s in self.splits],
                 "stream_from": self.stream_from.to_dict() if self.stream_from else None,
-                "column_rule": rule_to(self.column_rule)}
+                "table_rule": rule_to(self.table_rule)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "TablePlan":
         return cls(TableId.parse(data["table"]), data["chunk_key"], PlanAction.parse(data["action"]),
                    [SnapshotSplit.from_dict(s) for s in data["splits"]],
                    BinlogOffset.from_dict(data["stream_from"]) if data.get("stream_from") else None,
-                   rule_from(data.get("column_rule")))
+                   rule_from(data.get("table_rule")))
 
 
 @dataclass(frozen=True)
 class TablePlans:
-    FORMAT: ClassVar[RecordFormat] = RecordFormat("table-plans", 2)  # 2: TablePlan.column_rule
+    FORMAT: ClassVar[RecordFormat] = RecordFormat("table-plans", 2)  # 2: TablePlan.table_rule
 
     exact: bool
     plans: list[TablePlan] = field(default_factory=list)
@@ -69,13 +69,13 @@ class ChunkPlan:
     """One snapshot task's work: ``splits`` of one table, read by one Spark application. ``label``
     names the task in the UI (its map index) and in logs."""
 
-    FORMAT: ClassVar[RecordFormat] = RecordFormat("chunk-plan", 2)  # 2: column_rule
+    FORMAT: ClassVar[RecordFormat] = RecordFormat("chunk-plan", 2)  # 2: table_rule
 
     label: str
     table_id: TableId
     splits: tuple[SnapshotSplit, ...]
-    #: the table's column rule (cdc/source/columns.py); None: every column as it is
-    column_rule: ColumnRule | None = None
+    #: the table's column rule (cdc/source/rules.py); None: every column as it is
+    table_rule: TableRule | None = None
 
     @property
     def chunk_key(self) -> str | None:
@@ -83,9 +83,9 @@ class ChunkPlan:
 
     def to_body(self) -> dict[str, Any]:
         return {"label": self.label, "table": self.table_id.quoted, "splits": [s.to_dict() for s in self.splits],
-                "column_rule": rule_to(self.column_rule)}
+                "table_rule": rule_to(self.table_rule)}
 
     @classmethod
     def from_body(cls, body: dict[str, Any], version: int) -> "ChunkPlan":
         return cls(str(body["label"]), TableId.parse(body["table"]),
-                   tuple(SnapshotSplit.from_dict(s) for s in body["splits"]), rule_from(body.get("column_rule")))
+                   tuple(SnapshotSplit.from_dict(s) for s in body["splits"]), rule_from(body.get("table_rule")))

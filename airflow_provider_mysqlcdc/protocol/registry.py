@@ -12,9 +12,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from airflow_provider_mysqlcdc.cdc.model.columns import ColumnRule, rule_from, rule_to
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import TableEventKind
+from airflow_provider_mysqlcdc.cdc.model.rules import TableRule, rule_from, rule_to
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.protocol.envelope import ProtocolError, RecordFormat
@@ -41,8 +41,8 @@ def stream_only_split(table_id: TableId, chunk_key: str, offset: BinlogOffset) -
 class CapturedTable:
     chunk_key: str
     splits: list[FinishedSplit]
-    #: which columns reach the sink and how they are masked (cdc/source/columns.py); None: all, as they are
-    column_rule: ColumnRule | None = None
+    #: which columns reach the sink and how they are masked (cdc/source/rules.py); None: all, as they are
+    table_rule: TableRule | None = None
 
     @property
     def stream_only(self) -> bool:
@@ -50,19 +50,19 @@ class CapturedTable:
 
     def to_dict(self) -> dict[str, Any]:
         data = {"chunk_key": self.chunk_key, "splits": [f.to_dict() for f in self.splits]}
-        return data if self.column_rule is None else {**data, "column_rule": rule_to(self.column_rule)}
+        return data if self.table_rule is None else {**data, "table_rule": rule_to(self.table_rule)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "CapturedTable":
         return cls(data["chunk_key"], [FinishedSplit.from_dict(f) for f in data["splits"]],
-                   rule_from(data.get("column_rule")))
+                   rule_from(data.get("table_rule")))
 
 
 @dataclass
 class Generation:
     """Generation N of the registry: every captured table with its chunk key and finished splits."""
 
-    FORMAT: ClassVar[RecordFormat] = RecordFormat("registry-generation", 2)  # 2: column_rule
+    FORMAT: ClassVar[RecordFormat] = RecordFormat("registry-generation", 2)  # 2: table_rule
 
     number: int
     tables: dict[TableId, CapturedTable] = field(default_factory=dict)
@@ -80,9 +80,9 @@ class Generation:
     def chunk_keys(self) -> dict[TableId, str]:
         return {t: c.chunk_key for t, c in self.tables.items()}
 
-    def column_rule(self, table_id: TableId) -> ColumnRule | None:
+    def table_rule(self, table_id: TableId) -> TableRule | None:
         captured = self.tables.get(table_id)
-        return captured.column_rule if captured is not None else None
+        return captured.table_rule if captured is not None else None
 
     def to_body(self) -> dict[str, Any]:
         return {"number": self.number, "created": self.created, "landed_by": self.landed_by,
@@ -136,7 +136,7 @@ class DriftLog:
 
 @dataclass(frozen=True)
 class RememberedSchema:
-    FORMAT: ClassVar[RecordFormat] = RecordFormat("table-schema", 2)  # 2: column_rule, Column.mask
+    FORMAT: ClassVar[RecordFormat] = RecordFormat("table-schema", 2)  # 2: table_rule, Column.mask
 
     schema: TableSchema
 

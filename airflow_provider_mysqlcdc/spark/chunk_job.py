@@ -39,8 +39,8 @@ from airflow_provider_mysqlcdc.cdc.reading.arrow_select import fast_select_suppo
 from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitRangeChecker, SplitReader
 from airflow_provider_mysqlcdc.cdc.records.apply import KeyedRows
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
-from airflow_provider_mysqlcdc.cdc.source.columns import captured_schema
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
+from airflow_provider_mysqlcdc.cdc.source.rules import captured_schema
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema, load_table_schema
 from airflow_provider_mysqlcdc.protocol.envelope import encode
 from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob
@@ -181,7 +181,7 @@ def run_chunk_job(spark: Any, source: SourceConfig, job: ChunkJob,
     source = source.with_retry(job.retry_budget_s)
     executor_source = (executor_source or source).with_retry(job.retry_budget_s)
     schema = captured_schema(source.run(lambda conn: load_table_schema(conn, table_id), f"reading the schema of {table_id}"),
-                             job.column_rule, chunk_key=job.splits[0].chunk_key if job.splits else None)
+                             job.table_rule, chunk_key=job.splits[0].chunk_key if job.splits else None)
     splits = job.splits
     sink = open_sink(job.sink_root)
     file_schema = None

@@ -179,7 +179,7 @@ def next_tables(current: Generation, plans: Iterable[TablePlan], finished: Itera
             if registered is None:
                 tables[table_id] = CapturedTable(plan.chunk_key, [stream_only_split(table_id, plan.chunk_key,
                                                                                     plan.stream_from)],
-                                                 plan.column_rule)
+                                                 plan.table_rule)
             continue
         got = results.get(table_id, {})
         missing = sorted({s.index for s in plan.splits} - set(got))
@@ -188,7 +188,7 @@ def next_tables(current: Generation, plans: Iterable[TablePlan], finished: Itera
                                      f"{missing[:10]}): re-run their chunk tasks before collecting.")
         new = [got[s.index] for s in plan.splits]
         if registered is None:
-            tables[table_id] = CapturedTable(plan.chunk_key, sorted(new, key=lambda f: f.split.index), plan.column_rule)
+            tables[table_id] = CapturedTable(plan.chunk_key, sorted(new, key=lambda f: f.split.index), plan.table_rule)
             continue
         by_index = {f.split.index: f for f in registered.splits}
         if all(f.split.index in by_index and by_index[f.split.index].split == f.split for f in new):
@@ -197,11 +197,11 @@ def next_tables(current: Generation, plans: Iterable[TablePlan], finished: Itera
                 if f.high_watermark > by_index[f.split.index].high_watermark:
                     by_index[f.split.index] = f
             tables[table_id] = CapturedTable(registered.chunk_key, [by_index[i] for i in sorted(by_index)],
-                                             plan.column_rule)  # a changed rule plans the whole table again
+                                             plan.table_rule)  # a changed rule plans the whole table again
         elif len(new) == len(plan.splits) and plan.action in (PlanAction.SNAPSHOT, PlanAction.RESNAPSHOT) and \
                 min(f.high_watermark for f in new) > max(f.high_watermark for f in registered.splits):
             # planned afresh (a whole-table re-snapshot): the new split set replaces the old one
-            tables[table_id] = CapturedTable(plan.chunk_key, sorted(new, key=lambda f: f.split.index), plan.column_rule)
+            tables[table_id] = CapturedTable(plan.chunk_key, sorted(new, key=lambda f: f.split.index), plan.table_rule)
         else:
             log.warning("results of %s are older than the splits registered since; left as registered", table_id)
     if exact:

@@ -25,9 +25,9 @@ from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
 from airflow_provider_mysqlcdc.cdc.records.masking import missing_salt_error
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
-from airflow_provider_mysqlcdc.cdc.source.columns import ColumnRules
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.preflight import PreflightReport, run_preflight
+from airflow_provider_mysqlcdc.cdc.source.rules import TableRules
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, base_tables, table_exists
 from airflow_provider_mysqlcdc.cdc.source.selection import TableSelection
 from airflow_provider_mysqlcdc.cdc.source.server import check_offset_available, current_offset
@@ -64,7 +64,7 @@ class PlanSettings:
     #: startup mode ``timestamp``: seconds since the epoch
     start_time: float | None = None
     #: which columns of each table reach the sink, and how they are masked
-    columns: ColumnRules = field(default_factory=ColumnRules)
+    columns: TableRules = field(default_factory=TableRules)
 
     @classmethod
     def parse(cls, *, split_rows: Any, chunk_rows: Any, chunk_key_columns: Any = None, startup_mode: Any = None,
@@ -88,7 +88,7 @@ class PlanSettings:
                    parse_offset(start_offset) if start_offset is not None and gtid is None else None,
                    ResnapshotRequest.parse_all(resnapshot), start_gtid=gtid,
                    start_time=parse_start_time(start_time) if start_time is not None else None,
-                   columns=ColumnRules.parse(columns))
+                   columns=TableRules.parse(columns))
 
 
 @dataclass
@@ -113,7 +113,7 @@ class Planner:
         drift = read_drift(self.state)
         gone = self._gone_tables(table_ids, registry, drift)
         report = run_preflight(self.source, [t for t in table_ids if t not in gone], settings.chunk_keys)
-        self._apply_column_rules(report, settings.columns, registry)
+        self._apply_table_rules(report, settings.columns, registry)
         conn = self.source.connect()
         try:
             read = current_offset(conn, report.server)
@@ -176,14 +176,14 @@ class Planner:
                           f" ({settings.start_gtid})" if settings.start_gtid else "", stream_from)
         return stream_from
 
-    def _apply_column_rules(self, report: PreflightReport, columns: ColumnRules, registry: Generation) -> None:
-        """Each table's schema as the pipeline captures it (cdc/source/columns.py): a rule that names a
+    def _apply_table_rules(self, report: PreflightReport, columns: TableRules, registry: Generation) -> None:
+        """Each table's schema as the pipeline captures it (cdc/source/rules.py): a rule that names a
         column the table lacks, or touches its key, is refused here, and so is a hash without a salt."""
         for table_id, schema in report.schemas.items():
             registered = registry.tables.get(table_id)
             for chunk_key in {report.chunk_keys[table_id]} | ({registered.chunk_key} if registered else set()):
                 report.schemas[table_id] = columns.captured(schema, chunk_key)
-            rule = report.schemas[table_id].column_rule
+            rule = report.schemas[table_id].table_rule
             if rule is not None:
                 self.log.info("%s: columns captured by its rule (%s): %s", table_id, rule,
                               ", ".join(report.schemas[table_id].column_names))
@@ -216,17 +216,17 @@ class Planner:
         for event in pending:
             self.log.warning("%s: re-snapshotting the whole table after schema drift: the stream saw it %s at %s (%s)",
                              table_id, event.kind.value, event.offset, event.reason)
-        rule = report.schemas[table_id].column_rule
-        rule_changed = registered is not None and registered.column_rule != rule
+        rule = report.schemas[table_id].table_rule
+        rule_changed = registered is not None and registered.table_rule != rule
         if registered is not None and rule_changed:
             self.log.warning("%s: re-snapshotting the whole table: its column rule changed from '%s' to '%s'",
-                             table_id, registered.column_rule or "every column as it is",
+                             table_id, registered.table_rule or "every column as it is",
                              rule or "every column as it is")
         action, request = decide_action(table_id, registered, settings.resnapshot, settings.startup_mode,
                                         drifted=bool(pending) or rule_changed)
         keeps_key = registered is not None and action in (PlanAction.KEEP, PlanAction.RESNAPSHOT_SPLITS)
         chunk_key = registered.chunk_key if registered is not None and keeps_key else report.chunk_keys[table_id]
-        plan = TablePlan(table_id, chunk_key, action, column_rule=rule)
+        plan = TablePlan(table_id, chunk_key, action, table_rule=rule)
         if action == PlanAction.STREAM_ONLY:
             plan.stream_from = stream_from
         elif action in (PlanAction.SNAPSHOT, PlanAction.RESNAPSHOT):
@@ -251,5 +251,5 @@ def chunk_plans(plans: list[TablePlan], settings: PlanSettings) -> list[ChunkPla
         groups = [plan.splits[i:i + per_chunk] for i in range(0, len(plan.splits), per_chunk)]
         for number, group in enumerate(groups, start=1):
             chunks.append(ChunkPlan(f"{plan.table_id} chunk {number}/{len(groups)}", plan.table_id, tuple(group),
-                                    plan.column_rule))
+                                    plan.table_rule))
     return chunks

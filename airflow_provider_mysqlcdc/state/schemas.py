@@ -22,7 +22,7 @@ from urllib.parse import quote
 import pymysql
 
 from airflow_provider_mysqlcdc.cdc.planning.splitter import INTEGER_TYPES
-from airflow_provider_mysqlcdc.cdc.source.columns import captured_schema
+from airflow_provider_mysqlcdc.cdc.source.rules import captured_schema
 from airflow_provider_mysqlcdc.cdc.source.schema import (
     Column,
     TableId,
@@ -67,7 +67,7 @@ def _file_name(table_id: TableId) -> str:
 class KnownSchemas:
     def __init__(self, state: PipelineState, generation: Generation | None = None):
         self.state = state
-        #: the registry generation whose column rules (cdc/source/columns.py) describe the tables the
+        #: the registry generation whose column rules (cdc/source/rules.py) describe the tables the
         #: server is asked about; a stream sets the one it applies (None: no rule, every column)
         self.generation = generation
         self._remembered: dict[TableId, TableSchema | None] = {}
@@ -109,9 +109,9 @@ class KnownSchemas:
     def _captured(self, schema: TableSchema) -> TableSchema:
         """The server's schema as the generation's rule of the table captures it."""
         captured = self.generation.tables.get(schema.table_id) if self.generation is not None else None
-        if captured is None or captured.column_rule is None:
+        if captured is None or captured.table_rule is None:
             return schema
-        return captured_schema(schema, captured.column_rule, chunk_key=captured.chunk_key)
+        return captured_schema(schema, captured.table_rule, chunk_key=captured.chunk_key)
 
     def for_stream(self, conn: pymysql.connections.Connection, table_id: TableId, chunk_key: str, *,
                    remember: bool = True) -> TableSchema:

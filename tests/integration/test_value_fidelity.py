@@ -12,11 +12,11 @@ import pytest
 
 from airflow_provider_mysqlcdc.cdc.binlog.reader import BinlogReader
 from airflow_provider_mysqlcdc.cdc.binlog.row_decoder import DECODERS
-from airflow_provider_mysqlcdc.cdc.model.columns import ColumnRule
 from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, Operation
+from airflow_provider_mysqlcdc.cdc.model.rules import TableRule
 from airflow_provider_mysqlcdc.cdc.model.split import SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitReader
-from airflow_provider_mysqlcdc.cdc.source.columns import captured_schema
+from airflow_provider_mysqlcdc.cdc.source.rules import captured_schema
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 
@@ -164,7 +164,7 @@ def test_every_type_hashes_identically_through_select_and_binlog(mysql_server, c
         for i, row in enumerate(rows):
             _insert(cur, table.quoted, i, row)
         end = current_offset(conn)
-    rule = ColumnRule(hash=tuple(COLUMNS), truncate=())
+    rule = TableRule(hash=tuple(COLUMNS), truncate=())
     schema = captured_schema(load_table_schema(conn, table), rule, chunk_key="id", strict=True)
     source = replace(cdc_user, mask_salt="class-test-salt")
     reader = BinlogReader.for_schemas(source, [schema], start=start, end=end, decoder=decoder)

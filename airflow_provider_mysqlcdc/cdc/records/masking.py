@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
-from airflow_provider_mysqlcdc.cdc.model.columns import ColumnRule
+from airflow_provider_mysqlcdc.cdc.model.rules import TableRule
 from airflow_provider_mysqlcdc.cdc.source.schema import TableSchema
 
 Mask = Callable[[Any], Any]
@@ -46,11 +46,11 @@ def missing_salt_error(table: object) -> ConfigurationError:
 
 class ColumnMasks:
     """One table's rule on its rows: columns it leaves out are dropped, masked ones masked. The key
-    columns of ``schema`` are never touched (cdc/source/columns.py keeps them as they are)."""
+    columns of ``schema`` are never touched (cdc/source/rules.py keeps them as they are)."""
 
     def __init__(self, schema: TableSchema, salt: str):
-        assert schema.column_rule is not None
-        self.rule: ColumnRule = schema.column_rule
+        assert schema.table_rule is not None
+        self.rule: TableRule = schema.table_rule
         self.table_id = schema.table_id
         self.keys = frozenset(schema.key_columns)
         self._key = salt.encode("utf-8")
@@ -62,9 +62,9 @@ class ColumnMasks:
     @classmethod
     def of(cls, schema: TableSchema, salt: Callable[[], str]) -> "ColumnMasks | None":
         """The masks of ``schema``'s rule (None: no rule); ``salt`` is asked only if the rule hashes."""
-        if schema.column_rule is None:
+        if schema.table_rule is None:
             return None
-        return cls(schema, salt() if schema.column_rule.hashes else "")
+        return cls(schema, salt() if schema.table_rule.hashes else "")
 
     def _mask(self, mask: str | None) -> Mask | None:
         if mask is None:

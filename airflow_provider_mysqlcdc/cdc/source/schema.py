@@ -15,7 +15,7 @@ from typing import Any
 import pymysql
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError, PreflightError
-from airflow_provider_mysqlcdc.cdc.model.columns import ColumnRule, rule_from, rule_to
+from airflow_provider_mysqlcdc.cdc.model.rules import TableRule, rule_from, rule_to
 
 
 def quote_identifier(name: str) -> str:
@@ -118,7 +118,7 @@ class Column:
     #: the column's DEFAULT is a constant (a literal, not an expression such as CURRENT_TIMESTAMP, and
     #: the column is not generated): every row that existed when it was added holds that value
     default_constant: bool = False
-    #: what the pipeline's column rule does to this column's values (cdc/model/columns.py): ``hash``,
+    #: what the pipeline's column rule does to this column's values (cdc/model/rules.py): ``hash``,
     #: ``truncate:<n>``, ``null``, or None for values as they are
     mask: str | None = None
 
@@ -134,8 +134,8 @@ class TableSchema:
     columns: tuple[Column, ...]
     primary_key: tuple[str, ...]
     unique_not_null_keys: tuple[tuple[str, ...], ...] = ()
-    #: the rule that chose and masked these columns (cdc/source/columns.py); None: every column as it is
-    column_rule: ColumnRule | None = None
+    #: the rule that chose and masked these columns (cdc/source/rules.py); None: every column as it is
+    table_rule: TableRule | None = None
     _by_name: dict[str, Column] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -220,13 +220,13 @@ class TableSchema:
     def to_dict(self) -> dict[str, Any]:
         return {"table": self.table_id.quoted, "columns": [dataclasses.asdict(c) for c in self.columns],
                 "primary_key": list(self.primary_key), "unique_not_null_keys": [list(k) for k in self.unique_not_null_keys],
-                "column_rule": rule_to(self.column_rule)}
+                "table_rule": rule_to(self.table_rule)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "TableSchema":
         columns = tuple(Column(**{**c, "labels": tuple(c.get("labels", ()))}) for c in data["columns"])
         return cls(TableId.parse(data["table"]), columns, tuple(data["primary_key"]),
-                   tuple(tuple(k) for k in data.get("unique_not_null_keys", ())), rule_from(data.get("column_rule")))
+                   tuple(tuple(k) for k in data.get("unique_not_null_keys", ())), rule_from(data.get("table_rule")))
 
 
 _NUMBER = re.compile(r"^-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")

@@ -10,8 +10,8 @@ pytest.importorskip("airflow.providers.openlineage")
 
 from openlineage.client.serde import Serde  # noqa: E402
 
-from airflow_provider_mysqlcdc.cdc.model.columns import ColumnRule  # noqa: E402
-from airflow_provider_mysqlcdc.cdc.source.columns import captured_schema  # noqa: E402
+from airflow_provider_mysqlcdc.cdc.model.rules import TableRule  # noqa: E402
+from airflow_provider_mysqlcdc.cdc.source.rules import captured_schema  # noqa: E402
 from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema  # noqa: E402
 from airflow_provider_mysqlcdc.lineage.openlineage import LineageTable, pipeline_lineage, sink_dataset_name  # noqa: E402
 
@@ -61,13 +61,13 @@ def test_the_delta_table_has_delta_types_identity_column_lineage_and_row_count()
 
 
 def test_a_masked_column_is_a_masking_transformation_and_a_left_out_one_has_no_lineage():
-    schema = captured_schema(SCHEMA, ColumnRule(hash=("name",)), chunk_key="id")
+    schema = captured_schema(SCHEMA, TableRule(hash=("name",)), chunk_key="id")
     _, sink = _event_json(pipeline_lineage(host="db", port=3306, sink_root="/lake", tables=[LineageTable(T, schema, "id")]))
     [name_from] = sink["facets"]["columnLineage"]["fields"]["name"]["inputFields"]
     assert name_from["transformations"] == [{"type": "DIRECT", "subtype": "TRANSFORMATION", "masking": True,
                                              "description": "masked: HMAC-SHA-256 of the value, keyed by the "
                                                             "pipeline's salt"}]
-    left_out = captured_schema(SCHEMA, ColumnRule(exclude=("name",)), chunk_key="id")
+    left_out = captured_schema(SCHEMA, TableRule(exclude=("name",)), chunk_key="id")
     _, sink = _event_json(pipeline_lineage(host="db", port=3306, sink_root="/lake", tables=[LineageTable(T, left_out, "id")]))
     assert set(sink["facets"]["columnLineage"]["fields"]) == {"id", "_cdc_chunk"}
 

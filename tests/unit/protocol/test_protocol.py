@@ -7,9 +7,9 @@ import json
 import pytest
 
 from airflow_provider_mysqlcdc.cdc.errors import ProtocolError, ProtocolVersionError
-from airflow_provider_mysqlcdc.cdc.model.columns import ColumnRule
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import TableEventKind
+from airflow_provider_mysqlcdc.cdc.model.rules import TableRule
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
 from airflow_provider_mysqlcdc.protocol.actions import PlanAction
@@ -51,7 +51,7 @@ T = TableId("shop", "orders")
 AT = BinlogOffset("binlog.000007", 1234, gtid_set="0-1-42", server_id=1)
 SPLIT = FinishedSplit(SnapshotSplit(T, 0, "id", None, 100), AT, BinlogOffset("binlog.000007", 900), rows=99,
                       binlog_events_merged=3, staged="file:///state/staged/split-0.parquet", partitions=2, seconds=1.5)
-RULE = ColumnRule(None, ("notes",), ("e",), (("addr", 3),), ("ssn",))
+RULE = TableRule(None, ("notes",), ("e",), (("addr", 3),), ("ssn",))
 
 RECORDS = [
     StreamOffset(AT, 3),
@@ -84,11 +84,11 @@ RECORDS = [
     ChunkPlan("shop.orders chunk 1/2", T, (SPLIT.split,)),
     # a column rule travels with the plan, the job, the registry and the remembered schema
     ChunkPlan("shop.orders chunk 1/2", T, (SPLIT.split,), RULE),
-    ChunkJob(str(T), [SPLIT.split], "/lake", column_rule=RULE),
+    ChunkJob(str(T), [SPLIT.split], "/lake", table_rule=RULE),
     Generation(3, {T: CapturedTable("id", [SPLIT], RULE)}, {T}, "2026-11-23T00:00:00+00:00"),
     RememberedSchema(TableSchema(T, (Column("id", "int", "int(11)", False), Column("e", "varchar", "varchar(9)", True,
                                                                                   mask="hash")), ("id",), (), RULE)),
-    TablePlans(True, [TablePlan(T, "id", PlanAction.RESNAPSHOT, [SPLIT.split], column_rule=RULE)], 2),
+    TablePlans(True, [TablePlan(T, "id", PlanAction.RESNAPSHOT, [SPLIT.split], table_rule=RULE)], 2),
 ]
 
 

@@ -11,10 +11,10 @@ import hmac
 import pytest
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
-from airflow_provider_mysqlcdc.cdc.model.columns import ColumnRule
+from airflow_provider_mysqlcdc.cdc.model.rules import TableRule
 from airflow_provider_mysqlcdc.cdc.records.masking import ColumnMasks, hashed
-from airflow_provider_mysqlcdc.cdc.source.columns import captured_schema
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
+from airflow_provider_mysqlcdc.cdc.source.rules import captured_schema
 from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
 
 T = TableId("shop", "customers")
@@ -27,7 +27,7 @@ SCHEMA = TableSchema(T, (
     Column("notes", "text", "text", True),
     Column("born", "datetime", "datetime", True),
 ), ("id",))
-RULE = ColumnRule(exclude=("notes", "later_secret"), hash=("email", "born", "later_hashed"),
+RULE = TableRule(exclude=("notes", "later_secret"), hash=("email", "born", "later_hashed"),
                   truncate=(("address", 3), ("photo", 2)), null=("ssn",))
 
 
@@ -71,7 +71,7 @@ def test_a_rule_that_hashes_without_a_salt_is_refused_naming_the_connection_extr
 
 
 def test_a_rule_without_hash_needs_no_salt_and_a_table_without_rule_no_masks():
-    schema = captured_schema(SCHEMA, ColumnRule(exclude=("notes",)), chunk_key="id")
+    schema = captured_schema(SCHEMA, TableRule(exclude=("notes",)), chunk_key="id")
     assert ColumnMasks.of(schema, lambda: pytest.fail("the salt was asked for")) is not None
     assert ColumnMasks.of(SCHEMA, lambda: "x") is None
 

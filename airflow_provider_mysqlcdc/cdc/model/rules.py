@@ -1,12 +1,12 @@
-"""Which columns of one captured table reach the sink, and in what form: a ``ColumnRule``.
+"""Which columns of one captured table reach the sink, and in what form: a ``TableRule``.
 
 A rule keeps every column (``include`` unset) or only those ``include`` names (and the row key,
-which cdc/source/columns.py always keeps), less those ``exclude`` names; of the kept columns it may replace the value of some by a keyed hash
+which cdc/source/rules.py always keeps), less those ``exclude`` names; of the kept columns it may replace the value of some by a keyed hash
 (``hash``), cut it to its first n characters or bytes (``truncate``), or NULL (``null``). Names are
 compared without case, as MySQL compares column names. The rule is by name, not by position: a
 column a DDL adds later is kept or not, masked or not, by the same rule.
 
-Plain data (it travels in plans, job files and the registry); cdc/source/columns.py reads rules
+Plain data (it travels in plans, job files and the registry); cdc/source/rules.py reads rules
 from a pipeline's settings and applies them to a schema, cdc/records/masking.py to values.
 """
 
@@ -20,7 +20,7 @@ MASK_KINDS = ("hash", "truncate", "null")
 
 
 @dataclass(frozen=True)
-class ColumnRule:
+class TableRule:
     include: tuple[str, ...] | None = None  # None: every column
     exclude: tuple[str, ...] = ()
     hash: tuple[str, ...] = ()
@@ -70,7 +70,7 @@ class ColumnRule:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ColumnRule":
+    def from_dict(cls, data: dict[str, Any]) -> "TableRule":
         include = data.get("include")
         return cls(None if include is None else tuple(include), tuple(data.get("exclude", ())),
                    tuple(data.get("hash", ())), tuple((n, int(k)) for n, k in data.get("truncate", {}).items()),
@@ -88,10 +88,10 @@ class ColumnRule:
         return "; ".join(parts) or "every column as it is"
 
 
-def rule_from(data: dict[str, Any] | None) -> ColumnRule | None:
+def rule_from(data: dict[str, Any] | None) -> TableRule | None:
     """The rule a record holds (None: every column as it is)."""
-    return None if data is None else ColumnRule.from_dict(data)
+    return None if data is None else TableRule.from_dict(data)
 
 
-def rule_to(rule: ColumnRule | None) -> dict[str, Any] | None:
+def rule_to(rule: TableRule | None) -> dict[str, Any] | None:
     return None if rule is None else rule.to_dict()

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
-from airflow_provider_mysqlcdc.cdc.model.columns import ColumnRule
+from airflow_provider_mysqlcdc.cdc.model.rules import TableRule
 from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
 from airflow_provider_mysqlcdc.cdc.source.selection import TableEntry, entry_text, parse_entry
 
@@ -40,7 +40,7 @@ def _names(value: Any, what: str) -> tuple[str, ...]:
     return tuple(v.strip() for v in value)
 
 
-def parse_rule(value: Any, entry: str) -> ColumnRule:
+def parse_rule(value: Any, entry: str) -> TableRule:
     """One table's rule as a DAG gives it; a clear error for anything malformed."""
     where = f"columns[{entry!r}]"
     if not isinstance(value, dict):
@@ -58,7 +58,7 @@ def parse_rule(value: Any, entry: str) -> ColumnRule:
         raise ConfigurationError(f"{where}['truncate'] must map column names to a length of at least 1, e.g. "
                                  f"{{'address': 10}}, got {truncate!r}.")
     include = value.get("include")
-    rule = ColumnRule(None if include is None else _names(include, f"{where}['include']"),
+    rule = TableRule(None if include is None else _names(include, f"{where}['include']"),
                       _names(value.get("exclude") or [], f"{where}['exclude']") if value.get("exclude") else (),
                       _names(value["hash"], f"{where}['hash']") if value.get("hash") else (),
                       tuple(truncate.items()),
@@ -75,13 +75,13 @@ def parse_rule(value: Any, entry: str) -> ColumnRule:
 
 
 @dataclass(frozen=True)
-class ColumnRules:
+class TableRules:
     """The ``columns`` setting: a rule per table entry (see the module doc)."""
 
-    entries: tuple[tuple[TableEntry, ColumnRule], ...] = ()
+    entries: tuple[tuple[TableEntry, TableRule], ...] = ()
 
     @classmethod
-    def parse(cls, value: Any) -> "ColumnRules":
+    def parse(cls, value: Any) -> "TableRules":
         """The setting as a dict, or its JSON text (a DAG param); None or empty: no rule."""
         if value is None or value == "":
             return cls()
@@ -96,7 +96,7 @@ class ColumnRules:
                                      f"{{'shop.customers': {{'hash': ['email']}}}}, got {value!r}.")
         return cls(tuple((parse_entry(str(entry)), parse_rule(rule, str(entry))) for entry, rule in value.items()))
 
-    def for_table(self, table_id: TableId) -> tuple[ColumnRule | None, TableEntry | None]:
+    def for_table(self, table_id: TableId) -> tuple[TableRule | None, TableEntry | None]:
         """The table's rule and the entry it comes from: a name before any pattern (None: no rule)."""
         for entry, rule in self.entries:
             if entry == table_id:
@@ -125,7 +125,7 @@ class ColumnRules:
         return captured_schema(schema, rule, chunk_key=chunk_key, strict=True)
 
 
-def captured_schema(schema: TableSchema, rule: ColumnRule | None, *, chunk_key: str | None = None,
+def captured_schema(schema: TableSchema, rule: TableRule | None, *, chunk_key: str | None = None,
                     strict: bool = False) -> TableSchema:
     """The columns ``rule`` keeps, each marked with its mask. ``strict`` (a plan): a rule that leaves out
     or masks a key column or ``chunk_key``, or truncates a column that is neither text nor bytes, is

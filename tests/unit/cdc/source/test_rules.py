@@ -1,4 +1,4 @@
-"""The ``columns`` setting (cdc/source/columns.py): how a rule is read, which table takes which
+"""The ``columns`` setting (cdc/source/rules.py): how a rule is read, which table takes which
 rule, the schema a rule captures, and the errors for rules that cannot be right."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
-from airflow_provider_mysqlcdc.cdc.model.columns import ColumnRule
-from airflow_provider_mysqlcdc.cdc.source.columns import ColumnRules, captured_schema
+from airflow_provider_mysqlcdc.cdc.model.rules import TableRule
+from airflow_provider_mysqlcdc.cdc.source.rules import TableRules, captured_schema
 from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
 from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_schema
 
@@ -23,8 +23,8 @@ SCHEMA = TableSchema(CUSTOMERS, (
 ), ("id",), (("code",), ("code", "notes")))
 
 
-def rules(value: object) -> ColumnRules:
-    return ColumnRules.parse(value)
+def rules(value: object) -> TableRules:
+    return TableRules.parse(value)
 
 
 def test_a_rule_leaves_out_the_excluded_columns_and_marks_each_masked_one():
@@ -33,7 +33,7 @@ def test_a_rule_leaves_out_the_excluded_columns_and_marks_each_masked_one():
     assert schema.column_names == ("id", "Email", "address", "ssn", "score", "code")
     assert {c.name: c.mask for c in schema.columns} == {"id": None, "Email": "hash", "address": "truncate:3",
                                                         "ssn": "null", "score": None, "code": None}
-    assert schema.column_rule is not None and schema.key_columns == ("id",)
+    assert schema.table_rule is not None and schema.key_columns == ("id",)
 
 
 def test_include_keeps_only_the_named_columns_and_the_key():
@@ -61,8 +61,8 @@ def test_column_names_are_compared_without_case():
 
 def test_a_named_table_takes_its_rule_before_any_pattern():
     setting = rules({"shop.*": {"exclude": ["notes"]}, "shop.customers": {"hash": ["email"]}})
-    assert setting.for_table(CUSTOMERS)[0] == ColumnRule(hash=("email",))
-    assert setting.for_table(TableId("shop", "orders"))[0] == ColumnRule(exclude=("notes",))
+    assert setting.for_table(CUSTOMERS)[0] == TableRule(hash=("email",))
+    assert setting.for_table(TableId("shop", "orders"))[0] == TableRule(exclude=("notes",))
     assert setting.for_table(TableId("crm", "people")) == (None, None)
 
 
@@ -77,7 +77,7 @@ def test_a_pattern_rule_may_name_columns_a_matched_table_lacks():
 
 
 def test_the_setting_is_read_from_json_text_as_a_dag_param_gives_it():
-    assert rules('{"shop.customers": {"hash": ["email"]}}').for_table(CUSTOMERS)[0] == ColumnRule(hash=("email",))
+    assert rules('{"shop.customers": {"hash": ["email"]}}').for_table(CUSTOMERS)[0] == TableRule(hash=("email",))
     assert rules(None).entries == () and rules("").entries == ()
 
 
@@ -96,7 +96,7 @@ def test_the_setting_is_read_from_json_text_as_a_dag_param_gives_it():
 ])
 def test_a_malformed_setting_is_refused_naming_the_problem(value, message):
     with pytest.raises(ConfigurationError, match=message):
-        ColumnRules.parse(value)
+        TableRules.parse(value)
 
 
 @pytest.mark.parametrize("rule", [{"exclude": ["id"]}, {"hash": ["id"]}, {"null": ["ID"]}, {"truncate": {"code": 2}}])
@@ -122,7 +122,7 @@ def test_truncating_a_column_that_is_neither_text_nor_bytes_is_refused_when_plan
 
 
 def test_after_a_ddl_a_truncated_column_of_another_type_is_null_and_a_key_column_stays_as_it_is():
-    rule = ColumnRule(include=("email",), truncate=(("score", 2),))
-    schema = captured_schema(SCHEMA, ColumnRule(truncate=(("score", 2),)), chunk_key="id")
+    rule = TableRule(include=("email",), truncate=(("score", 2),))
+    schema = captured_schema(SCHEMA, TableRule(truncate=(("score", 2),)), chunk_key="id")
     assert schema.column("score").mask == "null"
     assert captured_schema(SCHEMA, rule, chunk_key="code").column_names == ("id", "Email", "code")

@@ -1,5 +1,5 @@
 """Column rules (Debezium's column.include/exclude lists, column.mask.hash, column.truncate.to;
-cdc/source/columns.py) through a real DAG run and a real stream: the sink holds the kept columns,
+cdc/source/rules.py) through a real DAG run and a real stream: the sink holds the kept columns,
 masked alike on the snapshot and the binlog path (columns a DDL adds included), no file the
 pipeline writes (sink, changelog, state, spill files, task logs, Spark event logs) holds a masked
 value or the salt in clear, and a changed rule re-snapshots the table under the new one."""
@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import pytest
 
-from airflow_provider_mysqlcdc.cdc.source.columns import ColumnRules
+from airflow_provider_mysqlcdc.cdc.source.rules import TableRules
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.state.registry import PipelineState
@@ -53,7 +53,7 @@ def expected_rows(cdc_user, table: TableId, *, truncate_address: bool) -> dict:
     return expected
 
 
-def sink_of(cdc_user, lake, table: TableId, rules: ColumnRules) -> dict:
+def sink_of(cdc_user, lake, table: TableId, rules: TableRules) -> dict:
     conn = cdc_user.connect()
     try:
         schema = rules.captured(load_table_schema(conn, table), "id")
@@ -89,7 +89,7 @@ def test_left_out_and_masked_columns_never_reach_a_file_on_either_path_and_a_cha
 
     first = run_dag("mysqlcdc_example", env, conf={"stream_mode": "skip"})
     assert first["state"] == "success", first["output"][-3000:]
-    rules = ColumnRules.parse(columns)
+    rules = TableRules.parse(columns)
     assert differences(expected_rows(cdc_user, table, truncate_address=True),
                        sink_of(cdc_user, lake, table, rules)) is None
 
@@ -123,6 +123,6 @@ def test_left_out_and_masked_columns_never_reach_a_file_on_either_path_and_a_cha
     second = run_dag("mysqlcdc_example", env, conf={"stream_mode": "available-now"})
     assert second["state"] == "success", second["output"][-3000:]
     assert "re-snapshotting the whole table: its column rule changed" in second["output"]
-    assert state.latest().tables[table].column_rule == ColumnRules.parse(columns).for_table(table)[0]
+    assert state.latest().tables[table].table_rule == TableRules.parse(columns).for_table(table)[0]
     assert differences(expected_rows(cdc_user, table, truncate_address=False),
-                       sink_of(cdc_user, lake, table, ColumnRules.parse(columns))) is None
+                       sink_of(cdc_user, lake, table, TableRules.parse(columns))) is None
