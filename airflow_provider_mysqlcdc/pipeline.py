@@ -103,7 +103,8 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
                       stream_deferrable: bool | None = None, aws_conn_id: str | None = None,
                       stream_spark_conn_id: str | None = None,
                       exclude_tables: Sequence[str] = (), schema_changes: str = "evolve",
-                      columns: dict[str, Any] | None = None) -> dict[str, Any]:
+                      columns: dict[str, Any] | None = None,
+                      row_filters: dict[str, str] | None = None) -> dict[str, Any]:
     """Build the graph in the current DAG; ``tables_param`` adds the group for trigger-time tables;
     ``stream_limits`` (``max_batch_bytes``, ``max_batch_events``, ``max_apply_changes``,
     ``cluster_after_files``, ``maintenance_every_s``, ``vacuum_retention_hours``) go to the stream;
@@ -125,11 +126,12 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
     what the stream does with a captured table's DDL, ``evolve`` or ``fail`` (operators/stream.py).
 
     Columns: ``columns`` maps a table name or pattern to which of its columns reach the sink and which
-    are masked (``include``/``exclude``, ``hash``, ``truncate``, ``null``; cdc/source/rules.py). It
-    is the DAG file's, not a trigger-time param: whoever triggers a run cannot unmask a column."""
+    are masked (``include``/``exclude``, ``hash``, ``truncate``, ``null``; cdc/source/rules.py);
+    ``row_filters`` maps one to a predicate its rows must satisfy (cdc/records/row_filter.py). Both
+    are the DAG file's, not trigger-time params: whoever triggers a run cannot unmask a column."""
     for entry in [*tables, *exclude_tables]:  # a malformed entry fails the DAG when it is parsed
         parse_entry(entry)
-    TableRules.parse(columns)  # and so does a malformed column rule
+    TableRules.parse(columns, row_filters)  # and so does a malformed rule or filter
     spark: dict[str, Any] = dict(spark_master=spark_master, spark_conn_id=spark_conn_id, spark_conf=spark_conf, aws_conn_id=aws_conn_id)
     state = f"{state_dir.rstrip('/')}/{{{{ dag.dag_id }}}}"
     sink = _param("sink_root", sink_root)
@@ -138,7 +140,7 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
         chunk_rows=_param("chunk_rows", chunk_rows), chunk_key_columns=_param("chunk_key_columns", {}),
         startup_mode=_param("startup_mode", "initial"), start_offset=_param("start_offset", None),
         start_time=_param("start_time", None),
-        resnapshot=_param("resnapshot", None), aws_conn_id=aws_conn_id, columns=columns,
+        resnapshot=_param("resnapshot", None), aws_conn_id=aws_conn_id, columns=columns, row_filters=row_filters,
         exclude_tables=_param("exclude_tables", list(exclude_tables) or None))
     groups: list[tuple[str, Any, list[str]]] = [(group_id_for(t), [t], _precedence(list(tables), i))
                                                 for i, t in enumerate(tables)]

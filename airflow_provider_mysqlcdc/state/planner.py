@@ -63,13 +63,13 @@ class PlanSettings:
     start_gtid: str | None = None
     #: startup mode ``timestamp``: seconds since the epoch
     start_time: float | None = None
-    #: which columns of each table reach the sink, and how they are masked
+    #: which columns and rows of each table reach the sink, and how columns are masked
     columns: TableRules = field(default_factory=TableRules)
 
     @classmethod
     def parse(cls, *, split_rows: Any, chunk_rows: Any, chunk_key_columns: Any = None, startup_mode: Any = None,
               start_offset: Any = None, resnapshot: Any = None, start_time: Any = None,
-              columns: Any = None) -> "PlanSettings":
+              columns: Any = None, row_filters: Any = None) -> "PlanSettings":
         """The settings from the task's (rendered, then parsed) arguments; a clear error for bad ones."""
         split, chunk = int(split_rows), int(chunk_rows)
         if split < 1 or chunk < split:
@@ -88,7 +88,7 @@ class PlanSettings:
                    parse_offset(start_offset) if start_offset is not None and gtid is None else None,
                    ResnapshotRequest.parse_all(resnapshot), start_gtid=gtid,
                    start_time=parse_start_time(start_time) if start_time is not None else None,
-                   columns=TableRules.parse(columns))
+                   columns=TableRules.parse(columns, row_filters))
 
 
 @dataclass
@@ -219,7 +219,7 @@ class Planner:
         rule = report.schemas[table_id].table_rule
         rule_changed = registered is not None and registered.table_rule != rule
         if registered is not None and rule_changed:
-            self.log.warning("%s: re-snapshotting the whole table: its column rule changed from '%s' to '%s'",
+            self.log.warning("%s: re-snapshotting the whole table: its rule changed from '%s' to '%s'",
                              table_id, registered.table_rule or "every column as it is",
                              rule or "every column as it is")
         action, request = decide_action(table_id, registered, settings.resnapshot, settings.startup_mode,

@@ -122,7 +122,7 @@ def test_left_out_and_masked_columns_never_reach_a_file_on_either_path_and_a_cha
     env.update(MYSQLCDC_COLUMNS=json.dumps(columns))
     second = run_dag("mysqlcdc_example", env, conf={"stream_mode": "available-now"})
     assert second["state"] == "success", second["output"][-3000:]
-    assert "re-snapshotting the whole table: its column rule changed" in second["output"]
+    assert "re-snapshotting the whole table: its rule changed" in second["output"]
     assert state.latest().tables[table].table_rule == TableRules.parse(columns).for_table(table)[0]
     assert differences(expected_rows(cdc_user, table, truncate_address=False),
                        sink_of(cdc_user, lake, table, TableRules.parse(columns))) is None

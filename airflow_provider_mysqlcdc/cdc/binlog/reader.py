@@ -23,7 +23,7 @@ and reads past what it already handed out, so nothing is yielded twice or skippe
 Traps handled here: ``resume_stream=True`` so the start position is used, ``is_mariadb`` left off
 (with it and no GTID the library starts at the first binlog), rotations tracked from RotateEvent's
 ``next_binlog``, end offsets compared as (file, position); preflight rejects compressed payloads.
-A table's column rule is applied to its row images as they are decoded (records/masking.py).
+A table's rule (row filter, masks) is applied to its rows as they are decoded (records/table_rows.py).
 """
 
 from __future__ import annotations
@@ -60,13 +60,12 @@ from airflow_provider_mysqlcdc.cdc.errors import BinlogPurgedError, describe_err
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import (
     ChangeRecord,
-    Operation,
     SchemaChangeEvent,
     TableChange,
     TableEventKind,
     TableFailed,
 )
-from airflow_provider_mysqlcdc.cdc.records.masking import ColumnMasks
+from airflow_provider_mysqlcdc.cdc.records.table_rows import RowRules
 from airflow_provider_mysqlcdc.cdc.source.connection import DEFAULT_SERVER_ID_RANGE, SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
 from airflow_provider_mysqlcdc.cdc.source.server import check_offset_available
@@ -94,7 +93,7 @@ class BinlogReader:
                  known_columns: Mapping[TableId, Mapping[str, Column]] | None = None, server_id: int | None = None,
                  follow: bool = False, heartbeat_s: float = 1.0, decode_after: BinlogOffset | None = None,
                  decoder: str | None = None, watch: Callable[[TableId], bool] | None = None,
-                 masks: Mapping[TableId, ColumnMasks] | None = None):
+                 rules: Mapping[TableId, RowRules] | None = None):
         self.source = source
         #: tables not captured whose DDL is still handed on (a table taking a name a pattern matches)
         self.watch = watch
@@ -117,8 +116,8 @@ class BinlogReader:
         self.decoder = chosen_decoder(decoder)
         self._gtid: str | None = None
         #: how each table map's rows are decoded
-        self.masks = dict(masks or {})  # each table's column rule on its rows (none: as they are)
-        self._decodings = TableDecodings(self.decoder, self.key_columns, self.known_columns, self.masks)
+        self.rules = dict(rules or {})  # each table's rule on its rows (none: every row as it is)
+        self._decodings = TableDecodings(self.decoder, self.key_columns, self.known_columns, self.rules)
         #: row events decoded, by which decoder: the chosen one, or "library" for the tables it leaves
         self.events_decoded: Counter[str] = Counter()
         self._stream: BinLogStreamReader | None = None
@@ -140,7 +139,7 @@ class BinlogReader:
             tables=[s.table_id for s in schemas],
             key_columns={s.table_id: s.key_columns for s in schemas},
             known_columns={s.table_id: {c.name: c for c in s.columns} for s in schemas},
-            masks={s.table_id: m for s in schemas if (m := ColumnMasks.of(s, source.salt)) is not None},
+            rules={s.table_id: r for s in schemas if (r := RowRules.of(s, source.salt)) is not None},
             **kwargs,
         )
 
@@ -388,7 +387,7 @@ class BinlogReader:
         """The rows of a committed XA group, read again from its start to its prepare, at the commit."""
         replay = BinlogReader(self.source, start=commit.prepared.start, end=commit.prepared.end, tables=self.tables,
                               key_columns=self.key_columns, known_columns=self.known_columns,
-                              server_id=self.server_id, decoder=self.decoder, masks=self.masks)
+                              server_id=self.server_id, decoder=self.decoder, rules=self.rules)
         replay._replaying = True
         rows = (item for item in replay if isinstance(item, (ChangeRecord, TableFailed)))
         yield from rows_at_commit(rows, commit.offset, commit.gtid, commit.timestamp_ms)
@@ -400,36 +399,17 @@ class BinlogReader:
         """The event's row changes, or, when one of them cannot be decoded because of the table's data
         or schema (``is_table_fault``), a ``TableFailed`` in their place: the table stops, not the reader."""
         try:
-            return list(self._rows(event, table_id, offset))
+            return list(self._rows(event, table_id, offset))  # decoded now, so that a fault is caught here
         except Exception as exc:  # noqa: BLE001 - what is not the table's is raised again
             if not is_table_fault(exc):
                 raise
             log.warning("%s: a row event at %s cannot be decoded: %s", table_id, offset, describe_error(exc))
             return [TableFailed(table_id, offset, f"a change at {offset} cannot be decoded: {describe_error(exc)}")]
 
-    def _rows(self, event: Any, table_id: TableId, offset: BinlogOffset) -> Iterator[ChangeRecord]:
-        decoding = self._decodings.of(event, table_id)
-        keys = decoding.normalizer.schema.key_columns
-        ts, gtid = int(event.timestamp) * 1000, self._gtid
-        create, delete, update = Operation.CREATE, Operation.DELETE, Operation.UPDATE
-        is_update = isinstance(event, UpdateRowsEvent)
-        images, by_row_decoder = decoding.images(event, is_update)
+    def _rows(self, event: Any, table_id: TableId, offset: BinlogOffset) -> list[ChangeRecord]:
+        records, by_row_decoder = self._decodings.of(event, table_id).changes(event, table_id, offset, self._gtid)
         self.events_decoded[self.decoder if by_row_decoder else "library"] += 1
-        if not is_update:
-            is_write = isinstance(event, WriteRowsEvent)
-            for index, image in enumerate(images):
-                if is_write:
-                    yield ChangeRecord(create, table_id, None, image, offset, index, 0, gtid, ts)
-                else:
-                    yield ChangeRecord(delete, table_id, image, None, offset, index, 0, gtid, ts)
-            return
-        for index in range(len(images) // 2):
-            before, after = images[2 * index], images[2 * index + 1]
-            if keys and any(before[k] != after[k] for k in keys):
-                yield ChangeRecord(delete, table_id, before, None, offset, index, 0, gtid, ts)
-                yield ChangeRecord(create, table_id, None, after, offset, index, 1, gtid, ts)
-            else:
-                yield ChangeRecord(update, table_id, before, after, offset, index, 0, gtid, ts)
+        return records
 
 
 def _statement(event: Any) -> str:

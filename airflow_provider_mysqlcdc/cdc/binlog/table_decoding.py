@@ -1,5 +1,6 @@
 """How the rows of one table map are decoded: by a row decoder (row_decoder.py) when it takes the
-table, else by python-mysql-replication's rows and the value normaliser (records/values.py)."""
+table, else by python-mysql-replication's rows and the value normaliser (records/values.py); and
+the change records they make, with the table's rule applied (records/table_rows.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pymysqlreplication.constants.BINLOG import PARTIAL_UPDATE_ROWS_EVENT
+from pymysqlreplication.row_event import UpdateRowsEvent, WriteRowsEvent
 
 from airflow_provider_mysqlcdc.cdc.binlog.row_decoder import decoder_for, layout_for
 from airflow_provider_mysqlcdc.cdc.binlog.table_map import column_from_table_map
-from airflow_provider_mysqlcdc.cdc.records.masking import ColumnMasks
+from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, Operation
+from airflow_provider_mysqlcdc.cdc.records.table_rows import RowRules
 from airflow_provider_mysqlcdc.cdc.records.values import ValueNormalizer
 from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
 
@@ -27,7 +31,7 @@ class TableDecoding:
     library_columns: list[Any]  # held, so that its identity stays this table map's
     normalizer: ValueNormalizer
     row_decoder: Any  # None: the library decodes the table
-    masks: ColumnMasks | None = None  # the table's column rule (records/masking.py)
+    rules: RowRules | None = None  # the table's rule on its rows (records/table_rows.py)
     #: the columns-present bitmap of a full row image
     full_image: bytes = field(init=False)
 
@@ -35,14 +39,40 @@ class TableDecoding:
         count = len(self.library_columns)
         self.full_image = ((1 << count) - 1).to_bytes((count + 7) // 8, "little")
 
+    def changes(self, event: Any, table_id: TableId, offset: BinlogOffset, gtid: str | None
+                ) -> tuple[list[ChangeRecord], bool]:
+        """The event's row changes (an update that changes the row key becomes a delete plus a create,
+        as Debezium does; the table's row filter may make an update either, or drop a change), and
+        whether the row decoder decoded them (else the library did)."""
+        is_update, ts = isinstance(event, UpdateRowsEvent), int(event.timestamp) * 1000
+        images, by_row_decoder = self.images(event, is_update)
+        rules, records = self.rules, []
+        if not is_update:
+            is_write = isinstance(event, WriteRowsEvent)
+            op = Operation.CREATE if is_write else Operation.DELETE
+            for index, image in enumerate(images):
+                if rules is not None:
+                    if not rules.keeps(image):
+                        continue
+                    image = rules.masked(image)
+                records.append(ChangeRecord(op, table_id, None if is_write else image, image if is_write else None,
+                                            offset, index, 0, gtid, ts))
+            return records, by_row_decoder
+        keys = self.normalizer.schema.key_columns
+        for index in range(len(images) // 2):
+            before, after = images[2 * index], images[2 * index + 1]
+            key_changed = bool(keys) and any(before[k] != after[k] for k in keys)
+            pairs = [(before, after)] if rules is None and not key_changed else \
+                [(before, None), (None, after)] if rules is None else rules.changes(before, after, key_changed)
+            for old, new in pairs:
+                op = Operation.UPDATE if old is not None and new is not None else \
+                    Operation.DELETE if new is None else Operation.CREATE
+                records.append(ChangeRecord(op, table_id, old, new, offset, index, 1 if old is None else 0, gtid, ts))
+        return records, by_row_decoder
+
     def images(self, event: Any, is_update: bool) -> tuple[list[dict[str, Any]], bool]:
         """Every row image of the event, as a dict by column name (an update's before and after
-        images alternate) with the table's column rule applied, and whether the row decoder decoded
-        them (else the library did)."""
-        images, by_row_decoder = self._decoded(event, is_update)
-        return (images if self.masks is None else self.masks.rows(images)), by_row_decoder
-
-    def _decoded(self, event: Any, is_update: bool) -> tuple[list[dict[str, Any]], bool]:
+        images alternate), and whether the row decoder decoded them (else the library did)."""
         body = self._row_bytes(event, is_update)
         if body is None:
             normalize = self.normalizer.row
@@ -87,11 +117,11 @@ class TableDecodings:
 
     def __init__(self, decoder: str, key_columns: Mapping[TableId, tuple[str, ...]],
                  known_columns: Mapping[TableId, Mapping[str, Column]],
-                 masks: Mapping[TableId, ColumnMasks] | None = None):
+                 rules: Mapping[TableId, RowRules] | None = None):
         self.decoder = decoder  # compiled, python or library (row_decoder.py)
         self.key_columns = key_columns
         self.known_columns = known_columns
-        self.masks = masks or {}
+        self.rules = rules or {}
         self._decodings: dict[int, TableDecoding] = {}
         self._normalizers: dict[tuple[TableId, tuple[Any, ...]], ValueNormalizer] = {}
 
@@ -110,7 +140,7 @@ class TableDecodings:
                 log.info("rows of %s are decoded by python-mysql-replication: a column of it is stored in a way "
                          "the %s decoder leaves to the library", table_id, self.decoder)
             row_decoder = None if layout is None else decoder_for(layout, self.decoder)
-            found = TableDecoding(event.columns, normalizer, row_decoder, self.masks.get(table_id))
+            found = TableDecoding(event.columns, normalizer, row_decoder, self.rules.get(table_id))
             self._decodings[id(event.columns)] = found
         return found
 

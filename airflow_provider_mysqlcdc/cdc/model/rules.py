@@ -1,13 +1,15 @@
-"""Which columns of one captured table reach the sink, and in what form: a ``TableRule``.
+"""Which columns and rows of one captured table reach the sink, and in what form: a ``TableRule``.
 
 A rule keeps every column (``include`` unset) or only those ``include`` names (and the row key,
-which cdc/source/rules.py always keeps), less those ``exclude`` names; of the kept columns it may replace the value of some by a keyed hash
-(``hash``), cut it to its first n characters or bytes (``truncate``), or NULL (``null``). Names are
-compared without case, as MySQL compares column names. The rule is by name, not by position: a
-column a DDL adds later is kept or not, masked or not, by the same rule.
+which cdc/source/rules.py always keeps), less those ``exclude`` names; of the kept columns it may
+replace the value of some by a keyed hash (``hash``), cut it to its first n characters or bytes
+(``truncate``), or NULL (``null``). Names are compared without case, as MySQL compares column
+names. The rule is by name, not by position: a column a DDL adds later is kept or not, masked or
+not, by the same rule. ``where``: a row filter (cdc/records/row_filter.py); only the rows it keeps
+reach the sink.
 
 Plain data (it travels in plans, job files and the registry); cdc/source/rules.py reads rules
-from a pipeline's settings and applies them to a schema, cdc/records/masking.py to values.
+from a pipeline's settings and applies them to a schema, cdc/records/table_rows.py to rows.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ class TableRule:
     hash: tuple[str, ...] = ()
     truncate: tuple[tuple[str, int], ...] = ()
     null: tuple[str, ...] = ()
+    #: the row filter's text (None: every row)
+    where: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("exclude", "hash", "null"):
@@ -62,11 +66,18 @@ class TableRule:
     def hashes(self) -> bool:
         return bool(self.hash)
 
+    @property
+    def masks_or_leaves_out(self) -> bool:
+        """Whether the rule does anything to the columns (else it only filters rows)."""
+        return self.include is not None or bool(self.exclude or self.masked)
+
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"exclude": list(self.exclude), "hash": list(self.hash),
                                 "truncate": {n: k for n, k in self.truncate}, "null": list(self.null)}
         if self.include is not None:
             data["include"] = list(self.include)
+        if self.where is not None:
+            data["where"] = self.where
         return data
 
     @classmethod
@@ -74,7 +85,7 @@ class TableRule:
         include = data.get("include")
         return cls(None if include is None else tuple(include), tuple(data.get("exclude", ())),
                    tuple(data.get("hash", ())), tuple((n, int(k)) for n, k in data.get("truncate", {}).items()),
-                   tuple(data.get("null", ())))
+                   tuple(data.get("null", ())), data.get("where"))
 
     def __str__(self) -> str:
         parts = []
@@ -85,6 +96,8 @@ class TableRule:
                 parts.append(f"{word} " + ", ".join(names))
         if self.truncate:
             parts.append("truncate " + ", ".join(f"{n} to {k}" for n, k in self.truncate))
+        if self.where is not None:
+            parts.append(f"rows where {self.where}")
         return "; ".join(parts) or "every column as it is"
 
 

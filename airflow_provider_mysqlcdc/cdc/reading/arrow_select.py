@@ -37,6 +37,8 @@ def fast_select_supported(schema: TableSchema, source: SourceConfig | None = Non
         import connectorx  # noqa: F401
     except ImportError:
         return False
+    if schema.table_rule is not None and schema.table_rule.where is not None:
+        return False  # rows are filtered where they are normalised (records/table_rows.py)
     return all(_supported(c) for c in schema.columns)
 
 

@@ -42,8 +42,8 @@ from airflow_provider_mysqlcdc.cdc.model.records import (
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit, key_range_sql
 from airflow_provider_mysqlcdc.cdc.reading.low_watermark import InFlightTransactions
 from airflow_provider_mysqlcdc.cdc.records.apply import KeyedRows
-from airflow_provider_mysqlcdc.cdc.records.masking import ColumnMasks
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
+from airflow_provider_mysqlcdc.cdc.records.table_rows import RowRules
 from airflow_provider_mysqlcdc.cdc.records.values import ValueNormalizer, select_list
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import TableSchema, with_params
@@ -87,8 +87,8 @@ class SplitReader:
         self.watch_in_flight = watch_in_flight
         self._in_flight = InFlightTransactions()
         self.normalizer = ValueNormalizer(schema)
-        #: the table's column rule on the rows read (None: no rule)
-        self.masks = ColumnMasks.of(schema, source.salt)
+        #: the table's rule on the rows read: its row filter and masks (None: no rule)
+        self.rules = RowRules.of(schema, source.salt)
         self._conn: pymysql.connections.Connection | None = None
         self._info: ServerInfo | None = None
         self._orderings: dict[str, KeyOrdering] = {}
@@ -198,9 +198,12 @@ class SplitReader:
                     low = min(low, self._mariadb_snapshot_offset(cur))
                 with conn.cursor(pymysql.cursors.SSCursor) as stream:
                     stream.execute(sql, args)
-                    row_of, masks = self.normalizer.row_from_tuple, self.masks
+                    row_of, rules = self.normalizer.row_from_tuple, self.rules
                     for values in stream:
-                        rows.put(row_of(names, values) if masks is None else masks.row(row_of(names, values)))
+                        if rules is None:
+                            rows.put(row_of(names, values))
+                        elif (kept := rules.row(row_of(names, values))) is not None:
+                            rows.put(kept)
             finally:
                 cur.execute("COMMIT")
         return low, self.current_offset()

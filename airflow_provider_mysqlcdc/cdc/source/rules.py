@@ -23,6 +23,7 @@ from typing import Any
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.rules import TableRule
+from airflow_provider_mysqlcdc.cdc.records.row_filter import check_row_filter, parse_row_filter
 from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
 from airflow_provider_mysqlcdc.cdc.source.selection import TableEntry, entry_text, parse_entry
 
@@ -74,37 +75,61 @@ def parse_rule(value: Any, entry: str) -> TableRule:
     return rule
 
 
+def _setting(value: Any, name: str, example: str) -> dict[Any, Any]:
+    """A per-table setting as a dict, or its JSON text; None or empty: {}."""
+    if value is None or value == "":
+        return {}
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError as exc:
+            raise ConfigurationError(f"{name} is not valid JSON ({exc}): write {example}.") from exc
+    if not isinstance(value, dict):
+        raise ConfigurationError(f"{name} must map a table (a name or a pattern) to its rule, e.g. {example}, "
+                                 f"got {value!r}.")
+    return value
+
+
+def _first(entries: tuple[tuple[TableEntry, Any], ...], table_id: TableId) -> tuple[Any, TableEntry | None]:
+    """The value of the entry naming ``table_id``, else of the first pattern matching it."""
+    for entry, value in entries:
+        if entry == table_id:
+            return value, entry
+    for entry, value in entries:
+        if not isinstance(entry, TableId) and entry.matches(table_id):
+            return value, entry
+    return None, None
+
+
 @dataclass(frozen=True)
 class TableRules:
-    """The ``columns`` setting: a rule per table entry (see the module doc)."""
+    """The ``columns`` and ``row_filters`` settings: per table entry a column rule, a row filter (see
+    the module doc)."""
 
     entries: tuple[tuple[TableEntry, TableRule], ...] = ()
+    filters: tuple[tuple[TableEntry, str], ...] = ()
 
     @classmethod
-    def parse(cls, value: Any) -> "TableRules":
-        """The setting as a dict, or its JSON text (a DAG param); None or empty: no rule."""
-        if value is None or value == "":
-            return cls()
-        if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except ValueError as exc:
-                raise ConfigurationError(f"columns is not valid JSON ({exc}): write "
-                                         '{"db.table": {"exclude": ["notes"]}}.') from exc
-        if not isinstance(value, dict):
-            raise ConfigurationError(f"columns must map a table (a name or a pattern) to its rule, e.g. "
-                                     f"{{'shop.customers': {{'hash': ['email']}}}}, got {value!r}.")
-        return cls(tuple((parse_entry(str(entry)), parse_rule(rule, str(entry))) for entry, rule in value.items()))
+    def parse(cls, columns: Any = None, row_filters: Any = None) -> "TableRules":
+        """The settings as dicts, or their JSON text; None or empty: no rule."""
+        rules = _setting(columns, "columns", "{'shop.customers': {'hash': ['email']}}")
+        filters = _setting(row_filters, "row_filters", "{'shop.orders': \"status = 'paid'\"}")
+        for entry, text in filters.items():
+            if not isinstance(text, str) or not text.strip():
+                raise ConfigurationError(f"row_filters[{entry!r}] must be a predicate such as \"status = 'paid' AND "
+                                         f"amount > 10\", got {text!r}.")
+            parse_row_filter(text)  # one that cannot be read is refused when the DAG is parsed
+        return cls(tuple((parse_entry(str(entry)), parse_rule(rule, str(entry))) for entry, rule in rules.items()),
+                   tuple((parse_entry(str(entry)), text.strip()) for entry, text in filters.items()))
 
     def for_table(self, table_id: TableId) -> tuple[TableRule | None, TableEntry | None]:
-        """The table's rule and the entry it comes from: a name before any pattern (None: no rule)."""
-        for entry, rule in self.entries:
-            if entry == table_id:
-                return rule, entry
-        for entry, rule in self.entries:
-            if not isinstance(entry, TableId) and entry.matches(table_id):
-                return rule, entry
-        return None, None
+        """The table's rule (its columns' and its rows') and the entry its column rule comes from: a
+        name before any pattern (None: no rule)."""
+        rule, entry = _first(self.entries, table_id)
+        where, _ = _first(self.filters, table_id)
+        if where is not None:
+            rule = replace(rule or TableRule(), where=where)
+        return rule, entry
 
     @property
     def hashes(self) -> bool:
@@ -112,7 +137,8 @@ class TableRules:
 
     def captured(self, schema: TableSchema, chunk_key: str) -> TableSchema:
         """``schema`` as the pipeline captures it (``captured_schema``), by the table's rule; a column the
-        rule of a named table names must exist (a pattern's rule may name columns some tables lack)."""
+        rule of a named table names must exist (a pattern's rule may name columns some tables lack), and
+        the row filter must read columns the pipeline captures, each compared with values of its type."""
         rule, entry = self.for_table(schema.table_id)
         if rule is None:
             return schema
@@ -122,7 +148,10 @@ class TableRules:
                 raise ConfigurationError(
                     f"columns[{entry_text(entry)!r}] names column(s) {', '.join(sorted(set(missing)))} that "
                     f"{schema.table_id} does not have; its columns are: {', '.join(schema.column_names)}.")
-        return captured_schema(schema, rule, chunk_key=chunk_key, strict=True)
+        captured = captured_schema(schema, rule, chunk_key=chunk_key, strict=True)
+        if rule.where is not None:
+            check_row_filter(rule.where, captured)
+        return captured
 
 
 def captured_schema(schema: TableSchema, rule: TableRule | None, *, chunk_key: str | None = None,

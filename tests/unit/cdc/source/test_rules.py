@@ -126,3 +126,35 @@ def test_after_a_ddl_a_truncated_column_of_another_type_is_null_and_a_key_column
     schema = captured_schema(SCHEMA, TableRule(truncate=(("score", 2),)), chunk_key="id")
     assert schema.column("score").mask == "null"
     assert captured_schema(SCHEMA, rule, chunk_key="code").column_names == ("id", "Email", "code")
+
+
+def test_a_row_filter_joins_the_tables_rule_by_name_or_pattern():
+    setting = TableRules.parse({"shop.customers": {"hash": ["email"]}}, {"shop.*": "score > 3"})
+    assert setting.for_table(CUSTOMERS)[0] == TableRule(hash=("email",), where="score > 3")
+    assert setting.for_table(TableId("shop", "orders"))[0] == TableRule(where="score > 3")
+    assert setting.captured(SCHEMA, "id").table_rule == TableRule(hash=("email",), where="score > 3")
+
+
+def test_a_row_filter_may_read_a_masked_column_but_not_one_left_out():
+    assert TableRules.parse({"shop.customers": {"hash": ["email"]}}, {"shop.customers": "email = 'a'"}).captured(
+        SCHEMA, "id").table_rule.where == "email = 'a'"
+    with pytest.raises(ConfigurationError, match="names column 'notes', which shop.customers does not capture"):
+        TableRules.parse({"shop.customers": {"exclude": ["notes"]}}, {"shop.customers": "notes = 'x'"}).captured(
+            SCHEMA, "id")
+
+
+@pytest.mark.parametrize("filters, message", [
+    ({"shop.customers": "score >"}, "expected a column name or a value"),
+    ({"shop.customers": ""}, "must be a predicate"),
+    ({"shop.customers": 3}, "must be a predicate"),
+    ("[1]", "row_filters must map a table"),
+])
+def test_a_row_filter_that_cannot_be_read_is_refused_before_any_table_is_known(filters, message):
+    with pytest.raises(ConfigurationError, match=message):
+        TableRules.parse(None, filters)
+
+
+def test_a_row_filter_comparing_a_column_with_a_value_not_of_its_type_is_refused_when_planned():
+    setting = TableRules.parse(None, {"shop.customers": "score = 'high'"})
+    with pytest.raises(ConfigurationError, match=r"'high' is not a value of score \(int\(11\)\)"):
+        setting.captured(SCHEMA, "id")
