@@ -10,11 +10,13 @@ for several tables and registers them, remembering their schemas the way a plan 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
 from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitReader
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
+from airflow_provider_mysqlcdc.cdc.source.rules import TableRules, captured_schema
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema, load_table_schema
 from airflow_provider_mysqlcdc.protocol.registry import CapturedTable
 from airflow_provider_mysqlcdc.sinks.arrow_rows import rows_to_data_table
@@ -26,13 +28,14 @@ from airflow_provider_mysqlcdc.state.staged import write_staged
 
 
 def snapshot_tables(source: SourceConfig, tables: Sequence[TableId], lake: str, state: PipelineState, *,
-                    chunk_size: int = 20, chunk_key: str = "id") -> None:
-    """Each table in splits of ``chunk_size`` rows into the sink, registered and remembered."""
-    sink, finished = open_sink(lake), []
+                    chunk_size: int = 20, chunk_key: str = "id", rules: TableRules | None = None) -> None:
+    """Each table in splits of ``chunk_size`` rows into the sink, registered and remembered, each
+    under its rule of ``rules`` (its columns and rows, as a plan captures them)."""
+    sink, finished, rules = open_sink(lake), [], rules or TableRules()
     conn = source.connect(autocommit=True)
     try:
         for table in tables:
-            schema = load_table_schema(conn, table)
+            schema = rules.captured(load_table_schema(conn, table), chunk_key)
             KnownSchemas(state).remember(schema)
             sink.prepare(schema)
             with SplitReader(source, schema) as reader:
@@ -44,7 +47,10 @@ def snapshot_tables(source: SourceConfig, tables: Sequence[TableId], lake: str, 
                     finished.append(result.finished)
     finally:
         conn.close()
-    state.commit(captured_tables(finished))
+    captured = captured_tables(finished)
+    for table in tables:
+        captured[table] = replace(captured[table], table_rule=rules.for_table(table)[0])
+    state.commit(captured)
 
 
 def stage_whole_table(source: SourceConfig, state: PipelineState, schema: TableSchema,
@@ -68,11 +74,12 @@ def resnapshot_whole_tables(source: SourceConfig, state: PipelineState, tables: 
     captured = dict(registry.tables)
     conn = source.connect(autocommit=True)
     try:
-        schemas = [load_table_schema(conn, table) for table in tables]
+        schemas = [captured_schema(load_table_schema(conn, table), registry.table_rule(table), chunk_key="id")
+                   for table in tables]
     finally:
         conn.close()
     for schema in schemas:
         before = registry.tables.get(schema.table_id)
         known.remember_planned(schema, before.chunk_key if before else None)
-        captured[schema.table_id] = CapturedTable("id", [stage_whole_table(source, state, schema)])
+        captured[schema.table_id] = CapturedTable("id", [stage_whole_table(source, state, schema)], schema.table_rule)
     state.commit(captured)
