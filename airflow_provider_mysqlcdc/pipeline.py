@@ -123,7 +123,8 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
     Tables: ``tables`` and ``exclude_tables`` take names and patterns (``shop.order_\\d+``: regular
     expressions on the database and table names, resolved against the server at each run;
     cdc/source/selection.py). A pattern's group plans every table it matches then. ``schema_changes``:
-    what the stream does with a captured table's DDL, ``evolve`` or ``fail`` (operators/stream.py).
+    what the stream does with a captured table's DDL: ``evolve``, ``lenient``, ``ignore`` or ``fail``
+    (operators/stream.py, docs/events-and-types.md).
 
     Columns: ``columns`` maps a table name or pattern to which of its columns reach the sink and which
     are masked (``include``/``exclude``, ``hash``, ``truncate``, ``null``; cdc/source/rules.py);

@@ -85,9 +85,11 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
         captured and takes a name a pattern matches is recorded, and the next run captures it
         (state/new_tables.py)
     :param exclude_tables: names and patterns such tables never match
-    :param schema_changes: what a DDL statement of a captured table does: ``evolve`` (the default:
-        followed as docs/events-and-types.md says) or ``fail`` (the stream stops before it, naming it;
-        it goes on once run with ``evolve``), as Flink CDC's ``schema.change.behavior``
+    :param schema_changes: what a DDL statement of a captured table does, as Flink CDC's
+        ``schema.change.behavior``: ``evolve`` (the default: followed as docs/events-and-types.md says),
+        ``lenient`` (a column change is never a re-snapshot: dropped columns stay, added ones older
+        rows cannot get stay NULL), ``ignore`` (the sink keeps its columns) or ``fail`` (the stream
+        stops before it, naming it; it goes on once run with another policy)
     """
 
     template_fields: Sequence[str] = ("state_location", "sink_root", "mode", "spark_master", "spark_conn_id",

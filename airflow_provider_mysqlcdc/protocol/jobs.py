@@ -28,14 +28,18 @@ from airflow_provider_mysqlcdc.protocol.envelope import RecordFormat, decode, en
 from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy
 from airflow_provider_mysqlcdc.protocol.servers import ServerHistory
 
-#: ``StreamJob.schema_changes``, as Flink CDC's ``schema.change.behavior`` names them
-SCHEMA_CHANGE_POLICIES = ("evolve", "fail")
+#: ``StreamJob.schema_changes``, as Flink CDC's ``schema.change.behavior`` names them (its
+#: ``exception`` is ``fail`` here): what the stream does with a captured table's DDL
+#: (stream/schema_changes.py, docs/events-and-types.md)
+SCHEMA_CHANGE_POLICIES = ("evolve", "lenient", "ignore", "fail")
+#: the policies under which a column change the sink cannot follow exactly is drift (a re-snapshot)
+FOLLOWS_COLUMNS = ("evolve", "fail")
 
 
 def check_schema_change_policy(policy: str) -> str:
     if policy not in SCHEMA_CHANGE_POLICIES:
         raise ConfigurationError(f"schema_changes must be one of {', '.join(SCHEMA_CHANGE_POLICIES)}, got {policy!r} "
-                                 "(Flink CDC's lenient and ignore are not built yet).")
+                                 "(docs/events-and-types.md says what each does).")
     return policy
 
 

@@ -166,6 +166,12 @@ class BatchApplier(SchemaChangeRules):
                                             for event in self.drift.get(table_id, []))
 
     def _make_writer(self, schema: TableSchema, chunk_key: str, *, replace: bool = False) -> None:
+        """The table's writer of ``schema``; under ``schema_changes="ignore"`` only of the columns its sink
+        table has (one that exists, and is not being replaced by a whole re-snapshot)."""
+        if self.job.schema_changes == "ignore" and not replace:
+            present = set(self.sink.column_names(schema.table_id))
+            if present:
+                schema = schema.keeping(present)
         try:
             self.sink.prepare(schema)  # refuses unsafe type changes with a clear error
         except SchemaChangedError as exc:
@@ -240,7 +246,7 @@ class BatchApplier(SchemaChangeRules):
         as_of = dataclasses.replace(staged.split, high_watermark=max(staged.as_of, staged.split.high_watermark))
         assert staged.split.staged is not None  # a staged split names its rows' file
         data, unknown = conform_to(read_staged(staged.split.staged), writer.data_schema)
-        if unknown:  # read before a DDL this stream's schema already reflects
+        if unknown and self._follows_columns:  # read before a DDL this stream's schema already reflects
             self._drifted(table_id, TableEventKind.ALTERED, as_of.high_watermark,
                           f"staged rows carry column(s) {', '.join(unknown)} the table no longer has")
         names = set(writer.schema.column_names)
@@ -325,7 +331,7 @@ class BatchApplier(SchemaChangeRules):
     def _note_unknown_columns(self, table_id: TableId, unknown: Iterable[str], offset: BinlogOffset) -> None:
         """Changes written before a DDL the loaded schema already reflects carry names it lacks (noted
         once per table and batch)."""
-        if table_id in self.unknown_noted:
+        if table_id in self.unknown_noted or not self._follows_columns:  # lenient, ignore: left out, not drift
             return
         self.unknown_noted.add(table_id)
         self._drifted(table_id, TableEventKind.ALTERED, offset,

@@ -17,7 +17,7 @@ from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import BinlogPurged, SchemaChangeEvent, TableEventKind
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.cdc.source.selection import TableSelection
-from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
+from airflow_provider_mysqlcdc.protocol.jobs import FOLLOWS_COLUMNS, StreamJob
 from airflow_provider_mysqlcdc.protocol.registry import Generation
 from airflow_provider_mysqlcdc.sinks.arrow_rows import METADATA_COLUMNS
 from airflow_provider_mysqlcdc.sinks.base import Sink
@@ -168,19 +168,31 @@ class SchemaChangeRules:
                 self._refreeze(table_id)
                 continue
             self.known.remember(schema)
+            if not self._follows_columns:  # lenient, ignore: a column change is never drift
+                committed = self._fill_added(table_id, self._fillable(table_id, added), event, version)[1] or committed
+                continue
             vanished = before[table_id] - set(schema.column_names)
             if vanished:
                 self._drifted(table_id, TableEventKind.ALTERED, event.offset,
                               f"column(s) {', '.join(sorted(vanished))} dropped or renamed by {event.statement[:300]!r}")
-            present = {c.name: c for c in schema.columns}
-            filled = tuple(n for n in added.get(table_id, ()) if n in present and present[n].fills_existing_rows)
-            unfilled, wrote = self._fill_added(table_id, filled, event, version)
+            unfilled, wrote = self._fill_added(table_id, self._fillable(table_id, added), event, version)
             committed = committed or wrote
             if unfilled:
                 self._drifted(table_id, TableEventKind.ALTERED, event.offset,
                               f"column(s) {', '.join(unfilled)} added by {event.statement[:300]!r} hold a default (or "
                               "generated) value in rows written before, which the binlog does not carry")
         return committed
+
+    @property
+    def _follows_columns(self) -> bool:
+        """Whether a column change the sink cannot follow exactly is drift (``evolve``, ``fail``); under
+        ``lenient`` and ``ignore`` the sink goes on without it (docs/events-and-types.md)."""
+        return self.job.schema_changes in FOLLOWS_COLUMNS
+
+    def _fillable(self, table_id: TableId, added: dict[TableId, tuple[str, ...]]) -> tuple[str, ...]:
+        """The columns the statement added that the table's writer writes and older rows hold a value in."""
+        present = {c.name: c for c in self.writers[table_id].schema.columns}
+        return tuple(n for n in added.get(table_id, ()) if n in present and present[n].fills_existing_rows)
 
     def _fill_added(self, table_id: TableId, names: tuple[str, ...], event: SchemaChangeEvent,
                     version: int) -> tuple[tuple[str, ...], bool]:

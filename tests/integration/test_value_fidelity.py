@@ -167,16 +167,23 @@ def test_every_type_hashes_identically_through_select_and_binlog(mysql_server, c
     rule = TableRule(hash=tuple(COLUMNS), truncate=())
     schema = captured_schema(load_table_schema(conn, table), rule, chunk_key="id", strict=True)
     source = replace(cdc_user, mask_salt="class-test-salt")
-    reader = BinlogReader.for_schemas(source, [schema], start=start, end=end, decoder=decoder)
-    binlog = {r.after["id"]: r.after for r in reader if isinstance(r, ChangeRecord)}
-    with SplitReader(source, schema) as split_reader:
-        selected = {r["id"]: r for r in split_reader.read(SnapshotSplit(table, 0, "id")).rows}
-    assert set(binlog) == set(selected) == set(range(len(rows)))
-    for row_id in selected:
-        _assert_same(selected[row_id], binlog[row_id])
+    selected = _same_on_both_paths(source, schema, start, end, decoder, len(rows))
     hashed = [v for row in selected.values() for k, v in row.items() if k != "id"]
     assert all(v is None or (len(v) == 64 and int(v, 16) >= 0) for v in hashed)
     assert sum(v is not None for v in hashed) == len(COLUMNS) * (len(rows) - 1)  # NULL stays NULL
+
+
+def _same_on_both_paths(source, schema, start, end, decoder: str, count: int) -> dict:
+    """The rows ``0..count-1`` inserted between ``start`` and ``end``, as the binlog (with ``decoder``)
+    and the SELECT give them, asserted identical; the SELECT's, by id."""
+    reader = BinlogReader.for_schemas(source, [schema], start=start, end=end, decoder=decoder)
+    binlog = {r.after["id"]: r.after for r in reader if isinstance(r, ChangeRecord)}
+    with SplitReader(source, schema) as split_reader:
+        selected = {r["id"]: r for r in split_reader.read(SnapshotSplit(schema.table_id, 0, "id")).rows}
+    assert set(binlog) == set(selected) == set(range(count))
+    for row_id in selected:
+        _assert_same(selected[row_id], binlog[row_id])
+    return selected
 
 
 def _assert_same(a: dict, b: dict) -> None:
@@ -211,13 +218,7 @@ def test_zero_and_partial_dates_are_the_same_on_both_paths_and_convert_to_arrow(
             cur.execute(f"INSERT INTO {table.quoted} VALUES (%s, %s, %s, %s, %s)", [i, *row.values()])
         end = current_offset(conn)
     schema = load_table_schema(conn, table)
-    reader = BinlogReader.for_schemas(cdc_user, [schema], start=start, end=end, decoder=decoder)
-    binlog = {r.after["id"]: r.after for r in reader if isinstance(r, ChangeRecord)}
-    with SplitReader(cdc_user, schema) as split_reader:
-        selected = {r["id"]: r for r in split_reader.read(SnapshotSplit(table, 0, "id")).rows}
-    assert set(binlog) == set(selected) == set(range(len(ZERO_AND_PARTIAL)))
-    for row_id in selected:
-        _assert_same(selected[row_id], binlog[row_id])
+    selected = _same_on_both_paths(cdc_user, schema, start, end, decoder, len(ZERO_AND_PARTIAL))
     assert selected[3]["da"] == dt.date(2024, 5, 6) and selected[3]["dt6"] == dt.datetime(2024, 5, 6, 7, 8, 9, 10)
     assert all(selected[i][c] is None for i in (0, 1, 2) for c in ("da", "dt0", "dt6", "ts0"))  # no calendar date
     assert rows_to_data_table(schema, [selected[i] for i in sorted(selected)]).num_rows == len(ZERO_AND_PARTIAL)

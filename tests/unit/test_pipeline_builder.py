@@ -76,8 +76,24 @@ def test_the_stream_is_given_the_patterns_of_the_dag_file_and_of_the_trigger_tim
 
 def test_the_schema_change_policy_reaches_the_stream_and_an_unknown_one_fails_the_parse():
     with DAG("cdc_policy", schedule=None, max_active_runs=1) as dag:
-        mysqlcdc_pipeline(tables=["shop.orders"], sink_root="/lake", state_dir="/state", schema_changes="fail")
-    assert dag.get_task("stream").schema_changes == "fail"
-    with pytest.raises(ConfigurationError, match="schema_changes must be one of evolve, fail"):
+        mysqlcdc_pipeline(tables=["shop.orders"], sink_root="/lake", state_dir="/state", schema_changes="lenient")
+    assert dag.get_task("stream").schema_changes == "lenient"
+    with pytest.raises(ConfigurationError, match="schema_changes must be one of evolve, lenient, ignore, fail"):
         with DAG("cdc_bad_policy", schedule=None, max_active_runs=1):
-            mysqlcdc_pipeline(tables=["shop.orders"], sink_root="/lake", state_dir="/state", schema_changes="ignore")
+            mysqlcdc_pipeline(tables=["shop.orders"], sink_root="/lake", state_dir="/state", schema_changes="drop")
+
+
+def test_column_rules_and_row_filters_reach_the_plan_and_a_bad_one_fails_the_parse():
+    with DAG("cdc_rules", schedule=None, max_active_runs=1) as dag:
+        mysqlcdc_pipeline(tables=["shop.orders"], sink_root="/lake", state_dir="/state",
+                          columns={"shop.orders": {"hash": ["email"]}}, row_filters={"shop.*": "id > 3"})
+    [plan] = [t for t in dag.tasks if t.task_id.endswith(".plan")]
+    assert plan.columns == {"shop.orders": {"hash": ["email"]}} and plan.row_filters == {"shop.*": "id > 3"}
+    with pytest.raises(ConfigurationError, match="unknown option"):
+        with DAG("cdc_bad_rule", schedule=None, max_active_runs=1):
+            mysqlcdc_pipeline(tables=["shop.orders"], sink_root="/lake", state_dir="/state",
+                              columns={"shop.orders": {"mask": ["email"]}})
+    with pytest.raises(ConfigurationError, match="expected a column name or a value"):
+        with DAG("cdc_bad_filter", schedule=None, max_active_runs=1):
+            mysqlcdc_pipeline(tables=["shop.orders"], sink_root="/lake", state_dir="/state",
+                              row_filters={"shop.orders": "id >"})

@@ -339,28 +339,26 @@ def _negated(negate: bool, inner: Value) -> Value:
     return (lambda row: None if (v := inner(row)) is None else not v) if negate else inner
 
 
-def _all(parts: list[Value]) -> Value:
+def _junction(parts: list[Value], decisive: bool) -> Value:
+    """AND (``decisive`` False) or OR (True) under SQL's NULL logic: a part with the decisive value
+    decides; otherwise the result is unknown when a part is, else the other value."""
     def evaluate(row: Row) -> bool | None:
         unknown = False
         for part in parts:
             value = part(row)
-            if value is False:
-                return False
+            if value is decisive:
+                return decisive
             unknown = unknown or value is None
-        return None if unknown else True
+        return None if unknown else not decisive
     return evaluate
+
+
+def _all(parts: list[Value]) -> Value:
+    return _junction(parts, False)
 
 
 def _any(parts: list[Value]) -> Value:
-    def evaluate(row: Row) -> bool | None:
-        unknown = False
-        for part in parts:
-            value = part(row)
-            if value is True:
-                return True
-            unknown = unknown or value is None
-        return None if unknown else False
-    return evaluate
+    return _junction(parts, True)
 
 
 class RowFilter:

@@ -169,15 +169,10 @@ def captured_schema(schema: TableSchema, rule: TableRule | None, *, chunk_key: s
             f"The column rule of {schema.table_id} ({rule}) leaves out or masks key column(s) {', '.join(touched)}: "
             "the key identifies each row in the sink and orders its chunks, so it is captured as it is. Take it "
             "out of the rule (or choose another chunk key with chunk_key_columns).")
-    columns = []
-    for column in schema.columns:
-        if column.name in keys:
-            columns.append(column)
-        elif rule.keeps(column.name):
-            columns.append(_masked(schema, column, rule.mask_of(column.name), strict))
-    kept = {c.name for c in columns}
-    unique = tuple(k for k in schema.unique_not_null_keys if set(k) <= kept)
-    return TableSchema(schema.table_id, tuple(columns), schema.primary_key, unique, rule)
+    columns = tuple(column if column.name in keys else _masked(schema, column, rule.mask_of(column.name), strict)
+                    for column in schema.columns if column.name in keys or rule.keeps(column.name))
+    marked = TableSchema(schema.table_id, columns, schema.primary_key, schema.unique_not_null_keys, rule)
+    return marked.keeping({c.name for c in columns})
 
 
 def _masked(schema: TableSchema, column: Column, mask: str | None, strict: bool) -> Column:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -213,6 +214,13 @@ class TableSchema:
                 "and configure one of them as its chunk key column."
             )
         return keys[0]
+
+    def keeping(self, names: Collection[str]) -> "TableSchema":
+        """Only the columns named (and the key columns), with the unique keys they still hold whole."""
+        kept = tuple(c for c in self.columns if c.name in names or c.name in self.key_columns)
+        names = {c.name for c in kept}
+        return TableSchema(self.table_id, kept, self.primary_key,
+                           tuple(k for k in self.unique_not_null_keys if set(k) <= names), self.table_rule)
 
     def key_of(self, row: dict[str, Any]) -> tuple[Any, ...]:
         return tuple(row[c] for c in self.key_columns)

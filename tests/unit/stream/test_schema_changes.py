@@ -4,6 +4,8 @@ statement does to the sink table, to the drift record, and to the table's later 
 
 from __future__ import annotations
 
+import pytest
+
 from airflow_provider_mysqlcdc.cdc.model.records import TableEventKind as Kind
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 
@@ -230,5 +232,70 @@ def test_an_unknown_schema_change_policy_is_refused_naming_the_choices(tmp_path)
     from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
     from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 
-    with pytest.raises(ConfigurationError, match="schema_changes must be one of evolve, fail, got 'lenient'"):
-        StreamJob(str(tmp_path / "state"), str(tmp_path / "lake"), schema_changes="lenient")
+    with pytest.raises(ConfigurationError, match="schema_changes must be one of evolve, lenient, ignore, fail, got "
+                                                 "'exception'"):
+        StreamJob(str(tmp_path / "state"), str(tmp_path / "lake"), schema_changes="exception")
+
+
+def sink_columns(p: Pipeline, table: TableId) -> set[str]:
+    return {n for n in p.sink.column_names(table) if not n.startswith("_cdc_")}
+
+
+def test_lenient_keeps_a_dropped_column_with_its_values_and_new_rows_null_and_records_no_drift(tmp_path):
+    p = Pipeline(tmp_path, schema(T, column("c")))
+    p.job.schema_changes = "lenient"
+    p.snapshot(T, {"id": 1, "v": "a", "c": 1})
+    p.alter(T, schema(T))
+    p.batch(ddl(1, "ALTER TABLE t DROP COLUMN c", table_change(Kind.ALTERED, T)),
+            changes(schema(T), insert(T, 2, id=2, v="b")))
+    assert p.drift(T) == [] and sink_columns(p, T) == {"id", "v", "c"}
+    data = {r["id"]: r["c"] for r in p.sink.read(T).to_pylist()}
+    assert data == {1: 1, 2: None}
+
+
+def test_lenient_adds_a_renamed_or_untrustworthy_default_column_with_older_rows_null_and_no_drift(tmp_path):
+    p = Pipeline(tmp_path, schema(T, column("c")))
+    p.job.schema_changes = "lenient"
+    p.snapshot(T, {"id": 1, "v": "a", "c": 1})
+    p.alter(T, schema(T, column("d"), column("ts", "datetime", column_type="datetime", fills_existing_rows=True)))
+    p.tables.defaults = False
+    p.batch(ddl(1, "ALTER TABLE t RENAME COLUMN c TO d, ADD ts DATETIME DEFAULT NOW()",
+                table_change(Kind.ALTERED, T, added_columns=("ts",))),
+            changes(p.tables.server[T], insert(T, 2, id=2, v="b", d=5)))
+    assert p.drift(T) == []
+    assert p.rows(T) == {1: {"id": 1, "v": "a", "d": None, "ts": None}, 2: {"id": 2, "v": "b", "d": 5, "ts": None}}
+
+
+def test_lenient_still_fills_an_added_columns_constant_default(tmp_path):
+    p = Pipeline(tmp_path, schema(T))
+    p.job.schema_changes = "lenient"
+    p.snapshot(T, {"id": 1, "v": "a"})
+    p.alter(T, with_columns(schema(T), column("c", fills_existing_rows=True, default_constant=True)))
+    p.tables.defaults = {"c": 5}
+    p.batch(ddl(1, "ALTER TABLE t ADD COLUMN c INT DEFAULT 5", table_change(Kind.ALTERED, T, added_columns=("c",))))
+    assert p.rows(T) == {1: {"id": 1, "v": "a", "c": 5}} and p.drift(T) == []
+
+
+def test_ignore_keeps_the_sinks_columns_through_an_added_column_and_a_restart(tmp_path):
+    p = Pipeline(tmp_path, schema(T))
+    p.job.schema_changes = "ignore"
+    p.snapshot(T, {"id": 1, "v": "a"})
+    p.alter(T, with_columns(schema(T), column("c", fills_existing_rows=True, default_constant=True)))
+    p.tables.defaults = {"c": 5}
+    p.batch(ddl(1, "ALTER TABLE t ADD COLUMN c INT DEFAULT 5", table_change(Kind.ALTERED, T, added_columns=("c",))),
+            changes(p.tables.server[T], insert(T, 2, id=2, v="b", c=6)))
+    p.applier = p.new_applier()  # restarted: the schema it loads has c, the sink table still not
+    p.batch(changes(p.tables.server[T], update(T, 3, {"id": 2, "v": "b", "c": 6}, {"id": 2, "v": "B", "c": 7})))
+    assert sink_columns(p, T) == {"id", "v"} and p.drift(T) == [] and p.tables.asked_defaults == []
+    assert {r["id"]: r["v"] for r in p.sink.read(T).to_pylist()} == {1: "a", 2: "B"}
+
+
+@pytest.mark.parametrize("policy", ["lenient", "ignore"])
+def test_a_changed_key_still_freezes_the_table_under_every_policy(tmp_path, policy):
+    p = Pipeline(tmp_path, schema(T), schema(U))
+    p.job.schema_changes = policy
+    p.alter(T, schema(T, key=("id", "v")))
+    p.batch(changes(schema(T), insert(T, 1, id=1, v="before")),
+            ddl(2, "ALTER TABLE t DROP PRIMARY KEY, ADD PRIMARY KEY (id, v)", table_change(Kind.ALTERED, T)))
+    _later_changes_of_both(p)
+    assert p.drift(T) == [(Kind.KEY_CHANGED, off(2))] and p.rows(U) == {9: {"id": 9, "v": "after"}}
