@@ -104,7 +104,8 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
                       stream_spark_conn_id: str | None = None,
                       exclude_tables: Sequence[str] = (), schema_changes: str = "evolve",
                       columns: dict[str, Any] | None = None,
-                      row_filters: dict[str, str] | None = None) -> dict[str, Any]:
+                      row_filters: dict[str, str] | None = None, heartbeat_interval_s: float | None = None,
+                      heartbeat_query: str | None = None) -> dict[str, Any]:
     """Build the graph in the current DAG; ``tables_param`` adds the group for trigger-time tables;
     ``stream_limits`` (``max_batch_bytes``, ``max_batch_events``, ``max_apply_changes``,
     ``cluster_after_files``, ``maintenance_every_s``, ``vacuum_retention_hours``) go to the stream;
@@ -129,7 +130,10 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
     Columns: ``columns`` maps a table name or pattern to which of its columns reach the sink and which
     are masked (``include``/``exclude``, ``hash``, ``truncate``, ``null``; cdc/source/rules.py);
     ``row_filters`` maps one to a predicate its rows must satisfy (cdc/records/row_filter.py). Both
-    are the DAG file's, not trigger-time params: whoever triggers a run cannot unmask a column."""
+    are the DAG file's, not trigger-time params: whoever triggers a run cannot unmask a column.
+
+    Heartbeats: ``heartbeat_interval_s`` (default 30) and ``heartbeat_query`` go to the stream
+    (operators/stream.py, stream/heartbeat.py)."""
     for entry in [*tables, *exclude_tables]:  # a malformed entry fails the DAG when it is parsed
         parse_entry(entry)
     TableRules.parse(columns, row_filters)  # and so does a malformed rule or filter
@@ -169,7 +173,8 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
                                             aws_conn_id=aws_conn_id, trigger_rule="all_done")
     snapshots >> collect
     stream_options: dict[str, Any] = {**(stream_limits or {}), **spark,
-                                      "spark_conn_id": stream_spark_conn_id or spark_conn_id}
+                                      "spark_conn_id": stream_spark_conn_id or spark_conn_id,
+                                      "heartbeat_interval_s": heartbeat_interval_s, "heartbeat_query": heartbeat_query}
     if stream_deferrable is not None:
         stream_options["deferrable"] = stream_deferrable
     stream = MySqlCdcStreamOperator(task_id="stream", state_location=state, sink_root=sink,

@@ -87,6 +87,9 @@ class PipelineMetrics:
     def bytes_behind(self, count: int) -> None:
         Stats.gauge(self._name("stream.bytes_behind"), count, tags=self._tags())
 
+    def lag(self, lag_s: float) -> None:
+        Stats.gauge(self._name("stream.lag_seconds"), lag_s, tags=self._tags())
+
     def drift(self, new_events: dict[TableId, int], tables_pending: int) -> None:
         for table, count in new_events.items():
             Stats.incr(self._name("drift.events", table), count, tags=self._tags(table))
@@ -141,6 +144,8 @@ class StreamMetrics:
         if offset is not None and offset.committed_at != self._offset_at and offset.bytes_behind is not None:
             self._offset_at = offset.committed_at
             self.metrics.bytes_behind(offset.bytes_behind)
+            if offset.lag_s is not None:  # also measured by a heartbeat while no batch runs (stream/heartbeat.py)
+                self.metrics.lag(offset.lag_s)
 
     def _observe_drift(self) -> None:
         drift = read_drift(self.state)

@@ -36,7 +36,7 @@ from airflow_provider_mysqlcdc.operators.arguments import state_location_of, tab
 from airflow_provider_mysqlcdc.operators.spark_job import MySqlCdcSparkJobOperator
 from airflow_provider_mysqlcdc.protocol.actions import StreamMode
 from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
-from airflow_provider_mysqlcdc.protocol.jobs import StreamJob, check_schema_change_policy
+from airflow_provider_mysqlcdc.protocol.jobs import StreamJob, check_heartbeat, check_schema_change_policy
 from airflow_provider_mysqlcdc.protocol.results import DetachedStreamRef, StreamPhase, StreamResult, StreamStatus
 from airflow_provider_mysqlcdc.spark.report import ReportWatcher
 from airflow_provider_mysqlcdc.spark.supervision import DetachedStream, wait_for_a_stopping_stream
@@ -90,6 +90,12 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
         ``lenient`` (a column change is never a re-snapshot: dropped columns stay, added ones older
         rows cannot get stay NULL), ``ignore`` (the sink keeps its columns) or ``fail`` (the stream
         stops before it, naming it; it goes on once run with another policy)
+    :param heartbeat_interval_s: a running stream that finished no batch for this long records its
+        position anyway, measured against the server's head, so lag and bytes behind stay true on a
+        quiet source (default 30; 0: never; stream/heartbeat.py)
+    :param heartbeat_query: a statement run on the source at each heartbeat (e.g. an upsert into a
+        heartbeat table the CDC user may write), so a source that writes nothing else still moves
+        the binlog on; checked (run once and rolled back) before the stream writes anything
     """
 
     template_fields: Sequence[str] = ("state_location", "sink_root", "mode", "spark_master", "spark_conn_id",
@@ -107,8 +113,11 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
                  vacuum_retention_hours: float | None = None,
                  deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
                  poll_interval_s: float = 2.0, table_patterns: Any = None, exclude_tables: Any = None,
-                 schema_changes: str = "evolve", **kwargs: Any) -> None:
+                 schema_changes: str = "evolve", heartbeat_interval_s: float | None = None,
+                 heartbeat_query: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        check_heartbeat(StreamJob.heartbeat_interval_s if heartbeat_interval_s is None else heartbeat_interval_s,
+                        heartbeat_query or "")  # refused when the DAG is parsed
         self.schema_changes = check_schema_change_policy(schema_changes)  # refused when the DAG is parsed
         self.table_patterns = table_patterns
         self.exclude_tables = exclude_tables
@@ -132,7 +141,9 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
                                                        ("cluster_after_files", cluster_after_files),
                                                        ("maintenance_every_s", maintenance_every_s),
                                                        ("vacuum_retention_s", None if vacuum_retention_hours is None
-                                                        else vacuum_retention_hours * 3600))
+                                                        else vacuum_retention_hours * 3600),
+                                                       ("heartbeat_interval_s", heartbeat_interval_s),
+                                                       ("heartbeat_query", heartbeat_query))
                        if value is not None}
 
     def execute(self, context: Context) -> dict[str, Any]:

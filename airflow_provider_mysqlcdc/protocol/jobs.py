@@ -36,6 +36,18 @@ SCHEMA_CHANGE_POLICIES = ("evolve", "lenient", "ignore", "fail")
 FOLLOWS_COLUMNS = ("evolve", "fail")
 
 
+def check_heartbeat(interval_s: float, query: str) -> None:
+    """A heartbeat's settings, refused before anything runs when they cannot be right."""
+    if interval_s < 0:
+        raise ConfigurationError(f"heartbeat_interval_s must be 0 (no heartbeat) or a positive number of seconds, "
+                                 f"got {interval_s}.")
+    if query and not interval_s:
+        raise ConfigurationError("heartbeat_query runs every heartbeat_interval_s, which is 0: give an interval, "
+                                 "e.g. heartbeat_interval_s=30.")
+    if query.strip().rstrip(";").count(";"):
+        raise ConfigurationError(f"heartbeat_query must be one statement, got {query!r}.")
+
+
 def check_schema_change_policy(policy: str) -> str:
     if policy not in SCHEMA_CHANGE_POLICIES:
         raise ConfigurationError(f"schema_changes must be one of {', '.join(SCHEMA_CHANGE_POLICIES)}, got {policy!r} "
@@ -97,8 +109,9 @@ class StreamJob(_JobFile):
     """One spark-submit of the stream job (spark/stream_job.py)."""
 
     #: 2: holder, report, lease_ttl_s; 3: cluster_after_files; 4: maintenance_every_s, vacuum_retention_s;
-    #: 5: table_patterns, exclude_tables, schema_changes (an older file reads with the defaults)
-    FORMAT: ClassVar[RecordFormat] = RecordFormat("stream-job", 5)
+    #: 5: table_patterns, exclude_tables, schema_changes; 6: heartbeat_interval_s, heartbeat_query (an
+    #: older file reads with the defaults)
+    FORMAT: ClassVar[RecordFormat] = RecordFormat("stream-job", 6)
 
     state: str  # the pipeline's state location (registry, staged splits, progress)
     sink_root: str
@@ -143,6 +156,14 @@ class StreamJob(_JobFile):
     #: what a DDL statement of a captured table does (SCHEMA_CHANGE_POLICIES): "evolve" follows it as
     #: docs/events-and-types.md says; "fail" stops the stream before any of it is applied
     schema_changes: str = "evolve"
+    #: a running stream that finished no batch for this long records its position anyway, measured
+    #: against the server's head (lag and bytes behind stay true while the source is quiet), and runs
+    #: ``heartbeat_query`` on the source (0: never; stream/heartbeat.py)
+    heartbeat_interval_s: float = 30.0
+    #: a statement the stream runs on the source every ``heartbeat_interval_s`` while no batch
+    #: finishes (e.g. an upsert into a heartbeat table), so a source that writes nothing else still
+    #: moves the binlog on; "" for none (Debezium's heartbeat.action.query)
+    heartbeat_query: str = ""
 
     def __post_init__(self) -> None:
         check_schema_change_policy(self.schema_changes)
@@ -166,6 +187,7 @@ class StreamJob(_JobFile):
             raise ConfigurationError(f"maintenance_every_s must be 0 (only on request) or a positive number of seconds, "
                                      f"got {self.maintenance_every_s}.")
         MaintenancePolicy(vacuum_retention_s=self.vacuum_retention_s)  # refuses a negative retention
+        check_heartbeat(self.heartbeat_interval_s, self.heartbeat_query)
         if self.max_apply_changes < 1:
             raise ConfigurationError(f"max_apply_changes must be a positive number, got {self.max_apply_changes}.")
         if not self.checkpoint:

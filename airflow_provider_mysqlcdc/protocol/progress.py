@@ -25,9 +25,10 @@ from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset, optional_of
 class StreamOffsetProgress:
     """The end of the last micro-batch a stream of the pipeline committed into ``sink_root``."""
 
-    FORMAT: ClassVar[RecordFormat] = RecordFormat("stream-offset-progress", 1)
+    FORMAT: ClassVar[RecordFormat] = RecordFormat("stream-offset-progress", 2)  # 2: lag_s
 
     offset: StreamOffset
+    #: when it was recorded: at a batch's end, or by a heartbeat of a stream no batch finished for
     committed_at: float
     sink_root: str
     app_id: str
@@ -35,16 +36,20 @@ class StreamOffsetProgress:
     #: (None: not measured, or the head lies on another server than the batch's end)
     head: BinlogOffset | None = None
     bytes_behind: int | None = None
+    #: the event-time lag then (None: not known; 0 for a stream caught up with the head)
+    lag_s: float | None = None
 
     def to_body(self) -> dict[str, Any]:
         return {"offset": self.offset.to_spark(), "committed_at": self.committed_at, "sink_root": self.sink_root,
                 "app_id": self.app_id, "head": self.head.to_dict() if self.head else None,
-                "bytes_behind": self.bytes_behind}
+                "bytes_behind": self.bytes_behind, "lag_s": self.lag_s}
 
     @classmethod
     def from_body(cls, body: dict[str, Any], version: int) -> "StreamOffsetProgress":
+        lag = body.get("lag_s")
         return cls(StreamOffset.from_spark(body["offset"], "its offset"), float(body["committed_at"]),
-                   body["sink_root"], body.get("app_id", ""), optional_offset(body.get("head")), body.get("bytes_behind"))
+                   body["sink_root"], body.get("app_id", ""), optional_offset(body.get("head")), body.get("bytes_behind"),
+                   None if lag is None else float(lag))
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from airflow_provider_mysqlcdc.cdc.binlog.row_decoder import chosen_decoder
 from airflow_provider_mysqlcdc.cdc.errors import LeaseLost
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
+from airflow_provider_mysqlcdc.cdc.source.preflight import check_heartbeat_query, run_heartbeat_query
 from airflow_provider_mysqlcdc.cdc.source.server import binlog_changed_error
 from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
@@ -58,6 +59,7 @@ from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
 from airflow_provider_mysqlcdc.state.servers import ServerEpochs
 from airflow_provider_mysqlcdc.state.spill import remove_all_spill_folders, remove_spill_folder
 from airflow_provider_mysqlcdc.stream.applier import BatchApplier
+from airflow_provider_mysqlcdc.stream.heartbeat import Heartbeat, idle_lag
 from airflow_provider_mysqlcdc.stream.positions import registry_start_offset
 from airflow_provider_mysqlcdc.stream.tables import ServerTables
 from airflow_provider_mysqlcdc.stream.upkeep import StreamUpkeep
@@ -140,11 +142,13 @@ def progress_offset(progress: Any, which: str) -> StreamOffset | None:
 
 
 def record_processed_offset(state: PipelineState, job: StreamJob, progress: Any,
-                            measure: Callable[[BinlogOffset], tuple[BinlogOffset, int | None]] | None = None) -> None:
+                            measure: Callable[[BinlogOffset], tuple[BinlogOffset, int | None]] | None = None, *,
+                            heartbeat: bool = False) -> None:
     """Where the stream has processed to (a query progress's end offset), for ``bin/status``, the
     metrics and a later stream whose checkpoint is new (``resume_offset``); with ``measure`` (the
     server's head, and the bytes from the end to it), how far behind the head that is, also added
-    to the stream's history (the UI's lag chart) with the batch's lag."""
+    to the stream's history (the UI's lag chart) with the batch's lag. ``heartbeat``: measured again
+    while no batch finished (stream/heartbeat.py): no changes, and no lag once caught up."""
     end = progress_offset(progress, "endOffset")
     if not end:
         return
@@ -155,14 +159,18 @@ def record_processed_offset(state: PipelineState, job: StreamJob, progress: Any,
         except Exception as exc:  # noqa: BLE001 - a figure for people: never stop the stream for it
             log.info("could not measure how far the stream is behind the binlog head: %s", exc)
     now = time.time()
-    state.write_progress(STREAM_OFFSET, StreamOffsetProgress(end, now, job.sink_root, job.app_id, head, behind))
+    batch = state.read_progress(StreamBatchProgress, STREAM_PROGRESS)
+    ours = batch if batch is not None and batch.app_id == job.app_id and batch.batch == progress.get("batchId") \
+        else None
+    lag = ours.lag_s if ours else 0.0
+    if heartbeat:
+        lag = idle_lag(behind, lag)
+    state.write_progress(STREAM_OFFSET, StreamOffsetProgress(end, now, job.sink_root, job.app_id, head, behind,
+                                                             lag if measure is not None else None))
     if measure is not None:
-        batch = state.read_progress(StreamBatchProgress, STREAM_PROGRESS)
-        ours = batch if batch is not None and batch.app_id == job.app_id and batch.batch == progress.get("batchId") \
-            else None
         history = state.read_progress(StreamHistory, STREAM_HISTORY) or StreamHistory()
         state.write_progress(STREAM_HISTORY, history.with_point(HistoryPoint(
-            now, ours.lag_s if ours else 0.0, behind, ours.changes_in_batch if ours else 0)))
+            now, lag, behind, ours.changes_in_batch if ours and not heartbeat else 0)))
 
 
 @dataclass(frozen=True)
@@ -232,19 +240,26 @@ class BatchFollower:
     (SPARK-59623); the query's ``recentProgress`` serves both kinds of session alike."""
 
     def __init__(self, state: PipelineState, job: StreamJob, fence: Callable[[], None], *, echo_batches: bool = False,
-                 measure: Callable[[BinlogOffset], tuple[BinlogOffset, int | None]] | None = None):
+                 measure: Callable[[BinlogOffset], tuple[BinlogOffset, int | None]] | None = None,
+                 run_query: Callable[[str], None] | None = None):
         self.state = state
         self.job = job
         self.fence = fence
         self.echo_batches = echo_batches
         self.measure = measure  # the head and the bytes behind it of a batch's end (record_processed_offset)
+        self.run_query = run_query  # runs the heartbeat query on the source
         self.last_batch = -1
+        self.heartbeat = Heartbeat(job.heartbeat_interval_s)
 
     def follow(self, query: Any) -> None:
-        """Handle the batches that finished since the last call, in order."""
+        """Handle the batches that finished since the last call, in order; a heartbeat when none did
+        for ``heartbeat_interval_s`` (``beat``)."""
         new = [p for p in query.recentProgress or () if p.get("batchId", -1) > self.last_batch]
         if not new:
+            if self.heartbeat.due():
+                self.beat(query)
             return
+        self.heartbeat.batch_finished()
         try:
             self.fence()
         except LeaseLost:
@@ -260,6 +275,22 @@ class BatchFollower:
             release_applied_staged_files(self.state, progress_offset(progress, "startOffset"))
         if self.echo_batches:
             self._echo(self.last_batch)
+
+    def beat(self, query: Any) -> None:
+        """The heartbeat: measure the last committed batch's end against the head again, then run the
+        source's heartbeat query, whose write the next batch reads (stream/heartbeat.py)."""
+        self.heartbeat.beat()
+        if self.last_batch >= 0:
+            try:
+                self.fence()
+            except LeaseLost:
+                return
+            record_processed_offset(self.state, self.job, query.lastProgress, self.measure, heartbeat=True)
+        if self.job.heartbeat_query and self.run_query is not None:
+            try:
+                self.run_query(self.job.heartbeat_query)
+            except Exception as exc:  # noqa: BLE001 - checked when the stream started; a fault here is passing
+                log.warning("the heartbeat query failed: %s", exc)
 
     def _echo(self, batch_id: int) -> None:
         batch = self.state.read_progress(StreamBatchProgress, STREAM_PROGRESS)
@@ -319,6 +350,8 @@ def _run_stream(spark: Any, source: SourceConfig, job: StreamJob, source_file: s
     connect = is_connect(spark)  # the applier and the source's readers run on a Spark Connect server
     spark_side = source.for_executors(source_file)  # what the functions Spark runs get: no password
     batches = StreamBatchFunction(spark_side, job, fence)
+    if job.heartbeat_query:  # refused now, before anything is written, if it cannot run
+        source.run(lambda conn: check_heartbeat_query(conn, job.heartbeat_query), "checking the heartbeat query")
     refuse_positions_beyond_the_head(source, state, batches.sink)
     remove_all_spill_folders(state)
     identity = stream_identity(job.checkpoint, lambda: resume_offset(state, job) or registry_start_offset(state))
@@ -344,7 +377,9 @@ def _run_stream(spark: Any, source: SourceConfig, job: StreamJob, source_file: s
              started - setting_up)
     epochs = ServerEpochs(state)
     follower = BatchFollower(state, job, fence, echo_batches=connect, measure=lambda end: source.run(
-        lambda conn: epochs.behind(conn, end), "measuring the stream's distance to the binlog head"))
+        lambda conn: epochs.behind(conn, end), "measuring the stream's distance to the binlog head"),
+        run_query=lambda statement: source.run(lambda conn: run_heartbeat_query(conn, statement),
+                                               "running the heartbeat query"))
     query = writer.start()
     while not query.awaitTermination(1):
         follower.follow(query)

@@ -110,6 +110,36 @@ def check_replication_privileges(source: SourceConfig, conn: pymysql.connections
     return []
 
 
+def run_heartbeat_query(conn: pymysql.connections.Connection, statement: str) -> None:
+    """The stream's heartbeat statement (stream/heartbeat.py), committed."""
+    with conn.cursor() as cur:
+        cur.execute(statement)
+    conn.commit()
+
+
+def check_heartbeat_query(conn: pymysql.connections.Connection, statement: str) -> None:
+    """Run the heartbeat statement once in a transaction rolled back: one the CDC user may not run, or
+    that does not parse, is refused with the reason and the fix."""
+    try:
+        with conn.cursor() as cur:
+            cur.execute("START TRANSACTION")
+            try:
+                cur.execute(statement)
+            finally:
+                cur.execute("ROLLBACK")
+    except pymysql.err.MySQLError as exc:
+        code = exc.args[0] if exc.args else None
+        fix = (f"GRANT the CDC user {source_user(conn)!r} what it needs on the heartbeat table (e.g. INSERT, UPDATE)"
+               if code in _ACCESS_DENIED else "fix the statement")
+        raise ConfigurationError(f"heartbeat_query {statement!r} cannot run on the source ({exc.args[-1]}): {fix}; "
+                                 "the stream runs it every heartbeat_interval_s while no batch finishes.") from exc
+
+
+def source_user(conn: pymysql.connections.Connection) -> str:
+    user = conn.user
+    return user.decode() if isinstance(user, bytes) else str(user)
+
+
 def check_table(conn: pymysql.connections.Connection, table_id: TableId,
                 chunk_key_column: str | None) -> tuple[TableSchema | None, str | None, list[str]]:
     try:
