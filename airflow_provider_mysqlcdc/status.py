@@ -175,8 +175,8 @@ def print_status(location: str, source: SourceConfig | None = None) -> None:
     committed = status["stream_offset"]
     if committed:
         offset = StreamOffset.from_spark(committed["offset"])
-        print(f"  stream committed up to {offset.offset} (registry generation {offset.generation}) "
-              f"{time.time() - committed['committed_at']:.0f}s ago")
+        print(f"  stream committed up to {offset.offset} (registry generation {offset.generation}), as of "
+              f"{time.time() - committed['committed_at']:.0f}s ago (a batch's end, or a heartbeat's)")
         if committed.get("bytes_behind") is not None:
             print(f"  then {committed['bytes_behind']} binlog bytes behind the head "
                   f"({BinlogOffset.from_dict(committed['head'])})")
