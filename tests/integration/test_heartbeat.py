@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -38,32 +39,47 @@ def _quiet_pipeline(mysql_server, cdc_user, database, tmp_path) -> tuple[Pipelin
     return state, lake, f"INSERT INTO `{database}`.heartbeat VALUES (1, NOW(6)) ON DUPLICATE KEY UPDATE ts = NOW(6)"
 
 
-def test_a_quiet_stream_records_its_position_and_its_heartbeat_query_moves_it_on(mysql_server, cdc_user, database,
-                                                                                 tmp_path, request):
-    state, lake, query = _quiet_pipeline(mysql_server, cdc_user, database, tmp_path)
-    admin = mysql_server.connect()
-    with admin.cursor() as cur:
-        cur.execute(f"GRANT INSERT, UPDATE ON `{database}`.heartbeat TO %s@'%%'", (cdc_user.user,))
-    job = StreamJob(state=state.location, sink_root=lake, mode="continuous", trigger_interval_s=0.5,
-                    heartbeat_interval_s=1, heartbeat_query=query)
+def _follow_records(state: PipelineState, tmp_path, request, job: StreamJob, cdc_user,
+                    enough: Callable[[list[StreamOffsetProgress]], bool]) -> list[StreamOffsetProgress]:
+    """Run ``job`` (a continuous stream) and collect each new position record until ``enough``."""
     (tmp_path / "stream.json").write_text(job.to_json())
     log_file = tmp_path / "stream.log"
     proc = SparkSubmit(master="local[2]", work_dir=tmp_path / "spark").start(
         "binlog_stream.py", ["--job", str(tmp_path / "stream.json")],
         cdc_user.to_private_file(tmp_path / "secrets" / "source.json"), log_file)
     request.addfinalizer(lambda: proc.poll() is None and os.killpg(proc.pid, signal.SIGKILL))
-
     seen: list[StreamOffsetProgress] = []
     deadline = time.monotonic() + 300
-    # waits on the records themselves: three positions, each further on, and a heartbeat's record of a
-    # stream caught up with the head (no lag) after the first batch
-    while len({p.offset.offset for p in seen}) < 3 or not any(p.bytes_behind == 0 and p.lag_s == 0.0
-                                                               for p in seen[1:]):
+    while not enough(seen):  # waits on the records themselves
         assert proc.poll() is None and time.monotonic() < deadline, log_file.read_text()[-3000:]
         found = state.read_progress(StreamOffsetProgress, STREAM_OFFSET)
         if found is not None and (not seen or found.committed_at > seen[-1].committed_at):
             seen.append(found)
         time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    return seen
+
+
+def test_a_stream_over_a_quiet_source_records_its_position_again_caught_up_and_without_lag(
+        mysql_server, cdc_user, database, tmp_path, request):
+    state, lake, _ = _quiet_pipeline(mysql_server, cdc_user, database, tmp_path)
+    job = StreamJob(state=state.location, sink_root=lake, mode="continuous", trigger_interval_s=0.5,
+                    heartbeat_interval_s=1)
+    # nothing is written: after the first batch only heartbeats record, at the same position
+    seen = _follow_records(state, tmp_path, request, job, cdc_user, lambda seen: len(seen) >= 4)
+    assert len({p.offset.offset for p in seen}) == 1
+    assert all((p.bytes_behind, p.lag_s) == (0, 0.0) for p in seen[1:])
+
+
+def test_a_heartbeat_query_moves_the_position_of_a_stream_over_a_quiet_table_on(mysql_server, cdc_user, database,
+                                                                                tmp_path, request):
+    state, lake, query = _quiet_pipeline(mysql_server, cdc_user, database, tmp_path)
+    admin = mysql_server.connect()
+    with admin.cursor() as cur:
+        cur.execute(f"GRANT INSERT, UPDATE ON `{database}`.heartbeat TO %s@'%%'", (cdc_user.user,))
+    job = StreamJob(state=state.location, sink_root=lake, mode="continuous", trigger_interval_s=0.5,
+                    heartbeat_interval_s=1, heartbeat_query=query)
+    seen = _follow_records(state, tmp_path, request, job, cdc_user, lambda seen: len({p.offset.offset for p in seen}) >= 3)
     offsets = [p.offset.offset for p in seen]
     assert offsets == sorted(offsets)  # only the heartbeat table was written: it moved the position on
     with admin.cursor() as cur:
