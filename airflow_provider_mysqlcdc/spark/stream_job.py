@@ -351,7 +351,7 @@ def _run_stream(spark: Any, source: SourceConfig, job: StreamJob, source_file: s
     spark_side = source.for_executors(source_file)  # what the functions Spark runs get: no password
     batches = StreamBatchFunction(spark_side, job, fence)
     if job.heartbeat_query:  # refused now, before anything is written, if it cannot run
-        source.run(lambda conn: check_heartbeat_query(conn, job.heartbeat_query), "checking the heartbeat query")
+        source.run(lambda conn: check_heartbeat_query(source, conn, job.heartbeat_query), "checking the heartbeat query")
     refuse_positions_beyond_the_head(source, state, batches.sink)
     remove_all_spill_folders(state)
     identity = stream_identity(job.checkpoint, lambda: resume_offset(state, job) or registry_start_offset(state))

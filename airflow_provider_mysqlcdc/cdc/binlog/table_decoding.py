@@ -16,7 +16,7 @@ from airflow_provider_mysqlcdc.cdc.binlog.row_decoder import decoder_for, layout
 from airflow_provider_mysqlcdc.cdc.binlog.table_map import column_from_table_map
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, Operation
-from airflow_provider_mysqlcdc.cdc.records.table_rows import RowRules
+from airflow_provider_mysqlcdc.cdc.records.table_rows import RowRules, update_changes
 from airflow_provider_mysqlcdc.cdc.records.values import ValueNormalizer
 from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
 
@@ -62,9 +62,7 @@ class TableDecoding:
         for index in range(len(images) // 2):
             before, after = images[2 * index], images[2 * index + 1]
             key_changed = bool(keys) and any(before[k] != after[k] for k in keys)
-            pairs = [(before, after)] if rules is None and not key_changed else \
-                [(before, None), (None, after)] if rules is None else rules.changes(before, after, key_changed)
-            for old, new in pairs:
+            for old, new in update_changes(before, after, key_changed, rules):
                 op = Operation.UPDATE if old is not None and new is not None else \
                     Operation.DELETE if new is None else Operation.CREATE
                 records.append(ChangeRecord(op, table_id, old, new, offset, index, 1 if old is None else 0, gtid, ts))

@@ -17,9 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-#: the masks a kept column may take, as ``Column.mask`` spells them (``truncate:<n>``)
-MASK_KINDS = ("hash", "truncate", "null")
-
 
 @dataclass(frozen=True)
 class TableRule:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.rules import TableRule
@@ -55,7 +55,7 @@ class ColumnMasks:
         self.keys = frozenset(schema.key_columns)
         self._key = salt.encode("utf-8")
         #: per column name: its mask (None: kept as it is), or False: left out
-        self._by_name: dict[str, Mask | None | bool] = {}
+        self._by_name: dict[str, Mask | None | Literal[False]] = {}
         for column in schema.columns:
             self._by_name[column.name] = self._mask(column.mask)
 
@@ -78,7 +78,7 @@ class ColumnMasks:
             return lambda value: None
         return _truncated(int(mask.split(":", 1)[1]))
 
-    def _of(self, name: str) -> Mask | None | bool:
+    def _of(self, name: str) -> Mask | None | Literal[False]:
         """A column of a row the schema does not describe (a DDL added it): by the rule's name lists."""
         found = self._by_name.get(name)
         if found is None and name not in self._by_name:
@@ -97,11 +97,6 @@ class ColumnMasks:
             mask = self._of(name)
             if mask is False:
                 del row[name]
-            elif mask is not None and mask is not True:
+            elif mask is not None:
                 row[name] = mask(row[name])
         return row
-
-    def rows(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        for row in rows:
-            self.row(row)
-        return rows

@@ -2,8 +2,8 @@
 the values as the server holds them, then the masks apply (records/masking.py).
 
 On the snapshot path a row is kept or not (``row``). On the binlog path a change keeps CDC's
-meaning (``changes``): an insert or delete passes when its row passes the filter; an update whose
-row leaves the filter deletes it, one whose row enters the filter inserts it, one that stays
+meaning (``update_changes``): an insert or delete passes when its row passes the filter; an update
+whose row leaves the filter deletes it, one whose row enters the filter inserts it, one that stays
 inside updates it; so the sink holds exactly the rows the filter keeps, as of each change.
 """
 
@@ -58,15 +58,19 @@ class RowRules:
         """A snapshot row as the sink takes it, or None when the filter leaves it out."""
         return self.masked(row) if self.keeps(row) else None
 
-    def changes(self, before: Row, after: Row, key_changed: bool) -> Iterator[tuple[Row | None, Row | None]]:
-        """An update's (before, after) images as the changes the sink takes: an update ``(b, a)``, a
-        delete ``(b, None)`` and/or an insert ``(None, a)``, or nothing."""
-        was, now = self.keeps(before), self.keeps(after)
-        before, after = self.masked(before), self.masked(after)
-        if was and now and not key_changed:
-            yield before, after
-            return
-        if was:
-            yield before, None
-        if now:
-            yield None, after
+
+def update_changes(before: Row, after: Row, key_changed: bool,
+                   rules: RowRules | None) -> Iterator[tuple[Row | None, Row | None]]:
+    """An update's (before, after) images as the changes the sink takes, under the table's ``rules``
+    (None: every row as it is): an update ``(b, a)``, or a delete ``(b, None)`` and/or an insert
+    ``(None, a)`` when the row key changed (as Debezium does) or the row left or entered the filter."""
+    was, now = (True, True) if rules is None else (rules.keeps(before), rules.keeps(after))
+    if rules is not None:
+        before, after = rules.masked(before), rules.masked(after)
+    if was and now and not key_changed:
+        yield before, after
+        return
+    if was:
+        yield before, None
+    if now:
+        yield None, after

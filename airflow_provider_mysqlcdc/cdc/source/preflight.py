@@ -117,7 +117,7 @@ def run_heartbeat_query(conn: pymysql.connections.Connection, statement: str) ->
     conn.commit()
 
 
-def check_heartbeat_query(conn: pymysql.connections.Connection, statement: str) -> None:
+def check_heartbeat_query(source: SourceConfig, conn: pymysql.connections.Connection, statement: str) -> None:
     """Run the heartbeat statement once in a transaction rolled back: one the CDC user may not run, or
     that does not parse, is refused with the reason and the fix."""
     try:
@@ -129,15 +129,10 @@ def check_heartbeat_query(conn: pymysql.connections.Connection, statement: str) 
                 cur.execute("ROLLBACK")
     except pymysql.err.MySQLError as exc:
         code = exc.args[0] if exc.args else None
-        fix = (f"GRANT the CDC user {source_user(conn)!r} what it needs on the heartbeat table (e.g. INSERT, UPDATE)"
+        fix = (f"GRANT the CDC user {source.user!r} what it needs on the heartbeat table (e.g. INSERT, UPDATE)"
                if code in _ACCESS_DENIED else "fix the statement")
         raise ConfigurationError(f"heartbeat_query {statement!r} cannot run on the source ({exc.args[-1]}): {fix}; "
                                  "the stream runs it every heartbeat_interval_s while no batch finishes.") from exc
-
-
-def source_user(conn: pymysql.connections.Connection) -> str:
-    user = conn.user
-    return user.decode() if isinstance(user, bytes) else str(user)
 
 
 def check_table(conn: pymysql.connections.Connection, table_id: TableId,

@@ -1,6 +1,7 @@
-"""A pipeline's ``columns`` setting: per table (a name or a pattern, as ``tables`` takes them), which
-columns reach the sink and which are masked (Debezium's ``column.include.list``,
-``column.exclude.list``, ``column.mask.hash.*``, ``column.truncate.to.*``; Flink CDC's projection)::
+"""A pipeline's ``columns`` and ``row_filters`` settings: per table (a name or a pattern, as ``tables``
+takes them), which columns reach the sink and which are masked (Debezium's ``column.include.list``,
+``column.exclude.list``, ``column.mask.hash.*``, ``column.truncate.to.*``; Flink CDC's projection),
+and which rows (a predicate, cdc/records/row_filter.py; Flink CDC's transform ``filter``)::
 
     columns={
         "shop.customers": {"exclude": ["notes"], "hash": ["email"], "truncate": {"address": 10},
@@ -11,8 +12,8 @@ columns reach the sink and which are masked (Debezium's ``column.include.list``,
 A table takes the rule of the first entry that names it, else of the first pattern that matches
 it. ``captured_schema`` turns a table's schema as the server has it into the schema the pipeline
 captures: the columns kept, each marked with its mask. Key columns identify a row and order the
-chunks: ``include`` keeps them without naming them, and they can be neither excluded nor masked. A salt for ``hash`` comes from the source
-connection (never from here): records/masking.py.
+chunks: ``include`` keeps them without naming them, and they can be neither excluded nor masked. A
+salt for ``hash`` comes from the source connection (never from here): records/masking.py.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ _TRUNCATABLE = frozenset({"char", "varchar", "tinytext", "text", "mediumtext", "
 
 
 def _names(value: Any, what: str) -> tuple[str, ...]:
+    if not value:
+        return ()
     if isinstance(value, str):
         value = [v for v in value.split(",")]
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v.strip() for v in value):
@@ -60,10 +63,8 @@ def parse_rule(value: Any, entry: str) -> TableRule:
                                  f"{{'address': 10}}, got {truncate!r}.")
     include = value.get("include")
     rule = TableRule(None if include is None else _names(include, f"{where}['include']"),
-                      _names(value.get("exclude") or [], f"{where}['exclude']") if value.get("exclude") else (),
-                      _names(value["hash"], f"{where}['hash']") if value.get("hash") else (),
-                      tuple(truncate.items()),
-                      _names(value["null"], f"{where}['null']") if value.get("null") else ())
+                     _names(value.get("exclude"), f"{where}['exclude']"), _names(value.get("hash"), f"{where}['hash']"),
+                     tuple(truncate.items()), _names(value.get("null"), f"{where}['null']"))
     masked = list(rule.masked)
     twice = sorted({n for n in masked if masked.count(n) > 1})
     if twice:
@@ -130,10 +131,6 @@ class TableRules:
         if where is not None:
             rule = replace(rule or TableRule(), where=where)
         return rule, entry
-
-    @property
-    def hashes(self) -> bool:
-        return any(rule.hashes for _, rule in self.entries)
 
     def captured(self, schema: TableSchema, chunk_key: str) -> TableSchema:
         """``schema`` as the pipeline captures it (``captured_schema``), by the table's rule; a column the

@@ -7,7 +7,7 @@ import pytest
 
 from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError
 from airflow_provider_mysqlcdc.cdc.model.rules import TableRule
-from airflow_provider_mysqlcdc.cdc.records.table_rows import RowRules
+from airflow_provider_mysqlcdc.cdc.records.table_rows import RowRules, update_changes
 from airflow_provider_mysqlcdc.cdc.source.rules import captured_schema
 from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
 
@@ -37,7 +37,8 @@ def row(key: int, status: str | None, email: str = "a@b") -> dict:
 ])
 def test_an_update_becomes_what_the_sink_needs_as_its_row_enters_or_leaves_the_filter(before, after, key_changed,
                                                                                        expected):
-    pairs = list(rules("status = 'paid'").changes(row(1, before), row(2 if key_changed else 1, after), key_changed))
+    pairs = list(update_changes(row(1, before), row(2 if key_changed else 1, after), key_changed,
+                                rules("status = 'paid'")))
     kinds = ["update" if b is not None and a is not None else "delete" if a is None else "insert" for b, a in pairs]
     assert kinds == expected
 
@@ -47,7 +48,7 @@ def test_the_filter_reads_clear_values_and_what_passes_is_masked():
     kept = masked.row(row(1, "paid", "a@b"))
     assert kept is not None and kept["email"] != "a@b" and len(kept["email"]) == 64
     assert masked.row(row(2, "paid", "c@d")) is None
-    [(before, after)] = list(masked.changes(row(1, "x"), row(1, "y"), False))
+    [(before, after)] = list(update_changes(row(1, "x"), row(1, "y"), False, masked))
     assert before["email"] == after["email"] != "a@b"
 
 
