@@ -39,6 +39,7 @@ from airflow_provider_mysqlcdc.operators.plan import (
 from airflow_provider_mysqlcdc.operators.snapshot import MySqlCdcSnapshotOperator
 from airflow_provider_mysqlcdc.operators.stream import STREAM_MODES, MySqlCdcStreamOperator
 from airflow_provider_mysqlcdc.protocol.actions import StartupMode
+from airflow_provider_mysqlcdc.protocol.jobs import check_snapshot_consistency
 
 
 def group_id_for(table: str) -> str:
@@ -105,7 +106,8 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
                       exclude_tables: Sequence[str] = (), schema_changes: str = "evolve",
                       columns: dict[str, Any] | None = None,
                       row_filters: dict[str, str] | None = None, heartbeat_interval_s: float | None = None,
-                      heartbeat_query: str | None = None) -> dict[str, Any]:
+                      heartbeat_query: str | None = None,
+                      snapshot_consistency: str = "exactly-once") -> dict[str, Any]:
     """Build the graph in the current DAG; ``tables_param`` adds the group for trigger-time tables;
     ``stream_limits`` (``max_batch_bytes``, ``max_batch_events``, ``max_apply_changes``,
     ``cluster_after_files``, ``maintenance_every_s``, ``vacuum_retention_hours``) go to the stream;
@@ -133,10 +135,15 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
     are the DAG file's, not trigger-time params: whoever triggers a run cannot unmask a column.
 
     Heartbeats: ``heartbeat_interval_s`` (default 30) and ``heartbeat_query`` go to the stream
-    (operators/stream.py, stream/heartbeat.py)."""
+    (operators/stream.py, stream/heartbeat.py).
+
+    ``snapshot_consistency="at-least-once"`` reads the chunks without their binlog windows: faster
+    under concurrent writes; the mirror converges all the same, its changelog may hold a change the
+    snapshot already had (operators/snapshot.py, docs/cdc-semantics.md)."""
     for entry in [*tables, *exclude_tables]:  # a malformed entry fails the DAG when it is parsed
         parse_entry(entry)
     TableRules.parse(columns, row_filters)  # and so does a malformed rule or filter
+    check_snapshot_consistency(snapshot_consistency)  # and an unknown consistency (mapped tasks check late)
     spark: dict[str, Any] = dict(spark_master=spark_master, spark_conn_id=spark_conn_id, spark_conf=spark_conf, aws_conn_id=aws_conn_id)
     state = f"{state_dir.rstrip('/')}/{{{{ dag.dag_id }}}}"
     sink = _param("sink_root", sink_root)
@@ -161,7 +168,7 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
                                                     **({"param": _param("tables", None)} if tables_param else {})})
             snapshot = MySqlCdcSnapshotOperator.partial(
                 task_id="snapshot", sink_root=sink, state_location=state, mysqlcdc_conn_id=mysqlcdc_conn_id, **spark,
-                outlets=[sink_alias(sink_root)],
+                outlets=[sink_alias(sink_root)], snapshot_consistency=snapshot_consistency,
                 map_index_template="{{ task.chunk['label'] }}",
             ).expand(chunk=plan.output)
         plan_ids.append(plan.task_id)

@@ -9,7 +9,8 @@ MYSQLCDC_STREAM_DEFERRABLE ("true": a continuous stream runs detached, watched f
 and MYSQLCDC_AWS_CONN_ID (an Airflow ``aws`` connection for a lake and state on ``s3://``), and
 MYSQLCDC_COLUMNS (JSON: per table, the columns kept and masked, e.g.
 '{"shop.customers": {"exclude": ["notes"], "hash": ["email"]}}'; ``hash`` needs the connection's
-``mask_salt`` extra), MYSQLCDC_ROW_FILTERS (JSON: per table, a predicate its rows must satisfy).
+``mask_salt`` extra), MYSQLCDC_ROW_FILTERS (JSON: per table, a predicate its rows must satisfy) and
+MYSQLCDC_SNAPSHOT_CONSISTENCY (at-least-once: chunks read without their binlog windows).
 The source is the Airflow connection ``mysqlcdc_default``.
 Everything else is a DAG param, e.g. more tables, or a re-snapshot while streaming:
 
@@ -49,4 +50,5 @@ with DAG(
         aws_conn_id=os.environ.get("MYSQLCDC_AWS_CONN_ID") or None,
         columns=json.loads(os.environ.get("MYSQLCDC_COLUMNS") or "null"),
         row_filters=json.loads(os.environ.get("MYSQLCDC_ROW_FILTERS") or "null"),
+        snapshot_consistency=os.environ.get("MYSQLCDC_SNAPSHOT_CONSISTENCY") or "exactly-once",
     )

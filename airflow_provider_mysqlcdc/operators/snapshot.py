@@ -23,7 +23,7 @@ from airflow_provider_mysqlcdc.metrics.pipeline_metrics import PipelineMetrics, 
 from airflow_provider_mysqlcdc.operators.arguments import state_location_of
 from airflow_provider_mysqlcdc.operators.spark_job import MySqlCdcSparkJobOperator
 from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
-from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob
+from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob, check_snapshot_consistency
 from airflow_provider_mysqlcdc.protocol.plans import ChunkPlan
 from airflow_provider_mysqlcdc.protocol.progress import ChunkProgress, RunPlanProgress
 from airflow_provider_mysqlcdc.protocol.results import ChunkResult
@@ -42,18 +42,25 @@ class MySqlCdcSnapshotOperator(MySqlCdcSparkJobOperator):
     :param spark_conn_id: an Airflow ``spark`` connection to submit through (hooks/spark.py)
     :param spark_conf: extra Spark configuration (no secrets)
     :param partitions_per_split: Spark partitions reading one split (0: Spark's default parallelism)
+    :param snapshot_consistency: ``exactly-once`` (default: each split's binlog window is merged into
+        its rows) or ``at-least-once`` (no window is read: the stream applies the split's changes from
+        its low watermark on, some of them a second time; docs/cdc-semantics.md)
     """
 
     template_fields: Sequence[str] = ("chunk", "sink_root", "state_location", "spark_master", "spark_conn_id",
-                                      "spark_conf")
+                                      "spark_conf", "snapshot_consistency")
 
     def __init__(self, *, chunk: dict[str, Any], sink_root: str, state_location: str | None = None,
-                 state: str | None = None, partitions_per_split: int = 0, **kwargs: Any) -> None:
+                 state: str | None = None, partitions_per_split: int = 0,
+                 snapshot_consistency: str = "exactly-once", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.chunk = chunk
         self.sink_root = sink_root
         self.state_location = state_location_of(state_location, state, "MySqlCdcSnapshotOperator")
         self.partitions_per_split = partitions_per_split
+        if "{{" not in snapshot_consistency:  # a literal is refused when the DAG is parsed
+            check_snapshot_consistency(snapshot_consistency)
+        self.snapshot_consistency = snapshot_consistency
         self._rows_written: int | None = None  # into the sink table, once done (None: staged, or not done)
 
     def execute(self, context: Context) -> dict[str, Any]:
@@ -66,7 +73,8 @@ class MySqlCdcSnapshotOperator(MySqlCdcSparkJobOperator):
         job = ChunkJob(table=table_id.quoted, splits=list(chunk.splits),
                        sink_root=self.sink_root, partitions_per_split=self.partitions_per_split,
                        server_id_range=hook.server_id_range(), stage_to=stage_to, retry_budget_s=hook.retry_budget_s(),
-                       servers=state.servers(), table_rule=chunk.table_rule)
+                       servers=state.servers(), table_rule=chunk.table_rule,
+                       snapshot_consistency=self.snapshot_consistency)
         self.log.info("snapshot %s: %d split(s)%s", chunk.label, len(chunk.splits),
                       "; captured before, so staged for the stream" if stage_to else "")
         output = self.run_spark_program("snapshot_chunk.py", job.to_json(), state, context)

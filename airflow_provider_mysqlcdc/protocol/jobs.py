@@ -36,6 +36,20 @@ SCHEMA_CHANGE_POLICIES = ("evolve", "lenient", "ignore", "fail")
 FOLLOWS_COLUMNS = ("evolve", "fail")
 
 
+#: ``ChunkJob.snapshot_consistency``: "exactly-once" replays each split's binlog window over its rows
+#: (they are exact as of its high watermark); "at-least-once" skips that and leaves the split's
+#: changes from its low watermark on to the stream (Flink CDC's ``scan.incremental.snapshot.backfill.skip``;
+#: docs/algorithm.md)
+SNAPSHOT_CONSISTENCIES = ("exactly-once", "at-least-once")
+
+
+def check_snapshot_consistency(consistency: str) -> str:
+    if consistency not in SNAPSHOT_CONSISTENCIES:
+        raise ConfigurationError(f"snapshot_consistency must be one of {', '.join(SNAPSHOT_CONSISTENCIES)}, got "
+                                 f"{consistency!r} (docs/cdc-semantics.md says what each guarantees).")
+    return consistency
+
+
 def check_heartbeat(interval_s: float, query: str) -> None:
     """A heartbeat's settings, refused before anything runs when they cannot be right."""
     if interval_s < 0:
@@ -77,7 +91,7 @@ class _JobFile:
 class ChunkJob(_JobFile):
     """One spark-submit of the chunk job (spark/chunk_job.py): read ``splits`` of ``table``."""
 
-    FORMAT: ClassVar[RecordFormat] = RecordFormat("chunk-job", 2)  # 2: table_rule
+    FORMAT: ClassVar[RecordFormat] = RecordFormat("chunk-job", 3)  # 2: table_rule; 3: snapshot_consistency
 
     table: str  # db.table
     splits: list[SnapshotSplit]
@@ -90,6 +104,16 @@ class ChunkJob(_JobFile):
     servers: ServerHistory = ServerHistory()
     #: which columns are read and how they are masked (cdc/source/rules.py); None: all, as they are
     table_rule: TableRule | None = None
+    #: SNAPSHOT_CONSISTENCIES: "at-least-once" positions each split at its low watermark, with no window
+    snapshot_consistency: str = "exactly-once"
+
+    def __post_init__(self) -> None:
+        check_snapshot_consistency(self.snapshot_consistency)
+
+    @property
+    def replays_windows(self) -> bool:
+        """Whether each split's binlog window is merged into its rows (exactly-once)."""
+        return self.snapshot_consistency == "exactly-once"
 
     def to_body(self) -> dict[str, Any]:
         return {**super().to_body(), "splits": [s.to_dict() for s in self.splits], "servers": self.servers.to_body(),

@@ -205,9 +205,12 @@ def run_chunk_job(spark: Any, source: SourceConfig, job: ChunkJob,
             done = dataclasses.replace(done, seconds=round(time.monotonic() - split_started, 3))
             finished.append(done)
             log.info("chunk job %s: split %d (%d/%d) %s: %d rows in %d partitions, %d binlog changes merged, "
-                     "high watermark %s (%.1fs)", table_id, split.index, number, len(splits),
+                     "%s %s (%.1fs)", table_id, split.index, number, len(splits),
                      "staged for the stream" if job.stage_to else "written", done.rows, len(parts),
-                     done.binlog_events_merged, done.high_watermark, done.seconds)
+                     done.binlog_events_merged,
+                     "high watermark" if job.replays_windows or done.high_watermark != done.low_watermark else
+                     "at least once, the stream applies its changes after its low watermark",
+                     done.high_watermark, done.seconds)
     return encode(ChunkResult(table_id.quoted, finished, sum(f.rows for f in finished),
                               sum(f.binlog_events_merged for f in finished), round(time.monotonic() - started, 3)))
 
@@ -223,12 +226,24 @@ class _SplitJob:
     executor_source: SourceConfig
     writer: SinkWriter
 
-    def _window(self, split: SnapshotSplit, lows: list[BinlogOffset],
-                floor: BinlogOffset | None) -> tuple[BinlogOffset, BinlogOffset, list[WindowChange]]:
-        """The high watermark (placed among the pipeline's servers: after a failover, the rows' versions
-        order after the old server's), the low one, and the split's changes between them."""
+    def _epoch(self) -> int:
+        """The server epoch the partitions are about to be read in (state/servers.py)."""
+        return place(self.job.servers, self.reader.current_offset()).epoch
+
+    def _window(self, split: SnapshotSplit, lows: list[BinlogOffset], floor: BinlogOffset | None,
+                epoch: int) -> tuple[BinlogOffset, BinlogOffset, list[WindowChange]]:
+        """The split's position, its low watermark, and its changes between the two.
+
+        Exactly-once: the position is the high watermark (placed among the pipeline's servers: after a
+        failover, the rows' versions order after the old server's) and the changes are the window's.
+        At-least-once: the position is the low watermark and there are no changes: the stream applies
+        the split's changes after it, some of which its rows already hold (docs/cdc-semantics.md). A
+        failover while the partitions were read leaves no low watermark the new server knows, so such a
+        split is brought to its high watermark all the same."""
         high = place(self.job.servers, self.reader.current_offset())
         low = min(lows + ([floor] if floor else [])).in_epoch(high.epoch)
+        if not self.job.replays_windows and high.epoch == epoch:
+            return low, low, []
         return high, low, list(self.reader.window_changes(split, low, high)) if high > low else []
 
     def write_in_executors(self, split: SnapshotSplit, parts: list[SnapshotSplit], floor: BinlogOffset | None,
@@ -237,13 +252,13 @@ class _SplitJob:
         changes touch and commits the split's files in one Delta commit."""
         sink = self.writer.sink
         uri = sink.table_uri(self.schema.table_id)
-        epoch = place(self.job.servers, self.reader.current_offset()).epoch
+        epoch = self._epoch()
         files = PartitionFiles(sink.root, file_schema, split.chunk_key, epoch, prefix=f"chunk-{split.index}")
         started = time.monotonic()
         results = read_partitions(self.spark, self.executor_source, self.schema, parts, files)
         written = [DataFile.from_dict(json.loads(payload)) for _, payload in results]
         read_s = time.monotonic() - started
-        high, low, changes = self._window(split, [low for low, _ in results], floor)
+        high, low, changes = self._window(split, [low for low, _ in results], floor, epoch)
         window_s = time.monotonic() - started - read_s
         touched = (touched_partitions(parts, changes, self.reader.ordering(split.chunk_key))
                    if high.epoch == epoch else list(range(len(parts))))  # a failover: all stamped again
@@ -269,9 +284,10 @@ class _SplitJob:
     def collect(self, split: SnapshotSplit, parts: list[SnapshotSplit], floor: BinlogOffset | None) -> FinishedSplit:
         """The partitions' rows come to the driver, which stages them for the stream or replaces the
         split's range with them."""
+        epoch = self._epoch()
         results = read_partitions(self.spark, self.executor_source, self.schema, parts)
         rows = pa.concat_tables([pa.ipc.open_stream(payload).read_all() for _, payload in results])
-        high, low, changes = self._window(split, [low for low, _ in results], floor)
+        high, low, changes = self._window(split, [low for low, _ in results], floor, epoch)
         rows = merge_changes_into_table(self.schema, rows, changes)
         staged = f"{self.job.stage_to.rstrip('/')}/split-{split.index}.parquet" if self.job.stage_to else None
         done = FinishedSplit(split, high, low, rows=rows.num_rows, binlog_events_merged=len(changes), staged=staged,

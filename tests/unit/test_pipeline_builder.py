@@ -97,3 +97,15 @@ def test_column_rules_and_row_filters_reach_the_plan_and_a_bad_one_fails_the_par
         with DAG("cdc_bad_filter", schedule=None, max_active_runs=1):
             mysqlcdc_pipeline(tables=["shop.orders"], sink_root="/lake", state_dir="/state",
                               row_filters={"shop.orders": "id >"})
+
+
+def test_the_snapshot_consistency_reaches_every_chunk_task_and_an_unknown_one_fails_the_parse():
+    with DAG("cdc_consistency", schedule=None, max_active_runs=1) as dag:
+        mysqlcdc_pipeline(tables=["shop.orders", "shop.items"], sink_root="/lake", state_dir="/state",
+                          snapshot_consistency="at-least-once")
+    chunks = [t for t in dag.tasks if t.task_id.endswith(".snapshot")]
+    assert len(chunks) == 2 and all(t.partial_kwargs["snapshot_consistency"] == "at-least-once" for t in chunks)
+    with pytest.raises(ConfigurationError, match="snapshot_consistency must be one of exactly-once, at-least-once"):
+        with DAG("cdc_bad_consistency", schedule=None, max_active_runs=1):
+            mysqlcdc_pipeline(tables=["shop.orders"], sink_root="/lake", state_dir="/state",
+                              snapshot_consistency="at-most-once")

@@ -7,6 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
+
+from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
@@ -58,10 +61,10 @@ class FakeTaskInstance:
         self.pushed[key] = value
 
 
-def _snapshot(tmp_path) -> tuple[ChunkResult, FakeRunner]:
+def _snapshot(tmp_path, **options: Any) -> tuple[ChunkResult, FakeRunner]:
     operator = MySqlCdcSnapshotOperator(task_id="snapshot", sink_root=str(tmp_path / "lake"),
                                         state_location=str(tmp_path / "state"),
-                                        chunk=encode(ChunkPlan("shop.orders chunk 1/1", T, SPLITS)))
+                                        chunk=encode(ChunkPlan("shop.orders chunk 1/1", T, SPLITS)), **options)
     runner = FakeRunner()
     operator.__dict__.update(hook=FakeHook(), spark_runner=runner, object_store=ObjectStoreCredentials({}))
     result = operator.execute({"ti": FakeTaskInstance(), "run_id": "manual__1"})  # type: ignore[arg-type]
@@ -74,6 +77,18 @@ def test_it_asks_the_chunk_job_for_its_chunks_splits_with_the_connections_settin
     assert job.table == T.quoted and tuple(job.splits) == SPLITS and job.stage_to is None
     assert job.server_id_range == (5400, 5499) and job.retry_budget_s == 42.0
     assert result.label == "shop.orders chunk 1/1" and result.rows == 20
+
+
+def test_the_chunk_job_reads_at_least_once_when_asked_and_exactly_once_by_default(tmp_path):
+    assert _snapshot(tmp_path)[1].jobs[0].replays_windows
+    [job] = _snapshot(tmp_path, snapshot_consistency="at-least-once")[1].jobs
+    assert job.snapshot_consistency == "at-least-once" and not job.replays_windows
+
+
+def test_an_unknown_snapshot_consistency_is_refused_when_the_operator_is_made():
+    with pytest.raises(ConfigurationError, match="snapshot_consistency must be one of"):
+        MySqlCdcSnapshotOperator(task_id="snapshot", sink_root="/lake", state_location="/state", chunk={},
+                                 snapshot_consistency="sometimes")
 
 
 def test_a_table_captured_before_is_staged_for_the_stream(tmp_path):

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from airflow_provider_mysqlcdc.cdc.errors import ProtocolError, ProtocolVersionError
+from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError, ProtocolError, ProtocolVersionError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import TableEventKind
 from airflow_provider_mysqlcdc.cdc.model.rules import TableRule
@@ -85,6 +85,7 @@ RECORDS = [
     # a column rule travels with the plan, the job, the registry and the remembered schema
     ChunkPlan("shop.orders chunk 1/2", T, (SPLIT.split,), RULE),
     ChunkJob(str(T), [SPLIT.split], "/lake", table_rule=RULE),
+    ChunkJob(str(T), [SPLIT.split], "/lake", snapshot_consistency="at-least-once"),
     Generation(3, {T: CapturedTable("id", [SPLIT], RULE)}, {T}, "2026-11-23T00:00:00+00:00"),
     RememberedSchema(TableSchema(T, (Column("id", "int", "int(11)", False), Column("e", "varchar", "varchar(9)", True,
                                                                                   mask="hash")), ("id",), (), RULE)),
@@ -186,3 +187,15 @@ def test_a_chunk_from_before_the_envelope_reads_as_the_same_chunk():
     chunk = ChunkPlan("shop.orders chunk 1/1", T, (SPLIT.split,))
     plain = {"label": chunk.label, "table": T.quoted, "splits": [SPLIT.split.to_dict()]}
     assert decode(ChunkPlan, plain, "the chunk argument") == chunk and chunk.chunk_key == SPLIT.split.chunk_key
+
+
+def test_a_chunk_job_of_an_unknown_snapshot_consistency_is_refused_naming_the_choices():
+    with pytest.raises(ConfigurationError, match="snapshot_consistency must be one of exactly-once, at-least-once, "
+                                                 "got 'eventually'"):
+        ChunkJob(str(T), [SPLIT.split], "/lake", snapshot_consistency="eventually")
+
+
+def test_a_chunk_job_file_of_version_2_reads_as_exactly_once():
+    body = {k: v for k, v in encode(ChunkJob(str(T), [SPLIT.split], "/lake")).items() if k != "snapshot_consistency"}
+    job = ChunkJob.from_json(json.dumps({**body, "format_version": 2}))
+    assert job.snapshot_consistency == "exactly-once" and job.replays_windows
