@@ -36,22 +36,34 @@ ROLES = ("python driver", "driver JVM", "python workers")
 UNBOUNDED = {"max_batch_bytes": 0, "inline_bytes": 0, "max_apply_changes": 10**12}
 
 
-def _session_rss() -> dict[int, tuple[int, str, int]]:
-    """pid -> (session, command line, RSS bytes) of every process."""
+def _processes() -> dict[int, tuple[int, str, int]]:
+    """pid -> (parent pid, command line, RSS bytes) of every process."""
     out = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             stat = Path(f"/proc/{entry}/stat").read_text()
-            session = int(stat.rsplit(")", 1)[1].split()[3])
+            parent = int(stat.rsplit(")", 1)[1].split()[1])
             cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             rss = next(int(line.split()[1]) * 1024 for line in Path(f"/proc/{entry}/status").read_text().splitlines()
                        if line.startswith("VmRSS:"))
         except (OSError, StopIteration, IndexError, ValueError):
             continue
-        out[int(entry)] = (session, cmdline, rss)
+        out[int(entry)] = (parent, cmdline, rss)
     return out
+
+
+def _descendants(processes: dict[int, tuple[int, str, int]], root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _, _) in processes.items():
+        children.setdefault(parent, []).append(pid)
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
 
 
 def _role(cmdline: str) -> str | None:
@@ -65,10 +77,11 @@ def _role(cmdline: str) -> str | None:
 
 
 class PeakRss:
-    """Samples the peak RSS per role of one session."""
+    """Samples the peak RSS per role of the processes under ``root`` (a spark-submit, or this process:
+    the operators' runner starts spark-submit in a session of its own, so sessions do not find it)."""
 
-    def __init__(self, session: int):
-        self.session = session
+    def __init__(self, root: int):
+        self.root = root
         self.peak = dict.fromkeys(ROLES, 0)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -77,10 +90,11 @@ class PeakRss:
     def _run(self) -> None:
         while not self._stop.is_set():
             now = dict.fromkeys(ROLES, 0)
-            for session, cmdline, rss in _session_rss().values():
-                role = _role(cmdline) if session == self.session else None
+            processes = _processes()
+            for pid in _descendants(processes, self.root):
+                role = _role(processes[pid][1]) if pid in processes else None
                 if role:
-                    now[role] += rss
+                    now[role] += processes[pid][2]
             for role in ROLES:
                 self.peak[role] = max(self.peak[role], now[role])
             time.sleep(0.2)

@@ -17,7 +17,9 @@
 5. a chunk task's fixed cost: spark-submit vs a Spark Connect session (bench/fixed_cost.py), and an
    available-now stream task's, phase by phase (bench/stream_startup.py);
 6. the first DAG run capturing 100 small tables under ``airflow standalone``, chunks on Spark Connect vs
-   spark-submit (bench/many_tables.py; only with ``--only many-tables``: it takes about 10 minutes).
+   spark-submit (bench/many_tables.py; only with ``--only many-tables``: it takes about 10 minutes);
+7. the snapshot of a table under concurrent writes, exactly-once beside at-least-once
+   (``snapshot_consistency``; bench/snapshot_under_writes.py).
 
     bin/bench --only memory --memory-rows 5000000   # one benchmark: prints its numbers and report
 """
@@ -54,6 +56,7 @@ from bench.many_tables import bench_many_tables, many_tables_report
 from bench.memory import ROLES, PeakRss, bench_memory, memory_report
 from bench.merge_scaling import bench_merge_scaling, merge_scaling_report
 from bench.mixed_workload import bench_mixed_workload, mixed_workload_report
+from bench.snapshot_under_writes import bench_snapshot_under_writes, snapshot_under_writes_report
 from bench.stream_startup import bench_stream_startup, stream_startup_report
 from devtools.spark_connect_server import SparkConnectServer
 from devtools.spark_submit import SparkSubmit
@@ -142,21 +145,31 @@ def _connect_chunk_job(conn: Any, table: TableId, work: Path, secrets: Path) -> 
 SPLIT_ROWS = 1_000_000
 
 
-def _chunk_job(conn: Any, table: TableId, work: Path, secrets: Path, lake: str) -> dict:
-    """Our chunk job over the whole table in one spark-submit: seconds, and peak RSS per role."""
+def _chunk_job(conn: Any, table: TableId, work: Path, secrets: Path, lake: str,
+               consistency: str = "exactly-once") -> dict:
+    """Our chunk job over the whole table in one spark-submit: seconds, window changes merged, and
+    peak RSS per role."""
     schema = load_table_schema(conn, table)
     splits = ChunkSplitter(conn, schema, SplitOptions(chunk_size=SPLIT_ROWS)).split()
-    job = ChunkJob(table=str(table), splits=splits, sink_root=str(work / lake), partitions_per_split=4)
+    job = ChunkJob(table=str(table), splits=splits, sink_root=str(work / lake), partitions_per_split=4,
+                   snapshot_consistency=consistency)
     (work / f"{lake}.json").write_text(job.to_json())
     submit = SparkSubmit(master="local[2]", work_dir=work / "spark")
-    sampler = PeakRss(os.getsid(0))  # the spark-submit's processes, told apart by their command lines
+    sampler = PeakRss(os.getpid())  # the spark-submit's processes, told apart by their command lines
     try:
         total, result = timed(lambda: submit.run("snapshot_chunk.py", ["--job", str(work / f"{lake}.json")], secrets))
     finally:
         peak = sampler.stop()
     print("chunk job log:\n" + "\n".join(line for line in submit.last_log.splitlines() if "chunk job" in line), flush=True)
     assert result["rows"] == table_rows(conn, table), result
-    return {"ours_total_s": total, "ours_work_s": result["seconds"], "ours_splits": len(splits), "peak_bytes": peak}
+    return {"ours_total_s": total, "ours_work_s": result["seconds"], "ours_splits": len(splits), "peak_bytes": peak,
+            "merged": result["binlog_events_merged"]}
+
+
+def bench_written(server: ThrowawayMariaDB, work: Path, rows: int, secrets: Path) -> dict:
+    """The snapshot under concurrent writes, in each snapshot_consistency (bench/snapshot_under_writes.py)."""
+    return bench_snapshot_under_writes(server, rows, lambda conn, table, lake, consistency: _chunk_job(
+        conn, table, work, secrets, lake, consistency))
 
 
 def table_rows(conn: Any, table: TableId) -> int:
@@ -245,7 +258,7 @@ def large_snapshot_report(snap: dict) -> list[str]:
 
 
 def report(snap: dict, stream: dict, merge: dict, latency: dict, memory: dict, fixed: dict, startup: dict,
-           many: dict | None = None, mixed: dict | None = None) -> str:
+           many: dict | None = None, mixed: dict | None = None, written: dict | None = None) -> str:
     n = snap["rows"]
     quick = n / snap["mariadb_quick_s"]
     ours_work, ours_total = n / snap["ours_work_s"], n / snap["ours_total_s"]
@@ -272,6 +285,7 @@ def report(snap: dict, stream: dict, merge: dict, latency: dict, memory: dict, f
         f"- work >= 2 x Spark JDBC work: {verdict(ours_work >= 2 * jdbc_work, f'{ours_work / jdbc_work:.2f}x')}",
         f"- end to end faster than Spark JDBC end to end: {verdict(ours_total > jdbc_total, f'{ours_total / jdbc_total:.2f}x')}",
         *large_snapshot_report(snap),
+        *(snapshot_under_writes_report(written) if written else []),
         "", f"## Stream apply rate: one UPDATE of {c:,} rows", "",
         "| what | seconds | row changes/s |", "|---|---:|---:|",
         f"| `mariadb-binlog -v` decoding the range | {stream['mariadb_binlog_s']:.1f} | {binlog_rate:,.0f} |",
@@ -308,7 +322,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
     parser.add_argument("--memory-rows", type=int, default=5_000_000,
                         help="rows of the one UPDATE the memory benchmark streams")
-    parser.add_argument("--only", choices=["snapshot", "stream", "merge-scaling", "latency", "memory", "fixed-cost",
+    parser.add_argument("--written-rows", type=int, default=1_000_000,
+                        help="rows of the table snapshotted under concurrent writes, in each snapshot_consistency")
+    parser.add_argument("--only", choices=["snapshot", "snapshot-under-writes", "stream", "merge-scaling", "latency", "memory", "fixed-cost",
                                            "stream-startup", "mixed", "many-tables"],
                         help="run one benchmark and print its numbers (docs/benchmarks.md is left alone)")
     args = parser.parse_args(argv)
@@ -322,6 +338,7 @@ def main(argv: list[str] | None = None) -> int:
                 with conn.cursor() as cur:
                     cur.execute("CREATE DATABASE IF NOT EXISTS bench")
                 run = {"snapshot": lambda: bench_snapshot(server, work, args.rows, secrets, args.large_rows),
+                       "snapshot-under-writes": lambda: bench_written(server, work, args.written_rows, secrets),
                        "stream": lambda: bench_stream(server, work, args.burst, secrets),
                        "merge-scaling": lambda: bench_merge_scaling(server, work, secrets),
                        "latency": lambda: bench_latency(server, work, secrets),
@@ -344,11 +361,15 @@ def main(argv: list[str] | None = None) -> int:
                     print("\n".join(mixed_workload_report(result)))
                 if args.only == "stream-startup":
                     print("\n".join(stream_startup_report(result)))
+                if args.only == "snapshot-under-writes":
+                    print("\n".join(snapshot_under_writes_report(result)))
+                    _keep(Path(args.out).with_suffix(".json"), "snapshot_under_writes", result)
                 if args.only == "many-tables":
                     print("\n".join(many_tables_report(result)))
                     _keep(Path(args.out).with_suffix(".json"), "many_tables", result)
                 return 0
             snap = bench_snapshot(server, work, args.rows, secrets, args.large_rows)
+            written = bench_written(server, work, args.written_rows, secrets)
             stream = bench_stream(server, work, args.burst, secrets)
             mixed = bench_mixed_workload(server, work, secrets)
             merge = bench_merge_scaling(server, work, secrets)
@@ -358,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
             startup = bench_stream_startup(server, work, secrets)
         figures = Path(args.out).with_suffix(".json")
         many = json.loads(figures.read_text()).get("many_tables") if figures.exists() else None
-        text = report(snap, stream, merge, latency, memory, fixed, startup, many, mixed)
+        text = report(snap, stream, merge, latency, memory, fixed, startup, many, mixed, written)
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(text)
         print(text)
@@ -367,7 +388,8 @@ def main(argv: list[str] | None = None) -> int:
                                                                        "latency": latency, "memory": memory,
                                                                        "fixed_cost": fixed,
                                                                        "stream_startup": startup,
-                                                                       "many_tables": many, "mixed": mixed},
+                                                                       "many_tables": many, "mixed": mixed,
+                                                                       "snapshot_under_writes": written},
                                                                       indent=2))
     finally:
         shutil.rmtree(work, ignore_errors=True)
