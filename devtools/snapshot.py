@@ -1,7 +1,7 @@
 """In-process snapshots for tests and tools: what the plan and chunk tasks do, without Airflow or Spark.
 
 ``snapshot_tables`` reads each table in splits straight into the sink, remembers its schema and
-registers the finished splits as the next generation (a first run). ``stage_whole_table`` reads a
+registers the finished splits as the next generation (a first run, or tables a later run adds). ``stage_whole_table`` reads a
 table as one split into a staged file, as a re-snapshot of a captured table does (the stream
 applies it when it activates the generation that adds it); ``resnapshot_whole_tables`` does that
 for several tables and registers them, remembering their schemas the way a plan does.
@@ -28,9 +28,11 @@ from airflow_provider_mysqlcdc.state.staged import write_staged
 
 
 def snapshot_tables(source: SourceConfig, tables: Sequence[TableId], lake: str, state: PipelineState, *,
-                    chunk_size: int = 20, chunk_key: str = "id", rules: TableRules | None = None) -> None:
+                    chunk_size: int = 20, chunk_key: str = "id", rules: TableRules | None = None,
+                    adding: bool = False) -> None:
     """Each table in splits of ``chunk_size`` rows into the sink, registered and remembered, each
-    under its rule of ``rules`` (its columns and rows, as a plan captures them)."""
+    under its rule of ``rules`` (its columns and rows, as a plan captures them). ``adding``: the
+    tables join those captured already (a later run's new tables) instead of replacing them."""
     sink, finished, rules = open_sink(lake), [], rules or TableRules()
     conn = source.connect(autocommit=True)
     try:
@@ -50,7 +52,7 @@ def snapshot_tables(source: SourceConfig, tables: Sequence[TableId], lake: str, 
     captured = captured_tables(finished)
     for table in tables:
         captured[table] = replace(captured[table], table_rule=rules.for_table(table)[0])
-    state.commit(captured)
+    state.commit({**state.latest().tables, **captured} if adding else captured)
 
 
 def stage_whole_table(source: SourceConfig, state: PipelineState, schema: TableSchema,

@@ -15,6 +15,8 @@ seeded script of rounds changes the source and the deployment:
   (``on_binlog_purged="resnapshot"``), and a deleted checkpoint.
 
 The last table is captured under a rule (a row filter rows move in and out of, a hashed column).
+The stream is given a table pattern (``torture.p\\d+``): in the middle round a table matching it is
+created, which the stream must record for the next run, and that run captures it.
 Then the invariant: every table the drift record does not name equals the source (the ruled one:
 the rows the server returns for the filter, the column hashed; nothing diverges silently); the next run re-snapshots exactly the named tables (as the plan does) and then every
 table equals the source. The script is printed with its seed; the same seed gives the same script.
@@ -50,6 +52,7 @@ from airflow_provider_mysqlcdc.protocol.progress import StreamOffsetProgress
 from airflow_provider_mysqlcdc.sinks.clustering import CLUSTERING_COMMIT
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.state.drift import pending_drift, read_drift
+from airflow_provider_mysqlcdc.state.new_tables import pending_new_tables
 from airflow_provider_mysqlcdc.state.registry import STREAM_OFFSET, PipelineState
 from devtools.snapshot import resnapshot_whole_tables, snapshot_tables
 from devtools.spark_submit import SparkSubmit
@@ -63,6 +66,8 @@ DATABASE = "torture"
 #: of it as d changes sign), its column s hashed with this salt
 RULE_FILTER = "d >= 0"
 SALT = "torture-salt"
+#: the stream's table pattern: a table created under it mid-run is captured by the next run
+PATTERN = rf"{DATABASE}.p\d+"
 BASE_COLUMNS = "id INT PRIMARY KEY, v INT, s VARCHAR(40), d DECIMAL(10,2)"
 DML, DDL, FAULT = "dml", "ddl", "fault"
 DDL_ACTIONS = ("add_nullable", "add_default", "drop_column", "rename_column", "widen", "decimal_scale", "truncate",
@@ -82,10 +87,12 @@ class TortureReport:
     drifted: list[str] = field(default_factory=list)  # tables the drift record named after the stream
     problems: list[str] = field(default_factory=list)  # invariant violations: empty when the run passed
     clusterings: int = 0  # clustering commits the stream made into the tables (sinks/clustering.py)
+    new_tables: list[str] = field(default_factory=list)  # created under the pattern, captured by the next run
 
     def summary(self) -> str:
         verdict = "PASSED" if not self.problems else "FAILED:\n  " + "\n  ".join(self.problems)
         return (f"seed {self.seed}: {len(self.script)} rounds, re-snapshotted {', '.join(self.drifted) or 'nothing'}, "
+                f"new under the pattern {', '.join(self.new_tables) or 'nothing'}, "
                 f"{self.clusterings} clustering commit(s); {verdict}")
 
 
@@ -113,6 +120,7 @@ class Torture:
         #: the prepared XA transaction whose outcome the next round writes: (xid, outcome, the binlog
         #: offset after its prepare)
         self.prepared: tuple[str, str, BinlogOffset] | None = None
+        self.created: list[TableId] = []  # tables created under the pattern
 
     # --- the run ---------------------------------------------------------------------------------
     def run(self) -> TortureReport:
@@ -124,7 +132,9 @@ class Torture:
             self._start_stream()
             for number in range(self.rounds):
                 kind = FAULT if number % FAULT_EVERY == FAULT_EVERY - 1 else self.rng.choices((DML, DDL), (4, 1))[0]
-                if number % FAULT_EVERY == FAULT_EVERY - 2 and self.faults[0] in XA_CROSSES:
+                if number == self.rounds // 2:
+                    what = self._create_matching()
+                elif number % FAULT_EVERY == FAULT_EVERY - 2 and self.faults[0] in XA_CROSSES:
                     what = self._dml(xa_to_commit=True)  # an XA transaction prepared across the fault
                 else:
                     what = getattr(self, f"_{kind}")()
@@ -135,6 +145,7 @@ class Torture:
             self._stop_stream()
             self._catch_up()
             self._check(after_resnapshot=False)
+            self._check_new_tables_recorded()
             self._next_run()
             self._catch_up()
             self._check(after_resnapshot=True)
@@ -276,6 +287,20 @@ class Torture:
             sql += f"; CREATE TABLE {table} again with {self.rows} rows"
         return sql
 
+    def _create_matching(self) -> str:
+        """A table whose name the stream's pattern matches (with rows, and changed once more)."""
+        if self.prepared is not None:  # its locks would hold up the DDL
+            return self._resolve_xa() + self._create_matching()
+        table = TableId(DATABASE, f"p{self.counter}")
+        self.counter += 1
+        self._create(table)
+        with self._conn().cursor() as cur:
+            cur.execute(f"UPDATE {table.quoted} SET v = -v WHERE id % 3 = 0")
+        self.created.append(table)
+        # read by the stream before any fault (a purge could otherwise take the CREATE it records)
+        self._wait_for_a_batch(reaching=current_offset(self._conn()))
+        return f"CREATE TABLE {table} (matching {PATTERN}) with {self.rows} rows, then an UPDATE"
+
     def _fault(self) -> str:
         fault = self.faults.pop(0)
         self.faults.append(fault)
@@ -302,7 +327,8 @@ class Torture:
     def _write_job(self, mode: str) -> None:
         job = StreamJob(state=self.state.location, sink_root=self.lake, mode=mode, trigger_interval_s=0.5,
                         max_batch_bytes=512 * 1024, inline_bytes=64 * 1024, max_apply_changes=700,
-                        retry_budget_s=120, on_binlog_purged="resnapshot", cluster_after_files=2)
+                        retry_budget_s=120, on_binlog_purged="resnapshot", cluster_after_files=2,
+                        table_patterns=[PATTERN])
         (self.work / "stream.json").write_text(job.to_json())
 
     def _start_stream(self) -> None:
@@ -371,10 +397,20 @@ class Torture:
             self.report.clusterings = sum(CLUSTERING_COMMIT in commit for table in self.tables
                                           for commit in DeltaTable(sink.table_uri(table)).history())
 
+    def _check_new_tables_recorded(self) -> None:
+        recorded = {TableId.parse(t.table) for t in pending_new_tables(self.state, set(self.state.latest().tables))}
+        if recorded != set(self.created):
+            self.report.problems.append(f"the stream recorded {sorted(map(str, recorded))} as new under the pattern, "
+                                        f"not the tables created: {sorted(map(str, self.created))}")
+
     def _next_run(self) -> None:
-        """What the next DAG run does for the tables the drift record names: a staged whole-table
-        re-snapshot in a new generation."""
+        """What the next DAG run does: a staged whole-table re-snapshot of the tables the drift record
+        names, in a new generation; then the tables created under the pattern, snapshotted into the
+        sink and added in another."""
         resnapshot_whole_tables(self._source(), self.state, self._pending())
+        snapshot_tables(self._source(), self.created, self.lake, self.state, chunk_size=self.rows // 3, adding=True)
+        self.tables += self.created
+        self.report.new_tables = [str(t) for t in self.created]
 
 
 def main(argv: list[str] | None = None) -> int:

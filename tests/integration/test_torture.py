@@ -4,7 +4,7 @@ stream clustering a table's files once two need it, and XA transactions whose ou
 their prepare (how often depends on the timing: the summary
 counts it; test_spark_stream_job.py checks that clustering happens). Every
 table the drift record does not name equals the source; after the next run's re-snapshot of the
-named ones, every table does. ``bin/torture --seeds N`` runs more seeds."""
+named ones, and its capture of the table created under the stream's pattern, every table does. ``bin/torture --seeds N`` runs more seeds."""
 
 from __future__ import annotations
 
@@ -27,3 +27,5 @@ def test_a_random_history_with_faults_ends_exact_or_named_and_re_snapshotted(tmp
     assert any(" prepared on " in line for line in report.script)
     assert any("XA COMMIT" in line for line in report.script)
     assert any("an XA transaction prepared across it" in line for line in report.script)
+    # a table created under the stream's pattern, recorded by it and captured by the next run, exact
+    assert len(report.new_tables) == 1 and report.new_tables[0].startswith("torture.p"), report.summary()

@@ -17,8 +17,9 @@ from airflow_provider_mysqlcdc.cdc.model.records import (
 )
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
-from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId
+from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
 from airflow_provider_mysqlcdc.protocol.registry import CapturedTable, Generation
+from airflow_provider_mysqlcdc.sinks.arrow_rows import merge_changes_into_table, rows_to_data_table
 from airflow_provider_mysqlcdc.stream.activation import Replay, plan_activation
 from airflow_provider_mysqlcdc.stream.positions import watermarks_to_translate
 
@@ -123,3 +124,27 @@ def test_after_a_failover_only_watermarks_read_on_an_earlier_server_that_the_bat
                        split(STAGED, 0, None, None, at(120, epoch=1)))  # on this server already
     assert [f.split.table_id for f in watermarks_to_translate(newer, older, begin, 1)] == [NEW]
     assert watermarks_to_translate(older, older, begin, 0) == []
+
+
+def test_an_at_least_once_staged_split_converges_when_the_re_read_replays_changes_its_rows_already_hold():
+    """A split read at least once is positioned at its low watermark: the re-read gives it every change
+    after that, some of which its SELECT saw; merged in binlog order they leave each key's last image."""
+    schema = TableSchema(STAGED, (ID, Column(name="v", data_type="int", column_type="int", nullable=True)), ("id",))
+    low = at(200)
+    staged = FinishedSplit(SnapshotSplit(STAGED, 0, "id"), low, low, staged="file:///staged/staged-0.parquet")
+    replay = Replay(plan_activation(generation(2, staged), Generation(1), START, {}),
+                    {STAGED: KeyOrdering(ID)})
+
+    def row_change(op: Operation, key: int, before: int | None, after: int | None, pos: int) -> ChangeRecord:
+        return ChangeRecord(op, STAGED, None if before is None else {"id": key, "v": before},
+                            None if after is None else {"id": key, "v": after}, at(pos))
+
+    # the SELECT ran at 400: it saw the first three changes, not the last two
+    changes = [row_change(Operation.CREATE, 1, None, 10, 250), row_change(Operation.UPDATE, 2, 20, 21, 300),
+               row_change(Operation.DELETE, 3, 30, None, 350), row_change(Operation.UPDATE, 1, 10, 11, 450),
+               row_change(Operation.CREATE, 3, None, 33, 500)]
+    assert replay.changes(changes) == [False] * 5  # all kept for the staged split, none applied directly
+    selected = rows_to_data_table(schema, [{"id": 1, "v": 10}, {"id": 2, "v": 21}])
+    merged = merge_changes_into_table(schema, selected, replay.staged_ready()[0].changes)
+    assert sorted(merged.select(["id", "v"]).to_pylist(), key=lambda r: r["id"]) == [
+        {"id": 1, "v": 11}, {"id": 2, "v": 21}, {"id": 3, "v": 33}]
