@@ -18,11 +18,12 @@ from collections.abc import Callable
 from typing import Any
 
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.protocol.jobs import SNAPSHOT_CONSISTENCIES
 from bench.customer_table import create_customer_table
 from bench.memory import ROLES
 from devtools.throwaway_server import ThrowawayMariaDB
 
-MODES = ("exactly-once", "at-least-once")
+MODES = SNAPSHOT_CONSISTENCIES  # exactly-once first: the baseline
 
 
 class SteadyUpdates:

@@ -39,7 +39,7 @@ FOLLOWS_COLUMNS = ("evolve", "fail")
 #: ``ChunkJob.snapshot_consistency``: "exactly-once" replays each split's binlog window over its rows
 #: (they are exact as of its high watermark); "at-least-once" skips that and leaves the split's
 #: changes from its low watermark on to the stream (Flink CDC's ``scan.incremental.snapshot.backfill.skip``;
-#: docs/algorithm.md)
+#: docs/cdc-semantics.md)
 SNAPSHOT_CONSISTENCIES = ("exactly-once", "at-least-once")
 
 
