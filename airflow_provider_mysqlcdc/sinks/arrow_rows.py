@@ -24,7 +24,9 @@ and ``_cdc_binlog_pos`` (where the row's version comes from: for snapshot rows t
 are exact at, the split's high watermark or, for a partition no window change touched, its own
 snapshot's low watermark: spark/chunk_job.py), ``_cdc_version`` (that offset as one sortable integer), ``_cdc_event_ts`` (event
 time), and ``_cdc_chunk`` (the chunk key's order-preserving text, records/ordering.py, so that a
-split's rows are a string range in any engine).
+split's rows are a string range in any engine; in a routed sink table, the shard's tag and that
+text: sinks/routing.py). A routed sink table also has ``_cdc_source_database`` and
+``_cdc_source_table``, the names of the source table each row comes from.
 
 A DATE, DATETIME or TIMESTAMP key column is nullable and has a companion, ``_cdc_zero_<name>``: a
 key value with no calendar date (``ZeroDate``, records/values.py) is NULL in the column, as in any
@@ -45,8 +47,11 @@ from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import Operation, TableTruncated, WindowChange
 from airflow_provider_mysqlcdc.cdc.records.values import ZeroDate, decimal_text
 from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableSchema
+from airflow_provider_mysqlcdc.sinks.routing import SHARD_COLUMNS
 
-METADATA_COLUMNS = ("_cdc_op", "_cdc_binlog_file", "_cdc_binlog_pos", "_cdc_version", "_cdc_event_ts", "_cdc_chunk")
+#: the columns a sink table has besides the source's (the last two only in a routed table)
+METADATA_COLUMNS = ("_cdc_op", "_cdc_binlog_file", "_cdc_binlog_pos", "_cdc_version", "_cdc_event_ts", "_cdc_chunk",
+                    *SHARD_COLUMNS)
 
 _METADATA_FIELDS = [
     pa.field("_cdc_op", pa.string()),
@@ -122,7 +127,12 @@ def arrow_schema(schema: TableSchema) -> pa.Schema:
     zeros = zero_date_columns(schema)
     fields = [pa.field(c.name, arrow_type(c), nullable=c.nullable or c.name not in schema.key_columns
                        or c.name in zeros) for c in schema.columns]
-    return pa.schema(fields + [pa.field(z, pa.string()) for z in zeros.values()] + _METADATA_FIELDS)
+    shards = [pa.field(n, pa.string(), nullable=False) for n in SHARD_COLUMNS] if _routed(schema) else []
+    return pa.schema(fields + [pa.field(z, pa.string()) for z in zeros.values()] + _METADATA_FIELDS + shards)
+
+
+def _routed(schema: TableSchema) -> bool:
+    return schema.table_rule is not None and schema.table_rule.route is not None
 
 
 def _to_arrow_value(target: pa.DataType) -> Callable[[Any], Any] | None:
@@ -250,9 +260,12 @@ def with_metadata(data: pa.Table, schema: TableSchema, *, ops: pa.Array | pa.Chu
         stamps = event_timestamps(event_ts_ms)
     metadata = [pa.repeat(ops, n) if isinstance(ops, str) else ops, files, positions, versions, stamps,
                 chunks if isinstance(chunks, (pa.Array, pa.ChunkedArray)) else pa.array(list(chunks), pa.string())]
+    if _routed(schema):
+        metadata += [pa.repeat(schema.table_id.database, n), pa.repeat(schema.table_id.table, n)]
     target = arrow_schema(schema)
     columns = [data.column(f.name).cast(f.type) for f in target if f.name not in METADATA_COLUMNS]
-    return pa.Table.from_arrays(columns + [m.cast(t.type) for m, t in zip(metadata, _METADATA_FIELDS)], schema=target)
+    fields = [f for f in target if f.name in METADATA_COLUMNS]
+    return pa.Table.from_arrays(columns + [m.cast(t.type) for m, t in zip(metadata, fields)], schema=target)
 
 
 def python_values(column: Column, values: pa.ChunkedArray | pa.Array) -> list[Any]:

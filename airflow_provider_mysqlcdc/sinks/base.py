@@ -16,6 +16,10 @@ from a checkpoint that was deleted, replaced by an older copy, or started afresh
 change twice and never skips one (sinks/writer.py): idempotence belongs to the sink's own state,
 not to the numbering of a checkpoint's batches.
 
+A sink table may hold several source tables, its shards (sinks/routing.py): ``table_id`` names the
+sink table, the ranges given are the shard's, and a ``StreamCommit`` names its shard, whose position
+is kept apart from the others'.
+
 Only ``DeltaSink`` exists and is tested. Callers open a sink with ``factory.open_sink`` and use
 only the methods below, so a second table format is a new subclass and a line in the factory.
 """
@@ -46,11 +50,14 @@ Position = tuple[int, int, int, int]
 @dataclass(frozen=True)
 class StreamCommit:
     """What a stream records with the data of one commit: who wrote it (``app_id``, the stream
-    checkpoint's identity, and ``batch_id``) and the position of the last change it holds."""
+    checkpoint's identity, and ``batch_id``) and the position of the last change it holds, the
+    position of ``shard`` when the table is routed (sinks/routing.py: then the commit acts on that
+    shard's rows only)."""
 
     app_id: str
     batch_id: int
     position: Position
+    shard: str = ""
 
 
 class Sink(ABC):
@@ -88,30 +95,33 @@ class Sink(ABC):
 
     @abstractmethod
     def merge_changes(self, schema: TableSchema, changes: pa.Table, *, commit: StreamCommit) -> None:
-        """Apply last-change-per-key rows in one commit."""
+        """Apply last-change-per-key rows in one commit (matching the rows of ``commit.shard`` only)."""
 
     @abstractmethod
     def truncate_before(self, table_id: TableId, version: int, *, commit: StreamCommit) -> None:
         """Remove every row with ``_cdc_version < version`` (the source table was truncated at that
-        offset; rows a split read after it stay)."""
+        offset; rows a split read after it stay), of ``commit.shard`` only in a routed table."""
 
     @abstractmethod
     def replace_schema(self, schema: TableSchema) -> None:
-        """Empty the table and give it ``schema`` (column types it cannot evolve) in one commit."""
+        """Empty the table and give it ``schema`` (column types it cannot evolve) in one commit; a
+        ``SchemaChangedError`` for a routed table, whose other shards' rows it would remove."""
 
     @abstractmethod
     def fill_before(self, table_id: TableId, values: dict[str, pa.Scalar], version: int, *,
                     commit: StreamCommit) -> None:
         """Set each column of ``values`` to its value in every row with ``_cdc_version < version``
-        (columns an ALTER at that offset added, with the DEFAULT the source gave existing rows)."""
+        (columns an ALTER at that offset added, with the DEFAULT the source gave existing rows), of
+        ``commit.shard`` only in a routed table."""
 
     @abstractmethod
     def append_changelog(self, table_id: TableId, changes: pa.Table, *, commit: StreamCommit) -> None:
         """Append rows of ``changelog.CHANGELOG_SCHEMA`` to the table's changelog (optional feature)."""
 
     @abstractmethod
-    def applied_position(self, table_id: TableId, *, changelog: bool = False) -> Position | None:
-        """The position of the last change a stream committed to the table (or its changelog), if any."""
+    def applied_position(self, table_id: TableId, *, changelog: bool = False, shard: str = "") -> Position | None:
+        """The position of the last change a stream committed to the table (or its changelog), if
+        any; in a routed table, to the rows of ``shard``."""
 
     @abstractmethod
     def read(self, table_id: TableId) -> pa.Table:

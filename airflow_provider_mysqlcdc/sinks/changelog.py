@@ -2,7 +2,8 @@
 change stream rather than the mirror. One row per change, in binlog order: operation, before and
 after images as JSON text, and the change's binlog coordinates. A ``TRUNCATE`` is one row of
 operation ``t`` with no images. Appends happen exactly once, by position, like the mirror's
-merges (sinks/writer.py).
+merges (sinks/writer.py). The changelog of a routed sink table (sinks/routing.py) also has
+``source_database`` and ``source_table``: which shard each change comes from.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pyarrow as pa
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.records.values import decimal_text
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.sinks.arrow_rows import event_timestamps
 
 CHANGELOG_SUFFIX = "__changelog"
@@ -68,3 +70,10 @@ def truncation_changelog(offset: BinlogOffset, timestamp_ms: int) -> pa.Table:
                                   "binlog_pos": offset.position, "row_in_event": 0, "part": 0, "version": offset.version,
                                   "gtid": None, "event_ts": dt.datetime.fromtimestamp(timestamp_ms / 1000, dt.timezone.utc)}],
                                 schema=CHANGELOG_SCHEMA)
+
+
+def with_source(rows: pa.Table, source: TableId) -> pa.Table:
+    """Changelog rows of a shard of a routed table, with the names of its source table."""
+    for name, value in (("source_database", source.database), ("source_table", source.table)):
+        rows = rows.append_column(pa.field(name, pa.string(), nullable=False), pa.repeat(pa.scalar(value), rows.num_rows))
+    return rows

@@ -42,6 +42,7 @@ from airflow_provider_mysqlcdc.sinks.predicates import (
     sql_identifier,
     sql_literal,
 )
+from airflow_provider_mysqlcdc.sinks.routing import shard_bounds, sink_target
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ class DeltaSink(Sink):
     # --- schema ----------------------------------------------------------------------------------
     def prepare(self, schema: TableSchema) -> None:
         _refuse_reserved_names(schema)
-        uri = self.table_uri(schema.table_id)
+        uri = self.table_uri(sink_target(schema).table_id)
         target = arrow_schema(schema)
         try:
             table = DeltaTable(uri, storage_options=self.storage_options)
@@ -91,7 +92,13 @@ class DeltaSink(Sink):
         """Empty the table and give it ``schema`` in one commit (a whole-table re-snapshot of a table
         whose column types Delta cannot evolve fills it right after)."""
         _refuse_reserved_names(schema)
-        write_deltalake(self.table_uri(schema.table_id), arrow_schema(schema).empty_table(), mode="overwrite",
+        target = sink_target(schema)
+        if target.shard:
+            raise SchemaChangedError(
+                f"{schema.table_id} is a shard of {target.table_id}, whose columns it cannot change alone: only a "
+                f"new sink table takes the new types (route the shards to a new table, or drop {target.table_id}'s "
+                "Delta table to snapshot every shard again).")
+        write_deltalake(self.table_uri(target.table_id), arrow_schema(schema).empty_table(), mode="overwrite",
                         schema_mode="overwrite", storage_options=self.storage_options)
 
     def _enable_features(self, table: DeltaTable, table_id: TableId, target: pa.Schema) -> None:
@@ -146,7 +153,7 @@ class DeltaSink(Sink):
         """The columns data files of ``schema``'s rows take, once the table has every column of the
         source (added here, in a commit of their own); None while a column's type differs from the
         table's (a widening only a rewrite through ``replace_range`` carries out). Call after ``prepare``."""
-        table = self.open_table(self.table_uri(schema.table_id))
+        table = self.open_table(self.table_uri(sink_target(schema).table_id))
         if table is None:
             return None
         current, target = pa.schema(table.schema().to_arrow()), arrow_schema(schema)
@@ -190,13 +197,15 @@ class DeltaSink(Sink):
         retry_conflicts(commit, f"commit {len(files)} data files into {table_id} [{start}, {end})")
 
     def merge_changes(self, schema: TableSchema, changes: pa.Table, *, commit: StreamCommit) -> None:
-        uri = self.table_uri(schema.table_id)
+        uri = self.table_uri(sink_target(schema).table_id)
         zeros = zero_date_columns(schema)
         nullable = set(zeros) | set(zeros.values())
         # a temporal key column is NULL where its companion holds a ZeroDate's text (arrow_rows.py): both
         # match NULL-safely; every other key column is never NULL
         keys = " AND ".join(f"(t.{sql_identifier(k)} IS NOT DISTINCT FROM s.{sql_identifier(k)})" if k in nullable
                             else f"t.{sql_identifier(k)} = s.{sql_identifier(k)}" for k in row_key_columns(schema))
+        if commit.shard:  # a shard's key matches only its own rows: another shard may hold the same key
+            keys += " AND " + str(chunk_range_predicate(*shard_bounds(commit.shard), alias="t"))
         integer_keys = all(pa.types.is_integer(changes.schema.field(k).type) for k in schema.key_columns)
         # every column by name, quoted here: delta-rs's update_all/insert_all wrap names in backticks
         # without escaping them, which a column named with a backtick breaks
@@ -249,7 +258,7 @@ class DeltaSink(Sink):
 
         def delete_older() -> None:
             DeltaTable(uri, storage_options=self.storage_options).delete(
-                f"_cdc_version < {int(version)}", commit_properties=_commit_properties(commit))
+                _older_than(version, commit), commit_properties=_commit_properties(commit))
 
         retry_conflicts(delete_older, f"truncate {table_id} before version {version}")
 
@@ -272,7 +281,8 @@ class DeltaSink(Sink):
 
         def update() -> None:
             DeltaTable(uri, storage_options=self.storage_options).update(
-                updates={sql_identifier(n): u for n, u in literals.items() if u is not None}, predicate=f"_cdc_version < {int(version)}",
+                updates={sql_identifier(n): u for n, u in literals.items() if u is not None},
+                predicate=_older_than(version, commit),
                 commit_properties=_commit_properties(commit))
 
         retry_conflicts(update, f"fill {', '.join(values)} of {table_id} before version {version}")
@@ -287,11 +297,12 @@ class DeltaSink(Sink):
 
         retry_conflicts(append, f"changelog batch {commit.batch_id} of {table_id}")
 
-    def applied_position(self, table_id: TableId, *, changelog: bool = False) -> Position | None:
+    def applied_position(self, table_id: TableId, *, changelog: bool = False, shard: str = "") -> Position | None:
         table = self.open_table(self.table_uri(table_id) + (CHANGELOG_SUFFIX if changelog else ""))
         if table is None:
             return None
-        offset, order = table.transaction_version(_POSITION), table.transaction_version(_POSITION_ORDER)
+        ids = _position_ids(shard)
+        offset, order = table.transaction_version(ids[0]), table.transaction_version(ids[1])
         if offset is None or order is None:
             return None
         return (offset >> 32, offset & 0xFFFFFFFF, (order >> _ORDER_BITS) - 1, order & ((1 << _ORDER_BITS) - 1))
@@ -376,10 +387,23 @@ def _commit_properties(commit: StreamCommit | None) -> CommitProperties | None:
     if commit is None:
         return None
     file_number, position, row, part = commit.position
+    offset_id, order_id = _position_ids(commit.shard)
     return CommitProperties(app_transactions=[
-        Transaction(_POSITION, (file_number << 32) | position),
-        Transaction(_POSITION_ORDER, ((row + 1) << _ORDER_BITS) | part),
+        Transaction(offset_id, (file_number << 32) | position),
+        Transaction(order_id, ((row + 1) << _ORDER_BITS) | part),
         Transaction(commit.app_id, commit.batch_id)])
+
+
+def _position_ids(shard: str) -> tuple[str, str]:
+    """The ``txn`` app ids of the position of a table, or of one shard of a routed table (each shard
+    has its own: shards commit apart, so one shard's position says nothing of another's)."""
+    return (_POSITION, _POSITION_ORDER) if not shard else (f"{_POSITION}:{shard}", f"{_POSITION_ORDER}:{shard}")
+
+
+def _older_than(version: int, commit: StreamCommit) -> str:
+    """The rows older than ``version`` (of the commit's shard in a routed table)."""
+    older = f"_cdc_version < {int(version)}"
+    return older if not commit.shard else f"{older} AND {chunk_range_predicate(*shard_bounds(commit.shard))}"
 
 
 def retry_conflicts(operation: Callable[[], T], what: str, *, attempts: int = _MAX_ATTEMPTS) -> T:

@@ -54,12 +54,15 @@ def sql_literal(value: pa.Scalar) -> str | None:
     return None
 
 
-def chunk_range_predicate(start: str | None, end: str | None) -> str | None:
+def chunk_range_predicate(start: str | None, end: str | None, *, alias: str = "") -> str | None:
+    """The rows of the chunk range ``[start, end)`` (None: open; None for the whole table), of the
+    table ``alias`` names when given (a merge's target)."""
+    column = f"{alias}.{CHUNK_COLUMN}" if alias else CHUNK_COLUMN
     parts = []
     if start is not None:
-        parts.append(f"_cdc_chunk >= {sql_string(start)}")
+        parts.append(f"{column} >= {sql_string(start)}")
     if end is not None:
-        parts.append(f"_cdc_chunk < {sql_string(end)}")
+        parts.append(f"{column} < {sql_string(end)}")
     return " AND ".join(parts) or None
 
 

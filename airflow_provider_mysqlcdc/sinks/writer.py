@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord
@@ -39,7 +40,8 @@ from airflow_provider_mysqlcdc.sinks.change_columns import (
     last_change_per_key,
     position_at,
 )
-from airflow_provider_mysqlcdc.sinks.changelog import changelog_rows, truncation_changelog
+from airflow_provider_mysqlcdc.sinks.changelog import changelog_rows, truncation_changelog, with_source
+from airflow_provider_mysqlcdc.sinks.routing import sink_target
 
 
 def ddl_position(offset: BinlogOffset) -> Position:
@@ -58,17 +60,24 @@ class SinkWriter:
         self.schema = schema
         self.chunk_key = chunk_key
         self.ordering = ordering
+        #: the sink table the rows go to, and their shard of it when it is routed (sinks/routing.py)
+        self.target = sink_target(schema)
         #: per target (False: the table, True: its changelog) the last position committed to it
         self._applied: dict[bool, Position | None] = {}
 
     def applied(self, changelog: bool = False) -> Position | None:
         if changelog not in self._applied:
-            self._applied[changelog] = self.sink.applied_position(self.schema.table_id, changelog=changelog)
+            self._applied[changelog] = self.sink.applied_position(self.target.table_id, changelog=changelog,
+                                                                  shard=self.target.shard)
         return self._applied[changelog]
 
     def is_applied(self, position: Position, changelog: bool = False) -> bool:
         applied = self.applied(changelog)
         return applied is not None and position <= applied
+
+    def commit(self, app_id: str, batch_id: int, position: Position) -> StreamCommit:
+        """What a stream's commit of this writer's rows up to ``position`` records (sinks/base.py)."""
+        return StreamCommit(app_id, batch_id, position, self.target.shard)
 
     def _once(self, commit: StreamCommit, write: Callable[[], None], changelog: bool = False) -> bool:
         """``write()`` (a commit carrying ``commit``) unless the target holds its position already."""
@@ -79,17 +88,21 @@ class SinkWriter:
         return True
 
     def _chunks(self, data: pa.Table) -> pa.Array | list[str]:
-        """``_cdc_chunk`` for every row of ``data`` (vectorised for integer chunk keys)."""
+        """``_cdc_chunk`` for every row of ``data`` (vectorised for integer chunk keys): the chunk key's
+        text, after the shard's tag in a routed table."""
         column = data.column(self.chunk_key)
+        tag = self.target.tag
         if pa.types.is_integer(column.type) and not self.ordering.needs_database:
-            return encode_int_sort_keys(column.combine_chunks())  # integers (and TIME as microseconds)
+            texts = encode_int_sort_keys(column.combine_chunks())  # integers (and TIME as microseconds)
+            return pc.binary_join_element_wise(tag, texts, "") if tag else texts
         keys = column_values(data, self.schema, self.chunk_key)
-        return [encode_sort_key(k) for k in self.ordering.sort_keys(keys)]
+        return [tag + encode_sort_key(k) for k in self.ordering.sort_keys(keys)]
 
     def split_range(self, split: SnapshotSplit) -> tuple[str | None, str | None]:
         """The split's key range as a range of ``_cdc_chunk``."""
         start, end = self.ordering.sort_keys([split.start, split.end])
-        return (None if start is None else encode_sort_key(start), None if end is None else encode_sort_key(end))
+        return self.target.bounds(None if start is None else encode_sort_key(start),
+                                  None if end is None else encode_sort_key(end))
 
     def write_split(self, finished: FinishedSplit, rows: Sequence[dict]) -> None:
         """Replace exactly the split's key range by its rows as of the high watermark (idempotent)."""
@@ -100,7 +113,7 @@ class SinkWriter:
         most once (False: its position was committed already)."""
         def write() -> None:
             start, end = self.split_range(finished.split)
-            self.sink.replace_range(self.schema.table_id, start, end, self.stamped(data, finished.high_watermark),
+            self.sink.replace_range(self.target.table_id, start, end, self.stamped(data, finished.high_watermark),
                                     commit=commit)
 
         if commit is None:
@@ -116,11 +129,11 @@ class SinkWriter:
     def truncate_before(self, offset: BinlogOffset, timestamp_ms: int, *, app_id: str, batch_id: int,
                         changelog: bool = False) -> bool:
         """A TRUNCATE at ``offset``: remove the rows older than it (a split read after it keeps its rows)."""
-        commit = StreamCommit(app_id, batch_id, ddl_position(offset))
-        table_id = self.schema.table_id
+        commit = self.commit(app_id, batch_id, ddl_position(offset))
+        table_id = self.target.table_id
         if changelog:
-            self._once(commit, lambda: self.sink.append_changelog(table_id, truncation_changelog(offset, timestamp_ms),
-                                                                  commit=commit), changelog=True)
+            self._once(commit, lambda: self.sink.append_changelog(
+                table_id, self._logged(truncation_changelog(offset, timestamp_ms)), commit=commit), changelog=True)
         return self._once(commit, lambda: self.sink.truncate_before(table_id, offset.version, commit=commit))
 
     def fill_before(self, offset: BinlogOffset, values: dict[str, Any], *, app_id: str, batch_id: int) -> bool:
@@ -128,9 +141,13 @@ class SinkWriter:
         as the source reads them), typed like the sink's columns; once per position."""
         typed = rows_to_data_table(self.schema, [values])
         scalars = {name: typed.column(name)[0] for name in values}
-        commit = StreamCommit(app_id, batch_id, ddl_position(offset))
-        return self._once(commit, lambda: self.sink.fill_before(self.schema.table_id, scalars, offset.version,
+        commit = self.commit(app_id, batch_id, ddl_position(offset))
+        return self._once(commit, lambda: self.sink.fill_before(self.target.table_id, scalars, offset.version,
                                                                commit=commit))
+
+    def _logged(self, rows: pa.Table) -> pa.Table:
+        """Changelog rows of this writer's table, with the shard's source names in a routed table."""
+        return with_source(rows, self.schema.table_id) if self.target.shard else rows
 
     @functools.cached_property
     def data_schema(self) -> pa.Schema:
@@ -150,13 +167,14 @@ class SinkWriter:
         table refuses never reach its changelog); returns how many were merged."""
         new = changes_after(changes, self.applied())
         if new.num_rows:
-            commit = StreamCommit(app_id, batch_id, position_at(new, new.num_rows - 1))
+            commit = self.commit(app_id, batch_id, position_at(new, new.num_rows - 1))
             self._once(commit, lambda: self.sink.merge_changes(self.schema, self.changes_table(new), commit=commit))
         if changelog:
             logged = changes_after(changes, self.applied(changelog=True))
             if logged.num_rows:
-                commit = StreamCommit(app_id, batch_id, position_at(logged, logged.num_rows - 1))
-                self._once(commit, lambda: self.sink.append_changelog(self.schema.table_id, changelog_rows(logged),
+                commit = self.commit(app_id, batch_id, position_at(logged, logged.num_rows - 1))
+                self._once(commit, lambda: self.sink.append_changelog(self.target.table_id,
+                                                                      self._logged(changelog_rows(logged)),
                                                                       commit=commit), changelog=True)
         return new.num_rows
 

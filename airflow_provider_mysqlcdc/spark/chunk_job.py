@@ -91,10 +91,11 @@ class PartitionFiles:
         sink = open_sink(self.sink_root)
         ordering = KeyOrdering(schema.column(self.chunk_key), source.connect)
         try:
-            stamped = SinkWriter(sink, schema, self.chunk_key, ordering).stamped(rows, low.in_epoch(self.epoch))
+            writer = SinkWriter(sink, schema, self.chunk_key, ordering)
+            stamped = writer.stamped(rows, low.in_epoch(self.epoch))
         finally:
             ordering.close()
-        return write_data_file(sink.table_uri(schema.table_id), stamped, self.file_schema,
+        return write_data_file(sink.table_uri(writer.target.table_id), stamped, self.file_schema,
                                prefix=f"{self.prefix}-{part.index}")
 
 
@@ -251,7 +252,7 @@ class _SplitJob:
         """The executors write the partitions' data files; the driver rewrites the files the window's
         changes touch and commits the split's files in one Delta commit."""
         sink = self.writer.sink
-        uri = sink.table_uri(self.schema.table_id)
+        uri = sink.table_uri(self.writer.target.table_id)
         epoch = self._epoch()
         files = PartitionFiles(sink.root, file_schema, split.chunk_key, epoch, prefix=f"chunk-{split.index}")
         started = time.monotonic()
@@ -271,7 +272,7 @@ class _SplitJob:
                 commit.append(write_data_file(uri, self.writer.stamped(rows, high), file_schema,
                                               prefix=f"chunk-{split.index}-merged"))
         start, end = self.writer.split_range(split)
-        sink.commit_range(self.schema.table_id, start, end, commit, file_schema=file_schema)
+        sink.commit_range(self.writer.target.table_id, start, end, commit, file_schema=file_schema)
         for i in touched:  # never committed: nothing reads them
             delete_data_file(uri, written[i].path)
         log.info("chunk job %s: split %d: partitions read and written by the executors in %.1fs, window read in "

@@ -38,8 +38,9 @@ from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.progress import StreamBatchProgress
 from airflow_provider_mysqlcdc.protocol.registry import Generation
 from airflow_provider_mysqlcdc.sinks.arrow_rows import conform_to, merge_changes_into_table
-from airflow_provider_mysqlcdc.sinks.base import Sink, StreamCommit
+from airflow_provider_mysqlcdc.sinks.base import Sink
 from airflow_provider_mysqlcdc.sinks.change_columns import TableChanges, changes_before, conform_changes, offset_at
+from airflow_provider_mysqlcdc.sinks.routing import sink_target
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_table_changes, staged_position
 from airflow_provider_mysqlcdc.state.drift import Drift, read_drift
 from airflow_provider_mysqlcdc.state.generations import first_high_watermark
@@ -169,7 +170,7 @@ class BatchApplier(SchemaChangeRules):
         """The table's writer of ``schema``; under ``schema_changes="ignore"`` only of the columns its sink
         table has (one that exists, and is not being replaced by a whole re-snapshot)."""
         if self.job.schema_changes == "ignore" and not replace:
-            present = set(self.sink.column_names(schema.table_id))
+            present = set(self.sink.column_names(sink_target(schema).table_id))
             if present:
                 schema = schema.keeping(present)
         try:
@@ -239,7 +240,7 @@ class BatchApplier(SchemaChangeRules):
                      "no longer captured" if table_id in self.removed else f"frozen from {since}")
             return
         writer = self._writer(table_id)
-        commit = StreamCommit(self.job.app_id, version, staged_position(staged.as_of, sequence))
+        commit = writer.commit(self.job.app_id, version, staged_position(staged.as_of, sequence))
         if writer.is_applied(commit.position):  # its file may be gone already (state/cleanup.py)
             log.info("staged split %s was applied before a restart", staged.split.split.split_id)
             return

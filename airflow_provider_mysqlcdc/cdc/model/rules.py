@@ -6,7 +6,8 @@ replace the value of some by a keyed hash (``hash``), cut it to its first n char
 (``truncate``), or NULL (``null``). Names are compared without case, as MySQL compares column
 names. The rule is by name, not by position: a column a DDL adds later is kept or not, masked or
 not, by the same rule. ``where``: a row filter (cdc/records/row_filter.py); only the rows it keeps
-reach the sink.
+reach the sink. ``route``: the table is one shard of a sink table that several source tables write
+into (sinks/routing.py), instead of a sink table of its own.
 
 Plain data (it travels in plans, job files and the registry); cdc/source/rules.py reads rules
 from a pipeline's settings and applies them to a schema, cdc/records/table_rows.py to rows.
@@ -19,6 +20,27 @@ from typing import Any
 
 
 @dataclass(frozen=True)
+class Route:
+    """The sink table a shard writes into (``database``, ``table``: the sink's names, not a source
+    table's), and whether the shards' row keys are unique across them all (``global_key``) or only
+    within each shard, so that the shard's source names join the key."""
+
+    database: str
+    table: str
+    global_key: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"database": self.database, "table": self.table, "global_key": self.global_key}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Route":
+        return cls(data["database"], data["table"], bool(data.get("global_key", False)))
+
+    def __str__(self) -> str:
+        return f"{self.database}.{self.table}" + (" (key unique across shards)" if self.global_key else "")
+
+
+@dataclass(frozen=True)
 class TableRule:
     include: tuple[str, ...] | None = None  # None: every column
     exclude: tuple[str, ...] = ()
@@ -27,6 +49,8 @@ class TableRule:
     null: tuple[str, ...] = ()
     #: the row filter's text (None: every row)
     where: str | None = None
+    #: the sink table this table is a shard of (None: a sink table of its own)
+    route: Route | None = None
 
     def __post_init__(self) -> None:
         for name in ("exclude", "hash", "null"):
@@ -64,6 +88,11 @@ class TableRule:
         return bool(self.hash)
 
     @property
+    def acts_on_rows(self) -> bool:
+        """Whether the rule changes or filters rows (else it only routes them)."""
+        return self.masks_or_leaves_out or self.where is not None
+
+    @property
     def masks_or_leaves_out(self) -> bool:
         """Whether the rule does anything to the columns (else it only filters rows)."""
         return self.include is not None or bool(self.exclude or self.masked)
@@ -75,6 +104,8 @@ class TableRule:
             data["include"] = list(self.include)
         if self.where is not None:
             data["where"] = self.where
+        if self.route is not None:
+            data["route"] = self.route.to_dict()
         return data
 
     @classmethod
@@ -82,7 +113,8 @@ class TableRule:
         include = data.get("include")
         return cls(None if include is None else tuple(include), tuple(data.get("exclude", ())),
                    tuple(data.get("hash", ())), tuple((n, int(k)) for n, k in data.get("truncate", {}).items()),
-                   tuple(data.get("null", ())), data.get("where"))
+                   tuple(data.get("null", ())), data.get("where"),
+                   None if data.get("route") is None else Route.from_dict(data["route"]))
 
     def __str__(self) -> str:
         parts = []
@@ -95,6 +127,8 @@ class TableRule:
             parts.append("truncate " + ", ".join(f"{n} to {k}" for n, k in self.truncate))
         if self.where is not None:
             parts.append(f"rows where {self.where}")
+        if self.route is not None:
+            parts.append(f"into {self.route}")
         return "; ".join(parts) or "every column as it is"
 
 

@@ -32,8 +32,8 @@ class RowRules:
 
     @classmethod
     def of(cls, schema: TableSchema, salt: Callable[[], str]) -> "RowRules | None":
-        if schema.table_rule is None:
-            return None
+        if schema.table_rule is None or not schema.table_rule.acts_on_rows:
+            return None  # a rule that only routes the rows leaves them as they are
         return cls(schema, ColumnMasks.of(schema, salt) if schema.table_rule.masks_or_leaves_out else None)
 
     @cached_property

@@ -1,0 +1,196 @@
+"""Two source tables routed into one sink table (sinks/routing.py), on a real Delta table on local
+disk: the shards hold the same key values, and whatever is written for one shard (a split, data
+files, a TRUNCATE, a column's default, a merge, a stream's position, its changelog) leaves the
+other shard's rows as they were."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError
+from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, Operation
+from airflow_provider_mysqlcdc.cdc.model.rules import Route, TableRule
+from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
+from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering, encode_sort_key
+from airflow_provider_mysqlcdc.cdc.records.table_rows import RowRules
+from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
+from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SUFFIX
+from airflow_provider_mysqlcdc.sinks.data_files import write_data_file
+from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.sinks.routing import SHARD_COLUMNS, shard_bounds, shard_id, sink_target
+from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_change_batch
+
+A, B = TableId("shop_1", "orders"), TableId("shop_2", "orders")
+ROUTE = Route("shop", "orders")
+SINK = TableId("shop", "orders")
+ID = Column("id", "int", "int(11)", False)
+V = Column("v", "varchar", "varchar(20)", True, charset="utf8mb4", collation="utf8mb4_bin")
+AT = BinlogOffset("mysql-bin.000001", 100)
+MIDDLE, LATER = BinlogOffset("mysql-bin.000001", 300), BinlogOffset("mysql-bin.000001", 500)
+
+
+def shard_schema(table_id: TableId, *extra: Column, route: Route = ROUTE) -> TableSchema:
+    return TableSchema(table_id, (ID, V, *extra), ("id",), table_rule=TableRule(route=route))
+
+
+@pytest.fixture
+def sink(tmp_path) -> DeltaSink:
+    return DeltaSink(str(tmp_path / "lake"))
+
+
+def writer_of(sink: DeltaSink, table_id: TableId, *extra: Column) -> SinkWriter:
+    schema = shard_schema(table_id, *extra)
+    sink.prepare(schema)
+    return SinkWriter(sink, schema, "id", KeyOrdering(ID))
+
+
+def snapshot(writer: SinkWriter, ids: range, value: str, start: int | None = None, end: int | None = None) -> None:
+    """One split ``[start, end)`` of the writer's shard, holding ``ids``."""
+    split = SnapshotSplit(writer.schema.table_id, 0, "id", start, end)
+    writer.write_split(FinishedSplit(split, AT), [{"id": i, "v": value} for i in ids])
+
+
+def held(sink: DeltaSink) -> dict[tuple[str, int], str | None]:
+    """The sink table's rows: (source database, id) to v."""
+    rows = DeltaTable(sink.table_uri(SINK)).to_pyarrow_table().to_pylist()
+    assert len({(r["_cdc_source_database"], r["id"]) for r in rows}) == len(rows), "a shard's key twice"
+    return {(r["_cdc_source_database"], r["id"]): r["v"] for r in rows}
+
+
+def both(sink: DeltaSink) -> tuple[SinkWriter, SinkWriter]:
+    """Shards A and B in one sink table, each holding ids 1-5 ("a" and "b")."""
+    a, b = writer_of(sink, A), writer_of(sink, B)
+    snapshot(a, range(1, 6), "a")
+    snapshot(b, range(1, 6), "b")
+    return a, b
+
+
+def test_both_shards_land_in_the_one_sink_table_with_their_source_names_and_tagged_chunks(sink):
+    both(sink)
+    table = DeltaTable(sink.table_uri(SINK)).to_pyarrow_table()
+    assert table.num_rows == 10
+    assert {tuple(r[c] for c in SHARD_COLUMNS) for r in table.to_pylist()} == {("shop_1", "orders"), ("shop_2", "orders")}
+    for row in table.to_pylist():
+        source = TableId(row["_cdc_source_database"], row["_cdc_source_table"])
+        assert row["_cdc_chunk"] == shard_id(source) + "." + encode_sort_key(row["id"])
+    fields = pa.schema(DeltaTable(sink.table_uri(SINK)).schema().to_arrow())
+    assert not any(fields.field(name).nullable for name in SHARD_COLUMNS)
+
+
+def test_a_whole_table_split_of_one_shard_replaces_only_its_rows(sink):
+    a, _ = both(sink)
+    snapshot(a, range(3, 5), "a2")  # an open split (start and end None): the shard's whole table
+    assert held(sink) == {**{("shop_2", i): "b" for i in range(1, 6)}, ("shop_1", 3): "a2", ("shop_1", 4): "a2"}
+
+
+def test_a_split_range_of_one_shard_replaces_only_its_rows_in_that_range(sink):
+    a, _ = both(sink)
+    snapshot(a, [2], "a2", start=2, end=4)  # id 3 is gone from shard A's range [2, 4)
+    expected = {**{("shop_1", i): "a" for i in (1, 4, 5)}, ("shop_1", 2): "a2", **{("shop_2", i): "b" for i in range(1, 6)}}
+    assert held(sink) == expected
+
+
+def test_a_range_commit_of_data_files_of_one_shard_keeps_the_other_shards_files(sink):
+    a, _ = both(sink)
+    uri = sink.table_uri(SINK)
+    file_schema = sink.file_schema(a.schema)
+    assert file_schema is not None
+    data = a.stamped(pa.table({"id": pa.array([7, 8], pa.int32()), "v": ["a3", "a3"]}), AT)
+    files = [write_data_file(uri, data, file_schema, prefix="test")]
+    start, end = a.split_range(SnapshotSplit(A, 0, "id"))
+    sink.commit_range(SINK, start, end, files, file_schema=file_schema)
+    assert held(sink) == {("shop_1", 7): "a3", ("shop_1", 8): "a3", **{("shop_2", i): "b" for i in range(1, 6)}}
+
+
+def test_a_truncate_of_one_shard_removes_only_its_rows(sink):
+    a, _ = both(sink)
+    assert a.truncate_before(LATER, 0, app_id="test", batch_id=1)
+    assert held(sink) == {("shop_2", i): "b" for i in range(1, 6)}
+
+
+def test_a_default_filled_in_one_shard_fills_only_its_rows(sink):
+    w = Column("w", "int", "int(11)", True)
+    a, _ = both(sink)
+    a = writer_of(sink, A, w)
+    assert a.fill_before(LATER, {"w": 7}, app_id="test", batch_id=1)
+    rows = DeltaTable(sink.table_uri(SINK)).to_pyarrow_table().to_pylist()
+    assert {(r["_cdc_source_database"], r["w"]) for r in rows} == {("shop_1", 7), ("shop_2", None)}
+
+
+def test_a_merge_of_one_shard_never_touches_the_same_key_in_another(sink):
+    """Even where one data file holds both shards' rows (clustering joins small files), so that the
+    files a merge reads hold the other shard's keys too."""
+    a, b = both(sink)
+    assert sink.cluster(SINK) is not None
+    assert len(DeltaTable(sink.table_uri(SINK)).file_uris()) == 1
+    changes = [ChangeRecord(Operation.UPDATE, A, {"id": 1, "v": "a"}, {"id": 1, "v": "a1"}, LATER),
+               ChangeRecord(Operation.DELETE, A, {"id": 2, "v": "a"}, None, LATER, 1),
+               ChangeRecord(Operation.CREATE, A, None, {"id": 9, "v": "a9"}, LATER, 2)]
+    apply_change_batch({A: a, B: b}, changes, app_id="test", batch_id=1)
+    expected = {("shop_1", 1): "a1", **{("shop_1", i): "a" for i in (3, 4, 5)}, ("shop_1", 9): "a9",
+                **{("shop_2", i): "b" for i in range(1, 6)}}
+    assert held(sink) == expected
+
+
+def test_each_shard_applies_the_changes_after_its_own_position(sink):
+    """Shard A committed a later position than B's changes of a replayed batch: B's still apply
+    (one position for the sink table would skip them as applied)."""
+    a, b = both(sink)
+    apply_change_batch({A: a}, [ChangeRecord(Operation.UPDATE, A, {"id": 1, "v": "a"}, {"id": 1, "v": "a1"}, LATER)],
+                       app_id="test", batch_id=2)
+    fresh_a, fresh_b = writer_of(sink, A), writer_of(sink, B)  # a restarted stream: positions read from the sink
+    assert fresh_a.applied() is not None and fresh_b.applied() is None
+    merged = apply_change_batch({A: fresh_a, B: fresh_b},
+                                [ChangeRecord(Operation.UPDATE, B, {"id": 1, "v": "b"}, {"id": 1, "v": "b1"}, MIDDLE),
+                                 ChangeRecord(Operation.UPDATE, A, {"id": 1, "v": "a1"}, {"id": 1, "v": "a2"}, LATER)],
+                                app_id="test", batch_id=2)
+    assert merged == {B: 1}
+    assert held(sink)[("shop_2", 1)] == "b1" and held(sink)[("shop_1", 1)] == "a1"
+
+
+def test_the_changelog_of_a_routed_table_names_each_changes_source(sink):
+    a, b = both(sink)
+    apply_change_batch({A: a, B: b}, [ChangeRecord(Operation.UPDATE, A, {"id": 1, "v": "a"}, {"id": 1, "v": "a1"}, AT),
+                                      ChangeRecord(Operation.DELETE, B, {"id": 2, "v": "b"}, None, LATER)],
+                       app_id="test", batch_id=1, changelog=True)
+    assert b.truncate_before(BinlogOffset("mysql-bin.000001", 900), 0, app_id="test", batch_id=2, changelog=True)
+    log = DeltaTable(sink.table_uri(SINK) + CHANGELOG_SUFFIX).to_pyarrow_table().to_pylist()
+    assert sorted((r["op"], r["source_database"], r["source_table"]) for r in log) == [
+        ("d", "shop_2", "orders"), ("t", "shop_2", "orders"), ("u", "shop_1", "orders")]
+    assert sink.applied_position(SINK, changelog=True, shard=shard_id(A)) is not None
+
+
+def test_a_routed_tables_schema_is_never_replaced_by_one_shard(sink):
+    both(sink)
+    with pytest.raises(SchemaChangedError, match="shard of shop.orders"):
+        sink.replace_schema(shard_schema(A))
+    assert len(held(sink)) == 10
+
+
+def test_a_shards_range_holds_every_key_of_its_own_and_none_of_another_shard():
+    keys = [encode_sort_key(k) for k in (-2**63, -1, 0, 1, 2**63 - 1, b"", b"\xff" * 8, 1.5)]
+    for mine, other in ((A, B), (B, A)):
+        low, high = shard_bounds(shard_id(mine))
+        for key in keys:
+            assert low <= shard_id(mine) + "." + key < high
+            assert not low <= shard_id(other) + "." + key < high
+
+
+def test_a_table_that_is_not_routed_writes_its_own_sink_table_without_a_tag():
+    schema = TableSchema(A, (ID, V), ("id",), table_rule=TableRule(exclude=("v",)))
+    target = sink_target(schema)
+    assert (target.table_id, target.shard, target.tag) == (A, "", "")
+    assert target.bounds("01", None) == ("01", None)
+
+
+def test_a_rule_that_only_routes_leaves_the_rows_as_they_are():
+    assert RowRules.of(shard_schema(A), salt=lambda: "") is None
+
+
+def test_a_route_travels_with_its_rule():
+    rule = TableRule(exclude=("v",), route=Route("shop", "orders", global_key=True))
+    assert TableRule.from_dict(rule.to_dict()) == rule
+    assert "into shop.orders (key unique across shards)" in str(rule)
