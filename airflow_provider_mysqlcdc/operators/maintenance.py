@@ -35,6 +35,7 @@ from airflow_provider_mysqlcdc.protocol.maintenance import (
     MaintenanceRequest,
 )
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
+from airflow_provider_mysqlcdc.sinks.routing import sink_table_id
 from airflow_provider_mysqlcdc.state.lease import StreamLeases
 from airflow_provider_mysqlcdc.state.maintenance import MaintenanceRequests, new_request_id
 from airflow_provider_mysqlcdc.state.registry import PipelineState
@@ -93,11 +94,15 @@ class MySqlCdcMaintenanceOperator(BaseOperator):
         tables = [TableId.parse(t) for t in self.tables or ()]
         open_object_store(self.aws_conn_id)  # installed before the state location and the lake are touched
         state = PipelineState(self.state_location)
-        captured = sorted(state.load(state.latest_number()).tables)
-        unknown = sorted(set(tables) - set(captured))
+        registered = state.load(state.latest_number()).tables
+        captured = sorted(registered)
+        routed = {t: sink_table_id(t, c.table_rule) for t, c in registered.items()}
+        unknown = sorted(set(tables) - set(captured) - set(routed.values()))
         if unknown:
             raise ConfigurationError(f"The pipeline does not capture {', '.join(map(str, unknown))}: name tables it "
                                      f"captures ({', '.join(map(str, captured)) or 'none yet'}), or none for all.")
+        # a source table routed into a shared sink table: that sink table, once
+        tables = sorted({routed.get(t, t) for t in tables})
         lease = StreamLeases(state).current()
         if lease is not None and lease.live:
             self.log.info("a stream runs on the pipeline (%s): asking it to maintain the tables between two batches",
@@ -106,7 +111,7 @@ class MySqlCdcMaintenanceOperator(BaseOperator):
         else:
             report = None
         if report is None:
-            report = self._maintain_here(policy, tables or captured)
+            report = self._maintain_here(policy, tables or sorted(set(routed.values())))
         for table in report.tables:
             self.log.info("%s", table)
         self.log.info("maintenance (%s) done by %s in %.1fs", policy, report.done_by, report.seconds)

@@ -124,6 +124,8 @@ def row_key_columns(schema: TableSchema) -> list[str]:
 
 
 def arrow_schema(schema: TableSchema) -> pa.Schema:
+    """The sink table's columns for ``schema``. Only key columns are NOT NULL (but temporal ones:
+    ``zero_date_columns``), so that the rows of a routed table's shard that lacks a column hold NULL there."""
     zeros = zero_date_columns(schema)
     fields = [pa.field(c.name, arrow_type(c), nullable=c.nullable or c.name not in schema.key_columns
                        or c.name in zeros) for c in schema.columns]

@@ -16,6 +16,7 @@ is written exactly as it always was.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from airflow_provider_mysqlcdc.cdc.model.rules import Route, TableRule
@@ -72,7 +73,17 @@ class SinkTarget:
         return shard_bounds(self.shard, start, end) if self.shard else (start, end)
 
 
+def captured_target(table_id: TableId, rule: TableRule | None) -> SinkTarget:
+    """Where the rows of source table ``table_id`` land under ``rule``."""
+    return SinkTarget(sink_table_id(table_id, rule), table_id, None if rule is None else rule.route)
+
+
 def sink_target(schema: TableSchema) -> SinkTarget:
     """Where the rows of ``schema``'s table land, by its rule's route."""
-    route = None if schema.table_rule is None else schema.table_rule.route
-    return SinkTarget(sink_table_id(schema.table_id, schema.table_rule), schema.table_id, route)
+    return captured_target(schema.table_id, schema.table_rule)
+
+
+def sink_table_ids(tables: Iterable[tuple[TableId, TableRule | None]]) -> list[TableId]:
+    """The sink tables that source tables (each with its rule) write into, each once, sorted: what
+    upkeep and maintenance act on (a routed table once, not once per shard)."""
+    return sorted({sink_table_id(table_id, rule) for table_id, rule in tables})

@@ -47,6 +47,7 @@ from airflow_provider_mysqlcdc.protocol.progress import (
 from airflow_provider_mysqlcdc.protocol.results import StreamResult
 from airflow_provider_mysqlcdc.sinks.base import Sink
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
+from airflow_provider_mysqlcdc.sinks.routing import captured_target
 from airflow_provider_mysqlcdc.spark.batch_rows import batch_items, row_key, spill_urls
 from airflow_provider_mysqlcdc.spark.binlog_source import SOURCE_NAME, BinlogDataSource
 from airflow_provider_mysqlcdc.spark.connect import application_of, is_connect
@@ -117,7 +118,8 @@ class StreamBatchFunction:
         for folder in sorted({url.rsplit("/", 1)[0] for url in spilled}):
             remove_spill_folder(folder)
         self.applier.record_progress(batch_id, done, len(spilled), read_s, time.monotonic() - started)
-        self.upkeep.cluster_due(done.merged_tables - set(self.applier.frozen))
+        self.upkeep.cluster_due({w.target.table_id for t in done.merged_tables - set(self.applier.frozen)
+                                 if (w := self.applier.writers.get(t)) is not None})
 
     def maintain_idle(self) -> None:
         """From the driver's loop while the query waits for binlog (no batch runs): what
@@ -211,8 +213,9 @@ def refuse_positions_beyond_the_head(source: SourceConfig, state: PipelineState,
     """A sink table recorded past the server's binlog head was written from another binlog: the
     server's binlog was reset (RESET MASTER), restored, or this is another server."""
     head = source.run(ServerEpochs(state).head, "reading the binlog head")  # in its epoch: after a failover, later
-    for table_id in sorted(state.latest().tables):
-        position = sink.applied_position(table_id)
+    for table_id, captured in sorted(state.latest().tables.items()):
+        target = captured_target(table_id, captured.table_rule)
+        position = sink.applied_position(target.table_id, shard=target.shard)
         if position is not None and position[:2] > head.sort_key:
             raise binlog_changed_error(f"The sink table of {table_id} holds changes up to binlog file number "
                                        f"{position[0]} position {position[1]}, beyond the server's binlog head {head}")

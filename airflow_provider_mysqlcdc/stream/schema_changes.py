@@ -142,10 +142,12 @@ class SchemaChangeRules:
         still has (``_fill_added``); otherwise (an expression, generated, NOT NULL without DEFAULT)
         it is drift too: the sink has those rows with NULL there until they are read again."""
         committed = False
-        # the columns before: this stream's schema, or (first time it meets the table) the sink's
-        before = {t: set(self.writers[t].schema.column_names) if t in self.writers else
-                  set(self.sink.column_names(t)) - set(METADATA_COLUMNS) for t in altered}
+        # the columns before: this stream's schema, or (first time it meets the table) the sink's; a
+        # shard's sink table has every shard's columns, so there the schema the stream remembers
+        met = {t for t in altered if t in self.writers}
         old = {t: self._writer(t) for t in altered}  # the schema the table's changes so far were written under
+        before = {t: set(w.schema.column_names) if t in met or w.target.shard else
+                  set(self.sink.column_names(w.target.table_id)) - set(METADATA_COLUMNS) for t, w in old.items()}
         schemas = self.tables.current_schemas(altered)
         added = {c.table: c.added_columns for c in event.changes if c.kind is TableEventKind.ALTERED}
         for table_id, schema in zip(altered, schemas):

@@ -13,6 +13,7 @@ from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy, MaintenanceReport, TableMaintenance
 from airflow_provider_mysqlcdc.sinks.base import Sink
+from airflow_provider_mysqlcdc.sinks.routing import sink_table_id, sink_table_ids
 from airflow_provider_mysqlcdc.state.maintenance import MaintenanceRequests
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 
@@ -33,8 +34,8 @@ class StreamUpkeep:
         self.requests_seen_at = 0.0
 
     def cluster_due(self, tables: set[TableId]) -> None:
-        """Between two batches (no merge of this stream runs meanwhile), cluster the data files of
-        ``tables`` (those the batch merged into, not frozen), where ``cluster_after_files`` files need it."""
+        """Between two batches (no merge of this stream runs meanwhile), cluster the data files of sink
+        ``tables`` (those the batch merged into, of tables not frozen), where ``cluster_after_files`` files need it."""
         if not self.job.cluster_after_files or not tables:
             return
         self.fence()  # a stream another one took over stops here, as at the next batch
@@ -62,10 +63,12 @@ class StreamUpkeep:
         if not requests and not own:
             return
         self.fence()  # a stream another one took over touches nothing
-        captured = sorted(self.state.load(self.state.latest_number()).tables)
+        registered = self.state.load(self.state.latest_number()).tables
+        captured = sink_table_ids((t, c.table_rule) for t, c in registered.items())  # a routed table once
         for request in requests:
             wanted = set(request.tables)
-            tables = [t for t in captured if not wanted or t.quoted in wanted]
+            tables = sink_table_ids((t, c.table_rule) for t, c in registered.items()
+                                    if not wanted or t.quoted in wanted or sink_table_id(t, c.table_rule).quoted in wanted)
             log.info("maintenance asked by %s: %s of %d table(s)", request.requested_by, request.policy, len(tables))
             self.maintenance.answer(self._maintain(request.request_id, request.policy, tables))
         if own:
