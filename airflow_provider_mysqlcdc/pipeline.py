@@ -107,7 +107,8 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
                       columns: dict[str, Any] | None = None,
                       row_filters: dict[str, str] | None = None, heartbeat_interval_s: float | None = None,
                       heartbeat_query: str | None = None,
-                      snapshot_consistency: str = "exactly-once") -> dict[str, Any]:
+                      snapshot_consistency: str = "exactly-once",
+                      route: dict[str, Any] | None = None) -> dict[str, Any]:
     """Build the graph in the current DAG; ``tables_param`` adds the group for trigger-time tables;
     ``stream_limits`` (``max_batch_bytes``, ``max_batch_events``, ``max_apply_changes``,
     ``cluster_after_files``, ``maintenance_every_s``, ``vacuum_retention_hours``) go to the stream;
@@ -133,6 +134,8 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
     are masked (``include``/``exclude``, ``hash``, ``truncate``, ``null``; cdc/source/rules.py);
     ``row_filters`` maps one to a predicate its rows must satisfy (cdc/records/row_filter.py). Both
     are the DAG file's, not trigger-time params: whoever triggers a run cannot unmask a column.
+    ``route`` maps one to a sink table that every table it matches writes into (sharded tables into
+    one: ``{"shop_\\d+.orders": "shop.orders"}``; sinks/routing.py), a DAG-file setting too.
 
     Heartbeats: ``heartbeat_interval_s`` (default 30) and ``heartbeat_query`` go to the stream
     (operators/stream.py, stream/heartbeat.py).
@@ -142,7 +145,7 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
     snapshot already had (operators/snapshot.py, docs/cdc-semantics.md)."""
     for entry in [*tables, *exclude_tables]:  # a malformed entry fails the DAG when it is parsed
         parse_entry(entry)
-    TableRules.parse(columns, row_filters)  # and so does a malformed rule or filter
+    TableRules.parse(columns, row_filters, route)  # and so does a malformed rule, filter or route
     check_snapshot_consistency(snapshot_consistency)  # and an unknown consistency (mapped tasks check late)
     spark: dict[str, Any] = dict(spark_master=spark_master, spark_conn_id=spark_conn_id, spark_conf=spark_conf, aws_conn_id=aws_conn_id)
     state = f"{state_dir.rstrip('/')}/{{{{ dag.dag_id }}}}"
@@ -152,7 +155,7 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
         chunk_rows=_param("chunk_rows", chunk_rows), chunk_key_columns=_param("chunk_key_columns", {}),
         startup_mode=_param("startup_mode", "initial"), start_offset=_param("start_offset", None),
         start_time=_param("start_time", None),
-        resnapshot=_param("resnapshot", None), aws_conn_id=aws_conn_id, columns=columns, row_filters=row_filters,
+        resnapshot=_param("resnapshot", None), aws_conn_id=aws_conn_id, columns=columns, row_filters=row_filters, route=route,
         exclude_tables=_param("exclude_tables", list(exclude_tables) or None))
     groups: list[tuple[str, Any, list[str]]] = [(group_id_for(t), [t], _precedence(list(tables), i))
                                                 for i, t in enumerate(tables)]

@@ -104,12 +104,21 @@ def replay(source: SourceConfig, schemas: Mapping[TableId, TableSchema],
 
 
 def sink_rows(lake: object, schema: TableSchema, storage_options: dict[str, str] | None = None) -> Rows:
-    """A Delta table's rows by key; a key present twice fails (a dict would hide it).
-    ``storage_options``: delta-rs's, for a lake on an object store."""
-    from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_to_rows
-    from airflow_provider_mysqlcdc.sinks.factory import open_sink
+    """A Delta table's rows by key; a key present twice fails (a dict would hide it). Of a shard of a
+    routed table (sinks/routing.py): the rows of that shard. ``storage_options``: delta-rs's, for a
+    lake on an object store."""
+    import pyarrow.compute as pc
 
-    rows = arrow_to_rows(open_sink(str(lake), storage_options).read(schema.table_id), schema)
+    from airflow_provider_mysqlcdc.sinks.arrow_rows import SHARD_COLUMNS, arrow_to_rows
+    from airflow_provider_mysqlcdc.sinks.factory import open_sink
+    from airflow_provider_mysqlcdc.sinks.routing import sink_target
+
+    target = sink_target(schema)
+    table = open_sink(str(lake), storage_options).read(target.table_id)
+    if target.shard:
+        database, name = (table.column(c) for c in SHARD_COLUMNS)
+        table = table.filter(pc.and_(pc.equal(database, schema.table_id.database), pc.equal(name, schema.table_id.table)))
+    rows = arrow_to_rows(table, schema)
     by_key = {schema.key_of(r): r for r in rows}
     if len(by_key) != len(rows):
         raise AssertionError(f"{schema.table_id}: {len(rows) - len(by_key)} duplicated key(s) in Delta")

@@ -50,5 +50,6 @@ with DAG(
         aws_conn_id=os.environ.get("MYSQLCDC_AWS_CONN_ID") or None,
         columns=json.loads(os.environ.get("MYSQLCDC_COLUMNS") or "null"),
         row_filters=json.loads(os.environ.get("MYSQLCDC_ROW_FILTERS") or "null"),
+        route=json.loads(os.environ.get("MYSQLCDC_ROUTE") or "null"),
         snapshot_consistency=os.environ.get("MYSQLCDC_SNAPSHOT_CONSISTENCY") or "exactly-once",
     )

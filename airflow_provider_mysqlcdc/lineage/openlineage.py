@@ -22,7 +22,6 @@ import os
 import urllib.parse
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from airflow.providers.common.compat.openlineage.facet import (
     ColumnLineageDatasetFacet,
@@ -41,6 +40,7 @@ from openlineage.client.generated.column_lineage_dataset import Transformation
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_schema
 from airflow_provider_mysqlcdc.sinks.data_files import CHUNK_COLUMN
+from airflow_provider_mysqlcdc.sinks.routing import sink_table_id
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
 
@@ -76,17 +76,23 @@ def sink_dataset_name(sink_root: str, table_id: TableId) -> tuple[str, str]:
 
 
 def pipeline_lineage(*, host: str, port: int, sink_root: str, tables: Iterable[LineageTable]) -> OperatorLineage:
-    """The task's inputs (source tables) and outputs (Delta tables)."""
-    inputs, outputs = [], []
+    """The task's inputs (source tables) and outputs (Delta tables: one per routed table, whatever
+    its shards, with their rows summed and the column lineage of the first)."""
+    inputs: list[InputDataset] = []
+    facets: dict[tuple[str, str], dict] = {}  # per sink dataset, in the order first met
+    rows: dict[tuple[str, str], int | None] = {}
     for table in sorted(tables, key=lambda t: t.table_id):
         source = InputDataset(namespace=source_namespace(host, port), name=f"{table.table_id.database}."
                               f"{table.table_id.table}", facets=_source_facets(table.schema))
-        namespace, name = sink_dataset_name(sink_root, table.table_id)
-        statistics: dict[str, Any] = {} if table.rows is None else {"outputStatistics": OutputStatisticsOutputDatasetFacet(
-            rowCount=table.rows)}
-        outputs.append(OutputDataset(namespace=namespace, name=name, facets=_sink_facets(table, source),
-                                     outputFacets=statistics))
         inputs.append(source)
+        sink = sink_dataset_name(sink_root, sink_table_id(table.table_id, table.schema.table_rule if table.schema else None))
+        if sink not in facets:
+            facets[sink], rows[sink] = _sink_facets(table, source), table.rows
+        elif table.rows is not None:  # another shard of a routed table
+            rows[sink] = (rows[sink] or 0) + table.rows
+    outputs = [OutputDataset(namespace=namespace, name=name, facets=facets[(namespace, name)], outputFacets={} if (
+        count := rows[(namespace, name)]) is None else {"outputStatistics": OutputStatisticsOutputDatasetFacet(
+            rowCount=count)}) for namespace, name in facets]
     return OperatorLineage(inputs=inputs, outputs=outputs)
 
 

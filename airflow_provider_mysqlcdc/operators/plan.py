@@ -89,6 +89,11 @@ class MySqlCdcPlanOperator(BaseOperator):
     :param row_filters: per table name or pattern, a predicate its rows must satisfy to reach the
         sink (``{"shop.orders": "status IN ('paid', 'shipped') AND amount > 10"}``; the language:
         cdc/records/row_filter.py); a table whose filter changes is re-snapshotted whole
+    :param route: per table name or pattern, a sink table shared by every table it matches (Flink
+        CDC's ``route``): ``{"shop_\\d+.orders": "shop.orders"}``, or ``{"sink": ..., "key":
+        "global"}`` when the row keys are unique across those tables (cdc/source/rules.py,
+        sinks/routing.py); the shards' keys must agree; a table whose route changes is re-snapshotted
+        whole into its new sink table
     :param unset_covers_captured_except: see above
     :param leave_to_other_groups: names and patterns of the run's other groups that take precedence: a
         table this group's patterns (or trigger-time tables) match that they also cover is theirs, so
@@ -105,7 +110,7 @@ class MySqlCdcPlanOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("tables", "exclude_tables", "state_location", "split_rows", "chunk_rows",
                                       "chunk_key_columns", "startup_mode", "start_offset", "start_time", "resnapshot",
-                                      "run_tables", "columns", "row_filters")
+                                      "run_tables", "columns", "row_filters", "route")
 
     def __init__(self, *, tables: Any, exclude_tables: Any = None, state_location: str | None = None,
                  state: str | None = None,
@@ -116,10 +121,11 @@ class MySqlCdcPlanOperator(BaseOperator):
                  unset_covers_captured_except: Sequence[str] | None = None,
                  leave_to_other_groups: Sequence[str] | None = None, aws_conn_id: str | None = None,
                  run_tables: dict[str, Any] | None = None, columns: Any = None, row_filters: Any = None,
-                 **kwargs: Any) -> None:
+                 route: Any = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.columns = columns
         self.row_filters = row_filters
+        self.route = route
         self.run_tables = run_tables
         self.aws_conn_id = aws_conn_id
         self.unset_covers_captured_except = unset_covers_captured_except
@@ -193,7 +199,7 @@ class MySqlCdcPlanOperator(BaseOperator):
                                   startup_mode=native(self.startup_mode), start_offset=native(self.start_offset),
                                   start_time=native(self.start_time),
                                   resnapshot=native(self.resnapshot), columns=native(self.columns),
-                                  row_filters=native(self.row_filters))
+                                  row_filters=native(self.row_filters), route=native(self.route))
 
     def _refuse_overlapping_runs(self, context: Context) -> None:
         """Runs of one pipeline share its registry and must not overlap. The builder requires

@@ -27,6 +27,7 @@ from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob, check_snapshot_con
 from airflow_provider_mysqlcdc.protocol.plans import ChunkPlan
 from airflow_provider_mysqlcdc.protocol.progress import ChunkProgress, RunPlanProgress
 from airflow_provider_mysqlcdc.protocol.results import ChunkResult
+from airflow_provider_mysqlcdc.sinks.routing import sink_table_id
 from airflow_provider_mysqlcdc.state.registry import PipelineState, run_folder
 
 
@@ -86,7 +87,8 @@ class MySqlCdcSnapshotOperator(MySqlCdcSparkJobOperator):
         if stage_to is None:  # written to the sink table now (staged rows change it when the stream applies them)
             self._rows_written = result.rows
             emit_table_events(self.outlets, context, self.sink_root, [TableChanged(
-                table_id, "snapshot", result.rows, result.high_watermark, state.latest_number())])
+                sink_table_id(table_id, chunk.table_rule), "snapshot", result.rows, result.high_watermark,
+                state.latest_number())])
         return encode(result)
 
     def _chunk(self) -> ChunkPlan:

@@ -38,6 +38,7 @@ from airflow_provider_mysqlcdc.protocol.actions import StreamMode
 from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob, check_heartbeat, check_schema_change_policy
 from airflow_provider_mysqlcdc.protocol.results import DetachedStreamRef, StreamPhase, StreamResult, StreamStatus
+from airflow_provider_mysqlcdc.sinks.routing import sink_table_id
 from airflow_provider_mysqlcdc.spark.report import ReportWatcher
 from airflow_provider_mysqlcdc.spark.supervision import DetachedStream, wait_for_a_stopping_stream
 from airflow_provider_mysqlcdc.state.registry import PipelineState
@@ -279,9 +280,15 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
                       result.end_offset or "-")
         self._result = result
         end = result.end_offset
+        captured = PipelineState(self.state_location).latest().tables
+        changed: dict[TableId, int] = {}  # per sink table: a routed table's shards summed
+        for table, rows in result.table_changes.items():
+            table_id = TableId.parse(table)
+            sink = sink_table_id(table_id, captured[table_id].table_rule if table_id in captured else None)
+            changed[sink] = changed.get(sink, 0) + rows
         emit_table_events(self.outlets, context, self.sink_root, [
-            TableChanged(TableId.parse(table), "stream", rows, end.offset if end else None, end.generation if end else 0)
-            for table, rows in sorted(result.table_changes.items())])
+            TableChanged(table_id, "stream", rows, end.offset if end else None, end.generation if end else 0)
+            for table_id, rows in sorted(changed.items())])
         return encode(result)
 
     def get_openlineage_facets_on_start(self) -> Any:

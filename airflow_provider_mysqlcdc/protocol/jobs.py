@@ -91,7 +91,7 @@ class _JobFile:
 class ChunkJob(_JobFile):
     """One spark-submit of the chunk job (spark/chunk_job.py): read ``splits`` of ``table``."""
 
-    FORMAT: ClassVar[RecordFormat] = RecordFormat("chunk-job", 3)  # 2: table_rule; 3: snapshot_consistency
+    FORMAT: ClassVar[RecordFormat] = RecordFormat("chunk-job", 4)  # 2: table_rule; 3: snapshot_consistency; 4: TableRule.route
 
     table: str  # db.table
     splits: list[SnapshotSplit]

@@ -47,7 +47,7 @@ class TablePlan:
 
 @dataclass(frozen=True)
 class TablePlans:
-    FORMAT: ClassVar[RecordFormat] = RecordFormat("table-plans", 2)  # 2: TablePlan.table_rule
+    FORMAT: ClassVar[RecordFormat] = RecordFormat("table-plans", 3)  # 2: TablePlan.table_rule; 3: TableRule.route
 
     exact: bool
     plans: list[TablePlan] = field(default_factory=list)
@@ -69,7 +69,7 @@ class ChunkPlan:
     """One snapshot task's work: ``splits`` of one table, read by one Spark application. ``label``
     names the task in the UI (its map index) and in logs."""
 
-    FORMAT: ClassVar[RecordFormat] = RecordFormat("chunk-plan", 2)  # 2: table_rule
+    FORMAT: ClassVar[RecordFormat] = RecordFormat("chunk-plan", 3)  # 2: table_rule; 3: TableRule.route
 
     label: str
     table_id: TableId

@@ -62,7 +62,7 @@ class CapturedTable:
 class Generation:
     """Generation N of the registry: every captured table with its chunk key and finished splits."""
 
-    FORMAT: ClassVar[RecordFormat] = RecordFormat("registry-generation", 2)  # 2: table_rule
+    FORMAT: ClassVar[RecordFormat] = RecordFormat("registry-generation", 3)  # 2: table_rule; 3: TableRule.route
 
     number: int
     tables: dict[TableId, CapturedTable] = field(default_factory=dict)
@@ -136,7 +136,7 @@ class DriftLog:
 
 @dataclass(frozen=True)
 class RememberedSchema:
-    FORMAT: ClassVar[RecordFormat] = RecordFormat("table-schema", 2)  # 2: table_rule, Column.mask
+    FORMAT: ClassVar[RecordFormat] = RecordFormat("table-schema", 3)  # 2: table_rule, Column.mask; 3: TableRule.route
 
     schema: TableSchema
 

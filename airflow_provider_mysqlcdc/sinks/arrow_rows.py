@@ -47,8 +47,9 @@ from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import Operation, TableTruncated, WindowChange
 from airflow_provider_mysqlcdc.cdc.records.values import ZeroDate, decimal_text
 from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableSchema
-from airflow_provider_mysqlcdc.sinks.routing import SHARD_COLUMNS
 
+#: the names of a routed table's shard each row comes from (sinks/routing.py)
+SHARD_COLUMNS = ("_cdc_source_database", "_cdc_source_table")
 #: the columns a sink table has besides the source's (the last two only in a routed table)
 METADATA_COLUMNS = ("_cdc_op", "_cdc_binlog_file", "_cdc_binlog_pos", "_cdc_version", "_cdc_event_ts", "_cdc_chunk",
                     *SHARD_COLUMNS)

@@ -16,15 +16,12 @@ is written exactly as it always was.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from airflow_provider_mysqlcdc.cdc.model.rules import Route, TableRule
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
-
-SOURCE_DATABASE, SOURCE_TABLE = "_cdc_source_database", "_cdc_source_table"
-#: the columns a routed sink table has besides its shards' and the metadata columns
-SHARD_COLUMNS = (SOURCE_DATABASE, SOURCE_TABLE)
+from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_type, row_key_columns
 
 #: a tag is the shard's id and this character; no key text holds it, and the next character ("/")
 #: sorts right after it and before every key character, so ``id + "/"`` ends the shard's range
@@ -87,3 +84,24 @@ def sink_table_ids(tables: Iterable[tuple[TableId, TableRule | None]]) -> list[T
     """The sink tables that source tables (each with its rule) write into, each once, sorted: what
     upkeep and maintenance act on (a routed table once, not once per shard)."""
     return sorted({sink_table_id(table_id, rule) for table_id, rule in tables})
+
+
+def shard_conflicts(shards: Sequence[TableSchema]) -> list[str]:
+    """Why ``shards`` (schemas as captured, two or more) cannot share one sink table, if they cannot:
+    their row keys differ in names, order or type (a row of one would not be matched like a row of
+    another), or a column has a different sink type in two of them (one Delta column holds one type)."""
+    problems = []
+    first = shards[0]
+    types: dict[str, tuple[str, TableSchema]] = {}
+    for shard in shards:
+        if row_key_columns(shard) != row_key_columns(first):
+            problems.append(f"{shard.table_id} has key ({', '.join(shard.key_columns)}) and {first.table_id} "
+                            f"({', '.join(first.key_columns)})")
+        for column in shard.columns:
+            sink_type = str(arrow_type(column))
+            seen = types.setdefault(column.name, (sink_type, shard))
+            if seen[0] != sink_type:
+                problems.append(f"column {column.name} is {column.column_type} ({sink_type} in the sink) in "
+                                f"{shard.table_id} and {seen[1].column(column.name).column_type} ({seen[0]}) in "
+                                f"{seen[1].table_id}")
+    return problems

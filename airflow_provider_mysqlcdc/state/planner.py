@@ -28,12 +28,13 @@ from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.preflight import PreflightReport, run_preflight
 from airflow_provider_mysqlcdc.cdc.source.rules import TableRules
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId, base_tables, table_exists
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema, base_tables, table_exists
 from airflow_provider_mysqlcdc.cdc.source.selection import TableSelection
 from airflow_provider_mysqlcdc.cdc.source.server import check_offset_available, current_offset
 from airflow_provider_mysqlcdc.protocol.actions import PlanAction
 from airflow_provider_mysqlcdc.protocol.plans import ChunkPlan, TablePlan
 from airflow_provider_mysqlcdc.protocol.registry import CapturedTable, Generation
+from airflow_provider_mysqlcdc.sinks.routing import shard_conflicts, sink_table_id
 from airflow_provider_mysqlcdc.state.changes import (
     ResnapshotRequest,
     check_request_bounds,
@@ -69,7 +70,7 @@ class PlanSettings:
     @classmethod
     def parse(cls, *, split_rows: Any, chunk_rows: Any, chunk_key_columns: Any = None, startup_mode: Any = None,
               start_offset: Any = None, resnapshot: Any = None, start_time: Any = None,
-              columns: Any = None, row_filters: Any = None) -> "PlanSettings":
+              columns: Any = None, row_filters: Any = None, route: Any = None) -> "PlanSettings":
         """The settings from the task's (rendered, then parsed) arguments; a clear error for bad ones."""
         split, chunk = int(split_rows), int(chunk_rows)
         if split < 1 or chunk < split:
@@ -88,7 +89,7 @@ class PlanSettings:
                    parse_offset(start_offset) if start_offset is not None and gtid is None else None,
                    ResnapshotRequest.parse_all(resnapshot), start_gtid=gtid,
                    start_time=parse_start_time(start_time) if start_time is not None else None,
-                   columns=TableRules.parse(columns, row_filters))
+                   columns=TableRules.parse(columns, row_filters, route))
 
 
 @dataclass
@@ -114,6 +115,7 @@ class Planner:
         gone = self._gone_tables(table_ids, registry, drift)
         report = run_preflight(self.source, [t for t in table_ids if t not in gone], settings.chunk_keys)
         self._apply_table_rules(report, settings.columns, registry)
+        self._check_routes(report, registry)
         conn = self.source.connect()
         try:
             read = current_offset(conn, report.server)
@@ -189,6 +191,37 @@ class Planner:
                               ", ".join(report.schemas[table_id].column_names))
                 if rule.hashes and not self.source.salt():
                     raise missing_salt_error(table_id)
+
+    def _check_routes(self, report: PreflightReport, registry: Generation) -> None:
+        """Tables routed into one sink table (sinks/routing.py) must agree on their row key and on
+        each column's type, with each other and with the shards captured before (planned by other
+        groups or runs), and the sink table must not be one a table is captured into by itself:
+        refused here, before anything is written."""
+        shards: dict[TableId, list[TableSchema]] = {}
+        for table_id, schema in report.schemas.items():
+            if schema.table_rule is not None and schema.table_rule.route is not None:
+                shards.setdefault(sink_table_id(table_id, schema.table_rule), []).append(schema)
+        known = KnownSchemas(self.state)
+        for target, planned in sorted(shards.items()):
+            own = [t for t, rule in [*((t, s.table_rule) for t, s in report.schemas.items()),
+                                     *((t, c.table_rule) for t, c in registry.tables.items() if t not in report.schemas)]
+                   if t == target and (rule is None or rule.route is None)]
+            if own:
+                raise ConfigurationError(
+                    f"The route into {target} names the sink table that {target} itself is captured into: the shards' "
+                    f"rows would mix with its own. Route the shards into a table of another name.")
+            earlier = [known.remembered(t) for t, c in registry.tables.items() if t not in report.schemas
+                       and c.table_rule is not None and c.table_rule.route is not None
+                       and sink_table_id(t, c.table_rule) == target]
+            every = [*planned, *(s for s in earlier if s is not None)]
+            problems = shard_conflicts(every) if len(every) > 1 else []
+            if problems:
+                raise ConfigurationError(
+                    f"The tables routed into {target} cannot share it: {'; '.join(problems)}. Every shard of a route "
+                    "needs the same row key, and each column one type in all of them: align the tables on the source, "
+                    "or route the odd ones into another sink table.")
+            self.log.info("%s: the sink table of %d shard(s): %s", target, len(every),
+                          ", ".join(str(s.table_id) for s in every))
 
     def _gone_tables(self, table_ids: list[TableId], registry: Generation, drift: Drift) -> set[TableId]:
         """Captured tables the stream saw dropped or renamed away and that are not back on the server:

@@ -1,4 +1,4 @@
-"""A pipeline's ``columns`` and ``row_filters`` settings: per table (a name or a pattern, as ``tables``
+"""A pipeline's ``columns``, ``row_filters`` and ``route`` settings: per table (a name or a pattern, as ``tables``
 takes them), which columns reach the sink and which are masked (Debezium's ``column.include.list``,
 ``column.exclude.list``, ``column.mask.hash.*``, ``column.truncate.to.*``; Flink CDC's projection),
 and which rows (a predicate, cdc/records/row_filter.py; Flink CDC's transform ``filter``)::
@@ -8,6 +8,14 @@ and which rows (a predicate, cdc/records/row_filter.py; Flink CDC's transform ``
                            "null": ["ssn"]},
         "crm.*": {"include": ["id", "name", "updated_at"]},
     }
+
+and which sink table they go to: ``route`` writes every table an entry matches (the shards) into
+one sink table (Flink CDC's ``route``, sinks/routing.py)::
+
+    route={"shop_\\d+.orders": "shop.orders"}                          # shards' keys may repeat
+    route={"shop_\\d+.orders": {"sink": "shop.orders", "key": "global"}}  # keys unique across shards
+
+A bare target (``"orders"``) lies in the entry's database, when the entry names one.
 
 A table takes the rule of the first entry that names it, else of the first pattern that matches
 it. ``captured_schema`` turns a table's schema as the server has it into the schema the pipeline
@@ -23,10 +31,16 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
-from airflow_provider_mysqlcdc.cdc.model.rules import TableRule
+from airflow_provider_mysqlcdc.cdc.model.rules import Route, TableRule
 from airflow_provider_mysqlcdc.cdc.records.row_filter import check_row_filter, parse_row_filter
 from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
-from airflow_provider_mysqlcdc.cdc.source.selection import TableEntry, entry_text, parse_entry
+from airflow_provider_mysqlcdc.cdc.source.selection import (
+    TableEntry,
+    TablePattern,
+    entry_database,
+    entry_text,
+    parse_entry,
+)
 
 _KEYS = ("include", "exclude", "hash", "truncate", "null")
 #: the column types ``truncate`` may cut: text by characters, bytes by bytes
@@ -76,6 +90,43 @@ def parse_rule(value: Any, entry: str) -> TableRule:
     return rule
 
 
+_ROUTE_KEYS = ("sink", "key")
+#: ``key``: row keys unique within each shard (the shard's names join the key), or across all of them
+_ROUTE_KEY_SCOPES = ("shard", "global")
+
+
+def parse_route(value: Any, entry: TableEntry) -> Route:
+    """One entry's route as a DAG gives it: the sink table's name, or a dict of ``sink`` and ``key``."""
+    where = f"route[{entry_text(entry)!r}]"
+    example = "'shop.orders' or {'sink': 'shop.orders', 'key': 'global'}"
+    if isinstance(value, str):
+        value = {"sink": value}
+    if not isinstance(value, dict):
+        raise ConfigurationError(f"{where} must be the sink table's name or a dict of sink and key, e.g. {example}, "
+                                 f"got {value!r}.")
+    unknown = sorted(set(value) - set(_ROUTE_KEYS))
+    if unknown:
+        raise ConfigurationError(f"{where} has unknown option(s) {', '.join(unknown)}: the options are sink and key.")
+    key = value.get("key", "shard")
+    if key not in _ROUTE_KEY_SCOPES:
+        raise ConfigurationError(f"{where}['key'] must be 'shard' (row keys may repeat across the shards: the "
+                                 "source's names join the key) or 'global' (they are unique across all shards), "
+                                 f"got {key!r}.")
+    target = value.get("sink")
+    if not isinstance(target, str) or not target.strip():
+        raise ConfigurationError(f"{where} needs the sink table's name, e.g. {example}, got {target!r}.")
+    database = entry_database(entry)
+    try:
+        sink = TableId.parse(target, database) if "." not in target and "`" not in target else parse_entry(target)
+    except ConfigurationError:
+        raise ConfigurationError(
+            f"{where}: the sink table {target!r} names no database and the entry's database is a pattern: write "
+            f"'database.{target.strip()}' (the sink table's database folder).") from None
+    if isinstance(sink, TablePattern):
+        raise ConfigurationError(f"{where}: the sink table {target!r} is a pattern; name one table, e.g. {example}.")
+    return Route(sink.database, sink.table, global_key=key == "global")
+
+
 def _setting(value: Any, name: str, example: str) -> dict[Any, Any]:
     """A per-table setting as a dict, or its JSON text; None or empty: {}."""
     if value is None or value == "":
@@ -104,15 +155,18 @@ def _first(entries: tuple[tuple[TableEntry, Any], ...], table_id: TableId) -> tu
 
 @dataclass(frozen=True)
 class TableRules:
-    """The ``columns`` and ``row_filters`` settings: per table entry a column rule, a row filter (see
-    the module doc)."""
+    """The ``columns``, ``row_filters`` and ``route`` settings: per table entry a column rule, a row
+    filter, a sink table shared with other tables (see the module doc)."""
 
     entries: tuple[tuple[TableEntry, TableRule], ...] = ()
     filters: tuple[tuple[TableEntry, str], ...] = ()
+    routes: tuple[tuple[TableEntry, Route], ...] = ()
 
     @classmethod
-    def parse(cls, columns: Any = None, row_filters: Any = None) -> "TableRules":
+    def parse(cls, columns: Any = None, row_filters: Any = None, route: Any = None) -> "TableRules":
         """The settings as dicts, or their JSON text; None or empty: no rule."""
+        routes = tuple((entry, parse_route(target, entry)) for entry, target in (
+            (parse_entry(str(e)), t) for e, t in _setting(route, "route", "{'shop_\\d+.orders': 'shop.orders'}").items()))
         rules = _setting(columns, "columns", "{'shop.customers': {'hash': ['email']}}")
         filters = _setting(row_filters, "row_filters", "{'shop.orders': \"status = 'paid'\"}")
         for entry, text in filters.items():
@@ -121,7 +175,7 @@ class TableRules:
                                          f"amount > 10\", got {text!r}.")
             parse_row_filter(text)  # one that cannot be read is refused when the DAG is parsed
         return cls(tuple((parse_entry(str(entry)), parse_rule(rule, str(entry))) for entry, rule in rules.items()),
-                   tuple((parse_entry(str(entry)), text.strip()) for entry, text in filters.items()))
+                   tuple((parse_entry(str(entry)), text.strip()) for entry, text in filters.items()), routes)
 
     def for_table(self, table_id: TableId) -> tuple[TableRule | None, TableEntry | None]:
         """The table's rule (its columns' and its rows') and the entry its column rule comes from: a
@@ -130,6 +184,9 @@ class TableRules:
         where, _ = _first(self.filters, table_id)
         if where is not None:
             rule = replace(rule or TableRule(), where=where)
+        route, _ = _first(self.routes, table_id)
+        if route is not None:
+            rule = replace(rule or TableRule(), route=route)
         return rule, entry
 
     def captured(self, schema: TableSchema, chunk_key: str) -> TableSchema:

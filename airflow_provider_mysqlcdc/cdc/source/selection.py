@@ -113,6 +113,16 @@ def parse_entry(text: str) -> TableEntry:
     return TableId.parse(text)
 
 
+def entry_database(entry: TableEntry) -> str | None:
+    """The database an entry names, None when its database part is a pattern."""
+    if isinstance(entry, TableId):
+        return entry.database
+    database, _ = _split_entry(entry.text)
+    if _is_pattern(database):
+        return None
+    return database[1:-1].replace("``", "`") if _is_quoted(database) else database
+
+
 def entry_text(entry: TableEntry) -> str:
     """The text ``parse_entry`` reads back as ``entry``."""
     return entry.quoted if isinstance(entry, TableId) else entry.text

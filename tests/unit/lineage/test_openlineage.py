@@ -10,7 +10,7 @@ pytest.importorskip("airflow.providers.openlineage")
 
 from openlineage.client.serde import Serde  # noqa: E402
 
-from airflow_provider_mysqlcdc.cdc.model.rules import TableRule  # noqa: E402
+from airflow_provider_mysqlcdc.cdc.model.rules import Route, TableRule  # noqa: E402
 from airflow_provider_mysqlcdc.cdc.source.rules import captured_schema  # noqa: E402
 from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema  # noqa: E402
 from airflow_provider_mysqlcdc.lineage.openlineage import LineageTable, pipeline_lineage, sink_dataset_name  # noqa: E402
@@ -76,3 +76,14 @@ def test_a_table_without_a_remembered_schema_is_named_without_facets():
     source, sink = _event_json(pipeline_lineage(host="db", port=3306, sink_root="/lake", tables=[LineageTable(T)]))
     assert "facets" not in source or not source["facets"]
     assert sink["name"] == "/lake/shop/or@002fders" and not sink.get("outputFacets")
+
+
+def test_the_shards_of_a_routed_table_are_inputs_of_its_one_delta_table_with_their_rows_summed():
+    route = TableRule(route=Route("shop", "orders"))
+    shards = [LineageTable(t, TableSchema(t, SCHEMA.columns, ("id",), table_rule=route), "id", rows=rows)
+              for t, rows in ((TableId("shop_1", "orders"), 5), (TableId("shop_2", "orders"), 7))]
+    lineage = pipeline_lineage(host="db", port=3306, sink_root="s3://b/lake", tables=shards)
+    assert [i.name for i in lineage.inputs] == ["shop_1.orders", "shop_2.orders"]
+    [sink] = [Serde.to_dict(o) for o in lineage.outputs]
+    assert (sink["namespace"], sink["name"]) == ("s3://b", "lake/shop/orders")
+    assert sink["outputFacets"]["outputStatistics"]["rowCount"] == 12

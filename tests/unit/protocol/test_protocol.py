@@ -9,7 +9,7 @@ import pytest
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError, ProtocolError, ProtocolVersionError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import TableEventKind
-from airflow_provider_mysqlcdc.cdc.model.rules import TableRule
+from airflow_provider_mysqlcdc.cdc.model.rules import Route, TableRule
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
 from airflow_provider_mysqlcdc.protocol.actions import PlanAction
@@ -51,7 +51,7 @@ T = TableId("shop", "orders")
 AT = BinlogOffset("binlog.000007", 1234, gtid_set="0-1-42", server_id=1)
 SPLIT = FinishedSplit(SnapshotSplit(T, 0, "id", None, 100), AT, BinlogOffset("binlog.000007", 900), rows=99,
                       binlog_events_merged=3, staged="file:///state/staged/split-0.parquet", partitions=2, seconds=1.5)
-RULE = TableRule(None, ("notes",), ("e",), (("addr", 3),), ("ssn",))
+RULE = TableRule(None, ("notes",), ("e",), (("addr", 3),), ("ssn",), route=Route("shop", "all_orders", global_key=True))
 
 RECORDS = [
     StreamOffset(AT, 3),
@@ -108,7 +108,7 @@ def test_every_record_round_trips_through_json_in_its_envelope(record):
 def test_a_record_of_a_newer_format_version_is_refused_naming_the_file_and_the_fix():
     data = {**encode(RECORDS[1]), "format_version": Generation.FORMAT.version + 1}
     with pytest.raises(ProtocolVersionError, match=r"generations/000002.json is a registry-generation record of "
-                                                   r"format version 3, .*reads versions up to 2.*Install that version"):
+                                                   r"format version 4, .*reads versions up to 3.*Install that version"):
         decode(Generation, data, "generations/000002.json")
 
 
@@ -156,7 +156,7 @@ def test_the_registry_writes_generations_in_their_envelope(tmp_path):
     state = PipelineState(str(tmp_path / "state"))
     state.commit({T: CapturedTable("id", [SPLIT])})
     data = json.loads((tmp_path / "state" / GENERATIONS / "000001.json").read_text())
-    assert (data["record"], data["format_version"]) == ("registry-generation", 2)
+    assert (data["record"], data["format_version"]) == ("registry-generation", 3)
     assert state.latest().tables[T].splits == [SPLIT]
 
 

@@ -17,10 +17,11 @@ from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSpl
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering, encode_sort_key
 from airflow_provider_mysqlcdc.cdc.records.table_rows import RowRules
 from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
+from airflow_provider_mysqlcdc.sinks.arrow_rows import SHARD_COLUMNS
 from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SUFFIX
 from airflow_provider_mysqlcdc.sinks.data_files import write_data_file
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
-from airflow_provider_mysqlcdc.sinks.routing import SHARD_COLUMNS, shard_bounds, shard_id, sink_target
+from airflow_provider_mysqlcdc.sinks.routing import shard_bounds, shard_conflicts, shard_id, sink_target
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_change_batch
 
 A, B = TableId("shop_1", "orders"), TableId("shop_2", "orders")
@@ -194,3 +195,19 @@ def test_a_route_travels_with_its_rule():
     rule = TableRule(exclude=("v",), route=Route("shop", "orders", global_key=True))
     assert TableRule.from_dict(rule.to_dict()) == rule
     assert "into shop.orders (key unique across shards)" in str(rule)
+
+
+def test_shards_with_one_key_and_one_type_per_column_may_share_a_sink_table():
+    w = Column("w", "int", "int(11)", True)
+    assert shard_conflicts([shard_schema(A), shard_schema(B, w)]) == []
+
+
+def test_shards_whose_keys_differ_cannot_share_a_sink_table():
+    other = TableSchema(B, (ID, V), ("id", "v"), table_rule=TableRule(route=ROUTE))
+    assert shard_conflicts([shard_schema(A), other]) == ["shop_2.orders has key (id, v) and shop_1.orders (id)"]
+
+
+def test_shards_whose_column_has_two_sink_types_cannot_share_a_sink_table():
+    wide = TableSchema(B, (Column("id", "bigint", "bigint(20)", False), V), ("id",), table_rule=TableRule(route=ROUTE))
+    assert shard_conflicts([shard_schema(A), wide]) == [
+        "column id is bigint(20) (int64 in the sink) in shop_2.orders and int(11) (int32) in shop_1.orders"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
-from airflow_provider_mysqlcdc.cdc.model.rules import TableRule
+from airflow_provider_mysqlcdc.cdc.model.rules import Route, TableRule
 from airflow_provider_mysqlcdc.cdc.source.rules import TableRules, captured_schema
 from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
 from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_schema
@@ -158,3 +158,35 @@ def test_a_row_filter_comparing_a_column_with_a_value_not_of_its_type_is_refused
     setting = TableRules.parse(None, {"shop.customers": "score = 'high'"})
     with pytest.raises(ConfigurationError, match=r"'high' is not a value of score \(int\(11\)\)"):
         setting.captured(SCHEMA, "id")
+
+
+def test_a_route_sends_every_table_its_pattern_matches_into_one_sink_table():
+    rules = TableRules.parse(route={r"shop_\d+.orders": "shop.orders", "crm.people": {"sink": "crm.all", "key": "global"}})
+    assert rules.for_table(TableId("shop_7", "orders"))[0] == TableRule(route=Route("shop", "orders"))
+    assert rules.for_table(TableId("crm", "people"))[0] == TableRule(route=Route("crm", "all", global_key=True))
+    assert rules.for_table(TableId("shop_7", "items"))[0] is None
+
+
+def test_a_route_joins_the_tables_column_rule_and_row_filter():
+    rules = TableRules.parse({"shop_1.orders": {"exclude": ["note"]}}, {r"shop_\d+.orders": "id > 1"},
+                             {r"shop_\d+.orders": "shop.orders"})
+    rule, _ = rules.for_table(TableId("shop_1", "orders"))
+    assert rule == TableRule(exclude=("note",), where="id > 1", route=Route("shop", "orders"))
+
+
+def test_a_bare_route_target_lies_in_the_entrys_database():
+    assert TableRules.parse(route={r"shop.order_\d+": "orders"}).routes[0][1] == Route("shop", "orders")
+
+
+@pytest.mark.parametrize(("route", "message"), [
+    ({r"shop_\d+.orders": "orders"}, r"names no database and the entry's database is a pattern: write 'database.orders'"),
+    ({r"shop_\d+.orders": r"shop.orders_\d+"}, "is a pattern; name one table"),
+    ({r"shop_\d+.orders": {"sink": "shop.orders", "key": "unique"}}, r"\['key'\] must be 'shard'"),
+    ({r"shop_\d+.orders": {"sink": "shop.orders", "keys": "global"}}, "unknown option"),
+    ({r"shop_\d+.orders": {"key": "global"}}, "needs the sink table's name"),
+    ({r"shop_\d+.orders": 3}, "must be the sink table's name or a dict"),
+    ("[1]", "route must map a table"),
+])
+def test_a_malformed_route_is_refused_naming_the_problem(route, message):
+    with pytest.raises(ConfigurationError, match=message):
+        TableRules.parse(route=route)
