@@ -115,13 +115,13 @@ class Planner:
         gone = self._gone_tables(table_ids, registry, drift)
         report = run_preflight(self.source, [t for t in table_ids if t not in gone], settings.chunk_keys)
         self._apply_table_rules(report, settings.columns, registry)
-        self._check_routes(report, registry)
+        odd_shards = self._check_routes(report, registry)
         conn = self.source.connect()
         try:
             read = current_offset(conn, report.server)
             head = place(self.state.servers(), read)  # in its epoch after a failover (recorded below, once checked)
             stream_from = self._stream_start(conn, settings, head)
-            plans = [TablePlan(t, registry.tables[t].chunk_key, PlanAction.KEEP) if t in gone else
+            plans = [TablePlan(t, registry.tables[t].chunk_key, PlanAction.KEEP) if t in gone or t in odd_shards else
                      self._plan_table(conn, report, registry.tables.get(t), t, settings, stream_from, drift)
                      for t in table_ids]
         finally:
@@ -192,16 +192,18 @@ class Planner:
                 if rule.hashes and not self.source.salt():
                     raise missing_salt_error(table_id)
 
-    def _check_routes(self, report: PreflightReport, registry: Generation) -> None:
+    def _check_routes(self, report: PreflightReport, registry: Generation) -> dict[TableId, str]:
         """Tables routed into one sink table (sinks/routing.py) must agree on their row key and on
-        each column's type, with each other and with the shards captured before (planned by other
-        groups or runs), and the sink table must not be one a table is captured into by itself:
-        refused here, before anything is written."""
+        each column's type, with each other and with the shards captured before (as the pipeline
+        remembers their schemas: what the sink table was written with), and the sink table must not
+        be one a table is captured into by itself. A shard captured before that no longer fits (a DDL
+        changed its key or a column's type) is kept as it is, frozen, with the others going on: it is
+        returned with the reason. Anything else is refused here, before anything is written."""
         shards: dict[TableId, list[TableSchema]] = {}
         for table_id, schema in report.schemas.items():
             if schema.table_rule is not None and schema.table_rule.route is not None:
                 shards.setdefault(sink_table_id(table_id, schema.table_rule), []).append(schema)
-        known = KnownSchemas(self.state)
+        known, odd = KnownSchemas(self.state), {}
         for target, planned in sorted(shards.items()):
             own = [t for t, rule in [*((t, s.table_rule) for t, s in report.schemas.items()),
                                      *((t, c.table_rule) for t, c in registry.tables.items() if t not in report.schemas)]
@@ -210,18 +212,27 @@ class Planner:
                 raise ConfigurationError(
                     f"The route into {target} names the sink table that {target} itself is captured into: the shards' "
                     f"rows would mix with its own. Route the shards into a table of another name.")
-            earlier = [known.remembered(t) for t, c in registry.tables.items() if t not in report.schemas
-                       and c.table_rule is not None and c.table_rule.route is not None
-                       and sink_table_id(t, c.table_rule) == target]
-            every = [*planned, *(s for s in earlier if s is not None)]
+            captured = [t for t, c in registry.tables.items() if c.table_rule is not None
+                        and c.table_rule.route is not None and sink_table_id(t, c.table_rule) == target]
+            written = [s for t in captured if (s := known.remembered(t)) is not None]
+            for shard in planned:
+                problems = shard_conflicts([*written, shard]) if written and shard.table_id in registry.tables else []
+                if problems:
+                    odd[shard.table_id] = "; ".join(problems)
+                    self.log.warning(
+                        "%s: kept as it is, frozen: it no longer fits %s, which its shards wrote (%s). A Delta table "
+                        "cannot change a column's type: route the shards into a new sink table, or drop %s's Delta "
+                        "table and re-snapshot every shard", shard.table_id, target, odd[shard.table_id], target)
+            every = [*written, *(s for s in planned if s.table_id not in odd and s.table_id not in captured)]
             problems = shard_conflicts(every) if len(every) > 1 else []
             if problems:
                 raise ConfigurationError(
                     f"The tables routed into {target} cannot share it: {'; '.join(problems)}. Every shard of a route "
                     "needs the same row key, and each column one type in all of them: align the tables on the source, "
                     "or route the odd ones into another sink table.")
-            self.log.info("%s: the sink table of %d shard(s): %s", target, len(every),
-                          ", ".join(str(s.table_id) for s in every))
+            self.log.info("%s: the sink table of %d shard(s): %s", target, len({*captured, *(s.table_id for s in planned)}),
+                          ", ".join(str(t) for t in sorted({*captured, *(s.table_id for s in planned)})))
+        return odd
 
     def _gone_tables(self, table_ids: list[TableId], registry: Generation, drift: Drift) -> set[TableId]:
         """Captured tables the stream saw dropped or renamed away and that are not back on the server:

@@ -14,10 +14,12 @@ from deltalake import DeltaTable
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.source.rules import TableRules
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
+from airflow_provider_mysqlcdc.protocol.actions import PlanAction
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.state.planner import Planner, PlanSettings
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from devtools.dag_runner import example_dag_env, run_dag
+from devtools.snapshot import snapshot_tables
 from devtools.verify import differences, sink_rows, source_rows
 
 from .helpers import run_stream
@@ -94,3 +96,54 @@ def test_shards_whose_keys_differ_are_refused_by_the_plan_before_anything_is_wri
                                                  rf"{database}.parts_2 and int\(11\) \(int32\) in {database}.parts_1"):
         Planner(cdc_user, state).plan([first, second], settings, state.latest())
     assert [p for p in (tmp_path / "state").rglob("*") if p.is_file()] == []
+
+
+def captured_shards(mysql_server, cdc_user, database, tmp_path, route: dict) -> PipelineState:
+    """Shards lines_1 and lines_2 (the same ids) snapshotted into one sink table and registered."""
+    conn = mysql_server.connect()
+    with conn.cursor() as cur:
+        for n in (1, 2):
+            cur.execute(f"CREATE TABLE `{database}`.lines_{n} (id INT PRIMARY KEY, qty INT)")
+            cur.executemany(f"INSERT INTO `{database}`.lines_{n} VALUES (%s, %s)", [(i, i * n) for i in range(10)])
+    conn.commit()
+    state = PipelineState(str(tmp_path / "state"))
+    snapshot_tables(cdc_user, [TableId(database, "lines_1"), TableId(database, "lines_2")], str(tmp_path / "lake"),
+                    state, rules=TableRules.parse(route=route))
+    return state
+
+
+def test_a_shard_whose_column_type_changed_is_kept_frozen_while_the_others_are_planned(
+        mysql_server, cdc_user, database, tmp_path, caplog):
+    route = {f"{database}.lines_\\d+": f"{database}.lines"}
+    state = captured_shards(mysql_server, cdc_user, database, tmp_path, route)
+    conn = mysql_server.connect()
+    with conn.cursor() as cur:
+        cur.execute(f"ALTER TABLE `{database}`.lines_2 MODIFY qty BIGINT")
+        cur.execute(f"CREATE TABLE `{database}`.lines_3 (id INT PRIMARY KEY, qty INT, added VARCHAR(5))")
+    conn.commit()
+    tables = [TableId(database, f"lines_{n}") for n in (1, 2, 3)]
+    run = Planner(cdc_user, state).plan(tables, PlanSettings.parse(split_rows=10, chunk_rows=10, route=route),
+                                        state.latest())
+    assert {str(p.table_id): p.action for p in run.plans} == {
+        f"{database}.lines_1": PlanAction.KEEP, f"{database}.lines_2": PlanAction.KEEP,
+        f"{database}.lines_3": PlanAction.SNAPSHOT}
+    assert (f"{database}.lines_2: kept as it is, frozen: it no longer fits {database}.lines, which its shards wrote "
+            f"(column qty is bigint(20) (int64 in the sink) in {database}.lines_2 and int(11) (int32) in "
+            f"{database}.lines_1)") in "\n".join(caplog.messages)
+
+
+def test_a_new_shard_that_does_not_fit_the_routed_table_is_refused_by_the_plan(mysql_server, cdc_user, database,
+                                                                              tmp_path):
+    route = {f"{database}.lines_\\d+": f"{database}.lines"}
+    state = captured_shards(mysql_server, cdc_user, database, tmp_path, route)
+    conn = mysql_server.connect()
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE TABLE `{database}`.lines_3 (id INT PRIMARY KEY, qty VARCHAR(10))")
+    conn.commit()
+    tables = [TableId(database, f"lines_{n}") for n in (1, 2, 3)]
+    before = {p: p.stat().st_mtime_ns for p in (tmp_path / "state").rglob("*") if p.is_file()}
+    with pytest.raises(ConfigurationError, match=rf"routed into {database}.lines cannot share it: column qty is "
+                                                 rf"varchar\(10\)"):
+        Planner(cdc_user, state).plan(tables, PlanSettings.parse(split_rows=10, chunk_rows=10, route=route),
+                                      state.latest())
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "state").rglob("*") if p.is_file()} == before
