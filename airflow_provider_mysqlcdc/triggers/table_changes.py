@@ -10,7 +10,7 @@ becomes an asset event of the watched asset):
 (``table_watcher`` is an ``AssetWatcher`` with this trigger). Every ``poll_interval_s``
 it reads the stream's heartbeat in the pipeline's state location (``progress/stream.json``: per
 table, the changes the running stream applied since it started) and fires when the table's count
-grew, with the same ``extra`` as a task's event, of kind ``stream-batch``: the rows changed since
+grew (of a table a route writes shards into: their counts summed), with the same ``extra`` as a task's event, of kind ``stream-batch``: the rows changed since
 its last event (batches that finished between two looks are one event), the offset of the batch's
 last change and the registry generation. What it reported last is kept in the asset's state store
 (saved before the event fires), so a restarted triggerer neither repeats an event nor fires for
@@ -20,7 +20,7 @@ history: attached to a pipeline, it reports what happens from then on.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 from typing import Any, cast
 
 from airflow.sdk import AssetWatcher
@@ -31,6 +31,7 @@ from airflow_provider_mysqlcdc.assets.sink_tables import TableChanged
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.hooks.object_store import storage_options_for
 from airflow_provider_mysqlcdc.protocol.progress import StreamBatchProgress
+from airflow_provider_mysqlcdc.sinks.routing import sink_table_id
 from airflow_provider_mysqlcdc.state.registry import STREAM_PROGRESS, PipelineState
 
 #: the asset state store's key of what the trigger reported last
@@ -65,10 +66,14 @@ class MySqlCdcTableChangedTrigger(BaseEventTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         pipeline = await self._pipeline()
         cursor = await self._load_cursor()
+        sources, generation = [self.table], None
         while True:
             progress = await asyncio.to_thread(pipeline.read_progress, StreamBatchProgress, STREAM_PROGRESS)
             if progress is not None:
-                position = stream_cursor(progress, self.table)
+                if progress.generation != generation:  # the tables writing into this one, looked up again
+                    generation = progress.generation
+                    sources = await asyncio.to_thread(self._sources, pipeline)
+                position = stream_cursor(progress, sources)
                 if cursor is None:  # first look: from now on
                     cursor = await self._save_cursor(position)
                 elif position != cursor:
@@ -83,6 +88,13 @@ class MySqlCdcTableChangedTrigger(BaseEventTrigger):
                         yield TriggerEvent(change.extra)
             await asyncio.sleep(self.poll_interval_s)
 
+    def _sources(self, pipeline: PipelineState) -> list[str]:
+        """The source tables whose changes land in the watched table: the shards the registry routes
+        into it (sinks/routing.py), else the table itself."""
+        tables = pipeline.latest().tables
+        shards = [t.quoted for t, c in tables.items() if sink_table_id(t, c.table_rule).quoted == self.table]
+        return shards or [self.table]
+
     # The store's synchronous calls, in a thread as for any Airflow call of a trigger (its async
     # ones are newer than Airflow 3.3.1)
     async def _load_cursor(self) -> list[Any] | None:
@@ -96,9 +108,10 @@ class MySqlCdcTableChangedTrigger(BaseEventTrigger):
         return cursor
 
 
-def stream_cursor(progress: StreamBatchProgress, table: str) -> list[Any]:
-    """Which stream process the heartbeat is of, and how many changes it applied to ``table``."""
-    return [progress.app_id, progress.started_at, progress.table_changes.get(table, 0)]
+def stream_cursor(progress: StreamBatchProgress, sources: Collection[str]) -> list[Any]:
+    """Which stream process the heartbeat is of, and how many changes it applied to the ``sources``
+    (quoted source tables: one, or the shards of a routed table)."""
+    return [progress.app_id, progress.started_at, sum(progress.table_changes.get(t, 0) for t in sources)]
 
 
 def rows_since(cursor: list[Any], position: list[Any]) -> int:

@@ -7,8 +7,11 @@ import asyncio
 import threading
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.model.rules import Route, TableRule
+from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.protocol.progress import StreamBatchProgress
+from airflow_provider_mysqlcdc.protocol.registry import CapturedTable
 from airflow_provider_mysqlcdc.state.registry import STREAM_PROGRESS, PipelineState
 from airflow_provider_mysqlcdc.triggers.table_changes import CURSOR_KEY, MySqlCdcTableChangedTrigger
 
@@ -81,3 +84,23 @@ def test_a_restarted_batch_watcher_continues_from_its_saved_cursor(tmp_path):
         return event.payload
 
     assert asyncio.run(asyncio.wait_for(first_event(), 30))["rows_changed"] == 4
+
+
+def test_the_watcher_of_a_routed_table_sums_the_changes_of_its_shards(tmp_path):
+    state = PipelineState(str(tmp_path / "state"))
+    shards = [TableId("shop_1", "orders"), TableId("shop_2", "orders")]
+    routed = TableRule(route=Route("shop", "orders"))
+    state.commit({t: CapturedTable("id", [FinishedSplit(SnapshotSplit(t, 0, "id"), BinlogOffset("binlog.000002", 4))],
+                                   routed) for t in shards})
+    trigger = MySqlCdcTableChangedTrigger(state=state.location, table="shop.orders", poll_interval_s=0.01)
+
+    async def first_event() -> dict:
+        trigger.asset_state_store = store = AssetStore()
+        store.values[CURSOR_KEY] = ["mysqlcdc-app", 1.0, 5]
+        _beat(state, {shards[0].quoted: 4, shards[1].quoted: 6, TableId("shop", "other").quoted: 50})
+        events = trigger.run()
+        event = await events.__anext__()
+        await events.aclose()
+        return event.payload
+
+    assert asyncio.run(asyncio.wait_for(first_event(), 30))["rows_changed"] == 5
