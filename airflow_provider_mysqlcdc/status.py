@@ -32,6 +32,7 @@ from airflow_provider_mysqlcdc.protocol.progress import (
     StreamHistory,
     StreamOffsetProgress,
 )
+from airflow_provider_mysqlcdc.sinks.routing import sink_table_id
 from airflow_provider_mysqlcdc.state.drift import frozen_since, pending_drift, read_drift
 from airflow_provider_mysqlcdc.state.generations import first_high_watermark
 from airflow_provider_mysqlcdc.state.lease import StreamLeases
@@ -49,6 +50,8 @@ def pipeline_status(location: str, source: SourceConfig | None = None) -> dict[s
         stream_only = captured.stream_only
         tables[str(table_id)] = {
             "chunk_key": captured.chunk_key,
+            # the sink table it writes into: its own, or the one a route shares among shards
+            "sink": str(sink_table_id(table_id, captured.table_rule)),
             "how": "stream only, from " + str(captured.splits[0].high_watermark) if stream_only else "snapshot",
             "splits": 0 if stream_only else len(captured.splits),
             "rows_at_snapshot": sum(f.rows for f in captured.splits),
@@ -143,6 +146,8 @@ def print_status(location: str, source: SourceConfig | None = None) -> None:
         staged = f", {table['staged_splits']} staged" if table["staged_splits"] else ""
         print(f"  {name:<32} {table['how']}: {table['splits']} split(s){staged}, {table['rows_at_snapshot']} rows at "
               f"snapshot, high watermarks {table['high_watermarks'][0]} .. {table['high_watermarks'][1]}")
+        if table["sink"] != name:
+            print(f"  {'':<32} a shard of the sink table {table['sink']} (route)")
         for event in table["drift"]:
             print(f"  {'':<32} {event['kind']} at {event['offset']}: {event['reason']}")
         if table["frozen_since"]:

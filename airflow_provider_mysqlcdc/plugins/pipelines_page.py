@@ -98,7 +98,8 @@ def _tables_section(status: dict[str, Any]) -> str:
             state = '<span class="warn">drift</span>: re-snapshot pending'
         else:
             state = '<span class="ok">in sync</span>'
-        rows.append([_e(name), _e(t["chunk_key"]), _e(t["how"]), t["splits"], t["staged_splits"],
+        shown = _e(name) + (f' <span class="muted">(into {_e(t["sink"])})</span>' if t["sink"] != name else "")
+        rows.append([shown, _e(t["chunk_key"]), _e(t["how"]), t["splits"], t["staged_splits"],
                      f'{t["rows_at_snapshot"]:,}', f'{_e(t["high_watermarks"][0])} .. {_e(t["high_watermarks"][1])}',
                      state])
         pending += [[_e(name), _e(e["kind"]), _e(e["offset"]), _e(e["reason"])] for e in t["drift"]]
