@@ -101,6 +101,41 @@ def arrow_type(column: Column) -> pa.DataType:
     return pa.string()
 
 
+#: the decimal digits an integer of each width holds
+_INTEGER_DIGITS = {8: 3, 16: 5, 32: 10, 64: 19}
+
+
+def widest(a: pa.DataType, b: pa.DataType) -> pa.DataType | None:
+    """The sink type that holds every value of ``a`` and of ``b`` (Delta's type widening: an integer
+    to a wider one or to a decimal with room for its digits, a float to a double, a decimal to one
+    with at least its integer digits and its scale); None when there is none."""
+    if a.equals(b):
+        return a
+    if pa.types.is_integer(a) and pa.types.is_integer(b):
+        return a if a.bit_width >= b.bit_width else b
+    if pa.types.is_floating(a) and pa.types.is_floating(b):
+        return pa.float64()
+    if all(pa.types.is_integer(t) or pa.types.is_decimal128(t) for t in (a, b)):
+        digits = [(_INTEGER_DIGITS[t.bit_width], 0) if pa.types.is_integer(t) else (t.precision - t.scale, t.scale)
+                  for t in (a, b)]
+        whole, scale = max(d[0] for d in digits), max(d[1] for d in digits)
+        return pa.decimal128(whole + scale, scale) if whole + scale <= 38 else None
+    return None
+
+
+def sink_type_text(t: pa.DataType) -> str:
+    """A type ``widest`` gives, as a route records it (``Route.column_types``)."""
+    return str(t)
+
+
+def sink_type_of(text: str) -> pa.DataType:
+    """The type ``sink_type_text`` wrote."""
+    if text.startswith("decimal128("):
+        precision, scale = (int(n) for n in text[len("decimal128("):-1].split(","))
+        return pa.decimal128(precision, scale)
+    return pa.type_for_alias(text)
+
+
 def _bit_width(column: Column) -> int:
     digits = "".join(ch for ch in column.column_type if ch.isdigit())
     return int(digits) if digits else 64
@@ -128,10 +163,24 @@ def arrow_schema(schema: TableSchema) -> pa.Schema:
     """The sink table's columns for ``schema``. Only key columns are NOT NULL (but temporal ones:
     ``zero_date_columns``), so that the rows of a routed table's shard that lacks a column hold NULL there."""
     zeros = zero_date_columns(schema)
-    fields = [pa.field(c.name, arrow_type(c), nullable=c.nullable or c.name not in schema.key_columns
+    fields = [pa.field(c.name, sink_column_type(schema, c), nullable=c.nullable or c.name not in schema.key_columns
                        or c.name in zeros) for c in schema.columns]
     shards = [pa.field(n, pa.string(), nullable=False) for n in SHARD_COLUMNS] if _routed(schema) else []
     return pa.schema(fields + [pa.field(z, pa.string()) for z in zeros.values()] + _METADATA_FIELDS + shards)
+
+
+def sink_column_type(schema: TableSchema, column: Column) -> pa.DataType:
+    """``column``'s type in the sink: its own (``arrow_type``), or in a shard of a routed table the
+    wider one the table has (``Route.column_types``), when its own widens into it (a DDL that made
+    it wider than the table leaves it its own, which the table then refuses)."""
+    own = arrow_type(column)
+    route = schema.table_rule.route if schema.table_rule is not None else None
+    text = dict(route.column_types).get(column.name.lower()) if route is not None else None
+    if text is None:
+        return own
+    table = sink_type_of(text)
+    wider = widest(own, table)
+    return table if wider is not None and wider.equals(table) else own
 
 
 def _routed(schema: TableSchema) -> bool:

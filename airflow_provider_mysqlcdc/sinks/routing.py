@@ -11,17 +11,23 @@ DEFAULT filled in, a merge's matches) is limited to the shard's range, and the p
 records with its commits is kept per shard (sinks/delta.py): a shard's TRUNCATE, re-snapshot or
 replayed batch touches only its own rows. A table that is not routed has no tag, and its sink table
 is written exactly as it always was.
+
+The shards share one type per column (``fit_shards``): the widest of theirs when the route is first
+planned, then the table's, which a later shard's own types must widen into; each shard's route
+records the wider types it is written with (``Route.column_types``, sinks/arrow_rows.py).
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+
+import pyarrow as pa
 
 from airflow_provider_mysqlcdc.cdc.model.rules import Route, TableRule
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
-from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_type, row_key_columns
+from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_schema, arrow_type, row_key_columns, sink_type_text, widest
 
 #: a tag is the shard's id and this character; no key text holds it, and the next character ("/")
 #: sorts right after it and before every key character, so ``id + "/"`` ends the shard's range
@@ -86,22 +92,67 @@ def sink_table_ids(tables: Iterable[tuple[TableId, TableRule | None]]) -> list[T
     return sorted({sink_table_id(table_id, rule) for table_id, rule in tables})
 
 
-def shard_conflicts(shards: Sequence[TableSchema]) -> list[str]:
-    """Why ``shards`` (schemas as captured, two or more) cannot share one sink table, if they cannot:
-    their row keys differ in names, order or type (a row of one would not be matched like a row of
-    another), or a column has a different sink type in two of them (one Delta column holds one type)."""
-    problems = []
-    first = shards[0]
-    types: dict[str, tuple[str, TableSchema]] = {}
-    for shard in shards:
-        if row_key_columns(shard) != row_key_columns(first):
-            problems.append(f"{shard.table_id} has key ({', '.join(shard.key_columns)}) and {first.table_id} "
-                            f"({', '.join(first.key_columns)})")
+@dataclass
+class ShardFit:
+    """How planned shards fit their routed sink table (``fit_shards``)."""
+
+    #: the sink table's type of each column (lower-case name) the shards have
+    types: dict[str, pa.DataType] = field(default_factory=dict)
+    #: planned shards that do not fit the columns written before, each with why
+    unfit: dict[TableId, str] = field(default_factory=dict)
+    #: why the planned shards do not fit one another, if they do not
+    problems: list[str] = field(default_factory=list)
+
+    def typed(self, shard: TableSchema) -> TableSchema:
+        """``shard`` with the table's wider types of its columns recorded in its route."""
+        assert shard.table_rule is not None and shard.table_rule.route is not None  # a shard of a route
+        widened = tuple((c.name.lower(), sink_type_text(self.types[c.name.lower()])) for c in shard.columns
+                        if not arrow_type(c).equals(self.types[c.name.lower()]))
+        route = replace(shard.table_rule.route, column_types=widened)
+        return replace(shard, table_rule=replace(shard.table_rule, route=route))
+
+
+def fit_shards(written: Sequence[TableSchema], planned: Sequence[TableSchema]) -> ShardFit:
+    """The sink table's column types for the ``planned`` shards of a route, beside the shards
+    ``written`` before (as the pipeline remembers them, with their types in the table). A column
+    written keeps its type: a Delta table cannot widen a column in place, so a planned shard fits
+    only where its own type widens into it (``widest``); a column not written yet takes the widest
+    type of the planned shards that have it. Every shard needs the same row key (names, in order)."""
+    fit = ShardFit()
+    for schema in written:
+        for f in arrow_schema(schema):
+            if f.name in schema.column_names:
+                fit.types.setdefault(f.name.lower(), f.type)
+    fixed = set(fit.types)
+    key_of = written[0] if written else (planned[0] if planned else None)
+    for shard in planned:
+        problems = []
+        if key_of is not None and row_key_columns(shard) != row_key_columns(key_of):
+            problems.append(f"{shard.table_id} has key ({', '.join(shard.key_columns)}) and {key_of.table_id} "
+                            f"({', '.join(key_of.key_columns)})")
         for column in shard.columns:
-            sink_type = str(arrow_type(column))
-            seen = types.setdefault(column.name, (sink_type, shard))
-            if seen[0] != sink_type:
-                problems.append(f"column {column.name} is {column.column_type} ({sink_type} in the sink) in "
-                                f"{shard.table_id} and {seen[1].column(column.name).column_type} ({seen[0]}) in "
-                                f"{seen[1].table_id}")
-    return problems
+            own, table = arrow_type(column), fit.types.get(column.name.lower())
+            wider = None if table is None else widest(own, table)
+            if column.name.lower() in fixed and (wider is None or not wider.equals(table)):
+                problems.append(f"column {column.name} is {column.column_type} ({own} in the sink) in {shard.table_id}, "
+                                f"which the sink table's {table} cannot hold")
+        if problems:
+            fit.unfit[shard.table_id] = "; ".join(problems)
+    met: dict[str, TableSchema] = {}
+    for shard in planned:
+        if shard.table_id in fit.unfit:
+            continue
+        for column in shard.columns:
+            name, own = column.name.lower(), arrow_type(column)
+            if name in fixed:
+                continue
+            wider = widest(own, fit.types.get(name, own))
+            if wider is None:
+                other = met[name]
+                fit.problems.append(f"column {column.name} is {column.column_type} ({own} in the sink) in "
+                                    f"{shard.table_id} and {other.column(column.name).column_type} "
+                                    f"({fit.types[name]}) in {other.table_id}, which no one type holds")
+                continue
+            fit.types[name] = wider
+            met.setdefault(name, shard)
+    return fit

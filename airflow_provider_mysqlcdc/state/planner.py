@@ -34,7 +34,7 @@ from airflow_provider_mysqlcdc.cdc.source.server import check_offset_available, 
 from airflow_provider_mysqlcdc.protocol.actions import PlanAction
 from airflow_provider_mysqlcdc.protocol.plans import ChunkPlan, TablePlan
 from airflow_provider_mysqlcdc.protocol.registry import CapturedTable, Generation
-from airflow_provider_mysqlcdc.sinks.routing import shard_conflicts, sink_table_id
+from airflow_provider_mysqlcdc.sinks.routing import fit_shards, sink_table_id
 from airflow_provider_mysqlcdc.state.changes import (
     ResnapshotRequest,
     check_request_bounds,
@@ -193,12 +193,14 @@ class Planner:
                     raise missing_salt_error(table_id)
 
     def _check_routes(self, report: PreflightReport, registry: Generation) -> dict[TableId, str]:
-        """Tables routed into one sink table (sinks/routing.py) must agree on their row key and on
-        each column's type, with each other and with the shards captured before (as the pipeline
-        remembers their schemas: what the sink table was written with), and the sink table must not
-        be one a table is captured into by itself. A shard captured before that no longer fits (a DDL
-        changed its key or a column's type) is kept as it is, frozen, with the others going on: it is
-        returned with the reason. Anything else is refused here, before anything is written."""
+        """Tables routed into one sink table (sinks/routing.py) must agree on their row key, and each
+        column needs one type in the sink: the widest of the shards' at first capture, and after that
+        the type the shards captured before wrote (as the pipeline remembers them), which a shard's
+        own type must widen into (``fit_shards``); each planned shard's schema gets those types. The
+        sink table must not be one a table is captured into by itself. A shard captured before that
+        no longer fits (a DDL changed its key or widened a column past the table's type) is kept as
+        it is, frozen, with the others going on: it is returned with the reason. Anything else is
+        refused here, before anything is written."""
         shards: dict[TableId, list[TableSchema]] = {}
         for table_id, schema in report.schemas.items():
             if schema.table_rule is not None and schema.table_rule.route is not None:
@@ -214,24 +216,25 @@ class Planner:
                     f"rows would mix with its own. Route the shards into a table of another name.")
             captured = [t for t, c in registry.tables.items() if c.table_rule is not None
                         and c.table_rule.route is not None and sink_table_id(t, c.table_rule) == target]
-            written = [s for t in captured if (s := known.remembered(t)) is not None]
-            for shard in planned:
-                problems = shard_conflicts([*written, shard]) if written and shard.table_id in registry.tables else []
-                if problems:
-                    odd[shard.table_id] = "; ".join(problems)
-                    self.log.warning(
-                        "%s: kept as it is, frozen: it no longer fits %s, which its shards wrote (%s). A Delta table "
-                        "cannot change a column's type: route the shards into a new sink table, or drop %s's Delta "
-                        "table and re-snapshot every shard", shard.table_id, target, odd[shard.table_id], target)
-            every = [*written, *(s for s in planned if s.table_id not in odd and s.table_id not in captured)]
-            problems = shard_conflicts(every) if len(every) > 1 else []
-            if problems:
+            fit = fit_shards([s for t in captured if (s := known.remembered(t)) is not None], planned)
+            new = {t: why for t, why in fit.unfit.items() if t not in registry.tables}
+            if new or fit.problems:
                 raise ConfigurationError(
-                    f"The tables routed into {target} cannot share it: {'; '.join(problems)}. Every shard of a route "
-                    "needs the same row key, and each column one type in all of them: align the tables on the source, "
-                    "or route the odd ones into another sink table.")
-            self.log.info("%s: the sink table of %d shard(s): %s", target, len({*captured, *(s.table_id for s in planned)}),
-                          ", ".join(str(t) for t in sorted({*captured, *(s.table_id for s in planned)})))
+                    f"The tables routed into {target} cannot share it: {'; '.join([*new.values(), *fit.problems])}. "
+                    "Every shard of a route needs the same row key, and each column a type that widens into the sink "
+                    "table's (a Delta table cannot widen a column it has): align the tables on the source, or route "
+                    "the odd ones into another sink table.")
+            for table_id, why in fit.unfit.items():
+                odd[table_id] = why
+                self.log.warning(
+                    "%s: kept as it is, frozen: it no longer fits %s, which its shards wrote (%s). A Delta table "
+                    "cannot change a column's type: route the shards into a new sink table, or drop %s's Delta "
+                    "table and re-snapshot every shard", table_id, target, why, target)
+            for shard in planned:
+                if shard.table_id not in odd:
+                    report.schemas[shard.table_id] = fit.typed(shard)
+            every = sorted({*captured, *(s.table_id for s in planned)})
+            self.log.info("%s: the sink table of %d shard(s): %s", target, len(every), ", ".join(map(str, every)))
         return odd
 
     def _gone_tables(self, table_ids: list[TableId], registry: Generation, drift: Drift) -> set[TableId]:

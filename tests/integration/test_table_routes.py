@@ -1,13 +1,15 @@
 """Sharded tables routed into one sink table (Flink CDC's ``route``; sinks/routing.py): two source
 tables with the same key values land in one Delta table, each row naming its shard; through a real
 DAG run and a real stream, every shard of the sink equals its source table, and what one shard's
-TRUNCATE, new column or deletes do stays in that shard's rows. Shards whose keys or column types
-disagree are refused by the plan, before anything is written."""
+TRUNCATE, new column or deletes do stays in that shard's rows, and a column takes the widest of the
+shards' types. Shards whose keys differ, or a new shard that does not fit the table, are refused by
+the plan before anything is written; a captured shard a DDL made unfit is kept frozen."""
 
 from __future__ import annotations
 
 import json
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
@@ -45,8 +47,9 @@ def test_two_shards_with_the_same_keys_stream_into_one_sink_table_each_exact(mys
     conn = mysql_server.connect()
     with conn.cursor() as cur:
         cur.execute(f"CREATE TABLE {first.quoted} (id INT PRIMARY KEY, v VARCHAR(20) NOT NULL, amount DECIMAL(10,2))")
-        cur.execute(f"CREATE TABLE {second.quoted} (id INT PRIMARY KEY, v VARCHAR(20) NOT NULL, "
-                    "amount DECIMAL(10,2), note TEXT)")
+        # wider types in the second shard: the sink table takes the widest of each column
+        cur.execute(f"CREATE TABLE {second.quoted} (id BIGINT PRIMARY KEY, v VARCHAR(20) NOT NULL, "
+                    "amount DECIMAL(12,3), note TEXT)")
         cur.executemany(f"INSERT INTO {first.quoted} VALUES (%s, %s, %s)", [(i, f"one-{i}", i * 1.5) for i in range(40)])
         cur.executemany(f"INSERT INTO {second.quoted} VALUES (%s, %s, %s, %s)",
                         [(i, f"two-{i}", i * 2.5, f"n{i}") for i in range(40)])
@@ -77,6 +80,7 @@ def test_two_shards_with_the_same_keys_stream_into_one_sink_table_each_exact(mys
     assert shard_differences(cdc_user, lake, [first, second], route) == {str(first): None, str(second): None}
     sink = DeltaTable(str(lake / database / "orders")).to_pyarrow_table()
     assert sink.num_rows == 3 + 40 - 5 + 1 - 1
+    assert (sink.schema.field("id").type, sink.schema.field("amount").type) == (pa.int64(), pa.decimal128(12, 3))
     assert set(sink.column_names) >= {"note", "extra", "_cdc_source_database", "_cdc_source_table"}
     log = DeltaTable(str(lake / database / "orders__changelog")).to_pyarrow_table().to_pylist()
     assert {(r["op"], r["source_table"]) for r in log} >= {("t", "orders_1"), ("d", "orders_2"), ("u", "orders_2")}
@@ -88,12 +92,12 @@ def test_shards_whose_keys_differ_are_refused_by_the_plan_before_anything_is_wri
     conn = mysql_server.connect()
     with conn.cursor() as cur:
         cur.execute(f"CREATE TABLE {first.quoted} (id INT PRIMARY KEY, v INT)")
-        cur.execute(f"CREATE TABLE {second.quoted} (id BIGINT PRIMARY KEY, v INT)")
+        cur.execute(f"CREATE TABLE {second.quoted} (id INT, v INT, PRIMARY KEY (id, v))")
     conn.commit()
     state = PipelineState(str(tmp_path / "state"))
     settings = PlanSettings.parse(split_rows=10, chunk_rows=10, route={f"{database}.parts_\\d+": f"{database}.parts"})
-    with pytest.raises(ConfigurationError, match=r"cannot share it: column id is bigint\(20\) \(int64 in the sink\) in "
-                                                 rf"{database}.parts_2 and int\(11\) \(int32\) in {database}.parts_1"):
+    with pytest.raises(ConfigurationError, match=rf"cannot share it: {database}.parts_2 has key \(id, v\) and "
+                                                 rf"{database}.parts_1 \(id\)"):
         Planner(cdc_user, state).plan([first, second], settings, state.latest())
     assert [p for p in (tmp_path / "state").rglob("*") if p.is_file()] == []
 
@@ -128,8 +132,8 @@ def test_a_shard_whose_column_type_changed_is_kept_frozen_while_the_others_are_p
         f"{database}.lines_1": PlanAction.KEEP, f"{database}.lines_2": PlanAction.KEEP,
         f"{database}.lines_3": PlanAction.SNAPSHOT}
     assert (f"{database}.lines_2: kept as it is, frozen: it no longer fits {database}.lines, which its shards wrote "
-            f"(column qty is bigint(20) (int64 in the sink) in {database}.lines_2 and int(11) (int32) in "
-            f"{database}.lines_1)") in "\n".join(caplog.messages)
+            f"(column qty is bigint(20) (int64 in the sink) in {database}.lines_2, which the sink table's int32 cannot "
+            "hold)") in "\n".join(caplog.messages)
 
 
 def test_a_new_shard_that_does_not_fit_the_routed_table_is_refused_by_the_plan(mysql_server, cdc_user, database,
@@ -143,7 +147,8 @@ def test_a_new_shard_that_does_not_fit_the_routed_table_is_refused_by_the_plan(m
     tables = [TableId(database, f"lines_{n}") for n in (1, 2, 3)]
     before = {p: p.stat().st_mtime_ns for p in (tmp_path / "state").rglob("*") if p.is_file()}
     with pytest.raises(ConfigurationError, match=rf"routed into {database}.lines cannot share it: column qty is "
-                                                 rf"varchar\(10\)"):
+                                                 rf"varchar\(10\) \(string in the sink\) in {database}.lines_3, which "
+                                                 "the sink table's int32 cannot hold"):
         Planner(cdc_user, state).plan(tables, PlanSettings.parse(split_rows=10, chunk_rows=10, route=route),
                                       state.latest())
     assert {p: p.stat().st_mtime_ns for p in (tmp_path / "state").rglob("*") if p.is_file()} == before

@@ -28,13 +28,24 @@ class Route:
     database: str
     table: str
     global_key: bool = False
+    #: the sink table's type of each column (lower-case name) that the shard's own type widens into,
+    #: as sinks/arrow_rows.py names it (``int64``, ``double``, ``decimal128(12, 4)``): chosen by the
+    #: plan from every shard's (sinks/routing.py), never set by the user
+    column_types: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "column_types", tuple(sorted((n.lower(), t) for n, t in self.column_types)))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"database": self.database, "table": self.table, "global_key": self.global_key}
+        data: dict[str, Any] = {"database": self.database, "table": self.table, "global_key": self.global_key}
+        if self.column_types:
+            data["column_types"] = dict(self.column_types)
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Route":
-        return cls(data["database"], data["table"], bool(data.get("global_key", False)))
+        return cls(data["database"], data["table"], bool(data.get("global_key", False)),
+                   tuple(data.get("column_types", {}).items()))
 
     def __str__(self) -> str:
         return f"{self.database}.{self.table}" + (" (key unique across shards)" if self.global_key else "")

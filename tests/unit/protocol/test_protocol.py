@@ -51,7 +51,8 @@ T = TableId("shop", "orders")
 AT = BinlogOffset("binlog.000007", 1234, gtid_set="0-1-42", server_id=1)
 SPLIT = FinishedSplit(SnapshotSplit(T, 0, "id", None, 100), AT, BinlogOffset("binlog.000007", 900), rows=99,
                       binlog_events_merged=3, staged="file:///state/staged/split-0.parquet", partitions=2, seconds=1.5)
-RULE = TableRule(None, ("notes",), ("e",), (("addr", 3),), ("ssn",), route=Route("shop", "all_orders", global_key=True))
+RULE = TableRule(None, ("notes",), ("e",), (("addr", 3),), ("ssn",),
+                 route=Route("shop", "all_orders", global_key=True, column_types=(("id", "int64"),)))
 
 RECORDS = [
     StreamOffset(AT, 3),

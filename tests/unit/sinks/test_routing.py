@@ -5,6 +5,8 @@ other shard's rows as they were."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
@@ -17,11 +19,11 @@ from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSpl
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering, encode_sort_key
 from airflow_provider_mysqlcdc.cdc.records.table_rows import RowRules
 from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
-from airflow_provider_mysqlcdc.sinks.arrow_rows import SHARD_COLUMNS
+from airflow_provider_mysqlcdc.sinks.arrow_rows import SHARD_COLUMNS, arrow_schema
 from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SUFFIX
 from airflow_provider_mysqlcdc.sinks.data_files import write_data_file
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
-from airflow_provider_mysqlcdc.sinks.routing import shard_bounds, shard_conflicts, shard_id, sink_target
+from airflow_provider_mysqlcdc.sinks.routing import fit_shards, shard_bounds, shard_id, sink_target
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_change_batch
 
 A, B = TableId("shop_1", "orders"), TableId("shop_2", "orders")
@@ -197,17 +199,47 @@ def test_a_route_travels_with_its_rule():
     assert "into shop.orders (key unique across shards)" in str(rule)
 
 
-def test_shards_with_one_key_and_one_type_per_column_may_share_a_sink_table():
-    w = Column("w", "int", "int(11)", True)
-    assert shard_conflicts([shard_schema(A), shard_schema(B, w)]) == []
+def test_shards_at_first_capture_share_the_widest_type_of_each_column():
+    wide = TableSchema(B, (Column("id", "bigint", "bigint(20)", False), V,
+                           Column("amount", "decimal", "decimal(12,4)", True, numeric_precision=12, numeric_scale=4)),
+                       ("id",), table_rule=TableRule(route=ROUTE))
+    narrow = shard_schema(A, Column("amount", "decimal", "decimal(10,2)", True, numeric_precision=10, numeric_scale=2),
+                          Column("w", "float", "float", True))
+    fit = fit_shards([], [narrow, wide])
+    assert (fit.unfit, fit.problems) == ({}, [])
+    assert fit.types == {"id": pa.int64(), "v": pa.string(), "amount": pa.decimal128(12, 4), "w": pa.float32()}
+    typed = fit.typed(narrow)
+    assert typed.table_rule.route.column_types == (("amount", "decimal128(12, 4)"), ("id", "int64"))
+    assert arrow_schema(typed).field("id").type == pa.int64() and fit.typed(wide).table_rule.route.column_types == ()
 
 
-def test_shards_whose_keys_differ_cannot_share_a_sink_table():
+def test_a_shard_widened_past_its_recorded_sink_type_keeps_its_own_type():
+    """A DDL made the shard's column wider than the routed table's: its writes are refused (and it
+    freezes), rather than cast to a type that cannot hold them."""
+    recorded = replace(ROUTE, column_types=(("id", "int64"),))
+    widened = TableSchema(A, (Column("id", "decimal", "decimal(30,0)", False, numeric_precision=30, numeric_scale=0), V),
+                          ("id",), table_rule=TableRule(route=recorded))
+    assert arrow_schema(widened).field("id").type == pa.decimal128(30, 0)
+
+
+def test_a_shard_fits_columns_written_before_only_where_its_type_widens_into_theirs():
+    written = [shard_schema(A)]  # id INT: the sink table's id is int32
+    fit = fit_shards(written, [TableSchema(B, (Column("id", "bigint", "bigint(20)", False), V), ("id",),
+                                           table_rule=TableRule(route=ROUTE))])
+    assert fit.unfit == {B: "column id is bigint(20) (int64 in the sink) in shop_2.orders, which the sink table's "
+                            "int32 cannot hold"}
+    narrow = TableSchema(B, (Column("id", "smallint", "smallint(6)", False), V), ("id",), table_rule=TableRule(route=ROUTE))
+    fit = fit_shards(written, [narrow])
+    assert fit.unfit == {} and fit.typed(narrow).table_rule.route.column_types == (("id", "int32"),)
+
+
+def test_shards_whose_keys_differ_do_not_fit():
     other = TableSchema(B, (ID, V), ("id", "v"), table_rule=TableRule(route=ROUTE))
-    assert shard_conflicts([shard_schema(A), other]) == ["shop_2.orders has key (id, v) and shop_1.orders (id)"]
+    assert fit_shards([], [shard_schema(A), other]).unfit == {B: "shop_2.orders has key (id, v) and shop_1.orders (id)"}
 
 
-def test_shards_whose_column_has_two_sink_types_cannot_share_a_sink_table():
-    wide = TableSchema(B, (Column("id", "bigint", "bigint(20)", False), V), ("id",), table_rule=TableRule(route=ROUTE))
-    assert shard_conflicts([shard_schema(A), wide]) == [
-        "column id is bigint(20) (int64 in the sink) in shop_2.orders and int(11) (int32) in shop_1.orders"]
+def test_shards_whose_column_no_one_type_holds_cannot_share_a_sink_table():
+    text = TableSchema(B, (ID, Column("v", "int", "int(11)", True)), ("id",), table_rule=TableRule(route=ROUTE))
+    assert fit_shards([], [shard_schema(A), text]).problems == [
+        "column v is int(11) (int32 in the sink) in shop_2.orders and varchar(20) (string) in shop_1.orders, which "
+        "no one type holds"]
