@@ -56,7 +56,7 @@ def test_two_shards_with_the_same_keys_stream_into_one_sink_table_each_exact(mys
     conn.commit()
     lake, state_dir = tmp_path / "lake", tmp_path / "state"
     env = example_dag_env(tmp_path / "airflow", cdc_user, [], sink_root=lake, state_dir=state_dir,
-                          split_rows=15, chunk_rows=30)
+                          split_rows=15, chunk_rows=60)  # one chunk task per shard
     env.update(MYSQLCDC_EXAMPLE_TABLES=f"{database}.orders_\\d+", MYSQLCDC_ROUTE=json.dumps(route))
     run = run_dag("mysqlcdc_example", env, conf={"stream_mode": "skip"})
     assert run["state"] == "success", run["output"][-3000:]
