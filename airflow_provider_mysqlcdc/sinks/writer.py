@@ -26,6 +26,7 @@ from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSpl
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering, encode_int_sort_keys, encode_sort_key
 from airflow_provider_mysqlcdc.cdc.source.schema import TableSchema
 from airflow_provider_mysqlcdc.sinks.arrow_rows import (
+    arrow_type,
     column_values,
     data_schema,
     row_key_columns,
@@ -89,8 +90,14 @@ class SinkWriter:
 
     def _chunks(self, data: pa.Table) -> pa.Array | list[str]:
         """``_cdc_chunk`` for every row of ``data`` (vectorised for integer chunk keys): the chunk key's
-        text, after the shard's tag in a routed table."""
+        text, after the shard's tag in a routed table. Of the shard's own value: a routed table may
+        hold the column in a wider type (arrow_rows.py ``sink_column_type``), whose values (a DECIMAL
+        of a larger scale) would encode otherwise than the split bounds, which come from the source."""
+        own = arrow_type(self.schema.column(self.chunk_key))
         column = data.column(self.chunk_key)
+        if not column.type.equals(own):
+            column = column.cast(own)
+            data = data.set_column(data.schema.get_field_index(self.chunk_key), self.chunk_key, column)
         tag = self.target.tag
         if pa.types.is_integer(column.type) and not self.ordering.needs_database:
             texts = encode_int_sort_keys(column.combine_chunks())  # integers (and TIME as microseconds)

@@ -6,6 +6,7 @@ other shard's rows as they were."""
 from __future__ import annotations
 
 from dataclasses import replace
+from decimal import Decimal
 
 import pyarrow as pa
 import pytest
@@ -19,7 +20,7 @@ from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSpl
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering, encode_sort_key
 from airflow_provider_mysqlcdc.cdc.records.table_rows import RowRules
 from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
-from airflow_provider_mysqlcdc.sinks.arrow_rows import SHARD_COLUMNS, arrow_schema
+from airflow_provider_mysqlcdc.sinks.arrow_rows import SHARD_COLUMNS, arrow_schema, rows_to_data_table
 from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SUFFIX
 from airflow_provider_mysqlcdc.sinks.data_files import write_data_file
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
@@ -243,3 +244,17 @@ def test_shards_whose_column_no_one_type_holds_cannot_share_a_sink_table():
     assert fit_shards([], [shard_schema(A), text]).problems == [
         "column v is int(11) (int32 in the sink) in shop_2.orders and varchar(20) (string) in shop_1.orders, which "
         "no one type holds"]
+
+
+def test_a_widened_chunk_key_encodes_its_rows_within_their_splits_range(sink):
+    """The shard's DECIMAL(10,2) key is DECIMAL(12,4) in the routed table: a row's _cdc_chunk comes
+    from its own value, as the split's bounds do, so the split's range holds it."""
+    key = Column("id", "decimal", "decimal(10,2)", False, numeric_precision=10, numeric_scale=2)
+    schema = TableSchema(A, (key, V), ("id",), table_rule=TableRule(
+        route=replace(ROUTE, column_types=(("id", "decimal128(12, 4)"),))))
+    writer = SinkWriter(sink, schema, "id", KeyOrdering(key))
+    start, end = writer.split_range(SnapshotSplit(A, 0, "id", Decimal("1.00"), Decimal("2.00")))
+    data = rows_to_data_table(schema, [{"id": Decimal("1.50"), "v": "x"}])
+    assert data.schema.field("id").type == pa.decimal128(12, 4)
+    [chunk] = writer.stamped(data, AT).column("_cdc_chunk").to_pylist()
+    assert start <= chunk < end
