@@ -144,9 +144,12 @@ class SchemaChangeRules:
         committed = False
         # the columns before: this stream's schema, or (first time it meets the table) the sink's; a
         # shard's sink table has every shard's columns, so there the schema the stream remembers
+        # remembered schema (read before a writer is made, which may remember the server's)
         met = {t for t in altered if t in self.writers}
+        remembered = {t: self.known.remembered(t) for t in altered if t not in met}
         old = {t: self._writer(t) for t in altered}  # the schema the table's changes so far were written under
-        before = {t: set(w.schema.column_names) if t in met or w.target.shard else
+        before = {t: set(w.schema.column_names) if t in met else
+                  set(known.column_names) if w.target.shard and (known := remembered[t]) is not None else
                   set(self.sink.column_names(w.target.table_id)) - set(METADATA_COLUMNS) for t, w in old.items()}
         schemas = self.tables.current_schemas(altered)
         added = {c.table: c.added_columns for c in event.changes if c.kind is TableEventKind.ALTERED}

@@ -15,7 +15,7 @@ from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.state.staged import write_staged
 from airflow_provider_mysqlcdc.stream.events import StagedSplitReady
 
-from .harness import Pipeline, changes, ddl, insert, off, schema, staged_rows, table_change, update
+from .harness import Pipeline, changes, column, ddl, insert, off, schema, staged_rows, table_change, update
 
 A, B = TableId("shop_1", "orders"), TableId("shop_2", "orders")
 SINK = TableId("shop", "orders")
@@ -72,3 +72,14 @@ def test_a_batch_replayed_after_a_crash_between_two_shards_commits_applies_the_s
             changes(shard(B), update(B, 6, {"id": 2, "v": "b"}, {"id": 2, "v": "b6"})), batch_id=0)
     assert rows(p) == {("shop_1", 1): "a", ("shop_1", 2): "a5", ("shop_2", 1): "b", ("shop_2", 2): "b6"}
     assert p.merges(SINK) == 2
+
+
+def test_a_column_a_shard_drops_is_drift_when_the_stream_first_meets_the_shard_at_the_drop(tmp_path):
+    """The routed table has every shard's columns, so what the shard had before comes from the
+    schema the pipeline remembers, not from the table."""
+    with_c = dataclasses.replace(shard(A), columns=(*shard(A).columns, column("c")), _by_name={})
+    p = Pipeline(tmp_path, with_c, shard(B))
+    p.snapshot(A, {"id": 1, "v": "a", "c": 1})
+    p.alter(A, shard(A))  # the server's schema after the drop
+    p.batch(ddl(3, "ALTER TABLE shop_1.orders DROP COLUMN c", table_change(Kind.ALTERED, A)))
+    assert p.drift(A) == [(Kind.ALTERED, off(3))] and p.drift(B) == []
