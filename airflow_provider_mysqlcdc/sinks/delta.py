@@ -96,8 +96,7 @@ class DeltaSink(Sink):
         if target.shard:
             raise SchemaChangedError(
                 f"{schema.table_id} is a shard of {target.table_id}, whose columns it cannot change alone: only a "
-                f"new sink table takes the new types (route the shards to a new table, or drop {target.table_id}'s "
-                "Delta table to snapshot every shard again).")
+                "new sink table takes the new types (route the shards into a new table).")
         write_deltalake(self.table_uri(target.table_id), arrow_schema(schema).empty_table(), mode="overwrite",
                         schema_mode="overwrite", storage_options=self.storage_options)
 

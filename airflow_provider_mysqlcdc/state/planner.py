@@ -228,8 +228,7 @@ class Planner:
                 odd[table_id] = why
                 self.log.warning(
                     "%s: kept as it is, frozen: it no longer fits %s, which its shards wrote (%s). A Delta table "
-                    "cannot change a column's type: route the shards into a new sink table, or drop %s's Delta "
-                    "table and re-snapshot every shard", table_id, target, why, target)
+                    "cannot change a column's type: route the shards into a new sink table", table_id, target, why)
             for shard in planned:
                 if shard.table_id not in odd:
                     report.schemas[shard.table_id] = fit.typed(shard)

@@ -81,7 +81,7 @@ class MySqlCdcTableChangedTrigger(BaseEventTrigger):
                     # saved before the event is fired: a triggerer stopped in between loses it
                     # rather than firing it twice
                     cursor = await self._save_cursor(position)
-                    if changed:
+                    if changed > 0:  # not a shard leaving the watched table's route
                         change = TableChanged(TableId.parse(self.table), "stream-batch", changed,
                                               progress.last_change_offset, progress.generation)
                         self.log.info("%s changed: %s", self.table, change.extra)

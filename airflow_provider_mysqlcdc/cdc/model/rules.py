@@ -15,7 +15,7 @@ from a pipeline's settings and applies them to a schema, cdc/records/table_rows.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -27,7 +27,9 @@ class Route:
 
     database: str
     table: str
-    global_key: bool = False
+    #: declared by the user for readers of the table (docs, lineage); the table is written alike
+    #: either way (each shard's rows apart), so changing it re-snapshots nothing
+    global_key: bool = field(default=False, compare=False)
     #: the sink table's type of each column (lower-case name) that the shard's own type widens into,
     #: as sinks/arrow_rows.py names it (``int64``, ``double``, ``decimal128(12, 4)``): chosen by the
     #: plan from every shard's (sinks/routing.py), never set by the user

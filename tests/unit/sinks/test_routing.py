@@ -196,8 +196,13 @@ def test_a_rule_that_only_routes_leaves_the_rows_as_they_are():
 
 def test_a_route_travels_with_its_rule():
     rule = TableRule(exclude=("v",), route=Route("shop", "orders", global_key=True))
-    assert TableRule.from_dict(rule.to_dict()) == rule
+    again = TableRule.from_dict(rule.to_dict())
+    assert again == rule and again.route.global_key
     assert "into shop.orders (key unique across shards)" in str(rule)
+
+
+def test_declaring_the_key_global_is_no_change_of_rule_that_re_snapshots():
+    assert TableRule(route=Route("shop", "orders", global_key=True)) == TableRule(route=Route("shop", "orders"))
 
 
 def test_shards_at_first_capture_share_the_widest_type_of_each_column():
