@@ -145,7 +145,8 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
     snapshot already had (operators/snapshot.py, docs/cdc-semantics.md)."""
     for entry in [*tables, *exclude_tables]:  # a malformed entry fails the DAG when it is parsed
         parse_entry(entry)
-    TableRules.parse(columns, row_filters, route)  # and so does a malformed rule, filter or route
+    # and so does a malformed rule, filter or route, and a route across the groups of tables
+    TableRules.parse(columns, row_filters, route).check_route_groups([parse_entry(t) for t in tables])
     check_snapshot_consistency(snapshot_consistency)  # and an unknown consistency (mapped tasks check late)
     spark: dict[str, Any] = dict(spark_master=spark_master, spark_conn_id=spark_conn_id, spark_conf=spark_conf, aws_conn_id=aws_conn_id)
     state = f"{state_dir.rstrip('/')}/{{{{ dag.dag_id }}}}"

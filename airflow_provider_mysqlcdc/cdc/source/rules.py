@@ -153,6 +153,18 @@ def _first(entries: tuple[tuple[TableEntry, Any], ...], table_id: TableId) -> tu
     return None, None
 
 
+def _overlap(one: TableEntry, other: TableEntry) -> bool:
+    """Whether two entries are known to name a table in common: a name the other matches, or the
+    same pattern (two different patterns may or may not)."""
+    if isinstance(one, TableId) and isinstance(other, TableId):
+        return one == other
+    if isinstance(one, TableId) and isinstance(other, TablePattern):
+        return other.matches(one)
+    if isinstance(other, TableId) and isinstance(one, TablePattern):
+        return one.matches(other)
+    return entry_text(one) == entry_text(other)
+
+
 @dataclass(frozen=True)
 class TableRules:
     """The ``columns``, ``row_filters`` and ``route`` settings: per table entry a column rule, a row
@@ -176,6 +188,20 @@ class TableRules:
             parse_row_filter(text)  # one that cannot be read is refused when the DAG is parsed
         return cls(tuple((parse_entry(str(entry)), parse_rule(rule, str(entry))) for entry, rule in rules.items()),
                    tuple((parse_entry(str(entry)), text.strip()) for entry, text in filters.items()), routes)
+
+    def check_route_groups(self, tables: list[TableEntry]) -> None:
+        """Every shard of a route must be planned by one plan task, which sees them all to check their
+        keys and choose their types: each entry of ``tables`` is a task of its own, so a route whose
+        entry matches tables of two ``tables`` entries is refused (as far as the entries tell: a name
+        it matches, or a pattern it repeats)."""
+        for route_entry, route in self.routes:
+            covering = [entry_text(e) for e in tables if _overlap(route_entry, e)]
+            if len(covering) > 1:
+                raise ConfigurationError(
+                    f"route[{entry_text(route_entry)!r}] sends tables of {len(covering)} entries of tables "
+                    f"({', '.join(covering)}) into {route.database}.{route.table}; each entry is planned by a task of "
+                    "its own, which could not check the shards' keys and types together. Name the shards with one "
+                    f"entry of tables, e.g. the route's own pattern {entry_text(route_entry)!r}.")
 
     def for_table(self, table_id: TableId) -> tuple[TableRule | None, TableEntry | None]:
         """The table's rule (its columns' and its rows') and the entry its column rule comes from: a

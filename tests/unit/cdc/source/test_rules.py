@@ -9,6 +9,7 @@ from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.rules import Route, TableRule
 from airflow_provider_mysqlcdc.cdc.source.rules import TableRules, captured_schema
 from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
+from airflow_provider_mysqlcdc.cdc.source.selection import parse_entry
 from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_schema
 
 CUSTOMERS = TableId("shop", "customers")
@@ -190,3 +191,18 @@ def test_a_bare_route_target_lies_in_the_entrys_database():
 def test_a_malformed_route_is_refused_naming_the_problem(route, message):
     with pytest.raises(ConfigurationError, match=message):
         TableRules.parse(route=route)
+
+
+@pytest.mark.parametrize("tables", [
+    ["shop_1.orders", "shop_2.orders"],
+    [r"shop_\d+.orders", "shop_2.orders"],
+])
+def test_a_route_whose_shards_span_two_entries_of_tables_is_refused(tables):
+    rules = TableRules.parse(route={r"shop_\d+.orders": "shop.orders"})
+    with pytest.raises(ConfigurationError, match=r"sends tables of 2 entries of tables .* Name the shards with one entry"):
+        rules.check_route_groups([parse_entry(t) for t in tables])
+
+
+def test_a_route_within_one_entry_of_tables_is_accepted():
+    rules = TableRules.parse(route={r"shop_\d+.orders": "shop.orders"})
+    rules.check_route_groups([parse_entry(t) for t in (r"shop_\d+.orders", "crm.people", r"crm.x_\d+")])
