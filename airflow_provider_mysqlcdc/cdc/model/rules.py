@@ -32,8 +32,10 @@ class Route:
     global_key: bool = field(default=False, compare=False)
     #: the sink table's type of each column (lower-case name) that the shard's own type widens into,
     #: as sinks/arrow_rows.py names it (``int64``, ``double``, ``decimal128(12, 4)``): chosen by the
-    #: plan from every shard's (sinks/routing.py), never set by the user
-    column_types: tuple[tuple[str, str], ...] = ()
+    #: plan from every shard's (sinks/routing.py), never set by the user. No change of rule: the
+    #: table's types stay, and a DDL that changes the shard's own type within them (INT to BIGINT
+    #: where the table has BIGINT) needs no re-snapshot
+    column_types: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "column_types", tuple(sorted((n.lower(), t) for n, t in self.column_types)))
