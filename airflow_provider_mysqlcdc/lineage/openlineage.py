@@ -111,7 +111,7 @@ def _sink_facets(table: LineageTable, source: InputDataset) -> dict:
               _from(source, c.name, "TRANSFORMATION", _MASKS[c.mask.split(":")[0]].format(c.mask.partition(":")[2]),
                     masking=True) for c in table.schema.columns}
     if table.chunk_key:
-        routed = table.schema.table_rule is not None and table.schema.table_rule.route is not None
+        routed = table.schema.route is not None
         copied[CHUNK_COLUMN] = _from(source, table.chunk_key, "TRANSFORMATION",
                                      "the shard's tag and the chunk key's order-preserving text" if routed
                                      else "the chunk key's order-preserving text")

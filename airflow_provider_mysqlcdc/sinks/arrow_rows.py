@@ -123,6 +123,13 @@ def widest(a: pa.DataType, b: pa.DataType) -> pa.DataType | None:
     return None
 
 
+def widens_into(own: pa.DataType, table: pa.DataType) -> bool:
+    """Whether a column of type ``own`` fits a sink column of type ``table`` as it is (``table`` holds
+    every value of ``own``)."""
+    wider = widest(own, table)
+    return wider is not None and wider.equals(table)
+
+
 def sink_type_text(t: pa.DataType) -> str:
     """A type ``widest`` gives, as a route records it (``Route.column_types``)."""
     return str(t)
@@ -163,28 +170,19 @@ def arrow_schema(schema: TableSchema) -> pa.Schema:
     """The sink table's columns for ``schema``. Only key columns are NOT NULL (but temporal ones:
     ``zero_date_columns``), so that the rows of a routed table's shard that lacks a column hold NULL there."""
     zeros = zero_date_columns(schema)
-    fields = [pa.field(c.name, sink_column_type(schema, c), nullable=c.nullable or c.name not in schema.key_columns
+    widened = {} if schema.route is None else {n: sink_type_of(t) for n, t in schema.route.column_types}
+    fields = [pa.field(c.name, _sink_type(c, widened), nullable=c.nullable or c.name not in schema.key_columns
                        or c.name in zeros) for c in schema.columns]
-    shards = [pa.field(n, pa.string(), nullable=False) for n in SHARD_COLUMNS] if _routed(schema) else []
+    shards = [pa.field(n, pa.string(), nullable=False) for n in SHARD_COLUMNS] if schema.route is not None else []
     return pa.schema(fields + [pa.field(z, pa.string()) for z in zeros.values()] + _METADATA_FIELDS + shards)
 
 
-def sink_column_type(schema: TableSchema, column: Column) -> pa.DataType:
+def _sink_type(column: Column, widened: dict[str, pa.DataType]) -> pa.DataType:
     """``column``'s type in the sink: its own (``arrow_type``), or in a shard of a routed table the
-    wider one the table has (``Route.column_types``), when its own widens into it (a DDL that made
-    it wider than the table leaves it its own, which the table then refuses)."""
-    own = arrow_type(column)
-    route = schema.table_rule.route if schema.table_rule is not None else None
-    text = dict(route.column_types).get(column.name.lower()) if route is not None else None
-    if text is None:
-        return own
-    table = sink_type_of(text)
-    wider = widest(own, table)
-    return table if wider is not None and wider.equals(table) else own
-
-
-def _routed(schema: TableSchema) -> bool:
-    return schema.table_rule is not None and schema.table_rule.route is not None
+    wider one the table has (``widened``, from ``Route.column_types``), when its own widens into it
+    (a DDL that made it wider than the table leaves it its own, which the table then refuses)."""
+    own, table = arrow_type(column), widened.get(column.name.lower())
+    return table if table is not None and widens_into(own, table) else own
 
 
 def _to_arrow_value(target: pa.DataType) -> Callable[[Any], Any] | None:
@@ -312,7 +310,7 @@ def with_metadata(data: pa.Table, schema: TableSchema, *, ops: pa.Array | pa.Chu
         stamps = event_timestamps(event_ts_ms)
     metadata = [pa.repeat(ops, n) if isinstance(ops, str) else ops, files, positions, versions, stamps,
                 chunks if isinstance(chunks, (pa.Array, pa.ChunkedArray)) else pa.array(list(chunks), pa.string())]
-    if _routed(schema):
+    if schema.route is not None:
         metadata += [pa.repeat(schema.table_id.database, n), pa.repeat(schema.table_id.table, n)]
     target = arrow_schema(schema)
     columns = [data.column(f.name).cast(f.type) for f in target if f.name not in METADATA_COLUMNS]

@@ -300,8 +300,8 @@ class DeltaSink(Sink):
         table = self.open_table(self.table_uri(table_id) + (CHANGELOG_SUFFIX if changelog else ""))
         if table is None:
             return None
-        ids = _position_ids(shard)
-        offset, order = table.transaction_version(ids[0]), table.transaction_version(ids[1])
+        offset_id, order_id = _position_ids(shard)
+        offset, order = table.transaction_version(offset_id), table.transaction_version(order_id)
         if offset is None or order is None:
             return None
         return (offset >> 32, offset & 0xFFFFFFFF, (order >> _ORDER_BITS) - 1, order & ((1 << _ORDER_BITS) - 1))

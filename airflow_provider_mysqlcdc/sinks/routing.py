@@ -25,9 +25,16 @@ from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
-from airflow_provider_mysqlcdc.cdc.model.rules import Route, TableRule
+from airflow_provider_mysqlcdc.cdc.model.rules import Route, TableRule, route_of
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
-from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_schema, arrow_type, row_key_columns, sink_type_text, widest
+from airflow_provider_mysqlcdc.sinks.arrow_rows import (
+    arrow_schema,
+    arrow_type,
+    row_key_columns,
+    sink_type_text,
+    widens_into,
+    widest,
+)
 
 #: a tag is the shard's id and this character; no key text holds it, and the next character ("/")
 #: sorts right after it and before every key character, so ``id + "/"`` ends the shard's range
@@ -48,7 +55,7 @@ def shard_bounds(shard: str, start: str | None = None, end: str | None = None) -
 
 def sink_table_id(table_id: TableId, rule: TableRule | None) -> TableId:
     """The sink table that source table ``table_id`` writes into under ``rule``."""
-    route = None if rule is None else rule.route
+    route = route_of(rule)
     return table_id if route is None else TableId(route.database, route.table)
 
 
@@ -78,7 +85,7 @@ class SinkTarget:
 
 def captured_target(table_id: TableId, rule: TableRule | None) -> SinkTarget:
     """Where the rows of source table ``table_id`` land under ``rule``."""
-    return SinkTarget(sink_table_id(table_id, rule), table_id, None if rule is None else rule.route)
+    return SinkTarget(sink_table_id(table_id, rule), table_id, route_of(rule))
 
 
 def sink_target(schema: TableSchema) -> SinkTarget:
@@ -105,10 +112,10 @@ class ShardFit:
 
     def typed(self, shard: TableSchema) -> TableSchema:
         """``shard`` with the table's wider types of its columns recorded in its route."""
-        assert shard.table_rule is not None and shard.table_rule.route is not None  # a shard of a route
+        assert shard.table_rule is not None and shard.route is not None  # a shard of a route
         widened = tuple((c.name.lower(), sink_type_text(self.types[c.name.lower()])) for c in shard.columns
                         if not arrow_type(c).equals(self.types[c.name.lower()]))
-        route = replace(shard.table_rule.route, column_types=widened)
+        route = replace(shard.route, column_types=widened)
         return replace(shard, table_rule=replace(shard.table_rule, route=route))
 
 
@@ -132,8 +139,7 @@ def fit_shards(written: Sequence[TableSchema], planned: Sequence[TableSchema]) -
                             f"({', '.join(key_of.key_columns)})")
         for column in shard.columns:
             own, table = arrow_type(column), fit.types.get(column.name.lower())
-            wider = None if table is None else widest(own, table)
-            if column.name.lower() in fixed and (wider is None or not wider.equals(table)):
+            if column.name.lower() in fixed and (table is None or not widens_into(own, table)):
                 problems.append(f"column {column.name} is {column.column_type} ({own} in the sink) in {shard.table_id}, "
                                 f"which the sink table's {table} cannot hold")
         if problems:

@@ -91,7 +91,7 @@ class SinkWriter:
     def _chunks(self, data: pa.Table) -> pa.Array | list[str]:
         """``_cdc_chunk`` for every row of ``data`` (vectorised for integer chunk keys): the chunk key's
         text, after the shard's tag in a routed table. Of the shard's own value: a routed table may
-        hold the column in a wider type (arrow_rows.py ``sink_column_type``), whose values (a DECIMAL
+        hold the column in a wider type (arrow_rows.py ``arrow_schema``), whose values (a DECIMAL
         of a larger scale) would encode otherwise than the split bounds, which come from the source."""
         own = arrow_type(self.schema.column(self.chunk_key))
         column = data.column(self.chunk_key)

@@ -22,6 +22,7 @@ from airflow_provider_mysqlcdc.cdc.binlog.start_points import (
 )
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.model.rules import route_of
 from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
 from airflow_provider_mysqlcdc.cdc.records.masking import missing_salt_error
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
@@ -203,19 +204,19 @@ class Planner:
         refused here, before anything is written."""
         shards: dict[TableId, list[TableSchema]] = {}
         for table_id, schema in report.schemas.items():
-            if schema.table_rule is not None and schema.table_rule.route is not None:
+            if schema.route is not None:
                 shards.setdefault(sink_table_id(table_id, schema.table_rule), []).append(schema)
         known, odd = KnownSchemas(self.state), {}
         for target, planned in sorted(shards.items()):
             own = [t for t, rule in [*((t, s.table_rule) for t, s in report.schemas.items()),
                                      *((t, c.table_rule) for t, c in registry.tables.items() if t not in report.schemas)]
-                   if t == target and (rule is None or rule.route is None)]
+                   if t == target and route_of(rule) is None]
             if own:
                 raise ConfigurationError(
                     f"The route into {target} names the sink table that {target} itself is captured into: the shards' "
                     f"rows would mix with its own. Route the shards into a table of another name.")
-            captured = [t for t, c in registry.tables.items() if c.table_rule is not None
-                        and c.table_rule.route is not None and sink_table_id(t, c.table_rule) == target]
+            captured = [t for t, c in registry.tables.items()
+                        if route_of(c.table_rule) is not None and sink_table_id(t, c.table_rule) == target]
             fit = fit_shards([s for t in captured if (s := known.remembered(t)) is not None], planned)
             new = {t: why for t, why in fit.unfit.items() if t not in registry.tables}
             if new or fit.problems:

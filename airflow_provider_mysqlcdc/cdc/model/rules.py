@@ -147,6 +147,11 @@ class TableRule:
         return "; ".join(parts) or "every column as it is"
 
 
+def route_of(rule: TableRule | None) -> Route | None:
+    """The sink table a table with ``rule`` is a shard of (None: a sink table of its own)."""
+    return None if rule is None else rule.route
+
+
 def rule_from(data: dict[str, Any] | None) -> TableRule | None:
     """The rule a record holds (None: every column as it is)."""
     return None if data is None else TableRule.from_dict(data)

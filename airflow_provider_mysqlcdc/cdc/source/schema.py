@@ -16,7 +16,7 @@ from typing import Any
 import pymysql
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError, PreflightError
-from airflow_provider_mysqlcdc.cdc.model.rules import TableRule, rule_from, rule_to
+from airflow_provider_mysqlcdc.cdc.model.rules import Route, TableRule, route_of, rule_from, rule_to
 
 
 def quote_identifier(name: str) -> str:
@@ -154,6 +154,11 @@ class TableSchema:
     @property
     def column_names(self) -> tuple[str, ...]:
         return tuple(c.name for c in self.columns)
+
+    @property
+    def route(self) -> Route | None:
+        """The sink table this table is a shard of, by its rule (None: a sink table of its own)."""
+        return route_of(self.table_rule)
 
     def reserved_name_problem(self) -> str | None:
         """Why the sinks cannot take this table's columns as they are named, if they cannot."""
