@@ -13,7 +13,8 @@ def get_provider_info() -> dict[str, Any]:
         "name": "MySQL CDC",
         "description": "Lock-free chunked MySQL/MariaDB CDC (Flink CDC 2.x) orchestrated by Airflow, executed on Spark.",
         "versions": [__version__],
-        "hooks": [{"integration-name": "MySQL CDC", "python-modules": ["airflow_provider_mysqlcdc.hooks.mysqlcdc"]}],
+        "hooks": [{"integration-name": "MySQL CDC", "python-modules": ["airflow_provider_mysqlcdc.hooks.mysqlcdc",
+                                                                           "airflow_provider_mysqlcdc.hooks.iceberg_catalog"]}],
         "triggers": [{"integration-name": "MySQL CDC",
                       "python-modules": ["airflow_provider_mysqlcdc.triggers.stream",
                                          "airflow_provider_mysqlcdc.triggers.table_changes"]}],
@@ -52,6 +53,15 @@ def get_provider_info() -> dict[str, Any]:
                                                  "kept like the password, never logged.",
                                   "schema": {"type": ["string", "null"]}, "sensitive": True},
                 },
-            }
+            },
+            {
+                "hook-class-name": "airflow_provider_mysqlcdc.hooks.iceberg_catalog.IcebergCatalogHook",
+                "hook-name": "Iceberg catalog of a MySQL CDC lake",
+                "connection-type": "iceberg_catalog",
+                # everything is pyiceberg's catalog properties, in the extras
+                "ui-field-behaviour": {"hidden-fields": ["host", "port", "schema", "login", "password"],
+                                       "relabeling": {}, "placeholders": {
+                                           "extra": '{"type": "sql", "uri": "postgresql+psycopg2://user:pass@host/db"}'}},
+            },
         ],
     }

@@ -40,6 +40,7 @@ from airflow_provider_mysqlcdc.operators.snapshot import MySqlCdcSnapshotOperato
 from airflow_provider_mysqlcdc.operators.stream import STREAM_MODES, MySqlCdcStreamOperator
 from airflow_provider_mysqlcdc.protocol.actions import StartupMode
 from airflow_provider_mysqlcdc.protocol.jobs import check_snapshot_consistency
+from airflow_provider_mysqlcdc.protocol.sinks import DEFAULT_NAMESPACE, check_namespace, check_sink_format
 
 
 def group_id_for(table: str) -> str:
@@ -108,7 +109,9 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
                       row_filters: dict[str, str] | None = None, heartbeat_interval_s: float | None = None,
                       heartbeat_query: str | None = None,
                       snapshot_consistency: str = "exactly-once",
-                      route: dict[str, Any] | None = None) -> dict[str, Any]:
+                      route: dict[str, Any] | None = None, sink_format: str = "delta",
+                      iceberg_namespace: str = DEFAULT_NAMESPACE,
+                      iceberg_catalog_conn_id: str | None = None) -> dict[str, Any]:
     """Build the graph in the current DAG; ``tables_param`` adds the group for trigger-time tables;
     ``stream_limits`` (``max_batch_bytes``, ``max_batch_events``, ``max_apply_changes``,
     ``cluster_after_files``, ``maintenance_every_s``, ``vacuum_retention_hours``) go to the stream;
@@ -123,6 +126,12 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
 
     Object stores: ``sink_root`` and ``state_dir`` may be ``s3://`` (``gs://``, ``abfss://``) URLs;
     ``aws_conn_id`` names the ``aws`` connection whose credentials open them (hooks/object_store.py).
+
+    Table format: ``sink_format`` is ``delta`` (default) or ``iceberg`` (sinks/iceberg.py): an Iceberg
+    table per source table, named ``<iceberg_namespace>.<table>`` (``{database}``, the source table's
+    database, by default) in the catalog of ``iceberg_catalog_conn_id`` (its extras are pyiceberg's
+    catalog properties: hooks/iceberg_catalog.py), or without one in a SQLite catalog at the root of
+    a lake on a local path. Choose it before the first run: the tables are captured into it.
 
     Tables: ``tables`` and ``exclude_tables`` take names and patterns (``shop.order_\\d+``: regular
     expressions on the database and table names, resolved against the server at each run;
@@ -148,7 +157,11 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
     # and so does a malformed rule, filter or route, and a route across the groups of tables
     TableRules.parse(columns, row_filters, route).check_route_groups([parse_entry(t) for t in tables])
     check_snapshot_consistency(snapshot_consistency)  # and an unknown consistency (mapped tasks check late)
-    spark: dict[str, Any] = dict(spark_master=spark_master, spark_conn_id=spark_conn_id, spark_conf=spark_conf, aws_conn_id=aws_conn_id)
+    # what the chunk tasks and the stream share: where Spark runs, and the sink they write
+    spark: dict[str, Any] = dict(spark_master=spark_master, spark_conn_id=spark_conn_id, spark_conf=spark_conf,
+                                 aws_conn_id=aws_conn_id, sink_format=check_sink_format(sink_format),
+                                 iceberg_namespace=check_namespace(iceberg_namespace),
+                                 iceberg_catalog_conn_id=iceberg_catalog_conn_id)
     state = f"{state_dir.rstrip('/')}/{{{{ dag.dag_id }}}}"
     sink = _param("sink_root", sink_root)
     common: dict[str, Any] = dict(

@@ -103,10 +103,12 @@ def replay(source: SourceConfig, schemas: Mapping[TableId, TableSchema],
     return result
 
 
-def sink_rows(lake: object, schema: TableSchema, storage_options: dict[str, str] | None = None) -> Rows:
-    """A Delta table's rows by key; a key present twice fails (a dict would hide it). Of a shard of a
+def sink_rows(lake: object, schema: TableSchema, storage_options: dict[str, str] | None = None, *,
+              sink_format: str = "delta") -> Rows:
+    """A sink table's rows by key; a key present twice fails (a dict would hide it). Of a shard of a
     routed table (sinks/routing.py): the rows of that shard. ``storage_options``: delta-rs's, for a
-    lake on an object store."""
+    lake on an object store; ``sink_format``: the table format (an Iceberg table in the embedded catalog
+    of a local lake, or the catalog installed in this process)."""
     import pyarrow.compute as pc
 
     from airflow_provider_mysqlcdc.sinks.arrow_rows import SHARD_COLUMNS, arrow_to_rows
@@ -114,14 +116,14 @@ def sink_rows(lake: object, schema: TableSchema, storage_options: dict[str, str]
     from airflow_provider_mysqlcdc.sinks.routing import sink_target
 
     target = sink_target(schema)
-    table = open_sink(str(lake), storage_options).read(target.table_id)
+    table = open_sink(str(lake), storage_options, sink_format=sink_format).read(target.table_id)
     if target.shard:
         database, name = (table.column(c) for c in SHARD_COLUMNS)
         table = table.filter(pc.and_(pc.equal(database, schema.table_id.database), pc.equal(name, schema.table_id.table)))
     rows = arrow_to_rows(table, schema)
     by_key = {schema.key_of(r): r for r in rows}
     if len(by_key) != len(rows):
-        raise AssertionError(f"{schema.table_id}: {len(rows) - len(by_key)} duplicated key(s) in Delta")
+        raise AssertionError(f"{schema.table_id}: {len(rows) - len(by_key)} duplicated key(s) in the {sink_format} table")
     return by_key
 
 

@@ -1,4 +1,4 @@
-"""Example: capture tables of one MySQL/MariaDB source into Delta tables, then stream the binlog.
+"""Example: capture tables of one MySQL/MariaDB source into Delta (or Iceberg) tables, then stream the binlog.
 
 Settings come from the environment so that the demo and the tests can point it anywhere:
 MYSQLCDC_EXAMPLE_TABLES (comma-separated db.table, or patterns such as db.order_\\d+; backticks around names with dots or commas), MYSQLCDC_SINK_ROOT, MYSQLCDC_STATE_DIR,
@@ -10,7 +10,9 @@ and MYSQLCDC_AWS_CONN_ID (an Airflow ``aws`` connection for a lake and state on 
 MYSQLCDC_COLUMNS (JSON: per table, the columns kept and masked, e.g.
 '{"shop.customers": {"exclude": ["notes"], "hash": ["email"]}}'; ``hash`` needs the connection's
 ``mask_salt`` extra), MYSQLCDC_ROW_FILTERS (JSON: per table, a predicate its rows must satisfy) and
-MYSQLCDC_SNAPSHOT_CONSISTENCY (at-least-once: chunks read without their binlog windows).
+MYSQLCDC_SNAPSHOT_CONSISTENCY (at-least-once: chunks read without their binlog windows),
+MYSQLCDC_SINK_FORMAT (iceberg: Iceberg tables instead of Delta ones) and MYSQLCDC_ICEBERG_CATALOG_CONN_ID
+(a connection whose extras are the Iceberg catalog's properties; unset: the embedded SQLite catalog).
 The source is the Airflow connection ``mysqlcdc_default``.
 Everything else is a DAG param, e.g. more tables, or a re-snapshot while streaming:
 
@@ -52,4 +54,6 @@ with DAG(
         row_filters=json.loads(os.environ.get("MYSQLCDC_ROW_FILTERS") or "null"),
         route=json.loads(os.environ.get("MYSQLCDC_ROUTE") or "null"),
         snapshot_consistency=os.environ.get("MYSQLCDC_SNAPSHOT_CONSISTENCY") or "exactly-once",
+        sink_format=os.environ.get("MYSQLCDC_SINK_FORMAT") or "delta",
+        iceberg_catalog_conn_id=os.environ.get("MYSQLCDC_ICEBERG_CATALOG_CONN_ID") or None,
     )

@@ -34,6 +34,7 @@ from airflow_provider_mysqlcdc.protocol.maintenance import (
     MaintenanceReport,
     MaintenanceRequest,
 )
+from airflow_provider_mysqlcdc.protocol.sinks import DEFAULT_NAMESPACE, check_namespace, check_sink_format
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.sinks.routing import sink_table_id
 from airflow_provider_mysqlcdc.state.lease import StreamLeases
@@ -57,6 +58,9 @@ class MySqlCdcMaintenanceOperator(BaseOperator):
     :param poll_interval_s: how often to look for its answer
     :param aws_conn_id: an ``aws`` connection whose credentials open the lake and the state location
         on an object store (hooks/object_store.py); none: the machine's own credentials
+    :param sink_format: the sink tables' format, ``delta`` (default) or ``iceberg``, as the pipeline's
+    :param iceberg_namespace: an Iceberg sink's namespace of each table, as the pipeline's
+    :param iceberg_catalog_conn_id: the Iceberg catalog's connection, as the pipeline's
     """
 
     template_fields: Sequence[str] = ("sink_root", "state_location", "tables", "vacuum_retention_hours")
@@ -65,7 +69,8 @@ class MySqlCdcMaintenanceOperator(BaseOperator):
                  tables: Sequence[str] | None = None, compact: bool = True,
                  checkpoint: bool = True, vacuum_retention_hours: float | None = None, target_file_mb: int = 128,
                  stream_timeout_s: float = 1800.0, poll_interval_s: float = 5.0, aws_conn_id: str | None = None,
-                 **kwargs: Any) -> None:
+                 sink_format: str = "delta", iceberg_namespace: str = DEFAULT_NAMESPACE,
+                 iceberg_catalog_conn_id: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.sink_root = sink_root
         self.state_location = state_location_of(state_location, state, "MySqlCdcMaintenanceOperator")
@@ -77,6 +82,9 @@ class MySqlCdcMaintenanceOperator(BaseOperator):
         self.stream_timeout_s = stream_timeout_s
         self.poll_interval_s = poll_interval_s
         self.aws_conn_id = aws_conn_id
+        self.sink_format = check_sink_format(sink_format)
+        self.iceberg_namespace = check_namespace(iceberg_namespace)
+        self.iceberg_catalog_conn_id = iceberg_catalog_conn_id
         self._request: tuple[MaintenanceRequests, str] | None = None  # the request a running stream has
 
     def policy(self) -> MaintenancePolicy:
@@ -92,7 +100,7 @@ class MySqlCdcMaintenanceOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         policy = self.policy()  # refused before anything is touched
         tables = [TableId.parse(t) for t in self.tables or ()]
-        open_object_store(self.aws_conn_id)  # installed before the state location and the lake are touched
+        open_object_store(self.aws_conn_id, self.iceberg_catalog_conn_id)  # installed before the state location and the lake are touched
         state = PipelineState(self.state_location)
         registered = state.load(state.latest_number()).tables
         captured = sorted(registered)
@@ -151,7 +159,8 @@ class MySqlCdcMaintenanceOperator(BaseOperator):
 
     def _maintain_here(self, policy: MaintenancePolicy, wanted: list[TableId]) -> MaintenanceReport:
         started = time.monotonic()
-        sink = open_sink(self.sink_root)  # the credentials are installed (execute)
+        sink = open_sink(self.sink_root, sink_format=self.sink_format,  # the credentials are installed (execute)
+                         iceberg_namespace=self.iceberg_namespace)
         done = []
         for number, table_id in enumerate(wanted, 1):
             done += sink.maintain(table_id, policy)

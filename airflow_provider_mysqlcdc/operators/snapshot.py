@@ -75,7 +75,8 @@ class MySqlCdcSnapshotOperator(MySqlCdcSparkJobOperator):
                        sink_root=self.sink_root, partitions_per_split=self.partitions_per_split,
                        server_id_range=hook.server_id_range(), stage_to=stage_to, retry_budget_s=hook.retry_budget_s(),
                        servers=state.servers(), table_rule=chunk.table_rule,
-                       snapshot_consistency=self.snapshot_consistency)
+                       snapshot_consistency=self.snapshot_consistency, sink_format=self.sink_format,
+                       iceberg_namespace=self.iceberg_namespace)
         self.log.info("snapshot %s: %d split(s)%s", chunk.label, len(chunk.splits),
                       "; captured before, so staged for the stream" if stage_to else "")
         output = self.run_spark_program("snapshot_chunk.py", job.to_json(), state, context)

@@ -15,6 +15,7 @@ from airflow_provider_mysqlcdc.hooks.object_store import open_object_store
 from airflow_provider_mysqlcdc.hooks.spark import spark_target
 from airflow_provider_mysqlcdc.links.spark import SPARK_UI_XCOM_KEY, SparkUiLink
 from airflow_provider_mysqlcdc.protocol.results import DriverInfo
+from airflow_provider_mysqlcdc.protocol.sinks import DEFAULT_NAMESPACE, check_namespace, check_sink_format
 from airflow_provider_mysqlcdc.spark.connect_runner import SparkConnectJobRunner
 from airflow_provider_mysqlcdc.spark.submit import SparkJobRunner
 from airflow_provider_mysqlcdc.state.credentials import ObjectStoreCredentials
@@ -31,6 +32,11 @@ class MySqlCdcSparkJobOperator(BaseOperator):
     :param spark_conf: extra Spark configuration (no secrets)
     :param aws_conn_id: an ``aws`` connection whose credentials open the lake and the state location on
         an object store (hooks/object_store.py); none: the machine's own credentials
+    :param sink_format: the sink tables' format, ``delta`` (default) or ``iceberg``
+    :param iceberg_namespace: an Iceberg sink's namespace of each table, ``{database}`` (the source
+        table's) by default
+    :param iceberg_catalog_conn_id: a connection whose extras are the Iceberg catalog's properties
+        (hooks/iceberg_catalog.py); none: the embedded SQLite catalog of a lake on a local path
     """
 
     operator_extra_links = (SparkUiLink(),)
@@ -38,10 +44,15 @@ class MySqlCdcSparkJobOperator(BaseOperator):
 
     def __init__(self, *, mysqlcdc_conn_id: str = MySqlCdcHook.default_conn_name, spark_master: str = "local[2]",
                  spark_conn_id: str | None = None, spark_conf: dict[str, Any] | None = None,
-                 aws_conn_id: str | None = None, **kwargs: Any) -> None:
+                 aws_conn_id: str | None = None, sink_format: str = "delta",
+                 iceberg_namespace: str = DEFAULT_NAMESPACE, iceberg_catalog_conn_id: str | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.mysqlcdc_conn_id = mysqlcdc_conn_id
         self.aws_conn_id = aws_conn_id
+        self.sink_format = check_sink_format(sink_format)
+        self.iceberg_namespace = check_namespace(iceberg_namespace)
+        self.iceberg_catalog_conn_id = iceberg_catalog_conn_id
         self.spark_master = spark_master
         self.spark_conn_id = spark_conn_id
         self.spark_conf = spark_conf
@@ -53,7 +64,7 @@ class MySqlCdcSparkJobOperator(BaseOperator):
     @cached_property
     def object_store(self) -> ObjectStoreCredentials:
         """The lake's and the state location's credentials, installed in this process once asked for."""
-        return open_object_store(self.aws_conn_id)
+        return open_object_store(self.aws_conn_id, self.iceberg_catalog_conn_id)
 
     @cached_property
     def spark_runner(self) -> SparkJobRunner | SparkConnectJobRunner:

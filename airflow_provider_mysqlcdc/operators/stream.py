@@ -162,8 +162,8 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
                         on_binlog_purged=self.on_binlog_purged, holder=_holder(context),
                         table_patterns=table_patterns(self.table_patterns),
                         exclude_tables=table_entries(self.exclude_tables, "exclude_tables"),
-                        schema_changes=self.schema_changes,
-                        **self.limits)
+                        schema_changes=self.schema_changes, sink_format=self.sink_format,
+                        iceberg_namespace=self.iceberg_namespace, **self.limits)
         state = PipelineState(self.state_location)
         if self.mode != StreamMode.CONTINUOUS.value:
             with StreamMetricsFollower(state, self.poll_interval_s):

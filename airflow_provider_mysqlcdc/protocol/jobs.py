@@ -27,6 +27,7 @@ from airflow_provider_mysqlcdc.protocol.actions import StreamMode
 from airflow_provider_mysqlcdc.protocol.envelope import RecordFormat, decode, encode
 from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy
 from airflow_provider_mysqlcdc.protocol.servers import ServerHistory
+from airflow_provider_mysqlcdc.protocol.sinks import DEFAULT_NAMESPACE, check_namespace, check_sink_format
 
 #: ``StreamJob.schema_changes``, as Flink CDC's ``schema.change.behavior`` names them (its
 #: ``exception`` is ``fail`` here): what the stream does with a captured table's DDL
@@ -91,7 +92,8 @@ class _JobFile:
 class ChunkJob(_JobFile):
     """One spark-submit of the chunk job (spark/chunk_job.py): read ``splits`` of ``table``."""
 
-    FORMAT: ClassVar[RecordFormat] = RecordFormat("chunk-job", 4)  # 2: table_rule; 3: snapshot_consistency; 4: TableRule.route
+    #: 2: table_rule; 3: snapshot_consistency; 4: TableRule.route; 5: sink_format, iceberg_namespace
+    FORMAT: ClassVar[RecordFormat] = RecordFormat("chunk-job", 5)
 
     table: str  # db.table
     splits: list[SnapshotSplit]
@@ -106,9 +108,13 @@ class ChunkJob(_JobFile):
     table_rule: TableRule | None = None
     #: SNAPSHOT_CONSISTENCIES: "at-least-once" positions each split at its low watermark, with no window
     snapshot_consistency: str = "exactly-once"
+    sink_format: str = "delta"  # protocol/sinks.py SINK_FORMATS
+    iceberg_namespace: str = DEFAULT_NAMESPACE  # an Iceberg sink's namespace template (sinks/iceberg_catalog.py)
 
     def __post_init__(self) -> None:
         check_snapshot_consistency(self.snapshot_consistency)
+        check_sink_format(self.sink_format)
+        check_namespace(self.iceberg_namespace)
 
     @property
     def replays_windows(self) -> bool:
@@ -133,9 +139,9 @@ class StreamJob(_JobFile):
     """One spark-submit of the stream job (spark/stream_job.py)."""
 
     #: 2: holder, report, lease_ttl_s; 3: cluster_after_files; 4: maintenance_every_s, vacuum_retention_s;
-    #: 5: table_patterns, exclude_tables, schema_changes; 6: heartbeat_interval_s, heartbeat_query (an
-    #: older file reads with the defaults)
-    FORMAT: ClassVar[RecordFormat] = RecordFormat("stream-job", 6)
+    #: 5: table_patterns, exclude_tables, schema_changes; 6: heartbeat_interval_s, heartbeat_query; 7:
+    #: sink_format, iceberg_namespace (an older file reads with the defaults)
+    FORMAT: ClassVar[RecordFormat] = RecordFormat("stream-job", 7)
 
     state: str  # the pipeline's state location (registry, staged splits, progress)
     sink_root: str
@@ -188,9 +194,13 @@ class StreamJob(_JobFile):
     #: finishes (e.g. an upsert into a heartbeat table), so a source that writes nothing else still
     #: moves the binlog on; "" for none (Debezium's heartbeat.action.query)
     heartbeat_query: str = ""
+    sink_format: str = "delta"  # protocol/sinks.py SINK_FORMATS
+    iceberg_namespace: str = DEFAULT_NAMESPACE  # an Iceberg sink's namespace template (sinks/iceberg_catalog.py)
 
     def __post_init__(self) -> None:
         check_schema_change_policy(self.schema_changes)
+        check_sink_format(self.sink_format)
+        check_namespace(self.iceberg_namespace)
         TableSelection.parse(self.table_patterns, self.exclude_tables)  # a malformed entry is refused here
         if self.lease_ttl_s <= 0:
             raise ConfigurationError(f"lease_ttl_s must be a positive number of seconds, got {self.lease_ttl_s}.")

@@ -20,26 +20,33 @@ A sink table may hold several source tables, its shards (sinks/routing.py): ``ta
 sink table, the ranges given are the shard's, and a ``StreamCommit`` names its shard, whose position
 is kept apart from the others'.
 
-Only ``DeltaSink`` exists and is tested. Callers open a sink with ``factory.open_sink`` and use
-only the methods below, so a second table format is a new subclass and a line in the factory.
+Two formats implement it: Delta Lake (sinks/delta.py, the default) and Apache Iceberg
+(sinks/iceberg.py). Callers open a sink with ``factory.open_sink`` and use only the methods below.
 """
 
 from __future__ import annotations
 
+import logging
+import random
+import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import pyarrow as pa
 
-from airflow_provider_mysqlcdc.cdc.errors import is_table_fault
+from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError, is_table_fault
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
 
 if TYPE_CHECKING:
     from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy, TableMaintenance
     from airflow_provider_mysqlcdc.sinks.clustering import ClusteringResult
     from airflow_provider_mysqlcdc.sinks.data_files import DataFile
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: a point in binlog order at row granularity: (binlog file number, position, row, part), as
 #: ``ChangeRecord.order_key``; a DDL is (file, position, 0, 0), the k-th staged split applied at the
@@ -142,3 +149,37 @@ class Sink(ABC):
         schema (a type, a constraint) rather than its storage or the pipeline failing: then the stream
         freezes this table and goes on with the others."""
         return is_table_fault(exc)
+
+
+def retry_conflicts(operation: Callable[[], T], what: str, *, conflicts: tuple[type[BaseException], ...],
+                    attempts: int) -> T:
+    """Run ``operation`` (which loads the table afresh) again when a concurrent commit made its own
+    fail (one of ``conflicts``: a failed commit wrote nothing), up to ``attempts`` times, each retry
+    logged; the last failure is raised."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return operation()
+        except conflicts as exc:
+            if attempt == attempts:
+                raise
+            delay = min(2.0, 0.05 * attempt) * (0.5 + random.random())
+            log.info("%s: concurrent commit (%s), retrying in %.2fs", what, exc, delay)
+            time.sleep(delay)
+    raise AssertionError("unreachable")
+
+
+def refuse_reserved_names(schema: TableSchema) -> None:
+    """A source column named like a change column (an ALTER gave it the name after preflight) would
+    clash with it: the stream freezes the table on this error."""
+    reserved = schema.reserved_name_problem()
+    if reserved:
+        raise SchemaChangedError(reserved)
+
+
+def refuse_shard_schema(schema: TableSchema, sink_table: TableId, shard: str) -> None:
+    """``replace_schema`` of a shard (``shard`` not empty) would empty its routed table of the other
+    shards' rows."""
+    if shard:
+        raise SchemaChangedError(
+            f"{schema.table_id} is a shard of {sink_table}, whose columns it cannot change alone: only a "
+            "new sink table takes the new types (route the shards into a new table).")

@@ -8,7 +8,6 @@ commit that failed on a conflict is retried (a failed commit wrote nothing).
 from __future__ import annotations
 
 import logging
-import random
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -24,7 +23,14 @@ from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError, is_table_fa
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy, TableMaintenance
 from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_schema, row_key_columns, zero_date_columns
-from airflow_provider_mysqlcdc.sinks.base import Position, Sink, StreamCommit
+from airflow_provider_mysqlcdc.sinks.base import (
+    Position,
+    Sink,
+    StreamCommit,
+    refuse_reserved_names,
+    refuse_shard_schema,
+)
+from airflow_provider_mysqlcdc.sinks.base import retry_conflicts as retry_commits
 from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SUFFIX
 from airflow_provider_mysqlcdc.sinks.clustering import MAX_REWRITE_BYTES, TARGET_BYTES, ClusteringResult, cluster_table
 from airflow_provider_mysqlcdc.sinks.data_files import (
@@ -68,7 +74,7 @@ class DeltaSink(Sink):
 
     # --- schema ----------------------------------------------------------------------------------
     def prepare(self, schema: TableSchema) -> None:
-        _refuse_reserved_names(schema)
+        refuse_reserved_names(schema)
         uri = self.table_uri(sink_target(schema).table_id)
         target = arrow_schema(schema)
         try:
@@ -91,12 +97,9 @@ class DeltaSink(Sink):
     def replace_schema(self, schema: TableSchema) -> None:
         """Empty the table and give it ``schema`` in one commit (a whole-table re-snapshot of a table
         whose column types Delta cannot evolve fills it right after)."""
-        _refuse_reserved_names(schema)
+        refuse_reserved_names(schema)
         target = sink_target(schema)
-        if target.shard:
-            raise SchemaChangedError(
-                f"{schema.table_id} is a shard of {target.table_id}, whose columns it cannot change alone: only a "
-                "new sink table takes the new types (route the shards into a new table).")
+        refuse_shard_schema(schema, target.table_id, target.shard)
         write_deltalake(self.table_uri(target.table_id), arrow_schema(schema).empty_table(), mode="overwrite",
                         schema_mode="overwrite", storage_options=self.storage_options)
 
@@ -370,14 +373,6 @@ def _with_dropped_columns(rows: pa.Table, table: DeltaTable | None) -> pa.Table:
     return rows
 
 
-def _refuse_reserved_names(schema: TableSchema) -> None:
-    """A source column named like a change column (an ALTER gave it the name after preflight) would
-    clash with it: the stream freezes the table on this error."""
-    reserved = schema.reserved_name_problem()
-    if reserved:
-        raise SchemaChangedError(reserved)
-
-
 def _commit_properties(commit: StreamCommit | None) -> CommitProperties | None:
     """A stream commit's position, as two Delta ``txn`` actions in the same commit as its data: Delta
     keeps the latest ``txn`` of every app id in its snapshot state (checkpoints included), so the
@@ -406,18 +401,9 @@ def _older_than(version: int, commit: StreamCommit) -> str:
 
 
 def retry_conflicts(operation: Callable[[], T], what: str, *, attempts: int = _MAX_ATTEMPTS) -> T:
-    """Run ``operation`` (which loads the table afresh) again when a concurrent commit made its own
-    fail, up to ``attempts`` times, each retry logged; the last failure is raised."""
-    for attempt in range(1, attempts + 1):
-        try:
-            return operation()
-        except CommitFailedError as exc:
-            if attempt == attempts:
-                raise
-            delay = min(2.0, 0.05 * attempt) * (0.5 + random.random())
-            log.info("%s: concurrent commit (%s), retrying in %.2fs", what, exc, delay)
-            time.sleep(delay)
-    raise AssertionError("unreachable")
+    """Run ``operation`` (which loads the table afresh) again when a concurrent Delta commit made its
+    own fail, up to ``attempts`` times (sinks/base.py)."""
+    return retry_commits(operation, what, conflicts=(CommitFailedError,), attempts=attempts)
 
 
 def _safe_widening(old: pa.DataType, new: pa.DataType) -> bool:

@@ -184,7 +184,7 @@ def run_chunk_job(spark: Any, source: SourceConfig, job: ChunkJob,
     schema = captured_schema(source.run(lambda conn: load_table_schema(conn, table_id), f"reading the schema of {table_id}"),
                              job.table_rule, chunk_key=job.splits[0].chunk_key if job.splits else None)
     splits = job.splits
-    sink = open_sink(job.sink_root)
+    sink = open_sink(job.sink_root, sink_format=job.sink_format, iceberg_namespace=job.iceberg_namespace)
     file_schema = None
     if not job.stage_to:  # staged splits: the stream prepares the table when it applies them
         sink.prepare(schema)

@@ -83,7 +83,7 @@ class StreamBatchFunction:
         self.fence = fence  # raises when another stream took the pipeline over (state/lease.py)
         state = PipelineState(job.state)
         known = KnownSchemas(state)
-        self.sink = open_sink(job.sink_root)
+        self.sink = open_sink(job.sink_root, sink_format=job.sink_format, iceberg_namespace=job.iceberg_namespace)
         self.applier = BatchApplier(job, self.sink, state, ServerTables(source, state, known), known, fence)
         self.upkeep = StreamUpkeep(job, self.sink, state, fence)
         #: held while a batch is applied or the tables are maintained: never both at once

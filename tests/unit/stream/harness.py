@@ -1,10 +1,12 @@
-"""A pipeline for the stream's rules without Spark or a server: a real state location and real Delta
-tables in a temporary folder, the source's answers from tables of the test's own (``TestTables``),
-and batches of items built from change records as the executors build them."""
+"""A pipeline for the stream's rules without Spark or a server: a real state location and real sink
+tables in a temporary folder (Delta, or Iceberg in an embedded catalog: conftest.py runs every test
+on each format), the source's answers from tables of the test's own (``TestTables``), and batches of
+items built from change records as the executors build them."""
 
 from __future__ import annotations
 
 import dataclasses
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSc
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.sinks.change_columns import TableChanges, change_columns
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
+from airflow_provider_mysqlcdc.sinks.iceberg import OPERATION_SUMMARY
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
 from airflow_provider_mysqlcdc.state.drift import read_drift
 from airflow_provider_mysqlcdc.state.registry import PipelineState, captured_tables
@@ -35,6 +38,8 @@ from airflow_provider_mysqlcdc.stream.events import BatchItem
 from airflow_provider_mysqlcdc.stream.tables import Defaults
 
 T, U = TableId("shop", "t"), TableId("shop", "u")
+#: the sink format of the test running (set by conftest.py's fixture)
+SINK_FORMAT = types.SimpleNamespace(value="delta")
 
 
 def off(n: int) -> BinlogOffset:
@@ -87,12 +92,13 @@ class Pipeline:
 
     def __init__(self, tmp: Path, *schemas: TableSchema, max_apply_changes: int = 100_000):
         self.state = PipelineState(str(tmp / "state"))
-        self.sink = open_sink(str(tmp / "lake"))
+        self.sink = open_sink(str(tmp / "lake"), sink_format=SINK_FORMAT.value)
         self.known = KnownSchemas(self.state)
         for planned in schemas:  # as the plan remembers them
             self.known.remember(planned)
         self.tables = TestTables({s.table_id: s for s in schemas}, self.known)
-        self.job = StreamJob(state=self.state.location, sink_root=str(tmp / "lake"), app_id="test-stream",
+        self.job = StreamJob(state=self.state.location, sink_root=str(tmp / "lake"), sink_format=SINK_FORMAT.value,
+                             app_id="test-stream",
                              max_apply_changes=max_apply_changes)
         self.splits = [FinishedSplit(SnapshotSplit(s.table_id, 0, "id"), off(0)) for s in schemas]
         self.generation = self.state.commit(captured_tables(self.splits)).number
@@ -125,6 +131,9 @@ class Pipeline:
 
     def merges(self, table: TableId) -> int:
         """How many merge commits the sink table holds."""
+        if SINK_FORMAT.value == "iceberg":
+            iceberg = self.sink.open_table(table)  # type: ignore[attr-defined]
+            return sum(1 for s in iceberg.snapshots() if s.summary.additional_properties.get(OPERATION_SUMMARY) == "merge")
         return sum(1 for entry in DeltaTable(self.sink.table_uri(table)).history() if entry["operation"] == "MERGE")
 
     def drift(self, table: TableId) -> list[tuple[TableEventKind, BinlogOffset]]:

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from deltalake import DeltaTable
-
 from airflow_provider_mysqlcdc.cdc.model.records import TableEventKind as Kind
 from airflow_provider_mysqlcdc.cdc.model.rules import Route, TableRule
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
@@ -34,7 +32,7 @@ def routed(tmp_path) -> Pipeline:
 
 
 def rows(p: Pipeline) -> dict[tuple[str, int], str]:
-    data = DeltaTable(p.sink.table_uri(SINK)).to_pyarrow_table().to_pylist()
+    data = p.sink.read(SINK).to_pylist()
     return {(r["_cdc_source_database"], r["id"]): r["v"] for r in data}
 
 

@@ -94,18 +94,30 @@ def test_a_changed_key_freezes_the_table_and_the_others_stream_on(tmp_path):
 
 
 def test_a_type_the_sink_cannot_take_freezes_the_table_and_a_longer_text_evolves_it(tmp_path):
-    """INT to BIGINT included: delta-rs cannot widen a column in place."""
     p = Pipeline(tmp_path, schema(T, column("w")), schema(U, column("w", "varchar")))
     p.snapshot(T, {"id": 1, "v": "a", "w": 1})
     p.snapshot(U, {"id": 1, "v": "a", "w": "x"})
-    p.alter(T, schema(T, column("w", "bigint")))
+    p.alter(T, schema(T, column("w", "varchar")))
     p.alter(U, schema(U, column("w", "varchar", column_type="varchar(200)", char_max_length=200)))
-    p.batch(ddl(1, "ALTER TABLE t MODIFY w BIGINT", table_change(Kind.ALTERED, T)),
+    p.batch(ddl(1, "ALTER TABLE t MODIFY w VARCHAR(10)", table_change(Kind.ALTERED, T)),
             ddl(2, "ALTER TABLE u MODIFY w VARCHAR(200)", table_change(Kind.ALTERED, U)),
-            changes(p.tables.server[T], insert(T, 3, id=2, v="b", w=2**40)),
+            changes(p.tables.server[T], insert(T, 3, id=2, v="b", w="two")),
             changes(p.tables.server[U], insert(U, 4, id=2, v="b", w="y" * 150)))
     assert p.drift(T) == [(Kind.TYPE_CHANGED, off(1))] and p.rows(T) == {1: {"id": 1, "v": "a", "w": 1}}
     assert p.drift(U) == [] and p.rows(U)[2]["w"] == "y" * 150
+
+
+def test_int_to_bigint_widens_an_iceberg_column_in_place_and_freezes_a_delta_table(tmp_path, sink_format):
+    """delta-rs cannot widen a column in place (the table is re-snapshotted); Iceberg promotes int to long."""
+    p = Pipeline(tmp_path, schema(T, column("w")))
+    p.snapshot(T, {"id": 1, "v": "a", "w": 1})
+    p.alter(T, schema(T, column("w", "bigint")))
+    p.batch(ddl(1, "ALTER TABLE t MODIFY w BIGINT", table_change(Kind.ALTERED, T)),
+            changes(p.tables.server[T], insert(T, 3, id=2, v="b", w=2**40)))
+    if sink_format == "delta":
+        assert p.drift(T) == [(Kind.TYPE_CHANGED, off(1))] and p.rows(T) == {1: {"id": 1, "v": "a", "w": 1}}
+    else:
+        assert p.drift(T) == [] and p.rows(T) == {1: {"id": 1, "v": "a", "w": 1}, 2: {"id": 2, "v": "b", "w": 2**40}}
 
 
 def test_another_alter_reloads_the_schema_and_freezes_nothing(tmp_path):

@@ -4,6 +4,7 @@ tables removed from the pipeline."""
 
 from __future__ import annotations
 
+import pytest
 from deltalake import DeltaTable
 
 from airflow_provider_mysqlcdc.cdc.model.records import BinlogPurged, TableFailed
@@ -41,9 +42,11 @@ def test_a_table_that_failed_on_the_executors_keeps_its_changes_before_and_the_o
     assert p.drift(T) == [(Kind.FAILED, off(2))] and p.drift(U) == []
 
 
-def test_a_change_the_sink_refuses_freezes_its_table_at_that_change_after_the_ones_before(tmp_path):
+def test_a_change_the_sink_refuses_freezes_its_table_at_that_change_after_the_ones_before(tmp_path, sink_format):
     """A CHECK constraint of the sink table refuses one change of a unit: the unit's changes before it
     are merged (by halving), the table stops there, and the other table's changes land."""
+    if sink_format != "delta":
+        pytest.skip("CHECK constraints are Delta's: an Iceberg table has none to refuse a row by")
     p = Pipeline(tmp_path, schema(T), schema(U))
     p.snapshot(T, {"id": 1, "v": "a"})
     DeltaTable(p.sink.table_uri(T)).alter.add_constraint({"small_ids": "id < 100"})
@@ -61,7 +64,7 @@ def test_binlog_lost_to_a_purge_freezes_exactly_the_tables_that_needed_it(tmp_pa
             changes(schema(U), insert(U, 7, id=1, v="u")))
     assert p.drift(T) == [(Kind.BINLOG_PURGED, off(5))] and p.drift(U) == []
     assert p.rows(U) == {1: {"id": 1, "v": "u"}}
-    assert not DeltaTable.is_deltatable(p.sink.table_uri(T))  # nothing of T was written
+    assert p.sink.column_names(T) == []  # nothing of T was written
 
 
 def test_a_purge_gap_without_named_tables_freezes_those_whose_splits_were_read_before_it(tmp_path):
@@ -133,7 +136,7 @@ def test_a_table_removed_by_a_newer_generation_is_left_out_even_of_a_replayed_ba
     done = p.applier.apply_batch(replayed_generation, [changes(schema(T), insert(T, 1, id=1, v="t")),
                                                        changes(schema(U), insert(U, 2, id=1, v="u"))], 0)
     assert done.skipped == 1 and done.merged_tables == {U}
-    assert not DeltaTable.is_deltatable(p.sink.table_uri(T)) and p.drift(T) == []
+    assert p.sink.column_names(T) == [] and p.drift(T) == []
 
 
 def _reason(p: Pipeline, table) -> str:

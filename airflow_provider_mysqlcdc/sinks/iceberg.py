@@ -1,0 +1,429 @@
+"""The Apache Iceberg sink: one Iceberg table per source table, written with pyiceberg (Arrow in, no
+JVM, no Spark jars), named in a catalog (sinks/iceberg_catalog.py).
+
+Every write is one Iceberg transaction, one catalog commit: the rows it replaces are deleted (data
+files inside the replaced rows dropped, a file partly inside rewritten without them: copy-on-write,
+no delete files) and its rows appended. A stream commit records its position (sinks/base.py) in the
+same commit twice: in the table's properties (``mysqlcdc.position``, per shard in a routed table),
+where ``applied_position`` reads it back whatever snapshots expired since, and in the summary of the
+commit's snapshot, for anyone reading the table's history.
+
+A commit is made on the snapshot its rows were computed from, or not at all: pyiceberg's own retry,
+which rebases a commit onto a newer snapshot, is off for our tables (``commit.retry.num-retries``
+0), so a merge never lands beside a concurrent commit to the rows it read. On a conflict the whole
+operation runs again from a fresh load (``retry_conflicts``), as Delta's writes do.
+
+A merge reads only the rows of the batch's changed chunk keys, from the data files whose
+``_cdc_chunk`` bounds (the manifests' column statistics, kept in full for that column) can hold one
+(``chunk_filter``), and rewrites only those files; a change applies only where it is newer than the
+row (``_cdc_version``), as in the Delta sink's merge.
+
+What it cannot do yet: data files written by the Spark executors (``file_schema`` is None: a chunk's
+rows are committed by the chunk job's driver), and a table rewrite marked as one that changes no data
+(pyiceberg has no ``replace`` snapshot: a clustering shows as an overwrite).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import warnings
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, ValidationException
+from pyiceberg.expressions import (
+    AlwaysFalse,
+    AlwaysTrue,
+    And,
+    BooleanExpression,
+    GreaterThanOrEqual,
+    In,
+    LessThan,
+    Or,
+)
+
+from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
+from airflow_provider_mysqlcdc.protocol.sinks import DEFAULT_NAMESPACE
+from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_schema, row_key_columns, widens_into
+from airflow_provider_mysqlcdc.sinks.base import (
+    Position,
+    Sink,
+    StreamCommit,
+    refuse_reserved_names,
+    refuse_shard_schema,
+    retry_conflicts,
+)
+from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SUFFIX
+from airflow_provider_mysqlcdc.sinks.data_files import CHUNK_COLUMN
+from airflow_provider_mysqlcdc.sinks.iceberg_catalog import open_catalog, table_identifier
+from airflow_provider_mysqlcdc.sinks.routing import shard_bounds, sink_target
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table, Transaction
+
+    from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy, TableMaintenance
+    from airflow_provider_mysqlcdc.sinks.clustering import ClusteringResult
+    from airflow_provider_mysqlcdc.sinks.data_files import DataFile
+
+log = logging.getLogger(__name__)
+
+_MAX_ATTEMPTS = 50
+#: what makes a commit fail without landing: a concurrent commit to the table, or a catalog held by
+#: another writer for longer than it waits (an embedded SQLite catalog: its OperationalError)
+_CONFLICTS: tuple[type[BaseException], ...] = (CommitFailedException, ValidationException)
+#: the table property holding the position of the last change a stream committed (per shard: ":<id>")
+POSITION_PROPERTY = "mysqlcdc.position"
+#: the key of a snapshot summary naming what the sink did (``replace``, ``merge``, ``truncate``, ``fill``,
+#: ``changelog``, ``cluster``)
+OPERATION_SUMMARY = "mysqlcdc.operation"
+#: the properties of every table the sink creates
+TABLE_PROPERTIES = {
+    # a commit is made on the snapshot it read, or fails and is redone from a fresh load (module doc)
+    "commit.retry.num-retries": "0",
+    # exact bounds of _cdc_chunk in the manifests (by default strings are truncated to 16 characters),
+    # so a range's files and a merge's files are found by their statistics alone
+    f"write.metadata.metrics.column.{CHUNK_COLUMN}": "full",
+}
+#: at most this many chunk keys in one ``In`` of a filter (``chunk_filter``)
+_IN_GROUP = 200
+
+
+class IcebergSink(Sink):
+    def __init__(self, root: str, storage_options: dict[str, str] | None = None, *,
+                 catalog_properties: dict[str, str] | None = None, namespace: str = DEFAULT_NAMESPACE):
+        self.root = root.rstrip("/")
+        self.storage_options = storage_options
+        self.namespace = namespace
+        self._catalog_properties = catalog_properties
+
+    @functools.cached_property
+    def catalog(self) -> Catalog:
+        return open_catalog(self.root, self._catalog_properties)
+
+    def table_uri(self, table_id: TableId) -> str:
+        return "/".join([self.root, *table_id.path_segments])
+
+    def identifier(self, table_id: TableId, *, changelog: bool = False) -> tuple[str, str]:
+        """The table's name in the catalog (``changelog``: its changelog's)."""
+        return table_identifier(self.namespace, table_id, CHANGELOG_SUFFIX if changelog else "")
+
+    def open_table(self, table_id: TableId, *, changelog: bool = False) -> Table | None:
+        """The Iceberg table of ``table_id`` (or its changelog) as committed last, None when there is none."""
+        try:
+            return self.catalog.load_table(self.identifier(table_id, changelog=changelog))
+        except NoSuchTableError:
+            return None
+
+    def _table(self, table_id: TableId) -> Table:
+        table = self.open_table(table_id)
+        if table is None:
+            raise NoSuchTableError(f"{'.'.join(self.identifier(table_id))}: the sink table of {table_id} does not exist "
+                                   "(prepare creates it)")
+        return table
+
+    def _create(self, table_id: TableId, schema: pa.Schema, *, changelog: bool = False) -> None:
+        namespace, _ = identifier = self.identifier(table_id, changelog=changelog)
+        self.catalog.create_namespace_if_not_exists(namespace)
+        location = self.table_uri(table_id) + (CHANGELOG_SUFFIX if changelog else "")
+        self.catalog.create_table_if_not_exists(identifier, schema=schema, location=location,
+                                                properties=TABLE_PROPERTIES)
+
+    # --- schema ----------------------------------------------------------------------------------
+    def prepare(self, schema: TableSchema) -> None:
+        """Create the table, or evolve it: columns added, a column widened as Iceberg allows (int to
+        long, float to double, a decimal's precision), a key column let hold NULL; any other change of a
+        column's type is a ``SchemaChangedError`` (the stream freezes the table and re-snapshots it)."""
+        refuse_reserved_names(schema)
+        table_id = sink_target(schema).table_id
+        target = arrow_schema(schema)
+        table = self.open_table(table_id)
+        if table is None:
+            self._create(table_id, target)
+            return
+        current = _arrow_schema(table)
+        for field in target:
+            if field.name in current.names and not _holds(current.field(field.name).type, field.type):
+                old = current.field(field.name).type
+                if not _promotable(old, field.type):
+                    raise SchemaChangedError(
+                        f"Column {field.name!r} of {schema.table_id} changed from {old} to {field.type} in the source; "
+                        "an Iceberg table widens only int to long, float to double and a decimal's precision. "
+                        "Re-snapshot the table (the stream does when it follows schema changes) to pick up the new type.")
+        self._evolve(table_id, target)
+
+    def _evolve(self, table_id: TableId, target: pa.Schema) -> None:
+        """Give the table ``target``'s columns it lacks, its wider types and its NULLs, in a commit of
+        their own when anything changes."""
+        def evolve() -> None:
+            table = self._table(table_id)
+            changes = _evolution(table, target)
+            if changes:
+                with table.update_schema() as update:
+                    update.union_by_name(changes)
+
+        retry_conflicts(evolve, f"evolve the columns of {table_id}", conflicts=_CONFLICTS, attempts=_MAX_ATTEMPTS)
+
+    def replace_schema(self, schema: TableSchema) -> None:
+        """Empty the table and give it ``schema`` in one commit: each column whose type changed is
+        dropped and added again (a new column to Iceberg), every row deleted."""
+        refuse_reserved_names(schema)
+        target = sink_target(schema)
+        refuse_shard_schema(schema, target.table_id, target.shard)
+        wanted = arrow_schema(schema)
+
+        def replace() -> None:
+            table = self._table(target.table_id)
+            current = _arrow_schema(table)
+            changed = [f for f in wanted if f.name in current.names and not _holds(current.field(f.name).type, f.type)]
+            with table.transaction() as tx:
+                tx.delete(AlwaysTrue())
+                if changed:
+                    with tx.update_schema() as update:
+                        for field in changed:
+                            update.delete_column(field.name)
+                    with tx.update_schema() as update:
+                        update.union_by_name(pa.schema([f.with_nullable(True) for f in changed]))
+
+        retry_conflicts(replace, f"replace the columns of {target.table_id}", conflicts=_CONFLICTS,
+                        attempts=_MAX_ATTEMPTS)
+        self._evolve(target.table_id, wanted)
+
+    # --- writes ----------------------------------------------------------------------------------
+    def replace_range(self, table_id: TableId, start: str | None, end: str | None, rows: pa.Table, *,
+                      commit: StreamCommit | None = None) -> None:
+        self._replace("replace", table_id, _range_filter(start, end), lambda table, _: rows, commit,
+                      f"replace {table_id} [{start}, {end})", columns=rows.schema)
+
+    def file_schema(self, schema: TableSchema) -> pa.Schema | None:
+        """None: a chunk's rows are committed by its driver (``replace_range``); the executors do not
+        write Iceberg data files yet."""
+        return None
+
+    def commit_range(self, table_id: TableId, start: str | None, end: str | None, files: Sequence[DataFile], *,
+                     file_schema: pa.Schema) -> None:
+        raise NotImplementedError("the Iceberg sink takes a chunk's rows through replace_range (file_schema is None)")
+
+    def merge_changes(self, schema: TableSchema, changes: pa.Table, *, commit: StreamCommit) -> None:
+        """Apply last-change-per-key rows: read the rows of the changed chunk keys (only from the data
+        files whose bounds can hold one), apply each change whose version is newer than its row's,
+        and replace those rows in one commit. The chunk keys carry the shard's tag in a routed table,
+        so the rows read are the shard's own."""
+        keys = row_key_columns(schema)
+        chunks = sorted({c for c in changes.column(CHUNK_COLUMN).to_pylist() if c is not None})
+        self._replace("merge", sink_target(schema).table_id, chunk_filter(chunks),
+                      lambda table, existing: _merged(_as_table_rows(existing, table), _as_table_rows(changes, table), keys),
+                      commit, f"merge batch {commit.batch_id} into {schema.table_id}", read=True, columns=changes.schema)
+
+    def truncate_before(self, table_id: TableId, version: int, *, commit: StreamCommit) -> None:
+        """Delete every row older than ``version`` (of the commit's shard in a routed table)."""
+        self._replace("truncate", table_id, _older_than(version, commit), lambda table, _: None, commit,
+                      f"truncate {table_id} before version {version}")
+
+    def fill_before(self, table_id: TableId, values: dict[str, pa.Scalar], version: int, *,
+                    commit: StreamCommit) -> None:
+        """Set each column of ``values`` in every row older than ``version``: those rows are read,
+        given the values and written again, in one commit (after one adding the columns)."""
+        def filled(table: Table, existing: pa.Table | None) -> pa.Table | None:
+            assert existing is not None
+            existing = _as_table_rows(existing, table)
+            for name, value in values.items():
+                existing = existing.set_column(existing.schema.get_field_index(name), name,
+                                               pa.array([value.as_py()] * existing.num_rows, value.type))
+            return existing
+
+        self._replace("fill", table_id, _older_than(version, commit), filled, commit,
+                      f"fill {', '.join(values)} of {table_id} before version {version}", read=True,
+                      columns=pa.schema([pa.field(name, value.type) for name, value in values.items()]))
+
+    def append_changelog(self, table_id: TableId, changes: pa.Table, *, commit: StreamCommit) -> None:
+        """Append change rows to the table's changelog table (``<table>__changelog``)."""
+        if self.open_table(table_id, changelog=True) is None:
+            self._create(table_id, changes.schema, changelog=True)
+
+        def append() -> None:
+            table = self.open_table(table_id, changelog=True)
+            assert table is not None
+            with table.transaction() as tx:
+                _commit_rows(tx, table, changes, commit, "changelog")
+
+        retry_conflicts(append, f"changelog batch {commit.batch_id} of {table_id}", conflicts=_CONFLICTS,
+                        attempts=_MAX_ATTEMPTS)
+
+    def _replace(self, operation: str, table_id: TableId, rows_filter: BooleanExpression,
+                 compute: Callable[[Table, pa.Table | None], pa.Table | None], commit: StreamCommit | None,
+                 what: str, *, read: bool = False, columns: pa.Schema | None = None) -> None:
+        """One commit replacing the rows ``rows_filter`` matches by ``compute(table, old rows)`` (the old
+        rows read first when ``read``; None: deleted), carrying ``commit``'s position and ``operation``
+        in its summary; the table given
+        ``columns`` first (``_evolve``) where it lacks them."""
+        def replace() -> None:
+            table = self._table(table_id)
+            if columns is not None and _evolution(table, columns):
+                self._evolve(table_id, columns)
+                table = self._table(table_id)
+            existing = table.scan(row_filter=rows_filter).to_arrow() if read else None
+            rows = compute(table, existing)
+            with table.transaction() as tx, warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="Delete operation did not match any records")
+                if existing is None or existing.num_rows:
+                    tx.delete(rows_filter)
+                _commit_rows(tx, table, rows, commit, operation)
+
+        retry_conflicts(replace, what, conflicts=_CONFLICTS, attempts=_MAX_ATTEMPTS)
+
+    # --- reads -----------------------------------------------------------------------------------
+    def applied_position(self, table_id: TableId, *, changelog: bool = False, shard: str = "") -> Position | None:
+        table = self.open_table(table_id, changelog=changelog)
+        text = None if table is None else table.properties.get(_position_property(shard))
+        if not text:
+            return None
+        file_number, position, row, part = (int(n) for n in text.split(","))
+        return file_number, position, row, part
+
+    def column_names(self, table_id: TableId) -> list[str]:
+        table = self.open_table(table_id)
+        return [] if table is None else _arrow_schema(table).names
+
+    def read(self, table_id: TableId) -> pa.Table:
+        return self._table(table_id).scan().to_arrow()
+
+    # --- upkeep ----------------------------------------------------------------------------------
+    def cluster(self, table_id: TableId, *, min_files: int = 2) -> ClusteringResult | None:
+        return None
+
+    def maintain(self, table_id: TableId, policy: MaintenancePolicy) -> list[TableMaintenance]:
+        return []
+
+
+def _evolution(table: Table, target: pa.Schema) -> pa.Schema | None:
+    """The columns of ``target`` the table lacks, or holds in a narrower type, or as NOT NULL where
+    ``target`` has NULLs, as ``union_by_name`` takes them (nullable: only a new table has required
+    columns); None when it has them all."""
+    current = _arrow_schema(table)
+    changes = []
+    for field in target:
+        held = current.field(field.name) if field.name in current.names else None
+        if held is None or not _holds(held.type, field.type):
+            changes.append(field.with_nullable(True))
+        elif field.nullable and not held.nullable:
+            changes.append(held.with_nullable(True))
+    return pa.schema(changes) if changes else None
+
+
+def _commit_rows(tx: Transaction, table: Table, rows: pa.Table | None, commit: StreamCommit | None,
+                 operation: str) -> None:
+    """Append ``rows`` (typed as the table's columns) in ``tx``, with ``commit``'s position in the
+    snapshot's summary and the table's properties; the summary names the ``operation`` too."""
+    summary = {OPERATION_SUMMARY: operation}
+    if commit is not None:
+        summary.update({_position_property(commit.shard): _position_text(commit.position),
+                        "mysqlcdc.app-id": commit.app_id, "mysqlcdc.batch-id": str(commit.batch_id)})
+    if rows is not None and rows.num_rows:
+        tx.append(_as_table_rows(rows, table), snapshot_properties=summary)
+    else:
+        tx.append(_arrow_schema(table).empty_table(), snapshot_properties=summary)
+    if commit is not None:
+        tx.set_properties({_position_property(commit.shard): _position_text(commit.position)})
+
+
+def _as_table_rows(rows: pa.Table | None, table: Table) -> pa.Table:
+    """``rows`` as the table's columns: by name, cast to its types, its columns they lack as NULL
+    (columns the source dropped since), theirs it lacks left out (``_cdc_op`` of a deleting change)."""
+    target = _arrow_schema(table)
+    if rows is None:
+        return target.empty_table()
+    columns = [rows.column(f.name).cast(f.type) if f.name in rows.column_names else pa.nulls(rows.num_rows, f.type)
+               for f in target]
+    return pa.Table.from_arrays(columns, schema=target)
+
+
+def _merged(existing: pa.Table, changes: pa.Table, keys: list[str]) -> pa.Table:
+    """The rows that replace ``existing`` (the rows of the changed chunk keys) once ``changes`` (the
+    last change per key) are applied: a change applies where it is newer than its row (``_cdc_version``),
+    a delete removes the row, any other change replaces or inserts it. Keys match NULL-safely (a
+    temporal key column is NULL beside its zero-date companion)."""
+    by_key = {key: i for i, key in enumerate(zip(*(changes.column(k).to_pylist() for k in keys)))}
+    versions, ops = changes.column("_cdc_version").to_pylist(), changes.column("_cdc_op").to_pylist()
+    take = [op != "d" for op in ops]
+    keep = []
+    old_versions = existing.column("_cdc_version").to_pylist()
+    for row, key in enumerate(zip(*(existing.column(k).to_pylist() for k in keys))):
+        i = by_key.get(key)
+        if i is None:
+            keep.append(True)
+        elif versions[i] > old_versions[row]:
+            keep.append(False)
+        else:  # the row is as new as the change already (a replayed split, or staged rows)
+            keep.append(True)
+            take[i] = False
+    return pa.concat_tables([existing.filter(pa.array(keep, pa.bool_())), changes.filter(pa.array(take, pa.bool_()))])
+
+
+def chunk_filter(chunks: list[str]) -> BooleanExpression:
+    """The rows whose ``_cdc_chunk`` is one of ``chunks``, as ``In`` filters of at most 200 values
+    each: pyiceberg prunes files by the bounds of an ``In`` of up to 200 values only, and reads every
+    file for a larger one."""
+    if not chunks:
+        return AlwaysFalse()
+    return functools.reduce(Or, [In(CHUNK_COLUMN, chunks[at:at + _IN_GROUP]) for at in range(0, len(chunks), _IN_GROUP)])
+
+
+def _range_filter(start: str | None, end: str | None) -> BooleanExpression:
+    parts: list[BooleanExpression] = []
+    if start is not None:
+        parts.append(GreaterThanOrEqual(CHUNK_COLUMN, start))
+    if end is not None:
+        parts.append(LessThan(CHUNK_COLUMN, end))
+    return functools.reduce(And, parts) if parts else AlwaysTrue()
+
+
+def _older_than(version: int, commit: StreamCommit) -> BooleanExpression:
+    older: BooleanExpression = LessThan("_cdc_version", int(version))
+    return older if not commit.shard else And(older, _range_filter(*shard_bounds(commit.shard)))
+
+
+def _position_property(shard: str) -> str:
+    return POSITION_PROPERTY if not shard else f"{POSITION_PROPERTY}:{shard}"
+
+
+def _position_text(position: Position) -> str:
+    return ",".join(str(n) for n in position)
+
+
+def _arrow_schema(table: Table) -> pa.Schema:
+    """The table's columns in Arrow, strings and binaries as the sink's rows have them (pyiceberg
+    gives the large types for a table whose schema it evolved)."""
+    schema = table.schema().as_arrow()
+    return pa.schema([f.with_type(_SMALL.get(f.type, f.type)) for f in schema])
+
+
+_SMALL = {pa.large_string(): pa.string(), pa.large_binary(): pa.binary()}
+
+
+def _iceberg_type(t: pa.DataType) -> pa.DataType:
+    """The Arrow type Iceberg keeps ``t`` as (it has one 32-bit integer type for the narrower ones)."""
+    return pa.int32() if pa.types.is_integer(t) and t.bit_width < 32 else t
+
+
+def _holds(column: pa.DataType, values: pa.DataType) -> bool:
+    """Whether a column of Iceberg type ``column`` takes values of ``values`` as they are."""
+    own, table = _iceberg_type(values), _iceberg_type(column)
+    return own.equals(table) or (widens_into(own, table) and _promotable(own, table))
+
+
+def _promotable(old: pa.DataType, new: pa.DataType) -> bool:
+    """Whether Iceberg widens a column of ``old`` to ``new`` in place: int to long, float to double,
+    a decimal to one of a larger precision and the same scale."""
+    old, new = _iceberg_type(old), _iceberg_type(new)
+    if pa.types.is_integer(old) and pa.types.is_integer(new):
+        return new.bit_width >= old.bit_width
+    if pa.types.is_floating(old) and pa.types.is_floating(new):
+        return new.bit_width >= old.bit_width
+    if pa.types.is_decimal128(old) and pa.types.is_decimal128(new):
+        return new.scale == old.scale and new.precision >= old.precision
+    return False
+

@@ -1,0 +1,77 @@
+"""Where an Iceberg sink finds its tables: the catalog, and each table's name in it.
+
+An Iceberg table is a name in a catalog pointing at its current metadata file; committing is
+swapping that pointer, so every writer of a pipeline (chunk tasks, the stream, maintenance) must
+reach the same catalog. The catalog is given as pyiceberg's catalog properties (``type``: ``sql``,
+``rest``, ``glue``, ``hive``..., its ``uri``, credentials), which reach the Spark programs in the
+private credentials file, never in a job file (state/credentials.py). None given and a lake on a
+local path: a SQL catalog in a SQLite file at the lake's root (``EMBEDDED_CATALOG_FILE``), which
+every process of one machine shares and which stays with the tables it names.
+
+A table's name is ``<namespace>.<table>``, the namespace from ``namespace`` (a template whose
+``{database}`` is the source table's database: ``{database}`` by default, ``lake_{database}``,
+or one fixed namespace for a single source database).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import TYPE_CHECKING
+
+from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+
+#: the environment variable holding a configured catalog's properties (JSON), installed with the
+#: object store's credentials in every process that opens the sink (state/credentials.py)
+CATALOG_VARIABLE = "MYSQLCDC_ICEBERG_CATALOG"
+#: the embedded catalog's SQLite file, at the lake's root
+EMBEDDED_CATALOG_FILE = "iceberg_catalog.db"
+#: the name the sink gives its catalog, unless its properties name it (``name``): a SQL catalog keeps
+#: the tables of each catalog name apart, so a reader of the tables opens the catalog by that name
+CATALOG_NAME = "mysqlcdc"
+
+
+def table_identifier(namespace: str, table_id: TableId, suffix: str = "") -> tuple[str, str]:
+    """The Iceberg name of the sink table of ``table_id`` (``suffix``: its changelog's)."""
+    return namespace.format(database=table_id.database), table_id.table + suffix
+
+
+def catalog_properties(root: str, configured: dict[str, str] | None) -> dict[str, str]:
+    """The properties of the catalog of a lake at ``root``: ``configured``, else those installed in
+    this process (``CATALOG_VARIABLE``: a connection's), else the embedded SQLite catalog at the root
+    of a local lake."""
+    if configured is None and os.environ.get(CATALOG_VARIABLE):
+        configured = json.loads(os.environ[CATALOG_VARIABLE])
+    if configured:
+        return dict(configured)
+    if "://" in root and not root.startswith("file://"):
+        raise ConfigurationError(
+            f"An Iceberg lake on an object store ({root}) needs a catalog every writer reaches: give "
+            "iceberg_catalog_conn_id, a connection whose extras hold pyiceberg's catalog properties (type sql with a "
+            "PostgreSQL uri, rest, glue or hive). The embedded SQLite catalog is for a lake on a local path only.")
+    path = root.removeprefix("file://").rstrip("/")
+    return {"type": "sql", "uri": f"sqlite:///{path}/{EMBEDDED_CATALOG_FILE}", "warehouse": f"file://{path}"}
+
+
+def open_catalog(root: str, configured: dict[str, str] | None) -> Catalog:
+    """The catalog of a lake at ``root`` (``catalog_properties``), or the error naming what is wrong
+    with its settings and the fix."""
+    from pyiceberg.catalog import load_catalog
+
+    properties = catalog_properties(root, configured)
+    if properties.get("type") == "sql" and properties.get("uri", "").startswith("sqlite:///"):
+        from pathlib import Path
+
+        Path(properties["uri"].removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    name = properties.pop("name", CATALOG_NAME)
+    try:
+        return load_catalog(name, **properties)
+    except Exception as exc:  # noqa: BLE001 - pyiceberg raises many kinds for bad settings
+        shown = ", ".join(sorted(properties))
+        raise ConfigurationError(f"The Iceberg catalog could not be opened with the properties {shown} "
+                                 f"({type(exc).__name__}: {exc}). Check the catalog connection's extras: they are "
+                                 "pyiceberg's catalog properties (type, uri, warehouse, credentials).") from exc

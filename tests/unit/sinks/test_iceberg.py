@@ -1,0 +1,251 @@
+"""The Iceberg sink (sinks/iceberg.py) on real Iceberg tables: pyiceberg, an embedded SQLite catalog
+and data files in a temporary folder. What the stream's rules need of a sink is tested on both
+formats by tests/unit/stream/; here, what is Iceberg's own: one commit per write, the position in the
+table's properties and the snapshot's summary, the files a merge touches, concurrent writers, the
+column types and their evolution, the catalog's settings."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from decimal import Decimal
+
+import pyarrow as pa
+import pytest
+from pyiceberg.catalog import load_catalog
+
+from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError, SchemaChangedError
+from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
+from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
+from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
+from airflow_provider_mysqlcdc.protocol.sinks import check_namespace
+from airflow_provider_mysqlcdc.sinks.base import StreamCommit
+from airflow_provider_mysqlcdc.sinks.factory import open_sink
+from airflow_provider_mysqlcdc.sinks.iceberg import OPERATION_SUMMARY, POSITION_PROPERTY, IcebergSink, chunk_filter
+from airflow_provider_mysqlcdc.sinks.iceberg_catalog import CATALOG_NAME, EMBEDDED_CATALOG_FILE
+from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_change_batch
+from tests.unit.stream.harness import insert, off, update
+
+T = TableId("shop", "t")
+ID = Column("id", "int", "int(11)", False)
+V = Column("v", "varchar", "varchar(20)", True, charset="utf8mb4", collation="utf8mb4_bin")
+AT = BinlogOffset("mysql-bin.000001", 100)
+
+
+def table_schema(*extra: Column) -> TableSchema:
+    return TableSchema(T, (ID, V, *extra), ("id",))
+
+
+@pytest.fixture
+def sink(tmp_path) -> IcebergSink:
+    sink = open_sink(str(tmp_path / "lake"), sink_format="iceberg")
+    assert isinstance(sink, IcebergSink)
+    return sink
+
+
+def writer(sink: IcebergSink, schema: TableSchema | None = None) -> SinkWriter:
+    schema = schema or table_schema()
+    sink.prepare(schema)
+    return SinkWriter(sink, schema, "id", KeyOrdering(ID))
+
+
+def split(w: SinkWriter, start: int | None, end: int | None, ids: range, value: str) -> None:
+    w.write_split(FinishedSplit(SnapshotSplit(T, 0, "id", start, end), AT), [{"id": i, "v": value} for i in ids])
+
+
+def held(sink: IcebergSink) -> dict[int, str]:
+    rows = sink.read(T).to_pylist()
+    assert len({r["id"] for r in rows}) == len(rows), "a key twice"
+    return {r["id"]: r["v"] for r in rows}
+
+
+def data_files(sink: IcebergSink) -> set[str]:
+    table = sink.open_table(T)
+    return set(table.inspect.files().column("file_path").to_pylist())
+
+
+def test_the_tables_are_named_in_the_embedded_catalog_at_the_lakes_root_and_live_under_it(sink, tmp_path):
+    split(writer(sink), None, None, range(1, 4), "a")
+    catalog = load_catalog(CATALOG_NAME, type="sql", uri=f"sqlite:///{tmp_path}/lake/{EMBEDDED_CATALOG_FILE}")
+    table = catalog.load_table("shop.t")
+    assert table.location() == f"{tmp_path}/lake/shop/t"
+    assert {r["id"] for r in table.scan().to_arrow().to_pylist()} == {1, 2, 3}
+
+
+def test_a_split_replaces_exactly_its_range_in_one_commit_leaving_other_files_untouched(sink):
+    w = writer(sink)
+    split(w, None, 10, range(1, 10), "a")
+    split(w, 10, None, range(10, 20), "a")
+    before, snapshots = data_files(sink), len(sink.open_table(T).snapshots())
+    split(w, None, 10, range(2, 5), "b")  # the split read again: rows 1 and 5-9 are gone from it
+    assert held(sink) == {**{i: "b" for i in range(2, 5)}, **{i: "a" for i in range(10, 20)}}
+    table = sink.open_table(T)
+    assert len(table.metadata.snapshot_log) - snapshots <= 2  # one transaction: its delete and its append
+    assert len(data_files(sink) & before) == 1  # the other split's file is the same file
+
+
+def test_a_stream_commit_records_its_position_in_the_tables_properties_and_its_snapshots_summary(sink):
+    w = writer(sink)
+    split(w, None, None, range(1, 3), "a")
+    apply_change_batch({T: w}, [update(T, 7, {"id": 1, "v": "a"}, {"id": 1, "v": "x"})], app_id="app", batch_id=3)
+    table = sink.open_table(T)
+    position = table.properties[POSITION_PROPERTY]
+    summary = table.current_snapshot().summary.additional_properties
+    assert summary[POSITION_PROPERTY] == position and summary["mysqlcdc.batch-id"] == "3"
+    assert summary[OPERATION_SUMMARY] == "merge"
+    fresh = open_sink(sink.root, sink_format="iceberg")  # another process
+    assert fresh.applied_position(T) == tuple(int(n) for n in position.split(","))
+
+
+def test_a_replayed_batch_is_recognised_and_applies_nothing(sink):
+    w = writer(sink)
+    split(w, None, None, range(1, 3), "a")
+    batch = [update(T, 7, {"id": 1, "v": "a"}, {"id": 1, "v": "x"})]
+    apply_change_batch({T: w}, batch, app_id="app", batch_id=1)
+    snapshots = len(sink.open_table(T).snapshots())
+    again = SinkWriter(open_sink(sink.root, sink_format="iceberg"), table_schema(), "id", KeyOrdering(ID))
+    assert apply_change_batch({T: again}, batch, app_id="app", batch_id=1) == {}
+    assert len(sink.open_table(T).snapshots()) == snapshots and held(sink) == {1: "x", 2: "a"}
+
+
+def test_a_merge_rewrites_only_the_files_whose_chunk_range_can_hold_a_changed_key(sink):
+    w = writer(sink)
+    for start in range(0, 40, 10):
+        split(w, start or None, start + 10 if start < 30 else None, range(start, start + 10), "a")
+    before = data_files(sink)
+    apply_change_batch({T: w}, [update(T, 7, {"id": 15, "v": "a"}, {"id": 15, "v": "x"}),
+                                insert(T, 8, id=99, v="new")], app_id="app", batch_id=1)
+    after = data_files(sink)
+    assert len(before - after) == 1 and len(before & after) == 3  # only the file of keys 10-19 was rewritten
+    assert held(sink) == {**{i: "a" for i in range(40)}, 15: "x", 99: "new"}
+
+
+def test_a_filter_of_many_chunk_keys_still_prunes_files_by_their_bounds(sink):
+    w = writer(sink)
+    for start in range(0, 4000, 1000):
+        split(w, start or None, start + 1000 if start < 3000 else None, range(start, start + 1000), "a")
+    chunks = sorted(w.stamped(pa.table({"id": pa.array(range(1000, 1500), pa.int32()),
+                                        "v": pa.array(["a"] * 500)}), AT).column("_cdc_chunk").to_pylist())
+    planned = list(sink.open_table(T).scan(row_filter=chunk_filter(chunks)).plan_files())
+    assert len(planned) == 1  # 500 keys (an In of more than 200 alone would read all four files)
+
+
+def test_concurrent_splits_of_one_table_all_land_retried_on_conflict(sink):
+    w = writer(sink)
+    errors: list[BaseException] = []
+
+    def write(n: int) -> None:
+        try:
+            split(w, n * 10 or None, n * 10 + 10 if n < 5 else None, range(n * 10, n * 10 + 10), f"s{n}")
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert held(sink) == {i: f"s{i // 10}" for i in range(60)}
+
+
+def test_a_merge_racing_a_split_read_after_its_change_leaves_the_splits_rows(sink):
+    """A split read as of offset 90 races the stream's merge of a change at 70, which it holds already:
+    whichever commits second works from the first's rows (the merge, computed again, finds rows newer
+    than its change), so the table ends as the split read it."""
+    w = writer(sink)
+    split(w, None, None, range(0, 50), "a")
+    errors: list[BaseException] = []
+
+    def resplit() -> None:
+        try:
+            w.write_split(FinishedSplit(SnapshotSplit(T, 0, "id", None, None), off(90)),
+                          [{"id": i, "v": "r"} for i in range(50)])
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    thread = threading.Thread(target=resplit)
+    thread.start()
+    apply_change_batch({T: w}, [update(T, 70, {"id": 7, "v": "a"}, {"id": 7, "v": "x"})], app_id="app", batch_id=1)
+    thread.join()
+    assert errors == [] and held(sink) == {i: "r" for i in range(50)}
+
+
+def test_every_column_type_of_the_sink_round_trips_through_an_iceberg_table(sink):
+    columns = (Column("t8", "tinyint", "tinyint(4)", True), Column("u64", "bigint", "bigint(20) unsigned", True, unsigned=True),
+               Column("f", "float", "float", True), Column("d", "decimal", "decimal(12,3)", True, numeric_precision=12,
+                                                                     numeric_scale=3),
+               Column("wide", "decimal", "decimal(50,2)", True, numeric_precision=50, numeric_scale=2),
+               Column("day", "date", "date", True), Column("at", "datetime", "datetime(6)", True),
+               Column("ts", "timestamp", "timestamp", True), Column("tm", "time", "time", True),
+               Column("b", "varbinary", "varbinary(8)", True), Column("j", "json", "json", True))
+    w = writer(sink, table_schema(*columns))
+    row = {"id": 1, "v": "é", "t8": -128, "u64": 2**64 - 1, "f": 1.5, "d": Decimal("-123456789.125"),
+           "wide": Decimal("1" * 48 + ".25"), "day": dt.date(1, 1, 1), "at": dt.datetime(9999, 12, 31, 23, 59, 59, 999999),
+           "ts": dt.datetime(2038, 1, 19, 3, 14, 7, tzinfo=dt.timezone.utc), "tm": dt.timedelta(hours=-838),
+           "b": b"\x00\xff", "j": '{"a": [1]}'}
+    w.write_split(FinishedSplit(SnapshotSplit(T, 0, "id", None, None), AT), [row])
+    read = sink.read(T).to_pylist()[0]
+    assert {k: read[k] for k in row if k not in ("wide", "tm")} == {k: v for k, v in row.items() if k not in ("wide", "tm")}
+    assert read["wide"] == "1" * 48 + ".25" and read["tm"] == -838 * 3600 * 1_000_000
+
+
+def test_int_to_bigint_and_an_added_column_evolve_the_table_in_place_keeping_its_rows(sink):
+    w = writer(sink, table_schema(Column("w", "int", "int(11)", True)))
+    w.write_split(FinishedSplit(SnapshotSplit(T, 0, "id", None, None), AT), [{"id": 1, "v": "a", "w": 7}])
+    wider = table_schema(Column("w", "bigint", "bigint(20)", True), Column("c", "varchar", "varchar(5)", True))
+    sink.prepare(wider)
+    w2 = SinkWriter(sink, wider, "id", KeyOrdering(ID))
+    apply_change_batch({T: w2}, [insert(T, 9, id=2, v="b", w=2**40, c="new")], app_id="app", batch_id=1)
+    rows = {r["id"]: r for r in sink.read(T).to_pylist()}
+    assert rows[1]["w"] == 7 and rows[1]["c"] is None and rows[2]["w"] == 2**40 and rows[2]["c"] == "new"
+
+
+def test_a_type_iceberg_cannot_widen_is_refused_and_replace_schema_empties_the_table_with_the_new_type(sink):
+    w = writer(sink, table_schema(Column("w", "int", "int(11)", True)))
+    w.write_split(FinishedSplit(SnapshotSplit(T, 0, "id", None, None), AT), [{"id": 1, "v": "a", "w": 7}])
+    text = table_schema(Column("w", "varchar", "varchar(5)", True))
+    with pytest.raises(SchemaChangedError, match="'w' of shop.t changed from int32 to string.*Re-snapshot"):
+        sink.prepare(text)
+    snapshots = len(sink.open_table(T).snapshots())
+    sink.replace_schema(text)
+    assert sink.read(T).num_rows == 0 and sink.read(T).schema.field("w").type in (pa.string(), pa.large_string())
+    assert len(sink.open_table(T).snapshots()) == snapshots + 1
+    sink.prepare(text)  # the new type is the table's now
+
+
+def test_truncate_and_fill_each_commit_once_with_their_position(sink):
+    w = writer(sink, table_schema(Column("c", "int", "int(11)", True)))
+    split(w, None, None, range(1, 4), "a")
+    w.fill_before(BinlogOffset("mysql-bin.000001", 200), {"c": 5}, app_id="app", batch_id=1)
+    assert {r["c"] for r in sink.read(T).to_pylist()} == {5}
+    w.truncate_before(BinlogOffset("mysql-bin.000001", 300), 0, app_id="app", batch_id=2)
+    assert sink.read(T).num_rows == 0
+    operations = [s.summary.additional_properties.get(OPERATION_SUMMARY) for s in sink.open_table(T).snapshots()]
+    assert operations.count("fill") == 1 and operations.count("truncate") == 1
+
+
+def test_a_lake_on_an_object_store_without_a_catalog_is_refused_naming_the_setting(tmp_path):
+    sink = open_sink("s3://bucket/lake", sink_format="iceberg")
+    with pytest.raises(ConfigurationError, match="iceberg_catalog_conn_id"):
+        sink.prepare(table_schema())
+
+
+def test_catalog_settings_that_do_not_open_a_catalog_are_refused_with_the_fix(tmp_path):
+    sink = open_sink(str(tmp_path), sink_format="iceberg", iceberg_catalog={"type": "no-such-kind"})
+    with pytest.raises(ConfigurationError, match="could not be opened.*pyiceberg's catalog properties"):
+        sink.prepare(table_schema())
+
+
+@pytest.mark.parametrize("template", ["", "{db}", "lake_{database}_{table}"])
+def test_a_namespace_template_naming_more_than_the_database_is_refused(template):
+    with pytest.raises(ConfigurationError, match="iceberg_namespace"):
+        check_namespace(template)
+
+
+def test_the_namespace_template_names_each_tables_namespace(tmp_path):
+    sink = open_sink(str(tmp_path / "lake"), sink_format="iceberg", iceberg_namespace="lake_{database}")
+    split(writer(sink), None, None, range(1, 3), "a")
+    assert sink.catalog.load_table("lake_shop.t").scan().to_arrow().num_rows == 2
+    assert StreamCommit("a", 1, (1, 2, 3, 4)).shard == ""
