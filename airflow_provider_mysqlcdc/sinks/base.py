@@ -38,6 +38,7 @@ import pyarrow as pa
 
 from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError, is_table_fault
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
+from airflow_provider_mysqlcdc.protocol.maintenance import DEFAULT_TARGET_FILE_BYTES
 
 if TYPE_CHECKING:
     from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy, TableMaintenance
@@ -135,9 +136,11 @@ class Sink(ABC):
         """The whole table (for verification and status)."""
 
     @abstractmethod
-    def cluster(self, table_id: TableId, *, min_files: int = 2) -> ClusteringResult | None:
-        """Rewrite, in chunk-key order, the data files that spread the table's key ranges, in one
-        commit that changes no row; None when there was nothing to do."""
+    def cluster(self, table_id: TableId, *, min_files: int = 2,
+                target_bytes: int = DEFAULT_TARGET_FILE_BYTES) -> ClusteringResult | None:
+        """Rewrite, in chunk-key order, the data files that spread the table's key ranges, into files of
+        about ``target_bytes``, in one commit that changes no row, once ``min_files`` need it; None when
+        there was nothing to do (sinks/clustering.py)."""
 
     @abstractmethod
     def maintain(self, table_id: TableId, policy: MaintenancePolicy) -> list[TableMaintenance]:

@@ -32,6 +32,7 @@ from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, RemoveAction
 
+from airflow_provider_mysqlcdc.protocol.maintenance import DEFAULT_TARGET_FILE_BYTES
 from airflow_provider_mysqlcdc.sinks.arrow_rows import conform_to
 from airflow_provider_mysqlcdc.sinks.data_files import (
     CHUNK_COLUMN,
@@ -45,7 +46,7 @@ from airflow_provider_mysqlcdc.sinks.data_files import (
 log = logging.getLogger(__name__)
 
 #: files of about this size come out of a clustering run (delta-rs's own default target is 100 MiB)
-TARGET_BYTES = 128 << 20
+TARGET_BYTES = DEFAULT_TARGET_FILE_BYTES
 #: the key of a clustering commit's metadata in the table's history (what it did)
 CLUSTERING_COMMIT = "mysqlcdc.clustering"
 #: a run never rewrites files whose rows take more than this in memory (Arrow), where they are sorted,

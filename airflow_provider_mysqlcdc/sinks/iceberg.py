@@ -18,9 +18,10 @@ A merge reads only the rows of the batch's changed chunk keys, from the data fil
 (``chunk_filter``), and rewrites only those files; a change applies only where it is newer than the
 row (``_cdc_version``), as in the Delta sink's merge.
 
-What it cannot do yet: data files written by the Spark executors (``file_schema`` is None: a chunk's
-rows are committed by the chunk job's driver), and a table rewrite marked as one that changes no data
-(pyiceberg has no ``replace`` snapshot: a clustering shows as an overwrite).
+Clustering and maintenance: sinks/iceberg_maintenance.py. What it cannot do yet: data files written
+by the Spark executors (``file_schema`` is None: a chunk's rows are committed by the chunk job's
+driver), and a table rewrite marked as one that changes no data (pyiceberg has no ``replace``
+snapshot: a clustering shows as an overwrite).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from pyiceberg.expressions import (
 
 from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
+from airflow_provider_mysqlcdc.protocol.maintenance import DEFAULT_TARGET_FILE_BYTES
 from airflow_provider_mysqlcdc.protocol.sinks import DEFAULT_NAMESPACE
 from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_schema, row_key_columns, widens_into
 from airflow_provider_mysqlcdc.sinks.base import (
@@ -59,6 +61,7 @@ from airflow_provider_mysqlcdc.sinks.base import (
 from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SUFFIX
 from airflow_provider_mysqlcdc.sinks.data_files import CHUNK_COLUMN
 from airflow_provider_mysqlcdc.sinks.iceberg_catalog import open_catalog, table_identifier
+from airflow_provider_mysqlcdc.sinks.iceberg_maintenance import OPERATION_SUMMARY, cluster_table, maintain_table
 from airflow_provider_mysqlcdc.sinks.routing import shard_bounds, sink_target
 
 if TYPE_CHECKING:
@@ -72,18 +75,19 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _MAX_ATTEMPTS = 50
+_CLUSTER_ATTEMPTS = 5
 #: what makes a commit fail without landing: a concurrent commit to the table, or a catalog held by
 #: another writer for longer than it waits (an embedded SQLite catalog: its OperationalError)
 _CONFLICTS: tuple[type[BaseException], ...] = (CommitFailedException, ValidationException)
 #: the table property holding the position of the last change a stream committed (per shard: ":<id>")
 POSITION_PROPERTY = "mysqlcdc.position"
-#: the key of a snapshot summary naming what the sink did (``replace``, ``merge``, ``truncate``, ``fill``,
-#: ``changelog``, ``cluster``)
-OPERATION_SUMMARY = "mysqlcdc.operation"
 #: the properties of every table the sink creates
 TABLE_PROPERTIES = {
     # a commit is made on the snapshot it read, or fails and is redone from a fresh load (module doc)
     "commit.retry.num-retries": "0",
+    # old metadata files go as new ones are written (metadata.json of each commit)
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": "100",
     # exact bounds of _cdc_chunk in the manifests (by default strings are truncated to 16 characters),
     # so a range's files and a merge's files are found by their statistics alone
     f"write.metadata.metrics.column.{CHUNK_COLUMN}": "full",
@@ -291,12 +295,36 @@ class IcebergSink(Sink):
     def read(self, table_id: TableId) -> pa.Table:
         return self._table(table_id).scan().to_arrow()
 
-    # --- upkeep ----------------------------------------------------------------------------------
-    def cluster(self, table_id: TableId, *, min_files: int = 2) -> ClusteringResult | None:
-        return None
+    # --- upkeep (sinks/iceberg_maintenance.py) --------------------------------------------------
+    def cluster(self, table_id: TableId, *, min_files: int = 2,
+                target_bytes: int = DEFAULT_TARGET_FILE_BYTES) -> ClusteringResult | None:
+        """Rewrite the data files that spread the table's chunk key ranges in key order, in one commit
+        that changes no row; planned again after a concurrent commit, a few times, then left for the
+        next run (None, logged), as the Delta sink does."""
+        try:
+            return retry_conflicts(lambda: cluster_table(self._table(table_id), min_files=min_files,
+                                                         target_bytes=target_bytes),
+                                   f"cluster {table_id}", conflicts=_CONFLICTS, attempts=_CLUSTER_ATTEMPTS)
+        except _CONFLICTS as exc:
+            log.warning("clustering %s gave way to %d concurrent commits and is left for its next run (%s)",
+                        table_id, _CLUSTER_ATTEMPTS, exc)
+            return None
 
     def maintain(self, table_id: TableId, policy: MaintenancePolicy) -> list[TableMaintenance]:
-        return []
+        """Cluster the table, then (with a retention) expire its old snapshots and delete its orphan
+        files; its changelog's snapshots and orphans too."""
+        from airflow_provider_mysqlcdc.sinks.maintenance import compact_by_clustering  # it imports the Delta sink
+
+        done = []
+        for changelog in (False, True):
+            table = self.open_table(table_id, changelog=changelog)
+            if table is not None:
+                compact = ((lambda: (0, "a changelog's files are not compacted in Iceberg yet")) if changelog
+                           else (lambda: compact_by_clustering(self, table_id, policy)))
+                done.append(maintain_table(table, policy, compact=compact))
+        for report in done:
+            log.info("maintenance of %s", report)
+        return done
 
 
 def _evolution(table: Table, target: pa.Schema) -> pa.Schema | None:

@@ -30,6 +30,7 @@ from deltalake import DeltaTable
 
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy, TableMaintenance
+from airflow_provider_mysqlcdc.sinks.base import Sink
 from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SUFFIX
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink, retry_conflicts
 
@@ -48,7 +49,7 @@ def maintain_table(sink: DeltaSink, table_id: TableId, policy: MaintenancePolicy
     done = []
     mirror = sink.table_uri(table_id)
     changelog = mirror + CHANGELOG_SUFFIX
-    for uri, compact in ((mirror, lambda: _cluster(sink, table_id, policy)),
+    for uri, compact in ((mirror, lambda: compact_by_clustering(sink, table_id, policy)),
                          (changelog, lambda: _bin_pack(sink, changelog, policy))):
         table = sink.open_table(uri)
         if table is not None:
@@ -75,8 +76,9 @@ def _load(sink: DeltaSink, uri: str) -> DeltaTable:
     return DeltaTable(uri, storage_options=sink.storage_options)
 
 
-def _cluster(sink: DeltaSink, table_id: TableId, policy: MaintenancePolicy) -> tuple[int, str]:
-    """Cluster until nothing is left to rewrite (or ``COMPACT_ROUNDS`` runs); files rewritten."""
+def compact_by_clustering(sink: Sink, table_id: TableId, policy: MaintenancePolicy) -> tuple[int, str]:
+    """Cluster a mirror table (of any format) until nothing is left to rewrite (or ``COMPACT_ROUNDS``
+    runs); files rewritten, and what was left."""
     rewritten = 0
     for _ in range(COMPACT_ROUNDS):
         result = sink.cluster(table_id, min_files=2, target_bytes=policy.target_file_bytes)

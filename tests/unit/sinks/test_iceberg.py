@@ -7,10 +7,14 @@ column types and their evolution, the catalog's settings."""
 from __future__ import annotations
 
 import datetime as dt
+import os
 import threading
+import time
 from decimal import Decimal
+from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from pyiceberg.catalog import load_catalog
 
@@ -19,11 +23,13 @@ from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
+from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy
 from airflow_provider_mysqlcdc.protocol.sinks import check_namespace
 from airflow_provider_mysqlcdc.sinks.base import StreamCommit
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.sinks.iceberg import OPERATION_SUMMARY, POSITION_PROPERTY, IcebergSink, chunk_filter
 from airflow_provider_mysqlcdc.sinks.iceberg_catalog import CATALOG_NAME, EMBEDDED_CATALOG_FILE
+from airflow_provider_mysqlcdc.sinks.iceberg_maintenance import ORPHAN_MIN_AGE_S, held_files
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_change_batch
 from tests.unit.stream.harness import insert, off, update
 
@@ -249,3 +255,52 @@ def test_the_namespace_template_names_each_tables_namespace(tmp_path):
     split(writer(sink), None, None, range(1, 3), "a")
     assert sink.catalog.load_table("lake_shop.t").scan().to_arrow().num_rows == 2
     assert StreamCommit("a", 1, (1, 2, 3, 4)).shard == ""
+
+
+def overlapping_files(sink: IcebergSink) -> int:
+    """How many data files' ``_cdc_chunk`` ranges overlap another's."""
+    files = held_files(sink.open_table(T))
+    return sum(1 for f in files if any(g is not f and f.low <= g.high and g.low <= f.high for g in files))
+
+
+def spoilt_by_merges(sink: IcebergSink) -> SinkWriter:
+    """Four splits, then merges whose rewritten and inserted rows span several splits' ranges."""
+    w = writer(sink)
+    for start in range(0, 40, 10):
+        split(w, start or None, start + 10 if start < 30 else None, range(start, start + 10), "a")
+    for batch, ids in enumerate([(5, 25), (15, 35), (1, 39)], start=1):
+        apply_change_batch({T: w}, [update(T, 10 * batch + i, {"id": k, "v": "a"}, {"id": k, "v": f"m{batch}"})
+                                    for i, k in enumerate(ids)], app_id="app", batch_id=batch)
+    return w
+
+
+def test_clustering_rewrites_overlapping_files_in_key_order_and_changes_no_row(sink):
+    spoilt_by_merges(sink)
+    rows, position = held(sink), sink.applied_position(T)
+    assert overlapping_files(sink) > 0
+    result = sink.cluster(T, min_files=2)
+    assert result is not None and result.files_read >= 2
+    assert overlapping_files(sink) == 0 and held(sink) == rows and sink.applied_position(T) == position
+    assert sink.open_table(T).current_snapshot().summary.additional_properties[OPERATION_SUMMARY] == "cluster"
+    assert sink.cluster(T, min_files=2) is None  # nothing left to do
+
+
+def test_maintenance_expires_old_snapshots_and_deletes_only_unreferenced_old_files(sink):
+    spoilt_by_merges(sink)
+    rows = held(sink)
+    old = time.time() - 2 * ORPHAN_MIN_AGE_S
+    for path in Path(sink.table_uri(T), "data").iterdir():  # every file written so far is old
+        os.utime(path, (old, old))
+    [report] = sink.maintain(T, MaintenancePolicy(compact=True, checkpoint=False, vacuum_retention_s=0))
+    table = sink.open_table(T)
+    assert len(table.snapshots()) == 1 and held(sink) == rows
+    assert report.files_vacuumed > 0 and report.files_after == len(list(Path(sink.table_uri(T), "data").iterdir()))
+    assert overlapping_files(sink) == 0
+
+
+def test_an_unreferenced_file_younger_than_the_minimum_age_is_kept_for_the_writer_about_to_commit_it(sink):
+    split(writer(sink), None, None, range(1, 4), "a")
+    pending = Path(sink.table_uri(T), "data", "written-not-committed.parquet")
+    pq.write_table(pa.table({"id": [9]}), pending)
+    sink.maintain(T, MaintenancePolicy(compact=False, checkpoint=False, vacuum_retention_s=0))
+    assert pending.exists() and held(sink) == {1: "a", 2: "a", 3: "a"}
