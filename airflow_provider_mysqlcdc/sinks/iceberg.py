@@ -49,7 +49,7 @@ from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.protocol.maintenance import DEFAULT_TARGET_FILE_BYTES
 from airflow_provider_mysqlcdc.protocol.sinks import DEFAULT_NAMESPACE
-from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_schema, row_key_columns, widens_into
+from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_schema, row_key_columns
 from airflow_provider_mysqlcdc.sinks.base import (
     Position,
     Sink,
@@ -62,6 +62,7 @@ from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SUFFIX
 from airflow_provider_mysqlcdc.sinks.data_files import CHUNK_COLUMN
 from airflow_provider_mysqlcdc.sinks.iceberg_catalog import open_catalog, table_identifier
 from airflow_provider_mysqlcdc.sinks.iceberg_maintenance import OPERATION_SUMMARY, cluster_table, maintain_table
+from airflow_provider_mysqlcdc.sinks.iceberg_schema import arrow_schema_of, as_table_rows, evolution, holds, promotable
 from airflow_provider_mysqlcdc.sinks.routing import shard_bounds, sink_target
 
 if TYPE_CHECKING:
@@ -148,11 +149,11 @@ class IcebergSink(Sink):
         if table is None:
             self._create(table_id, target)
             return
-        current = _arrow_schema(table)
+        current = arrow_schema_of(table)
         for field in target:
-            if field.name in current.names and not _holds(current.field(field.name).type, field.type):
+            if field.name in current.names and not holds(current.field(field.name).type, field.type):
                 old = current.field(field.name).type
-                if not _promotable(old, field.type):
+                if not promotable(old, field.type):
                     raise SchemaChangedError(
                         f"Column {field.name!r} of {schema.table_id} changed from {old} to {field.type} in the source; "
                         "an Iceberg table widens only int to long, float to double and a decimal's precision. "
@@ -164,7 +165,7 @@ class IcebergSink(Sink):
         their own when anything changes."""
         def evolve() -> None:
             table = self._table(table_id)
-            changes = _evolution(table, target)
+            changes = evolution(table, target)
             if changes:
                 with table.update_schema() as update:
                     update.union_by_name(changes)
@@ -181,8 +182,8 @@ class IcebergSink(Sink):
 
         def replace() -> None:
             table = self._table(target.table_id)
-            current = _arrow_schema(table)
-            changed = [f for f in wanted if f.name in current.names and not _holds(current.field(f.name).type, f.type)]
+            current = arrow_schema_of(table)
+            changed = [f for f in wanted if f.name in current.names and not holds(current.field(f.name).type, f.type)]
             with table.transaction() as tx:
                 tx.delete(AlwaysTrue())
                 if changed:
@@ -219,7 +220,7 @@ class IcebergSink(Sink):
         keys = row_key_columns(schema)
         chunks = sorted({c for c in changes.column(CHUNK_COLUMN).to_pylist() if c is not None})
         self._replace("merge", sink_target(schema).table_id, chunk_filter(chunks),
-                      lambda table, existing: _merged(_as_table_rows(existing, table), _as_table_rows(changes, table), keys),
+                      lambda table, existing: _merged(as_table_rows(existing, table), as_table_rows(changes, table), keys),
                       commit, f"merge batch {commit.batch_id} into {schema.table_id}", read=True, columns=changes.schema)
 
     def truncate_before(self, table_id: TableId, version: int, *, commit: StreamCommit) -> None:
@@ -233,7 +234,7 @@ class IcebergSink(Sink):
         given the values and written again, in one commit (after one adding the columns)."""
         def filled(table: Table, existing: pa.Table | None) -> pa.Table | None:
             assert existing is not None
-            existing = _as_table_rows(existing, table)
+            existing = as_table_rows(existing, table)
             for name, value in values.items():
                 existing = existing.set_column(existing.schema.get_field_index(name), name,
                                                pa.array([value.as_py()] * existing.num_rows, value.type))
@@ -266,7 +267,7 @@ class IcebergSink(Sink):
         ``columns`` first (``_evolve``) where it lacks them."""
         def replace() -> None:
             table = self._table(table_id)
-            if columns is not None and _evolution(table, columns):
+            if columns is not None and evolution(table, columns):
                 self._evolve(table_id, columns)
                 table = self._table(table_id)
             existing = table.scan(row_filter=rows_filter).to_arrow() if read else None
@@ -290,7 +291,7 @@ class IcebergSink(Sink):
 
     def column_names(self, table_id: TableId) -> list[str]:
         table = self.open_table(table_id)
-        return [] if table is None else _arrow_schema(table).names
+        return [] if table is None else arrow_schema_of(table).names
 
     def read(self, table_id: TableId) -> pa.Table:
         return self._table(table_id).scan().to_arrow()
@@ -327,21 +328,6 @@ class IcebergSink(Sink):
         return done
 
 
-def _evolution(table: Table, target: pa.Schema) -> pa.Schema | None:
-    """The columns of ``target`` the table lacks, or holds in a narrower type, or as NOT NULL where
-    ``target`` has NULLs, as ``union_by_name`` takes them (nullable: only a new table has required
-    columns); None when it has them all."""
-    current = _arrow_schema(table)
-    changes = []
-    for field in target:
-        held = current.field(field.name) if field.name in current.names else None
-        if held is None or not _holds(held.type, field.type):
-            changes.append(field.with_nullable(True))
-        elif field.nullable and not held.nullable:
-            changes.append(held.with_nullable(True))
-    return pa.schema(changes) if changes else None
-
-
 def _commit_rows(tx: Transaction, table: Table, rows: pa.Table | None, commit: StreamCommit | None,
                  operation: str) -> None:
     """Append ``rows`` (typed as the table's columns) in ``tx``, with ``commit``'s position in the
@@ -351,22 +337,11 @@ def _commit_rows(tx: Transaction, table: Table, rows: pa.Table | None, commit: S
         summary.update({_position_property(commit.shard): _position_text(commit.position),
                         "mysqlcdc.app-id": commit.app_id, "mysqlcdc.batch-id": str(commit.batch_id)})
     if rows is not None and rows.num_rows:
-        tx.append(_as_table_rows(rows, table), snapshot_properties=summary)
+        tx.append(as_table_rows(rows, table), snapshot_properties=summary)
     else:
-        tx.append(_arrow_schema(table).empty_table(), snapshot_properties=summary)
+        tx.append(arrow_schema_of(table).empty_table(), snapshot_properties=summary)
     if commit is not None:
         tx.set_properties({_position_property(commit.shard): _position_text(commit.position)})
-
-
-def _as_table_rows(rows: pa.Table | None, table: Table) -> pa.Table:
-    """``rows`` as the table's columns: by name, cast to its types, its columns they lack as NULL
-    (columns the source dropped since), theirs it lacks left out (``_cdc_op`` of a deleting change)."""
-    target = _arrow_schema(table)
-    if rows is None:
-        return target.empty_table()
-    columns = [rows.column(f.name).cast(f.type) if f.name in rows.column_names else pa.nulls(rows.num_rows, f.type)
-               for f in target]
-    return pa.Table.from_arrays(columns, schema=target)
 
 
 def _merged(existing: pa.Table, changes: pa.Table, keys: list[str]) -> pa.Table:
@@ -420,38 +395,3 @@ def _position_property(shard: str) -> str:
 
 def _position_text(position: Position) -> str:
     return ",".join(str(n) for n in position)
-
-
-def _arrow_schema(table: Table) -> pa.Schema:
-    """The table's columns in Arrow, strings and binaries as the sink's rows have them (pyiceberg
-    gives the large types for a table whose schema it evolved)."""
-    schema = table.schema().as_arrow()
-    return pa.schema([f.with_type(_SMALL.get(f.type, f.type)) for f in schema])
-
-
-_SMALL = {pa.large_string(): pa.string(), pa.large_binary(): pa.binary()}
-
-
-def _iceberg_type(t: pa.DataType) -> pa.DataType:
-    """The Arrow type Iceberg keeps ``t`` as (it has one 32-bit integer type for the narrower ones)."""
-    return pa.int32() if pa.types.is_integer(t) and t.bit_width < 32 else t
-
-
-def _holds(column: pa.DataType, values: pa.DataType) -> bool:
-    """Whether a column of Iceberg type ``column`` takes values of ``values`` as they are."""
-    own, table = _iceberg_type(values), _iceberg_type(column)
-    return own.equals(table) or (widens_into(own, table) and _promotable(own, table))
-
-
-def _promotable(old: pa.DataType, new: pa.DataType) -> bool:
-    """Whether Iceberg widens a column of ``old`` to ``new`` in place: int to long, float to double,
-    a decimal to one of a larger precision and the same scale."""
-    old, new = _iceberg_type(old), _iceberg_type(new)
-    if pa.types.is_integer(old) and pa.types.is_integer(new):
-        return new.bit_width >= old.bit_width
-    if pa.types.is_floating(old) and pa.types.is_floating(new):
-        return new.bit_width >= old.bit_width
-    if pa.types.is_decimal128(old) and pa.types.is_decimal128(new):
-        return new.scale == old.scale and new.precision >= old.precision
-    return False
-
