@@ -29,11 +29,12 @@ from airflow_provider_mysqlcdc.state.staged import write_staged
 
 def snapshot_tables(source: SourceConfig, tables: Sequence[TableId], lake: str, state: PipelineState, *,
                     chunk_size: int = 20, chunk_key: str = "id", rules: TableRules | None = None,
-                    adding: bool = False) -> None:
-    """Each table in splits of ``chunk_size`` rows into the sink, registered and remembered, each
-    under its rule of ``rules`` (its columns and rows, as a plan captures them). ``adding``: the
-    tables join those captured already (a later run's new tables) instead of replacing them."""
-    sink, finished, rules = open_sink(lake), [], rules or TableRules()
+                    adding: bool = False, sink_format: str = "delta") -> None:
+    """Each table in splits of ``chunk_size`` rows into the sink (of ``sink_format``), registered and
+    remembered, each under its rule of ``rules`` (its columns and rows, as a plan captures them).
+    ``adding``: the tables join those captured already (a later run's new tables) instead of
+    replacing them."""
+    sink, finished, rules = open_sink(lake, sink_format=sink_format), [], rules or TableRules()
     conn = source.connect(autocommit=True)
     try:
         for table in tables:

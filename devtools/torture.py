@@ -43,8 +43,6 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from deltalake import DeltaTable
-
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.rules import TableRules
@@ -52,8 +50,7 @@ from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_sche
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.progress import StreamOffsetProgress
-from airflow_provider_mysqlcdc.sinks.clustering import CLUSTERING_COMMIT
-from airflow_provider_mysqlcdc.sinks.factory import open_sink
+from airflow_provider_mysqlcdc.protocol.sinks import SINK_FORMATS
 from airflow_provider_mysqlcdc.sinks.routing import sink_table_ids
 from airflow_provider_mysqlcdc.state.drift import pending_drift, read_drift
 from airflow_provider_mysqlcdc.state.new_tables import pending_new_tables
@@ -61,7 +58,7 @@ from airflow_provider_mysqlcdc.state.registry import STREAM_OFFSET, PipelineStat
 from devtools.snapshot import resnapshot_whole_tables, snapshot_tables
 from devtools.spark_submit import SparkSubmit
 from devtools.throwaway_server import ThrowawayMariaDB
-from devtools.verify import differences, sink_rows, source_rows
+from devtools.verify import clustering_commits, differences, sink_rows, source_rows
 
 log = logging.getLogger(__name__)
 
@@ -105,8 +102,10 @@ class TortureReport:
 
 
 class Torture:
-    def __init__(self, seed: int, work: Path, *, rounds: int = 30, tables: int = 4, rows: int = 200):
+    def __init__(self, seed: int, work: Path, *, rounds: int = 30, tables: int = 4, rows: int = 200,
+                 sink_format: str = "delta"):
         self.seed, self.work, self.rounds, self.rows = seed, work, rounds, rows
+        self.sink_format = sink_format
         self.rng = random.Random(seed)
         self.shards = [TableId(DATABASE, name) for name in SHARDS]
         self.tables = [*self.shards, *(TableId(DATABASE, f"t{i}") for i in range(tables))]
@@ -177,7 +176,8 @@ class Torture:
             cur.execute(f"CREATE DATABASE {DATABASE}")
         for table in self.tables:
             self._create(table)
-        snapshot_tables(self._source(), self.tables, self.lake, self.state, chunk_size=self.rows // 3, rules=self.rules)
+        snapshot_tables(self._source(), self.tables, self.lake, self.state, chunk_size=self.rows // 3, rules=self.rules,
+                        sink_format=self.sink_format)
 
     def _create(self, table: TableId) -> None:
         with self._conn().cursor() as cur:
@@ -337,7 +337,8 @@ class Torture:
 
     # --- the stream ------------------------------------------------------------------------------
     def _write_job(self, mode: str) -> None:
-        job = StreamJob(state=self.state.location, sink_root=self.lake, mode=mode, trigger_interval_s=0.5,
+        job = StreamJob(state=self.state.location, sink_root=self.lake, sink_format=self.sink_format, mode=mode,
+                        trigger_interval_s=0.5,
                         max_batch_bytes=512 * 1024, inline_bytes=64 * 1024, max_apply_changes=700,
                         retry_budget_s=120, on_binlog_purged="resnapshot", cluster_after_files=2,
                         table_patterns=[PATTERN])
@@ -400,15 +401,14 @@ class Torture:
                 expected = {k: {**row, "s": None if row["s"] is None else hmac.new(
                     SALT.encode(), row["s"].encode(), hashlib.sha256).hexdigest()}
                     for k, row in expected.items() if k in kept}
-            problem = differences(expected, sink_rows(self.lake, schema))
+            problem = differences(expected, sink_rows(self.lake, schema, sink_format=self.sink_format))
             if problem is not None:
                 when = "after the re-snapshot" if after_resnapshot else "not named by the drift record"
                 self.report.problems.append(f"{table} ({when}): {problem}")
         if after_resnapshot:
-            sink = open_sink(self.lake)
             routed = sink_table_ids((t, self.rules.for_table(t)[0]) for t in self.tables)
-            self.report.clusterings = sum(CLUSTERING_COMMIT in commit for table in routed
-                                          for commit in DeltaTable(sink.table_uri(table)).history())
+            self.report.clusterings = sum(clustering_commits(self.lake, table, sink_format=self.sink_format)
+                                          for table in routed)
 
     def _check_new_tables_recorded(self) -> None:
         recorded = {TableId.parse(t.table) for t in pending_new_tables(self.state, set(self.state.latest().tables))}
@@ -421,7 +421,8 @@ class Torture:
         names, in a new generation; then the tables created under the pattern, snapshotted into the
         sink and added in another."""
         resnapshot_whole_tables(self._source(), self.state, self._pending())
-        snapshot_tables(self._source(), self.created, self.lake, self.state, chunk_size=self.rows // 3, adding=True)
+        snapshot_tables(self._source(), self.created, self.lake, self.state, chunk_size=self.rows // 3, adding=True,
+                        sink_format=self.sink_format)
         self.tables += self.created
         self.report.new_tables = [str(t) for t in self.created]
 
@@ -431,13 +432,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=5, help="how many seeds to run (from --first-seed on)")
     parser.add_argument("--first-seed", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--sink-format", choices=SINK_FORMATS, default="delta", help="the sink tables' format")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     failed = 0
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         work = Path(tempfile.mkdtemp(prefix=f"mysqlcdc-torture-{seed}-"))
         try:
-            report = Torture(seed, work, rounds=args.rounds).run()
+            report = Torture(seed, work, rounds=args.rounds, sink_format=args.sink_format).run()
         except Exception as exc:  # noqa: BLE001 - one seed's crash is its failure, the others still run
             report = TortureReport(seed, problems=[f"{type(exc).__name__}: {exc}"])
         print("\n".join([f"--- seed {seed} script", *report.script, report.summary()]), flush=True)

@@ -127,6 +127,26 @@ def sink_rows(lake: object, schema: TableSchema, storage_options: dict[str, str]
     return by_key
 
 
+def clustering_commits(lake: object, table_id: TableId, *, sink_format: str = "delta") -> int:
+    """How many clustering commits (sinks/clustering.py) the sink table holds."""
+    from airflow_provider_mysqlcdc.sinks.factory import open_sink
+
+    sink = open_sink(str(lake), sink_format=sink_format)
+    if sink_format == "iceberg":
+        from airflow_provider_mysqlcdc.sinks.iceberg import IcebergSink
+        from airflow_provider_mysqlcdc.sinks.iceberg_maintenance import OPERATION_SUMMARY
+
+        assert isinstance(sink, IcebergSink)
+        table = sink.open_table(table_id)
+        return 0 if table is None else sum(
+            1 for s in table.snapshots() if s.summary.additional_properties.get(OPERATION_SUMMARY) == "cluster")
+    from deltalake import DeltaTable
+
+    from airflow_provider_mysqlcdc.sinks.clustering import CLUSTERING_COMMIT
+
+    return sum(CLUSTERING_COMMIT in commit for commit in DeltaTable(sink.table_uri(table_id)).history())
+
+
 def differences(expected: Rows, actual: Rows) -> str | None:
     """None when equal, else a short description of what differs."""
     missing = [k for k in expected if k not in actual]

@@ -4,7 +4,8 @@ stream clustering a table's files once two need it, and XA transactions whose ou
 their prepare (how often depends on the timing: the summary
 counts it; test_spark_stream_job.py checks that clustering happens). Every
 table the drift record does not name equals the source; after the next run's re-snapshot of the
-named ones, and its capture of the table created under the stream's pattern, every table does. ``bin/torture --seeds N`` runs more seeds."""
+named ones, and its capture of the table created under the stream's pattern, every table does; into
+Delta tables and into Iceberg tables. ``bin/torture --seeds N [--sink-format iceberg]`` runs more seeds."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import os
 
 import pytest
 
+from airflow_provider_mysqlcdc.protocol.sinks import SINK_FORMATS
 from devtools.torture import Torture
 
 pytestmark = pytest.mark.integration
@@ -19,8 +21,9 @@ pytestmark = pytest.mark.integration
 SEED = int(os.environ.get("MYSQLCDC_TORTURE_SEED", "1"))
 
 
-def test_a_random_history_with_faults_ends_exact_or_named_and_re_snapshotted(tmp_path):
-    report = Torture(SEED, tmp_path, rounds=20).run()  # four faults, each kind once
+@pytest.mark.parametrize("sink_format", SINK_FORMATS)
+def test_a_random_history_with_faults_ends_exact_or_named_and_re_snapshotted(tmp_path, sink_format):
+    report = Torture(SEED, tmp_path, rounds=20, sink_format=sink_format).run()  # four faults, each kind once
     print("\n" + "\n".join(report.script) + "\n" + report.summary())
     assert not report.problems, report.summary()
     # XA transactions prepared in one batch, committed or rolled back in a later one
