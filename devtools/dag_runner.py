@@ -94,14 +94,15 @@ def _python(env: dict[str, str]) -> str:
 
 
 def catch_up_stream(source: Any, state: str, sink_root: Path | str, work_dir: Path,
-                    object_store: Any = None) -> dict[str, Any]:
+                    object_store: Any = None, sink_format: str = "delta") -> dict[str, Any]:
     """One more available-now stream run over the DAG's state and checkpoint, as its next run would do
-    (``object_store``: the ObjectStoreCredentials of a lake and state on an object store)."""
+    (``object_store``: the ObjectStoreCredentials of a lake and state on an object store, with an
+    Iceberg catalog's properties for ``sink_format="iceberg"``)."""
     from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
     from devtools.spark_submit import SparkSubmit
 
     work_dir.mkdir(parents=True, exist_ok=True)
-    job = StreamJob(state=state, sink_root=str(sink_root))
+    job = StreamJob(state=state, sink_root=str(sink_root), sink_format=sink_format)
     (work_dir / "stream.json").write_text(job.to_json())
     secrets = source.to_private_file(work_dir / "secrets" / "source.json")
     if object_store is not None:

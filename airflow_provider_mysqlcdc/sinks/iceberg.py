@@ -26,10 +26,11 @@ snapshot: a clustering shows as an overwrite).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -252,7 +253,9 @@ class IcebergSink(Sink):
         def append() -> None:
             table = self.open_table(table_id, changelog=True)
             assert table is not None
-            with table.transaction() as tx:
+            if _landed(table, commit):  # an attempt whose outcome was unknown did commit
+                return
+            with _busy_as_conflict(), table.transaction() as tx:
                 _commit_rows(tx, table, changes, commit, "changelog")
 
         retry_conflicts(append, f"changelog batch {commit.batch_id} of {table_id}", conflicts=_CONFLICTS,
@@ -263,16 +266,17 @@ class IcebergSink(Sink):
                  what: str, *, read: bool = False, columns: pa.Schema | None = None) -> None:
         """One commit replacing the rows ``rows_filter`` matches by ``compute(table, old rows)`` (the old
         rows read first when ``read``; None: deleted), carrying ``commit``'s position and ``operation``
-        in its summary; the table given
-        ``columns`` first (``_evolve``) where it lacks them."""
+        in its summary; the table given ``columns`` first (``_evolve``) where it lacks them."""
         def replace() -> None:
             table = self._table(table_id)
+            if commit is not None and _landed(table, commit):  # an attempt whose outcome was unknown did commit
+                return
             if columns is not None and evolution(table, columns):
                 self._evolve(table_id, columns)
                 table = self._table(table_id)
             existing = table.scan(row_filter=rows_filter).to_arrow() if read else None
             rows = compute(table, existing)
-            with table.transaction() as tx, warnings.catch_warnings():
+            with _busy_as_conflict(), table.transaction() as tx, warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message="Delete operation did not match any records")
                 if existing is None or existing.num_rows:
                     tx.delete(rows_filter)
@@ -283,11 +287,7 @@ class IcebergSink(Sink):
     # --- reads -----------------------------------------------------------------------------------
     def applied_position(self, table_id: TableId, *, changelog: bool = False, shard: str = "") -> Position | None:
         table = self.open_table(table_id, changelog=changelog)
-        text = None if table is None else table.properties.get(_position_property(shard))
-        if not text:
-            return None
-        file_number, position, row, part = (int(n) for n in text.split(","))
-        return file_number, position, row, part
+        return None if table is None else _recorded(table, shard)
 
     def column_names(self, table_id: TableId) -> list[str]:
         table = self.open_table(table_id)
@@ -295,6 +295,12 @@ class IcebergSink(Sink):
 
     def read(self, table_id: TableId) -> pa.Table:
         return self._table(table_id).scan().to_arrow()
+
+    def refuses(self, table_id: TableId, exc: BaseException) -> bool:
+        """Besides the table's own faults: a value its column cannot hold (Arrow refusing the cast to
+        the table's type: an integer out of range, a decimal beyond its precision, a NULL in a key
+        column), which is this table's data and not the storage or the catalog failing."""
+        return super().refuses(table_id, exc) or isinstance(exc, (pa.ArrowInvalid, pa.ArrowTypeError))
 
     # --- upkeep (sinks/iceberg_maintenance.py) --------------------------------------------------
     def cluster(self, table_id: TableId, *, min_files: int = 2,
@@ -326,6 +332,34 @@ class IcebergSink(Sink):
         for report in done:
             log.info("maintenance of %s", report)
         return done
+
+
+def _recorded(table: Table, shard: str) -> Position | None:
+    """The position of the last change a stream committed to the table (to ``shard``'s rows)."""
+    text = table.properties.get(_position_property(shard))
+    if not text:
+        return None
+    file_number, position, row, part = (int(n) for n in text.split(","))
+    return file_number, position, row, part
+
+
+def _landed(table: Table, commit: StreamCommit) -> bool:
+    """Whether the table holds ``commit``'s position already: a retried write whose first attempt
+    failed with an unknown outcome (a catalog connection lost during the commit) had landed."""
+    recorded = _recorded(table, commit.shard)
+    return recorded is not None and recorded >= commit.position
+
+
+@contextlib.contextmanager
+def _busy_as_conflict() -> Iterator[None]:
+    """A catalog that could not take the commit now (an embedded SQLite catalog locked by another
+    process's commit beyond its wait) as a conflict: the commit did not land, and is made again."""
+    try:
+        yield
+    except Exception as exc:
+        if type(exc).__name__ == "OperationalError" and "database is locked" in str(exc):
+            raise CommitFailedException(f"the catalog is busy: {exc}") from exc
+        raise
 
 
 def _commit_rows(tx: Transaction, table: Table, rows: pa.Table | None, commit: StreamCommit | None,

@@ -47,7 +47,7 @@ def catalog_properties(root: str, configured: dict[str, str] | None) -> dict[str
     if configured is None and os.environ.get(CATALOG_VARIABLE):
         configured = json.loads(os.environ[CATALOG_VARIABLE])
     if configured:
-        return dict(configured)
+        return {**object_store_properties(), **configured}
     if "://" in root and not root.startswith("file://"):
         raise ConfigurationError(
             f"An Iceberg lake on an object store ({root}) needs a catalog every writer reaches: give "
@@ -55,6 +55,20 @@ def catalog_properties(root: str, configured: dict[str, str] | None) -> dict[str
             "PostgreSQL uri, rest, glue or hive). The embedded SQLite catalog is for a lake on a local path only.")
     path = root.removeprefix("file://").rstrip("/")
     return {"type": "sql", "uri": f"sqlite:///{path}/{EMBEDDED_CATALOG_FILE}", "warehouse": f"file://{path}"}
+
+
+#: the object store's variables (state/credentials.py) and the pyiceberg file IO property each one is
+_S3_PROPERTIES = {"AWS_ENDPOINT_URL": "s3.endpoint", "AWS_ACCESS_KEY_ID": "s3.access-key-id",
+                  "AWS_SECRET_ACCESS_KEY": "s3.secret-access-key", "AWS_SESSION_TOKEN": "s3.session-token",
+                  "AWS_REGION": "s3.region"}
+
+
+def object_store_properties() -> dict[str, str]:
+    """The object store's credentials installed in this process (an ``aws`` connection's: an endpoint
+    of an S3-compatible server, keys, region) as pyiceberg's file IO properties, so that the Iceberg
+    files are reached as the Delta ones and the state location are; a catalog's own properties
+    override them."""
+    return {prop: os.environ[variable] for variable, prop in _S3_PROPERTIES.items() if os.environ.get(variable)}
 
 
 def open_catalog(root: str, configured: dict[str, str] | None) -> Catalog:

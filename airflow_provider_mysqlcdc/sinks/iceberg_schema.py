@@ -55,14 +55,15 @@ def promotable(old: pa.DataType, new: pa.DataType) -> bool:
 
 
 def evolution(table: Table, target: pa.Schema) -> pa.Schema | None:
-    """The columns of ``target`` the table lacks, or holds in a narrower type, or as NOT NULL where
-    ``target`` has NULLs, as ``union_by_name`` takes them (nullable: only a new table has required
-    columns); None when it has them all."""
+    """The columns of ``target`` the table lacks, or holds in a narrower type Iceberg promotes, or as
+    NOT NULL where ``target`` has NULLs, as ``union_by_name`` takes them (nullable: only a new table
+    has required columns); None when it has them all. A type no promotion reaches is left to the
+    write's cast: a value that fits is written, one that does not is the table's refusal."""
     current = arrow_schema_of(table)
     changes = []
     for field in target:
         held = current.field(field.name) if field.name in current.names else None
-        if held is None or not holds(held.type, field.type):
+        if held is None or (not holds(held.type, field.type) and promotable(held.type, field.type)):
             changes.append(field.with_nullable(True))
         elif field.nullable and not held.nullable:
             changes.append(held.with_nullable(True))

@@ -1,12 +1,15 @@
-"""``sink_format="iceberg"``: the same pipeline into Apache Iceberg tables (sinks/iceberg.py), in the
-embedded SQLite catalog of a lake on a local path. Through a real DAG run and real streams, each
+"""``sink_format="iceberg"``: the same pipeline into Apache Iceberg tables (sinks/iceberg.py). In the
+embedded SQLite catalog of a lake on a local path, through a real DAG run and real streams, each
 table equals its source row for row, read by pyiceberg and by DuckDB's Iceberg extension; a widening
 Iceberg allows evolves the column in place, a TRUNCATE and a new column are followed, every change
-reaches the changelog table, and a stream whose checkpoint was lost applies nothing twice."""
+reaches the changelog table, and a stream whose checkpoint was lost applies nothing twice. On an S3
+server (moto) with a SQL catalog on a real PostgreSQL, both reached only through Airflow
+connections, the same holds and neither secret leaks."""
 
 from __future__ import annotations
 
 import glob
+import json
 import os
 import shutil
 from pathlib import Path
@@ -19,12 +22,15 @@ from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_to_rows
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.sinks.iceberg import OPERATION_SUMMARY, IcebergSink
+from airflow_provider_mysqlcdc.state.credentials import ObjectStoreCredentials
 from airflow_provider_mysqlcdc.state.drift import read_drift
 from airflow_provider_mysqlcdc.state.registry import PipelineState
-from devtools.dag_runner import example_dag_env, run_dag
+from devtools.dag_runner import catch_up_stream, example_dag_env, run_dag
+from devtools.postgres_server import ThrowawayPostgres
+from devtools.s3_server import S3Server
 from devtools.verify import differences, sink_rows, source_rows
 
-from .helpers import run_stream
+from .helpers import SecretWatch, files_holding, run_stream
 
 pytestmark = pytest.mark.integration
 
@@ -126,3 +132,66 @@ def test_a_dag_run_and_streams_keep_an_iceberg_table_equal_to_its_source(mysql_s
 def _merges(sink: IcebergSink, table_id: TableId) -> int:
     table = sink.open_table(table_id)
     return sum(1 for s in table.snapshots() if s.summary.additional_properties.get(OPERATION_SUMMARY) == "merge")
+
+
+ACCESS_KEY, SECRET_KEY = "AKIAICEBERGTEST", "s3-secret-iceberg-5e2a9c"
+
+
+def table_rows(sink: IcebergSink, schema: TableSchema) -> dict:
+    rows = arrow_to_rows(sink.read(schema.table_id), schema)
+    by_key = {schema.key_of(r): r for r in rows}
+    assert len(by_key) == len(rows), "a key twice"
+    return by_key
+
+
+def test_an_iceberg_lake_on_s3_with_a_postgresql_catalog_is_reached_only_through_connections(
+        mysql_server, cdc_user, database, tmp_path, monkeypatch):
+    for name in [n for n in os.environ if n.startswith("AWS_")]:  # nothing opens the server but the connection
+        monkeypatch.delenv(name)
+    orders = TableId(database, "s3_orders")
+    conn = mysql_server.connect()
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE TABLE {orders.quoted} (id INT PRIMARY KEY, v VARCHAR(20), amount DECIMAL(8,2))")
+        cur.executemany(f"INSERT INTO {orders.quoted} VALUES (%s, %s, %s)", [(i, f"v{i}", i / 4) for i in range(90)])
+    conn.commit()
+    with S3Server(tmp_path / "moto.log") as s3, ThrowawayPostgres() as catalog_db:
+        s3.create_bucket("iceberg-lake")
+        catalog = {"type": "sql", "uri": catalog_db.create_database("lake_catalog")}
+        lake, state_dir = "s3://iceberg-lake/lake", "s3://iceberg-lake/state"
+        env = {n: v for n, v in example_dag_env(tmp_path / "airflow", cdc_user, [orders], sink_root=lake,
+                                                  state_dir=state_dir, split_rows=30, chunk_rows=50).items()
+               if not n.startswith("AWS_")}
+        (tmp_path / "tmp").mkdir()
+        env.update(TMPDIR=str(tmp_path / "tmp"), MYSQLCDC_SINK_FORMAT="iceberg", MYSQLCDC_AWS_CONN_ID="cdc_lake",
+                   AIRFLOW_CONN_CDC_LAKE=json.dumps(s3.connection(ACCESS_KEY, SECRET_KEY)),
+                   MYSQLCDC_ICEBERG_CATALOG_CONN_ID="lake_catalog",
+                   AIRFLOW_CONN_LAKE_CATALOG=json.dumps({"conn_type": "iceberg_catalog", "extra": catalog}))
+        watches = [SecretWatch(SECRET_KEY).start(), SecretWatch(catalog_db.password).start()]
+        try:
+            run = run_dag("mysqlcdc_example", env)  # the chunks, then an available-now stream
+            with conn.cursor() as cur:
+                cur.execute(f"UPDATE {orders.quoted} SET v = 'changed' WHERE id < 20")
+                cur.execute(f"DELETE FROM {orders.quoted} WHERE id >= 80")
+                cur.execute(f"INSERT INTO {orders.quoted} VALUES (500, 'new', 1.5)")
+            conn.commit()
+            credentials = ObjectStoreCredentials.from_aws_connection(
+                conn_id="cdc_lake", login=ACCESS_KEY, password=SECRET_KEY,
+                extra=s3.connection(ACCESS_KEY, SECRET_KEY)["extra"]).with_iceberg_catalog(catalog)
+            catch_up_stream(cdc_user, f"{state_dir}/mysqlcdc_example", lake, tmp_path / "catch-up",
+                            object_store=credentials, sink_format="iceberg")
+        finally:
+            leaked = [found for watch in watches for found in watch.stop()]
+        assert run["state"] == "success", run["output"][-5000:]
+        schema = load_table_schema(mysql_server.connect(), orders)
+        s3_access = {"s3.endpoint": s3.endpoint_url, "s3.access-key-id": ACCESS_KEY,
+                     "s3.secret-access-key": SECRET_KEY, "s3.region": s3.region}
+        sink = IcebergSink(lake, catalog_properties={**catalog, **s3_access})
+        assert differences(source_rows(mysql_server.admin, schema), table_rows(sink, schema)) is None
+        table = sink.catalog.load_table((database, "s3_orders"))  # named in the PostgreSQL catalog
+        assert table.location() == f"{lake}/{database}/s3_orders"
+        assert all(path.startswith(f"{lake}/{database}/s3_orders/data/")
+                   for path in table.inspect.data_files().column("file_path").to_pylist())
+    for secret in (SECRET_KEY, catalog_db.password):
+        assert secret not in run["output"] and secret not in json.dumps(run["xcoms"])
+        assert not files_holding(secret, tmp_path)
+    assert not leaked, leaked

@@ -1,9 +1,10 @@
 """What the sink holds, cell by cell, against the server's own rendering of the same cell.
 
 The value tests (test_value_fidelity.py) hold the two read paths to one Python value; this module
-reads the Delta tables as a user's engine would (their raw Arrow columns, and the changelog's JSON)
+reads the sink tables as a user's engine would (their raw Arrow columns, and the changelog's JSON)
 and compares them with what the server prints for the same cell, over both paths: rows the snapshot
-read, and rows the stream wrote (inserted, updated) after it. One module history, one stream run.
+read, and rows the stream wrote (inserted, updated) after it. One history and one stream run per
+sink format (Delta, Iceberg).
 """
 
 from __future__ import annotations
@@ -13,15 +14,16 @@ import uuid
 from dataclasses import dataclass
 
 import pytest
-from deltalake import DeltaTable
 
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
+from airflow_provider_mysqlcdc.protocol.sinks import SINK_FORMATS
+from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from devtools.snapshot import snapshot_tables
-from devtools.verify import source_rows
+from devtools.verify import sink_rows, source_rows
 
-from .helpers import assert_same_rows, delta_rows, run_stream
+from .helpers import assert_same_rows, run_stream
 from .test_value_fidelity import COLUMNS, GEOMETRY, MAX_ROW, MIN_ROW, NULL_ROW, ZERO_AND_PARTIAL, _random_rows
 
 pytestmark = pytest.mark.integration
@@ -44,6 +46,11 @@ class History:
     lake: str
     server_text: dict[int, dict[str, str | None]]  # id -> column -> what the server prints
     matrix: TableId  # every type, also NOT NULL dates holding zero dates
+    sink_format: str
+
+    def read(self, table: TableId):
+        """The sink table's rows, as its format's reader gives them (raw Arrow)."""
+        return open_sink(self.lake, sink_format=self.sink_format).read(table)
 
 
 def _matrix_rows() -> list[dict]:
@@ -60,8 +67,9 @@ def _insert_matrix_row(cur, table: TableId, row_id: int, row: dict, time_zone: s
     cur.execute(f"INSERT INTO {table.quoted} (id, {', '.join(row)}) VALUES (%s, {', '.join(values)})", [row_id, *row.values()])
 
 
-@pytest.fixture(scope="module")
-def history(mysql_server, cdc_user, tmp_path_factory):
+@pytest.fixture(scope="module", params=SINK_FORMATS)
+def history(request, mysql_server, cdc_user, tmp_path_factory):
+    sink_format = request.param
     tmp = tmp_path_factory.mktemp("sink-values")
     database = f"cdc_values_{uuid.uuid4().hex[:8]}"
     table = TableId(database, "wide")
@@ -91,7 +99,7 @@ def history(mysql_server, cdc_user, tmp_path_factory):
             if number % 2 == 0:
                 _insert_matrix_row(cur, matrix, number, row, "+05:30")
     state, lake = PipelineState(str(tmp / "state")), str(tmp / "lake")
-    snapshot_tables(cdc_user, [table, matrix], lake, state, chunk_size=4)
+    snapshot_tables(cdc_user, [table, matrix], lake, state, chunk_size=4, sink_format=sink_format)
     with conn.cursor() as cur:  # the stream writes the second half, and updates and deletes rows of the first
         cur.execute("SET sql_mode = ''")
         for number, row in enumerate(rows):
@@ -106,25 +114,25 @@ def history(mysql_server, cdc_user, tmp_path_factory):
     with conn.cursor() as cur:
         cur.execute("SET sql_mode = ''")
         cur.execute(f"UPDATE {table.quoted} SET " + ", ".join(f"{n} = -{n}" for n in names) + " WHERE id < 5")
-    run_stream(cdc_user, tmp, StreamJob(state=state.location, sink_root=lake, changelog=True))
+    run_stream(cdc_user, tmp, StreamJob(state=state.location, sink_root=lake, changelog=True, sink_format=sink_format))
     with conn.cursor() as cur:
         cur.execute(f"SELECT id, {', '.join(f'CAST({n} AS CHAR)' for n in names)} FROM {table.quoted}")
         server_text = {row[0]: dict(zip(names, row[1:])) for row in cur.fetchall()}
-    yield History(table, lake, server_text, matrix)
+    yield History(table, lake, server_text, matrix, sink_format)
     with conn.cursor() as cur:
         cur.execute(f"DROP DATABASE IF EXISTS `{database}`")
 
 
 def test_wide_decimals_are_the_servers_exact_text_through_the_snapshot_and_the_stream(history):
-    rows = DeltaTable(f"{history.lake}/{history.table.database}/{history.table.table}").to_pyarrow_table().to_pylist()
+    rows = history.read(history.table).to_pylist()
     sink_text = {row["id"]: {n: row[n] for n in WIDE_DECIMALS} for row in rows}
     assert sink_text == history.server_text
 
 
 def test_wide_decimals_in_the_changelog_images_are_the_servers_exact_text(history):
-    changelog = DeltaTable(f"{history.lake}/{history.table.database}/{history.table.table}__changelog")
+    changelog = history.read(TableId(history.table.database, history.table.table + "__changelog"))
     latest: dict[int, dict] = {}
-    for row in sorted(changelog.to_pyarrow_table().to_pylist(), key=lambda r: r["version"]):
+    for row in sorted(changelog.to_pylist(), key=lambda r: r["version"]):
         image = json.loads(row["after"])
         latest[image["id"]] = {n: image[n] for n in WIDE_DECIMALS}
     assert latest and latest == {i: text for i, text in history.server_text.items() if i in latest}
@@ -133,4 +141,5 @@ def test_wide_decimals_in_the_changelog_images_are_the_servers_exact_text(histor
 def test_every_type_and_zero_dates_in_not_null_columns_reach_the_sink_as_the_source_holds_them(history,
                                                                                               mysql_server):
     schema = load_table_schema(mysql_server.connect(), history.matrix)
-    assert_same_rows(history.matrix, source_rows(mysql_server.admin, schema), delta_rows(history.lake, schema))
+    assert_same_rows(history.matrix, source_rows(mysql_server.admin, schema),
+                     sink_rows(history.lake, schema, sink_format=history.sink_format))

@@ -26,6 +26,7 @@ from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSc
 from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy
 from airflow_provider_mysqlcdc.protocol.sinks import check_namespace
 from airflow_provider_mysqlcdc.sinks.base import StreamCommit
+from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SCHEMA
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.sinks.iceberg import OPERATION_SUMMARY, POSITION_PROPERTY, IcebergSink, chunk_filter
 from airflow_provider_mysqlcdc.sinks.iceberg_catalog import CATALOG_NAME, EMBEDDED_CATALOG_FILE
@@ -304,3 +305,36 @@ def test_an_unreferenced_file_younger_than_the_minimum_age_is_kept_for_the_write
     pq.write_table(pa.table({"id": [9]}), pending)
     sink.maintain(T, MaintenancePolicy(compact=False, checkpoint=False, vacuum_retention_s=0))
     assert pending.exists() and held(sink) == {1: "a", 2: "a", 3: "a"}
+
+
+def test_a_value_its_column_cannot_hold_is_the_tables_refusal_and_one_that_fits_is_written(sink):
+    """The table's DECIMAL(10,2) kept (a writer of another scale, as under schema_changes="ignore"):
+    1.5 fits it and is written; 1.2345 would lose digits, which freezes the table, not the stream."""
+    def decimal(scale: int) -> Column:
+        return Column("d", "decimal", f"decimal(10,{scale})", True, numeric_precision=10, numeric_scale=scale)
+
+    split(writer(sink, table_schema(decimal(2))), None, None, range(1, 3), "a")
+    finer = SinkWriter(sink, table_schema(decimal(4)), "id", KeyOrdering(ID))
+    apply_change_batch({T: finer}, [insert(T, 9, id=5, v="x", d=Decimal("1.5000"))], app_id="app", batch_id=1)
+    assert {r["id"]: r["d"] for r in sink.read(T).to_pylist()}[5] == Decimal("1.50")
+    with pytest.raises(pa.ArrowInvalid) as refused:
+        apply_change_batch({T: finer}, [insert(T, 10, id=6, v="y", d=Decimal("1.2345"))], app_id="app", batch_id=2)
+    assert sink.refuses(T, refused.value) and not sink.refuses(T, OSError("connection reset by peer"))
+    assert 6 not in held(sink)
+
+
+def test_a_stream_write_made_again_after_it_landed_is_not_made_twice(sink):
+    """A commit whose outcome was unknown (the catalog's connection lost as it answered) is made
+    again by the retry: the table's recorded position shows it landed, and nothing is added."""
+    w = writer(sink)
+    split(w, None, None, range(1, 3), "a")
+    commit = StreamCommit("app", 1, (1, 1000, 0, 0))
+    rows = CHANGELOG_SCHEMA.empty_table().to_pylist() or [{"op": "c", "after": '{"id": 9}', "binlog_pos": 1000}]
+    rows = pa.Table.from_pylist(rows, schema=CHANGELOG_SCHEMA)
+    sink.append_changelog(T, rows, commit=commit)
+    sink.append_changelog(T, rows, commit=commit)
+    assert sink.read(TableId("shop", "t__changelog")).num_rows == 1
+    snapshots = len(sink.open_table(T).snapshots())
+    sink.truncate_before(T, 10**18, commit=commit)
+    sink.truncate_before(T, 10**18, commit=commit)
+    assert len(sink.open_table(T).snapshots()) == snapshots + 2  # one transaction: its delete and its append
