@@ -29,10 +29,11 @@ from typing import Any
 import fsspec
 
 from airflow_provider_mysqlcdc.cdc.binlog.row_decoder import chosen_decoder
-from airflow_provider_mysqlcdc.cdc.errors import LeaseLost
+from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError, LeaseLost
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.preflight import check_heartbeat_query, run_heartbeat_query
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.cdc.source.server import binlog_changed_error
 from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
@@ -211,14 +212,44 @@ def resume_offset(state: PipelineState, job: StreamJob) -> StreamOffset | None:
 
 def refuse_positions_beyond_the_head(source: SourceConfig, state: PipelineState, sink: Sink) -> None:
     """A sink table recorded past the server's binlog head was written from another binlog: the
-    server's binlog was reset (RESET MASTER), restored, or this is another server."""
+    server's binlog was reset (RESET MASTER), restored, or this is another server. And a captured
+    table whose sink table is missing (``refuse_missing_sink_tables``)."""
     head = source.run(ServerEpochs(state).head, "reading the binlog head")  # in its epoch: after a failover, later
+    unrecorded = []
     for table_id, captured in sorted(state.latest().tables.items()):
         target = captured_target(table_id, captured.table_rule)
         position = sink.applied_position(target.table_id, shard=target.shard)
-        if position is not None and position[:2] > head.sort_key:
+        if position is None:
+            unrecorded.append(table_id)
+        elif position[:2] > head.sort_key:
             raise binlog_changed_error(f"The sink table of {table_id} holds changes up to binlog file number "
                                        f"{position[0]} position {position[1]}, beyond the server's binlog head {head}")
+    refuse_missing_sink_tables(state, sink, unrecorded)
+
+
+def refuse_missing_sink_tables(state: PipelineState, sink: Sink, tables: list[TableId]) -> None:
+    """Of ``tables`` (captured), those whose snapshot was written into the sink (not staged for the
+    stream to apply, not streamed without one) must have their sink table: a stream would otherwise
+    fill a new, empty table with later changes only. It is missing when the sink changed under the
+    pipeline (another ``sink_format``, ``sink_root`` or ``iceberg_namespace`` than the tables were
+    captured into) or the table was deleted."""
+    captured = state.latest().tables
+    missing = []
+    for table_id in tables:
+        entry = captured[table_id]
+        if entry.stream_only or any(f.staged for f in entry.splits):
+            continue
+        target = captured_target(table_id, entry.table_rule)
+        if not sink.column_names(target.table_id):
+            missing.append(table_id)
+    if missing:
+        names = [str(t) for t in missing]
+        raise ConfigurationError(
+            f"The sink tables of {len(names)} captured table(s) are not in this sink ({type(sink).__name__} at "
+            f"{sink.root}): {', '.join(names[:10])}{' ...' if len(names) > 10 else ''}. The pipeline wrote them into "
+            "another sink (its sink_format, sink_root or iceberg_namespace changed since), or they were deleted. Go back "
+            "to the sink they were captured into, or re-snapshot them into this one (trigger a run with "
+            f'{{"resnapshot": {json.dumps(names[:3])}}}), or start a new pipeline (a new state location).')
 
 
 def release_applied_staged_files(state: PipelineState, committed: StreamOffset | None) -> None:
