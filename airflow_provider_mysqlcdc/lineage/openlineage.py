@@ -1,4 +1,4 @@
-"""OpenLineage of the pipeline's tasks: which MySQL tables each reads, which Delta tables it writes.
+"""OpenLineage of the pipeline's tasks: which MySQL tables each reads, which sink tables it writes.
 
 Airflow's OpenLineage provider (``apache-airflow-providers-openlineage``, the ``openlineage`` extra)
 asks an operator for ``get_openlineage_facets_on_start`` when its task starts and
@@ -8,9 +8,11 @@ asks an operator for ``get_openlineage_facets_on_start`` when its task starts an
 - **Inputs**: the source tables, named as OpenLineage names MySQL tables (namespace
   ``mysql://host:port`` of the ``mysqlcdc`` connection, name ``database.table``), with a schema
   facet of the source's column types.
-- **Outputs**: the Delta tables, named by their location as OpenLineage names files and object
-  stores (``file`` + the absolute path, ``s3://bucket`` + the key, ``gs://``, ``abfss://``), with a
-  schema facet of the Delta types (the source columns and the sink's ``_cdc_`` metadata columns), a
+- **Outputs**: the sink tables (Delta or Iceberg), named by their location as OpenLineage names
+  files and object stores (``file`` + the absolute path, ``s3://bucket`` + the key, ``gs://``,
+  ``abfss://``), as its Spark integration names Delta and Iceberg tables too; an Iceberg table also
+  with a symlinks facet of its name in the catalog (``<namespace>.<table>``, type TABLE). With a
+  schema facet of the format's types (the source columns and the sink's ``_cdc_`` metadata columns), a
   column lineage facet (every source column is copied as it is: DIRECT/IDENTITY; ``_cdc_chunk``
   is the chunk key's order-preserving text: DIRECT/TRANSFORMATION) and, once the task ended, an
   output statistics facet with the rows it wrote or changed in the table.
@@ -32,14 +34,18 @@ from airflow.providers.common.compat.openlineage.facet import (
     OutputStatisticsOutputDatasetFacet,
     SchemaDatasetFacet,
     SchemaDatasetFacetFields,
+    SymlinksDatasetFacet,
 )
+from airflow.providers.common.compat.openlineage.facet import Identifier as SymlinkIdentifier
 from airflow.providers.openlineage.extractors import OperatorLineage
 from deltalake import Schema as DeltaSchema
 from openlineage.client.generated.column_lineage_dataset import Transformation
 
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
+from airflow_provider_mysqlcdc.protocol.sinks import DEFAULT_NAMESPACE
 from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_schema
 from airflow_provider_mysqlcdc.sinks.data_files import CHUNK_COLUMN
+from airflow_provider_mysqlcdc.sinks.iceberg_catalog import table_identifier
 from airflow_provider_mysqlcdc.sinks.routing import sink_table_id
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
@@ -64,7 +70,7 @@ def source_namespace(host: str, port: int) -> str:
 
 
 def sink_dataset_name(sink_root: str, table_id: TableId) -> tuple[str, str]:
-    """The (namespace, name) OpenLineage gives the Delta table of ``table_id`` under ``sink_root``."""
+    """The (namespace, name) OpenLineage gives the sink table of ``table_id`` under ``sink_root`` (by its location)."""
     root = sink_root.rstrip("/")
     if "://" not in root:
         return "file", "/".join([os.path.abspath(root), *table_id.path_segments])
@@ -75,9 +81,10 @@ def sink_dataset_name(sink_root: str, table_id: TableId) -> tuple[str, str]:
     return f"{scheme}://{parts.netloc}", parts.path.lstrip("/")
 
 
-def pipeline_lineage(*, host: str, port: int, sink_root: str, tables: Iterable[LineageTable]) -> OperatorLineage:
-    """The task's inputs (source tables) and outputs (Delta tables: one per routed table, whatever
-    its shards, with their rows summed and the column lineage of the first)."""
+def pipeline_lineage(*, host: str, port: int, sink_root: str, tables: Iterable[LineageTable],
+                     sink_format: str = "delta", iceberg_namespace: str = DEFAULT_NAMESPACE) -> OperatorLineage:
+    """The task's inputs (source tables) and outputs (sink tables of ``sink_format``: one per routed
+    table, whatever its shards, with their rows summed and the column lineage of the first)."""
     inputs: list[InputDataset] = []
     facets: dict[tuple[str, str], dict] = {}  # per sink dataset, in the order first met
     rows: dict[tuple[str, str], int | None] = {}
@@ -85,9 +92,13 @@ def pipeline_lineage(*, host: str, port: int, sink_root: str, tables: Iterable[L
         source = InputDataset(namespace=source_namespace(host, port), name=f"{table.table_id.database}."
                               f"{table.table_id.table}", facets=_source_facets(table.schema))
         inputs.append(source)
-        sink = sink_dataset_name(sink_root, sink_table_id(table.table_id, table.schema.table_rule if table.schema else None))
+        target = sink_table_id(table.table_id, table.schema.table_rule if table.schema else None)
+        sink = sink_dataset_name(sink_root, target)
         if sink not in facets:
-            facets[sink], rows[sink] = _sink_facets(table, source), table.rows
+            facets[sink], rows[sink] = _sink_facets(table, source, sink_format), table.rows
+            if sink_format == "iceberg":
+                facets[sink]["symlinks"] = SymlinksDatasetFacet(identifiers=[SymlinkIdentifier(
+                    namespace=sink[0], name=".".join(table_identifier(iceberg_namespace, target)), type="TABLE")])
         elif table.rows is not None:  # another shard of a routed table
             rows[sink] = (rows[sink] or 0) + table.rows
     outputs = [OutputDataset(namespace=namespace, name=name, facets=facets[(namespace, name)], outputFacets={} if (
@@ -103,10 +114,11 @@ def _source_facets(schema: TableSchema | None) -> dict:
         SchemaDatasetFacetFields(name=c.name, type=c.column_type) for c in schema.columns])}
 
 
-def _sink_facets(table: LineageTable, source: InputDataset) -> dict:
+def _sink_facets(table: LineageTable, source: InputDataset, sink_format: str) -> dict:
     if table.schema is None:
         return {}
     delta_types = DeltaSchema.from_arrow(arrow_schema(table.schema)).fields
+    named = _ICEBERG_TYPES if sink_format == "iceberg" else {}
     copied = {c.name: _from(source, c.name, "IDENTITY", "copied as it is") if c.mask is None else
               _from(source, c.name, "TRANSFORMATION", _MASKS[c.mask.split(":")[0]].format(c.mask.partition(":")[2]),
                     masking=True) for c in table.schema.columns}
@@ -115,10 +127,15 @@ def _sink_facets(table: LineageTable, source: InputDataset) -> dict:
         copied[CHUNK_COLUMN] = _from(source, table.chunk_key, "TRANSFORMATION",
                                      "the shard's tag and the chunk key's order-preserving text" if routed
                                      else "the chunk key's order-preserving text")
-    return {"schema": SchemaDatasetFacet(fields=[SchemaDatasetFacetFields(name=f.name, type=f.type.type)
+    return {"schema": SchemaDatasetFacet(fields=[SchemaDatasetFacetFields(name=f.name, type=named.get(f.type.type, f.type.type))
                                                  for f in delta_types]),
             "columnLineage": ColumnLineageDatasetFacet(fields=copied)}
 
+
+#: the Iceberg names of the Delta types that differ (Iceberg's narrowest integer is int; its
+#: timestamp has no zone, timestamptz has one)
+_ICEBERG_TYPES = {"byte": "int", "short": "int", "integer": "int", "timestamp_ntz": "timestamp",
+                  "timestamp": "timestamptz"}
 
 #: how each mask of a column rule (cdc/source/rules.py) is described in the column lineage
 _MASKS = {"hash": "masked: HMAC-SHA-256 of the value, keyed by the pipeline's salt", "null": "masked: NULL",

@@ -110,7 +110,8 @@ class MySqlCdcSparkJobOperator(BaseOperator):
         self.object_store  # noqa: B018 - the state location may be on an object store
         source = self.hook.source_config()
         return pipeline_lineage(host=source.host, port=source.port, sink_root=sink_root,
-                                tables=known_tables(state, tables, rows))
+                                tables=known_tables(state, tables, rows), sink_format=self.sink_format,
+                                iceberg_namespace=self.iceberg_namespace)
 
     def on_kill(self) -> None:
         if "spark_runner" in self.__dict__:  # a Spark program was started (or is starting)

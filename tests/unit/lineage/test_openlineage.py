@@ -87,3 +87,23 @@ def test_the_shards_of_a_routed_table_are_inputs_of_its_one_delta_table_with_the
     [sink] = [Serde.to_dict(o) for o in lineage.outputs]
     assert (sink["namespace"], sink["name"]) == ("s3://b", "lake/shop/orders")
     assert sink["outputFacets"]["outputStatistics"]["rowCount"] == 12
+
+
+def test_an_iceberg_table_is_named_by_its_location_with_its_catalog_name_as_a_symlink_and_iceberg_types():
+    timestamped = TableSchema(T, (*SCHEMA.columns, Column("at", "datetime", "datetime", True),
+                                  Column("n", "tinyint", "tinyint(4)", True)), ("id",))
+    _, sink = _event_json(pipeline_lineage(host="db", port=3306, sink_root="s3://b/lake", sink_format="iceberg",
+                                           iceberg_namespace="lake_{database}",
+                                           tables=[LineageTable(T, timestamped, "id", rows=3)]))
+    assert (sink["namespace"], sink["name"]) == ("s3://b", "lake/shop/or@002fders")
+    [symlink] = sink["facets"]["symlinks"]["identifiers"]
+    assert symlink == {"namespace": "s3://b", "name": "lake_shop.or/ders", "type": "TABLE"}
+    types = {f["name"]: f["type"] for f in sink["facets"]["schema"]["fields"]}
+    assert (types["at"], types["n"], types["_cdc_event_ts"], types["id"]) == ("timestamp", "int", "timestamptz",
+                                                                              "decimal(20,0)")
+
+
+def test_a_delta_table_has_no_symlink():
+    _, sink = _event_json(pipeline_lineage(host="db", port=3306, sink_root="s3://b/lake",
+                                           tables=[LineageTable(T, SCHEMA, "id")]))
+    assert "symlinks" not in sink["facets"]
