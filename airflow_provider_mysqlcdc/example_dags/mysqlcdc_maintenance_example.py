@@ -1,10 +1,12 @@
-"""Example: the example pipeline's Delta tables maintained on a schedule of their own.
+"""Example: the example pipeline's sink tables maintained on a schedule of their own.
 
 Every day (MYSQLCDC_MAINTENANCE_SCHEDULE) the tables of the pipeline in mysqlcdc_example.py are
 compacted in chunk-key order, checkpointed, and vacuumed of the files that left them more than
 MYSQLCDC_VACUUM_RETENTION_HOURS ago (default 168, Delta's own default; time travel within it keeps
-working). A stream running meanwhile does the work between two of its micro-batches, at the
-task's request (operators/maintenance.py).
+working). Iceberg tables (MYSQLCDC_SINK_FORMAT=iceberg, as the pipeline's) are compacted, and their
+snapshots older than the retention expired and their unreferenced files deleted. A stream running
+meanwhile does the work between two of its micro-batches, at the task's request
+(operators/maintenance.py).
 """
 
 from __future__ import annotations
@@ -23,4 +25,6 @@ with DAG(dag_id="mysqlcdc_maintenance_example", schedule=os.environ.get("MYSQLCD
          catchup=False, tags=["mysqlcdc"]):
     MySqlCdcMaintenanceOperator(task_id="maintain", sink_root=SINK_ROOT, state_location=PIPELINE_STATE,
                                 vacuum_retention_hours=float(os.environ.get("MYSQLCDC_VACUUM_RETENTION_HOURS", "168")),
-                                poll_interval_s=1.0, aws_conn_id=os.environ.get("MYSQLCDC_AWS_CONN_ID") or None)
+                                poll_interval_s=1.0, aws_conn_id=os.environ.get("MYSQLCDC_AWS_CONN_ID") or None,
+                                sink_format=os.environ.get("MYSQLCDC_SINK_FORMAT") or "delta",
+                                iceberg_catalog_conn_id=os.environ.get("MYSQLCDC_ICEBERG_CATALOG_CONN_ID") or None)

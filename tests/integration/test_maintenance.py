@@ -1,8 +1,9 @@
-"""Delta table maintenance (``MySqlCdcMaintenanceOperator``, run by ``dag.test()`` of the maintenance
+"""Sink table maintenance (``MySqlCdcMaintenanceOperator``, run by ``dag.test()`` of the maintenance
 example DAG) with a real stream: while a continuous stream applies a writer's changes batch after
-batch, maintenance compacts, checkpoints and vacuums every table, done by the stream between two
-batches at the task's request; without a stream, the task does it itself. Either way the tables stay
-exact, their file counts are bounded, and time travel within the vacuum retention still works.
+batch, maintenance compacts, checkpoints and vacuums every Delta table (compacts and expires the
+snapshots of every Iceberg table), done by the stream between two batches at the task's request;
+without a stream, the task does it itself. Either way the tables stay exact, their file counts are
+bounded, and time travel within the retention still works.
 """
 
 from __future__ import annotations
@@ -116,10 +117,12 @@ def airflow_home(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("airflow")
 
 
-def _maintain(airflow_home: Path, cdc_user, table: TableId, lake: Path, state_dir: Path) -> MaintenanceReport:
+def _maintain(airflow_home: Path, cdc_user, table: TableId, lake: Path, state_dir: Path,
+              sink_format: str = "delta") -> MaintenanceReport:
     env = example_dag_env(airflow_home, cdc_user, [table], sink_root=lake, state_dir=state_dir,
                           split_rows=1000, chunk_rows=1000)
     env["MYSQLCDC_VACUUM_RETENTION_HOURS"] = str(RETENTION_S / 3600)
+    env["MYSQLCDC_SINK_FORMAT"] = sink_format
     result = run_dag(DAG_ID, env, timeout_s=600)
     assert result["state"] == "success", result["output"][-4000:]
     return decode(MaintenanceReport, result["xcoms"]["maintain[-1]"], "the maintenance task's XCom")
@@ -223,3 +226,57 @@ def test_maintenance_without_a_stream_is_done_by_the_task(mysql_server, cdc_user
     [mirror] = report.tables
     assert mirror.files_before == before > 10 and mirror.files_after == _files(uri) == 1, mirror
     assert_same_rows(table, source_rows(mysql_server.admin, schema), delta_rows(lake, schema))
+
+
+def test_maintenance_of_an_iceberg_table_while_a_stream_runs_compacts_expires_snapshots_and_keeps_it_exact(
+        mysql_server, cdc_user, database, tmp_path, airflow_home):
+    conn = mysql_server.connect()
+    [table] = create_sample_tables(conn, database, rows_per_table=500, seed=47, tables=SAMPLE_TABLES[:1])
+    schema = load_table_schema(conn, table)
+    lake, state_dir = tmp_path / "lake", tmp_path / "state"
+    state = PipelineState(str(state_dir / "mysqlcdc_example"))
+    snapshot_tables(cdc_user, [table], str(lake), state, chunk_size=100, sink_format="iceberg")
+    sink = open_sink(str(lake), sink_format="iceberg")
+
+    def iceberg():
+        return sink.open_table(table)  # type: ignore[attr-defined]
+
+    job = StreamJob(state=state.location, sink_root=str(lake), sink_format="iceberg", mode="continuous",
+                    trigger_interval_s=0.3, changelog=True, cluster_after_files=0)
+    (tmp_path / "stream.json").write_text(job.to_json())
+    log = tmp_path / "stream.log"
+    proc = SparkSubmit(master="local[2]", work_dir=tmp_path / "spark").start(
+        "binlog_stream.py", ["--job", str(tmp_path / "stream.json")],
+        cdc_user.to_private_file(tmp_path / "secrets" / "source.json"), log)
+    try:
+        with Inserter(mysql_server.connect(), table, 100_000) as writer:
+            before = _wait(lambda: (n := iceberg().inspect.data_files().num_rows) >= 8 and n, "eight files or more",
+                           proc=proc, log=log)
+            first = min(s.timestamp_ms for s in iceberg().snapshots()) / 1000
+            _wait(lambda: time.time() > first + RETENTION_S + 1, "the first snapshots to age past the retention")
+            old = {s.snapshot_id for s in iceberg().snapshots() if s.timestamp_ms / 1000 < time.time() - RETENTION_S - 1}
+            report = _maintain(airflow_home, cdc_user, table, lake, state_dir, sink_format="iceberg")
+            after = len(iceberg().snapshots())
+            _wait(lambda: len(iceberg().snapshots()) > after + 2, "batches after maintenance", proc=proc, log=log)
+            writer.stop()
+        _wait(lambda: differences(source_rows(mysql_server.admin, schema),
+                                  delta_rows(lake, schema, sink_format="iceberg")) is None,
+              "the stream to apply every change", proc=proc, log=log)
+        assert proc.poll() is None, "a batch failed: " + log.read_text()[-3000:]
+    finally:
+        lease = StreamLeases(state).current()
+        if lease:
+            StreamLeases(state).request_stop(lease.lease.number, "the test is done")
+        proc.wait(120)
+    assert proc.returncode == 0, log.read_text()[-3000:]
+
+    assert report.done_by.startswith("the stream ")
+    mirror, changelog = report.tables
+    assert (mirror.table, changelog.table) == (sink.table_uri(table), sink.table_uri(table) + CHANGELOG_SUFFIX)
+    assert mirror.files_before >= before >= 8 and mirror.files_after <= 2, mirror
+    # the snapshots older than the retention were expired; those left can still be read (time travel)
+    kept = iceberg().snapshots()
+    assert old and not old & {s.snapshot_id for s in kept}, old
+    for snapshot in kept[:3] + kept[-3:]:
+        assert iceberg().scan(snapshot_id=snapshot.snapshot_id).to_arrow() is not None
+    assert_same_rows(table, source_rows(mysql_server.admin, schema), delta_rows(lake, schema, sink_format="iceberg"))
