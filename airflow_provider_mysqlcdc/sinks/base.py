@@ -77,6 +77,11 @@ class Sink(ABC):
     def table_uri(self, table_id: TableId) -> str:
         """Where the table of ``table_id`` lives (its data files are written under it)."""
 
+    def data_folder(self, table_id: TableId) -> str:
+        """Where data files the executors write for ``table_id`` go (``commit_range`` takes their paths
+        relative to it)."""
+        return self.table_uri(table_id)
+
     @abstractmethod
     def column_names(self, table_id: TableId) -> list[str]:
         """The table's column names (metadata columns included); none for a table not written yet."""
@@ -99,7 +104,7 @@ class Sink(ABC):
     def commit_range(self, table_id: TableId, start: str | None, end: str | None, files: Sequence[DataFile], *,
                      file_schema: pa.Schema) -> None:
         """Replace the rows of the chunk range ``[start, end)`` by data ``files`` already written
-        under ``table_uri`` (sinks/data_files.py), in one commit."""
+        under ``data_folder`` (sinks/data_files.py), in one commit."""
 
     @abstractmethod
     def merge_changes(self, schema: TableSchema, changes: pa.Table, *, commit: StreamCommit) -> None:

@@ -60,6 +60,7 @@ def write_data_file(table_uri: str, data: pa.Table, file_schema: pa.Schema, *, p
     name = f"{prefix}-{uuid.uuid4().hex}.parquet"
     fs, root = fsspec.core.url_to_fs(table_uri)
     path = f"{root.rstrip('/')}/{name}"
+    fs.makedirs(root, exist_ok=True)  # an Iceberg table's data folder, before its first file
     with fs.open(path, "wb") as handle:
         pq.write_table(rows, handle, compression="snappy")
     return DataFile(name, int(fs.size(path)), rows.num_rows, file_stats(rows), int(time.time() * 1000))

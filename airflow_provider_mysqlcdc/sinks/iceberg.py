@@ -18,10 +18,10 @@ A merge reads only the rows of the batch's changed chunk keys, from the data fil
 (``chunk_filter``), and rewrites only those files; a change applies only where it is newer than the
 row (``_cdc_version``), as in the Delta sink's merge.
 
-Clustering and maintenance: sinks/iceberg_maintenance.py. What it cannot do yet: data files written
-by the Spark executors (``file_schema`` is None: a chunk's rows are committed by the chunk job's
-driver), and a table rewrite marked as one that changes no data (pyiceberg has no ``replace``
-snapshot: a clustering shows as an overwrite).
+A chunk's partitions are written as data files by the Spark executors, into the table's ``data``
+folder, and committed by the chunk job's driver with ``add_files`` (``commit_range``). Clustering and
+maintenance: sinks/iceberg_maintenance.py. What it cannot do yet: a table rewrite marked as one that
+changes no data (pyiceberg has no ``replace`` snapshot: a clustering shows as an overwrite).
 """
 
 from __future__ import annotations
@@ -36,14 +36,8 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, ValidationException
 from pyiceberg.expressions import (
-    AlwaysFalse,
     AlwaysTrue,
-    And,
     BooleanExpression,
-    GreaterThanOrEqual,
-    In,
-    LessThan,
-    Or,
 )
 
 from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError
@@ -63,8 +57,9 @@ from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SUFFIX
 from airflow_provider_mysqlcdc.sinks.data_files import CHUNK_COLUMN
 from airflow_provider_mysqlcdc.sinks.iceberg_catalog import open_catalog, table_identifier
 from airflow_provider_mysqlcdc.sinks.iceberg_maintenance import OPERATION_SUMMARY, cluster_table, maintain_table
+from airflow_provider_mysqlcdc.sinks.iceberg_rows import chunk_filter, merged, older_than, range_filter
 from airflow_provider_mysqlcdc.sinks.iceberg_schema import arrow_schema_of, as_table_rows, evolution, holds, promotable
-from airflow_provider_mysqlcdc.sinks.routing import shard_bounds, sink_target
+from airflow_provider_mysqlcdc.sinks.routing import sink_target
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -94,8 +89,6 @@ TABLE_PROPERTIES = {
     # so a range's files and a merge's files are found by their statistics alone
     f"write.metadata.metrics.column.{CHUNK_COLUMN}": "full",
 }
-#: at most this many chunk keys in one ``In`` of a filter (``chunk_filter``)
-_IN_GROUP = 200
 
 
 class IcebergSink(Sink):
@@ -201,17 +194,51 @@ class IcebergSink(Sink):
     # --- writes ----------------------------------------------------------------------------------
     def replace_range(self, table_id: TableId, start: str | None, end: str | None, rows: pa.Table, *,
                       commit: StreamCommit | None = None) -> None:
-        self._replace("replace", table_id, _range_filter(start, end), lambda table, _: rows, commit,
+        self._replace("replace", table_id, range_filter(start, end), lambda table, _: rows, commit,
                       f"replace {table_id} [{start}, {end})", columns=rows.schema)
 
+    def data_folder(self, table_id: TableId) -> str:
+        return self.table_uri(table_id) + "/data"
+
     def file_schema(self, schema: TableSchema) -> pa.Schema | None:
-        """None: a chunk's rows are committed by its driver (``replace_range``); the executors do not
-        write Iceberg data files yet."""
-        return None
+        """The columns the executors' data files take for ``schema``'s rows: the table's, once it has
+        every column of the source and the wider types Iceberg promotes to (in a commit of their own),
+        without Iceberg's field ids (``add_files`` maps the files' columns by name); None while a
+        column's type is one the table cannot hold (a change only ``replace_schema`` carries out)."""
+        table_id = sink_target(schema).table_id
+        table = self.open_table(table_id)
+        if table is None:
+            return None
+        target = arrow_schema(schema)
+        if evolution(table, target) is not None:
+            self._evolve(table_id, target)
+            table = self._table(table_id)
+        current = arrow_schema_of(table)
+        if any(f.name in current.names and not holds(current.field(f.name).type, f.type) for f in target):
+            return None
+        return pa.schema([f.remove_metadata() for f in current])
 
     def commit_range(self, table_id: TableId, start: str | None, end: str | None, files: Sequence[DataFile], *,
                      file_schema: pa.Schema) -> None:
-        raise NotImplementedError("the Iceberg sink takes a chunk's rows through replace_range (file_schema is None)")
+        """Replace the rows of the chunk range ``[start, end)`` by the executors' data ``files`` (in
+        ``data_folder``) in one commit: the range's rows deleted (files inside it dropped, a file
+        partly inside rewritten without them) and the files added as they are. Done at once when the
+        files are in the table already (a commit that landed before its caller heard of it)."""
+        folder = self.data_folder(table_id)
+        paths = [f"{folder}/{f.path}" for f in files]
+
+        def commit() -> None:
+            table = self._table(table_id)
+            if paths and set(paths) <= set(table.inspect.data_files().column("file_path").to_pylist()):
+                return
+            with _busy_as_conflict(), table.transaction() as tx, warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="Delete operation did not match any records")
+                tx.delete(range_filter(start, end))
+                if paths:
+                    tx.add_files(paths, snapshot_properties={OPERATION_SUMMARY: "replace"})
+
+        retry_conflicts(commit, f"commit {len(files)} data files into {table_id} [{start}, {end})", conflicts=_CONFLICTS,
+                        attempts=_MAX_ATTEMPTS)
 
     def merge_changes(self, schema: TableSchema, changes: pa.Table, *, commit: StreamCommit) -> None:
         """Apply last-change-per-key rows: read the rows of the changed chunk keys (only from the data
@@ -221,12 +248,12 @@ class IcebergSink(Sink):
         keys = row_key_columns(schema)
         chunks = sorted({c for c in changes.column(CHUNK_COLUMN).to_pylist() if c is not None})
         self._replace("merge", sink_target(schema).table_id, chunk_filter(chunks),
-                      lambda table, existing: _merged(as_table_rows(existing, table), as_table_rows(changes, table), keys),
+                      lambda table, existing: merged(as_table_rows(existing, table), as_table_rows(changes, table), keys),
                       commit, f"merge batch {commit.batch_id} into {schema.table_id}", read=True, columns=changes.schema)
 
     def truncate_before(self, table_id: TableId, version: int, *, commit: StreamCommit) -> None:
         """Delete every row older than ``version`` (of the commit's shard in a routed table)."""
-        self._replace("truncate", table_id, _older_than(version, commit), lambda table, _: None, commit,
+        self._replace("truncate", table_id, older_than(version, commit), lambda table, _: None, commit,
                       f"truncate {table_id} before version {version}")
 
     def fill_before(self, table_id: TableId, values: dict[str, pa.Scalar], version: int, *,
@@ -241,7 +268,7 @@ class IcebergSink(Sink):
                                                pa.array([value.as_py()] * existing.num_rows, value.type))
             return existing
 
-        self._replace("fill", table_id, _older_than(version, commit), filled, commit,
+        self._replace("fill", table_id, older_than(version, commit), filled, commit,
                       f"fill {', '.join(values)} of {table_id} before version {version}", read=True,
                       columns=pa.schema([pa.field(name, value.type) for name, value in values.items()]))
 
@@ -376,51 +403,6 @@ def _commit_rows(tx: Transaction, table: Table, rows: pa.Table | None, commit: S
         tx.append(arrow_schema_of(table).empty_table(), snapshot_properties=summary)
     if commit is not None:
         tx.set_properties({_position_property(commit.shard): _position_text(commit.position)})
-
-
-def _merged(existing: pa.Table, changes: pa.Table, keys: list[str]) -> pa.Table:
-    """The rows that replace ``existing`` (the rows of the changed chunk keys) once ``changes`` (the
-    last change per key) are applied: a change applies where it is newer than its row (``_cdc_version``),
-    a delete removes the row, any other change replaces or inserts it. Keys match NULL-safely (a
-    temporal key column is NULL beside its zero-date companion)."""
-    by_key = {key: i for i, key in enumerate(zip(*(changes.column(k).to_pylist() for k in keys)))}
-    versions, ops = changes.column("_cdc_version").to_pylist(), changes.column("_cdc_op").to_pylist()
-    take = [op != "d" for op in ops]
-    keep = []
-    old_versions = existing.column("_cdc_version").to_pylist()
-    for row, key in enumerate(zip(*(existing.column(k).to_pylist() for k in keys))):
-        i = by_key.get(key)
-        if i is None:
-            keep.append(True)
-        elif versions[i] > old_versions[row]:
-            keep.append(False)
-        else:  # the row is as new as the change already (a replayed split, or staged rows)
-            keep.append(True)
-            take[i] = False
-    return pa.concat_tables([existing.filter(pa.array(keep, pa.bool_())), changes.filter(pa.array(take, pa.bool_()))])
-
-
-def chunk_filter(chunks: list[str]) -> BooleanExpression:
-    """The rows whose ``_cdc_chunk`` is one of ``chunks``, as ``In`` filters of at most 200 values
-    each: pyiceberg prunes files by the bounds of an ``In`` of up to 200 values only, and reads every
-    file for a larger one."""
-    if not chunks:
-        return AlwaysFalse()
-    return functools.reduce(Or, [In(CHUNK_COLUMN, chunks[at:at + _IN_GROUP]) for at in range(0, len(chunks), _IN_GROUP)])
-
-
-def _range_filter(start: str | None, end: str | None) -> BooleanExpression:
-    parts: list[BooleanExpression] = []
-    if start is not None:
-        parts.append(GreaterThanOrEqual(CHUNK_COLUMN, start))
-    if end is not None:
-        parts.append(LessThan(CHUNK_COLUMN, end))
-    return functools.reduce(And, parts) if parts else AlwaysTrue()
-
-
-def _older_than(version: int, commit: StreamCommit) -> BooleanExpression:
-    older: BooleanExpression = LessThan("_cdc_version", int(version))
-    return older if not commit.shard else And(older, _range_filter(*shard_bounds(commit.shard)))
 
 
 def _position_property(shard: str) -> str:

@@ -12,6 +12,7 @@ import glob
 import json
 import os
 import shutil
+import uuid
 from pathlib import Path
 
 import pyarrow as pa
@@ -155,9 +156,12 @@ def test_an_iceberg_lake_on_s3_with_a_postgresql_catalog_is_reached_only_through
         cur.executemany(f"INSERT INTO {orders.quoted} VALUES (%s, %s, %s)", [(i, f"v{i}", i / 4) for i in range(90)])
     conn.commit()
     with S3Server(tmp_path / "moto.log") as s3, ThrowawayPostgres() as catalog_db:
-        s3.create_bucket("iceberg-lake")
+        # a bucket of its own: a stream's checkpoint for a state on an object store is a local folder
+        # named after the state's URL, which another run of this test must not find
+        bucket = f"iceberg-{uuid.uuid4().hex[:12]}"
+        s3.create_bucket(bucket)
         catalog = {"type": "sql", "uri": catalog_db.create_database("lake_catalog")}
-        lake, state_dir = "s3://iceberg-lake/lake", "s3://iceberg-lake/state"
+        lake, state_dir = f"s3://{bucket}/lake", f"s3://{bucket}/state"
         env = {n: v for n, v in example_dag_env(tmp_path / "airflow", cdc_user, [orders], sink_root=lake,
                                                   state_dir=state_dir, split_rows=30, chunk_rows=50).items()
                if not n.startswith("AWS_")}

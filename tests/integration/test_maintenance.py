@@ -8,6 +8,7 @@ bounded, and time travel within the retention still works.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from pathlib import Path
@@ -132,6 +133,29 @@ def _files(uri: str) -> int:
     return len(DeltaTable(uri).file_uris())
 
 
+@contextlib.contextmanager
+def _running_stream(tmp_path: Path, cdc_user, state: PipelineState, lake: Path, sink_format: str = "delta"):
+    """A continuous stream of the pipeline, with its changelog, its own clustering off (every batch
+    leaves its files, for maintenance to compact); stopped through its lease at the end, which it must
+    end cleanly on."""
+    job = StreamJob(state=state.location, sink_root=str(lake), sink_format=sink_format, mode="continuous",
+                    trigger_interval_s=0.3, changelog=True, cluster_after_files=0)
+    (tmp_path / "stream.json").write_text(job.to_json())
+    log = tmp_path / "stream.log"
+    proc = SparkSubmit(master="local[2]", work_dir=tmp_path / "spark").start(
+        "binlog_stream.py", ["--job", str(tmp_path / "stream.json")],
+        cdc_user.to_private_file(tmp_path / "secrets" / "source.json"), log)
+    try:
+        yield proc, log
+        assert proc.poll() is None, "a batch failed: " + log.read_text()[-3000:]  # none lost or failed either
+    finally:
+        lease = StreamLeases(state).current()
+        if lease:
+            StreamLeases(state).request_stop(lease.lease.number, "the test is done")
+        proc.wait(120)
+    assert proc.returncode == 0, log.read_text()[-3000:]
+
+
 def test_maintenance_while_a_stream_runs_bounds_files_keeps_the_sink_exact_and_time_travel(
         mysql_server, cdc_user, database, tmp_path, airflow_home):
     conn = mysql_server.connect()
@@ -141,15 +165,7 @@ def test_maintenance_while_a_stream_runs_bounds_files_keeps_the_sink_exact_and_t
     state = PipelineState(str(state_dir / "mysqlcdc_example"))
     snapshot_tables(cdc_user, [table], str(lake), state, chunk_size=100)
     uri = open_sink(str(lake)).table_uri(table)
-    # the stream's own clustering is off: every batch leaves its files, for maintenance to compact
-    job = StreamJob(state=state.location, sink_root=str(lake), mode="continuous", trigger_interval_s=0.3,
-                    changelog=True, cluster_after_files=0)
-    (tmp_path / "stream.json").write_text(job.to_json())
-    log = tmp_path / "stream.log"
-    proc = SparkSubmit(master="local[2]", work_dir=tmp_path / "spark").start(
-        "binlog_stream.py", ["--job", str(tmp_path / "stream.json")],
-        cdc_user.to_private_file(tmp_path / "secrets" / "source.json"), log)
-    try:
+    with _running_stream(tmp_path, cdc_user, state, lake) as (proc, log):
         with VersionRecorder(uri, schema) as recorder, Inserter(mysql_server.connect(), table, 100_000) as writer:
             snapshot = DeltaTable(uri).version()
             # a batch may rewrite the file holding the newest keys instead of adding one: wait for the files
@@ -163,13 +179,6 @@ def test_maintenance_while_a_stream_runs_bounds_files_keeps_the_sink_exact_and_t
             writer.stop()
         _wait(lambda: differences(source_rows(mysql_server.admin, schema), delta_rows(lake, schema)) is None,
               "the stream to apply every change", proc=proc, log=log)
-        assert proc.poll() is None, "a batch failed: " + log.read_text()[-3000:]  # none lost or failed either
-    finally:
-        lease = StreamLeases(state).current()
-        if lease:
-            StreamLeases(state).request_stop(lease.lease.number, "the test is done")
-        proc.wait(120)
-    assert proc.returncode == 0, log.read_text()[-3000:]
 
     assert report.done_by.startswith("the stream ")  # between two of its batches, at the task's request
     mirror, changelog = report.tables
@@ -241,14 +250,7 @@ def test_maintenance_of_an_iceberg_table_while_a_stream_runs_compacts_expires_sn
     def iceberg():
         return sink.open_table(table)  # type: ignore[attr-defined]
 
-    job = StreamJob(state=state.location, sink_root=str(lake), sink_format="iceberg", mode="continuous",
-                    trigger_interval_s=0.3, changelog=True, cluster_after_files=0)
-    (tmp_path / "stream.json").write_text(job.to_json())
-    log = tmp_path / "stream.log"
-    proc = SparkSubmit(master="local[2]", work_dir=tmp_path / "spark").start(
-        "binlog_stream.py", ["--job", str(tmp_path / "stream.json")],
-        cdc_user.to_private_file(tmp_path / "secrets" / "source.json"), log)
-    try:
+    with _running_stream(tmp_path, cdc_user, state, lake, "iceberg") as (proc, log):
         with Inserter(mysql_server.connect(), table, 100_000) as writer:
             before = _wait(lambda: (n := iceberg().inspect.data_files().num_rows) >= 8 and n, "eight files or more",
                            proc=proc, log=log)
@@ -262,13 +264,6 @@ def test_maintenance_of_an_iceberg_table_while_a_stream_runs_compacts_expires_sn
         _wait(lambda: differences(source_rows(mysql_server.admin, schema),
                                   delta_rows(lake, schema, sink_format="iceberg")) is None,
               "the stream to apply every change", proc=proc, log=log)
-        assert proc.poll() is None, "a batch failed: " + log.read_text()[-3000:]
-    finally:
-        lease = StreamLeases(state).current()
-        if lease:
-            StreamLeases(state).request_stop(lease.lease.number, "the test is done")
-        proc.wait(120)
-    assert proc.returncode == 0, log.read_text()[-3000:]
 
     assert report.done_by.startswith("the stream ")
     mirror, changelog = report.tables

@@ -27,10 +27,12 @@ from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy
 from airflow_provider_mysqlcdc.protocol.sinks import check_namespace
 from airflow_provider_mysqlcdc.sinks.base import StreamCommit
 from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SCHEMA
+from airflow_provider_mysqlcdc.sinks.data_files import write_data_file
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
-from airflow_provider_mysqlcdc.sinks.iceberg import OPERATION_SUMMARY, POSITION_PROPERTY, IcebergSink, chunk_filter
+from airflow_provider_mysqlcdc.sinks.iceberg import OPERATION_SUMMARY, POSITION_PROPERTY, IcebergSink
 from airflow_provider_mysqlcdc.sinks.iceberg_catalog import CATALOG_NAME, EMBEDDED_CATALOG_FILE
 from airflow_provider_mysqlcdc.sinks.iceberg_maintenance import ORPHAN_MIN_AGE_S, held_files
+from airflow_provider_mysqlcdc.sinks.iceberg_rows import chunk_filter
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_change_batch
 from tests.unit.stream.harness import insert, off, update
 
@@ -338,3 +340,32 @@ def test_a_stream_write_made_again_after_it_landed_is_not_made_twice(sink):
     sink.truncate_before(T, 10**18, commit=commit)
     sink.truncate_before(T, 10**18, commit=commit)
     assert len(sink.open_table(T).snapshots()) == snapshots + 2  # one transaction: its delete and its append
+
+
+
+def test_the_first_data_files_of_a_new_table_are_written_into_its_data_folder_and_committed(sink):
+    w = writer(sink)
+    file_schema = sink.file_schema(w.schema)
+    rows = w.stamped(pa.table({"id": pa.array([1, 2], pa.int32()), "v": ["a", "b"]}), AT)
+    files = [write_data_file(sink.data_folder(T), rows, file_schema, prefix="chunk-0-0")]
+    sink.commit_range(T, None, None, files, file_schema=file_schema)
+    assert held(sink) == {1: "a", 2: "b"}
+
+
+def test_data_files_written_apart_replace_their_range_in_one_commit_once(sink):
+    """The executors' way: rows written as Parquet files into the table's data folder, in the table's
+    columns without field ids, then committed for their range (a file partly inside it rewritten)."""
+    w = writer(sink, table_schema(Column("n", "tinyint", "tinyint(4)", True)))
+    w.write_split(FinishedSplit(SnapshotSplit(T, 0, "id", None, None), AT), [{"id": i, "v": "old", "n": 1} for i in range(20)])
+    file_schema = sink.file_schema(w.schema)
+    assert file_schema is not None and file_schema.field("n").type == pa.int32() and not file_schema.field("id").metadata
+    rows = w.stamped(pa.table({"id": pa.array([5, 6, 7], pa.int32()), "v": ["new"] * 3, "n": pa.array([2] * 3, pa.int8())}), AT)
+    files = [write_data_file(sink.data_folder(T), rows, file_schema, prefix="chunk-0-0")]
+    start, end = w.split_range(SnapshotSplit(T, 0, "id", 5, 10))
+    sink.commit_range(T, start, end, files, file_schema=file_schema)
+    expected = {**{i: "old" for i in range(20) if not 5 <= i < 10}, 5: "new", 6: "new", 7: "new"}
+    assert held(sink) == expected
+    snapshots = len(sink.open_table(T).snapshots())
+    sink.commit_range(T, start, end, files, file_schema=file_schema)  # landed already: nothing more
+    assert len(sink.open_table(T).snapshots()) == snapshots and held(sink) == expected
+    assert any(f"{sink.data_folder(T)}/{files[0].path}" == p for p in data_files(sink))

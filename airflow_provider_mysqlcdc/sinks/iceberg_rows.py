@@ -1,0 +1,72 @@
+"""Which rows an Iceberg write replaces, and by what (sinks/iceberg.py): filters on ``_cdc_chunk``
+(a range, a set of chunk keys) and ``_cdc_version``, and a batch's last changes merged into the rows
+they touch, by the rule every sink keeps (sinks/base.py): a change applies where it is newer than
+its row."""
+
+from __future__ import annotations
+
+import functools
+
+import pyarrow as pa
+from pyiceberg.expressions import (
+    AlwaysFalse,
+    AlwaysTrue,
+    And,
+    BooleanExpression,
+    GreaterThanOrEqual,
+    In,
+    LessThan,
+    Or,
+)
+
+from airflow_provider_mysqlcdc.sinks.base import StreamCommit
+from airflow_provider_mysqlcdc.sinks.data_files import CHUNK_COLUMN
+from airflow_provider_mysqlcdc.sinks.routing import shard_bounds
+
+#: at most this many chunk keys in one ``In`` of a filter (``chunk_filter``)
+IN_GROUP = 200
+
+
+def merged(existing: pa.Table, changes: pa.Table, keys: list[str]) -> pa.Table:
+    """The rows that replace ``existing`` (the rows of the changed chunk keys) once ``changes`` (the
+    last change per key) are applied: a change applies where it is newer than its row (``_cdc_version``),
+    a delete removes the row, any other change replaces or inserts it. Keys match NULL-safely (a
+    temporal key column is NULL beside its zero-date companion)."""
+    by_key = {key: i for i, key in enumerate(zip(*(changes.column(k).to_pylist() for k in keys)))}
+    versions, ops = changes.column("_cdc_version").to_pylist(), changes.column("_cdc_op").to_pylist()
+    take = [op != "d" for op in ops]
+    keep = []
+    old_versions = existing.column("_cdc_version").to_pylist()
+    for row, key in enumerate(zip(*(existing.column(k).to_pylist() for k in keys))):
+        i = by_key.get(key)
+        if i is None:
+            keep.append(True)
+        elif versions[i] > old_versions[row]:
+            keep.append(False)
+        else:  # the row is as new as the change already (a replayed split, or staged rows)
+            keep.append(True)
+            take[i] = False
+    return pa.concat_tables([existing.filter(pa.array(keep, pa.bool_())), changes.filter(pa.array(take, pa.bool_()))])
+
+
+def chunk_filter(chunks: list[str]) -> BooleanExpression:
+    """The rows whose ``_cdc_chunk`` is one of ``chunks``, as ``In`` filters of at most 200 values
+    each: pyiceberg prunes files by the bounds of an ``In`` of up to 200 values only, and reads every
+    file for a larger one."""
+    if not chunks:
+        return AlwaysFalse()
+    return functools.reduce(Or, [In(CHUNK_COLUMN, chunks[at:at + IN_GROUP]) for at in range(0, len(chunks), IN_GROUP)])
+
+
+def range_filter(start: str | None, end: str | None) -> BooleanExpression:
+    parts: list[BooleanExpression] = []
+    if start is not None:
+        parts.append(GreaterThanOrEqual(CHUNK_COLUMN, start))
+    if end is not None:
+        parts.append(LessThan(CHUNK_COLUMN, end))
+    return functools.reduce(And, parts) if parts else AlwaysTrue()
+
+
+def older_than(version: int, commit: StreamCommit) -> BooleanExpression:
+    older: BooleanExpression = LessThan("_cdc_version", int(version))
+    return older if not commit.shard else And(older, range_filter(*shard_bounds(commit.shard)))
