@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, ValidationException
+from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, TableAlreadyExistsError, ValidationException
 from pyiceberg.expressions import (
     AlwaysTrue,
     BooleanExpression,
@@ -78,6 +78,8 @@ _CLUSTER_ATTEMPTS = 5
 _CONFLICTS: tuple[type[BaseException], ...] = (CommitFailedException, ValidationException)
 #: the table property holding the position of the last change a stream committed (per shard: ":<id>")
 POSITION_PROPERTY = "mysqlcdc.position"
+#: Iceberg's table property naming each column's field id for files written without ids
+NAME_MAPPING = "schema.name-mapping.default"
 #: the properties of every table the sink creates
 TABLE_PROPERTIES = {
     # a commit is made on the snapshot it read, or fails and is redone from a fresh load (module doc)
@@ -125,11 +127,26 @@ class IcebergSink(Sink):
         return table
 
     def _create(self, table_id: TableId, schema: pa.Schema, *, changelog: bool = False) -> None:
+        """Create the table (of ``schema``) with its name mapping, which data files added as they are
+        (``commit_range``) are read by, in the creating commit: one set later by pyiceberg from a
+        transaction's schema could miss a column added meanwhile. A table or namespace another writer
+        created meanwhile is taken as it is."""
         namespace, _ = identifier = self.identifier(table_id, changelog=changelog)
-        self.catalog.create_namespace_if_not_exists(namespace)
+        try:
+            self.catalog.create_namespace_if_not_exists(namespace)
+        except Exception:  # a concurrent creation: the SQL catalog checks, then inserts
+            if not self.catalog.namespace_exists(namespace):
+                raise
         location = self.table_uri(table_id) + (CHANGELOG_SUFFIX if changelog else "")
-        self.catalog.create_table_if_not_exists(identifier, schema=schema, location=location,
-                                                properties=TABLE_PROPERTIES)
+        try:
+            with _busy_as_conflict():
+                tx = self.catalog.create_table_transaction(identifier, schema=schema, location=location,
+                                                           properties=TABLE_PROPERTIES)
+                tx.set_properties({NAME_MAPPING: tx.table_metadata.schema().name_mapping.model_dump_json()})
+                tx.commit_transaction()
+        except (TableAlreadyExistsError, CommitFailedException):
+            if self.open_table(table_id, changelog=changelog) is None:
+                raise
 
     # --- schema ----------------------------------------------------------------------------------
     def prepare(self, schema: TableSchema) -> None:
@@ -161,7 +178,7 @@ class IcebergSink(Sink):
             table = self._table(table_id)
             changes = evolution(table, target)
             if changes:
-                with table.update_schema() as update:
+                with _busy_as_conflict(), table.update_schema() as update:
                     update.union_by_name(changes)
 
         retry_conflicts(evolve, f"evolve the columns of {table_id}", conflicts=_CONFLICTS, attempts=_MAX_ATTEMPTS)
@@ -178,7 +195,7 @@ class IcebergSink(Sink):
             table = self._table(target.table_id)
             current = arrow_schema_of(table)
             changed = [f for f in wanted if f.name in current.names and not holds(current.field(f.name).type, f.type)]
-            with table.transaction() as tx:
+            with _busy_as_conflict(), table.transaction() as tx:
                 tx.delete(AlwaysTrue())
                 if changed:
                     with tx.update_schema() as update:
@@ -198,7 +215,10 @@ class IcebergSink(Sink):
                       f"replace {table_id} [{start}, {end})", columns=rows.schema)
 
     def data_folder(self, table_id: TableId) -> str:
-        return self.table_uri(table_id) + "/data"
+        """The ``data`` folder of the table's location as the catalog holds it (``table_uri`` for a table
+        not created yet)."""
+        table = self.open_table(table_id)
+        return (self.table_uri(table_id) if table is None else table.location()).rstrip("/") + "/data"
 
     def file_schema(self, schema: TableSchema) -> pa.Schema | None:
         """The columns the executors' data files take for ``schema``'s rows: the table's, once it has

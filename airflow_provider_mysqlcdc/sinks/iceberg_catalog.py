@@ -86,6 +86,11 @@ def open_catalog(root: str, configured: dict[str, str] | None) -> Catalog:
         return load_catalog(name, **properties)
     except Exception as exc:  # noqa: BLE001 - pyiceberg raises many kinds for bad settings
         shown = ", ".join(sorted(properties))
+        said = str(exc)
+        for value in sorted(properties.values(), key=len, reverse=True):  # a URI may hold a password
+            if len(value) >= 4:
+                said = said.replace(value, "***")
+        # not chained: the library's own message may name a property's value
         raise ConfigurationError(f"The Iceberg catalog could not be opened with the properties {shown} "
-                                 f"({type(exc).__name__}: {exc}). Check the catalog connection's extras: they are "
-                                 "pyiceberg's catalog properties (type, uri, warehouse, credentials).") from exc
+                                 f"({type(exc).__name__}: {said}). Check the catalog connection's extras: they are "
+                                 "pyiceberg's catalog properties (type, uri, warehouse, credentials).") from None

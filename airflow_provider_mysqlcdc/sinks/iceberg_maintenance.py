@@ -6,12 +6,13 @@
   run of small neighbours), so one transaction deletes the groups' ranges, which drops their files
   whole, and appends each group's rows sorted by ``_cdc_chunk``: files with ranges apart again.
   A concurrent commit fails it, and it plans again, a few times at most.
-- **Snapshot expiry** (the retention of ``vacuum_retention_s``): snapshots older than it leave the
-  table's metadata (the current one always stays); time travel within the retention keeps working.
-- **Orphan files**: data files under the table's ``data/`` folder that no remaining snapshot
-  references (expired snapshots', failed or rewritten writes') are deleted once older than the
-  retention, and never younger than ``ORPHAN_MIN_AGE_S``: a file a writer wrote for a commit it has
-  not made yet is referenced by nothing, and must stay.
+- **Snapshot expiry** (the retention of ``vacuum_retention_s``): snapshots that stopped being the
+  current one longer ago than it leave the table's metadata (the current one always stays); time
+  travel to any snapshot current within the retention keeps working.
+- **Files**: the data files only the expired snapshots referenced go with them. Files under the
+  table's ``data/`` folder that no snapshot ever referenced (a failed write's) are deleted once older
+  than the retention and ``ORPHAN_MIN_AGE_S`` (three days): a file a writer wrote for a commit it has
+  not made yet is referenced by nothing either, and must stay.
 
 The table's old metadata files are pruned by Iceberg itself on each commit
 (``write.metadata.delete-after-commit.enabled``, set when the sink creates a table). A changelog
@@ -20,6 +21,7 @@ table is append-only and its files are not compacted yet.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import functools
 import logging
@@ -45,9 +47,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: an unreferenced data file younger than this is never deleted, whatever the retention: a writer may
-#: be about to commit it
-ORPHAN_MIN_AGE_S = 600.0
+#: a data file no snapshot ever referenced is deleted only once older than this, whatever the
+#: retention: a writer may be about to commit it (executors' files wait for their split's commit);
+#: Iceberg's own orphan-file removal waits as long by default
+ORPHAN_MIN_AGE_S = 3 * 24 * 3600.0
 #: the key of a snapshot summary naming what the sink did (sinks/iceberg.py)
 OPERATION_SUMMARY = "mysqlcdc.operation"
 
@@ -76,8 +79,8 @@ def held_files(table: Table) -> list[HeldFile]:
 def cluster_table(table: Table, *, min_files: int = 2, target_bytes: int = TARGET_BYTES,
                   max_rewrite_bytes: int = MAX_REWRITE_BYTES) -> ClusteringResult | None:
     """One clustering run on ``table`` as loaded; None when fewer than ``min_files`` files need it.
-    Raises pyiceberg's CommitFailedException when another writer committed meanwhile (nothing of
-    this run stays: pyiceberg deletes the files of a failed commit)."""
+    Raises pyiceberg's CommitFailedException when another writer committed meanwhile; the data files
+    it wrote then stay unreferenced until orphan files are deleted (``expire_and_delete_orphans``)."""
     plan, left = clustering_plan(held_files(table), target_bytes=target_bytes, max_rewrite_bytes=max_rewrite_bytes)
     planned = sum(len(group) for group in plan)
     if planned < max(2, min_files):
@@ -112,13 +115,17 @@ def maintain_table(table: Table, policy: MaintenancePolicy, *, compact) -> Table
 
 
 def expire_and_delete_orphans(table: Table, retention_s: float) -> int:
-    """Expire the snapshots older than ``retention_s`` (the current one stays), then delete the data
-    files no remaining snapshot references that are older than the retention (and than
-    ``ORPHAN_MIN_AGE_S``); how many files were deleted."""
-    cutoff = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=retention_s)
+    """Expire the snapshots that stopped being the table's current one longer than ``retention_s``
+    ago (a reader of a snapshot it was current in, within the retention, finds its files), delete
+    the data files only they referenced, then the files under ``data/`` no snapshot ever referenced
+    once older than the retention and ``ORPHAN_MIN_AGE_S`` (a failed write's; never one a writer is
+    about to commit); how many files were deleted."""
     current = table.current_snapshot()
-    old = [s.snapshot_id for s in table.snapshots()
-           if current is not None and s.snapshot_id != current.snapshot_id and s.timestamp_ms < cutoff.timestamp() * 1000]
+    old = [] if current is None else expirable(
+        [(e.snapshot_id, e.timestamp_ms) for e in table.metadata.snapshot_log],
+        [(s.snapshot_id, s.timestamp_ms) for s in table.snapshots()], current.snapshot_id,
+        (time.time() - retention_s) * 1000)
+    before = _data_file_paths(table)
     if old:
         try:
             table.maintenance.expire_snapshots().by_ids(old).commit()
@@ -126,20 +133,44 @@ def expire_and_delete_orphans(table: Table, retention_s: float) -> int:
             log.info("expiring snapshots of %s gave way to a concurrent commit (%s)", table.name(), exc)
             return 0
         table = table.refresh()
-    referenced = set(table.inspect.all_data_files().column("file_path").to_pylist()) if table.snapshots() else set()
+    referenced = _data_file_paths(table)
     fs, root = fsspec.core.url_to_fs(table.location())
+    released = before - referenced  # files of the expired snapshots alone
+    for path in released:
+        with contextlib.suppress(FileNotFoundError):  # deleted by an earlier run that stopped short
+            fs.rm_file(fsspec.core.url_to_fs(path)[1] if "://" in path else path)
     folder = f"{root.rstrip('/')}/data"
     if not fs.exists(folder):
-        return 0
+        return len(released)
     oldest = time.time() - max(retention_s, ORPHAN_MIN_AGE_S)
-    deleted = 0
-    for path, info in fs.find(folder, detail=True).items():
-        if _as_location(table.location(), root, path) in referenced or path in referenced:
-            continue
-        if _modified(info) < oldest:
-            fs.rm_file(path)
-            deleted += 1
-    return deleted
+    orphans = [path for path, info in fs.find(folder, detail=True).items()
+               if _plain(_as_location(table.location(), root, path)) not in before | referenced
+               and _modified(info) < oldest]
+    for path in orphans:
+        fs.rm_file(path)
+    return len(released) + len(orphans)
+
+
+def expirable(snapshot_log: list[tuple[int, int]], snapshots: list[tuple[int, int]], current: int,
+              cutoff_ms: float) -> list[int]:
+    """The snapshots (id, created ms) to expire: every one but ``current`` that stopped being current
+    before ``cutoff_ms``, which is when the next one in ``snapshot_log`` (id, became current ms)
+    became current; a snapshot never current (a transaction's first of two) by its own time."""
+    replaced_at = {entry[0]: after[1] for entry, after in zip(snapshot_log, snapshot_log[1:])}
+    return [snapshot for snapshot, created in snapshots
+            if snapshot != current and replaced_at.get(snapshot, created) < cutoff_ms]
+
+
+def _data_file_paths(table: Table) -> set[str]:
+    """The data files any snapshot of the table references, as plain paths (``_plain``)."""
+    if not table.snapshots():
+        return set()
+    return {_plain(p) for p in table.inspect.all_data_files().column("file_path").to_pylist()}
+
+
+def _plain(path: str) -> str:
+    """A local file's path without a ``file://`` scheme (the table may name it either way)."""
+    return path[len("file://"):] if path.startswith("file://") else path
 
 
 def _as_location(location: str, root: str, path: str) -> str:
@@ -148,6 +179,9 @@ def _as_location(location: str, root: str, path: str) -> str:
 
 
 def _modified(info: dict) -> float:
-    """A listed file's modification time in seconds (local files: ``mtime``; object stores: ``LastModified``)."""
-    value = info.get("mtime", info.get("LastModified", info.get("last_modified", 0)))
+    """A listed file's modification time in seconds (local files: ``mtime``; object stores:
+    ``LastModified``); now when the listing gives none, so that such a file is never taken for old."""
+    value = info.get("mtime", info.get("LastModified", info.get("last_modified")))
+    if value is None:
+        return time.time()
     return value.timestamp() if isinstance(value, dt.datetime) else float(value)

@@ -83,22 +83,21 @@ class PartitionFiles:
     epoch: int
     #: the file names' start (the split's), followed by the partition's number
     prefix: str
-    #: the sink's table format (protocol/sinks.py): where its data files go (``Sink.data_folder``)
-    sink_format: str = "delta"
+    #: the folder the files go to (``Sink.data_folder``, decided by the driver)
+    data_folder: str = ""
 
     def write(self, source: SourceConfig, schema: TableSchema, part: SnapshotSplit, low: BinlogOffset,
               rows: pa.Table) -> DataFile:
         """Stamp ``rows`` as read at ``low`` and write them into the table's folder."""
         install_from_private_file(source.password_file)  # the lake may be on an object store
-        sink = open_sink(self.sink_root, sink_format=self.sink_format)
+        sink = open_sink(self.sink_root)  # only to stamp the rows: the files go to data_folder
         ordering = KeyOrdering(schema.column(self.chunk_key), source.connect)
         try:
             writer = SinkWriter(sink, schema, self.chunk_key, ordering)
             stamped = writer.stamped(rows, low.in_epoch(self.epoch))
         finally:
             ordering.close()
-        return write_data_file(sink.data_folder(writer.target.table_id), stamped, self.file_schema,
-                               prefix=f"{self.prefix}-{part.index}")
+        return write_data_file(self.data_folder, stamped, self.file_schema, prefix=f"{self.prefix}-{part.index}")
 
 
 def _encode_rows(rows: pa.Table) -> bytes:
@@ -257,7 +256,7 @@ class _SplitJob:
         uri = sink.data_folder(self.writer.target.table_id)
         epoch = self._epoch()
         files = PartitionFiles(sink.root, file_schema, split.chunk_key, epoch, prefix=f"chunk-{split.index}",
-                               sink_format=self.job.sink_format)
+                               data_folder=uri)
         started = time.monotonic()
         results = read_partitions(self.spark, self.executor_source, self.schema, parts, files)
         written = [DataFile.from_dict(json.loads(payload)) for _, payload in results]

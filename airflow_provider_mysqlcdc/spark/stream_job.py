@@ -22,7 +22,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +45,7 @@ from airflow_provider_mysqlcdc.protocol.progress import (
     StreamHistory,
     StreamOffsetProgress,
 )
+from airflow_provider_mysqlcdc.protocol.registry import CapturedTable
 from airflow_provider_mysqlcdc.protocol.results import StreamResult
 from airflow_provider_mysqlcdc.sinks.base import Sink
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
@@ -216,7 +217,8 @@ def refuse_positions_beyond_the_head(source: SourceConfig, state: PipelineState,
     table whose sink table is missing (``refuse_missing_sink_tables``)."""
     head = source.run(ServerEpochs(state).head, "reading the binlog head")  # in its epoch: after a failover, later
     unrecorded = []
-    for table_id, captured in sorted(state.latest().tables.items()):
+    captured_tables = state.latest().tables
+    for table_id, captured in sorted(captured_tables.items()):
         target = captured_target(table_id, captured.table_rule)
         position = sink.applied_position(target.table_id, shard=target.shard)
         if position is None:
@@ -224,19 +226,17 @@ def refuse_positions_beyond_the_head(source: SourceConfig, state: PipelineState,
         elif position[:2] > head.sort_key:
             raise binlog_changed_error(f"The sink table of {table_id} holds changes up to binlog file number "
                                        f"{position[0]} position {position[1]}, beyond the server's binlog head {head}")
-    refuse_missing_sink_tables(state, sink, unrecorded)
+    refuse_missing_sink_tables({t: captured_tables[t] for t in unrecorded}, sink)
 
 
-def refuse_missing_sink_tables(state: PipelineState, sink: Sink, tables: list[TableId]) -> None:
-    """Of ``tables`` (captured), those whose snapshot was written into the sink (not staged for the
+def refuse_missing_sink_tables(tables: Mapping[TableId, CapturedTable], sink: Sink) -> None:
+    """Of ``tables`` (captured, as the registry holds them), those whose snapshot was written into the sink (not staged for the
     stream to apply, not streamed without one) must have their sink table: a stream would otherwise
     fill a new, empty table with later changes only. It is missing when the sink changed under the
     pipeline (another ``sink_format``, ``sink_root`` or ``iceberg_namespace`` than the tables were
     captured into) or the table was deleted."""
-    captured = state.latest().tables
     missing = []
-    for table_id in tables:
-        entry = captured[table_id]
+    for table_id, entry in tables.items():
         if entry.stream_only or any(f.staged for f in entry.splits):
             continue
         target = captured_target(table_id, entry.table_rule)

@@ -31,7 +31,7 @@ from airflow_provider_mysqlcdc.sinks.data_files import write_data_file
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.sinks.iceberg import OPERATION_SUMMARY, POSITION_PROPERTY, IcebergSink
 from airflow_provider_mysqlcdc.sinks.iceberg_catalog import CATALOG_NAME, EMBEDDED_CATALOG_FILE
-from airflow_provider_mysqlcdc.sinks.iceberg_maintenance import ORPHAN_MIN_AGE_S, held_files
+from airflow_provider_mysqlcdc.sinks.iceberg_maintenance import ORPHAN_MIN_AGE_S, expirable, held_files
 from airflow_provider_mysqlcdc.sinks.iceberg_rows import chunk_filter
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_change_batch
 from tests.unit.stream.harness import insert, off, update
@@ -369,3 +369,23 @@ def test_data_files_written_apart_replace_their_range_in_one_commit_once(sink):
     sink.commit_range(T, start, end, files, file_schema=file_schema)  # landed already: nothing more
     assert len(sink.open_table(T).snapshots()) == snapshots and held(sink) == expected
     assert any(f"{sink.data_folder(T)}/{files[0].path}" == p for p in data_files(sink))
+
+
+def test_a_snapshot_expires_once_it_stopped_being_current_longer_ago_than_the_retention():
+    """Snapshot 1 was created long ago but replaced only at 900: a cutoff of 500 keeps it (a reader
+    that began while it was current may still read its files); 2 was never current (a transaction's
+    first of two snapshots) and goes by its own time; the current one always stays."""
+    log = [(1, 100), (3, 900), (4, 950)]
+    snapshots = [(1, 100), (2, 400), (3, 400), (4, 950)]
+    assert expirable(log, snapshots, 4, 500) == [2]
+    assert expirable(log, snapshots, 4, 920) == [1, 2]
+    assert expirable(log, snapshots, 4, 10**9) == [1, 2, 3]
+
+
+def test_a_catalog_that_does_not_open_is_refused_without_the_values_of_its_properties(tmp_path):
+    secret_uri = "thrift://user:hunter2-secret@127.0.0.1:1"
+    sink = open_sink(str(tmp_path), sink_format="iceberg", iceberg_catalog={"type": "hive", "uri": secret_uri})
+    with pytest.raises(ConfigurationError) as refused:
+        sink.prepare(table_schema())
+    assert "hunter2-secret" not in str(refused.value) and refused.value.__cause__ is None
+    assert "type, uri" in str(refused.value)

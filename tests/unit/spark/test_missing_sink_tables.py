@@ -38,13 +38,13 @@ def prepared(lake: str, sink_format: str, *tables: TableId):
 
 def test_the_tables_captured_into_one_format_are_not_in_the_other(state, tmp_path):
     prepared(str(tmp_path / "lake"), "delta", T, U)
-    refuse_missing_sink_tables(state, open_sink(str(tmp_path / "lake")), [T, U, V])  # the sink they were captured into
+    refuse_missing_sink_tables(state.latest().tables, open_sink(str(tmp_path / "lake")))  # the sink they were captured into
     with pytest.raises(ConfigurationError, match=r"The sink tables of 2 captured table\(s\) are not in this sink "
                                                  r"\(IcebergSink at .*\): shop.t, shop.u\. .*sink_format.*resnapshot"):
-        refuse_missing_sink_tables(state, open_sink(str(tmp_path / "lake"), sink_format="iceberg"), [T, U, V])
+        refuse_missing_sink_tables(state.latest().tables, open_sink(str(tmp_path / "lake"), sink_format="iceberg"))
 
 
 def test_a_deleted_sink_table_is_named_and_a_table_streamed_without_a_snapshot_is_not(state, tmp_path):
     sink = prepared(str(tmp_path / "lake"), "iceberg", T)
     with pytest.raises(ConfigurationError, match=r"of 1 captured table\(s\).*: shop.u\."):
-        refuse_missing_sink_tables(state, sink, [T, U, V])
+        refuse_missing_sink_tables(state.latest().tables, sink)
