@@ -23,6 +23,7 @@ from airflow_provider_mysqlcdc.protocol.maintenance import MaintenanceReport
 from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_to_rows
 from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SUFFIX
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
+from airflow_provider_mysqlcdc.sinks.iceberg_maintenance import expirable
 from airflow_provider_mysqlcdc.state.lease import StreamLeases
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from devtools.dag_runner import example_dag_env, run_dag
@@ -127,6 +128,13 @@ def _maintain(airflow_home: Path, cdc_user, table: TableId, lake: Path, state_di
     result = run_dag(DAG_ID, env, timeout_s=600)
     assert result["state"] == "success", result["output"][-4000:]
     return decode(MaintenanceReport, result["xcoms"]["maintain[-1]"], "the maintenance task's XCom")
+
+
+def _expirable_now(table) -> list[int]:
+    """The table's snapshots that stopped being current longer ago than the retention (and a second)."""
+    return expirable([(e.snapshot_id, e.timestamp_ms) for e in table.metadata.snapshot_log],
+                     [(s.snapshot_id, s.timestamp_ms) for s in table.snapshots()], table.current_snapshot().snapshot_id,
+                     (time.time() - RETENTION_S - 1) * 1000)
 
 
 def _files(uri: str) -> int:
@@ -254,9 +262,10 @@ def test_maintenance_of_an_iceberg_table_while_a_stream_runs_compacts_expires_sn
         with Inserter(mysql_server.connect(), table, 100_000) as writer:
             before = _wait(lambda: (n := iceberg().inspect.data_files().num_rows) >= 8 and n, "eight files or more",
                            proc=proc, log=log)
-            first = min(s.timestamp_ms for s in iceberg().snapshots()) / 1000
-            _wait(lambda: time.time() > first + RETENTION_S + 1, "the first snapshots to age past the retention")
-            old = {s.snapshot_id for s in iceberg().snapshots() if s.timestamp_ms / 1000 < time.time() - RETENTION_S - 1}
+            # snapshots that stopped being current longer ago than the retention (expirable's rule), which
+            # the maintenance started after this must expire: the first ones, once they age
+            old = _wait(lambda: set(_expirable_now(iceberg())), "snapshots replaced longer ago than the retention",
+                        proc=proc, log=log)
             report = _maintain(airflow_home, cdc_user, table, lake, state_dir, sink_format="iceberg")
             after = len(iceberg().snapshots())
             _wait(lambda: len(iceberg().snapshots()) > after + 2, "batches after maintenance", proc=proc, log=log)
