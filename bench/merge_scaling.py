@@ -13,17 +13,12 @@ table's size: this benchmark does not measure those.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
-from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
-from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob, StreamJob
-from airflow_provider_mysqlcdc.protocol.registry import CapturedTable, stream_only_split
-from airflow_provider_mysqlcdc.state.registry import PipelineState
 from bench.customer_table import add_customer_rows, create_customer_table
-from devtools.spark_submit import SparkSubmit
+from bench.jobs import run_chunk_job, run_stream_job
 from devtools.throwaway_server import ThrowawayMariaDB
 
 SIZES = (1_000_000, 10_000_000)
@@ -42,34 +37,30 @@ def _one_size(server: ThrowawayMariaDB, work: Path, secrets: Path, rows: int) ->
     conn = server.connect_root()
     table = TableId("bench", f"grow_{rows}")
     create_customer_table(conn, table, rows)
-    lake, state = work / f"grow-lake-{rows}", work / f"grow-state-{rows}"
-    schema = load_table_schema(conn, table)
-    splits = ChunkSplitter(conn, schema, SplitOptions(chunk_size=1_000_000)).split()
-    submit = SparkSubmit(master="local[2]", work_dir=work / "spark")
-    (work / "grow-chunk.json").write_text(ChunkJob(table=str(table), splits=splits, sink_root=str(lake),
-                                                   partitions_per_split=4).to_json())
-    submit.run("snapshot_chunk.py", ["--job", str(work / "grow-chunk.json")], secrets)
+    run_chunk_job(conn, table, work, secrets, f"grow-{rows}-lake")
     start = current_offset(conn)
-    changes = _workload(conn, table, rows)
-    PipelineState(str(state)).commit({table: CapturedTable(KEY, [stream_only_split(table, KEY, start)])})
-    # batches of about 15 transactions, as a stream following a live server commits them: each merge
-    # and each clustering between them is measured against the table's size
-    (work / "grow-stream.json").write_text(StreamJob(state=str(state), sink_root=str(lake),
-                                                     max_batch_events=BATCH_EVENTS).to_json())
-    started = time.monotonic()
-    result = submit.run("binlog_stream.py", ["--job", str(work / "grow-stream.json")], secrets)
-    total = time.monotonic() - started
-    assert result["changes_applied"] == changes, (result, changes)
-    print("\n".join(line for line in submit.last_log.splitlines() if "clustered" in line), flush=True)
+    changes = run_workload(conn, table, rows)
+    run = stream_workload(conn, table, start, work, secrets, f"grow-{rows}")
+    assert run["result"]["changes_applied"] == changes, (run["result"], changes)
     with conn.cursor() as cur:
         cur.execute(f"DROP TABLE {table.quoted}")
-    print(f"merge scaling: {changes} changes into a {rows:,}-row sink in {result['streaming_seconds']:.1f}s streaming "
-          f"({total:.1f}s total)", flush=True)
-    return {"rows": rows, "changes": changes, "streaming_s": result["streaming_seconds"], "total_s": total,
-            "batches": result["last_batch"] + 1}
+    print(f"merge scaling: {changes} changes into a {rows:,}-row sink in {run['streaming_s']:.1f}s streaming "
+          f"({run['total_s']:.1f}s total)", flush=True)
+    return {"rows": rows, "changes": changes, "streaming_s": run["streaming_s"], "total_s": run["total_s"],
+            "batches": run["result"]["last_batch"] + 1}
 
 
-def _workload(conn, table: TableId, rows: int) -> int:
+def stream_workload(conn, table: TableId, start, work: Path, secrets: Path, name: str, sink_format: str = "delta") -> dict:
+    """Stream the workload from ``start`` into the sink the chunk job filled at ``work / f"{name}-lake"``,
+    in batches of about 15 transactions, as a stream following a live server commits them: each merge
+    and each clustering between them is measured against the table's size."""
+    run = run_stream_job(conn, [table], KEY, start, work, secrets, name, sink_format=sink_format, prepare=False,
+                         max_batch_events=BATCH_EVENTS)
+    print("\n".join(line for line in run["log"].splitlines() if "clustered" in line), flush=True)
+    return run
+
+
+def run_workload(conn, table: TableId, rows: int) -> int:
     """Run the workload on ``table`` (keys 1..rows); the number of row changes it made."""
     changes = 0
     with conn.cursor() as cur:

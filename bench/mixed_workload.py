@@ -17,15 +17,11 @@ import re
 import time
 from pathlib import Path
 
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
-from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
-from airflow_provider_mysqlcdc.protocol.registry import CapturedTable, stream_only_split
-from airflow_provider_mysqlcdc.sinks.factory import open_sink
-from airflow_provider_mysqlcdc.state.registry import PipelineState
 from bench.binlog_baselines import mariadb_binlog_seconds, python_replication_seconds, reader_rows, reader_seconds
 from bench.customer_table import fresh_table
-from devtools.spark_submit import SparkSubmit
+from bench.jobs import run_stream_job
 from devtools.throwaway_server import ThrowawayMariaDB
 
 TRANSACTIONS = 10_000
@@ -38,28 +34,17 @@ _BATCH = re.compile(r"stream batch \d+: (\d+) changes applied in ([\d.]+)s \(([\
 
 
 def bench_mixed_workload(server: ThrowawayMariaDB, work: Path, secrets: Path) -> dict:
-    conn = _tables(server)
-    lake, state = work / "mixed-lake", work / "mixed-state"
-    sink = open_sink(str(lake))
-    for table in NARROW + WIDE:
-        sink.prepare(load_table_schema(conn, table))
+    conn = create_tables(server)
     start = current_offset(conn)
-    written_s, changes = _workload(conn)
+    written_s, changes = run_workload(conn)
     end = current_offset(conn)
     print(f"mixed workload: {changes} row changes in {TRANSACTIONS} transactions, written in {written_s:.1f}s", flush=True)
-    PipelineState(str(state)).commit({t: CapturedTable("id", [stream_only_split(t, "id", start)]) for t in NARROW + WIDE})
-    (work / "mixed.json").write_text(StreamJob(state=str(state), sink_root=str(lake)).to_json())
-    submit = SparkSubmit(master="local[2]", work_dir=work / "spark")
-    started = time.monotonic()
-    result = submit.run("binlog_stream.py", ["--job", str(work / "mixed.json")], secrets)
-    total = time.monotonic() - started
-    assert result["changes_applied"] == changes, (result, changes)
-    print("stream job log:\n" + "\n".join(line for line in submit.last_log.splitlines() if "airflow_provider" in line),
+    run = run_stream_job(conn, NARROW + WIDE, "id", start, work, secrets, "mixed")
+    assert run["result"]["changes_applied"] == changes, (run["result"], changes)
+    print("stream job log:\n" + "\n".join(line for line in run["log"].splitlines() if "airflow_provider" in line),
           flush=True)
-    batches = [tuple(float(x) for x in found.groups()) for found in _BATCH.finditer(submit.last_log)]
-    out = {"transactions": TRANSACTIONS, "changes": changes, "streaming_s": result["streaming_seconds"],
-           "total_s": total, "batches": len(batches), "applied_s": sum(b[1] for b in batches),
-           "reading_s": sum(b[2] for b in batches), "merging_s": sum(b[3] for b in batches),
+    out = {"transactions": TRANSACTIONS, "changes": changes, "streaming_s": run["streaming_s"],
+           "total_s": run["total_s"], **batch_times(run["log"]),
            "pymysqlrepl_s": python_replication_seconds(server, start, end, changes),
            "mariadb_binlog_s": mariadb_binlog_seconds(server, start, end),
            "reader_s": reader_seconds(server, NARROW + WIDE, start, end, changes)}
@@ -70,7 +55,15 @@ def bench_mixed_workload(server: ThrowawayMariaDB, work: Path, secrets: Path) ->
     return out
 
 
-def _tables(server: ThrowawayMariaDB):
+def batch_times(log: str) -> dict:
+    """How a stream's batches spent their time, from its log: batches, seconds applying, of which
+    reading the binlog and merging into the sink."""
+    batches = [tuple(float(x) for x in found.groups()) for found in _BATCH.finditer(log)]
+    return {"batches": len(batches), "applied_s": sum(b[1] for b in batches),
+            "reading_s": sum(b[2] for b in batches), "merging_s": sum(b[3] for b in batches)}
+
+
+def create_tables(server: ThrowawayMariaDB):
     conn = None
     for table in NARROW:
         conn = fresh_table(server, table, "id INT PRIMARY KEY, a INT, b VARCHAR(40), c DATETIME",
@@ -86,7 +79,7 @@ def _tables(server: ThrowawayMariaDB):
     return conn
 
 
-def _workload(conn) -> tuple[float, int]:
+def run_workload(conn) -> tuple[float, int]:
     """Run the transactions; their seconds and the row changes they made."""
     rng = random.Random(7)
     next_id = {t: ROWS + 1 for t in NARROW + WIDE}

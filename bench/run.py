@@ -19,7 +19,9 @@
 6. the first DAG run capturing 100 small tables under ``airflow standalone``, chunks on Spark Connect vs
    spark-submit (bench/many_tables.py; only with ``--only many-tables``: it takes about 10 minutes);
 7. the snapshot of a table under concurrent writes, exactly-once beside at-least-once
-   (``snapshot_consistency``; bench/snapshot_under_writes.py).
+   (``snapshot_consistency``; bench/snapshot_under_writes.py);
+8. Iceberg beside Delta: the snapshot, the UPDATE burst, the mixed workload and merge scaling into
+   each table format from the same data, with peak memory (bench/sink_formats.py; ``--merge-sizes``).
 
     bin/bench --only memory --memory-rows 5000000   # one benchmark: prints its numbers and report
 """
@@ -35,7 +37,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -43,33 +44,25 @@ from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, Split
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
-from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob, StreamJob
-from airflow_provider_mysqlcdc.protocol.registry import CapturedTable, stream_only_split
-from airflow_provider_mysqlcdc.sinks.factory import open_sink
+from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob
 from airflow_provider_mysqlcdc.spark.submit import spark_home
-from airflow_provider_mysqlcdc.state.registry import PipelineState
 from bench.binlog_baselines import mariadb_binlog_seconds, python_replication_seconds, reader_rows, reader_seconds
 from bench.customer_table import create_customer_table, fresh_table
 from bench.fixed_cost import bench_fixed_cost, connect_runner, fixed_cost_report
+from bench.jobs import SPLIT_ROWS, run_chunk_job, run_stream_job, timed
 from bench.latency import bench_latency, latency_report
 from bench.many_tables import bench_many_tables, many_tables_report
-from bench.memory import ROLES, PeakRss, bench_memory, memory_report
+from bench.memory import ROLES, bench_memory, memory_report
 from bench.merge_scaling import bench_merge_scaling, merge_scaling_report
 from bench.mixed_workload import bench_mixed_workload, mixed_workload_report
+from bench.sink_formats import bench_sink_formats, sink_formats_report
 from bench.snapshot_under_writes import bench_snapshot_under_writes, snapshot_under_writes_report
 from bench.stream_startup import bench_stream_startup, stream_startup_report
 from devtools.spark_connect_server import SparkConnectServer
-from devtools.spark_submit import SparkSubmit
 from devtools.throwaway_server import ThrowawayMariaDB
 
 ROOT = Path(__file__).resolve().parent.parent
 JDBC_JAR = Path("/usr/share/java/mariadb-java-client.jar")
-
-
-def timed(fn):
-    started = time.monotonic()
-    result = fn()
-    return time.monotonic() - started, result
 
 
 def ensure_jdbc_jar() -> None:
@@ -101,7 +94,7 @@ def bench_snapshot(server: ThrowawayMariaDB, work: Path, rows: int, secrets: Pat
     out["jdbc_total_s"], out["jdbc_work_s"] = total, result["seconds"]
     print(f"Spark JDBC -> Parquet: {total:.1f}s total, {result['seconds']:.1f}s work", flush=True)
 
-    out.update(_chunk_job(conn, table, work, secrets, "lake"))
+    out.update(run_chunk_job(conn, table, work, secrets, "lake"))
     print(f"chunk job: {out['ours_total_s']:.1f}s total, {out['ours_work_s']:.1f}s work", flush=True)
     out["connect_total_s"], out["connect_work_s"] = _connect_chunk_job(conn, table, work, secrets)
     print(f"chunk job on a running Spark Connect server: {out['connect_total_s']:.1f}s total, "
@@ -112,7 +105,7 @@ def bench_snapshot(server: ThrowawayMariaDB, work: Path, rows: int, secrets: Pat
         print(f"generated {large_rows} rows in {gen_s:.1f}s", flush=True)
         quick_s, _ = timed(lambda: _mariadb_quick(server, large))
         out["large"] = {"rows": large_rows, "mariadb_quick_s": quick_s,
-                        **_chunk_job(conn, large, work, secrets, "lake-large")}
+                        **run_chunk_job(conn, large, work, secrets, "lake-large")}
         with conn.cursor() as cur:
             cur.execute(f"DROP TABLE {large.quoted}")  # its gigabytes
         print(f"chunk job, {large_rows} rows: {out['large']['ours_work_s']:.1f}s work", flush=True)
@@ -141,41 +134,10 @@ def _connect_chunk_job(conn: Any, table: TableId, work: Path, secrets: Path) -> 
     return total, result["seconds"]
 
 
-#: rows per split of the snapshot benchmarks' chunk jobs (read by 4 partitions each), whatever the table's size
-SPLIT_ROWS = 1_000_000
-
-
-def _chunk_job(conn: Any, table: TableId, work: Path, secrets: Path, lake: str,
-               consistency: str = "exactly-once") -> dict:
-    """Our chunk job over the whole table in one spark-submit: seconds, window changes merged, and
-    peak RSS per role."""
-    schema = load_table_schema(conn, table)
-    splits = ChunkSplitter(conn, schema, SplitOptions(chunk_size=SPLIT_ROWS)).split()
-    job = ChunkJob(table=str(table), splits=splits, sink_root=str(work / lake), partitions_per_split=4,
-                   snapshot_consistency=consistency)
-    (work / f"{lake}.json").write_text(job.to_json())
-    submit = SparkSubmit(master="local[2]", work_dir=work / "spark")
-    sampler = PeakRss(os.getpid())  # the spark-submit's processes, told apart by their command lines
-    try:
-        total, result = timed(lambda: submit.run("snapshot_chunk.py", ["--job", str(work / f"{lake}.json")], secrets))
-    finally:
-        peak = sampler.stop()
-    print("chunk job log:\n" + "\n".join(line for line in submit.last_log.splitlines() if "chunk job" in line), flush=True)
-    assert result["rows"] == table_rows(conn, table), result
-    return {"ours_total_s": total, "ours_work_s": result["seconds"], "ours_splits": len(splits), "peak_bytes": peak,
-            "merged": result["binlog_events_merged"]}
-
-
 def bench_written(server: ThrowawayMariaDB, work: Path, rows: int, secrets: Path) -> dict:
     """The snapshot under concurrent writes, in each snapshot_consistency (bench/snapshot_under_writes.py)."""
-    return bench_snapshot_under_writes(server, rows, lambda conn, table, lake, consistency: _chunk_job(
+    return bench_snapshot_under_writes(server, rows, lambda conn, table, lake, consistency: run_chunk_job(
         conn, table, work, secrets, lake, consistency))
-
-
-def table_rows(conn: Any, table: TableId) -> int:
-    with conn.cursor() as cur:
-        cur.execute(f"SELECT COUNT(*) FROM {table.quoted}")
-        return int(cur.fetchone()[0])
 
 
 # --- 2. stream apply rate --------------------------------------------------------------------------
@@ -192,14 +154,10 @@ def bench_stream(server: ThrowawayMariaDB, work: Path, burst: int, secrets: Path
            "pymysqlrepl_s": python_replication_seconds(server, start, end, burst),
            "reader_s": reader_seconds(server, [table], start, end, burst)}
 
-    PipelineState(str(work / "burst-state")).commit({table: CapturedTable("id", [stream_only_split(table, "id", start)])})
-    open_sink(str(work / "lake")).prepare(load_table_schema(conn, table))
-    job = StreamJob(state=str(work / "burst-state"), sink_root=str(work / "lake"))
-    (work / "stream.json").write_text(job.to_json())
-    submit = SparkSubmit(master="local[2]", work_dir=work / "spark")
-    total, result = timed(lambda: submit.run("binlog_stream.py", ["--job", str(work / "stream.json")], secrets))
+    run = run_stream_job(conn, [table], "id", start, work, secrets, "burst")
+    result, total = run["result"], run["total_s"]
     assert result["changes_applied"] == burst, result
-    print("stream job log:\n" + "\n".join(line for line in submit.last_log.splitlines() if "mysqlcdc" in line
+    print("stream job log:\n" + "\n".join(line for line in run["log"].splitlines() if "mysqlcdc" in line
                                             or "airflow_provider" in line), flush=True)
     out["ours_total_s"], out["ours_stream_s"] = total, result["streaming_seconds"]
     print(f"stream: {burst} changes; mariadb-binlog {out['mariadb_binlog_s']:.1f}s, python-mysql-replication "
@@ -258,7 +216,8 @@ def large_snapshot_report(snap: dict) -> list[str]:
 
 
 def report(snap: dict, stream: dict, merge: dict, latency: dict, memory: dict, fixed: dict, startup: dict,
-           many: dict | None = None, mixed: dict | None = None, written: dict | None = None) -> str:
+           many: dict | None = None, mixed: dict | None = None, written: dict | None = None,
+           formats: dict | None = None) -> str:
     n = snap["rows"]
     quick = n / snap["mariadb_quick_s"]
     ours_work, ours_total = n / snap["ours_work_s"], n / snap["ours_total_s"]
@@ -302,6 +261,7 @@ def report(snap: dict, stream: dict, merge: dict, latency: dict, memory: dict, f
         *fixed_cost_report(fixed),
         *stream_startup_report(startup),
         *(many_tables_report(many) if many else []),
+        *(sink_formats_report(formats) if formats else []),
     ]
     notes = ROOT / "bench" / "notes.md"
     return "\n".join(lines) + ("\n" + notes.read_text() if notes.exists() else "")
@@ -324,8 +284,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="rows of the one UPDATE the memory benchmark streams")
     parser.add_argument("--written-rows", type=int, default=1_000_000,
                         help="rows of the table snapshotted under concurrent writes, in each snapshot_consistency")
+    parser.add_argument("--merge-sizes", default="1000000,10000000",
+                        help="the two sink sizes of the merge-scaling workload beside each other in sink-formats")
     parser.add_argument("--only", choices=["snapshot", "snapshot-under-writes", "stream", "merge-scaling", "latency", "memory", "fixed-cost",
-                                           "stream-startup", "mixed", "many-tables"],
+                                           "stream-startup", "mixed", "many-tables", "sink-formats"],
                         help="run one benchmark and print its numbers (docs/benchmarks.md is left alone)")
     args = parser.parse_args(argv)
     ensure_jdbc_jar()
@@ -333,6 +295,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with ThrowawayMariaDB(base_dir=work / "mariadb", max_binlog_size=1024**3) as server:
             secrets = server.root_config().to_private_file(work / "secrets" / "source.json")
+            merge_sizes = tuple(int(size) for size in args.merge_sizes.split(","))
+
+            def formats_run() -> dict:
+                return bench_sink_formats(server, work, secrets, rows=args.rows, burst=args.burst,
+                                          merge_sizes=(merge_sizes[0], merge_sizes[-1]))
+
             if args.only:
                 conn = server.connect_root()
                 with conn.cursor() as cur:
@@ -346,7 +314,8 @@ def main(argv: list[str] | None = None) -> int:
                        "fixed-cost": lambda: bench_fixed_cost(server, work, secrets),
                        "stream-startup": lambda: bench_stream_startup(server, work, secrets),
                        "mixed": lambda: bench_mixed_workload(server, work, secrets),
-                       "many-tables": lambda: bench_many_tables(server, work)}[args.only]
+                       "many-tables": lambda: bench_many_tables(server, work),
+                       "sink-formats": formats_run}[args.only]
                 result = run()
                 print(json.dumps(result, indent=2))
                 if args.only == "merge-scaling":
@@ -364,6 +333,9 @@ def main(argv: list[str] | None = None) -> int:
                 if args.only == "snapshot-under-writes":
                     print("\n".join(snapshot_under_writes_report(result)))
                     _keep(Path(args.out).with_suffix(".json"), "snapshot_under_writes", result)
+                if args.only == "sink-formats":
+                    print("\n".join(sink_formats_report(result)))
+                    _keep(Path(args.out).with_suffix(".json"), "sink_formats", result)
                 if args.only == "many-tables":
                     print("\n".join(many_tables_report(result)))
                     _keep(Path(args.out).with_suffix(".json"), "many_tables", result)
@@ -377,9 +349,10 @@ def main(argv: list[str] | None = None) -> int:
             memory = bench_memory(server, work, secrets, args.memory_rows)
             fixed = bench_fixed_cost(server, work, secrets)
             startup = bench_stream_startup(server, work, secrets)
+            formats = formats_run()
         figures = Path(args.out).with_suffix(".json")
         many = json.loads(figures.read_text()).get("many_tables") if figures.exists() else None
-        text = report(snap, stream, merge, latency, memory, fixed, startup, many, mixed, written)
+        text = report(snap, stream, merge, latency, memory, fixed, startup, many, mixed, written, formats)
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(text)
         print(text)
@@ -389,7 +362,8 @@ def main(argv: list[str] | None = None) -> int:
                                                                        "fixed_cost": fixed,
                                                                        "stream_startup": startup,
                                                                        "many_tables": many, "mixed": mixed,
-                                                                       "snapshot_under_writes": written},
+                                                                       "snapshot_under_writes": written,
+                                                                       "sink_formats": formats},
                                                                       indent=2))
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -51,6 +51,7 @@ from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.progress import StreamOffsetProgress
 from airflow_provider_mysqlcdc.protocol.sinks import SINK_FORMATS
+from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.sinks.routing import sink_table_ids
 from airflow_provider_mysqlcdc.state.drift import pending_drift, read_drift
 from airflow_provider_mysqlcdc.state.new_tables import pending_new_tables
@@ -58,7 +59,7 @@ from airflow_provider_mysqlcdc.state.registry import STREAM_OFFSET, PipelineStat
 from devtools.snapshot import resnapshot_whole_tables, snapshot_tables
 from devtools.spark_submit import SparkSubmit
 from devtools.throwaway_server import ThrowawayMariaDB
-from devtools.verify import clustering_commits, differences, sink_rows, source_rows
+from devtools.verify import differences, sink_commits, sink_rows, source_rows
 
 log = logging.getLogger(__name__)
 
@@ -407,8 +408,8 @@ class Torture:
                 self.report.problems.append(f"{table} ({when}): {problem}")
         if after_resnapshot:
             routed = sink_table_ids((t, self.rules.for_table(t)[0]) for t in self.tables)
-            self.report.clusterings = sum(clustering_commits(self.lake, table, sink_format=self.sink_format)
-                                          for table in routed)
+            sink = open_sink(str(self.lake), sink_format=self.sink_format)
+            self.report.clusterings = sum(sink_commits(sink, table, "cluster") for table in routed)
 
     def _check_new_tables_recorded(self) -> None:
         recorded = {TableId.parse(t.table) for t in pending_new_tables(self.state, set(self.state.latest().tables))}

@@ -19,6 +19,7 @@ from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.records.values import ValueNormalizer, select_list
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
+from airflow_provider_mysqlcdc.sinks.base import Sink
 
 Rows = dict[tuple[Any, ...], dict[str, Any]]
 
@@ -127,24 +128,28 @@ def sink_rows(lake: object, schema: TableSchema, storage_options: dict[str, str]
     return by_key
 
 
-def clustering_commits(lake: object, table_id: TableId, *, sink_format: str = "delta") -> int:
-    """How many clustering commits (sinks/clustering.py) the sink table holds."""
-    from airflow_provider_mysqlcdc.sinks.factory import open_sink
+def sink_commits(sink: Sink, table_id: TableId, kind: str) -> int:
+    """How many commits of ``kind`` the sink table holds, in either format: ``"merge"`` (a stream
+    batch's merge) or ``"cluster"`` (a clustering, sinks/clustering.py). 0 without a table."""
+    from airflow_provider_mysqlcdc.sinks.iceberg import IcebergSink
+    from airflow_provider_mysqlcdc.sinks.iceberg_maintenance import OPERATION_SUMMARY
 
-    sink = open_sink(str(lake), sink_format=sink_format)
-    if sink_format == "iceberg":
-        from airflow_provider_mysqlcdc.sinks.iceberg import IcebergSink
-        from airflow_provider_mysqlcdc.sinks.iceberg_maintenance import OPERATION_SUMMARY
-
-        assert isinstance(sink, IcebergSink)
+    if isinstance(sink, IcebergSink):
         table = sink.open_table(table_id)
         return 0 if table is None else sum(
-            1 for s in table.snapshots() if s.summary.additional_properties.get(OPERATION_SUMMARY) == "cluster")
+            1 for s in table.snapshots() if s.summary.additional_properties.get(OPERATION_SUMMARY) == kind)
     from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
 
     from airflow_provider_mysqlcdc.sinks.clustering import CLUSTERING_COMMIT
 
-    return sum(CLUSTERING_COMMIT in commit for commit in DeltaTable(sink.table_uri(table_id)).history())
+    try:
+        history = DeltaTable(sink.table_uri(table_id), storage_options=sink.storage_options).history()
+    except TableNotFoundError:
+        return 0
+    if kind == "cluster":
+        return sum(CLUSTERING_COMMIT in commit for commit in history)
+    return sum(commit["operation"] == kind.upper() for commit in history)
 
 
 def differences(expected: Rows, actual: Rows) -> str | None:

@@ -22,14 +22,14 @@ from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema, lo
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_to_rows
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
-from airflow_provider_mysqlcdc.sinks.iceberg import OPERATION_SUMMARY, IcebergSink
+from airflow_provider_mysqlcdc.sinks.iceberg import IcebergSink
 from airflow_provider_mysqlcdc.state.credentials import ObjectStoreCredentials
 from airflow_provider_mysqlcdc.state.drift import read_drift
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from devtools.dag_runner import catch_up_stream, example_dag_env, run_dag
 from devtools.postgres_server import ThrowawayPostgres
 from devtools.s3_server import S3Server
-from devtools.verify import differences, sink_rows, source_rows
+from devtools.verify import differences, sink_commits, sink_rows, source_rows
 
 from .helpers import SecretWatch, files_holding, run_stream
 
@@ -123,16 +123,11 @@ def test_a_dag_run_and_streams_keep_an_iceberg_table_equal_to_its_source(mysql_s
 
     # the checkpoint is lost: a new one reads the binlog again, and the table's recorded positions
     # keep every change it holds from being applied twice
-    merges = _merges(sink, orders)
+    merges = sink_commits(sink, orders, "merge")
     shutil.rmtree(Path(job.state) / "checkpoint")
     run_stream(cdc_user, tmp_path / "stream-again", job)
     assert both_readers_differ(cdc_user, lake, orders) == (None, None)
-    assert _merges(sink, orders) == merges
-
-
-def _merges(sink: IcebergSink, table_id: TableId) -> int:
-    table = sink.open_table(table_id)
-    return sum(1 for s in table.snapshots() if s.summary.additional_properties.get(OPERATION_SUMMARY) == "merge")
+    assert sink_commits(sink, orders, "merge") == merges
 
 
 ACCESS_KEY, SECRET_KEY = "AKIAICEBERGTEST", "s3-secret-iceberg-5e2a9c"

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from deltalake import DeltaTable
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import (
@@ -28,7 +27,6 @@ from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSc
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.sinks.change_columns import TableChanges, change_columns
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
-from airflow_provider_mysqlcdc.sinks.iceberg import OPERATION_SUMMARY
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
 from airflow_provider_mysqlcdc.state.drift import read_drift
 from airflow_provider_mysqlcdc.state.registry import PipelineState, captured_tables
@@ -36,6 +34,7 @@ from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
 from airflow_provider_mysqlcdc.stream.applier import AppliedBatch, BatchApplier
 from airflow_provider_mysqlcdc.stream.events import BatchItem
 from airflow_provider_mysqlcdc.stream.tables import Defaults
+from devtools.verify import sink_commits
 
 T, U = TableId("shop", "t"), TableId("shop", "u")
 #: the sink format of the test running (set by conftest.py's fixture)
@@ -131,10 +130,7 @@ class Pipeline:
 
     def merges(self, table: TableId) -> int:
         """How many merge commits the sink table holds."""
-        if SINK_FORMAT.value == "iceberg":
-            iceberg = self.sink.open_table(table)  # type: ignore[attr-defined]
-            return sum(1 for s in iceberg.snapshots() if s.summary.additional_properties.get(OPERATION_SUMMARY) == "merge")
-        return sum(1 for entry in DeltaTable(self.sink.table_uri(table)).history() if entry["operation"] == "MERGE")
+        return sink_commits(self.sink, table, "merge")
 
     def drift(self, table: TableId) -> list[tuple[TableEventKind, BinlogOffset]]:
         return [(e.kind, e.offset) for e in read_drift(self.state).get(table, [])]
