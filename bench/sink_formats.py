@@ -15,6 +15,7 @@ Iceberg tables in the embedded SQLite catalog).
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
@@ -32,7 +33,8 @@ _MIB = 2**20
 def bench_sink_formats(server: ThrowawayMariaDB, work: Path, secrets: Path, *, rows: int, burst: int,
                        merge_sizes: tuple[int, int]) -> dict:
     conn = server.connect_root()
-    return {"snapshot": _snapshot(conn, work, secrets, rows), "burst": _burst(server, work, secrets, burst),
+    return {"run_at": f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
+            "snapshot": _snapshot(conn, work, secrets, rows), "burst": _burst(server, work, secrets, burst),
             "mixed": _mixed(server, work, secrets),
             "merge": [_merge(server, work, secrets, size) for size in merge_sizes]}
 
@@ -115,6 +117,7 @@ def sink_formats_report(result: dict) -> list[str]:
     header = ("| workload | format | seconds | rows or changes/s | Iceberg / Delta rate | merging seconds | "
               "end to end seconds | " + " | ".join(f"{role} MiB" for role in ROLES) + " |")
     lines = ["## Iceberg beside Delta: the same data into each format", "",
+             f"Run {result.get('run_at', 'with the rest')} (`bin/bench --only sink-formats` runs this part alone). "
              "Each workload is written into a Delta table and then into an Iceberg table (embedded SQLite catalog) "
              "from the same source rows or the same binlog range, one spark-submit each. Seconds: the chunk job's work "
              "after start-up, or the stream's streaming part; merging: the stream batches' time spent writing into the "

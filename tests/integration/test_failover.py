@@ -91,11 +91,12 @@ def test_a_gtid_position_in_purged_binlog_is_reported_as_purged(servers):
 
 # --- the stream follows a failover ------------------------------------------------------------------
 
-@pytest.fixture()
-def failover_pipeline(tmp_path):
+@pytest.fixture(params=["delta", "iceberg"])
+def failover_pipeline(tmp_path, request):
     """A primary whose binlog files are numbered *above* its replica's (so that every offset read on
     the replica is "older" by file number than those read on the primary), a pipeline capturing
-    ``shop.t`` from the primary, and a stream run that brought the sink up to date there."""
+    ``shop.t`` from the primary into a sink of each table format, and a stream run that brought the
+    sink up to date there."""
     primary = ThrowawayMariaDB(base_dir=tmp_path / "primary", server_id=1, failover_ready=True).start()
     replica = ThrowawayMariaDB(base_dir=tmp_path / "replica", server_id=2, failover_ready=True).start()
     try:
@@ -107,7 +108,7 @@ def failover_pipeline(tmp_path):
                 cur.execute(f"CREATE TABLE shop.{name} (id INT PRIMARY KEY, v INT)")
                 cur.executemany(f"INSERT INTO shop.{name} VALUES (%s, 0)", [(i,) for i in range(100)])
         replica.replicate_from(primary)
-        pipeline = _Pipeline(tmp_path, primary)
+        pipeline = _Pipeline(tmp_path, primary, request.param)
         pipeline.capture_directly("t")
         _change(primary, "t", 1)
         pipeline.stream()
@@ -119,14 +120,15 @@ def failover_pipeline(tmp_path):
 
 
 class _Pipeline:
-    def __init__(self, tmp_path, server: ThrowawayMariaDB):
+    def __init__(self, tmp_path, server: ThrowawayMariaDB, sink_format: str):
         from airflow_provider_mysqlcdc.sinks.factory import open_sink
         from airflow_provider_mysqlcdc.state.registry import PipelineState
         from devtools.spark_submit import SparkSubmit
 
         self.tmp, self.lake = tmp_path, str(tmp_path / "lake")
         self.state = PipelineState(str(tmp_path / "state"))
-        self.sink = open_sink(self.lake)
+        self.sink_format = sink_format
+        self.sink = open_sink(self.lake, sink_format=sink_format)
         self.submit = SparkSubmit(master="local[1]", work_dir=tmp_path / "spark")
         self.point_at(server)
 
@@ -161,16 +163,17 @@ class _Pipeline:
         from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 
         job_file = self.tmp / "stream.json"
-        job_file.write_text(StreamJob(state=self.state.location, sink_root=self.lake).to_json())
+        job_file.write_text(StreamJob(state=self.state.location, sink_root=self.lake, sink_format=self.sink_format).to_json())
         self.submit.run("binlog_stream.py", ["--job", str(job_file)], self.source_file)
 
     def sink_equals_source(self, name: str) -> bool:
-        from devtools.verify import source_rows
+        from devtools.verify import sink_rows, source_rows
 
-        from .helpers import assert_same_rows, delta_rows
+        from .helpers import assert_same_rows
 
         schema = self.schema(name)
-        assert_same_rows(schema.table_id, source_rows(self.source, schema), delta_rows(self.lake, schema))
+        assert_same_rows(schema.table_id, source_rows(self.source, schema),
+                         sink_rows(self.lake, schema, sink_format=self.sink_format))
         return True
 
 

@@ -4,14 +4,15 @@
   server already says ``id2`` when the stream gets to them. They are applied with the key they were
   written under, the table is frozen at the statement (the sink's rows cannot be matched to later
   changes: drift of kind ``key-changed``, re-snapshotted by the next run).
-- A type change Delta refuses (``DECIMAL(10,2)`` to ``DECIMAL(10,4)``, and ``INT`` to ``BIGINT``,
-  which delta-rs cannot widen in place: a value beyond INT would not fit the table's column):
-  changes before it are applied with the old type, the table is frozen there (kind ``type-changed``).
+- A type change the sink refuses (``DECIMAL(10,2)`` to ``DECIMAL(10,4)`` in either format, and ``INT``
+  to ``BIGINT`` in Delta, which delta-rs cannot widen in place: a value beyond INT would not fit the
+  table's column): changes before it are applied with the old type, the table is frozen there (kind
+  ``type-changed``). Iceberg widens ``INT`` to ``BIGINT`` in place and streams on.
 - Another collation for a string chunk key orders its values differently, so the sink's chunk
   ranges no longer hold: changes before it apply, the table is frozen there (``key-changed``).
 
 Every other table streams on. One scripted history (the module fixture, one stream run that starts
-after both statements) serves the tests.
+after both statements) serves the tests, once into each table format.
 """
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ from airflow_provider_mysqlcdc.state.drift import read_drift
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
 from devtools.snapshot import snapshot_tables
-from devtools.verify import Rows, source_rows
+from devtools.verify import Rows, sink_rows, source_rows
 
-from .helpers import assert_same_rows, delta_rows, run_stream
+from .helpers import assert_same_rows, run_stream
 
 pytestmark = pytest.mark.integration
 
@@ -61,10 +62,15 @@ class History:
     before_collation_change: Rows
     before_key_ddl: dict[TableId, Rows]
     second_run: dict
+    sink_format: str
+
+    def rows(self, schema) -> Rows:
+        """The sink table's rows, read as ``schema`` says."""
+        return sink_rows(self.lake, schema, sink_format=self.sink_format)
 
 
-@pytest.fixture(scope="module")
-def history(mysql_server, cdc_user, tmp_path_factory):
+@pytest.fixture(scope="module", params=["delta", "iceberg"])
+def history(mysql_server, cdc_user, tmp_path_factory, request):
     tmp = tmp_path_factory.mktemp("key-and-type")
     database = f"cdc_keytype_{uuid.uuid4().hex[:8]}"
     conn = mysql_server.connect()
@@ -88,7 +94,8 @@ def history(mysql_server, cdc_user, tmp_path_factory):
             cur.execute(f"CREATE TABLE `{database}`.`{name}` ({columns})")
             cur.execute(f"INSERT INTO `{database}`.`{name}` (id, v) SELECT seq, seq FROM `{database}`.seq_1_to_40")
     state, lake = PipelineState(str(tmp / "state")), str(tmp / "lake")
-    snapshot_tables(cdc_user, [renamed, money, widened, other, collated, *key_ddl], lake, state)
+    snapshot_tables(cdc_user, [renamed, money, widened, other, collated, *key_ddl], lake, state,
+                    sink_format=request.param)
     before_key_ddl = {}
     with conn.cursor() as cur:
         for table, ddl in key_ddl.items():
@@ -125,13 +132,13 @@ def history(mysql_server, cdc_user, tmp_path_factory):
         cur.execute(f"INSERT INTO {collated.quoted} VALUES ('b1', 3)")
 
     # the stream's first run starts now: the server already says id2 and DECIMAL(10,4)
-    job = StreamJob(state=state.location, sink_root=lake)
+    job = StreamJob(state=state.location, sink_root=lake, sink_format=request.param)
     run_stream(cdc_user, tmp, job)
     with conn.cursor() as cur:  # the next run streams on past the frozen tables
         cur.execute(f"UPDATE {other.quoted} SET v = 5 WHERE id % 5 = 0")
     second_run = run_stream(cdc_user, tmp, job)
     yield History(renamed, money, widened, other, collated, lake, state, before_rename, before_type_change,
-                  before_widening, before_collation_change, before_key_ddl, second_run)
+                  before_widening, before_collation_change, before_key_ddl, second_run, request.param)
     with conn.cursor() as cur:
         cur.execute(f"DROP DATABASE `{database}`")
 
@@ -145,44 +152,54 @@ def _remembered(h: History, table: TableId):
 def test_changes_from_before_a_key_rename_apply_with_the_key_they_were_written_under(history):
     schema = _remembered(history, history.renamed)
     assert schema.key_columns == ("id",)
-    assert_same_rows(history.renamed, history.before_rename, delta_rows(history.lake, schema))
+    assert_same_rows(history.renamed, history.before_rename, history.rows(schema))
 
 
 @pytest.mark.parametrize("name", sorted(KEY_DDL))
 def test_every_form_of_a_key_change_freezes_its_table_after_applying_the_changes_before_it(history, name):
     table = TableId(history.renamed.database, name)
     assert [e.kind for e in read_drift(history.state)[table]] == [TableEventKind.KEY_CHANGED]
-    assert_same_rows(table, history.before_key_ddl[table], delta_rows(history.lake, _remembered(history, table)))
+    assert_same_rows(table, history.before_key_ddl[table], history.rows(_remembered(history, table)))
 
 
 def test_the_next_stream_run_after_key_changes_succeeds_and_streams_the_other_tables(history, mysql_server):
     assert history.second_run["mode"] == "available-now"
     schema = load_table_schema(mysql_server.connect(), history.other)
-    assert_same_rows(history.other, source_rows(mysql_server.admin, schema), delta_rows(history.lake, schema))
+    assert_same_rows(history.other, source_rows(mysql_server.admin, schema), history.rows(schema))
 
 
 def test_a_key_rename_freezes_the_table_for_a_re_snapshot(history):
     assert [e.kind for e in read_drift(history.state)[history.renamed]] == [TableEventKind.KEY_CHANGED]
 
 
-@pytest.mark.parametrize("name, column, old_type", [("money", "d", "decimal(10,2)"), ("widened", "w", "int(11)")])
-def test_changes_from_before_a_type_change_apply_with_the_old_type(history, name, column, old_type):
-    table = getattr(history, name)
-    schema = _remembered(history, table)
-    assert schema.column(column).column_type.lower() == old_type
-    before = history.before_type_change if name == "money" else history.before_widening
-    assert_same_rows(table, before, delta_rows(history.lake, schema))
+def test_changes_from_before_a_decimal_scale_change_apply_with_the_old_type(history):
+    schema = _remembered(history, history.money)
+    assert schema.column("d").column_type.lower() == "decimal(10,2)"
+    assert_same_rows(history.money, history.before_type_change, history.rows(schema))
 
 
-@pytest.mark.parametrize("name, reason", [("money", "decimal"), ("widened", "int64")])
-def test_a_type_the_sink_cannot_take_freezes_the_table_with_the_reason(history, name, reason):
-    events = read_drift(history.state)[getattr(history, name)]
-    assert [e.kind for e in events] == [TableEventKind.TYPE_CHANGED] and reason in events[0].reason.lower()
+def test_a_decimal_scale_change_freezes_the_table_with_the_reason(history):
+    events = read_drift(history.state)[history.money]
+    assert [e.kind for e in events] == [TableEventKind.TYPE_CHANGED] and "decimal" in events[0].reason.lower()
+
+
+def test_int_to_bigint_freezes_a_delta_table_and_widens_an_iceberg_table_in_place(history, mysql_server):
+    events = read_drift(history.state).get(history.widened, [])
+    if history.sink_format == "delta":  # delta-rs cannot widen a column in place
+        assert [e.kind for e in events] == [TableEventKind.TYPE_CHANGED] and "int64" in events[0].reason.lower()
+        schema = _remembered(history, history.widened)
+        assert schema.column("w").column_type.lower() == "int(11)"
+        assert_same_rows(history.widened, history.before_widening, history.rows(schema))
+    else:  # Iceberg promotes int to long: the values beyond INT written after the ALTER arrive
+        assert events == []
+        schema = load_table_schema(mysql_server.connect(), history.widened)
+        assert schema.column("w").column_type.lower() == "bigint(20)"
+        assert_same_rows(history.widened, source_rows(mysql_server.admin, schema), history.rows(schema))
 
 
 def test_every_other_table_streams_on(history, mysql_server):
     schema = load_table_schema(mysql_server.connect(), history.other)
-    assert_same_rows(history.other, source_rows(mysql_server.admin, schema), delta_rows(history.lake, schema))
+    assert_same_rows(history.other, source_rows(mysql_server.admin, schema), history.rows(schema))
     assert history.other not in read_drift(history.state)
 
 
@@ -191,7 +208,7 @@ def test_another_collation_of_the_chunk_key_freezes_the_table_after_the_changes_
     assert [e.kind for e in events] == [TableEventKind.KEY_CHANGED] and "utf8mb4_bin" in events[0].reason
     schema = _remembered(history, history.collated)
     assert schema.column("id").collation == "utf8mb4_general_ci"
-    assert_same_rows(history.collated, history.before_collation_change, delta_rows(history.lake, schema))
+    assert_same_rows(history.collated, history.before_collation_change, history.rows(schema))
 
 
 def test_a_plan_between_a_key_change_and_the_stream_leaves_the_stream_able_to_apply_the_changes_before_it(
@@ -221,4 +238,4 @@ def test_a_plan_between_a_key_change_and_the_stream_leaves_the_stream_able_to_ap
     assert [e.kind for e in read_drift(state)[table]] == [TableEventKind.KEY_CHANGED]
     remembered = KnownSchemas(state).remembered(table)
     assert remembered.key_columns == ("id",)
-    assert_same_rows(table, before, delta_rows(str(tmp_path / "lake"), remembered))
+    assert_same_rows(table, before, sink_rows(str(tmp_path / "lake"), remembered))

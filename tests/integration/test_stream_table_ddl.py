@@ -11,13 +11,14 @@ generation); each test then checks one behaviour of it:
   stream keeps going, the sink keeps the table's last state, the state says what happened, and the
   next run re-snapshots a table that exists again (a dropped one stays as it was);
 - a partition truncation (rows gone without row events) is recorded and re-snapshotted.
+
+The history runs once into each table format.
 """
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 
@@ -37,8 +38,9 @@ from airflow_provider_mysqlcdc.status import pipeline_status
 from devtools.snapshot import stage_whole_table
 from devtools.spark_submit import SparkSubmit
 from devtools.verify import Rows, source_rows
+from devtools.verify import sink_rows as sink_table_rows
 
-from .helpers import assert_same_rows, delta_rows
+from .helpers import assert_same_rows
 
 pytestmark = pytest.mark.integration
 
@@ -50,6 +52,7 @@ CAPTURED_FIRST = ["trunc_plain", "trunc_hw", "dropped", "renamed", "replaced", "
 class History:
     database: str
     lake: str
+    sink_format: str
     state: PipelineState
     schemas: dict[str, TableSchema]
     after_first_run: dict[str, Rows] = field(default_factory=dict)
@@ -79,8 +82,8 @@ def _write_direct(sink: Sink, cdc_user, schema: TableSchema, split: SnapshotSpli
     return finished
 
 
-@pytest.fixture(scope="module")
-def history(mysql_server, cdc_user, tmp_path_factory) -> History:
+@pytest.fixture(scope="module", params=["delta", "iceberg"])
+def history(mysql_server, cdc_user, tmp_path_factory, request) -> History:
     tmp = tmp_path_factory.mktemp("table-ddl")
     database = f"cdc_ddl_{uuid.uuid4().hex[:8]}"
     admin = mysql_server.connect()
@@ -94,11 +97,11 @@ def history(mysql_server, cdc_user, tmp_path_factory) -> History:
             cur.execute(f"CREATE TABLE `{name}` (id INT PRIMARY KEY, v VARCHAR(40)){partitions}")
             cur.executemany(f"INSERT INTO `{name}` VALUES (%s, %s)", [(i, f"{name} {i}") for i in range(1, 41)])
     schemas = {n: load_table_schema(conn, TableId(database, n)) for n in CAPTURED_FIRST + ["late_added"]}
-    h = History(database, str(tmp / "lake"), PipelineState(str(tmp / "state")), schemas)
+    h = History(database, str(tmp / "lake"), request.param, PipelineState(str(tmp / "state")), schemas)
     known = KnownSchemas(h.state)
     for schema in schemas.values():
         known.remember(schema)  # what the plan does for every table it plans
-    sink = open_sink(h.lake)
+    sink = open_sink(h.lake, sink_format=h.sink_format)
 
     # generation 1; trunc_hw's first split is read before a TRUNCATE, its second after it
     finished = [_write_direct(sink, cdc_user, schemas[n], SnapshotSplit(h.table(n), 0, "id"))
@@ -138,13 +141,13 @@ def history(mysql_server, cdc_user, tmp_path_factory) -> History:
 
     submit = SparkSubmit(master="local[1]", work_dir=tmp / "spark")
     source_file = cdc_user.to_private_file(tmp / "secrets" / "source.json")
-    (tmp / "stream.json").write_text(StreamJob(state=h.state.location, sink_root=h.lake).to_json())
+    (tmp / "stream.json").write_text(StreamJob(state=h.state.location, sink_root=h.lake, sink_format=h.sink_format).to_json())
 
     def run_stream() -> None:
         submit.run("binlog_stream.py", ["--job", str(tmp / "stream.json")], source_file)
 
     def sink_and_source() -> tuple[dict[str, Rows], dict[str, Rows]]:
-        sink_rows = {n: delta_rows(h.lake, s) for n, s in schemas.items()}
+        sink_rows = {n: sink_table_rows(h.lake, s, sink_format=h.sink_format) for n, s in schemas.items()}
         source = {n: source_rows(mysql_server.admin, s) for n, s in schemas.items() if table_exists(conn, s.table_id)}
         return sink_rows, source
 
@@ -252,4 +255,5 @@ def test_a_table_left_out_of_the_registry_keeps_its_sink_as_it_was(history):
 def test_schemas_of_tables_gone_from_the_server_are_remembered(history):
     remembered = KnownSchemas(history.state).remembered(history.table("dropped"))
     assert remembered == history.schemas["dropped"]
-    assert Path(history.lake, history.database, "dropped", "_delta_log").is_dir()
+    sink = open_sink(history.lake, sink_format=history.sink_format)
+    assert sink.read(history.table("dropped")).num_rows == len(history.last_state["dropped"])
