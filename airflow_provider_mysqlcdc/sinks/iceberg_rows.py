@@ -52,10 +52,20 @@ def merged(existing: pa.Table, changes: pa.Table, keys: list[str]) -> pa.Table:
 def chunk_filter(chunks: list[str]) -> BooleanExpression:
     """The rows whose ``_cdc_chunk`` is one of ``chunks``, as ``In`` filters of at most 200 values
     each: pyiceberg prunes files by the bounds of an ``In`` of up to 200 values only, and reads every
-    file for a larger one."""
-    if not chunks:
+    file for a larger one. The ``In`` filters are joined as a balanced tree of ``Or`` (``any_of``)."""
+    return any_of([In(CHUNK_COLUMN, chunks[at:at + IN_GROUP]) for at in range(0, len(chunks), IN_GROUP)])
+
+
+def any_of(filters: list[BooleanExpression]) -> BooleanExpression:
+    """``filters`` joined by ``Or`` as a balanced tree, as deep as the logarithm of their number:
+    pyiceberg's ``Or(a, b, c, ...)`` nests to the left, and visits expressions recursively, so a chain
+    of a merge's 500 ``In`` filters overflows Python's stack."""
+    if not filters:
         return AlwaysFalse()
-    return functools.reduce(Or, [In(CHUNK_COLUMN, chunks[at:at + IN_GROUP]) for at in range(0, len(chunks), IN_GROUP)])
+    if len(filters) == 1:
+        return filters[0]
+    middle = len(filters) // 2
+    return Or(any_of(filters[:middle]), any_of(filters[middle:]))
 
 
 def range_filter(start: str | None, end: str | None) -> BooleanExpression:

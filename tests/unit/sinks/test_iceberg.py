@@ -23,6 +23,7 @@ from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
+from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy
 from airflow_provider_mysqlcdc.protocol.sinks import check_namespace
 from airflow_provider_mysqlcdc.sinks.base import StreamCommit
@@ -138,6 +139,18 @@ def test_a_filter_of_many_chunk_keys_still_prunes_files_by_their_bounds(sink):
                                         "v": pa.array(["a"] * 500)}), AT).column("_cdc_chunk").to_pylist())
     planned = list(sink.open_table(T).scan(row_filter=chunk_filter(chunks)).plan_files())
     assert len(planned) == 1  # 500 keys (an In of more than 200 alone would read all four files)
+
+
+def test_a_merge_filter_of_as_many_chunk_keys_as_a_batch_merges_at_once_reads_its_rows(sink):
+    """A merge holds up to ``max_apply_changes`` changed keys; a chain of one ``Or`` per 200 of them
+    (500 deep) overflowed Python's stack when pyiceberg bound it (the 200,000-row UPDATE benchmark)."""
+    w = writer(sink)
+    split(w, None, None, range(0, 10), "a")
+    most = StreamJob(state="state", sink_root="lake").max_apply_changes
+    chunks = w.stamped(pa.table({"id": pa.array(range(0, most * 2, 2), pa.int32()), "v": pa.array(["a"] * most)}),
+                       AT).column("_cdc_chunk").to_pylist()
+    read = sink.open_table(T).scan(row_filter=chunk_filter(sorted(chunks))).to_arrow()
+    assert sorted(read.column("id").to_pylist()) == [0, 2, 4, 6, 8]
 
 
 def test_concurrent_splits_of_one_table_all_land_retried_on_conflict(sink):
