@@ -55,7 +55,12 @@ from airflow_provider_mysqlcdc.sinks.base import (
 )
 from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SUFFIX
 from airflow_provider_mysqlcdc.sinks.data_files import CHUNK_COLUMN
-from airflow_provider_mysqlcdc.sinks.iceberg_catalog import open_catalog, table_identifier
+from airflow_provider_mysqlcdc.sinks.iceberg_catalog import (
+    catalog_places_tables,
+    catalog_properties,
+    open_catalog,
+    table_identifier,
+)
 from airflow_provider_mysqlcdc.sinks.iceberg_maintenance import OPERATION_SUMMARY, cluster_table, maintain_table
 from airflow_provider_mysqlcdc.sinks.iceberg_rows import chunk_filter, merged, older_than, range_filter
 from airflow_provider_mysqlcdc.sinks.iceberg_schema import arrow_schema_of, as_table_rows, evolution, holds, promotable
@@ -105,6 +110,11 @@ class IcebergSink(Sink):
     def catalog(self) -> Catalog:
         return open_catalog(self.root, self._catalog_properties)
 
+    @functools.cached_property
+    def catalog_places_tables(self) -> bool:
+        """Whether new tables go where the catalog places them rather than under the lake's root."""
+        return catalog_places_tables(catalog_properties(self.root, self._catalog_properties))
+
     def table_uri(self, table_id: TableId) -> str:
         return "/".join([self.root, *table_id.path_segments])
 
@@ -130,14 +140,16 @@ class IcebergSink(Sink):
         """Create the table (of ``schema``) with its name mapping, which data files added as they are
         (``commit_range``) are read by, in the creating commit: one set later by pyiceberg from a
         transaction's schema could miss a column added meanwhile. A table or namespace another writer
-        created meanwhile is taken as it is."""
+        created meanwhile is taken as it is. The table lives under the lake's root, or where the catalog
+        places it (``catalog_places_tables``)."""
         namespace, _ = identifier = self.identifier(table_id, changelog=changelog)
         try:
             self.catalog.create_namespace_if_not_exists(namespace)
         except Exception:  # a concurrent creation: the SQL catalog checks, then inserts
             if not self.catalog.namespace_exists(namespace):
                 raise
-        location = self.table_uri(table_id) + (CHANGELOG_SUFFIX if changelog else "")
+        location = None if self.catalog_places_tables else (
+            self.table_uri(table_id) + (CHANGELOG_SUFFIX if changelog else ""))
         try:
             with _busy_as_conflict():
                 tx = self.catalog.create_table_transaction(identifier, schema=schema, location=location,

@@ -33,6 +33,11 @@ EMBEDDED_CATALOG_FILE = "iceberg_catalog.db"
 #: the name the sink gives its catalog, unless its properties name it (``name``): a SQL catalog keeps
 #: the tables of each catalog name apart, so a reader of the tables opens the catalog by that name
 CATALOG_NAME = "mysqlcdc"
+#: our own catalog property (not pyiceberg's): where the sink creates tables. ``sink_root`` (the
+#: default): at ``<sink_root>/<db>/<table>``; ``catalog``: where the catalog places them, for catalogs
+#: that decide their tables' locations (AWS S3 Tables, SeaweedFS table buckets, managed Polaris)
+TABLE_LOCATION_PROPERTY = "mysqlcdc.table-location"
+TABLE_LOCATIONS = ("sink_root", "catalog")
 
 
 def table_identifier(namespace: str, table_id: TableId, suffix: str = "") -> tuple[str, str]:
@@ -63,6 +68,17 @@ _S3_PROPERTIES = {"AWS_ENDPOINT_URL": "s3.endpoint", "AWS_ACCESS_KEY_ID": "s3.ac
                   "AWS_REGION": "s3.region"}
 
 
+def catalog_places_tables(properties: dict[str, str]) -> bool:
+    """Whether the catalog of ``properties`` places the tables the sink creates (``TABLE_LOCATION_PROPERTY``)."""
+    where = properties.get(TABLE_LOCATION_PROPERTY, "sink_root")
+    if where not in TABLE_LOCATIONS:
+        raise ConfigurationError(
+            f"The Iceberg catalog property {TABLE_LOCATION_PROPERTY} is {where!r}: give 'sink_root' (tables at "
+            "<sink_root>/<database>/<table>, the default) or 'catalog' (where the catalog places them, for a catalog "
+            "that decides its tables' locations).")
+    return where == "catalog"
+
+
 def object_store_properties() -> dict[str, str]:
     """The object store's credentials installed in this process (an ``aws`` connection's: an endpoint
     of an S3-compatible server, keys, region) as pyiceberg's file IO properties, so that the Iceberg
@@ -82,6 +98,8 @@ def open_catalog(root: str, configured: dict[str, str] | None) -> Catalog:
 
         Path(properties["uri"].removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     name = properties.pop("name", CATALOG_NAME)
+    catalog_places_tables(properties)  # a wrong setting is refused before the catalog is written to
+    properties.pop(TABLE_LOCATION_PROPERTY, None)  # the sink's, not pyiceberg's
     try:
         return load_catalog(name, **properties)
     except Exception as exc:  # noqa: BLE001 - pyiceberg raises many kinds for bad settings

@@ -31,7 +31,7 @@ from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SCHEMA
 from airflow_provider_mysqlcdc.sinks.data_files import write_data_file
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.sinks.iceberg import OPERATION_SUMMARY, POSITION_PROPERTY, IcebergSink
-from airflow_provider_mysqlcdc.sinks.iceberg_catalog import CATALOG_NAME, EMBEDDED_CATALOG_FILE
+from airflow_provider_mysqlcdc.sinks.iceberg_catalog import CATALOG_NAME, EMBEDDED_CATALOG_FILE, TABLE_LOCATION_PROPERTY
 from airflow_provider_mysqlcdc.sinks.iceberg_maintenance import ORPHAN_MIN_AGE_S, expirable, held_files
 from airflow_provider_mysqlcdc.sinks.iceberg_rows import chunk_filter
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_change_batch
@@ -258,6 +258,27 @@ def test_catalog_settings_that_do_not_open_a_catalog_are_refused_with_the_fix(tm
     sink = open_sink(str(tmp_path), sink_format="iceberg", iceberg_catalog={"type": "no-such-kind"})
     with pytest.raises(ConfigurationError, match="could not be opened.*pyiceberg's catalog properties"):
         sink.prepare(table_schema())
+
+
+def test_a_catalog_that_places_its_tables_gets_them_where_it_places_them(tmp_path):
+    warehouse = tmp_path / "catalog-warehouse"
+    catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{warehouse}",
+               TABLE_LOCATION_PROPERTY: "catalog"}
+    sink = open_sink(str(tmp_path / "lake"), sink_format="iceberg", iceberg_catalog=catalog)
+    assert isinstance(sink, IcebergSink)
+    split(writer(sink), None, None, range(1, 4), "a")
+    location = sink.open_table(T).location()
+    assert location.startswith(f"file://{warehouse}/") and "lake" not in location
+    assert all(path.startswith(location) for path in data_files(sink))
+    assert held(sink) == {1: "a", 2: "a", 3: "a"}
+
+
+def test_an_unknown_table_location_setting_is_refused_before_anything_is_written(tmp_path):
+    catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", TABLE_LOCATION_PROPERTY: "warehouse"}
+    sink = open_sink(str(tmp_path / "lake"), sink_format="iceberg", iceberg_catalog=catalog)
+    with pytest.raises(ConfigurationError, match=f"{TABLE_LOCATION_PROPERTY} is 'warehouse'.*'catalog'"):
+        sink.prepare(table_schema())
+    assert not (tmp_path / "lake").exists()
 
 
 @pytest.mark.parametrize("template", ["", "{db}", "lake_{database}_{table}"])
