@@ -74,3 +74,17 @@ def fresh_table(server: ThrowawayMariaDB, table: TableId, columns: str, fill_sel
         cur.execute(f"INSERT INTO {table.quoted} {fill_select}")
     conn.commit()
     return conn
+
+
+def update_burst(server: ThrowawayMariaDB, table: TableId, rows: int):
+    """A narrow table of ``rows`` rows, then one UPDATE of every row: the connection and the binlog
+    positions before and after the UPDATE."""
+    from airflow_provider_mysqlcdc.cdc.source.server import current_offset
+
+    conn = fresh_table(server, table, "id INT PRIMARY KEY, v INT, pad VARCHAR(100)",
+                       f"SELECT seq, 0, REPEAT('x', 60) FROM bench.seq_1_to_{rows}")
+    start = current_offset(conn)
+    with conn.cursor() as cur:
+        cur.execute(f"UPDATE {table.quoted} SET v = v + 1")
+    conn.commit()
+    return conn, start, current_offset(conn)

@@ -43,11 +43,10 @@ from typing import Any
 from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
-from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob
 from airflow_provider_mysqlcdc.spark.submit import spark_home
 from bench.binlog_baselines import mariadb_binlog_seconds, python_replication_seconds, reader_rows, reader_seconds
-from bench.customer_table import create_customer_table, fresh_table
+from bench.customer_table import create_customer_table, update_burst
 from bench.fixed_cost import bench_fixed_cost, connect_runner, fixed_cost_report
 from bench.jobs import SPLIT_ROWS, run_chunk_job, run_stream_job, timed
 from bench.latency import bench_latency, latency_report
@@ -143,13 +142,7 @@ def bench_written(server: ThrowawayMariaDB, work: Path, rows: int, secrets: Path
 # --- 2. stream apply rate --------------------------------------------------------------------------
 def bench_stream(server: ThrowawayMariaDB, work: Path, burst: int, secrets: Path) -> dict:
     table = TableId("bench", "burst")
-    conn = fresh_table(server, table, "id INT PRIMARY KEY, v INT, pad VARCHAR(100)",
-                       f"SELECT seq, 0, REPEAT('x', 60) FROM bench.seq_1_to_{burst}")
-    start = current_offset(conn)
-    with conn.cursor() as cur:
-        cur.execute(f"UPDATE {table.quoted} SET v = v + 1")
-    conn.commit()
-    end = current_offset(conn)
+    conn, start, end = update_burst(server, table, burst)
     out = {"changes": burst, "mariadb_binlog_s": mariadb_binlog_seconds(server, start, end),
            "pymysqlrepl_s": python_replication_seconds(server, start, end, burst),
            "reader_s": reader_seconds(server, [table], start, end, burst)}
@@ -267,6 +260,22 @@ def report(snap: dict, stream: dict, merge: dict, latency: dict, memory: dict, f
     return "\n".join(lines) + ("\n" + notes.read_text() if notes.exists() else "")
 
 
+def _replace_section(page: Path, lines: list[str]) -> None:
+    """Put a benchmark's report section (``lines``, from its ``## `` title) into the page written by
+    the last full run, in place of its earlier figures or at the end: an ``--only`` run's own update."""
+    if not page.exists():
+        return
+    text, title = page.read_text(), lines[0]
+    start = text.find(title.split(":")[0])
+    if start < 0:
+        notes = text.find("\n## What the figures mean")
+        start = end = notes + 1 if notes >= 0 else len(text)
+    else:
+        following = text.find("\n## ", start + len(title))
+        end = following + 1 if following >= 0 else len(text)
+    page.write_text(text[:start] + "\n".join(lines) + "\n" + text[end:])
+
+
 def _keep(figures: Path, key: str, result: dict) -> None:
     """Store one benchmark's figures in docs/benchmarks.json, for the full run's report to repeat."""
     stored = json.loads(figures.read_text()) if figures.exists() else {}
@@ -288,7 +297,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the two sink sizes of the merge-scaling workload beside each other in sink-formats")
     parser.add_argument("--only", choices=["snapshot", "snapshot-under-writes", "stream", "merge-scaling", "latency", "memory", "fixed-cost",
                                            "stream-startup", "mixed", "many-tables", "sink-formats"],
-                        help="run one benchmark and print its numbers (docs/benchmarks.md is left alone)")
+                        help="run one benchmark and print its numbers (docs/benchmarks.md is left alone, but for "
+                             "sink-formats, whose section it replaces)")
     args = parser.parse_args(argv)
     ensure_jdbc_jar()
     work = Path(tempfile.mkdtemp(prefix="mysqlcdc-bench-"))
@@ -336,6 +346,7 @@ def main(argv: list[str] | None = None) -> int:
                 if args.only == "sink-formats":
                     print("\n".join(sink_formats_report(result)))
                     _keep(Path(args.out).with_suffix(".json"), "sink_formats", result)
+                    _replace_section(Path(args.out), sink_formats_report(result))
                 if args.only == "many-tables":
                     print("\n".join(many_tables_report(result)))
                     _keep(Path(args.out).with_suffix(".json"), "many_tables", result)

@@ -21,7 +21,7 @@ from pathlib import Path
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 from bench import merge_scaling, mixed_workload
-from bench.customer_table import create_customer_table, fresh_table
+from bench.customer_table import create_customer_table, update_burst
 from bench.jobs import run_chunk_job, run_stream_job
 from bench.memory import ROLES
 from devtools.throwaway_server import ThrowawayMariaDB
@@ -74,12 +74,7 @@ def _figures(run: dict) -> dict:
 
 def _burst(server: ThrowawayMariaDB, work: Path, secrets: Path, burst: int) -> dict:
     table = TableId("bench", "formats_burst")
-    conn = fresh_table(server, table, "id INT PRIMARY KEY, v INT, pad VARCHAR(100)",
-                       f"SELECT seq, 0, REPEAT('x', 60) FROM bench.seq_1_to_{burst}")
-    start = current_offset(conn)
-    with conn.cursor() as cur:
-        cur.execute(f"UPDATE {table.quoted} SET v = v + 1")
-    conn.commit()
+    conn, start, _ = update_burst(server, table, burst)
     return _streams(conn, [table], "id", start, work, secrets, "formats-burst", burst)
 
 

@@ -4,7 +4,8 @@ table equals its source row for row, read by pyiceberg and by DuckDB's Iceberg e
 Iceberg allows evolves the column in place, a TRUNCATE and a new column are followed, every change
 reaches the changelog table, and a stream whose checkpoint was lost applies nothing twice. On an S3
 server (moto) with a SQL catalog on a real PostgreSQL, both reached only through Airflow
-connections, the same holds and neither secret leaks."""
+connections, the same holds and neither secret leaks; and so it does in a real REST catalog
+(SeaweedFS's) that places its tables itself in the S3 table bucket it serves."""
 
 from __future__ import annotations
 
@@ -23,12 +24,14 @@ from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_to_rows
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.sinks.iceberg import IcebergSink
+from airflow_provider_mysqlcdc.sinks.iceberg_catalog import TABLE_LOCATION_PROPERTY
 from airflow_provider_mysqlcdc.state.credentials import ObjectStoreCredentials
 from airflow_provider_mysqlcdc.state.drift import read_drift
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from devtools.dag_runner import catch_up_stream, example_dag_env, run_dag
 from devtools.postgres_server import ThrowawayPostgres
 from devtools.s3_server import S3Server
+from devtools.seaweedfs_server import SeaweedIceberg
 from devtools.verify import differences, sink_commits, sink_rows, source_rows
 
 from .helpers import SecretWatch, files_holding, run_stream
@@ -140,16 +143,31 @@ def table_rows(sink: IcebergSink, schema: TableSchema) -> dict:
     return by_key
 
 
-def test_an_iceberg_lake_on_s3_with_a_postgresql_catalog_is_reached_only_through_connections(
-        mysql_server, cdc_user, database, tmp_path, monkeypatch):
-    for name in [n for n in os.environ if n.startswith("AWS_")]:  # nothing opens the server but the connection
-        monkeypatch.delenv(name)
-    orders = TableId(database, "s3_orders")
+def _orders(mysql_server, orders: TableId):
+    """A small table of orders, created and filled; a connection to the server."""
     conn = mysql_server.connect()
     with conn.cursor() as cur:
         cur.execute(f"CREATE TABLE {orders.quoted} (id INT PRIMARY KEY, v VARCHAR(20), amount DECIMAL(8,2))")
         cur.executemany(f"INSERT INTO {orders.quoted} VALUES (%s, %s, %s)", [(i, f"v{i}", i / 4) for i in range(90)])
     conn.commit()
+    return conn
+
+
+def _change(conn, orders: TableId) -> None:
+    """Updates, deletes and an insert after the DAG run, for the catch-up stream."""
+    with conn.cursor() as cur:
+        cur.execute(f"UPDATE {orders.quoted} SET v = 'changed' WHERE id < 20")
+        cur.execute(f"DELETE FROM {orders.quoted} WHERE id >= 80")
+        cur.execute(f"INSERT INTO {orders.quoted} VALUES (500, 'new', 1.5)")
+    conn.commit()
+
+
+def test_an_iceberg_lake_on_s3_with_a_postgresql_catalog_is_reached_only_through_connections(
+        mysql_server, cdc_user, database, tmp_path, monkeypatch):
+    for name in [n for n in os.environ if n.startswith("AWS_")]:  # nothing opens the server but the connection
+        monkeypatch.delenv(name)
+    orders = TableId(database, "s3_orders")
+    conn = _orders(mysql_server, orders)
     with S3Server(tmp_path / "moto.log") as s3, ThrowawayPostgres() as catalog_db:
         # a bucket of its own: a stream's checkpoint for a state on an object store is a local folder
         # named after the state's URL, which another run of this test must not find
@@ -168,11 +186,7 @@ def test_an_iceberg_lake_on_s3_with_a_postgresql_catalog_is_reached_only_through
         watches = [SecretWatch(SECRET_KEY).start(), SecretWatch(catalog_db.password).start()]
         try:
             run = run_dag("mysqlcdc_example", env)  # the chunks, then an available-now stream
-            with conn.cursor() as cur:
-                cur.execute(f"UPDATE {orders.quoted} SET v = 'changed' WHERE id < 20")
-                cur.execute(f"DELETE FROM {orders.quoted} WHERE id >= 80")
-                cur.execute(f"INSERT INTO {orders.quoted} VALUES (500, 'new', 1.5)")
-            conn.commit()
+            _change(conn, orders)
             credentials = ObjectStoreCredentials.from_aws_connection(
                 conn_id="cdc_lake", login=ACCESS_KEY, password=SECRET_KEY,
                 extra=s3.connection(ACCESS_KEY, SECRET_KEY)["extra"]).with_iceberg_catalog(catalog)
@@ -193,4 +207,51 @@ def test_an_iceberg_lake_on_s3_with_a_postgresql_catalog_is_reached_only_through
     for secret in (SECRET_KEY, catalog_db.password):
         assert secret not in run["output"] and secret not in json.dumps(run["xcoms"])
         assert not files_holding(secret, tmp_path)
+    assert not leaked, leaked
+
+
+def test_an_iceberg_lake_in_a_rest_catalog_that_places_its_tables_is_exact_and_keeps_its_secret(
+        mysql_server, cdc_user, database, tmp_path, monkeypatch):
+    """A real Iceberg REST catalog (SeaweedFS's, from PyPI) that decides where its tables live, in an S3
+    table bucket it serves itself: the DAG's chunks and a stream land there, equal to the source, and
+    the one secret (the catalog's OAuth2 client credential is the S3 secret key) leaks nowhere."""
+    for name in [n for n in os.environ if n.startswith("AWS_")]:
+        monkeypatch.delenv(name)
+    orders = TableId(database, "rest_orders")
+    conn = _orders(mysql_server, orders)
+    secret = f"rest-secret-{uuid.uuid4().hex[:12]}"
+    with SeaweedIceberg(tmp_path / "seaweedfs", access_key="mysqlcdc-lake", secret_key=secret) as server:
+        catalog = {**server.catalog_properties(), TABLE_LOCATION_PROPERTY: "catalog"}
+        lake, state_dir = f"s3://{server.table_bucket}", tmp_path / "state"
+        env = {n: v for n, v in example_dag_env(tmp_path / "airflow", cdc_user, [orders], sink_root=lake,
+                                                  state_dir=state_dir, split_rows=30, chunk_rows=50).items()
+               if not n.startswith("AWS_")}
+        env.update(MYSQLCDC_SINK_FORMAT="iceberg", MYSQLCDC_AWS_CONN_ID="cdc_lake",
+                   AIRFLOW_CONN_CDC_LAKE=json.dumps(server.aws_connection()),
+                   MYSQLCDC_ICEBERG_CATALOG_CONN_ID="lake_catalog",
+                   AIRFLOW_CONN_LAKE_CATALOG=json.dumps({"conn_type": "iceberg_catalog", "extra": catalog}))
+        watch = SecretWatch(secret).start()
+        try:
+            run = run_dag("mysqlcdc_example", env)  # the chunks, then an available-now stream
+            _change(conn, orders)
+            aws = server.aws_connection()
+            credentials = ObjectStoreCredentials.from_aws_connection(
+                conn_id="cdc_lake", login=aws["login"], password=aws["password"],
+                extra=aws["extra"]).with_iceberg_catalog(catalog)
+            catch_up_stream(cdc_user, str(state_dir / "mysqlcdc_example"), lake, tmp_path / "catch-up",
+                            object_store=credentials, sink_format="iceberg")
+        finally:
+            leaked = watch.stop()
+        assert run["state"] == "success", run["output"][-5000:]
+        schema = load_table_schema(mysql_server.connect(), orders)
+        s3_access = {"s3.endpoint": server.s3_endpoint, "s3.access-key-id": server.access_key,
+                     "s3.secret-access-key": secret, "s3.region": server.region}
+        sink = IcebergSink(lake, catalog_properties={**catalog, **s3_access})
+        assert differences(source_rows(mysql_server.admin, schema), table_rows(sink, schema)) is None
+        table = sink.catalog.load_table((database, "rest_orders"))  # named in the REST catalog
+        assert table.location() == f"s3://{server.table_bucket}/{database}/rest_orders"  # where it placed it
+        assert all(path.startswith(f"{table.location()}/data/")
+                   for path in table.inspect.data_files().column("file_path").to_pylist())
+    assert secret not in run["output"] and secret not in json.dumps(run["xcoms"])
+    assert [f for f in files_holding(secret, tmp_path) if "seaweedfs" not in Path(f).relative_to(tmp_path).parts] == []
     assert not leaked, leaked
