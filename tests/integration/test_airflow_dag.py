@@ -1,6 +1,7 @@
 """The example DAG through a pipeline's whole life, with dag.test() and Airflow's REST API: real
 MariaDB under concurrent writes on every table throughout, real spark-submit per chunk, a real
-continuous stream (killed with -9 once), real Delta tables, real Airflow metadata DB.
+continuous stream (killed with -9 once), real Delta tables and, in a second run of the whole life,
+real Iceberg tables (``sink_format``), real Airflow metadata DB.
 
 1. run 1 snapshots table A (named when the DAG is parsed); the stream is not running yet;
 2. one chunk of run 1 is cleared through ``clearTaskInstances``: only it (and downstream) re-runs,
@@ -41,6 +42,7 @@ from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.progress import StreamOffsetProgress
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
+from airflow_provider_mysqlcdc.sinks.iceberg import IcebergSink
 from airflow_provider_mysqlcdc.state.registry import STREAM_OFFSET, PipelineState
 from airflow_provider_mysqlcdc.status import pipeline_status
 from devtools.dag_runner import catch_up_stream, clear_and_resume, example_dag_env, mark_running, run_dag
@@ -64,8 +66,9 @@ def _assert_run_succeeded(result: dict) -> None:
     assert all(ti["state"] in ("success", "skipped") for ti in result["tis"]), result["tis"]
 
 
+@pytest.mark.parametrize("sink_format", ["delta", "iceberg"])
 def test_pipeline_lifecycle_adds_clears_resnapshots_and_stays_exact(mysql_server, cdc_user, database, tmp_path,
-                                                                    request, installed_wheel):
+                                                                    request, installed_wheel, sink_format):
     conn = mysql_server.connect()
     a, b, c = create_sample_tables(conn, database, rows_per_table=1500, seed=21, tables=TABLES)
     with conn.cursor() as cur:  # a column the writers never touch, renamed while streaming (step 5)
@@ -80,7 +83,8 @@ def test_pipeline_lifecycle_adds_clears_resnapshots_and_stays_exact(mysql_server
     # the DAG's Spark jobs go through an Airflow spark connection, with event logs on (searched for secrets)
     events = tmp_path / "spark-events"
     events.mkdir()
-    env.update(AIRFLOW_CONN_MYSQLCDC_SPARK=json.dumps({"conn_type": "spark", "host": "local[2]"}),
+    env.update(MYSQLCDC_SINK_FORMAT=sink_format,
+               AIRFLOW_CONN_MYSQLCDC_SPARK=json.dumps({"conn_type": "spark", "host": "local[2]"}),
                MYSQLCDC_SPARK_CONN_ID="mysqlcdc_spark",
                MYSQLCDC_SPARK_CONF=json.dumps({"spark.eventLog.enabled": True, "spark.eventLog.dir": str(events)}))
     state = PipelineState(str(state_dir / "mysqlcdc_example"))
@@ -91,7 +95,8 @@ def test_pipeline_lifecycle_adds_clears_resnapshots_and_stays_exact(mysql_server
     def step(name: str) -> None:
         print(f"[{time.monotonic() - started:5.0f}s] {name}", flush=True)
 
-    job = StreamJob(state=state.location, sink_root=str(lake), mode="continuous", trigger_interval_s=0.5)
+    job = StreamJob(state=state.location, sink_root=str(lake), mode="continuous", trigger_interval_s=0.5,
+                    sink_format=sink_format)
     (tmp_path / "stream.json").write_text(job.to_json())
 
     current: list[subprocess.Popen] = []
@@ -244,13 +249,15 @@ def test_pipeline_lifecycle_adds_clears_resnapshots_and_stays_exact(mysql_server
     assert stream.poll() is None, (tmp_path / "stream.log").read_text()[-3000:]
     os.killpg(stream_pid, signal.SIGTERM)
     stream.wait()
-    catch_up_stream(cdc_user, state.location, lake, tmp_path / "catch-up")
+    catch_up_stream(cdc_user, state.location, lake, tmp_path / "catch-up", sink_format=sink_format)
     step("caught up")
     schemas = run_preflight(cdc_user, [a, b, c]).schemas  # B's column is called tag now
-    assert "tag" in open_sink(str(lake)).column_names(b)
+    sink = open_sink(str(lake), sink_format=sink_format)
+    assert "tag" in sink.column_names(b)
     for table in (a, b, c):
-        assert_same_rows(table, source_rows(mysql_server.admin, schemas[table]), delta_rows(lake, schemas[table]))
-        _assert_no_row_went_back(lake, schemas[table])
+        assert_same_rows(table, source_rows(mysql_server.admin, schemas[table]),
+                         delta_rows(lake, schemas[table], sink_format=sink_format))
+        _assert_no_row_went_back(sink, schemas[table])
     status = pipeline_status(state.location, cdc_user)
     assert set(status["tables"]) == {str(a), str(b), str(c)} and status["stream"]["changes_total"] > 0
     # writers stopped before the catch-up run, which read up to the head: no transaction left behind
@@ -278,17 +285,29 @@ def test_pipeline_lifecycle_adds_clears_resnapshots_and_stays_exact(mysql_server
           f"{status['generation']}")
 
 
-def _assert_no_row_went_back(lake, schema) -> None:
-    """Across every commit of the Delta table, each key's ``_cdc_version`` (the binlog offset of the
-    state it shows) never decreases: no re-snapshot or replay took a row back to an older state."""
-    uri = open_sink(str(lake)).table_uri(schema.table_id)
+def _assert_no_row_went_back(sink, schema) -> None:
+    """Across every commit of the sink table (each Delta version, each Iceberg snapshot), each key's
+    ``_cdc_version`` (the binlog offset of the state it shows) never decreases: no re-snapshot or
+    replay took a row back to an older state."""
     columns = [*schema.key_columns, "_cdc_version"]
     last: dict[tuple, int] = {}
-    for version in range(DeltaTable(uri).version() + 1):
-        for row in DeltaTable(uri, version=version).to_pyarrow_table(columns=columns).to_pylist():
+    for commit, rows in _every_commit(sink, schema.table_id, columns):
+        for row in rows.to_pylist():
             key = tuple(row[k] for k in schema.key_columns)
-            assert row["_cdc_version"] >= last.get(key, 0), f"{schema.table_id} {key} went back at commit {version}"
+            assert row["_cdc_version"] >= last.get(key, 0), f"{schema.table_id} {key} went back at commit {commit}"
             last[key] = row["_cdc_version"]
+
+
+def _every_commit(sink, table_id: TableId, columns: list[str]):
+    """(commit, the table's ``columns`` as of it), oldest first, for each commit the table keeps."""
+    if isinstance(sink, IcebergSink):
+        table = sink.open_table(table_id)
+        for snapshot in sorted(table.snapshots(), key=lambda s: s.sequence_number or 0):
+            yield snapshot.snapshot_id, table.scan(snapshot_id=snapshot.snapshot_id, selected_fields=tuple(columns)).to_arrow()
+        return
+    uri = sink.table_uri(table_id)
+    for version in range(DeltaTable(uri).version() + 1):
+        yield version, DeltaTable(uri, version=version).to_pyarrow_table(columns=columns)
 
 
 def test_bad_table_fails_the_plan_task_before_any_spark_job(mysql_server, cdc_user, database, tmp_path):

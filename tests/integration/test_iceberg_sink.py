@@ -4,8 +4,9 @@ table equals its source row for row, read by pyiceberg and by DuckDB's Iceberg e
 Iceberg allows evolves the column in place, a TRUNCATE and a new column are followed, every change
 reaches the changelog table, and a stream whose checkpoint was lost applies nothing twice. On an S3
 server (moto) with a SQL catalog on a real PostgreSQL, both reached only through Airflow
-connections, the same holds and neither secret leaks; and so it does in a real REST catalog
-(SeaweedFS's) that places its tables itself in the S3 table bucket it serves."""
+connections, the same holds (read by pyiceberg and by DuckDB over S3) and neither secret leaks; and
+so it does in a real REST catalog (SeaweedFS's) that places its tables itself in the S3 table bucket
+it serves."""
 
 from __future__ import annotations
 
@@ -39,17 +40,24 @@ from .helpers import SecretWatch, files_holding, run_stream
 pytestmark = pytest.mark.integration
 
 
-def duckdb_rows(sink: IcebergSink, schema: TableSchema) -> dict:
-    """The table's rows by key as DuckDB reads them: its Iceberg and Avro extensions, loaded from
-    their PyPI wheels (no download), scan the table's current metadata file."""
+def duckdb_rows(sink: IcebergSink, schema: TableSchema, s3: dict[str, str] | None = None) -> dict:
+    """The table's rows by key as DuckDB reads them: its Iceberg and Avro extensions (and for a table
+    on S3 its httpfs extension, given ``s3``: the server's ``endpoint`` URL, ``key_id``, ``secret`` and
+    ``region``), loaded from their PyPI wheels (no download), scan the table's current metadata file."""
     import duckdb
     import duckdb_extension_avro
+    import duckdb_extension_httpfs
     import duckdb_extension_iceberg
 
     con = duckdb.connect()
     try:
-        for extension in (duckdb_extension_avro, duckdb_extension_iceberg):
+        extensions = [duckdb_extension_avro, duckdb_extension_iceberg] + ([duckdb_extension_httpfs] if s3 else [])
+        for extension in extensions:
             con.execute(f"LOAD '{_extension_file(extension)}'")
+        if s3:
+            con.execute("CREATE SECRET lake (TYPE s3, KEY_ID ?, SECRET ?, REGION ?, ENDPOINT ?, URL_STYLE 'path', "
+                        "USE_SSL false)", [s3["key_id"], s3["secret"], s3["region"],
+                                           s3["endpoint"].removeprefix("http://")])
         metadata = sink.open_table(schema.table_id).metadata_location
         table = con.execute(f"SELECT * FROM iceberg_scan('{metadata}')").to_arrow_table()
     finally:
@@ -199,7 +207,10 @@ def test_an_iceberg_lake_on_s3_with_a_postgresql_catalog_is_reached_only_through
         s3_access = {"s3.endpoint": s3.endpoint_url, "s3.access-key-id": ACCESS_KEY,
                      "s3.secret-access-key": SECRET_KEY, "s3.region": s3.region}
         sink = IcebergSink(lake, catalog_properties={**catalog, **s3_access})
-        assert differences(source_rows(mysql_server.admin, schema), table_rows(sink, schema)) is None
+        expected = source_rows(mysql_server.admin, schema)
+        assert differences(expected, table_rows(sink, schema)) is None
+        duckdb_s3 = {"endpoint": s3.endpoint_url, "key_id": ACCESS_KEY, "secret": SECRET_KEY, "region": s3.region}
+        assert differences(expected, duckdb_rows(sink, schema, duckdb_s3)) is None
         table = sink.catalog.load_table((database, "s3_orders"))  # named in the PostgreSQL catalog
         assert table.location() == f"{lake}/{database}/s3_orders"
         assert all(path.startswith(f"{lake}/{database}/s3_orders/data/")
@@ -222,7 +233,8 @@ def test_an_iceberg_lake_in_a_rest_catalog_that_places_its_tables_is_exact_and_k
     secret = f"rest-secret-{uuid.uuid4().hex[:12]}"
     with SeaweedIceberg(tmp_path / "seaweedfs", access_key="mysqlcdc-lake", secret_key=secret) as server:
         catalog = {**server.catalog_properties(), TABLE_LOCATION_PROPERTY: "catalog"}
-        lake, state_dir = f"s3://{server.table_bucket}", tmp_path / "state"
+        # the lake's root only names the lake: the tables are where the catalog places them, outside it
+        lake, state_dir = f"s3://{server.table_bucket}/lake", tmp_path / "state"
         env = {n: v for n, v in example_dag_env(tmp_path / "airflow", cdc_user, [orders], sink_root=lake,
                                                   state_dir=state_dir, split_rows=30, chunk_rows=50).items()
                if not n.startswith("AWS_")}
@@ -247,7 +259,11 @@ def test_an_iceberg_lake_in_a_rest_catalog_that_places_its_tables_is_exact_and_k
         s3_access = {"s3.endpoint": server.s3_endpoint, "s3.access-key-id": server.access_key,
                      "s3.secret-access-key": secret, "s3.region": server.region}
         sink = IcebergSink(lake, catalog_properties={**catalog, **s3_access})
-        assert differences(source_rows(mysql_server.admin, schema), table_rows(sink, schema)) is None
+        expected = source_rows(mysql_server.admin, schema)
+        assert differences(expected, table_rows(sink, schema)) is None
+        duckdb_s3 = {"endpoint": server.s3_endpoint, "key_id": server.access_key, "secret": secret,
+                     "region": server.region}
+        assert differences(expected, duckdb_rows(sink, schema, duckdb_s3)) is None
         table = sink.catalog.load_table((database, "rest_orders"))  # named in the REST catalog
         assert table.location() == f"s3://{server.table_bucket}/{database}/rest_orders"  # where it placed it
         assert all(path.startswith(f"{table.location()}/data/")
