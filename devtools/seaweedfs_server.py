@@ -93,7 +93,8 @@ class SeaweedIceberg:
     def catalog_properties(self) -> dict[str, str]:
         """pyiceberg's REST catalog properties for the table bucket (an ``iceberg_catalog`` connection's extras)."""
         return {"type": "rest", "uri": self.catalog_uri, "warehouse": f"s3://{self.table_bucket}",
-                "credential": f"{self.access_key}:{self.secret_key}"}
+                "credential": f"{self.access_key}:{self.secret_key}",
+                "oauth2-server-uri": f"{self.catalog_uri}/v1/oauth/tokens"}
 
     def aws_connection(self) -> dict[str, Any]:
         """An Airflow ``aws`` connection (``AIRFLOW_CONN_*`` JSON) for the S3 gateway."""

@@ -335,6 +335,19 @@ def test_maintenance_expires_old_snapshots_and_deletes_only_unreferenced_old_fil
     assert overlapping_files(sink) == 0
 
 
+def test_expiry_deletes_the_manifests_only_expired_snapshots_referenced(sink):
+    spoilt_by_merges(sink)
+    rows = held(sink)
+    metadata = Path(sink.table_uri(T), "metadata")
+    avro_before = {p.name for p in metadata.glob("*.avro")}
+    sink.maintain(T, MaintenancePolicy(compact=True, checkpoint=False, vacuum_retention_s=0))
+    table = sink.open_table(T)
+    [current] = table.snapshots()
+    kept = {Path(current.manifest_list).name} | {Path(m.manifest_path).name for m in current.manifests(table.io)}
+    assert {p.name for p in metadata.glob("*.avro")} == kept and len(avro_before) > len(kept)
+    assert held(sink) == rows
+
+
 def test_an_unreferenced_file_younger_than_the_minimum_age_is_kept_for_the_writer_about_to_commit_it(sink):
     split(writer(sink), None, None, range(1, 4), "a")
     pending = Path(sink.table_uri(T), "data", "written-not-committed.parquet")
