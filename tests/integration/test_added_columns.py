@@ -8,6 +8,8 @@ them. One scripted history (the module fixture) with one stream run; each test c
 - a default changed by a later DDL is never filled with the later value: drift instead;
 - a column named like the sink's change columns (``_cdc_...``) freezes the table with a reason
   that names it, and its earlier changes are applied.
+
+The history runs once into each table format.
 """
 
 from __future__ import annotations
@@ -23,9 +25,9 @@ from airflow_provider_mysqlcdc.state.drift import Drift, read_drift
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from devtools.snapshot import snapshot_tables
 from devtools.spark_submit import SparkSubmit
-from devtools.verify import source_rows
+from devtools.verify import Rows, sink_rows, source_rows
 
-from .helpers import assert_same_rows, delta_rows
+from .helpers import assert_same_rows
 
 pytestmark = pytest.mark.integration
 
@@ -54,15 +56,20 @@ TABLES = ("constant", "expression", "changed_later", "reserved", "every_type", "
 class History:
     database: str
     lake: str
+    sink_format: str
     drift: Drift
     reserved_before: TableSchema  # the "reserved" table's schema before its ALTER
 
     def table(self, name: str) -> TableId:
         return TableId(self.database, name)
 
+    def rows(self, schema: TableSchema) -> Rows:
+        """The sink table's rows, read as ``schema`` says."""
+        return sink_rows(self.lake, schema, sink_format=self.sink_format)
 
-@pytest.fixture(scope="module")
-def history(mysql_server, cdc_user, tmp_path_factory):
+
+@pytest.fixture(scope="module", params=["delta", "iceberg"])
+def history(mysql_server, cdc_user, tmp_path_factory, request):
     tmp = tmp_path_factory.mktemp("added_columns")
     database = "added_columns"
     conn = mysql_server.connect()
@@ -73,7 +80,7 @@ def history(mysql_server, cdc_user, tmp_path_factory):
             cur.execute(f"CREATE TABLE {database}.{name} (id INT PRIMARY KEY, v INT)")
             cur.execute(f"INSERT INTO {database}.{name} SELECT seq, 0 FROM {database}.seq_1_to_50")
     state, lake = PipelineState(str(tmp / "state")), str(tmp / "lake")
-    snapshot_tables(cdc_user, [TableId(database, n) for n in TABLES], lake, state)
+    snapshot_tables(cdc_user, [TableId(database, n) for n in TABLES], lake, state, sink_format=request.param)
     reserved_before = load_table_schema(conn, TableId(database, "reserved"))
     with conn.cursor() as cur:
         cur.execute(f"UPDATE {database}.constant SET v = 1 WHERE id % 4 = 0")
@@ -92,11 +99,11 @@ def history(mysql_server, cdc_user, tmp_path_factory):
         cur.execute(f"UPDATE {database}.reserved SET v = 4 WHERE id = 2")
         cur.execute(f"ALTER TABLE {database}.reserved ADD COLUMN _cdc_row INT DEFAULT 5")
         cur.execute(f"UPDATE {database}.reserved SET v = 5 WHERE id = 3")
-    job = StreamJob(state=state.location, sink_root=lake)
+    job = StreamJob(state=state.location, sink_root=lake, sink_format=request.param)
     (tmp / "stream.json").write_text(job.to_json())
     SparkSubmit(master="local[2]", work_dir=tmp / "spark").run(
         "binlog_stream.py", ["--job", str(tmp / "stream.json")], cdc_user.to_private_file(tmp / "secrets" / "source.json"))
-    yield History(database, lake, read_drift(state), reserved_before)
+    yield History(database, lake, request.param, read_drift(state), reserved_before)
     with conn.cursor() as cur:
         cur.execute(f"DROP DATABASE {database}")
 
@@ -104,7 +111,7 @@ def history(mysql_server, cdc_user, tmp_path_factory):
 def test_constant_defaults_fill_the_older_rows_in_place(history, mysql_server):
     table = history.table("constant")
     schema = load_table_schema(mysql_server.connect(), table)
-    assert_same_rows(table, source_rows(mysql_server.admin, schema), delta_rows(history.lake, schema))
+    assert_same_rows(table, source_rows(mysql_server.admin, schema), history.rows(schema))
     assert table not in history.drift
 
 
@@ -112,14 +119,14 @@ def test_a_constant_default_of_every_type_fills_the_older_rows_in_place(history,
     table = history.table("every_type")
     schema = load_table_schema(mysql_server.connect(), table)
     assert all(c.default_constant for c in schema.columns if c.name not in ("id", "v"))
-    assert_same_rows(table, source_rows(mysql_server.admin, schema), delta_rows(history.lake, schema))
+    assert_same_rows(table, source_rows(mysql_server.admin, schema), history.rows(schema))
     assert table not in history.drift
 
 
 def test_a_constant_default_fills_the_older_rows_when_the_alter_is_the_tables_first_event(history, mysql_server):
     table = history.table("first_event")
     schema = load_table_schema(mysql_server.connect(), table)
-    assert_same_rows(table, source_rows(mysql_server.admin, schema), delta_rows(history.lake, schema))
+    assert_same_rows(table, source_rows(mysql_server.admin, schema), history.rows(schema))
     assert table not in history.drift
 
 
@@ -132,12 +139,12 @@ def test_a_default_changed_later_is_never_filled_with_the_later_value(history, m
     table = history.table("changed_later")
     assert [e.kind for e in history.drift[table]] == [TableEventKind.ALTERED]
     schema = load_table_schema(mysql_server.connect(), table)
-    assert 2 not in {row["c"] for row in delta_rows(history.lake, schema).values()}
+    assert 2 not in {row["c"] for row in history.rows(schema).values()}
 
 
 def test_a_column_named_like_a_change_column_freezes_the_table(history):
     events = history.drift[history.table("reserved")]
     assert [e.kind for e in events] == [TableEventKind.TYPE_CHANGED]
     assert "_cdc_row" in events[0].reason and "begin with '_cdc_'" in events[0].reason
-    rows = delta_rows(history.lake, history.reserved_before)
+    rows = history.rows(history.reserved_before)
     assert rows[(2,)]["v"] == 4 and rows[(3,)]["v"] == 0  # applied up to the ALTER, not after it
