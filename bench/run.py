@@ -33,6 +33,7 @@ import datetime as dt
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -266,7 +267,8 @@ def _replace_section(page: Path, lines: list[str]) -> None:
     if not page.exists():
         return
     text, title = page.read_text(), lines[0]
-    start = text.find(title.split(":")[0])
+    found = re.search("^" + re.escape(title.split(":")[0]), text, re.MULTILINE)
+    start = found.start() if found else -1
     if start < 0:
         notes = text.find("\n## What the figures mean")
         start = end = notes + 1 if notes >= 0 else len(text)

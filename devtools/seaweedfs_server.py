@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,14 @@ from devtools.throwaway_server import find_free_port, stop_process_group
 _PORT_FLAGS = ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port",
                "filer.port.grpc", "s3.port", "s3.port.grpc", "s3.port.iceberg", "s3.port.lance", "admin.port",
                "admin.port.grpc", "debug.port", "s3.debug.port", "metricsPort")
+
+
+def _distinct_free_ports(flags: tuple[str, ...]) -> dict[str, int]:
+    """A free loopback port per flag, no two the same (the kernel may hand a released port out again)."""
+    ports: set[int] = set()
+    while len(ports) < len(flags):
+        ports.add(find_free_port())
+    return dict(zip(flags, sorted(ports)))
 
 
 def weed_binary() -> str:
@@ -52,7 +61,7 @@ class SeaweedIceberg:
     secret_key: str
     table_bucket: str = "warehouse"
     region: str = "us-east-1"
-    ports: dict[str, int] = field(default_factory=lambda: {flag: find_free_port() for flag in _PORT_FLAGS})
+    ports: dict[str, int] = field(default_factory=lambda: _distinct_free_ports(_PORT_FLAGS))
     _process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -83,12 +92,24 @@ class SeaweedIceberg:
             try:
                 with urllib.request.urlopen(config, timeout=2) as response:
                     json.load(response)
+                if self._s3_answers():
                     return self
+                raise OSError("the S3 gateway does not answer yet")
             except (OSError, ValueError):
                 if self._process.poll() is not None or time.monotonic() > deadline:
                     self.stop()
                     raise RuntimeError(f"SeaweedFS did not start:\n{self.log_file.read_text()[-3000:]}") from None
                 time.sleep(0.3)
+
+    def _s3_answers(self) -> bool:
+        """Whether the S3 gateway answers HTTP (an anonymous request is refused, which is an answer)."""
+        try:
+            with urllib.request.urlopen(self.s3_endpoint, timeout=2):
+                return True
+        except urllib.error.HTTPError:
+            return True
+        except OSError:
+            return False
 
     def catalog_properties(self) -> dict[str, str]:
         """pyiceberg's REST catalog properties for the table bucket (an ``iceberg_catalog`` connection's extras)."""

@@ -385,7 +385,8 @@ class IcebergSink(Sink):
         for changelog in (False, True):
             table = self.open_table(table_id, changelog=changelog)
             if table is not None:
-                compact = None if changelog else (lambda: compact_by_clustering(self, table_id, policy))
+                compact = ((lambda: (0, "a changelog's files are not compacted in Iceberg")) if changelog
+                           else (lambda: compact_by_clustering(self, table_id, policy)))
                 done.append(maintain_table(table, policy, compact=compact))
         for report in done:
             log.info("maintenance of %s", report)

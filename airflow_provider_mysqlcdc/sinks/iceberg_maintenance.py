@@ -14,13 +14,11 @@
   than the retention and ``ORPHAN_MIN_AGE_S`` (three days): a file a writer wrote for a commit it has
   not made yet is referenced by nothing either, and must stay.
 
-- **A changelog's files** (append-only, one file or more per stream batch) are bin-packed: runs of
-  neighbouring small files in binlog order (their ``version`` bounds) are read and deleted by their
-  ``version`` range and written again as one file per run, in one transaction that changes no row
-  (a file the range also touches is read and rewritten with the run).
-
 The table's old metadata files are pruned by Iceberg itself on each commit
-(``write.metadata.delete-after-commit.enabled``, set when the sink creates a table).
+(``write.metadata.delete-after-commit.enabled``, set when the sink creates a table). A changelog
+table's files are not compacted: pyiceberg commits no ``replace`` snapshot (one that changes no
+row), and a compaction committed as a delete and an append would make a reader that follows the
+changelog's snapshots (its purpose) read the compacted rows again as new ones.
 """
 
 from __future__ import annotations
@@ -36,7 +34,6 @@ from pyiceberg.exceptions import CommitFailedException, ValidationException
 from pyiceberg.expressions import And, BooleanExpression, GreaterThanOrEqual, LessThanOrEqual
 
 from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy, TableMaintenance
-from airflow_provider_mysqlcdc.sinks.base import retry_conflicts
 from airflow_provider_mysqlcdc.sinks.clustering import (
     MAX_REWRITE_BYTES,
     TARGET_BYTES,
@@ -103,75 +100,6 @@ def cluster_table(table: Table, *, min_files: int = 2, target_bytes: int = TARGE
     return result
 
 
-#: a changelog's column in binlog order (sinks/changelog.py), by which its files are bin-packed
-CHANGELOG_ORDER = "version"
-
-
-def compact_changelog(table: Table, *, target_bytes: int = TARGET_BYTES) -> tuple[int, str]:
-    """Bin-pack a changelog table (module doc): files removed, and what was left for the next run.
-    Planned again from a fresh load after a concurrent commit, a few times, then left for the next run."""
-    conflicts = (CommitFailedException, ValidationException)
-    try:
-        return retry_conflicts(lambda: _bin_pack(table.refresh(), target_bytes=target_bytes),
-                               f"compact {table.name()}", conflicts=conflicts, attempts=5)
-    except conflicts:
-        return 0, "gave way to concurrent commits: left for the next run"
-
-
-def _bin_pack(table: Table, *, target_bytes: int, max_rewrite_bytes: int = MAX_REWRITE_BYTES) -> tuple[int, str]:
-    runs, left = changelog_runs(_version_bounds(table), target_bytes=target_bytes, max_rewrite_bytes=max_rewrite_bytes)
-    if not runs:
-        return 0, left
-    ranges = [And(GreaterThanOrEqual(CHANGELOG_ORDER, low), LessThanOrEqual(CHANGELOG_ORDER, high)) for low, high, _ in runs]
-    groups = [table.scan(row_filter=r).to_arrow().sort_by([(CHANGELOG_ORDER, "ascending")]) for r in ranges]
-    with table.transaction() as tx:
-        tx.delete(any_of(ranges))
-        for rows in groups:
-            tx.append(rows, snapshot_properties={OPERATION_SUMMARY: "compact"})
-    removed = sum(files for _, _, files in runs)
-    log.info("compacted changelog %s: %d files into %d", table.name(), removed, len(runs))
-    return removed, left
-
-
-def changelog_runs(files: list[tuple[int, int, int]], *, target_bytes: int,
-                   max_rewrite_bytes: int) -> tuple[list[tuple[int, int, int]], str]:
-    """The runs to bin-pack among ``files`` (each one's lowest and highest ``version`` and its size):
-    neighbours in binlog order each smaller than half ``target_bytes``, together at most
-    ``target_bytes``, two files or more, at most ``max_rewrite_bytes`` in all; each run as (lowest,
-    highest version, files), and a note when some were left for the next run."""
-    runs: list[tuple[int, int, int]] = []
-    current: list[tuple[int, int, int]] = []
-    rewritten = 0
-
-    def close() -> None:
-        if len(current) >= 2:
-            runs.append((min(f[0] for f in current), max(f[1] for f in current), len(current)))
-        current.clear()
-
-    for low, high, size in sorted(files):
-        small = size * 2 <= target_bytes
-        if small and rewritten + size > max_rewrite_bytes:
-            close()
-            return runs, "more small files are left for the next run"
-        if not small or sum(f[2] for f in current) + size > target_bytes:
-            close()
-        if small:
-            current.append((low, high, size))
-            rewritten += size
-    close()
-    return runs, ""
-
-
-def _version_bounds(table: Table) -> list[tuple[int, int, int]]:
-    files = table.inspect.data_files()
-    bounds = []
-    for size, metric in zip(files.column("file_size_in_bytes").to_pylist(), files.column("readable_metrics").to_pylist()):
-        version = (metric or {}).get(CHANGELOG_ORDER) or {}
-        if version.get("lower_bound") is not None and version.get("upper_bound") is not None:
-            bounds.append((int(version["lower_bound"]), int(version["upper_bound"]), int(size)))
-    return bounds
-
-
 def _range_of(group: list[HeldFile]) -> BooleanExpression:
     return And(GreaterThanOrEqual(CHUNK_COLUMN, min(f.low for f in group)),
                LessThanOrEqual(CHUNK_COLUMN, max(f.high for f in group)))
@@ -179,12 +107,8 @@ def _range_of(group: list[HeldFile]) -> BooleanExpression:
 
 def maintain_table(table: Table, policy: MaintenancePolicy, *, compact) -> TableMaintenance:
     """Maintain one table (a mirror, or its changelog) as ``policy`` says: ``compact()`` (files
-    rewritten, what was left; None: bin-pack it as a changelog), then with a retention, snapshot
-    expiry and orphan files."""
+    rewritten, what was left), then with a retention, snapshot expiry and orphan files."""
     before = data_file_count(table)
-    if compact is None:
-        def compact() -> tuple[int, str]:
-            return compact_changelog(table, target_bytes=policy.target_file_bytes)
     rewritten, note = compact() if policy.compact else (0, "")
     deleted = 0
     if policy.vacuum_retention_s is not None:

@@ -32,7 +32,7 @@ from airflow_provider_mysqlcdc.sinks.data_files import write_data_file
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.sinks.iceberg import OPERATION_SUMMARY, POSITION_PROPERTY, IcebergSink
 from airflow_provider_mysqlcdc.sinks.iceberg_catalog import CATALOG_NAME, EMBEDDED_CATALOG_FILE, TABLE_LOCATION_PROPERTY
-from airflow_provider_mysqlcdc.sinks.iceberg_maintenance import ORPHAN_MIN_AGE_S, changelog_runs, expirable, held_files
+from airflow_provider_mysqlcdc.sinks.iceberg_maintenance import ORPHAN_MIN_AGE_S, expirable, held_files
 from airflow_provider_mysqlcdc.sinks.iceberg_rows import chunk_filter
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_change_batch
 from tests.unit.stream.harness import insert, off, update
@@ -346,31 +346,6 @@ def test_expiry_deletes_the_manifests_only_expired_snapshots_referenced(sink):
     kept = {Path(current.manifest_list).name} | {Path(m.manifest_path).name for m in current.manifests(table.io)}
     assert {p.name for p in metadata.glob("*.avro")} == kept and len(avro_before) > len(kept)
     assert held(sink) == rows
-
-
-def test_maintenance_bin_packs_a_changelogs_small_files_keeping_every_row_and_its_position(sink):
-    split(writer(sink), None, None, range(1, 3), "a")
-    for batch in range(1, 9):
-        rows = pa.Table.from_pylist([{"op": "u", "after": f'{{"id": {i}}}', "binlog_pos": 1000 * batch + i,
-                                      "version": 1000 * batch + i} for i in range(3)], schema=CHANGELOG_SCHEMA)
-        sink.append_changelog(T, rows, commit=StreamCommit("app", batch, (1, 1000 * batch + 2, 0, 0)))
-    changelog = TableId("shop", "t__changelog")
-    before = sorted(sink.read(changelog).to_pylist(), key=lambda r: r["version"])
-    position = sink.applied_position(T, changelog=True)
-    reports = sink.maintain(T, MaintenancePolicy(compact=True, checkpoint=False, vacuum_retention_s=None))
-    assert [r.files_after for r in reports][-1] == 1 and reports[-1].files_rewritten == 8
-    assert sorted(sink.read(changelog).to_pylist(), key=lambda r: r["version"]) == before
-    assert sink.applied_position(T, changelog=True) == position
-
-
-def test_changelog_runs_are_neighbouring_small_files_up_to_the_target_and_never_cross_a_large_one():
-    mib = 2**20
-    files = [(1, 9, mib), (10, 19, mib), (20, 29, 100 * mib), (30, 39, mib), (40, 49, mib), (50, 59, mib),
-             (60, 69, mib)]
-    runs, left = changelog_runs(files, target_bytes=3 * mib, max_rewrite_bytes=10**12)
-    assert runs == [(1, 19, 2), (30, 59, 3)] and left == ""  # (60, 69) alone is no run
-    runs, left = changelog_runs(files, target_bytes=3 * mib, max_rewrite_bytes=4 * mib)  # the large file not rewritten
-    assert runs == [(1, 19, 2), (30, 49, 2)] and "next run" in left
 
 
 def test_an_unreferenced_file_younger_than_the_minimum_age_is_kept_for_the_writer_about_to_commit_it(sink):
