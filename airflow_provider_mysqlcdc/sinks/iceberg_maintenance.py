@@ -119,16 +119,15 @@ def maintain_table(table: Table, policy: MaintenancePolicy, *, compact) -> Table
 def expire_and_delete_orphans(table: Table, retention_s: float) -> int:
     """Expire the snapshots that stopped being the table's current one longer than ``retention_s``
     ago (a reader of a snapshot it was current in, within the retention, finds its files), delete
-    the data files, manifests and manifest lists only they referenced, then the files under
-    ``data/`` no snapshot ever referenced
-    once older than the retention and ``ORPHAN_MIN_AGE_S`` (a failed write's; never one a writer is
-    about to commit); how many files were deleted."""
+    the data files, manifests and manifest lists only they referenced, then the files under ``data/``
+    no snapshot ever referenced once older than the retention and ``ORPHAN_MIN_AGE_S`` (a failed
+    write's; never one a writer is about to commit); how many files were deleted."""
     current = table.current_snapshot()
     old = [] if current is None else expirable(
         [(e.snapshot_id, e.timestamp_ms) for e in table.metadata.snapshot_log],
         [(s.snapshot_id, s.timestamp_ms) for s in table.snapshots()], current.snapshot_id,
         (time.time() - retention_s) * 1000)
-    before, manifests_before = _data_file_paths(table), _manifest_paths(table)
+    before, manifests_before = _data_file_paths(table), _manifests_by_snapshot(table)
     if old:
         try:
             table.maintenance.expire_snapshots().by_ids(old).commit()
@@ -139,7 +138,8 @@ def expire_and_delete_orphans(table: Table, retention_s: float) -> int:
     referenced = _data_file_paths(table)
     fs, root = fsspec.core.url_to_fs(table.location())
     # files of the expired snapshots alone: their data files, manifests and manifest lists
-    released = (before - referenced) | (manifests_before - _manifest_paths(table))
+    manifests_after = _manifests_by_snapshot(table, manifests_before)
+    released = (before - referenced) | (set().union(*manifests_before.values()) - set().union(*manifests_after.values()))
     for path in released:
         with contextlib.suppress(FileNotFoundError):  # deleted by an earlier run that stopped short
             fs.rm_file(fsspec.core.url_to_fs(path)[1] if "://" in path else path)
@@ -172,13 +172,13 @@ def _data_file_paths(table: Table) -> set[str]:
     return {_plain(p) for p in table.inspect.all_data_files().column("file_path").to_pylist()}
 
 
-def _manifest_paths(table: Table) -> set[str]:
-    """The manifest lists of the table's snapshots and the manifests they hold, as plain paths."""
-    paths = set()
-    for snapshot in table.snapshots():
-        paths.add(_plain(snapshot.manifest_list))
-        paths.update(_plain(manifest.manifest_path) for manifest in snapshot.manifests(table.io))
-    return paths
+def _manifests_by_snapshot(table: Table, known: dict[int, set[str]] | None = None) -> dict[int, set[str]]:
+    """Each snapshot's manifest list and the manifests it holds, as plain paths; a snapshot in
+    ``known`` (an earlier call's) is not read again: a snapshot's manifests never change."""
+    known = known or {}
+    return {snapshot.snapshot_id: known.get(snapshot.snapshot_id) or {
+        _plain(snapshot.manifest_list), *(_plain(m.manifest_path) for m in snapshot.manifests(table.io))}
+        for snapshot in table.snapshots()}
 
 
 def _plain(path: str) -> str:
