@@ -16,6 +16,7 @@ Iceberg tables in the embedded SQLite catalog).
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from pathlib import Path
 
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
@@ -53,13 +54,12 @@ def _snapshot(conn, work: Path, secrets: Path, rows: int) -> dict:
     return out
 
 
-def _streams(conn, tables: list[TableId], key: str, start, work: Path, secrets: Path, name: str, changes: int,
-             **settings) -> dict:
-    """The same binlog range streamed into each format: seconds, batch times and peak RSS per format."""
+def _streams(name: str, changes: int, stream: Callable[[str, str], dict]) -> dict:
+    """The same binlog range streamed into each format by ``stream(sink_format, run name)``, each run
+    checked to apply all ``changes``: seconds, batch times and peak RSS per format."""
     out: dict = {"changes": changes}
     for sink_format in FORMATS:
-        run = run_stream_job(conn, tables, key, start, work, secrets, f"{name}-{sink_format}", sink_format=sink_format,
-                             **settings)
+        run = stream(sink_format, f"{name}-{sink_format}")
         assert run["result"]["changes_applied"] == changes, (sink_format, run["result"], changes)
         out[sink_format] = _figures(run)
         print(f"sink formats, {name} into {sink_format}: {changes:,} changes in {run['streaming_s']:.1f}s streaming "
@@ -75,7 +75,8 @@ def _figures(run: dict) -> dict:
 def _burst(server: ThrowawayMariaDB, work: Path, secrets: Path, burst: int) -> dict:
     table = TableId("bench", "formats_burst")
     conn, start, _ = update_burst(server, table, burst)
-    return _streams(conn, [table], "id", start, work, secrets, "formats-burst", burst)
+    return _streams("formats-burst", burst, lambda sink_format, name: run_stream_job(
+        conn, [table], "id", start, work, secrets, name, sink_format=sink_format))
 
 
 def _mixed(server: ThrowawayMariaDB, work: Path, secrets: Path) -> dict:
@@ -83,7 +84,8 @@ def _mixed(server: ThrowawayMariaDB, work: Path, secrets: Path) -> dict:
     start = current_offset(conn)
     _, changes = mixed_workload.run_workload(conn)
     tables = mixed_workload.NARROW + mixed_workload.WIDE
-    return _streams(conn, tables, "id", start, work, secrets, "formats-mixed", changes)
+    return _streams("formats-mixed", changes, lambda sink_format, name: run_stream_job(
+        conn, tables, "id", start, work, secrets, name, sink_format=sink_format))
 
 
 def _merge(server: ThrowawayMariaDB, work: Path, secrets: Path, rows: int) -> dict:
@@ -94,14 +96,8 @@ def _merge(server: ThrowawayMariaDB, work: Path, secrets: Path, rows: int) -> di
         run_chunk_job(conn, table, work, secrets, f"formats-grow-{rows}-{sink_format}-lake", sink_format=sink_format)
     start = current_offset(conn)
     changes = merge_scaling.run_workload(conn, table, rows)
-    out: dict = {"rows": rows, "changes": changes}
-    for sink_format in FORMATS:
-        run = merge_scaling.stream_workload(conn, table, start, work, secrets, f"formats-grow-{rows}-{sink_format}",
-                                            sink_format)
-        assert run["result"]["changes_applied"] == changes, (sink_format, run["result"], changes)
-        out[sink_format] = _figures(run)
-        print(f"sink formats, merge scaling into a {rows:,}-row {sink_format} sink: {run['streaming_s']:.1f}s streaming",
-              flush=True)
+    out = {"rows": rows, **_streams(f"formats-grow-{rows}", changes, lambda sink_format, name: (
+        merge_scaling.stream_workload(conn, table, start, work, secrets, name, sink_format)))}
     with conn.cursor() as cur:
         cur.execute(f"DROP TABLE {table.quoted}")
     return out
