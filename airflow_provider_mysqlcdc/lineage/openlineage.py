@@ -11,7 +11,8 @@ asks an operator for ``get_openlineage_facets_on_start`` when its task starts an
 - **Outputs**: the sink tables (Delta or Iceberg), named by their location as OpenLineage names
   files and object stores (``file`` + the absolute path, ``s3://bucket`` + the key, ``gs://``,
   ``abfss://``), as its Spark integration names Delta and Iceberg tables too; an Iceberg table also
-  with a symlinks facet of its name in the catalog (``<namespace>.<table>``, type TABLE). With a
+  with a symlinks facet of its name in the catalog (``<namespace>.<table>``, type TABLE); a table
+  whose catalog placed it (``mysqlcdc.table-location``) by the location the catalog gave it. With a
   schema facet of the format's types (the source columns and the sink's ``_cdc_`` metadata columns), a
   column lineage facet (every source column is copied as it is: DIRECT/IDENTITY; ``_cdc_chunk``
   is the chunk key's order-preserving text: DIRECT/TRANSFORMATION) and, once the task ended, an
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import os
 import urllib.parse
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from airflow.providers.common.compat.openlineage.facet import (
@@ -69,12 +70,15 @@ def source_namespace(host: str, port: int) -> str:
     return f"mysql://{host}:{port}"
 
 
-def sink_dataset_name(sink_root: str, table_id: TableId) -> tuple[str, str]:
-    """The (namespace, name) OpenLineage gives the sink table of ``table_id`` under ``sink_root`` (by its location)."""
-    root = sink_root.rstrip("/")
-    if "://" not in root:
-        return "file", "/".join([os.path.abspath(root), *table_id.path_segments])
-    parts = urllib.parse.urlsplit("/".join([root, *table_id.path_segments]))
+def sink_dataset_name(sink_root: str, table_id: TableId, location: str | None = None) -> tuple[str, str]:
+    """The (namespace, name) OpenLineage gives the sink table of ``table_id`` under ``sink_root`` (by
+    its location: ``location`` when given, the one its catalog gave an Iceberg table)."""
+    if location is None:
+        return sink_dataset_name(sink_root, table_id, "/".join([sink_root.rstrip("/"), *table_id.path_segments]))
+    location = location.rstrip("/")
+    if "://" not in location:
+        return "file", os.path.abspath(location)
+    parts = urllib.parse.urlsplit(location)
     if parts.scheme == "file":
         return "file", parts.path
     scheme = _SCHEMES.get(parts.scheme, parts.scheme)
@@ -82,9 +86,11 @@ def sink_dataset_name(sink_root: str, table_id: TableId) -> tuple[str, str]:
 
 
 def pipeline_lineage(*, host: str, port: int, sink_root: str, tables: Iterable[LineageTable],
-                     sink_format: str = "delta", iceberg_namespace: str = DEFAULT_NAMESPACE) -> OperatorLineage:
+                     sink_format: str = "delta", iceberg_namespace: str = DEFAULT_NAMESPACE,
+                     locate: Callable[[TableId], str | None] | None = None) -> OperatorLineage:
     """The task's inputs (source tables) and outputs (sink tables of ``sink_format``: one per routed
-    table, whatever its shards, with their rows summed and the column lineage of the first)."""
+    table, whatever its shards, with their rows summed and the column lineage of the first), each
+    at the location ``locate`` gives it (None, or no ``locate``: ``<sink_root>/<db>/<table>``)."""
     inputs: list[InputDataset] = []
     facets: dict[tuple[str, str], dict] = {}  # per sink dataset, in the order first met
     rows: dict[tuple[str, str], int | None] = {}
@@ -93,7 +99,7 @@ def pipeline_lineage(*, host: str, port: int, sink_root: str, tables: Iterable[L
                               f"{table.table_id.table}", facets=_source_facets(table.schema))
         inputs.append(source)
         target = sink_table_id(table.table_id, table.schema.table_rule if table.schema else None)
-        sink = sink_dataset_name(sink_root, target)
+        sink = sink_dataset_name(sink_root, target, locate(target) if locate else None)
         if sink not in facets:
             facets[sink], rows[sink] = _sink_facets(table, source, sink_format), table.rows
             if sink_format == "iceberg":

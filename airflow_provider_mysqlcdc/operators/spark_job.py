@@ -16,6 +16,7 @@ from airflow_provider_mysqlcdc.hooks.spark import spark_target
 from airflow_provider_mysqlcdc.links.spark import SPARK_UI_XCOM_KEY, SparkUiLink
 from airflow_provider_mysqlcdc.protocol.results import DriverInfo
 from airflow_provider_mysqlcdc.protocol.sinks import DEFAULT_NAMESPACE, check_namespace, check_sink_format
+from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.spark.connect_runner import SparkConnectJobRunner
 from airflow_provider_mysqlcdc.spark.submit import SparkJobRunner
 from airflow_provider_mysqlcdc.state.credentials import ObjectStoreCredentials
@@ -111,7 +112,23 @@ class MySqlCdcSparkJobOperator(BaseOperator):
         source = self.hook.source_config()
         return pipeline_lineage(host=source.host, port=source.port, sink_root=sink_root,
                                 tables=known_tables(state, tables, rows), sink_format=self.sink_format,
-                                iceberg_namespace=self.iceberg_namespace)
+                                iceberg_namespace=self.iceberg_namespace, locate=self._placed_location(sink_root))
+
+    def _placed_location(self, sink_root: str) -> Callable[[TableId], str | None] | None:
+        """Where the Iceberg catalog placed a table, for a catalog that places its tables; a catalog
+        that cannot answer now leaves the table named by ``sink_root`` (lineage never fails a task)."""
+        if self.sink_format != "iceberg" or not self.iceberg_catalog_conn_id:
+            return None
+        sink = open_sink(sink_root, sink_format="iceberg", iceberg_namespace=self.iceberg_namespace)
+
+        def placed(table_id: TableId) -> str | None:
+            try:
+                return sink.placed_location(table_id)
+            except Exception as exc:
+                self.log.warning("lineage names %s by the lake's root: its catalog did not answer (%s)", table_id, exc)
+                return None
+
+        return placed
 
     def on_kill(self) -> None:
         if "spark_runner" in self.__dict__:  # a Spark program was started (or is starting)

@@ -77,6 +77,10 @@ class Sink(ABC):
     def table_uri(self, table_id: TableId) -> str:
         """Where the table of ``table_id`` lives (its data files are written under it)."""
 
+    def placed_location(self, table_id: TableId) -> str | None:
+        """Where a catalog placed the table instead of ``table_uri`` (None: it lives at ``table_uri``)."""
+        return None
+
     def data_folder(self, table_id: TableId) -> str:
         """Where data files the executors write for ``table_id`` go (``commit_range`` takes their paths
         relative to it)."""

@@ -26,15 +26,14 @@ changes no data (pyiceberg has no ``replace`` snapshot: a clustering shows as an
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, TableAlreadyExistsError, ValidationException
+from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, TableAlreadyExistsError
 from pyiceberg.expressions import (
     AlwaysTrue,
     BooleanExpression,
@@ -56,12 +55,19 @@ from airflow_provider_mysqlcdc.sinks.base import (
 from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SUFFIX
 from airflow_provider_mysqlcdc.sinks.data_files import CHUNK_COLUMN
 from airflow_provider_mysqlcdc.sinks.iceberg_catalog import (
+    busy_as_conflict,
     catalog_places_tables,
     catalog_properties,
     open_catalog,
     table_identifier,
 )
-from airflow_provider_mysqlcdc.sinks.iceberg_maintenance import OPERATION_SUMMARY, cluster_table, maintain_table
+from airflow_provider_mysqlcdc.sinks.iceberg_maintenance import (
+    CONFLICTS,
+    OPERATION_SUMMARY,
+    cluster_table,
+    compact_changelog,
+    maintain_table,
+)
 from airflow_provider_mysqlcdc.sinks.iceberg_rows import chunk_filter, merged, older_than, range_filter
 from airflow_provider_mysqlcdc.sinks.iceberg_schema import arrow_schema_of, as_table_rows, evolution, holds, promotable
 from airflow_provider_mysqlcdc.sinks.routing import sink_target
@@ -78,9 +84,6 @@ log = logging.getLogger(__name__)
 
 _MAX_ATTEMPTS = 50
 _CLUSTER_ATTEMPTS = 5
-#: what makes a commit fail without landing: a concurrent commit to the table, or a catalog held by
-#: another writer for longer than it waits (an embedded SQLite catalog: its OperationalError)
-_CONFLICTS: tuple[type[BaseException], ...] = (CommitFailedException, ValidationException)
 #: the table property holding the position of the last change a stream committed (per shard: ":<id>")
 POSITION_PROPERTY = "mysqlcdc.position"
 #: Iceberg's table property naming each column's field id for files written without ids
@@ -118,6 +121,11 @@ class IcebergSink(Sink):
     def table_uri(self, table_id: TableId) -> str:
         return "/".join([self.root, *table_id.path_segments])
 
+    def placed_location(self, table_id: TableId) -> str | None:
+        """Where the catalog placed the table, when it places tables and holds this one."""
+        table = self.open_table(table_id) if self.catalog_places_tables else None
+        return None if table is None else table.location()
+
     def identifier(self, table_id: TableId, *, changelog: bool = False) -> tuple[str, str]:
         """The table's name in the catalog (``changelog``: its changelog's)."""
         return table_identifier(self.namespace, table_id, CHANGELOG_SUFFIX if changelog else "")
@@ -151,7 +159,7 @@ class IcebergSink(Sink):
         location = None if self.catalog_places_tables else (
             self.table_uri(table_id) + (CHANGELOG_SUFFIX if changelog else ""))
         try:
-            with _busy_as_conflict():
+            with busy_as_conflict():
                 tx = self.catalog.create_table_transaction(identifier, schema=schema, location=location,
                                                            properties=TABLE_PROPERTIES)
                 tx.set_properties({NAME_MAPPING: tx.table_metadata.schema().name_mapping.model_dump_json()})
@@ -190,10 +198,10 @@ class IcebergSink(Sink):
             table = self._table(table_id)
             changes = evolution(table, target)
             if changes:
-                with _busy_as_conflict(), table.update_schema() as update:
+                with busy_as_conflict(), table.update_schema() as update:
                     update.union_by_name(changes)
 
-        retry_conflicts(evolve, f"evolve the columns of {table_id}", conflicts=_CONFLICTS, attempts=_MAX_ATTEMPTS)
+        retry_conflicts(evolve, f"evolve the columns of {table_id}", conflicts=CONFLICTS, attempts=_MAX_ATTEMPTS)
 
     def replace_schema(self, schema: TableSchema) -> None:
         """Empty the table and give it ``schema`` in one commit: each column whose type changed is
@@ -207,7 +215,7 @@ class IcebergSink(Sink):
             table = self._table(target.table_id)
             current = arrow_schema_of(table)
             changed = [f for f in wanted if f.name in current.names and not holds(current.field(f.name).type, f.type)]
-            with _busy_as_conflict(), table.transaction() as tx:
+            with busy_as_conflict(), table.transaction() as tx:
                 tx.delete(AlwaysTrue())
                 if changed:
                     with tx.update_schema() as update:
@@ -216,7 +224,7 @@ class IcebergSink(Sink):
                     with tx.update_schema() as update:
                         update.union_by_name(pa.schema([f.with_nullable(True) for f in changed]))
 
-        retry_conflicts(replace, f"replace the columns of {target.table_id}", conflicts=_CONFLICTS,
+        retry_conflicts(replace, f"replace the columns of {target.table_id}", conflicts=CONFLICTS,
                         attempts=_MAX_ATTEMPTS)
         self._evolve(target.table_id, wanted)
 
@@ -263,13 +271,13 @@ class IcebergSink(Sink):
             table = self._table(table_id)
             if paths and set(paths) <= set(table.inspect.data_files().column("file_path").to_pylist()):
                 return
-            with _busy_as_conflict(), table.transaction() as tx, warnings.catch_warnings():
+            with busy_as_conflict(), table.transaction() as tx, warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message="Delete operation did not match any records")
                 tx.delete(range_filter(start, end))
                 if paths:
                     tx.add_files(paths, snapshot_properties={OPERATION_SUMMARY: "replace"})
 
-        retry_conflicts(commit, f"commit {len(files)} data files into {table_id} [{start}, {end})", conflicts=_CONFLICTS,
+        retry_conflicts(commit, f"commit {len(files)} data files into {table_id} [{start}, {end})", conflicts=CONFLICTS,
                         attempts=_MAX_ATTEMPTS)
 
     def merge_changes(self, schema: TableSchema, changes: pa.Table, *, commit: StreamCommit) -> None:
@@ -314,10 +322,10 @@ class IcebergSink(Sink):
             assert table is not None
             if _landed(table, commit):  # an attempt whose outcome was unknown did commit
                 return
-            with _busy_as_conflict(), table.transaction() as tx:
+            with busy_as_conflict(), table.transaction() as tx:
                 _commit_rows(tx, table, changes, commit, "changelog")
 
-        retry_conflicts(append, f"changelog batch {commit.batch_id} of {table_id}", conflicts=_CONFLICTS,
+        retry_conflicts(append, f"changelog batch {commit.batch_id} of {table_id}", conflicts=CONFLICTS,
                         attempts=_MAX_ATTEMPTS)
 
     def _replace(self, operation: str, table_id: TableId, rows_filter: BooleanExpression,
@@ -335,13 +343,13 @@ class IcebergSink(Sink):
                 table = self._table(table_id)
             existing = table.scan(row_filter=rows_filter).to_arrow() if read else None
             rows = compute(table, existing)
-            with _busy_as_conflict(), table.transaction() as tx, warnings.catch_warnings():
+            with busy_as_conflict(), table.transaction() as tx, warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message="Delete operation did not match any records")
                 if existing is None or existing.num_rows:
                     tx.delete(rows_filter)
                 _commit_rows(tx, table, rows, commit, operation)
 
-        retry_conflicts(replace, what, conflicts=_CONFLICTS, attempts=_MAX_ATTEMPTS)
+        retry_conflicts(replace, what, conflicts=CONFLICTS, attempts=_MAX_ATTEMPTS)
 
     # --- reads -----------------------------------------------------------------------------------
     def applied_position(self, table_id: TableId, *, changelog: bool = False, shard: str = "") -> Position | None:
@@ -370,8 +378,8 @@ class IcebergSink(Sink):
         try:
             return retry_conflicts(lambda: cluster_table(self._table(table_id), min_files=min_files,
                                                          target_bytes=target_bytes),
-                                   f"cluster {table_id}", conflicts=_CONFLICTS, attempts=_CLUSTER_ATTEMPTS)
-        except _CONFLICTS as exc:
+                                   f"cluster {table_id}", conflicts=CONFLICTS, attempts=_CLUSTER_ATTEMPTS)
+        except CONFLICTS as exc:
             log.warning("clustering %s gave way to %d concurrent commits and is left for its next run (%s)",
                         table_id, _CLUSTER_ATTEMPTS, exc)
             return None
@@ -385,8 +393,8 @@ class IcebergSink(Sink):
         for changelog in (False, True):
             table = self.open_table(table_id, changelog=changelog)
             if table is not None:
-                compact = ((lambda: (0, "a changelog's files are not compacted in Iceberg")) if changelog
-                           else (lambda: compact_by_clustering(self, table_id, policy)))
+                compact = (functools.partial(compact_changelog, table, target_bytes=policy.target_file_bytes)
+                           if changelog else functools.partial(compact_by_clustering, self, table_id, policy))
                 done.append(maintain_table(table, policy, compact=compact))
         for report in done:
             log.info("maintenance of %s", report)
@@ -407,18 +415,6 @@ def _landed(table: Table, commit: StreamCommit) -> bool:
     failed with an unknown outcome (a catalog connection lost during the commit) had landed."""
     recorded = _recorded(table, commit.shard)
     return recorded is not None and recorded >= commit.position
-
-
-@contextlib.contextmanager
-def _busy_as_conflict() -> Iterator[None]:
-    """A catalog that could not take the commit now (an embedded SQLite catalog locked by another
-    process's commit beyond its wait) as a conflict: the commit did not land, and is made again."""
-    try:
-        yield
-    except Exception as exc:
-        if type(exc).__name__ == "OperationalError" and "database is locked" in str(exc):
-            raise CommitFailedException(f"the catalog is busy: {exc}") from exc
-        raise
 
 
 def _commit_rows(tx: Transaction, table: Table, rows: pa.Table | None, commit: StreamCommit | None,

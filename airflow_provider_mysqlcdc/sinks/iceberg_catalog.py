@@ -15,9 +15,13 @@ or one fixed namespace for a single source database).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
+
+from pyiceberg.exceptions import CommitFailedException
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
@@ -112,3 +116,15 @@ def open_catalog(root: str, configured: dict[str, str] | None) -> Catalog:
         raise ConfigurationError(f"The Iceberg catalog could not be opened with the properties {shown} "
                                  f"({type(exc).__name__}: {said}). Check the catalog connection's extras: they are "
                                  "pyiceberg's catalog properties (type, uri, warehouse, credentials).") from None
+
+
+@contextlib.contextmanager
+def busy_as_conflict() -> Iterator[None]:
+    """A catalog that could not take the commit now (an embedded SQLite catalog locked by another
+    process's commit beyond its wait) as a conflict: the commit did not land, and is made again."""
+    try:
+        yield
+    except Exception as exc:
+        if type(exc).__name__ == "OperationalError" and "database is locked" in str(exc):
+            raise CommitFailedException(f"the catalog is busy: {exc}") from exc
+        raise

@@ -14,11 +14,19 @@
   than the retention and ``ORPHAN_MIN_AGE_S`` (three days): a file a writer wrote for a commit it has
   not made yet is referenced by nothing either, and must stay.
 
+- **A changelog's files** (append-only, one file or more per stream batch) are bin-packed, whole
+  files at a time: runs of neighbouring small files in binlog order (their ``version`` bounds) are
+  read file by file and written again as one file per run, sorted by ``version``; one snapshot
+  removes exactly those files and adds the new ones. A file is never read by a row filter, so a row
+  is neither lost nor written twice, whatever the files' ``version`` ranges share. pyiceberg commits
+  no ``replace`` snapshot, so the snapshot is an ``overwrite`` whose summary adds as many rows as it
+  deletes and names the operation (``mysqlcdc.operation=compact``): readers that follow a table's
+  appends (Spark's and Flink's incremental reads) pass over it, and Spark's streaming read stops at
+  it unless told to skip overwrites (``streaming-skip-overwrite-snapshots``); none reads its rows
+  again as new ones.
+
 The table's old metadata files are pruned by Iceberg itself on each commit
-(``write.metadata.delete-after-commit.enabled``, set when the sink creates a table). A changelog
-table's files are not compacted: pyiceberg commits no ``replace`` snapshot (one that changes no
-row), and a compaction committed as a delete and an append would make a reader that follows the
-changelog's snapshots (its purpose) read the compacted rows again as new ones.
+(``write.metadata.delete-after-commit.enabled``, set when the sink creates a table).
 """
 
 from __future__ import annotations
@@ -30,10 +38,13 @@ import time
 from typing import TYPE_CHECKING
 
 import fsspec
+import pyarrow as pa
 from pyiceberg.exceptions import CommitFailedException, ValidationException
-from pyiceberg.expressions import And, BooleanExpression, GreaterThanOrEqual, LessThanOrEqual
+from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, GreaterThanOrEqual, LessThanOrEqual
+from pyiceberg.io.pyarrow import ArrowScan, parquet_file_to_data_file
 
 from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy, TableMaintenance
+from airflow_provider_mysqlcdc.sinks.base import retry_conflicts
 from airflow_provider_mysqlcdc.sinks.clustering import (
     MAX_REWRITE_BYTES,
     TARGET_BYTES,
@@ -41,8 +52,10 @@ from airflow_provider_mysqlcdc.sinks.clustering import (
     HeldFile,
     clustering_plan,
 )
-from airflow_provider_mysqlcdc.sinks.data_files import CHUNK_COLUMN
+from airflow_provider_mysqlcdc.sinks.data_files import CHUNK_COLUMN, write_data_file
+from airflow_provider_mysqlcdc.sinks.iceberg_catalog import busy_as_conflict
 from airflow_provider_mysqlcdc.sinks.iceberg_rows import any_of
+from airflow_provider_mysqlcdc.sinks.iceberg_schema import arrow_schema_of
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -55,6 +68,11 @@ log = logging.getLogger(__name__)
 ORPHAN_MIN_AGE_S = 3 * 24 * 3600.0
 #: the key of a snapshot summary naming what the sink did (sinks/iceberg.py)
 OPERATION_SUMMARY = "mysqlcdc.operation"
+#: a changelog's column in binlog order (sinks/changelog.py), by which its files are bin-packed
+CHANGELOG_ORDER = "version"
+#: what makes a commit fail without landing: a concurrent commit to the table, or a catalog held by
+#: another writer for longer than it waits (an embedded SQLite catalog's lock: ``busy_as_conflict``)
+CONFLICTS: tuple[type[BaseException], ...] = (CommitFailedException, ValidationException)
 
 
 def data_file_count(table: Table) -> int:
@@ -90,7 +108,7 @@ def cluster_table(table: Table, *, min_files: int = 2, target_bytes: int = TARGE
     ranges = [_range_of(group) for group in plan]
     groups = [table.scan(row_filter=r).to_arrow().sort_by(CHUNK_COLUMN) for r in ranges]
     before = data_file_count(table)
-    with table.transaction() as tx:
+    with busy_as_conflict(), table.transaction() as tx:
         tx.delete(any_of(ranges))
         for rows in groups:
             tx.append(rows, snapshot_properties={OPERATION_SUMMARY: "cluster"})
@@ -98,6 +116,87 @@ def cluster_table(table: Table, *, min_files: int = 2, target_bytes: int = TARGE
     result = ClusteringResult(planned, written, sum(g.num_rows for g in groups), left)
     log.info("clustered %s: %s", table.name(), result)
     return result
+
+
+def compact_changelog(table: Table, *, target_bytes: int = TARGET_BYTES,
+                      max_rewrite_bytes: int = MAX_REWRITE_BYTES) -> tuple[int, str]:
+    """Bin-pack a changelog table (module doc): files removed, and what was left for the next run.
+    Planned again from a fresh load after a concurrent commit, a few times, then left for the next run."""
+    try:
+        return retry_conflicts(lambda: _bin_pack(table.refresh(), target_bytes, max_rewrite_bytes),
+                               f"compact {table.name()}", conflicts=CONFLICTS, attempts=5)
+    except CONFLICTS:
+        return 0, "gave way to concurrent commits: left for the next run"
+
+
+def _bin_pack(table: Table, target_bytes: int, max_rewrite_bytes: int) -> tuple[int, str]:
+    runs, left = changelog_runs(_version_bounds(table), target_bytes=target_bytes, max_rewrite_bytes=max_rewrite_bytes)
+    if not runs:
+        return 0, left
+    tasks = {task.file.file_path: task for task in table.scan().plan_files()}
+    scan = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue())
+    file_schema = pa.schema([f.remove_metadata() for f in arrow_schema_of(table)])
+    folder = table.location().rstrip("/") + "/data"
+    written = []
+    try:
+        for run in runs:
+            rows = scan.to_table([tasks[path] for path in run]).sort_by([(CHANGELOG_ORDER, "ascending")])
+            written.append(f"{folder}/{write_data_file(folder, rows, file_schema, prefix='compact').path}")
+        with busy_as_conflict(), table.transaction() as tx:
+            with tx.update_snapshot(snapshot_properties={OPERATION_SUMMARY: "compact"}).overwrite() as rewrite:
+                for path in (path for run in runs for path in run):
+                    rewrite.delete_data_file(tasks[path].file)
+                for path in written:
+                    rewrite.append_data_file(parquet_file_to_data_file(table.io, table.metadata, path))
+    except CONFLICTS:
+        for path in written:  # no commit references them
+            with contextlib.suppress(FileNotFoundError):
+                table.io.delete(path)
+        raise
+    removed = sum(len(run) for run in runs)
+    log.info("compacted changelog %s: %d files into %d", table.name(), removed, len(runs))
+    return removed, left
+
+
+def changelog_runs(files: list[tuple[int, int, int, str]], *, target_bytes: int,
+                   max_rewrite_bytes: int) -> tuple[list[list[str]], str]:
+    """The runs to bin-pack among ``files`` (each one's lowest and highest ``version``, its size and
+    path): neighbours in binlog order each at most half ``target_bytes``, together at most
+    ``target_bytes``, two files or more, at most ``max_rewrite_bytes`` in all; each run as its files'
+    paths, and a note when some were left for the next run."""
+    runs: list[list[str]] = []
+    current: list[tuple[int, str]] = []
+    rewritten = 0
+
+    def close() -> None:
+        if len(current) >= 2:
+            runs.append([path for _, path in current])
+        current.clear()
+
+    for _, _, size, path in sorted(files):
+        small = size * 2 <= target_bytes
+        if small and rewritten + size > max_rewrite_bytes:
+            close()
+            return runs, "more small files are left for the next run"
+        if not small or sum(held for held, _ in current) + size > target_bytes:
+            close()
+        if small:
+            current.append((size, path))
+            rewritten += size
+    close()
+    return runs, ""
+
+
+def _version_bounds(table: Table) -> list[tuple[int, int, int, str]]:
+    """The changelog's data files: each one's lowest and highest ``version``, its size and path."""
+    files = table.inspect.data_files()
+    bounds = []
+    for path, size, metric in zip(files.column("file_path").to_pylist(), files.column("file_size_in_bytes").to_pylist(),
+                                  files.column("readable_metrics").to_pylist()):
+        version = (metric or {}).get(CHANGELOG_ORDER) or {}
+        if version.get("lower_bound") is not None and version.get("upper_bound") is not None:
+            bounds.append((int(version["lower_bound"]), int(version["upper_bound"]), int(size), path))
+    return bounds
 
 
 def _range_of(group: list[HeldFile]) -> BooleanExpression:
@@ -140,9 +239,9 @@ def expire_and_delete_orphans(table: Table, retention_s: float) -> int:
     # files of the expired snapshots alone: their data files, manifests and manifest lists
     manifests_after = _manifests_by_snapshot(table, manifests_before)
     released = (before - referenced) | (set().union(*manifests_before.values()) - set().union(*manifests_after.values()))
-    for path in released:
+    for path in released:  # through the table's own file IO: the catalog's storage credentials
         with contextlib.suppress(FileNotFoundError):  # deleted by an earlier run that stopped short
-            fs.rm_file(fsspec.core.url_to_fs(path)[1] if "://" in path else path)
+            table.io.delete(path)
     folder = f"{root.rstrip('/')}/data"
     if not fs.exists(folder):
         return len(released)
@@ -151,7 +250,7 @@ def expire_and_delete_orphans(table: Table, retention_s: float) -> int:
                if _plain(_as_location(table.location(), root, path)) not in before | referenced
                and _modified(info) < oldest]
     for path in orphans:
-        fs.rm_file(path)
+        table.io.delete(_as_location(table.location(), root, path))
     return len(released) + len(orphans)
 
 

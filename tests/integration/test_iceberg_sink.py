@@ -235,13 +235,16 @@ def test_an_iceberg_lake_in_a_rest_catalog_that_places_its_tables_is_exact_and_k
         catalog = {**server.catalog_properties(), TABLE_LOCATION_PROPERTY: "catalog"}
         # the lake's root only names the lake: the tables are where the catalog places them, outside it
         lake, state_dir = f"s3://{server.table_bucket}/lake", tmp_path / "state"
+        lineage_file = tmp_path / "openlineage.jsonl"
         env = {n: v for n, v in example_dag_env(tmp_path / "airflow", cdc_user, [orders], sink_root=lake,
                                                   state_dir=state_dir, split_rows=30, chunk_rows=50).items()
                if not n.startswith("AWS_")}
         env.update(MYSQLCDC_SINK_FORMAT="iceberg", MYSQLCDC_AWS_CONN_ID="cdc_lake",
                    AIRFLOW_CONN_CDC_LAKE=json.dumps(server.aws_connection()),
                    MYSQLCDC_ICEBERG_CATALOG_CONN_ID="lake_catalog",
-                   AIRFLOW_CONN_LAKE_CATALOG=json.dumps({"conn_type": "iceberg_catalog", "extra": catalog}))
+                   AIRFLOW_CONN_LAKE_CATALOG=json.dumps({"conn_type": "iceberg_catalog", "extra": catalog}),
+                   AIRFLOW__OPENLINEAGE__TRANSPORT=json.dumps({"type": "file", "log_file_path": str(lineage_file),
+                                                               "append": True}))
         watch = SecretWatch(secret).start()
         try:
             run = run_dag("mysqlcdc_example", env)  # the chunks, then an available-now stream
@@ -268,6 +271,11 @@ def test_an_iceberg_lake_in_a_rest_catalog_that_places_its_tables_is_exact_and_k
         assert table.location() == f"s3://{server.table_bucket}/{database}/rest_orders"  # where it placed it
         assert all(path.startswith(f"{table.location()}/data/")
                    for path in table.inspect.data_files().column("file_path").to_pylist())
+    # OpenLineage names the table by where the catalog placed it, once a task made it
+    events = [json.loads(line) for line in lineage_file.read_text().splitlines() if line.strip()]
+    completed = [o for e in events if e["eventType"] == "COMPLETE" for o in e["outputs"]]
+    assert completed and {(o["namespace"], o["name"]) for o in completed} == {
+        (f"s3://{server.table_bucket}", f"{database}/rest_orders")}
     assert secret not in run["output"] and secret not in json.dumps(run["xcoms"])
     assert [f for f in files_holding(secret, tmp_path) if "seaweedfs" not in Path(f).relative_to(tmp_path).parts] == []
     assert not leaked, leaked

@@ -103,6 +103,16 @@ def test_an_iceberg_table_is_named_by_its_location_with_its_catalog_name_as_a_sy
                                                                               "decimal(20,0)")
 
 
+def test_an_iceberg_table_its_catalog_placed_is_named_by_the_location_the_catalog_gave_it():
+    placed = "s3://table-bucket/4f1c-uuid"
+    _, sink = _event_json(pipeline_lineage(host="db", port=3306, sink_root="s3://b/lake", sink_format="iceberg",
+                                           tables=[LineageTable(T, SCHEMA, "id")],
+                                           locate={T: placed}.get))
+    assert (sink["namespace"], sink["name"]) == ("s3://table-bucket", "4f1c-uuid")
+    [symlink] = sink["facets"]["symlinks"]["identifiers"]
+    assert symlink == {"namespace": "s3://table-bucket", "name": "shop.or/ders", "type": "TABLE"}
+
+
 def test_a_delta_table_has_no_symlink():
     _, sink = _event_json(pipeline_lineage(host="db", port=3306, sink_root="s3://b/lake",
                                            tables=[LineageTable(T, SCHEMA, "id")]))

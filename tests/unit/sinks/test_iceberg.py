@@ -26,13 +26,20 @@ from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSc
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy
 from airflow_provider_mysqlcdc.protocol.sinks import check_namespace
+from airflow_provider_mysqlcdc.sinks import iceberg_maintenance
 from airflow_provider_mysqlcdc.sinks.base import StreamCommit
 from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SCHEMA
 from airflow_provider_mysqlcdc.sinks.data_files import write_data_file
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.sinks.iceberg import OPERATION_SUMMARY, POSITION_PROPERTY, IcebergSink
 from airflow_provider_mysqlcdc.sinks.iceberg_catalog import CATALOG_NAME, EMBEDDED_CATALOG_FILE, TABLE_LOCATION_PROPERTY
-from airflow_provider_mysqlcdc.sinks.iceberg_maintenance import ORPHAN_MIN_AGE_S, expirable, held_files
+from airflow_provider_mysqlcdc.sinks.iceberg_maintenance import (
+    ORPHAN_MIN_AGE_S,
+    changelog_runs,
+    compact_changelog,
+    expirable,
+    held_files,
+)
 from airflow_provider_mysqlcdc.sinks.iceberg_rows import chunk_filter
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_change_batch
 from tests.unit.stream.harness import insert, off, update
@@ -70,8 +77,8 @@ def held(sink: IcebergSink) -> dict[int, str]:
     return {r["id"]: r["v"] for r in rows}
 
 
-def data_files(sink: IcebergSink) -> set[str]:
-    table = sink.open_table(T)
+def data_files(sink: IcebergSink, *, changelog: bool = False) -> set[str]:
+    table = sink.open_table(T, changelog=changelog)
     return set(table.inspect.files().column("file_path").to_pylist())
 
 
@@ -271,6 +278,7 @@ def test_a_catalog_that_places_its_tables_gets_them_where_it_places_them(tmp_pat
     assert location.startswith(f"file://{warehouse}/") and "lake" not in location
     assert all(path.startswith(location) for path in data_files(sink))
     assert held(sink) == {1: "a", 2: "a", 3: "a"}
+    assert sink.placed_location(T) == location and sink.placed_location(TableId("shop", "absent")) is None
 
 
 def test_an_unknown_table_location_setting_is_refused_before_anything_is_written(tmp_path):
@@ -346,6 +354,83 @@ def test_expiry_deletes_the_manifests_only_expired_snapshots_referenced(sink):
     kept = {Path(current.manifest_list).name} | {Path(m.manifest_path).name for m in current.manifests(table.io)}
     assert {p.name for p in metadata.glob("*.avro")} == kept and len(avro_before) > len(kept)
     assert held(sink) == rows
+
+
+CHANGELOG = TableId("shop", "t__changelog")
+
+
+def changelog_batches(sink: IcebergSink, versions: list[list[int]]) -> list[dict]:
+    """One changelog append (one data file) per entry of ``versions``, a row per version in it;
+    the changelog's rows afterwards, in a stable order."""
+    split(writer(sink), None, None, range(1, 3), "a")
+    for batch, batch_versions in enumerate(versions, start=1):
+        rows = pa.Table.from_pylist([{"op": "u", "after": f'{{"id": {v}, "batch": {batch}}}', "binlog_pos": v,
+                                      "row_in_event": i, "version": v} for i, v in enumerate(batch_versions)],
+                                    schema=CHANGELOG_SCHEMA)
+        sink.append_changelog(T, rows, commit=StreamCommit("app", batch, (1, 1000 * batch, 0, 0)))
+    return changelog_rows(sink)
+
+
+def changelog_rows(sink: IcebergSink) -> list[dict]:
+    return sorted(sink.read(CHANGELOG).to_pylist(), key=lambda r: (r["version"], r["after"]))
+
+
+def test_maintenance_bin_packs_a_changelogs_small_files_in_one_snapshot_that_changes_no_row(sink):
+    before = changelog_batches(sink, [[1000 * b + i for i in range(3)] for b in range(1, 9)])
+    position = sink.applied_position(T, changelog=True)
+    reports = sink.maintain(T, MaintenancePolicy(compact=True, checkpoint=False, vacuum_retention_s=None))
+    assert reports[-1].files_before == 8 and reports[-1].files_rewritten == 8 and reports[-1].files_after == 1
+    assert changelog_rows(sink) == before and sink.applied_position(T, changelog=True) == position
+    snapshot = sink.open_table(T, changelog=True).current_snapshot()
+    summary = snapshot.summary
+    assert summary.operation.value == "overwrite" and summary[OPERATION_SUMMARY] == "compact"
+    assert summary["added-records"] == summary["deleted-records"] == str(len(before))
+    [packed] = list(data_files(sink, changelog=True))
+    assert pq.read_table(packed.removeprefix("file://")).column("version").to_pylist() == sorted(r["version"] for r in before)
+
+
+def test_changelog_files_whose_versions_interleave_are_packed_without_a_row_written_twice(sink):
+    """Routed shards' batches interleave in ``version``, and a run cut mid-event shares a version
+    with the next: files are packed whole, never read by a version range, so no row comes twice."""
+    before = changelog_batches(sink, [[10, 30, 50], [20, 30, 40], [50, 60], [5, 70], [60, 60, 80]])
+    assert len(before) == 13
+    table = sink.open_table(T, changelog=True)
+    largest = max(table.inspect.data_files().column("file_size_in_bytes").to_pylist())
+    removed, _ = compact_changelog(table, target_bytes=2 * largest + 1)  # two files a run
+    assert removed == 4  # two runs whose version ranges overlap
+    assert changelog_rows(sink) == before and len(data_files(sink, changelog=True)) == 3
+
+
+def test_a_changelog_compaction_meeting_a_streams_append_plans_again_and_leaves_no_file_behind(sink, monkeypatch):
+    """The stream appends a batch while the compaction writes its file: the compaction's commit fails,
+    its file is deleted, and the next attempt packs the files again with the new batch's rows kept."""
+    before = changelog_batches(sink, [[1, 2], [3, 4], [5, 6]])
+    write, written = iceberg_maintenance.write_data_file, []
+
+    def write_meeting_an_append(*args, **kwargs):
+        if not written:
+            rows = pa.Table.from_pylist([{"op": "c", "after": '{"id": 7}', "version": 7}], schema=CHANGELOG_SCHEMA)
+            sink.append_changelog(T, rows, commit=StreamCommit("app", 9, (1, 9000, 0, 0)))
+        written.append(write(*args, **kwargs))
+        return written[-1]
+
+    monkeypatch.setattr(iceberg_maintenance, "write_data_file", write_meeting_an_append)
+    removed, note = compact_changelog(sink.open_table(T, changelog=True))
+    rows = changelog_rows(sink)
+    assert note == "" and len(written) == 2 and [r["version"] for r in rows] == [r["version"] for r in before] + [7]
+    assert removed == 4 and len(data_files(sink, changelog=True)) == 1  # the new batch's file packed too
+    folder = Path(sink.open_table(T, changelog=True).location().removeprefix("file://"), "data")
+    assert [p.name for p in folder.glob("compact-*")] == [Path(p).name for p in data_files(sink, changelog=True)]
+
+
+def test_changelog_runs_are_neighbouring_small_files_up_to_the_target_and_never_cross_a_large_one():
+    mib = 2**20
+    files = [(1, 9, mib, "a"), (10, 19, mib, "b"), (20, 29, 100 * mib, "big"), (30, 39, mib, "c"),
+             (40, 49, mib, "d"), (50, 59, mib, "e"), (60, 69, mib, "f")]
+    runs, left = changelog_runs(files, target_bytes=3 * mib, max_rewrite_bytes=10**12)
+    assert runs == [["a", "b"], ["c", "d", "e"]] and left == ""  # "f" alone is no run
+    runs, left = changelog_runs(files, target_bytes=3 * mib, max_rewrite_bytes=4 * mib)
+    assert runs == [["a", "b"], ["c", "d"]] and "next run" in left
 
 
 def test_an_unreferenced_file_younger_than_the_minimum_age_is_kept_for_the_writer_about_to_commit_it(sink):
