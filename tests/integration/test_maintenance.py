@@ -9,6 +9,7 @@ bounded, and time travel within the retention still works.
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import time
 from pathlib import Path
@@ -278,6 +279,10 @@ def test_maintenance_of_an_iceberg_table_while_a_stream_runs_compacts_expires_sn
     mirror, changelog = report.tables
     assert (mirror.table, changelog.table) == (sink.table_uri(table), sink.table_uri(table) + CHANGELOG_SUFFIX)
     assert mirror.files_before >= before >= 8 and mirror.files_after <= 2, mirror
+    assert changelog.files_after < changelog.files_before, changelog  # its small files bin-packed
+    # every insert in the changelog once, through the bin-packing that ran between the stream's appends
+    logged = sink.read(TableId(table.database, table.table + CHANGELOG_SUFFIX)).to_pylist()
+    assert sorted(json.loads(r["after"])["id"] for r in logged if r["op"] == "c") == list(range(100_000, writer.next_id))
     # the snapshots older than the retention were expired; those left can still be read (time travel)
     kept = iceberg().snapshots()
     assert old and not old & {s.snapshot_id for s in kept}, old
