@@ -80,6 +80,11 @@ def catalog_places_tables(properties: dict[str, str]) -> bool:
             f"The Iceberg catalog property {TABLE_LOCATION_PROPERTY} is {where!r}: give 'sink_root' (tables at "
             "<sink_root>/<database>/<table>, the default) or 'catalog' (where the catalog places them, for a catalog "
             "that decides its tables' locations).")
+    if where == "catalog" and properties.get("type") == "sql" and not properties.get("warehouse"):
+        raise ConfigurationError(
+            f"The Iceberg catalog places the tables ({TABLE_LOCATION_PROPERTY} is 'catalog') but is a SQL catalog "
+            "without a 'warehouse' property, so it has nowhere to place them: give it a warehouse (an s3:// or "
+            "file:// URL), or remove the setting so that tables live under the lake's root.")
     return where == "catalog"
 
 

@@ -229,8 +229,9 @@ def expire_and_delete_orphans(table: Table, retention_s: float) -> int:
     before, manifests_before = _data_file_paths(table), _manifests_by_snapshot(table)
     if old:
         try:
-            table.maintenance.expire_snapshots().by_ids(old).commit()
-        except (CommitFailedException, ValidationException) as exc:  # the next run expires them
+            with busy_as_conflict():
+                table.maintenance.expire_snapshots().by_ids(old).commit()
+        except CONFLICTS as exc:  # the next run expires them
             log.info("expiring snapshots of %s gave way to a concurrent commit (%s)", table.name(), exc)
             return 0
         table = table.refresh()

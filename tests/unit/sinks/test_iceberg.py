@@ -281,6 +281,14 @@ def test_a_catalog_that_places_its_tables_gets_them_where_it_places_them(tmp_pat
     assert sink.placed_location(T) == location and sink.placed_location(TableId("shop", "absent")) is None
 
 
+def test_a_sql_catalog_asked_to_place_tables_without_a_warehouse_is_refused_with_the_fix(tmp_path):
+    catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", TABLE_LOCATION_PROPERTY: "catalog"}
+    sink = open_sink(str(tmp_path / "lake"), sink_format="iceberg", iceberg_catalog=catalog)
+    with pytest.raises(ConfigurationError, match="without a 'warehouse' property.*give it a warehouse"):
+        sink.prepare(table_schema())
+    assert not (tmp_path / "lake").exists()
+
+
 def test_an_unknown_table_location_setting_is_refused_before_anything_is_written(tmp_path):
     catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", TABLE_LOCATION_PROPERTY: "warehouse"}
     sink = open_sink(str(tmp_path / "lake"), sink_format="iceberg", iceberg_catalog=catalog)
