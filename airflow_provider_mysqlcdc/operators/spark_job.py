@@ -7,8 +7,9 @@ from collections.abc import Callable, Mapping
 from functools import cached_property
 from typing import Any
 
-from airflow.sdk import BaseOperator, Context
+from airflow.sdk import BaseOperator, Context, conf
 
+from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
 from airflow_provider_mysqlcdc.hooks.object_store import open_object_store
@@ -18,6 +19,8 @@ from airflow_provider_mysqlcdc.protocol.results import DriverInfo
 from airflow_provider_mysqlcdc.protocol.sinks import DEFAULT_NAMESPACE, check_namespace, check_sink_format
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.spark.connect_runner import SparkConnectJobRunner
+from airflow_provider_mysqlcdc.spark.local_runner import LOCAL_SPARK_MODES, LocalSparkJobRunner
+from airflow_provider_mysqlcdc.spark.local_server import DEFAULT_IDLE_S, LocalSparkServer, ServerKind
 from airflow_provider_mysqlcdc.spark.submit import SparkJobRunner
 from airflow_provider_mysqlcdc.state.credentials import ObjectStoreCredentials
 from airflow_provider_mysqlcdc.state.registry import PipelineState
@@ -69,13 +72,20 @@ class MySqlCdcSparkJobOperator(BaseOperator):
 
     @cached_property
     def spark_runner(self) -> SparkJobRunner | SparkConnectJobRunner:
-        """spark-submit through a ``spark`` connection, or a session on a ``spark_connect`` one."""
+        """spark-submit through a ``spark`` connection, a session on a ``spark_connect`` one, or with a
+        local master, no ``spark_conn_id`` and ``[mysqlcdc] local_spark = shared``, a session on the
+        worker's shared local Spark Connect server (spark/local_runner.py)."""
         target = spark_target(spark_conn_id=self.spark_conn_id, spark_master=self.spark_master,
                               spark_conf=self.spark_conf)
         if target.connect:
             return SparkConnectJobRunner(target.conn_id, conf=target.conf, log=self.log,
                                          server_credentials_file=target.server_credentials_file)
-        return SparkJobRunner(target, name=f"mysqlcdc {self.dag_id}.{self.task_id}", log=self.log)
+        submit = SparkJobRunner(target, name=f"mysqlcdc {self.dag_id}.{self.task_id}", log=self.log)
+        if self.spark_conn_id or not target.local or local_spark_setting() == "submit":
+            return submit
+        kind = ServerKind(target.master, tuple(sorted(target.conf.items())))
+        idle_s = conf.getfloat("mysqlcdc", "local_spark_idle_s", fallback=DEFAULT_IDLE_S)
+        return LocalSparkJobRunner(LocalSparkServer(kind, idle_s=idle_s), submit, log=self.log)
 
     def report_folder(self, state: PipelineState, context: Context) -> str:
         """Where this try's Spark program reports (spark/report.py), in the run's folder of ``state``."""
@@ -133,3 +143,14 @@ class MySqlCdcSparkJobOperator(BaseOperator):
     def on_kill(self) -> None:
         if "spark_runner" in self.__dict__:  # a Spark program was started (or is starting)
             self.spark_runner.on_kill()
+
+
+def local_spark_setting() -> str:
+    """``[mysqlcdc] local_spark`` (``AIRFLOW__MYSQLCDC__LOCAL_SPARK``): how programs run on a local
+    master without a ``spark_conn_id``: ``submit`` (a spark-submit, so a JVM, per task) or ``shared``
+    (sessions on the worker's shared local Spark Connect server)."""
+    mode = conf.get("mysqlcdc", "local_spark", fallback="submit").strip().lower()
+    if mode not in LOCAL_SPARK_MODES:
+        raise ConfigurationError(f"[mysqlcdc] local_spark is {mode!r}: give 'submit' (a spark-submit per task) or "
+                                 "'shared' (sessions on one local Spark Connect server the worker's tasks share).")
+    return mode

@@ -1,0 +1,344 @@
+"""A Spark Connect server on the Airflow worker itself, shared by the tasks that run there: how the
+pipeline's programs run with ``local_spark="shared"`` and no ``spark_conn_id`` (spark/local_runner.py).
+
+Why: a chunk task that starts its own JVM with spark-submit pays half a minute or more on a busy
+two-core worker before it reads a row; a session on a running server costs a second or two. So the
+first task that needs Spark on a worker starts a server, every later task with the same Spark
+settings uses it, and it stops once no task has used it for ``idle_s``.
+
+How, with files and processes only (nothing to install as a service):
+
+- **A folder per kind of server**, ``<MYSQLCDC_LOCAL_SPARK_DIR or ~/.cache/mysqlcdc/local-spark>/<key>``
+  (0700), the key a hash of what the server is (``ServerKind``: master, static Spark conf, the Python
+  its workers run, the Spark version). A task with other settings gets a server of its own.
+- **A supervisor** (``python -m airflow_provider_mysqlcdc.spark.local_server --serve FOLDER``), detached
+  from the task that started it, starts the JVM (Spark's ``SparkConnectServer`` on loopback, asking
+  for a token only the folder's owner can read), writes ``server.json`` (0600) once it accepts
+  sessions, and watches it: the JVM ended, the record goes and the supervisor with it (the next task
+  starts a new server); no lease for ``idle_s``, the server is stopped.
+- **Leases**: a task holds an exclusive ``flock`` on a file of its own under ``leases/`` while it uses
+  the server. The kernel drops the lock when the task's process ends however it ends (kill -9 too),
+  so the supervisor counts only live users, and removes a dead one's file.
+- **Starting** is done under ``start.lock``: the first task starts the supervisor and waits for its
+  record; the others wait for the lock, then find the server up. The supervisor takes the same lock
+  before stopping an idle server and counts the leases again under it, so a task arriving then
+  either finds the server up or starts a new one. A record whose supervisor died (a worker restart,
+  a kill) is stale: its JVM, if still alive, is stopped and a new server started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO
+
+from airflow_provider_mysqlcdc.cdc.errors import SparkJobFailed
+
+#: where the servers' folders are (default ``~/.cache/mysqlcdc/local-spark``)
+LOCAL_SPARK_DIR_VARIABLE = "MYSQLCDC_LOCAL_SPARK_DIR"
+#: a server no task used for this long is stopped
+DEFAULT_IDLE_S = 300.0
+SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+RECORD_FILE = "server.json"
+_READY_LINE = "Spark Connect server started"
+
+
+@dataclass(frozen=True)
+class ServerKind:
+    """What a server is: tasks whose programs need the same one share it."""
+
+    master: str = "local[2]"
+    conf: tuple[tuple[str, str], ...] = ()  # Spark conf the server starts with (static conf too)
+    python: str = sys.executable  # what its Python workers run
+
+    def key(self) -> str:
+        from pyspark.version import __version__
+
+        text = json.dumps([self.master, sorted(self.conf), self.python, __version__])
+        return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> "ServerKind":
+        data = json.loads(text)
+        return cls(data["master"], tuple((k, v) for k, v in data["conf"]), data["python"])
+
+
+@dataclass(frozen=True)
+class ServerRecord:
+    """A running server, as its supervisor records it once the server accepts sessions."""
+
+    supervisor_pid: int
+    server_pid: int
+    port: int
+    ui_port: int
+    token: str = field(repr=False)
+
+    @property
+    def url(self) -> str:
+        """The Connect URL: the token is sent over a loopback channel (gRPC local credentials)."""
+        return f"sc://localhost:{self.port}/;token={self.token}"
+
+
+def local_spark_root() -> Path:
+    configured = os.environ.get(LOCAL_SPARK_DIR_VARIABLE)
+    return Path(configured) if configured else Path.home() / ".cache" / "mysqlcdc" / "local-spark"
+
+
+class LocalSparkServer:
+    """The shared server of one ``ServerKind`` on this machine (module doc)."""
+
+    def __init__(self, kind: ServerKind, root: Path | None = None, *, idle_s: float = DEFAULT_IDLE_S,
+                 start_timeout_s: float = 300.0):
+        self.kind = kind
+        self.folder = (root or local_spark_root()) / kind.key()
+        self.idle_s = idle_s
+        self.start_timeout_s = start_timeout_s
+
+    @contextlib.contextmanager
+    def lease(self) -> Iterator[ServerRecord]:
+        """The running server (started if none is), used by this process until the block ends."""
+        _private_folder(self.folder / "leases")
+        lease_file, handle = _take_lease(self.folder / "leases")
+        try:
+            with _locked(self.folder / "start.lock"):
+                record = self.running()
+                if record is None:
+                    record = self._start()
+            yield record
+        finally:
+            lease_file.unlink(missing_ok=True)
+            handle.close()
+
+    def running(self) -> ServerRecord | None:
+        """The server, when its supervisor and JVM are alive; a stale record's JVM is stopped."""
+        record = read_record(self.folder)
+        if record is None:
+            return None
+        if not _is_supervisor(record.supervisor_pid, self.folder):  # died, or the machine restarted
+            _stop_server(record.server_pid)  # nothing would stop it when idle
+            (self.folder / RECORD_FILE).unlink(missing_ok=True)
+            return None
+        # a JVM that ended is its supervisor's to clean up: a new server starts beside it meanwhile
+        return record if _command_of(record.server_pid).find(SERVER_CLASS.encode()) >= 0 else None
+
+    def _start(self) -> ServerRecord:
+        (self.folder / "kind.json").write_text(self.kind.to_json())
+        env = _environment()
+        package_root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+        with open(self.folder / "supervisor.log", "ab") as output:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "airflow_provider_mysqlcdc.spark.local_server", "--serve", str(self.folder),
+                 "--idle-s", str(self.idle_s)], env=env, stdout=output, stderr=subprocess.STDOUT,
+                cwd=self.folder, start_new_session=True)
+        threading.Thread(target=process.wait, name="reap-local-spark-supervisor", daemon=True).start()
+        deadline = time.monotonic() + self.start_timeout_s
+        while True:
+            record = read_record(self.folder)
+            if record is not None and record.supervisor_pid == process.pid:
+                return record
+            if process.poll() is not None or time.monotonic() > deadline:
+                if process.poll() is None:
+                    os.killpg(process.pid, signal.SIGTERM)
+                raise SparkJobFailed(f"The local Spark Connect server in {self.folder} did not start: "
+                                     f"{_tail(self.folder / 'supervisor.log', 5)}\n{_tail(self.folder / 'server.log')}")
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        """Stop the server now, whoever uses it (its supervisor stops the JVM and removes the record)."""
+        record = read_record(self.folder)
+        if record is not None and _is_supervisor(record.supervisor_pid, self.folder):
+            os.kill(record.supervisor_pid, signal.SIGTERM)
+
+
+def read_record(folder: Path) -> ServerRecord | None:
+    try:
+        return ServerRecord(**json.loads((folder / RECORD_FILE).read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def live_leases(folder: Path) -> int:
+    """How many processes hold a lease in ``folder``; a dead one's lease file is removed."""
+    live = 0
+    for path in folder.glob("*.lease"):
+        try:
+            with open(path, "a") as handle:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            live += 1
+        except FileNotFoundError:
+            continue
+        else:
+            path.unlink(missing_ok=True)  # its holder ended without removing it
+    return live
+
+
+def serve(folder: Path, idle_s: float, poll_s: float = 0.5) -> int:
+    """The supervisor (module doc): start the JVM, record it once ready, stop it when idle."""
+    kind = ServerKind.from_json((folder / "kind.json").read_text())
+    from airflow_provider_mysqlcdc.spark.submit import spark_home
+
+    token, port, ui_port = secrets.token_urlsafe(24), _free_port(), _free_port()
+    env = _environment()
+    env.update(SPARK_HOME=str(spark_home()), SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=kind.python,
+               SPARK_CONNECT_AUTHENTICATE_TOKEN=token)  # the environment: never in ps
+    command = [str(spark_home() / "bin" / "spark-submit"), "--class", SERVER_CLASS, "--master", kind.master,
+               "--name", "mysqlcdc local Spark Connect server",
+               "--conf", f"spark.connect.grpc.binding.port={port}", "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+               "--conf", f"spark.ui.port={ui_port}", *(arg for k, v in kind.conf for arg in ("--conf", f"{k}={v}"))]
+    log = folder / "server.log"
+    with open(log, "ab") as output:
+        server = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT, cwd=folder,
+                                  start_new_session=True)
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    try:
+        while _READY_LINE not in log.read_text(errors="replace") or not _accepts(port):
+            if server.poll() is not None or stopping.wait(0.2):
+                print(f"the server ended while starting: {server.poll()}", flush=True)
+                return 1
+        _write_record(folder, ServerRecord(os.getpid(), server.pid, port, ui_port, token))
+        print(f"up on port {port} (pid {server.pid})", flush=True)
+        idle_since = time.monotonic()
+        while not stopping.wait(poll_s):
+            if server.poll() is not None:
+                print(f"the server ended with code {server.returncode}", flush=True)
+                return 1
+            if live_leases(folder / "leases"):
+                idle_since = time.monotonic()
+            elif time.monotonic() - idle_since >= idle_s:
+                with _locked(folder / "start.lock"):
+                    if not live_leases(folder / "leases"):
+                        _remove_own_record(folder)  # under the lock: no task takes the server now
+                        print(f"idle for {idle_s:.0f} s: stopping", flush=True)
+                        return 0
+                idle_since = time.monotonic()
+        print("stopped", flush=True)
+        return 0
+    finally:
+        if read_record(folder) is not None:  # not removed on the way out yet
+            with _locked(folder / "start.lock"):  # not beside a task reading it, or a new supervisor
+                _remove_own_record(folder)
+        _stop_server(server.pid)
+        server.wait()
+
+
+def _remove_own_record(folder: Path) -> None:
+    """Remove the record if it is this supervisor's (a new server's may have replaced it)."""
+    record = read_record(folder)
+    if record is not None and record.supervisor_pid == os.getpid():
+        (folder / RECORD_FILE).unlink(missing_ok=True)
+
+
+def _write_record(folder: Path, record: ServerRecord) -> None:
+    staged = folder / f".{RECORD_FILE}.{os.getpid()}"
+    fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(asdict(record), handle)
+    os.replace(staged, folder / RECORD_FILE)
+
+
+def _take_lease(folder: Path) -> tuple[Path, IO[str]]:
+    """A lease file of this process, locked before it is visible (the supervisor never sees it free)."""
+    name = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    staged, lease = folder / f".{name}", folder / f"{name}.lease"
+    handle = open(staged, "w")
+    fcntl.flock(handle, fcntl.LOCK_EX)
+    os.replace(staged, lease)
+    return lease, handle
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def _private_folder(path: Path) -> None:
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for folder in (path, path.parent):
+        os.chmod(folder, 0o700)
+
+
+def _environment() -> dict[str, str]:
+    from airflow_provider_mysqlcdc.spark.submit import program_environment
+
+    return program_environment()
+
+
+def _command_of(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def _is_supervisor(pid: int, folder: Path) -> bool:
+    """Whether ``pid`` is the supervisor of ``folder`` (not a process that took its number since)."""
+    command = _command_of(pid)
+    return b"airflow_provider_mysqlcdc.spark.local_server" in command and str(folder).encode() in command
+
+
+def _accepts(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(1.0)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _stop_server(pid: int, timeout_s: float = 30.0) -> None:
+    """Stop a server JVM and its Python workers (its process group), if it is one of ours."""
+    if SERVER_CLASS.encode() not in _command_of(pid):
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while SERVER_CLASS.encode() in _command_of(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no output)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="The supervisor of a shared local Spark Connect server.")
+    parser.add_argument("--serve", required=True, metavar="FOLDER")
+    parser.add_argument("--idle-s", type=float, default=DEFAULT_IDLE_S)
+    args = parser.parse_args(argv)
+    return serve(Path(args.serve), args.idle_s)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,82 @@
+"""The shared local Spark Connect server's decisions (spark/local_server.py): which tasks share a
+server, which leases are live, which record is usable; and how the operators choose it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
+from airflow_provider_mysqlcdc.operators.snapshot import MySqlCdcSnapshotOperator
+from airflow_provider_mysqlcdc.spark.local_runner import LocalSparkJobRunner
+from airflow_provider_mysqlcdc.spark.local_server import (
+    RECORD_FILE,
+    LocalSparkServer,
+    ServerKind,
+    _take_lease,
+    live_leases,
+    read_record,
+)
+from airflow_provider_mysqlcdc.spark.submit import SparkJobRunner
+
+
+def test_tasks_with_other_spark_settings_get_a_server_of_their_own():
+    base = ServerKind("local[2]", (("spark.sql.shuffle.partitions", "4"),), "/usr/bin/python3")
+    assert base.key() == ServerKind.from_json(base.to_json()).key()
+    others = [ServerKind("local[4]", base.conf, base.python), ServerKind("local[2]", (), base.python),
+              ServerKind("local[2]", base.conf, "/opt/other/python")]
+    assert len({base.key(), *(kind.key() for kind in others)}) == 4
+
+
+def test_a_lease_is_live_while_its_holder_lives_and_a_dead_holders_lease_is_removed(tmp_path):
+    held, handle = _take_lease(tmp_path)
+    dead = tmp_path / "4242-deadbeef.lease"
+    dead.write_text("")  # a holder killed -9 leaves its file, unlocked
+    assert live_leases(tmp_path) == 1 and held.exists() and not dead.exists()
+    handle.close()
+    assert live_leases(tmp_path) == 0 and not held.exists()
+
+
+def test_a_lease_held_by_another_process_is_live(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; from pathlib import Path; "
+                               "from airflow_provider_mysqlcdc.spark.local_server import _take_lease; "
+                               f"held = _take_lease(Path({str(tmp_path)!r})); print('held', flush=True); sys.stdin.read()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    assert live_leases(tmp_path) == 1
+    holder.kill()
+    holder.wait()
+    assert live_leases(tmp_path) == 0
+
+
+def test_a_record_whose_supervisor_is_not_running_is_not_the_server(tmp_path):
+    server = LocalSparkServer(ServerKind(), tmp_path)
+    server.folder.mkdir(parents=True)
+    (server.folder / RECORD_FILE).write_text('{"supervisor_pid": %d, "server_pid": 1, "port": 1, "ui_port": 2, '
+                                             '"token": "t"}' % subprocess.Popen(["true"]).pid)
+    assert read_record(server.folder) is not None
+    assert server.running() is None and not (server.folder / RECORD_FILE).exists()
+    (server.folder / RECORD_FILE).write_text("{half a rec")
+    assert read_record(server.folder) is None
+
+
+def operator(**kwargs) -> MySqlCdcSnapshotOperator:
+    return MySqlCdcSnapshotOperator(task_id="t", state_location="/tmp/s", sink_root="/tmp/l", chunk={}, **kwargs)
+
+
+def test_a_local_master_without_a_connection_runs_on_the_shared_server_when_configured(monkeypatch):
+    monkeypatch.setenv("AIRFLOW__MYSQLCDC__LOCAL_SPARK", "shared")
+    runner = operator(spark_conf={"spark.sql.shuffle.partitions": "3"}).spark_runner
+    assert isinstance(runner, LocalSparkJobRunner)
+    assert runner.server.kind.conf == (("spark.sql.shuffle.partitions", "3"),)
+    assert isinstance(operator(spark_master="spark://elsewhere:7077").spark_runner, SparkJobRunner)
+    monkeypatch.setenv("AIRFLOW__MYSQLCDC__LOCAL_SPARK", "submit")
+    assert not isinstance(operator().spark_runner, LocalSparkJobRunner)
+
+
+def test_an_unknown_local_spark_setting_is_refused_with_the_choices(monkeypatch):
+    monkeypatch.setenv("AIRFLOW__MYSQLCDC__LOCAL_SPARK", "jvm-per-task")
+    with pytest.raises(ConfigurationError, match="'submit'.*'shared'"):
+        operator().spark_runner  # noqa: B018
