@@ -163,9 +163,21 @@ class LocalSparkServer:
 
     def stop(self) -> None:
         """Stop the server now, whoever uses it (its supervisor stops the JVM and removes the record)."""
-        record = read_record(self.folder)
-        if record is not None and _is_supervisor(record.supervisor_pid, self.folder):
-            os.kill(record.supervisor_pid, signal.SIGTERM)
+        _stop_supervisor(self.folder)
+
+
+def stop_all(root: Path | None = None) -> int:
+    """Stop every server under ``root`` (default ``local_spark_root()``) now; how many were running."""
+    return sum(_stop_supervisor(folder) for folder in (root or local_spark_root()).glob("*/"))
+
+
+def _stop_supervisor(folder: Path) -> bool:
+    """Ask the supervisor of ``folder`` to stop its server; whether one was running."""
+    record = read_record(folder)
+    if record is None or not _is_supervisor(record.supervisor_pid, folder):
+        return False
+    os.kill(record.supervisor_pid, signal.SIGTERM)
+    return True
 
 
 def read_record(folder: Path) -> ServerRecord | None:

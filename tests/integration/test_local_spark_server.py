@@ -22,6 +22,7 @@ from airflow_provider_mysqlcdc.spark.local_server import (
     LocalSparkServer,
     ServerKind,
     read_record,
+    stop_all,
 )
 from devtools.dag_runner import example_dag_env, run_dag
 from devtools.verify import source_rows
@@ -99,10 +100,7 @@ def test_a_dag_runs_its_chunk_tasks_and_stream_as_sessions_on_one_shared_local_s
         assert list((folder / "sessions").iterdir()) == []  # each session's credentials file deleted
         assert files_holding(cdc_user.password, folder) == []
     finally:
-        for folder in root.iterdir():
-            record = read_record(folder)
-            if record is not None:
-                os.kill(record.supervisor_pid, signal.SIGTERM)
+        stop_all(root)
 
 
 def test_processes_share_one_server_which_stops_once_no_live_process_holds_a_lease(tmp_path):
