@@ -3,6 +3,7 @@ stopping it when the task is killed (marked failed, cleared, or past its ``execu
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from functools import cached_property
 from typing import Any
@@ -21,7 +22,7 @@ from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.spark.connect_runner import SparkConnectJobRunner
 from airflow_provider_mysqlcdc.spark.local_runner import LOCAL_SPARK_MODES, LocalSparkJobRunner
 from airflow_provider_mysqlcdc.spark.local_server import DEFAULT_IDLE_S, LocalSparkServer, ServerKind
-from airflow_provider_mysqlcdc.spark.submit import SparkJobRunner
+from airflow_provider_mysqlcdc.spark.submit import SparkJobRunner, program_conf
 from airflow_provider_mysqlcdc.state.credentials import ObjectStoreCredentials
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 
@@ -83,9 +84,11 @@ class MySqlCdcSparkJobOperator(BaseOperator):
         submit = SparkJobRunner(target, name=f"mysqlcdc {self.dag_id}.{self.task_id}", log=self.log)
         if self.spark_conn_id or not target.local or local_spark_setting() == "submit":
             return submit
-        kind = ServerKind(target.master, tuple(sorted(target.conf.items())))
+        kind = ServerKind(target.master, tuple(sorted(program_conf(target, sys.executable).items())))
         idle_s = conf.getfloat("mysqlcdc", "local_spark_idle_s", fallback=DEFAULT_IDLE_S)
-        return LocalSparkJobRunner(LocalSparkServer(kind, idle_s=idle_s), submit, log=self.log)
+        # the server outlives this task: it must not keep this task's object-store credentials
+        server = LocalSparkServer(kind, idle_s=idle_s, private=tuple(self.object_store.variables))
+        return LocalSparkJobRunner(server, submit, log=self.log)
 
     def report_folder(self, state: PipelineState, context: Context) -> str:
         """Where this try's Spark program reports (spark/report.py), in the run's folder of ``state``."""

@@ -13,7 +13,6 @@ hold the server for days, and a JVM start is nothing beside that.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -46,8 +45,8 @@ class LocalSparkJobRunner(SparkConnectJobRunner):
     def run(self, script: str, job_json: str, *, source: SourceConfig, report_folder: str,
             on_driver: Callable[[DriverInfo], None] | None = None,
             object_store: ObjectStoreCredentials | None = None) -> dict[str, Any]:
-        with self.server.lease() as record, session_credentials(self.server.folder, source, object_store) as path:
-            self._record, self.server_credentials_file = record, str(path)
+        with self.server.lease() as lease, session_credentials(lease.session_file, source, object_store) as path:
+            self._record, self.server_credentials_file = lease.record, str(path)
             try:
                 return super().run(script, job_json, source=source, report_folder=report_folder,
                                    on_driver=on_driver, object_store=object_store)
@@ -66,11 +65,10 @@ class LocalSparkJobRunner(SparkConnectJobRunner):
 
 
 @contextmanager
-def session_credentials(folder: Path, source: SourceConfig,
+def session_credentials(path: Path, source: SourceConfig,
                         object_store: ObjectStoreCredentials | None) -> Iterator[Path]:
-    """The private file the server's workers read during one session: written, then deleted."""
-    path = folder / "sessions" / f"{uuid.uuid4().hex}.json"
-    path.parent.mkdir(mode=0o700, exist_ok=True)
+    """The private file at ``path`` the server's workers read during one session: written, then
+    deleted (a task killed before that: with its lease, by the server's supervisor)."""
     try:
         source.to_private_file(path)
         if object_store:

@@ -41,7 +41,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO
@@ -55,6 +55,8 @@ DEFAULT_IDLE_S = 300.0
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 RECORD_FILE = "server.json"
 _READY_LINE = "Spark Connect server started"
+#: the server's log is emptied when it grows past this (the JVM appends to it)
+MAX_LOG_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -96,33 +98,45 @@ class ServerRecord:
         return f"sc://localhost:{self.port}/;token={self.token}"
 
 
+@dataclass(frozen=True)
+class ServerLease:
+    """A process's use of the server: the server, and where this use's private session file goes (the
+    supervisor deletes it with the lease of a process that ended without doing so)."""
+
+    record: ServerRecord
+    session_file: Path
+
+
 def local_spark_root() -> Path:
     configured = os.environ.get(LOCAL_SPARK_DIR_VARIABLE)
-    return Path(configured) if configured else Path.home() / ".cache" / "mysqlcdc" / "local-spark"
+    return (Path(configured) if configured else Path.home() / ".cache" / "mysqlcdc" / "local-spark").absolute()
 
 
 class LocalSparkServer:
     """The shared server of one ``ServerKind`` on this machine (module doc)."""
 
     def __init__(self, kind: ServerKind, root: Path | None = None, *, idle_s: float = DEFAULT_IDLE_S,
-                 start_timeout_s: float = 300.0):
+                 start_timeout_s: float = 300.0, private: Collection[str] = ()):
         self.kind = kind
-        self.folder = (root or local_spark_root()) / kind.key()
+        self.folder = (root or local_spark_root()).absolute() / kind.key()
+        self.private = tuple(private)  # variables of this process the server must not inherit
         self.idle_s = idle_s
         self.start_timeout_s = start_timeout_s
 
     @contextlib.contextmanager
-    def lease(self) -> Iterator[ServerRecord]:
+    def lease(self) -> Iterator[ServerLease]:
         """The running server (started if none is), used by this process until the block ends."""
         _private_folder(self.folder / "leases")
+        _private_folder(self.folder / "sessions")
         lease_file, handle = _take_lease(self.folder / "leases")
         try:
             with _locked(self.folder / "start.lock"):
                 record = self.running()
                 if record is None:
                     record = self._start()
-            yield record
+            yield ServerLease(record, _session_file(lease_file))
         finally:
+            _session_file(lease_file).unlink(missing_ok=True)
             lease_file.unlink(missing_ok=True)
             handle.close()
 
@@ -132,22 +146,22 @@ class LocalSparkServer:
         if record is None:
             return None
         if not _is_supervisor(record.supervisor_pid, self.folder):  # died, or the machine restarted
-            _stop_server(record.server_pid)  # nothing would stop it when idle
+            _stop_server(record.server_pid, self.folder)  # nothing would stop it when idle
             (self.folder / RECORD_FILE).unlink(missing_ok=True)
             return None
         # a JVM that ended is its supervisor's to clean up: a new server starts beside it meanwhile
-        return record if _command_of(record.server_pid).find(SERVER_CLASS.encode()) >= 0 else None
+        return record if _is_server(record.server_pid, self.folder) else None
 
     def _start(self) -> ServerRecord:
         (self.folder / "kind.json").write_text(self.kind.to_json())
-        env = _environment()
+        env = _environment(self.private)
         package_root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
         with open(self.folder / "supervisor.log", "ab") as output:
             process = subprocess.Popen(
                 [sys.executable, "-m", "airflow_provider_mysqlcdc.spark.local_server", "--serve", str(self.folder),
-                 "--idle-s", str(self.idle_s)], env=env, stdout=output, stderr=subprocess.STDOUT,
-                cwd=self.folder, start_new_session=True)
+                 "--idle-s", str(self.idle_s)], env=env, stdin=subprocess.DEVNULL, stdout=output,
+                stderr=subprocess.STDOUT, cwd=self.folder, start_new_session=True)
         threading.Thread(target=process.wait, name="reap-local-spark-supervisor", daemon=True).start()
         deadline = time.monotonic() + self.start_timeout_s
         while True:
@@ -156,7 +170,8 @@ class LocalSparkServer:
                 return record
             if process.poll() is not None or time.monotonic() > deadline:
                 if process.poll() is None:
-                    os.killpg(process.pid, signal.SIGTERM)
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(process.pid, signal.SIGTERM)
                 raise SparkJobFailed(f"The local Spark Connect server in {self.folder} did not start: "
                                      f"{_tail(self.folder / 'supervisor.log', 5)}\n{_tail(self.folder / 'server.log')}")
             time.sleep(0.2)
@@ -188,7 +203,8 @@ def read_record(folder: Path) -> ServerRecord | None:
 
 
 def live_leases(folder: Path) -> int:
-    """How many processes hold a lease in ``folder``; a dead one's lease file is removed."""
+    """How many processes hold a lease in ``folder``; a dead one's lease file is removed, and its
+    session file with it."""
     live = 0
     for path in folder.glob("*.lease"):
         try:
@@ -199,14 +215,21 @@ def live_leases(folder: Path) -> int:
         except FileNotFoundError:
             continue
         else:
-            path.unlink(missing_ok=True)  # its holder ended without removing it
+            _session_file(path).unlink(missing_ok=True)  # its holder ended without removing them
+            path.unlink(missing_ok=True)
     return live
 
 
 def serve(folder: Path, idle_s: float, poll_s: float = 0.5) -> int:
     """The supervisor (module doc): start the JVM, record it once ready, stop it when idle."""
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     kind = ServerKind.from_json((folder / "kind.json").read_text())
     from airflow_provider_mysqlcdc.spark.submit import spark_home
+
+    for session in (folder / "sessions").glob("*.json"):  # of processes whose leases went with them
+        if not (folder / "leases" / f"{session.stem}.lease").exists():
+            session.unlink(missing_ok=True)
 
     token, port, ui_port = secrets.token_urlsafe(24), _free_port(), _free_port()
     env = _environment()
@@ -215,27 +238,36 @@ def serve(folder: Path, idle_s: float, poll_s: float = 0.5) -> int:
     command = [str(spark_home() / "bin" / "spark-submit"), "--class", SERVER_CLASS, "--master", kind.master,
                "--name", "mysqlcdc local Spark Connect server",
                "--conf", f"spark.connect.grpc.binding.port={port}", "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
-               "--conf", f"spark.ui.port={ui_port}", *(arg for k, v in kind.conf for arg in ("--conf", f"{k}={v}"))]
+               "--conf", f"spark.ui.port={ui_port}",
+               # a session's work whose client is gone (a task killed -9) is stopped soon, not after 5 minutes
+               "--conf", "spark.connect.execute.manager.detachedTimeout=60s",
+               *(arg for k, v in kind.conf for arg in ("--conf", f"{k}={v}"))]
     log = folder / "server.log"
+    log.touch()
+    start_of_log = log.stat().st_size  # an earlier server's lines are not this one's
     with open(log, "ab") as output:
-        server = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT, cwd=folder,
-                                  start_new_session=True)
-    stopping = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+        server = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=output,
+                                  stderr=subprocess.STDOUT, cwd=folder, start_new_session=True)
     try:
-        while _READY_LINE not in log.read_text(errors="replace") or not _accepts(port):
+        while f"{_READY_LINE} at: " not in _read_from(log, start_of_log) or not _accepts(port):
             if server.poll() is not None or stopping.wait(0.2):
                 print(f"the server ended while starting: {server.poll()}", flush=True)
                 return 1
         _write_record(folder, ServerRecord(os.getpid(), server.pid, port, ui_port, token))
         print(f"up on port {port} (pid {server.pid})", flush=True)
-        idle_since = time.monotonic()
+        idle_since, seen = time.monotonic(), -1
         while not stopping.wait(poll_s):
             if server.poll() is not None:
                 print(f"the server ended with code {server.returncode}", flush=True)
                 return 1
-            if live_leases(folder / "leases"):
+            leases = live_leases(folder / "leases")
+            if leases != seen:
+                print(f"leases: {leases}", flush=True)
+                seen = leases
+            if leases:
                 idle_since = time.monotonic()
+            if log.stat().st_size > MAX_LOG_BYTES:  # a server lives long: its log is cut back, not kept whole
+                os.truncate(log, 0)
             elif time.monotonic() - idle_since >= idle_s:
                 with _locked(folder / "start.lock"):
                     if not live_leases(folder / "leases"):
@@ -246,11 +278,12 @@ def serve(folder: Path, idle_s: float, poll_s: float = 0.5) -> int:
         print("stopped", flush=True)
         return 0
     finally:
-        if read_record(folder) is not None:  # not removed on the way out yet
-            with _locked(folder / "start.lock"):  # not beside a task reading it, or a new supervisor
-                _remove_own_record(folder)
-        _stop_server(server.pid)
+        _stop_server(server.pid, folder)
         server.wait()
+        record = read_record(folder)
+        if record is not None and record.supervisor_pid == os.getpid():  # not removed on the way out yet
+            with _locked(folder / "start.lock"):  # not beside a task reading it
+                _remove_own_record(folder)
 
 
 def _remove_own_record(folder: Path) -> None:
@@ -291,10 +324,20 @@ def _private_folder(path: Path) -> None:
         os.chmod(folder, 0o700)
 
 
-def _environment() -> dict[str, str]:
+def _environment(private: Collection[str] = ()) -> dict[str, str]:
     from airflow_provider_mysqlcdc.spark.submit import program_environment
 
-    return program_environment()
+    return program_environment(private)
+
+
+def _session_file(lease_file: Path) -> Path:
+    return lease_file.parent.parent / "sessions" / f"{lease_file.stem}.json"
+
+
+def _read_from(path: Path, offset: int) -> str:
+    with open(path, "rb") as handle:
+        handle.seek(offset)
+        return handle.read().decode(errors="replace")
 
 
 def _command_of(pid: int) -> bytes:
@@ -310,20 +353,28 @@ def _is_supervisor(pid: int, folder: Path) -> bool:
     return b"airflow_provider_mysqlcdc.spark.local_server" in command and str(folder).encode() in command
 
 
+def _is_server(pid: int, folder: Path) -> bool:
+    """Whether ``pid`` is the server JVM of ``folder`` (it runs there), not another one or another process."""
+    try:
+        return SERVER_CLASS.encode() in _command_of(pid) and Path(f"/proc/{pid}/cwd").resolve() == folder.resolve()
+    except OSError:
+        return False
+
+
 def _accepts(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(1.0)
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-def _stop_server(pid: int, timeout_s: float = 30.0) -> None:
-    """Stop a server JVM and its Python workers (its process group), if it is one of ours."""
-    if SERVER_CLASS.encode() not in _command_of(pid):
+def _stop_server(pid: int, folder: Path, timeout_s: float = 30.0) -> None:
+    """Stop the server JVM of ``folder`` (its process group; its Python workers end with it)."""
+    if not _is_server(pid, folder):
         return
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
-    while SERVER_CLASS.encode() in _command_of(pid) and time.monotonic() < deadline:
+    while _is_server(pid, folder) and time.monotonic() < deadline:
         time.sleep(0.2)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)

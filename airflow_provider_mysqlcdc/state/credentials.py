@@ -110,7 +110,18 @@ def put_in_private_file(path: Path, key: str, value: Any) -> None:
         json.dump(data, handle)
 
 
+#: what the last ``install_from_private_file`` of this process installed: a Python worker of a shared
+#: server (spark/local_server.py) runs the sessions of several pipelines one after another
+_installed: set[str] = set()
+
+
 def install_from_private_file(path: Path | str | None) -> None:
-    """A Spark program's side: install what its task put in the private credentials file (if anything)."""
+    """A Spark program's side: install what its task put in the private credentials file (if
+    anything), without what an earlier task's file installed in this process and this one lacks."""
     if path:
-        ObjectStoreCredentials.from_private_file(path).install()
+        credentials = ObjectStoreCredentials.from_private_file(path)
+        for name in _installed - set(credentials.variables):
+            os.environ.pop(name, None)
+        _installed.clear()
+        _installed.update(credentials.variables)
+        credentials.install()

@@ -39,7 +39,8 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from airflow_provider_mysqlcdc.spark.local_server import LocalSparkServer, ServerKind
 server = LocalSparkServer(ServerKind("local[2]"), Path(sys.argv[1]), idle_s=float(sys.argv[2]))
-with server.lease() as record:
+with server.lease() as lease:
+    record = lease.record
     spark = SparkSession.builder.remote(record.url).create()
     print(record.port, record.server_pid, spark.range(1000).selectExpr("sum(id)").first()[0], flush=True)
     spark.stop()
@@ -50,12 +51,21 @@ with server.lease() as record:
 def hold_lease(root: Path, idle_s: float = 2.0) -> tuple[subprocess.Popen[str], list[int]]:
     """A process holding a lease on the server of ``root`` (started if need be): it, and the port,
     the server's pid and the sum its query read."""
-    process = subprocess.Popen([sys.executable, "-c", HOLDER, str(root), str(idle_s)], stdin=subprocess.PIPE,
-                               stdout=subprocess.PIPE, text=True)
+    process = start_holder(root, idle_s)
+    return process, holder_read(process)
+
+
+def start_holder(root: Path, idle_s: float = 2.0) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-c", HOLDER, str(root), str(idle_s)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+
+
+def holder_read(process: subprocess.Popen[str]) -> list[int]:
+    """What the holder printed once its lease and query were done: port, server pid, sum."""
     assert process.stdout is not None
     line = process.stdout.readline()
     assert line, f"the lease holder ended: {process.wait()}"
-    return process, [int(n) for n in line.split()]
+    return [int(n) for n in line.split()]
 
 
 def wait_for(predicate, what: str, timeout_s: float = 180) -> None:
@@ -105,18 +115,22 @@ def test_a_dag_runs_its_chunk_tasks_and_stream_as_sessions_on_one_shared_local_s
 
 def test_processes_share_one_server_which_stops_once_no_live_process_holds_a_lease(tmp_path):
     root = tmp_path / "local-spark"
-    first, (port, pid, total) = hold_lease(root)
-    second, (port_2, pid_2, total_2) = hold_lease(root)
+    first, second = start_holder(root), start_holder(root)  # both ask while no server runs
+    (port, pid, total), (port_2, pid_2, total_2) = holder_read(first), holder_read(second)
     assert (port_2, pid_2) == (port, pid) and total == total_2 == sum(range(1000))
+    server = LocalSparkServer(ServerKind("local[2]"), root)
+    supervisor_log = server.folder / "supervisor.log"
+    assert supervisor_log.read_text().count("up on port") == 1  # one started, the other waited for it
     killed, _ = hold_lease(root)
+    wait_for(lambda: "leases: 3" in supervisor_log.read_text(), "the supervisor to count three leases")
     killed.kill()  # a task killed -9: its lease goes with it
     killed.wait()
     first.communicate("")
-    server = LocalSparkServer(ServerKind("local[2]"), root)
-    assert server.running() is not None  # the second still holds it
+    wait_for(lambda: supervisor_log.read_text().endswith("leases: 1\n"), "the supervisor to count the second's alone")
+    assert server.running() is not None  # a live lease keeps it up
     second.communicate("")
     wait_for(lambda: server.running() is None and not is_server(pid), "the idle server to stop")
-    assert "idle for 2 s: stopping" in (server.folder / "supervisor.log").read_text()
+    assert supervisor_log.read_text().endswith("leases: 0\nidle for 2 s: stopping\n")
 
 
 def test_a_killed_server_and_a_dead_supervisor_are_replaced_by_the_next_lease(tmp_path):

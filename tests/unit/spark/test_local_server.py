@@ -3,6 +3,7 @@ server, which leases are live, which record is usable; and how the operators cho
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -19,7 +20,7 @@ from airflow_provider_mysqlcdc.spark.local_server import (
     live_leases,
     read_record,
 )
-from airflow_provider_mysqlcdc.spark.submit import SparkJobRunner
+from airflow_provider_mysqlcdc.spark.submit import REDACTION_REGEX, SparkJobRunner
 
 
 def test_tasks_with_other_spark_settings_get_a_server_of_their_own():
@@ -30,13 +31,19 @@ def test_tasks_with_other_spark_settings_get_a_server_of_their_own():
     assert len({base.key(), *(kind.key() for kind in others)}) == 4
 
 
-def test_a_lease_is_live_while_its_holder_lives_and_a_dead_holders_lease_is_removed(tmp_path):
-    held, handle = _take_lease(tmp_path)
-    dead = tmp_path / "4242-deadbeef.lease"
-    dead.write_text("")  # a holder killed -9 leaves its file, unlocked
-    assert live_leases(tmp_path) == 1 and held.exists() and not dead.exists()
+def test_a_lease_is_live_while_its_holder_lives_and_a_dead_holders_lease_goes_with_its_session_file(tmp_path):
+    leases, sessions = tmp_path / "leases", tmp_path / "sessions"
+    leases.mkdir()
+    sessions.mkdir()
+    held, handle = _take_lease(leases)
+    dead = leases / "4242-deadbeef.lease"
+    dead.write_text("")  # a holder killed -9 leaves its file, unlocked, and its session's credentials
+    (sessions / "4242-deadbeef.json").write_text('{"password": "p"}')
+    (sessions / f"{held.stem}.json").write_text('{"password": "p"}')
+    assert live_leases(leases) == 1 and held.exists() and not dead.exists()
+    assert [p.name for p in sessions.iterdir()] == [f"{held.stem}.json"]
     handle.close()
-    assert live_leases(tmp_path) == 0 and not held.exists()
+    assert live_leases(leases) == 0 and not held.exists() and not list(sessions.iterdir())
 
 
 def test_a_lease_held_by_another_process_is_live(tmp_path):
@@ -51,13 +58,21 @@ def test_a_lease_held_by_another_process_is_live(tmp_path):
     assert live_leases(tmp_path) == 0
 
 
-def test_a_record_whose_supervisor_is_not_running_is_not_the_server(tmp_path):
-    server = LocalSparkServer(ServerKind(), tmp_path)
+def test_a_record_whose_supervisor_is_another_process_is_not_the_server(tmp_path):
+    """After a restart the pid may be another process's, or another server's supervisor's."""
+    server, other = LocalSparkServer(ServerKind(), tmp_path), LocalSparkServer(ServerKind("local[3]"), tmp_path)
     server.folder.mkdir(parents=True)
-    (server.folder / RECORD_FILE).write_text('{"supervisor_pid": %d, "server_pid": 1, "port": 1, "ui_port": 2, '
-                                             '"token": "t"}' % subprocess.Popen(["true"]).pid)
-    assert read_record(server.folder) is not None
-    assert server.running() is None and not (server.folder / RECORD_FILE).exists()
+    impostor = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "-m",
+                                 "airflow_provider_mysqlcdc.spark.local_server", "--serve", str(other.folder)],
+                                stdin=subprocess.PIPE, text=True)
+    try:
+        for pid in (impostor.pid, os.getpid()):
+            (server.folder / RECORD_FILE).write_text('{"supervisor_pid": %d, "server_pid": %d, "port": 1, '
+                                                     '"ui_port": 2, "token": "t"}' % (pid, os.getpid()))
+            assert read_record(server.folder) is not None
+            assert server.running() is None and not (server.folder / RECORD_FILE).exists()
+    finally:
+        impostor.communicate("")
     (server.folder / RECORD_FILE).write_text("{half a rec")
     assert read_record(server.folder) is None
 
@@ -70,7 +85,8 @@ def test_a_local_master_without_a_connection_runs_on_the_shared_server_when_conf
     monkeypatch.setenv("AIRFLOW__MYSQLCDC__LOCAL_SPARK", "shared")
     runner = operator(spark_conf={"spark.sql.shuffle.partitions": "3"}).spark_runner
     assert isinstance(runner, LocalSparkJobRunner)
-    assert runner.server.kind.conf == (("spark.sql.shuffle.partitions", "3"),)
+    conf = dict(runner.server.kind.conf)  # the programs' defaults (redaction among them), then the task's own
+    assert conf["spark.sql.shuffle.partitions"] == "3" and conf["spark.redaction.regex"] == REDACTION_REGEX
     assert isinstance(operator(spark_master="spark://elsewhere:7077").spark_runner, SparkJobRunner)
     monkeypatch.setenv("AIRFLOW__MYSQLCDC__LOCAL_SPARK", "submit")
     assert not isinstance(operator().spark_runner, LocalSparkJobRunner)

@@ -11,6 +11,7 @@ import pytest
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob, default_checkpoint
+from airflow_provider_mysqlcdc.state import credentials
 from airflow_provider_mysqlcdc.state.credentials import ObjectStoreCredentials, install_from_private_file
 
 SECRET = "wJalrXUtnFEMI-secret"
@@ -56,9 +57,26 @@ def test_they_travel_in_the_private_file_beside_the_source_which_still_reads_bac
 def test_a_private_file_without_them_installs_nothing(tmp_path, monkeypatch):
     path = SourceConfig(host="db").to_private_file(tmp_path / "source.json")
     monkeypatch.setattr(os, "environ", dict(os.environ))
+    monkeypatch.setattr(credentials, "_installed", set())  # a process no file installed anything in yet
     before = dict(os.environ)
     install_from_private_file(path)
     assert os.environ == before and "object_store" not in json.loads(path.read_text())
+
+
+def test_a_later_sessions_file_takes_away_what_an_earlier_one_installed_and_nothing_else(tmp_path, monkeypatch):
+    """A Python worker of a shared server runs one pipeline's session after another's: the second
+    must not write with the first one's keys, nor lose the machine's own settings."""
+    monkeypatch.setattr(os, "environ", dict(os.environ, AWS_CONFIG_FILE="/etc/aws.cfg"))
+    monkeypatch.setattr(credentials, "_installed", set())
+    first = SourceConfig(host="db").to_private_file(tmp_path / "first.json")
+    ObjectStoreCredentials({"AWS_ACCESS_KEY_ID": "first", "AWS_REGION": "eu"}).add_to_private_file(first)
+    second = SourceConfig(host="db").to_private_file(tmp_path / "second.json")
+    ObjectStoreCredentials({"AWS_REGION": "us"}).add_to_private_file(second)  # an instance profile's keys
+    install_from_private_file(first)
+    assert (os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_REGION"]) == ("first", "eu")
+    install_from_private_file(second)
+    assert "AWS_ACCESS_KEY_ID" not in os.environ and os.environ["AWS_REGION"] == "us"
+    assert os.environ["AWS_CONFIG_FILE"] == "/etc/aws.cfg"
 
 
 def test_the_stream_checkpoint_stays_in_a_state_location_spark_can_write():
