@@ -67,29 +67,27 @@ def bench_fixed_cost(server: ThrowawayMariaDB, work: Path, secrets: Path) -> dic
         print(f"spark-submit chunk task: {submitted[-1]:.1f}s", flush=True)
 
     source = SourceConfig.from_private_file(secrets)
-    with SparkConnectServer(work / "connect") as connect:
-        runner = connect_runner(connect, source)
-        connected = []
-        for attempt in range(TIMES):
+
+    def timed(runner, name: str, times: int) -> list[float]:
+        """Seconds of each of ``times`` chunk tasks run by ``runner``, end to end."""
+        seconds = []
+        for attempt in range(times):
             started = time.monotonic()
-            result = runner.run("snapshot_chunk.py", job(f"lake-connect-{attempt}").to_json(), source=source,
+            result = runner.run("snapshot_chunk.py", job(f"lake-{name}-{attempt}").to_json(), source=source,
                                 report_folder="")
-            connected.append(time.monotonic() - started)
+            seconds.append(time.monotonic() - started)
             assert result["rows"] == ROWS, result
-            print(f"Spark Connect chunk task: {connected[-1]:.1f}s", flush=True)
-    shared = []
+            print(f"chunk task ({name}): {seconds[-1]:.1f}s", flush=True)
+        return seconds
+
+    with SparkConnectServer(work / "connect") as connect:
+        connected = timed(connect_runner(connect, source), "connect", TIMES)
     server = LocalSparkServer(ServerKind("local[2]"), work / "local-spark", idle_s=60)
     quiet = SimpleNamespace(info=lambda *a: None)
-    runner = LocalSparkJobRunner(server, SparkJobRunner(SparkTarget("bench", "local[2]"), name="bench", log=quiet),
-                                 log=quiet)
     try:
-        for attempt in range(TIMES + 1):  # the first starts the server
-            started = time.monotonic()
-            result = runner.run("snapshot_chunk.py", job(f"lake-shared-{attempt}").to_json(), source=source,
-                                report_folder="")
-            shared.append(time.monotonic() - started)
-            assert result["rows"] == ROWS, result
-            print(f"chunk task on the shared local server: {shared[-1]:.1f}s", flush=True)
+        shared = timed(LocalSparkJobRunner(server, SparkJobRunner(SparkTarget("bench", "local[2]"), name="bench",
+                                                                  log=quiet), log=quiet),
+                       "shared", TIMES + 1)  # the first starts the server
     finally:
         server.stop()
     return {"rows": ROWS, "spark_submit_s": submitted, "connect_s": connected, "shared_s": shared}

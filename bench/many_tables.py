@@ -85,8 +85,6 @@ def bench_many_tables(server: ThrowawayMariaDB, work: Path, tables: int = 100, b
 
 
 def many_tables_report(result: dict) -> list[str]:
-    if "shared_s" not in result:  # a run from before the shared local server
-        return _connect_report(result)
     n, m = result["shared_tables"], result["submit_tables"]
     per_shared, per_submit = result["shared_s"] / n, result["submit_s"] / m
     return [
@@ -109,15 +107,3 @@ def many_tables_report(result: dict) -> list[str]:
         "two cores, each a Python process that parses the DAG and imports the provider (bench/notes.md)", "",
     ]
 
-
-def _connect_report(result: dict) -> list[str]:
-    n, m = result["connect_tables"], result["submit_tables"]
-    per_connect, per_submit = result["connect_s"] / n, result["submit_s"] / m
-    return [
-        f"## The first DAG run capturing many tables of {result['rows']:,} rows, under `airflow standalone`", "",
-        f"Run {result.get('run_at', 'earlier')}: chunk tasks as Spark Connect sessions on a server started beforehand, "
-        "and as spark-submits (baseline).", "",
-        "| chunk tasks run as | tables | seconds, trigger to end of run | seconds per table |", "|---|---:|---:|---:|",
-        f"| Spark Connect sessions | {n} | {result['connect_s']:.0f} | {per_connect:.1f} |",
-        f"| spark-submits (baseline) | {m} | {result['submit_s']:.0f} | {per_submit:.1f} |", "",
-    ]

@@ -16,8 +16,8 @@
    side with a transaction a fifth that size and with the memory limits switched off (bench/memory.py);
 5. a chunk task's fixed cost: spark-submit vs a Spark Connect session (bench/fixed_cost.py), and an
    available-now stream task's, phase by phase (bench/stream_startup.py);
-6. the first DAG run capturing 100 small tables under ``airflow standalone``, chunks on Spark Connect vs
-   spark-submit (bench/many_tables.py; only with ``--only many-tables``: it takes about 10 minutes);
+6. the first DAG run capturing 100 small tables under ``airflow standalone``, on the shared local server vs
+   spark-submit (bench/many_tables.py; only with ``--only many-tables``: it takes about 15 minutes);
 7. the snapshot of a table under concurrent writes, exactly-once beside at-least-once
    (``snapshot_consistency``; bench/snapshot_under_writes.py);
 8. Iceberg beside Delta: the snapshot, the UPDATE burst, the mixed workload and merge scaling into
