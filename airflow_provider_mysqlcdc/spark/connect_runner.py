@@ -87,6 +87,7 @@ class SparkConnectJobRunner:
         from airflow_provider_mysqlcdc.spark.report import ReportWatcher
         from airflow_provider_mysqlcdc.spark.submit import (
             job_arguments,
+            output_tail,
             prepare_program,
             program_environment,
             wait_for_driver,
@@ -115,7 +116,7 @@ class SparkConnectJobRunner:
 
         wait_for_driver(report, f"Spark Connect program {script}", ended=ended,
                         problem=lambda: (f"it exited with code {process.returncode}: "
-                                         f"{_tail(work / 'driver.log')}") if ended() else None,
+                                         f"{output_tail(work / 'driver.log', 40)}") if ended() else None,
                         on_line=lambda line: self.log.info("%s", line), on_driver=driver_started,
                         timeout_s=start_timeout_s, on_timeout=process.kill)
 
@@ -125,13 +126,6 @@ class SparkConnectJobRunner:
         session = self._session
         if session is not None:
             session.interruptAll()
-
-
-def _tail(path: Path, lines: int = 40) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no output)"
 
 
 @contextmanager

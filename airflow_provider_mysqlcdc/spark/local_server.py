@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import IO
 
 from airflow_provider_mysqlcdc.cdc.errors import SparkJobFailed
+from airflow_provider_mysqlcdc.spark.submit import output_tail, program_environment, spark_home
 
 #: where the servers' folders are (default ``~/.cache/mysqlcdc/local-spark``)
 LOCAL_SPARK_DIR_VARIABLE = "MYSQLCDC_LOCAL_SPARK_DIR"
@@ -154,7 +155,7 @@ class LocalSparkServer:
 
     def _start(self) -> ServerRecord:
         (self.folder / "kind.json").write_text(self.kind.to_json())
-        env = _environment(self.private)
+        env = program_environment(self.private)
         package_root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
         with open(self.folder / "supervisor.log", "ab") as output:
@@ -173,7 +174,7 @@ class LocalSparkServer:
                     with contextlib.suppress(ProcessLookupError):
                         os.killpg(process.pid, signal.SIGTERM)
                 raise SparkJobFailed(f"The local Spark Connect server in {self.folder} did not start: "
-                                     f"{_tail(self.folder / 'supervisor.log', 5)}\n{_tail(self.folder / 'server.log')}")
+                                     f"{output_tail(self.folder / 'supervisor.log', 5)}\n{output_tail(self.folder / 'server.log', 30)}")
             time.sleep(0.2)
 
     def stop(self) -> None:
@@ -225,14 +226,12 @@ def serve(folder: Path, idle_s: float, poll_s: float = 0.5) -> int:
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     kind = ServerKind.from_json((folder / "kind.json").read_text())
-    from airflow_provider_mysqlcdc.spark.submit import spark_home
-
     for session in (folder / "sessions").glob("*.json"):  # of processes whose leases went with them
         if not (folder / "leases" / f"{session.stem}.lease").exists():
             session.unlink(missing_ok=True)
 
     token, port, ui_port = secrets.token_urlsafe(24), _free_port(), _free_port()
-    env = _environment()
+    env = program_environment()
     env.update(SPARK_HOME=str(spark_home()), SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=kind.python,
                SPARK_CONNECT_AUTHENTICATE_TOKEN=token)  # the environment: never in ps
     command = [str(spark_home() / "bin" / "spark-submit"), "--class", SERVER_CLASS, "--master", kind.master,
@@ -264,10 +263,10 @@ def serve(folder: Path, idle_s: float, poll_s: float = 0.5) -> int:
             if leases != seen:
                 print(f"leases: {leases}", flush=True)
                 seen = leases
-            if leases:
-                idle_since = time.monotonic()
             if log.stat().st_size > MAX_LOG_BYTES:  # a server lives long: its log is cut back, not kept whole
                 os.truncate(log, 0)
+            if leases:
+                idle_since = time.monotonic()
             elif time.monotonic() - idle_since >= idle_s:
                 with _locked(folder / "start.lock"):
                     if not live_leases(folder / "leases"):
@@ -324,12 +323,6 @@ def _private_folder(path: Path) -> None:
         os.chmod(folder, 0o700)
 
 
-def _environment(private: Collection[str] = ()) -> dict[str, str]:
-    from airflow_provider_mysqlcdc.spark.submit import program_environment
-
-    return program_environment(private)
-
-
 def _session_file(lease_file: Path) -> Path:
     return lease_file.parent.parent / "sessions" / f"{lease_file.stem}.json"
 
@@ -384,13 +377,6 @@ def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def _tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no output)"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -49,6 +49,14 @@ log = logging.getLogger(__name__)
 PRIVATE_ENV_PREFIXES = (ENV_PREFIX, "AIRFLOW_CONN_", "AIRFLOW_VAR_")
 
 
+def output_tail(path: Path, lines: int) -> str:
+    """The last ``lines`` of a process's output file, for an error saying how it ended."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no output)"
+
+
 def spark_home() -> Path:
     import pyspark
 
