@@ -64,12 +64,20 @@ from airflow_provider_mysqlcdc.sinks.iceberg_catalog import (
 from airflow_provider_mysqlcdc.sinks.iceberg_maintenance import (
     CONFLICTS,
     OPERATION_SUMMARY,
+    REWRITE_ATTEMPTS,
     cluster_table,
     compact_changelog,
     maintain_table,
 )
 from airflow_provider_mysqlcdc.sinks.iceberg_rows import chunk_filter, merged, older_than, range_filter
-from airflow_provider_mysqlcdc.sinks.iceberg_schema import arrow_schema_of, as_table_rows, evolution, holds, promotable
+from airflow_provider_mysqlcdc.sinks.iceberg_schema import (
+    arrow_schema_of,
+    as_table_rows,
+    evolution,
+    file_schema_of,
+    holds,
+    promotable,
+)
 from airflow_provider_mysqlcdc.sinks.routing import sink_target
 
 if TYPE_CHECKING:
@@ -83,7 +91,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _MAX_ATTEMPTS = 50
-_CLUSTER_ATTEMPTS = 5
 #: the table property holding the position of the last change a stream committed (per shard: ":<id>")
 POSITION_PROPERTY = "mysqlcdc.position"
 #: Iceberg's table property naming each column's field id for files written without ids
@@ -256,7 +263,7 @@ class IcebergSink(Sink):
         current = arrow_schema_of(table)
         if any(f.name in current.names and not holds(current.field(f.name).type, f.type) for f in target):
             return None
-        return pa.schema([f.remove_metadata() for f in current])
+        return file_schema_of(table)
 
     def commit_range(self, table_id: TableId, start: str | None, end: str | None, files: Sequence[DataFile], *,
                      file_schema: pa.Schema) -> None:
@@ -378,10 +385,10 @@ class IcebergSink(Sink):
         try:
             return retry_conflicts(lambda: cluster_table(self._table(table_id), min_files=min_files,
                                                          target_bytes=target_bytes),
-                                   f"cluster {table_id}", conflicts=CONFLICTS, attempts=_CLUSTER_ATTEMPTS)
+                                   f"cluster {table_id}", conflicts=CONFLICTS, attempts=REWRITE_ATTEMPTS)
         except CONFLICTS as exc:
             log.warning("clustering %s gave way to %d concurrent commits and is left for its next run (%s)",
-                        table_id, _CLUSTER_ATTEMPTS, exc)
+                        table_id, REWRITE_ATTEMPTS, exc)
             return None
 
     def maintain(self, table_id: TableId, policy: MaintenancePolicy) -> list[TableMaintenance]:

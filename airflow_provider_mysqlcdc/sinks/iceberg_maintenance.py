@@ -38,7 +38,6 @@ import time
 from typing import TYPE_CHECKING
 
 import fsspec
-import pyarrow as pa
 from pyiceberg.exceptions import CommitFailedException, ValidationException
 from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, GreaterThanOrEqual, LessThanOrEqual
 from pyiceberg.io.pyarrow import ArrowScan, parquet_file_to_data_file
@@ -55,7 +54,7 @@ from airflow_provider_mysqlcdc.sinks.clustering import (
 from airflow_provider_mysqlcdc.sinks.data_files import CHUNK_COLUMN, write_data_file
 from airflow_provider_mysqlcdc.sinks.iceberg_catalog import busy_as_conflict
 from airflow_provider_mysqlcdc.sinks.iceberg_rows import any_of
-from airflow_provider_mysqlcdc.sinks.iceberg_schema import arrow_schema_of
+from airflow_provider_mysqlcdc.sinks.iceberg_schema import file_schema_of
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -68,6 +67,9 @@ log = logging.getLogger(__name__)
 ORPHAN_MIN_AGE_S = 3 * 24 * 3600.0
 #: the key of a snapshot summary naming what the sink did (sinks/iceberg.py)
 OPERATION_SUMMARY = "mysqlcdc.operation"
+#: a rewrite of files that changes no row (clustering, a changelog's compaction) plans again after
+#: this many concurrent commits at most, then gives way until the next run
+REWRITE_ATTEMPTS = 5
 #: a changelog's column in binlog order (sinks/changelog.py), by which its files are bin-packed
 CHANGELOG_ORDER = "version"
 #: what makes a commit fail without landing: a concurrent commit to the table, or a catalog held by
@@ -124,7 +126,7 @@ def compact_changelog(table: Table, *, target_bytes: int = TARGET_BYTES,
     Planned again from a fresh load after a concurrent commit, a few times, then left for the next run."""
     try:
         return retry_conflicts(lambda: _bin_pack(table.refresh(), target_bytes, max_rewrite_bytes),
-                               f"compact {table.name()}", conflicts=CONFLICTS, attempts=5)
+                               f"compact {table.name()}", conflicts=CONFLICTS, attempts=REWRITE_ATTEMPTS)
     except CONFLICTS:
         return 0, "gave way to concurrent commits: left for the next run"
 
@@ -135,7 +137,7 @@ def _bin_pack(table: Table, target_bytes: int, max_rewrite_bytes: int) -> tuple[
         return 0, left
     tasks = {task.file.file_path: task for task in table.scan().plan_files()}
     scan = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue())
-    file_schema = pa.schema([f.remove_metadata() for f in arrow_schema_of(table)])
+    file_schema = file_schema_of(table)
     folder = table.location().rstrip("/") + "/data"
     written = []
     try:

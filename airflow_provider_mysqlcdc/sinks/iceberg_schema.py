@@ -26,6 +26,12 @@ def arrow_schema_of(table: Table) -> pa.Schema:
     return pa.schema([f.with_type(_SMALL.get(f.type, f.type)) for f in schema])
 
 
+def file_schema_of(table: Table) -> pa.Schema:
+    """The columns of Parquet files written for the table apart and committed by path: its own,
+    without Iceberg's field ids (pyiceberg maps such files' columns by name)."""
+    return pa.schema([f.remove_metadata() for f in arrow_schema_of(table)])
+
+
 _SMALL = {pa.large_string(): pa.string(), pa.large_binary(): pa.binary()}
 
 
