@@ -61,6 +61,7 @@ from airflow_provider_mysqlcdc.sinks.iceberg_catalog import (
     open_catalog,
     table_identifier,
 )
+from airflow_provider_mysqlcdc.sinks.iceberg_commits import commit_rows, landed, recorded
 from airflow_provider_mysqlcdc.sinks.iceberg_maintenance import (
     CONFLICTS,
     OPERATION_SUMMARY,
@@ -82,7 +83,7 @@ from airflow_provider_mysqlcdc.sinks.routing import sink_target
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
-    from pyiceberg.table import Table, Transaction
+    from pyiceberg.table import Table
 
     from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy, TableMaintenance
     from airflow_provider_mysqlcdc.sinks.clustering import ClusteringResult
@@ -91,8 +92,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _MAX_ATTEMPTS = 50
-#: the table property holding the position of the last change a stream committed (per shard: ":<id>")
-POSITION_PROPERTY = "mysqlcdc.position"
 #: Iceberg's table property naming each column's field id for files written without ids
 NAME_MAPPING = "schema.name-mapping.default"
 #: the properties of every table the sink creates
@@ -119,6 +118,11 @@ class IcebergSink(Sink):
     @functools.cached_property
     def catalog(self) -> Catalog:
         return open_catalog(self.root, self._catalog_properties)
+
+    def __getstate__(self) -> dict[str, object]:
+        """Pickled (a stream's ``foreachBatch`` function travels to a Spark Connect server) without its
+        opened catalog, which may hold a connection pool: the copy opens its own on first use."""
+        return {k: v for k, v in self.__dict__.items() if k != "catalog"}
 
     @functools.cached_property
     def catalog_places_tables(self) -> bool:
@@ -327,10 +331,10 @@ class IcebergSink(Sink):
         def append() -> None:
             table = self.open_table(table_id, changelog=True)
             assert table is not None
-            if _landed(table, commit):  # an attempt whose outcome was unknown did commit
+            if landed(table, commit):  # an attempt whose outcome was unknown did commit
                 return
             with busy_as_conflict(), table.transaction() as tx:
-                _commit_rows(tx, table, changes, commit, "changelog")
+                commit_rows(tx, table, changes, commit, "changelog")
 
         retry_conflicts(append, f"changelog batch {commit.batch_id} of {table_id}", conflicts=CONFLICTS,
                         attempts=_MAX_ATTEMPTS)
@@ -343,7 +347,7 @@ class IcebergSink(Sink):
         in its summary; the table given ``columns`` first (``_evolve``) where it lacks them."""
         def replace() -> None:
             table = self._table(table_id)
-            if commit is not None and _landed(table, commit):  # an attempt whose outcome was unknown did commit
+            if commit is not None and landed(table, commit):  # an attempt whose outcome was unknown did commit
                 return
             if columns is not None and evolution(table, columns):
                 self._evolve(table_id, columns)
@@ -354,14 +358,14 @@ class IcebergSink(Sink):
                 warnings.filterwarnings("ignore", message="Delete operation did not match any records")
                 if existing is None or existing.num_rows:
                     tx.delete(rows_filter)
-                _commit_rows(tx, table, rows, commit, operation)
+                commit_rows(tx, table, rows, commit, operation)
 
         retry_conflicts(replace, what, conflicts=CONFLICTS, attempts=_MAX_ATTEMPTS)
 
     # --- reads -----------------------------------------------------------------------------------
     def applied_position(self, table_id: TableId, *, changelog: bool = False, shard: str = "") -> Position | None:
         table = self.open_table(table_id, changelog=changelog)
-        return None if table is None else _recorded(table, shard)
+        return None if table is None else recorded(table, shard)
 
     def column_names(self, table_id: TableId) -> list[str]:
         table = self.open_table(table_id)
@@ -406,43 +410,3 @@ class IcebergSink(Sink):
         for report in done:
             log.info("maintenance of %s", report)
         return done
-
-
-def _recorded(table: Table, shard: str) -> Position | None:
-    """The position of the last change a stream committed to the table (to ``shard``'s rows)."""
-    text = table.properties.get(_position_property(shard))
-    if not text:
-        return None
-    file_number, position, row, part = (int(n) for n in text.split(","))
-    return file_number, position, row, part
-
-
-def _landed(table: Table, commit: StreamCommit) -> bool:
-    """Whether the table holds ``commit``'s position already: a retried write whose first attempt
-    failed with an unknown outcome (a catalog connection lost during the commit) had landed."""
-    recorded = _recorded(table, commit.shard)
-    return recorded is not None and recorded >= commit.position
-
-
-def _commit_rows(tx: Transaction, table: Table, rows: pa.Table | None, commit: StreamCommit | None,
-                 operation: str) -> None:
-    """Append ``rows`` (typed as the table's columns) in ``tx``, with ``commit``'s position in the
-    snapshot's summary and the table's properties; the summary names the ``operation`` too."""
-    summary = {OPERATION_SUMMARY: operation}
-    if commit is not None:
-        summary.update({_position_property(commit.shard): _position_text(commit.position),
-                        "mysqlcdc.app-id": commit.app_id, "mysqlcdc.batch-id": str(commit.batch_id)})
-    if rows is not None and rows.num_rows:
-        tx.append(as_table_rows(rows, table), snapshot_properties=summary)
-    else:
-        tx.append(arrow_schema_of(table).empty_table(), snapshot_properties=summary)
-    if commit is not None:
-        tx.set_properties({_position_property(commit.shard): _position_text(commit.position)})
-
-
-def _position_property(shard: str) -> str:
-    return POSITION_PROPERTY if not shard else f"{POSITION_PROPERTY}:{shard}"
-
-
-def _position_text(position: Position) -> str:
-    return ",".join(str(n) for n in position)

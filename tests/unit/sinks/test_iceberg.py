@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyiceberg.catalog import load_catalog
+from pyspark import cloudpickle
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError, SchemaChangedError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
@@ -31,8 +32,9 @@ from airflow_provider_mysqlcdc.sinks.base import StreamCommit
 from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SCHEMA
 from airflow_provider_mysqlcdc.sinks.data_files import write_data_file
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
-from airflow_provider_mysqlcdc.sinks.iceberg import OPERATION_SUMMARY, POSITION_PROPERTY, IcebergSink
+from airflow_provider_mysqlcdc.sinks.iceberg import OPERATION_SUMMARY, IcebergSink
 from airflow_provider_mysqlcdc.sinks.iceberg_catalog import CATALOG_NAME, EMBEDDED_CATALOG_FILE, TABLE_LOCATION_PROPERTY
+from airflow_provider_mysqlcdc.sinks.iceberg_commits import POSITION_PROPERTY
 from airflow_provider_mysqlcdc.sinks.iceberg_maintenance import (
     ORPHAN_MIN_AGE_S,
     changelog_runs,
@@ -88,6 +90,14 @@ def test_the_tables_are_named_in_the_embedded_catalog_at_the_lakes_root_and_live
     table = catalog.load_table("shop.t")
     assert table.location() == f"{tmp_path}/lake/shop/t"
     assert {r["id"] for r in table.scan().to_arrow().to_pylist()} == {1, 2, 3}
+
+
+def test_a_sink_with_its_catalog_open_pickles_and_its_copy_opens_a_catalog_of_its_own(sink):
+    # a stream's foreachBatch function, which holds the sink, is pickled to a Spark Connect server
+    split(writer(sink), None, None, range(1, 4), "a")
+    copy = cloudpickle.loads(cloudpickle.dumps(sink))
+    assert held(copy) == {1: "a", 2: "a", 3: "a"}
+    assert copy.catalog is not sink.catalog
 
 
 def test_a_split_replaces_exactly_its_range_in_one_commit_leaving_other_files_untouched(sink):

@@ -76,16 +76,22 @@ def test_the_stream_needs_the_private_file_its_spark_side_reads():
         run_stream_job(None, SOURCE, StreamJob(state="/tmp/s", sink_root="/tmp/l"), source_file="")
 
 
-def test_the_batch_function_pickles_for_the_server_without_its_lock(tmp_path):
+@pytest.mark.parametrize("sink_format", ["delta", "iceberg"])
+def test_the_batch_function_pickles_for_the_server_after_its_sink_was_used_without_its_lock(tmp_path, sink_format):
     """On Spark Connect the stream's foreachBatch function is pickled to the server (with Spark's
-    cloudpickle); its lock against maintenance is made anew there."""
+    cloudpickle) once the driver has used its sink (an Iceberg sink's catalog open); its lock against
+    maintenance is made anew there, and its sink opens what it needs there."""
     from pyspark import cloudpickle
 
+    from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
     from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
     from airflow_provider_mysqlcdc.spark.stream_job import StreamBatchFunction
 
     batches = StreamBatchFunction(SOURCE.for_executors(str(tmp_path / "source.json")),
-                                  StreamJob(str(tmp_path / "state"), str(tmp_path / "lake")))
+                                  StreamJob(str(tmp_path / "state"), str(tmp_path / "lake"), sink_format=sink_format))
+    table = TableId("shop", "t")
+    batches.sink.prepare(TableSchema(table, (Column("id", "int", "int", False),), ("id",)))
     copy = cloudpickle.loads(cloudpickle.dumps(batches))
     assert copy.applying is not batches.applying and copy.applying.acquire(blocking=False)
     assert copy.applier.job == batches.applier.job and "pw" not in str(cloudpickle.dumps(batches))
+    assert "id" in copy.sink.column_names(table)
