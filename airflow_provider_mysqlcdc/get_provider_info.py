@@ -64,4 +64,20 @@ def get_provider_info() -> dict[str, Any]:
                                            "extra": '{"type": "sql", "uri": "postgresql+psycopg2://user:pass@host/db"}'}},
             },
         ],
+        # ``airflow config list`` shows these with their defaults (the code's fallbacks are the same)
+        "config": {"mysqlcdc": {"description": "The MySQL CDC provider (airflow-provider-mysqlcdc).", "options": {
+            "local_spark": {
+                "description": "How a pipeline's Spark programs run on a local master without a spark_conn_id: "
+                               "'shared' (sessions on one local Spark Connect server the worker's tasks share, "
+                               "started by the first and stopped when idle) or 'submit' (a spark-submit, so a "
+                               "JVM, per task).",
+                "version_added": "0.1.0", "type": "string", "example": "submit", "default": "shared"},
+            "local_spark_idle_s": {
+                "description": "Seconds the shared local Spark server stays up with no task using it.",
+                "version_added": "0.1.0", "type": "float", "example": "900", "default": "300"},
+            "state_dirs": {
+                "description": "Comma-separated state locations (or folders right above them) whose pipelines "
+                               "the MySQL CDC page of the UI shows.",
+                "version_added": "0.1.0", "type": "string", "example": "/data/state", "default": ""},
+        }}},
     }

@@ -63,6 +63,7 @@ def run_dag_demo(source: SourceConfig, args: argparse.Namespace) -> int:
 
     from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_to_rows
     from airflow_provider_mysqlcdc.sinks.factory import open_sink
+    from airflow_provider_mysqlcdc.spark.local_server import LOCAL_SPARK_DIR_VARIABLE, stop_all
     from airflow_provider_mysqlcdc.status import print_status
     from devtools.dag_runner import catch_up_stream, example_dag_env, run_dag
     from devtools.workload import SAMPLE_TABLES
@@ -73,39 +74,44 @@ def run_dag_demo(source: SourceConfig, args: argparse.Namespace) -> int:
     tables = create_sample_tables(conn, args.database, rows_per_table=args.rows, tables=samples)
     env = example_dag_env(work / "airflow", source, tables, sink_root=work / "lake", state_dir=work / "state",
                           split_rows=args.chunk_size, chunk_rows=2 * args.chunk_size)
-    log.info("running the example DAG with dag.test() (AIRFLOW_HOME=%s) while %d writers change the tables",
-             work / "airflow", args.writers)
-    started = time.monotonic()
-    with RandomWriters(source, args.database, writers=args.writers, pause_s=0.005, tables=samples) as writers:
-        result = run_dag("mysqlcdc_example", env)
-        stats = writers.stop()
-    print(f"\nDAG run {result['run_id']}: {result['state']} in {time.monotonic() - started:.0f}s while writers "
-          f"committed {stats.transactions} transactions ({stats.rows_changed} row changes)")
-    for ti in sorted(result["tis"], key=lambda t: (t["task_id"], t["map_index"])):
-        print(f"  {ti['task_id']:<40} {ti['label'] or '':<34} {ti['state']}")
-    if result["state"] != "success":
-        print(result["output"][-4000:])
-        return 1
-    state = result["xcoms"]["collect_splits[-1]"]["state"]
-    catch_up_stream(source, state, work / "lake", work / "spark")
-    print(f"\nwhere the pipeline stands (python -m airflow_provider_mysqlcdc.status {state}):")
-    print_status(state, source)
-    report = run_preflight(source, tables)
-    sink = open_sink(str(work / "lake"))
-    print(f"\n{'table':<28}{'chunks':>7}{'delta rows':>12}{'source rows':>13}  equal")
-    exact = True
-    for table_id in tables:
-        schema = report.schemas[table_id]
-        captured = {schema.key_of(r): r for r in arrow_to_rows(sink.read(table_id), schema)}
-        expected = source_rows(source, schema)
-        problem = differences(expected, captured)
-        exact &= problem is None
-        chunks = sum(1 for ti in result["tis"] if ti["task_id"].endswith(".snapshot") and
-                     (ti["label"] or "").startswith(str(table_id)))
-        print(f"{str(table_id):<28}{chunks:>7}{len(captured):>12}{len(expected):>13}  "
-              f"{'yes' if problem is None else 'NO: ' + problem}")
-    print(f"\nDelta tables under {work / 'lake'}; " + ("all equal the source." if exact else "MISMATCH: see above."))
-    return 0 if exact else 1
+    # the shared local Spark server the DAG's tasks start (the default): the demo's own, stopped at its end
+    env[LOCAL_SPARK_DIR_VARIABLE] = str(work / "local-spark")
+    try:
+        log.info("running the example DAG with dag.test() (AIRFLOW_HOME=%s) while %d writers change the tables",
+                 work / "airflow", args.writers)
+        started = time.monotonic()
+        with RandomWriters(source, args.database, writers=args.writers, pause_s=0.005, tables=samples) as writers:
+            result = run_dag("mysqlcdc_example", env)
+            stats = writers.stop()
+        print(f"\nDAG run {result['run_id']}: {result['state']} in {time.monotonic() - started:.0f}s while writers "
+              f"committed {stats.transactions} transactions ({stats.rows_changed} row changes)")
+        for ti in sorted(result["tis"], key=lambda t: (t["task_id"], t["map_index"])):
+            print(f"  {ti['task_id']:<40} {ti['label'] or '':<34} {ti['state']}")
+        if result["state"] != "success":
+            print(result["output"][-4000:])
+            return 1
+        state = result["xcoms"]["collect_splits[-1]"]["state"]
+        catch_up_stream(source, state, work / "lake", work / "spark")
+        print(f"\nwhere the pipeline stands (python -m airflow_provider_mysqlcdc.status {state}):")
+        print_status(state, source)
+        report = run_preflight(source, tables)
+        sink = open_sink(str(work / "lake"))
+        print(f"\n{'table':<28}{'chunks':>7}{'delta rows':>12}{'source rows':>13}  equal")
+        exact = True
+        for table_id in tables:
+            schema = report.schemas[table_id]
+            captured = {schema.key_of(r): r for r in arrow_to_rows(sink.read(table_id), schema)}
+            expected = source_rows(source, schema)
+            problem = differences(expected, captured)
+            exact &= problem is None
+            chunks = sum(1 for ti in result["tis"] if ti["task_id"].endswith(".snapshot") and
+                         (ti["label"] or "").startswith(str(table_id)))
+            print(f"{str(table_id):<28}{chunks:>7}{len(captured):>12}{len(expected):>13}  "
+                  f"{'yes' if problem is None else 'NO: ' + problem}")
+        print(f"\nDelta tables under {work / 'lake'}; " + ("all equal the source." if exact else "MISMATCH: see above."))
+        return 0 if exact else 1
+    finally:
+        stop_all(work / "local-spark")
 
 
 def run_core(source: SourceConfig, args: argparse.Namespace) -> int:

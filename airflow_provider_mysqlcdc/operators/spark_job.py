@@ -73,9 +73,10 @@ class MySqlCdcSparkJobOperator(BaseOperator):
 
     @cached_property
     def spark_runner(self) -> SparkJobRunner | SparkConnectJobRunner:
-        """spark-submit through a ``spark`` connection, a session on a ``spark_connect`` one, or with a
-        local master, no ``spark_conn_id`` and ``[mysqlcdc] local_spark = shared``, a session on the
-        worker's shared local Spark Connect server (spark/local_runner.py)."""
+        """spark-submit through a ``spark`` connection, a session on a ``spark_connect`` one; with a local
+        master and no ``spark_conn_id``, a session on the worker's shared local Spark Connect server
+        (spark/local_runner.py; the default, ``[mysqlcdc] local_spark = shared``) or a spark-submit
+        (``local_spark = submit``)."""
         target = spark_target(spark_conn_id=self.spark_conn_id, spark_master=self.spark_master,
                               spark_conf=self.spark_conf)
         if target.connect:
@@ -150,9 +151,9 @@ class MySqlCdcSparkJobOperator(BaseOperator):
 
 def local_spark_setting() -> str:
     """``[mysqlcdc] local_spark`` (``AIRFLOW__MYSQLCDC__LOCAL_SPARK``): how programs run on a local
-    master without a ``spark_conn_id``: ``submit`` (a spark-submit, so a JVM, per task) or ``shared``
-    (sessions on the worker's shared local Spark Connect server)."""
-    mode = conf.get("mysqlcdc", "local_spark", fallback="submit").strip().lower()
+    master without a ``spark_conn_id``: ``shared`` (the default: sessions on the worker's shared local
+    Spark Connect server) or ``submit`` (a spark-submit, so a JVM, per task)."""
+    mode = conf.get("mysqlcdc", "local_spark", fallback="shared").strip().lower()
     if mode not in LOCAL_SPARK_MODES:
         raise ConfigurationError(f"[mysqlcdc] local_spark is {mode!r}: give 'submit' (a spark-submit per task) or "
                                  "'shared' (sessions on one local Spark Connect server the worker's tasks share).")

@@ -55,6 +55,8 @@ LOCAL_SPARK_DIR_VARIABLE = "MYSQLCDC_LOCAL_SPARK_DIR"
 DEFAULT_IDLE_S = 300.0
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 RECORD_FILE = "server.json"
+#: the pid of the folder's supervisor, written before it starts the JVM
+SUPERVISOR_FILE = "supervisor.pid"
 _READY_LINE = "Spark Connect server started"
 #: the server's log is emptied when it grows past this (the JVM appends to it)
 MAX_LOG_BYTES = 64 << 20
@@ -154,6 +156,11 @@ class LocalSparkServer:
         return record if _is_server(record.server_pid, self.folder) else None
 
     def _start(self) -> ServerRecord:
+        starting = _supervisor_of(self.folder)
+        if starting is not None:  # started by a task killed before the server was up: wait for that one
+            record = self._wait_for_record(starting, None)
+            if record is not None:
+                return record
         (self.folder / "kind.json").write_text(self.kind.to_json())
         env = program_environment(self.private)
         package_root = str(Path(__file__).resolve().parents[2])
@@ -164,17 +171,27 @@ class LocalSparkServer:
                  "--idle-s", str(self.idle_s)], env=env, stdin=subprocess.DEVNULL, stdout=output,
                 stderr=subprocess.STDOUT, cwd=self.folder, start_new_session=True)
         threading.Thread(target=process.wait, name="reap-local-spark-supervisor", daemon=True).start()
+        record = self._wait_for_record(process.pid, process)
+        if record is None:
+            raise SparkJobFailed(f"The local Spark Connect server in {self.folder} did not start: "
+                                 f"{output_tail(self.folder / 'supervisor.log', 5)}\n{output_tail(self.folder / 'server.log', 30)}")
+        return record
+
+    def _wait_for_record(self, supervisor_pid: int, process: subprocess.Popen[bytes] | None) -> ServerRecord | None:
+        """The record of the supervisor ``supervisor_pid`` once its server accepts sessions; None if the
+        supervisor ended first, or did not get there within the start timeout (then it is stopped)."""
         deadline = time.monotonic() + self.start_timeout_s
         while True:
             record = read_record(self.folder)
-            if record is not None and record.supervisor_pid == process.pid:
+            if record is not None and record.supervisor_pid == supervisor_pid and _is_server(record.server_pid, self.folder):
                 return record
-            if process.poll() is not None or time.monotonic() > deadline:
-                if process.poll() is None:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(process.pid, signal.SIGTERM)
-                raise SparkJobFailed(f"The local Spark Connect server in {self.folder} did not start: "
-                                     f"{output_tail(self.folder / 'supervisor.log', 5)}\n{output_tail(self.folder / 'server.log', 30)}")
+            ended = process.poll() is not None if process else not _is_supervisor(supervisor_pid, self.folder)
+            if ended:
+                return None
+            if time.monotonic() > deadline:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(supervisor_pid, signal.SIGTERM)
+                return None
             time.sleep(0.2)
 
     def stop(self) -> None:
@@ -182,18 +199,33 @@ class LocalSparkServer:
         _stop_supervisor(self.folder)
 
 
-def stop_all(root: Path | None = None) -> int:
-    """Stop every server under ``root`` (default ``local_spark_root()``) now; how many were running."""
-    return sum(_stop_supervisor(folder) for folder in (root or local_spark_root()).glob("*/"))
+def stop_all(root: Path | None = None, timeout_s: float = 60.0) -> int:
+    """Stop every server under ``root`` (default ``local_spark_root()``) and wait until their
+    supervisors, which stop their JVMs first, have ended; how many were running."""
+    stopping = [(folder, pid) for folder in (root or local_spark_root()).glob("*/")
+                if (pid := _stop_supervisor(folder)) is not None]
+    deadline = time.monotonic() + timeout_s
+    while any(_is_supervisor(pid, folder) for folder, pid in stopping) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return len(stopping)
 
 
-def _stop_supervisor(folder: Path) -> bool:
-    """Ask the supervisor of ``folder`` to stop its server; whether one was running."""
-    record = read_record(folder)
-    if record is None or not _is_supervisor(record.supervisor_pid, folder):
-        return False
-    os.kill(record.supervisor_pid, signal.SIGTERM)
-    return True
+def _stop_supervisor(folder: Path) -> int | None:
+    """Ask the supervisor of ``folder`` to stop its server (or its start); its pid, if one was running."""
+    pid = _supervisor_of(folder)
+    if pid is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    return pid
+
+
+def _supervisor_of(folder: Path) -> int | None:
+    """The live supervisor of ``folder`` (it writes its pid first thing), or None."""
+    try:
+        pid = int((folder / SUPERVISOR_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return pid if _is_supervisor(pid, folder) else None
 
 
 def read_record(folder: Path) -> ServerRecord | None:
@@ -225,6 +257,7 @@ def serve(folder: Path, idle_s: float, poll_s: float = 0.5) -> int:
     """The supervisor (module doc): start the JVM, record it once ready, stop it when idle."""
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    (folder / SUPERVISOR_FILE).write_text(str(os.getpid()))
     kind = ServerKind.from_json((folder / "kind.json").read_text())
     for session in (folder / "sessions").glob("*.json"):  # of processes whose leases went with them
         if not (folder / "leases" / f"{session.stem}.lease").exists():
@@ -246,7 +279,8 @@ def serve(folder: Path, idle_s: float, poll_s: float = 0.5) -> int:
     start_of_log = log.stat().st_size  # an earlier server's lines are not this one's
     with open(log, "ab") as output:
         server = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=output,
-                                  stderr=subprocess.STDOUT, cwd=folder, start_new_session=True)
+                                  stderr=subprocess.STDOUT, cwd=folder, start_new_session=True,
+                                  preexec_fn=_end_with_parent)
     try:
         while f"{_READY_LINE} at: " not in _read_from(log, start_of_log) or not _accepts(port):
             if server.poll() is not None or stopping.wait(0.2):
@@ -371,6 +405,14 @@ def _stop_server(pid: int, folder: Path, timeout_s: float = 30.0) -> None:
         time.sleep(0.2)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
+
+
+def _end_with_parent() -> None:
+    """In the JVM's process before it runs: the kernel kills it when its supervisor dies, even by
+    SIGKILL (``PR_SET_PDEATHSIG``; spark-submit execs the JVM in the same process, which keeps it)."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
 
 
 def _free_port() -> int:

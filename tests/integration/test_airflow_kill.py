@@ -1,5 +1,7 @@
 """Killing a task under a real scheduler (``airflow standalone``) stops its Spark application:
-marking a stream or chunk task failed, clearing a stream task, and its ``execution_timeout``.
+marking a stream or chunk task failed, clearing a stream task, and its ``execution_timeout``. A
+chunk task on the worker's shared local server (the default) is a session there: its lease goes
+with it, and the server stays up.
 
 The example DAG runs with a continuous stream; once the stream's driver is up, the stream task is
 marked failed through the REST API (what the UI's button does). Airflow's supervisor then
@@ -18,12 +20,15 @@ executor of a standalone cluster (only this test's cluster runs one).
 from __future__ import annotations
 
 import json
+import os
 import time
 from contextlib import ExitStack
+from pathlib import Path
 
 import pytest
 
 from airflow_provider_mysqlcdc.pipeline import group_id_for
+from airflow_provider_mysqlcdc.spark.local_server import LOCAL_SPARK_DIR_VARIABLE, live_leases, read_record
 from airflow_provider_mysqlcdc.state.lease import StreamLeases
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from devtools.airflow_standalone import AirflowStandalone
@@ -143,14 +148,20 @@ def test_a_stream_task_past_its_execution_timeout_stops_its_spark_application(my
 
 
 @pytest.mark.usefixtures("reap_spark")
-def test_marking_a_running_chunk_task_failed_stops_its_spark_application(mysql_server, cdc_user, database, tmp_path):
+@pytest.mark.parametrize("local_spark", ["shared", "submit"])
+def test_marking_a_running_chunk_task_failed_stops_its_spark_work(mysql_server, cdc_user, database, tmp_path,
+                                                                  local_spark):
+    """``shared`` (the default): the chunk task's session on the worker's shared local server ends with
+    the task (its lease goes) and the server stays up for the worker's other tasks; ``submit``: the
+    task's spark-submit and driver end."""
     conn = mysql_server.connect()
     [table] = create_sample_tables(conn, database, rows_per_table=300, seed=6, tables=SAMPLE_TABLES[:1])
     env = example_dag_env(tmp_path / "airflow", cdc_user, [table], sink_root=tmp_path / "lake",
                           state_dir=tmp_path / "state", split_rows=1000, chunk_rows=1000)
     (tmp_path / "tmp").mkdir()
-    env["TMPDIR"] = str(tmp_path / "tmp")
+    env.update(TMPDIR=str(tmp_path / "tmp"), AIRFLOW__MYSQLCDC__LOCAL_SPARK=local_spark)
     group = group_id_for(table.quoted)
+    server = None
     with AirflowStandalone(env) as airflow:
         airflow.wait_for_dag(DAG_ID)
         run_id = airflow.trigger(DAG_ID, {"stream_mode": "skip"})
@@ -159,20 +170,42 @@ def test_marking_a_running_chunk_task_failed_stops_its_spark_application(mysql_s
         # the chunk job's reads wait behind this lock: it is surely still running when marked failed
         with conn.cursor() as cur:
             cur.execute(f"LOCK TABLES {table.quoted} WRITE")
-        airflow.wait_until(lambda: airflow.xcom(DAG_ID, run_id, f"{group}.snapshot", "spark_ui_url", map_index=0),
-                           300, "the chunk job's driver is up")
-        airflow.mark(DAG_ID, run_id, f"{group}.snapshot", "failed", map_index=0)
-        marked = time.monotonic()
-        deadline = marked + 60
-        while spark_processes_of(tmp_path) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        left = spark_processes_of(tmp_path)
-        with conn.cursor() as cur:
-            cur.execute("UNLOCK TABLES")
+        try:
+            ui_url = airflow.wait_until(lambda: airflow.xcom(DAG_ID, run_id, f"{group}.snapshot", "spark_ui_url",
+                                                             map_index=0), 300, "the chunk job's driver is up")
+            if local_spark == "shared":
+                server = shared_server_of(ui_url)
+                assert live_leases(server / "leases") == 1, "the chunk task holds no lease on the shared server"
+            else:
+                assert spark_processes_of(tmp_path), "the chunk job's processes are not where the test looks"
+            airflow.mark(DAG_ID, run_id, f"{group}.snapshot", "failed", map_index=0)
+            marked = time.monotonic()
+
+            def running() -> list[str]:
+                leases = live_leases(server / "leases") if server else 0
+                return spark_processes_of(tmp_path) + [f"{leases} lease(s) on the shared server"] * bool(leases)
+
+            while running() and time.monotonic() < marked + 60:
+                time.sleep(0.5)
+            left = running()
+        finally:
+            with conn.cursor() as cur:
+                cur.execute("UNLOCK TABLES")
         assert airflow.xcom(DAG_ID, run_id, f"{group}.snapshot", "return_value", map_index=0) is None
     assert not left, f"still running {time.monotonic() - marked:.0f}s after the task was marked failed:\n" + \
         "\n".join(left)
     assert PipelineState(str(tmp_path / "state" / DAG_ID)).latest_number() == 0
+    if server:
+        assert read_record(server) is not None, "the shared server stopped with one task of the worker"
+
+
+def shared_server_of(ui_url: str) -> Path:
+    """The folder of the shared local server (this session's, tests/conftest.py) whose Spark UI is at ``ui_url``."""
+    for folder in Path(os.environ[LOCAL_SPARK_DIR_VARIABLE]).iterdir():
+        record = read_record(folder)
+        if record is not None and ui_url.rstrip("/").endswith(f":{record.ui_port}"):
+            return folder
+    raise AssertionError(f"no shared local server has its Spark UI at {ui_url}")
 
 
 @pytest.mark.usefixtures("reap_spark")

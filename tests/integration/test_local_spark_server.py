@@ -19,6 +19,7 @@ from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
 from airflow_provider_mysqlcdc.pipeline import group_id_for
 from airflow_provider_mysqlcdc.spark.local_server import (
     SERVER_CLASS,
+    SUPERVISOR_FILE,
     LocalSparkServer,
     ServerKind,
     read_record,
@@ -147,8 +148,23 @@ def test_a_killed_server_and_a_dead_supervisor_are_replaced_by_the_next_lease(tm
     record = read_record(server.folder)
     assert record is not None
     os.kill(record.supervisor_pid, signal.SIGKILL)  # as a worker restart leaves it: a record, no supervisor
+    wait_for(lambda: not is_server(pid_2), "the JVM to end with its supervisor")  # PR_SET_PDEATHSIG
     holder, (_, pid_3, total) = hold_lease(root, idle_s=2)
     holder.communicate("")
     assert pid_3 != pid_2 and total == sum(range(1000))
-    wait_for(lambda: not is_server(pid_2), "the orphaned server to be stopped")
     wait_for(lambda: server.running() is None and not is_server(pid_3), "the new server to stop once idle")
+
+
+def test_a_server_whose_starting_task_was_killed_is_used_by_the_next_task_not_started_twice(tmp_path):
+    root = tmp_path / "local-spark"
+    server = LocalSparkServer(ServerKind("local[2]"), root)
+    starter = start_holder(root, idle_s=60)
+    wait_for(lambda: (server.folder / SUPERVISOR_FILE).exists(), "the starting task's supervisor")
+    assert read_record(server.folder) is None  # the JVM takes seconds to start: the task dies before
+    starter.kill()
+    starter.wait()
+    holder, (_, pid, total) = hold_lease(root, idle_s=60)
+    holder.communicate("")
+    assert total == sum(range(1000))
+    assert (server.folder / "supervisor.log").read_text().count("up on port") == 1  # its server, not a second
+    assert stop_all(root) == 1 and not is_server(pid)  # and stop_all returns once it is down

@@ -81,8 +81,8 @@ def operator(**kwargs) -> MySqlCdcSnapshotOperator:
     return MySqlCdcSnapshotOperator(task_id="t", state_location="/tmp/s", sink_root="/tmp/l", chunk={}, **kwargs)
 
 
-def test_a_local_master_without_a_connection_runs_on_the_shared_server_when_configured(monkeypatch):
-    monkeypatch.setenv("AIRFLOW__MYSQLCDC__LOCAL_SPARK", "shared")
+def test_a_local_master_without_a_connection_runs_on_the_shared_server_by_default(monkeypatch):
+    monkeypatch.delenv("AIRFLOW__MYSQLCDC__LOCAL_SPARK", raising=False)
     runner = operator(spark_conf={"spark.sql.shuffle.partitions": "3"}).spark_runner
     assert isinstance(runner, LocalSparkJobRunner)
     conf = dict(runner.server.kind.conf)  # the programs' defaults (redaction among them), then the task's own
