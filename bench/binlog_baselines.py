@@ -4,13 +4,18 @@ decoder (the raw decoding, before Spark)."""
 
 from __future__ import annotations
 
+import cProfile
 import os
+import pstats
 import subprocess
 import time
+from pathlib import Path
+from typing import Any
 
 from airflow_provider_mysqlcdc.cdc.binlog.reader import BinlogReader
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord
+from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
 from devtools.throwaway_server import ThrowawayMariaDB
 
@@ -67,3 +72,43 @@ def reader_rows(changes: int, seconds: dict[str, float]) -> list[str]:
     """The report's table rows for ``reader_seconds``."""
     return [f"| our binlog reader, {decoder} row decoder, raw decoding (no Spark) | {seconds[decoder]:.1f} | "
             f"{changes / seconds[decoder]:,.0f} |" for decoder in READER_DECODERS]
+
+
+#: the stages a profile of the stream's read splits its time into, by the module a function is in
+#: (the first that matches): framing and events in python-mysql-replication and our reader around it,
+#: the row decoder, the change records and split filter, the Arrow columns and IPC of a batch's rows
+STAGES = (("arrow", ("pyarrow", "change_columns", "batch_rows", "arrow_rows", "spill")),
+          ("decoding", ("row_decoder", "mysqlcdc_rowcodec", "table_decoding", "values", "charsets")),
+          ("records", ("records", "split_filter", "offset")),
+          ("framing", ("pymysqlreplication", "pymysql", "reader", "library_fixes", "xa", "gtid", "socket", "ssl")))
+
+
+def source_read_profile(job_json: str, source: SourceConfig, start: BinlogOffset, end: BinlogOffset,
+                        generation: int, spill_folder: str) -> dict[str, Any]:
+    """The binlog source's ``read`` of one partition over the whole range, run in this process, no
+    Spark: what an executor does for a micro-batch, minus Spark. Its seconds unprofiled, and a
+    profiled run's self time split into ``STAGES`` (plus ``other``), as shares."""
+    from airflow_provider_mysqlcdc.spark.binlog_source import BinlogRange, BinlogStreamReader
+
+    reader = BinlogStreamReader({"job": job_json, "source": source.to_json()})
+
+    def read() -> int:
+        partition = BinlogRange(start, None, end, 4243, generation, spill_folder, {})
+        return sum(1 for _ in reader.read(partition))
+
+    started = time.monotonic()
+    rows = read()
+    seconds = time.monotonic() - started
+    profile = cProfile.Profile()
+    profile.runcall(read)
+    stats = pstats.Stats(profile)
+    shares: dict[str, float] = {}
+    for (path, _, function), (_, _, self_s, _, _) in stats.stats.items():  # type: ignore[attr-defined]
+        where = f"{path}:{function}"
+        stage = next((name for name, marks in STAGES if any(m in where for m in marks)), "other")
+        shares[stage] = shares.get(stage, 0.0) + self_s
+    total = sum(shares.values()) or 1.0
+    top = sorted(stats.stats.items(), key=lambda item: -item[1][2])[:15]  # type: ignore[attr-defined]
+    return {"seconds": seconds, "rows": rows, "shares": {k: v / total for k, v in shares.items()},
+            "top": [f"{Path(path).name}:{line} {function} {self_s:.2f}s" for (path, line, function), (_, _, self_s, _, _)
+                    in top]}
