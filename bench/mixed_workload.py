@@ -82,7 +82,7 @@ def batch_times(log: str) -> dict:
     """How a stream's batches spent their time, from its log: batches, seconds applying, of which
     reading the binlog and merging into the sink."""
     batches = [tuple(float(x) for x in found.groups()) for found in _BATCH.finditer(log)]
-    return {"batches": len(batches), "applied_s": sum(b[1] for b in batches),
+    return {"batches": len(batches), "changes": int(sum(b[0] for b in batches)), "applied_s": sum(b[1] for b in batches),
             "reading_s": sum(b[2] for b in batches), "merging_s": sum(b[3] for b in batches)}
 
 
@@ -104,26 +104,41 @@ def create_tables(server: ThrowawayMariaDB):
 
 def run_workload(conn) -> tuple[float, int]:
     """Run the transactions; their seconds and the row changes they made."""
-    rng = random.Random(7)
-    next_id = {t: ROWS + 1 for t in NARROW + WIDE}
+    workload = MixedTransactions(random.Random(7))
     changes = 0
     started = time.monotonic()
     with conn.cursor() as cur:
         for _ in range(TRANSACTIONS):
-            for _ in range(rng.randint(1, 4)):
-                table = rng.choice(NARROW + WIDE)
-                kind = rng.random()
-                if kind < 0.4:
-                    changes += _insert(cur, table, next_id[table], rng.randint(1, 3))
-                    next_id[table] += 3
-                elif kind < 0.85:
-                    first = rng.randint(1, next_id[table])
-                    column = "a = a + 1" if table in NARROW else "d = d + 1, t = CONCAT(t, 'x'), c1 = c1 + 1"
-                    changes += cur.execute(f"UPDATE {table.quoted} SET {column} WHERE id BETWEEN {first} AND {first + 2}")
-                else:
-                    changes += cur.execute(f"DELETE FROM {table.quoted} WHERE id = {rng.randint(1, next_id[table])}")
-            conn.commit()
+            changes += workload.run_one(conn, cur)
     return time.monotonic() - started, changes
+
+
+class MixedTransactions:
+    """The workload's transactions, one at a time: one to four statements over the ten tables
+    (inserts of 1-3 new rows, updates of up to 3 random rows, deletes of one), then a commit.
+    ``stride``/``offset``: writers at once insert disjoint ids (writer ``offset`` of ``stride``)."""
+
+    def __init__(self, rng: random.Random, stride: int = 1, offset: int = 0):
+        self.rng, self.stride = rng, stride
+        self.next_id = {t: ROWS + 1 + 3 * offset for t in NARROW + WIDE}
+
+    def run_one(self, conn, cur) -> int:
+        """Run and commit one transaction; the row changes it made."""
+        rng, changes = self.rng, 0
+        for _ in range(rng.randint(1, 4)):
+            table = rng.choice(NARROW + WIDE)
+            kind = rng.random()
+            if kind < 0.4:
+                changes += _insert(cur, table, self.next_id[table], rng.randint(1, 3))
+                self.next_id[table] += 3 * self.stride
+            elif kind < 0.85:
+                first = rng.randint(1, self.next_id[table])
+                column = "a = a + 1" if table in NARROW else "d = d + 1, t = CONCAT(t, 'x'), c1 = c1 + 1"
+                changes += cur.execute(f"UPDATE {table.quoted} SET {column} WHERE id BETWEEN {first} AND {first + 2}")
+            else:
+                changes += cur.execute(f"DELETE FROM {table.quoted} WHERE id = {rng.randint(1, self.next_id[table])}")
+        conn.commit()
+        return changes
 
 
 def _insert(cur, table: TableId, first: int, rows: int) -> int:

@@ -17,7 +17,9 @@
 5. a chunk task's fixed cost: spark-submit vs a Spark Connect session (bench/fixed_cost.py), and an
    available-now stream task's, phase by phase (bench/stream_startup.py);
 6. the first DAG run capturing 100 small tables under ``airflow standalone``, on the shared local server vs
-   spark-submit (bench/many_tables.py; only with ``--only many-tables``: it takes about 15 minutes);
+   spark-submit (bench/many_tables.py; only with ``--only many-tables``: it takes about 15 minutes), and a
+   continuous stream's sustained rate on the mixed workload and its catch-up on a backlog
+   (bench/sustained.py; only with ``--only sustained``); the full run repeats the last figures of both;
 7. the snapshot of a table under concurrent writes, exactly-once beside at-least-once
    (``snapshot_consistency``; bench/snapshot_under_writes.py);
 8. Iceberg beside Delta: the snapshot, the UPDATE burst, the mixed workload and merge scaling into
@@ -58,6 +60,7 @@ from bench.mixed_workload import bench_mixed_workload, mixed_workload_report
 from bench.sink_formats import bench_sink_formats, sink_formats_report
 from bench.snapshot_under_writes import bench_snapshot_under_writes, snapshot_under_writes_report
 from bench.stream_startup import bench_stream_startup, stream_startup_report
+from bench.sustained import bench_sustained, sustained_report
 from devtools.spark_connect_server import SparkConnectServer
 from devtools.throwaway_server import ThrowawayMariaDB
 
@@ -211,7 +214,7 @@ def large_snapshot_report(snap: dict) -> list[str]:
 
 def report(snap: dict, stream: dict, merge: dict, latency: dict, memory: dict, fixed: dict, startup: dict,
            many: dict | None = None, mixed: dict | None = None, written: dict | None = None,
-           formats: dict | None = None) -> str:
+           formats: dict | None = None, sustained: dict | None = None) -> str:
     n = snap["rows"]
     quick = n / snap["mariadb_quick_s"]
     ours_work, ours_total = n / snap["ours_work_s"], n / snap["ours_total_s"]
@@ -251,6 +254,7 @@ def report(snap: dict, stream: dict, merge: dict, latency: dict, memory: dict, f
         "", *(mixed_workload_report(mixed) if mixed else []),
         *merge_scaling_report(merge),
         *latency_report(latency),
+        *(sustained_report(sustained) if sustained else []),
         *memory_report(memory),
         *fixed_cost_report(fixed),
         *stream_startup_report(startup),
@@ -297,8 +301,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="rows of the table snapshotted under concurrent writes, in each snapshot_consistency")
     parser.add_argument("--merge-sizes", default="1000000,10000000",
                         help="the two sink sizes of the merge-scaling workload beside each other in sink-formats")
+    parser.add_argument("--sustained-seconds", type=int, default=30, help="seconds at each rate of the sustained benchmark")
+    parser.add_argument("--backlog", type=int, default=500_000,
+                        help="row changes of the backlog the sustained benchmark's stream catches up on")
     parser.add_argument("--only", choices=["snapshot", "snapshot-under-writes", "stream", "merge-scaling", "latency", "memory", "fixed-cost",
-                                           "stream-startup", "mixed", "many-tables", "sink-formats"],
+                                           "stream-startup", "mixed", "many-tables", "sink-formats", "sustained"],
                         help="run one benchmark and print its numbers (docs/benchmarks.md is left alone, but for "
                              "sink-formats, whose section it replaces)")
     args = parser.parse_args(argv)
@@ -327,7 +334,9 @@ def main(argv: list[str] | None = None) -> int:
                        "stream-startup": lambda: bench_stream_startup(server, work, secrets),
                        "mixed": lambda: bench_mixed_workload(server, work, secrets),
                        "many-tables": lambda: bench_many_tables(server, work),
-                       "sink-formats": formats_run}[args.only]
+                       "sink-formats": formats_run,
+                       "sustained": lambda: bench_sustained(server, work, secrets, seconds=args.sustained_seconds,
+                                                            backlog=args.backlog)}[args.only]
                 result = run()
                 print(json.dumps(result, indent=2))
                 if args.only == "merge-scaling":
@@ -349,6 +358,10 @@ def main(argv: list[str] | None = None) -> int:
                     print("\n".join(sink_formats_report(result)))
                     _keep(Path(args.out).with_suffix(".json"), "sink_formats", result)
                     _replace_section(Path(args.out), sink_formats_report(result))
+                if args.only == "sustained":
+                    print("\n".join(sustained_report(result)))
+                    _keep(Path(args.out).with_suffix(".json"), "sustained", result)
+                    _replace_section(Path(args.out), sustained_report(result))
                 if args.only == "many-tables":
                     print("\n".join(many_tables_report(result)))
                     _keep(Path(args.out).with_suffix(".json"), "many_tables", result)
@@ -364,8 +377,9 @@ def main(argv: list[str] | None = None) -> int:
             startup = bench_stream_startup(server, work, secrets)
             formats = formats_run()
         figures = Path(args.out).with_suffix(".json")
-        many = json.loads(figures.read_text()).get("many_tables") if figures.exists() else None
-        text = report(snap, stream, merge, latency, memory, fixed, startup, many, mixed, written, formats)
+        kept = json.loads(figures.read_text()) if figures.exists() else {}
+        many, sustained = kept.get("many_tables"), kept.get("sustained")
+        text = report(snap, stream, merge, latency, memory, fixed, startup, many, mixed, written, formats, sustained)
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(text)
         print(text)
@@ -376,7 +390,8 @@ def main(argv: list[str] | None = None) -> int:
                                                                        "stream_startup": startup,
                                                                        "many_tables": many, "mixed": mixed,
                                                                        "snapshot_under_writes": written,
-                                                                       "sink_formats": formats},
+                                                                       "sink_formats": formats,
+                                                                       "sustained": sustained},
                                                                       indent=2))
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -212,12 +212,21 @@ class ThrowawayMariaDB:
             "--auth-root-authentication-method=normal",
             "--skip-test-db",
             "--skip-name-resolve",
+            self._tmpdir_option(),  # passed on to the bootstrapping mariadbd
         ]
         if os.geteuid() == 0:
             cmd.append("--user=root")
         result = subprocess.run(cmd, capture_output=True, text=True)
         if result.returncode != 0:
             raise RuntimeError(f"mariadb-install-db failed:\n{result.stdout}\n{result.stderr}")
+
+    def _tmpdir_option(self) -> str:
+        """A temporary folder of this server's own: two servers (or a server and another's
+        mariadb-install-db) starting at once in the same /tmp have clashed on temporary tables."""
+        assert self.base_dir is not None
+        tmp = self.base_dir / "tmp"
+        tmp.mkdir(parents=True, exist_ok=True)
+        return f"--tmpdir={tmp}"
 
     def _server_options(self, datadir: Path) -> list[str]:
         assert self.base_dir is not None
@@ -227,6 +236,7 @@ class ThrowawayMariaDB:
             f"--socket={self.base_dir / 'mariadbd.sock'}",
             f"--pid-file={self.base_dir / 'mariadbd.pid'}",
             f"--log-error={self.base_dir / 'mariadbd.err'}",
+            self._tmpdir_option(),
             f"--port={self.port}",
             "--bind-address=127.0.0.1",
             "--skip-name-resolve",
