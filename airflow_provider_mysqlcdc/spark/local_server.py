@@ -11,19 +11,22 @@ How, with files and processes only (nothing to install as a service):
 - **A folder per kind of server**, ``<MYSQLCDC_LOCAL_SPARK_DIR or ~/.cache/mysqlcdc/local-spark>/<key>``
   (0700), the key a hash of what the server is (``ServerKind``: master, static Spark conf, the Python
   its workers run, the Spark version). A task with other settings gets a server of its own.
-- **A supervisor** (``python -m airflow_provider_mysqlcdc.spark.local_server --serve FOLDER``), detached
-  from the task that started it, starts the JVM (Spark's ``SparkConnectServer`` on loopback, asking
-  for a token only the folder's owner can read), writes ``server.json`` (0600) once it accepts
-  sessions, and watches it: the JVM ended, the record goes and the supervisor with it (the next task
-  starts a new server); no lease for ``idle_s``, the server is stopped.
+- **A supervisor** (spark/local_supervisor.py), detached from the task that started it, starts the
+  JVM (Spark's ``SparkConnectServer`` on loopback, asking for a token only the folder's owner can
+  read; the JVM dies with it), writes ``server.json`` (0600) once it accepts sessions, and watches
+  it: the JVM ended, the record goes and the supervisor with it (the next task starts a new server);
+  no lease for ``idle_s``, the server is stopped. Its pid is in ``supervisor.pid`` from its start
+  (written by the task that starts it) until it stops.
 - **Leases**: a task holds an exclusive ``flock`` on a file of its own under ``leases/`` while it uses
   the server. The kernel drops the lock when the task's process ends however it ends (kill -9 too),
   so the supervisor counts only live users, and removes a dead one's file.
 - **Starting** is done under ``start.lock``: the first task starts the supervisor and waits for its
-  record; the others wait for the lock, then find the server up. The supervisor takes the same lock
-  before stopping an idle server and counts the leases again under it, so a task arriving then
-  either finds the server up or starts a new one. A record whose supervisor died (a worker restart,
-  a kill) is stale: its JVM, if still alive, is stopped and a new server started.
+  record; the others wait for the lock, then find the server up. A task that finds a supervisor
+  still starting (its starter was killed) waits for that one instead of starting a second; one whose
+  JVM ended is not waited for. The supervisor takes the same lock before stopping an idle server and
+  counts the leases again under it, so a task arriving then either finds the server up or starts a
+  new one. A record whose supervisor died (a worker restart, a kill) is stale: its JVM, if still
+  alive, is stopped and a new server started.
 """
 
 from __future__ import annotations
@@ -33,9 +36,7 @@ import fcntl
 import hashlib
 import json
 import os
-import secrets
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -47,19 +48,18 @@ from pathlib import Path
 from typing import IO
 
 from airflow_provider_mysqlcdc.cdc.errors import SparkJobFailed
-from airflow_provider_mysqlcdc.spark.submit import output_tail, program_environment, spark_home
+from airflow_provider_mysqlcdc.spark.submit import output_tail, program_environment
 
 #: where the servers' folders are (default ``~/.cache/mysqlcdc/local-spark``)
 LOCAL_SPARK_DIR_VARIABLE = "MYSQLCDC_LOCAL_SPARK_DIR"
 #: a server no task used for this long is stopped
 DEFAULT_IDLE_S = 300.0
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+#: the supervisor's module (spark/local_supervisor.py), run with ``python -m``
+SUPERVISOR_MODULE = "airflow_provider_mysqlcdc.spark.local_supervisor"
 RECORD_FILE = "server.json"
 #: the pid of the folder's supervisor, written before it starts the JVM
 SUPERVISOR_FILE = "supervisor.pid"
-_READY_LINE = "Spark Connect server started"
-#: the server's log is emptied when it grows past this (the JVM appends to it)
-MAX_LOG_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,7 @@ class LocalSparkServer:
         _private_folder(self.folder / "sessions")
         lease_file, handle = _take_lease(self.folder / "leases")
         try:
-            with _locked(self.folder / "start.lock"):
+            with locked(self.folder / "start.lock"):
                 record = self.running()
                 if record is None:
                     record = self._start()
@@ -149,11 +149,11 @@ class LocalSparkServer:
         if record is None:
             return None
         if not _is_supervisor(record.supervisor_pid, self.folder):  # died, or the machine restarted
-            _stop_server(record.server_pid, self.folder)  # nothing would stop it when idle
+            stop_server(record.server_pid, self.folder)  # nothing would stop it when idle
             (self.folder / RECORD_FILE).unlink(missing_ok=True)
             return None
         # a JVM that ended is its supervisor's to clean up: a new server starts beside it meanwhile
-        return record if _is_server(record.server_pid, self.folder) else None
+        return record if is_server(record.server_pid, self.folder) else None
 
     def _start(self) -> ServerRecord:
         starting = _supervisor_of(self.folder)
@@ -167,9 +167,10 @@ class LocalSparkServer:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
         with open(self.folder / "supervisor.log", "ab") as output:
             process = subprocess.Popen(
-                [sys.executable, "-m", "airflow_provider_mysqlcdc.spark.local_server", "--serve", str(self.folder),
+                [sys.executable, "-m", SUPERVISOR_MODULE, "--serve", str(self.folder),
                  "--idle-s", str(self.idle_s)], env=env, stdin=subprocess.DEVNULL, stdout=output,
                 stderr=subprocess.STDOUT, cwd=self.folder, start_new_session=True)
+        write_pid(self.folder, process.pid)  # at once: a task killed now leaves a supervisor the next one finds
         threading.Thread(target=process.wait, name="reap-local-spark-supervisor", daemon=True).start()
         record = self._wait_for_record(process.pid, process)
         if record is None:
@@ -179,12 +180,14 @@ class LocalSparkServer:
 
     def _wait_for_record(self, supervisor_pid: int, process: subprocess.Popen[bytes] | None) -> ServerRecord | None:
         """The record of the supervisor ``supervisor_pid`` once its server accepts sessions; None if the
-        supervisor ended first, or did not get there within the start timeout (then it is stopped)."""
+        supervisor ended first, its server ended, or it did not get there within the start timeout
+        (then it is stopped)."""
         deadline = time.monotonic() + self.start_timeout_s
         while True:
             record = read_record(self.folder)
-            if record is not None and record.supervisor_pid == supervisor_pid and _is_server(record.server_pid, self.folder):
-                return record
+            if record is not None and record.supervisor_pid == supervisor_pid:
+                # its JVM ended: the supervisor is going too (it must not be waited for under the lock)
+                return record if is_server(record.server_pid, self.folder) else None
             ended = process.poll() is not None if process else not _is_supervisor(supervisor_pid, self.folder)
             if ended:
                 return None
@@ -213,7 +216,7 @@ def stop_all(root: Path | None = None, timeout_s: float = 60.0) -> int:
 def _stop_supervisor(folder: Path) -> int | None:
     """Ask the supervisor of ``folder`` to stop its server (or its start); its pid, if one was running."""
     pid = _supervisor_of(folder)
-    if pid is not None:
+    if pid is not None:  # a supervisor still starting stops too (its JVM is not up, or ends with it)
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
     return pid
@@ -253,87 +256,6 @@ def live_leases(folder: Path) -> int:
     return live
 
 
-def serve(folder: Path, idle_s: float, poll_s: float = 0.5) -> int:
-    """The supervisor (module doc): start the JVM, record it once ready, stop it when idle."""
-    stopping = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
-    (folder / SUPERVISOR_FILE).write_text(str(os.getpid()))
-    kind = ServerKind.from_json((folder / "kind.json").read_text())
-    for session in (folder / "sessions").glob("*.json"):  # of processes whose leases went with them
-        if not (folder / "leases" / f"{session.stem}.lease").exists():
-            session.unlink(missing_ok=True)
-
-    token, port, ui_port = secrets.token_urlsafe(24), _free_port(), _free_port()
-    env = program_environment()
-    env.update(SPARK_HOME=str(spark_home()), SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=kind.python,
-               SPARK_CONNECT_AUTHENTICATE_TOKEN=token)  # the environment: never in ps
-    command = [str(spark_home() / "bin" / "spark-submit"), "--class", SERVER_CLASS, "--master", kind.master,
-               "--name", "mysqlcdc local Spark Connect server",
-               "--conf", f"spark.connect.grpc.binding.port={port}", "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
-               "--conf", f"spark.ui.port={ui_port}",
-               # a session's work whose client is gone (a task killed -9) is stopped soon, not after 5 minutes
-               "--conf", "spark.connect.execute.manager.detachedTimeout=60s",
-               *(arg for k, v in kind.conf for arg in ("--conf", f"{k}={v}"))]
-    log = folder / "server.log"
-    log.touch()
-    start_of_log = log.stat().st_size  # an earlier server's lines are not this one's
-    with open(log, "ab") as output:
-        server = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=output,
-                                  stderr=subprocess.STDOUT, cwd=folder, start_new_session=True,
-                                  preexec_fn=_end_with_parent)
-    try:
-        while f"{_READY_LINE} at: " not in _read_from(log, start_of_log) or not _accepts(port):
-            if server.poll() is not None or stopping.wait(0.2):
-                print(f"the server ended while starting: {server.poll()}", flush=True)
-                return 1
-        _write_record(folder, ServerRecord(os.getpid(), server.pid, port, ui_port, token))
-        print(f"up on port {port} (pid {server.pid})", flush=True)
-        idle_since, seen = time.monotonic(), -1
-        while not stopping.wait(poll_s):
-            if server.poll() is not None:
-                print(f"the server ended with code {server.returncode}", flush=True)
-                return 1
-            leases = live_leases(folder / "leases")
-            if leases != seen:
-                print(f"leases: {leases}", flush=True)
-                seen = leases
-            if log.stat().st_size > MAX_LOG_BYTES:  # a server lives long: its log is cut back, not kept whole
-                os.truncate(log, 0)
-            if leases:
-                idle_since = time.monotonic()
-            elif time.monotonic() - idle_since >= idle_s:
-                with _locked(folder / "start.lock"):
-                    if not live_leases(folder / "leases"):
-                        _remove_own_record(folder)  # under the lock: no task takes the server now
-                        print(f"idle for {idle_s:.0f} s: stopping", flush=True)
-                        return 0
-                idle_since = time.monotonic()
-        print("stopped", flush=True)
-        return 0
-    finally:
-        _stop_server(server.pid, folder)
-        server.wait()
-        record = read_record(folder)
-        if record is not None and record.supervisor_pid == os.getpid():  # not removed on the way out yet
-            with _locked(folder / "start.lock"):  # not beside a task reading it
-                _remove_own_record(folder)
-
-
-def _remove_own_record(folder: Path) -> None:
-    """Remove the record if it is this supervisor's (a new server's may have replaced it)."""
-    record = read_record(folder)
-    if record is not None and record.supervisor_pid == os.getpid():
-        (folder / RECORD_FILE).unlink(missing_ok=True)
-
-
-def _write_record(folder: Path, record: ServerRecord) -> None:
-    staged = folder / f".{RECORD_FILE}.{os.getpid()}"
-    fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        json.dump(asdict(record), handle)
-    os.replace(staged, folder / RECORD_FILE)
-
-
 def _take_lease(folder: Path) -> tuple[Path, IO[str]]:
     """A lease file of this process, locked before it is visible (the supervisor never sees it free)."""
     name = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -345,7 +267,7 @@ def _take_lease(folder: Path) -> tuple[Path, IO[str]]:
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def locked(path: Path) -> Iterator[None]:
     with open(path, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         yield
@@ -361,12 +283,6 @@ def _session_file(lease_file: Path) -> Path:
     return lease_file.parent.parent / "sessions" / f"{lease_file.stem}.json"
 
 
-def _read_from(path: Path, offset: int) -> str:
-    with open(path, "rb") as handle:
-        handle.seek(offset)
-        return handle.read().decode(errors="replace")
-
-
 def _command_of(pid: int) -> bytes:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -376,11 +292,12 @@ def _command_of(pid: int) -> bytes:
 
 def _is_supervisor(pid: int, folder: Path) -> bool:
     """Whether ``pid`` is the supervisor of ``folder`` (not a process that took its number since)."""
-    command = _command_of(pid)
-    return b"airflow_provider_mysqlcdc.spark.local_server" in command and str(folder).encode() in command
+    argv = _command_of(pid).split(b"\0")
+    return (SUPERVISOR_MODULE.encode() in argv and b"--serve" in argv[:-1]
+            and argv[argv.index(b"--serve") + 1] == str(folder).encode())
 
 
-def _is_server(pid: int, folder: Path) -> bool:
+def is_server(pid: int, folder: Path) -> bool:
     """Whether ``pid`` is the server JVM of ``folder`` (it runs there), not another one or another process."""
     try:
         return SERVER_CLASS.encode() in _command_of(pid) and Path(f"/proc/{pid}/cwd").resolve() == folder.resolve()
@@ -388,48 +305,20 @@ def _is_server(pid: int, folder: Path) -> bool:
         return False
 
 
-def _accepts(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(1.0)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
-
-
-def _stop_server(pid: int, folder: Path, timeout_s: float = 30.0) -> None:
+def stop_server(pid: int, folder: Path, timeout_s: float = 30.0) -> None:
     """Stop the server JVM of ``folder`` (its process group; its Python workers end with it)."""
-    if not _is_server(pid, folder):
+    if not is_server(pid, folder):
         return
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
-    while _is_server(pid, folder) and time.monotonic() < deadline:
+    while is_server(pid, folder) and time.monotonic() < deadline:
         time.sleep(0.2)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
 
 
-def _end_with_parent() -> None:
-    """In the JVM's process before it runs: the kernel kills it when its supervisor dies, even by
-    SIGKILL (``PR_SET_PDEATHSIG``; spark-submit execs the JVM in the same process, which keeps it)."""
-    import ctypes
-
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(description="The supervisor of a shared local Spark Connect server.")
-    parser.add_argument("--serve", required=True, metavar="FOLDER")
-    parser.add_argument("--idle-s", type=float, default=DEFAULT_IDLE_S)
-    args = parser.parse_args(argv)
-    return serve(Path(args.serve), args.idle_s)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+def write_pid(folder: Path, pid: int) -> None:
+    staged = folder / f".{SUPERVISOR_FILE}.{os.getpid()}"
+    staged.write_text(str(pid))
+    os.replace(staged, folder / SUPERVISOR_FILE)

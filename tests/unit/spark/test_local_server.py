@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -14,8 +16,10 @@ from airflow_provider_mysqlcdc.operators.snapshot import MySqlCdcSnapshotOperato
 from airflow_provider_mysqlcdc.spark.local_runner import LocalSparkJobRunner
 from airflow_provider_mysqlcdc.spark.local_server import (
     RECORD_FILE,
+    SUPERVISOR_MODULE,
     LocalSparkServer,
     ServerKind,
+    _is_supervisor,
     _take_lease,
     live_leases,
     read_record,
@@ -58,13 +62,12 @@ def test_a_lease_held_by_another_process_is_live(tmp_path):
     assert live_leases(tmp_path) == 0
 
 
-def test_a_record_whose_supervisor_is_another_process_is_not_the_server(tmp_path):
+@pytest.mark.parametrize("serves", ["another kind's folder", "a folder whose path ends with this one's"])
+def test_a_record_whose_supervisor_is_another_process_is_not_the_server(tmp_path, serves):
     """After a restart the pid may be another process's, or another server's supervisor's."""
     server, other = LocalSparkServer(ServerKind(), tmp_path), LocalSparkServer(ServerKind("local[3]"), tmp_path)
     server.folder.mkdir(parents=True)
-    impostor = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "-m",
-                                 "airflow_provider_mysqlcdc.spark.local_server", "--serve", str(other.folder)],
-                                stdin=subprocess.PIPE, text=True)
+    impostor = supervisor_like(other.folder if serves == "another kind's folder" else Path(f"/elsewhere{server.folder}"))
     try:
         for pid in (impostor.pid, os.getpid()):
             (server.folder / RECORD_FILE).write_text('{"supervisor_pid": %d, "server_pid": %d, "port": 1, '
@@ -75,6 +78,41 @@ def test_a_record_whose_supervisor_is_another_process_is_not_the_server(tmp_path
         impostor.communicate("")
     (server.folder / RECORD_FILE).write_text("{half a rec")
     assert read_record(server.folder) is None
+
+
+def test_a_supervisor_whose_server_ended_is_not_waited_for_under_the_start_lock(tmp_path):
+    """Its JVM died and it has not noticed yet: a task starting a server meanwhile starts a new one at
+    once (the ending supervisor needs the start lock to remove its record)."""
+    server = LocalSparkServer(ServerKind(), tmp_path, start_timeout_s=60)
+    server.folder.mkdir(parents=True)
+    supervisor = supervisor_like(server.folder)
+    try:
+        (server.folder / RECORD_FILE).write_text('{"supervisor_pid": %d, "server_pid": %d, "port": 1, '
+                                                 '"ui_port": 2, "token": "t"}' % (supervisor.pid, os.getpid()))
+        started = time.monotonic()
+        assert server._wait_for_record(supervisor.pid, None) is None
+        assert time.monotonic() - started < 5
+    finally:
+        supervisor.communicate("")
+
+
+def supervisor_like(folder: Path) -> subprocess.Popen[str]:
+    """A process whose command line is a supervisor's of ``folder`` (once it has exec'd Python)."""
+    process = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "-m", SUPERVISOR_MODULE,
+                                "--serve", str(folder)], stdin=subprocess.PIPE, text=True)
+    command = Path(f"/proc/{process.pid}/cmdline")
+    while b"--serve" not in command.read_bytes():
+        time.sleep(0.01)
+    return process
+
+
+def test_the_supervisor_of_a_folder_is_known_by_its_command_line(tmp_path):
+    folder = tmp_path / "kind"
+    process = supervisor_like(folder)
+    try:
+        assert _is_supervisor(process.pid, folder) and not _is_supervisor(process.pid, tmp_path)
+    finally:
+        process.communicate("")
 
 
 def operator(**kwargs) -> MySqlCdcSnapshotOperator:
