@@ -102,6 +102,9 @@ def bench_snapshot(server: ThrowawayMariaDB, work: Path, rows: int, secrets: Pat
     out["connect_total_s"], out["connect_work_s"] = _connect_chunk_job(conn, table, work, secrets)
     print(f"chunk job on a running Spark Connect server: {out['connect_total_s']:.1f}s total, "
           f"{out['connect_work_s']:.1f}s work", flush=True)
+    out["shared_total_s"], out["shared_work_s"] = _shared_chunk_job(conn, table, work, secrets)
+    print(f"chunk job as a chunk task runs it by default (the shared local server): {out['shared_total_s']:.1f}s "
+          f"total, {out['shared_work_s']:.1f}s work", flush=True)
     if large_rows:
         large = TableId("bench", "customer_large")
         gen_s, _ = timed(lambda: create_customer_table(conn, large, large_rows))
@@ -134,6 +137,29 @@ def _connect_chunk_job(conn: Any, table: TableId, work: Path, secrets: Path) -> 
             job = ChunkJob(table=str(table), splits=splits, sink_root=str(work / lake), partitions_per_split=4)
             total, result = timed(lambda: runner.run(
                 "snapshot_chunk.py", job.to_json(), source=source, report_folder=""))  # noqa: B023 - called at once
+    return total, result["seconds"]
+
+
+def _shared_chunk_job(conn: Any, table: TableId, work: Path, secrets: Path) -> tuple[float, float]:
+    """The same chunk job the way a chunk task runs it by default: the snapshot operator's runner, a
+    session on the worker's shared local server (started and warmed by a first run): its end-to-end
+    and work seconds."""
+    from airflow_provider_mysqlcdc.operators.snapshot import MySqlCdcSnapshotOperator
+    from airflow_provider_mysqlcdc.spark.local_server import LOCAL_SPARK_DIR_VARIABLE, stop_all
+
+    source = SourceConfig.from_private_file(secrets)
+    splits = ChunkSplitter(conn, load_table_schema(conn, table), SplitOptions(chunk_size=SPLIT_ROWS)).split()
+    os.environ[LOCAL_SPARK_DIR_VARIABLE] = str(work / "local-spark")
+    try:
+        runner = MySqlCdcSnapshotOperator(task_id="bench", state_location=str(work / "state"), sink_root=str(work),
+                                          chunk={}).spark_runner
+        for lake in ("lake-shared-warm-up", "lake-shared"):
+            job = ChunkJob(table=str(table), splits=splits, sink_root=str(work / lake), partitions_per_split=4)
+            total, result = timed(lambda: runner.run(
+                "snapshot_chunk.py", job.to_json(), source=source, report_folder=""))  # noqa: B023 - called at once
+    finally:
+        stop_all(work / "local-spark")
+        os.environ.pop(LOCAL_SPARK_DIR_VARIABLE, None)
     return total, result["seconds"]
 
 
@@ -176,6 +202,24 @@ def machine() -> str:
 
 def verdict(ok: bool, detail: str) -> str:
     return ("met" if ok else "MISSED") + f" ({detail})"
+
+
+def shared_snapshot_rows(snap: dict, quick: float) -> list[str]:
+    """The snapshot's rows for the default path (a session on the worker's shared local server)."""
+    if "shared_total_s" not in snap:  # figures of a run before it was measured
+        return []
+    n = snap["rows"]
+    return [f"| chunk job as a chunk task runs it by default (a session on the worker's shared local server), work | "
+            f"{snap['shared_work_s']:.1f} | {n / snap['shared_work_s']:,.0f} | {n / snap['shared_work_s'] / quick:.2f} |",
+            f"| the same, end to end (the task's session included; the server up) | {snap['shared_total_s']:.1f} | "
+            f"{n / snap['shared_total_s']:,.0f} | {n / snap['shared_total_s'] / quick:.2f} |"]
+
+
+def shared_snapshot_verdict(snap: dict, quick: float) -> list[str]:
+    if "shared_total_s" not in snap:
+        return []
+    rate = snap["rows"] / snap["shared_total_s"]
+    return [f"- on the default path, end to end >= 0.5 x `mariadb --quick`: {verdict(rate >= 0.5 * quick, f'{rate / quick:.2f}x')}"]
 
 
 def large_snapshot_report(snap: dict) -> list[str]:
@@ -236,10 +280,12 @@ def report(snap: dict, stream: dict, merge: dict, latency: dict, memory: dict, f
         f"| chunk job -> Delta, end to end (one spark-submit) | {snap['ours_total_s']:.1f} | {ours_total:,.0f} | {ours_total / quick:.2f} |",
         f"| chunk job -> Delta as a session on a running Spark Connect server, work | {snap['connect_work_s']:.1f} | {n / snap['connect_work_s']:,.0f} | {n / snap['connect_work_s'] / quick:.2f} |",
         f"| chunk job on Spark Connect, end to end (the task's session included) | {snap['connect_total_s']:.1f} | {n / snap['connect_total_s']:,.0f} | {n / snap['connect_total_s'] / quick:.2f} |",
+        *shared_snapshot_rows(snap, quick),
         "",
         f"- work >= 0.5 x `mariadb --quick`: {verdict(ours_work >= 0.5 * quick, f'{ours_work / quick:.2f}x')}",
         f"- work >= 2 x Spark JDBC work: {verdict(ours_work >= 2 * jdbc_work, f'{ours_work / jdbc_work:.2f}x')}",
         f"- end to end faster than Spark JDBC end to end: {verdict(ours_total > jdbc_total, f'{ours_total / jdbc_total:.2f}x')}",
+        *shared_snapshot_verdict(snap, quick),
         *large_snapshot_report(snap),
         *(snapshot_under_writes_report(written) if written else []),
         "", f"## Stream apply rate: one UPDATE of {c:,} rows", "",
