@@ -128,16 +128,9 @@ def _mariadb_quick(server: ThrowawayMariaDB, table: TableId) -> None:
 def _connect_chunk_job(conn: Any, table: TableId, work: Path, secrets: Path) -> tuple[float, float]:
     """The same chunk job as a Spark Connect session (a chunk task's way with a ``spark_connect``
     connection) on a server started beforehand and warmed by one run: its end-to-end and work seconds."""
-    source = SourceConfig.from_private_file(secrets)
-    schema = load_table_schema(conn, table)
-    splits = ChunkSplitter(conn, schema, SplitOptions(chunk_size=SPLIT_ROWS)).split()
     with SparkConnectServer(work / "connect-snapshot") as connect:
-        runner = connect_runner(connect, source)
-        for lake in ("lake-connect-warm-up", "lake-connect"):
-            job = ChunkJob(table=str(table), splits=splits, sink_root=str(work / lake), partitions_per_split=4)
-            total, result = timed(lambda: runner.run(
-                "snapshot_chunk.py", job.to_json(), source=source, report_folder=""))  # noqa: B023 - called at once
-    return total, result["seconds"]
+        return _warm_chunk_job(connect_runner(connect, SourceConfig.from_private_file(secrets)), conn, table, work,
+                               secrets, "connect")
 
 
 def _shared_chunk_job(conn: Any, table: TableId, work: Path, secrets: Path) -> tuple[float, float]:
@@ -147,19 +140,25 @@ def _shared_chunk_job(conn: Any, table: TableId, work: Path, secrets: Path) -> t
     from airflow_provider_mysqlcdc.operators.snapshot import MySqlCdcSnapshotOperator
     from airflow_provider_mysqlcdc.spark.local_server import LOCAL_SPARK_DIR_VARIABLE, stop_all
 
-    source = SourceConfig.from_private_file(secrets)
-    splits = ChunkSplitter(conn, load_table_schema(conn, table), SplitOptions(chunk_size=SPLIT_ROWS)).split()
     os.environ[LOCAL_SPARK_DIR_VARIABLE] = str(work / "local-spark")
     try:
         runner = MySqlCdcSnapshotOperator(task_id="bench", state_location=str(work / "state"), sink_root=str(work),
                                           chunk={}).spark_runner
-        for lake in ("lake-shared-warm-up", "lake-shared"):
-            job = ChunkJob(table=str(table), splits=splits, sink_root=str(work / lake), partitions_per_split=4)
-            total, result = timed(lambda: runner.run(
-                "snapshot_chunk.py", job.to_json(), source=source, report_folder=""))  # noqa: B023 - called at once
+        return _warm_chunk_job(runner, conn, table, work, secrets, "shared")
     finally:
         stop_all(work / "local-spark")
         os.environ.pop(LOCAL_SPARK_DIR_VARIABLE, None)
+
+
+def _warm_chunk_job(runner: Any, conn: Any, table: TableId, work: Path, secrets: Path, name: str) -> tuple[float, float]:
+    """The chunk job over the whole table run twice by ``runner`` (the first warms it up): the second
+    run's end-to-end and work seconds."""
+    source = SourceConfig.from_private_file(secrets)
+    splits = ChunkSplitter(conn, load_table_schema(conn, table), SplitOptions(chunk_size=SPLIT_ROWS)).split()
+    for lake in (f"lake-{name}-warm-up", f"lake-{name}"):
+        job = ChunkJob(table=str(table), splits=splits, sink_root=str(work / lake), partitions_per_split=4)
+        total, result = timed(lambda: runner.run(
+            "snapshot_chunk.py", job.to_json(), source=source, report_folder=""))  # noqa: B023 - called at once
     return total, result["seconds"]
 
 

@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,7 +36,7 @@ from typing import Any
 
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.protocol.results import DriverInfo
-from airflow_provider_mysqlcdc.spark.connect import ConnectSession, application_of, connect_session, server_address
+from airflow_provider_mysqlcdc.spark.connect import ConnectSession, connect_session, driver_info, server_address
 from airflow_provider_mysqlcdc.state.credentials import ObjectStoreCredentials
 
 #: the loggers of the package: their lines go to the task log while a program runs in the task's process
@@ -76,8 +74,7 @@ class SparkConnectJobRunner:
                 self._session = spark
                 self.log.info("%s: Spark Connect session %s on %s", app_name, spark.session_id, server_address(url))
                 if on_driver:  # the task's Spark UI link: the server's application
-                    app_id, ui_url = application_of(spark, url)
-                    on_driver(DriverInfo(app_id, ui_url, socket.getfqdn(), os.getpid()))
+                    on_driver(driver_info(spark, url))
                 with _package_log_to(self.log):
                     return work(spark)
         finally:

@@ -223,7 +223,7 @@ def _stop_supervisor(folder: Path) -> int | None:
 
 
 def _supervisor_of(folder: Path) -> int | None:
-    """The live supervisor of ``folder`` (it writes its pid first thing), or None."""
+    """The live supervisor of ``folder`` (its starter records its pid right after starting it), or None."""
     try:
         pid = int((folder / SUPERVISOR_FILE).read_text())
     except (OSError, ValueError):

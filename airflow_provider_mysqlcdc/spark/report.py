@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -27,7 +25,7 @@ from typing import Any
 
 from airflow_provider_mysqlcdc.protocol.lease import StopRequest
 from airflow_provider_mysqlcdc.protocol.results import DriverInfo, DriverLog, JobFailure
-from airflow_provider_mysqlcdc.spark.connect import application_of
+from airflow_provider_mysqlcdc.spark.connect import driver_info
 from airflow_provider_mysqlcdc.state.storage import StateStorage
 
 JOB, DRIVER, LOG, RESULT, FAILURE, STOP = "job.json", "driver.json", "log", "result.json", "failure.json", "stop.json"
@@ -70,8 +68,7 @@ class JobReport:
 
     def driver_started(self, spark: Any, connect_url: str = "") -> None:
         """The driver is up (``connect_url``: a Spark Connect session's server; this process is its client)."""
-        app_id, ui_url = application_of(spark, connect_url)
-        self.storage.write_record(DriverInfo(app_id, ui_url, socket.getfqdn(), os.getpid()), DRIVER)
+        self.storage.write_record(driver_info(spark, connect_url), DRIVER)
 
     def succeeded(self, result: dict[str, Any]) -> None:
         self.flush()
