@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import random
+import re
 import signal
 import statistics
 import threading
@@ -73,6 +74,8 @@ def bench_sustained(server: ThrowawayMariaDB, work: Path, secrets: Path, seconds
         stamps.wait_visible(stamps.stamp(), 300, stream, "the stream's first batch")
         for rate in RATES:
             run = _at_rate(server, writers, stamps, rate, seconds)
+            # the stream's batches while the writers ran (the log's lines reach the file as they are written)
+            run["batches"] = steady_batches((work / "sustained.log").read_text(errors="replace"), *run.pop("window"))
             runs.append(run)
             print(f"sustained: {rate:,}/s asked, {run['written_per_s']:,.0f}/s written, p50 {run['p50_s']:.2f} s, "
                   f"p99 {run['p99_s']:.2f} s, drained: {run['drained']}", flush=True)
@@ -154,6 +157,24 @@ def _writers(server: ThrowawayMariaDB, writers: list[MixedTransactions], per_s: 
     return threads, written
 
 
+def steady_batches(log: str, since: float, until: float) -> dict:
+    """The batches a stream logged between ``since`` and ``until`` (epoch seconds), as ``batch_times``
+    counts them, and the window's seconds outside them: Spark's own part of each micro-batch (the
+    trigger, the source's offsets, planning, the checkpoint's commits)."""
+    inside = [line for line in log.splitlines()
+              if (logged := _LOGGED.match(line)) and since <= _epoch(logged.group(1)) <= until]
+    found = batch_times("\n".join(inside))
+    return {**found, "outside_s": max(0.0, until - since - found["applied_s"])}
+
+
+#: a log line of the stream's batch (Python logging's local time, to the millisecond)
+_LOGGED = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \S+ \S+: stream batch ")
+
+
+def _epoch(logged: str) -> float:
+    return time.mktime(time.strptime(logged[:19], "%Y-%m-%d %H:%M:%S")) + int(logged[20:]) / 1000
+
+
 def _at_rate(server: ThrowawayMariaDB, writers: list[MixedTransactions], stamps: Stamps, rate: int,
              seconds: int) -> dict:
     stop = threading.Event()
@@ -184,6 +205,7 @@ def _at_rate(server: ThrowawayMariaDB, writers: list[MixedTransactions], stamps:
         time.sleep(0.1)
     lags = sorted((seen.get(stamp, time.time()) - stamp / 1000) for stamp in written_at)  # unseen: lag so far
     return {"rate": rate, "written_per_s": sum(written) / elapsed, "stamps": len(written_at),
+            "window": (started, started + elapsed),
             "drained": len(seen) == len(written_at), "p50_s": statistics.median(lags),
             "p99_s": lags[int(0.99 * (len(lags) - 1))]}
 
@@ -232,10 +254,19 @@ def sustained_report(result: dict) -> list[str]:
              "and a reader polls the Delta table every 100 ms: commit-to-visible lag. The steps end at the first "
              f"rate whose p99 lag is {LAG_S:g} s or more, that the writers cannot produce, or that the stream does "
              f"not drain within {DRAIN_S:.0f} s.", "",
-             "| rate asked | written/s | stamps | p50 lag | p99 lag | drained |", "|---:|---:|---:|---:|---:|---|"]
+             "Each micro-batch's time, from the stream's log while the writers ran: its batches, their changes, "
+             "and per batch the seconds reading the binlog (the executors' decoding tasks), merging into the ten "
+             "Delta tables, and outside the batch function (Spark's trigger, the source's offsets, planning, the "
+             "checkpoint's commits).", "",
+             "| rate asked | written/s | stamps | p50 lag | p99 lag | drained | batches | changes a batch | reading | "
+             "merging | outside |", "|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
     for r in runs:
+        b = r.get("batches") or {}
+        n = b.get("batches") or 0
+        per = (f"{n} | {b['changes'] / n:,.0f} | {b['reading_s'] / n:.2f} s | {b['merging_s'] / n:.2f} s | "
+               f"{b['outside_s'] / n:.2f} s") if n else "| | | |"
         lines.append(f"| {r['rate']:,} | {r['written_per_s']:,.0f} | {r['stamps']} | {r['p50_s']:.2f} s | "
-                     f"{r['p99_s']:.2f} s | {'yes' if r['drained'] else 'no'} |")
+                     f"{r['p99_s']:.2f} s | {'yes' if r['drained'] else 'no'} | {per} |")
     lines += ["", f"Catch-up: a backlog of {catch.get('written', catch['changes']):,} row changes (written in {catch['write_s']:.0f} s with the "
               f"stream stopped); the stream, started again from its checkpoint, applied it in {catch['batches']} batches "
               f"taking {catch['applied_s']:.1f} s ({catch['reading_s']:.1f} s reading the binlog, {catch['merging_s']:.1f} s "
@@ -244,9 +275,14 @@ def sustained_report(result: dict) -> list[str]:
               f"- highest steady rate with p99 lag < {LAG_S:g} s >= {TARGET_RATE:,}/s: "
               f"{'met' if best >= TARGET_RATE else 'MISSED'} ({best:,}/s"
               + ("" if best else ": none of the rates") + ")"]
-    if best:
-        lines.append(f"- why (read from these figures; the time of a batch is not broken down yet): the catch-up's few large batches apply {catch['rate']:,.0f} row changes/s, "
-                     f"{catch['rate'] / best:.1f}x the highest steady rate; under a steady load every 0.2 s trigger makes a "
-                     "small batch, and each batch pays a fixed cost (Spark's micro-batch, a Delta commit per changed table) "
-                     "that a small batch cannot spread")
+    last = runs[-1].get("batches") if runs else None
+    if best and last and last["batches"]:
+        n, c = last["batches"], last["changes"]
+        lines.append(
+            f"- where a batch's time goes at {runs[-1]['rate']:,}/s, per 1,000 changes: "
+            f"{1000 * last['reading_s'] / c:.3f} s reading, {1000 * last['merging_s'] / c:.3f} s merging, "
+            f"{1000 * last['outside_s'] / c:.3f} s outside the batch function ({n} batches of {c / n:,.0f} "
+            f"changes); the catch-up's large batches: {1000 * catch['reading_s'] / catch['changes']:.3f} s reading and "
+            f"{1000 * catch['merging_s'] / catch['changes']:.3f} s merging per 1,000 ({catch['rate']:,.0f}/s, "
+            f"{catch['rate'] / best:.1f}x the highest steady rate)")
     return lines + [""]

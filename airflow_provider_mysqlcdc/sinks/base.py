@@ -72,6 +72,10 @@ class Sink(ABC):
     #: where the tables live (a local path or an object store URL), and the object store's options
     root: str
     storage_options: dict[str, str] | None
+    #: whether merges into different tables of this sink may run at once, each in a thread of the
+    #: stream's driver (sinks/writer.py ``merge_outcomes``): only where a merge runs outside Python's
+    #: lock and the sink holds no client shared between its tables' merges
+    concurrent_tables: bool = False
 
     @abstractmethod
     def table_uri(self, table_id: TableId) -> str:

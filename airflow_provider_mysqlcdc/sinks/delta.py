@@ -65,6 +65,9 @@ STATS_COLUMNS = "delta.dataSkippingStatsColumns"
 
 
 class DeltaSink(Sink):
+    #: delta-rs merges in Rust, without Python's lock, and every merge opens its own ``DeltaTable``
+    concurrent_tables = True
+
     def __init__(self, root: str, storage_options: dict[str, str] | None = None):
         self.root = root.rstrip("/")
         self.storage_options = storage_options

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
@@ -24,7 +25,7 @@ from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering, encode_int_sort_keys, encode_sort_key
-from airflow_provider_mysqlcdc.cdc.source.schema import TableSchema
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.sinks.arrow_rows import (
     arrow_type,
     column_values,
@@ -197,6 +198,45 @@ def apply_table_changes(writers: dict, changes: dict, *, app_id: str, batch_id: 
         if count:
             merged[table_id] = count
     return merged
+
+
+#: how many sink tables one unit of a batch merges into at once, on a sink that allows it
+#: (``Sink.concurrent_tables``): a batch of small transactions over ten tables is ten merges, each
+#: mostly a fixed cost that a merge of another table can overlap
+MERGE_THREADS = 4
+
+
+def merge_outcomes(writers: dict, changes: dict[TableId, pa.Table], *, app_id: str, batch_id: int,
+                   changelog: bool = False, threads: int = MERGE_THREADS) -> dict[TableId, int | Exception]:
+    """``SinkWriter.apply_changes`` for each table's changes (conformed to its writer), the tables of
+    different sink tables at once in up to ``threads`` threads when the sink allows it; the shards of
+    one routed sink table (routing.py) one after another. Per table, in the order of ``changes``: the
+    rows merged, or the exception its merge raised (the other tables' merges go on regardless; the
+    caller decides whether it is the table's fault). Each merge commits on its own and exactly once
+    by position, so a batch replayed after one table's error redoes only what no table holds."""
+    by_target: dict[TableId, list[TableId]] = {}
+    for table_id in changes:
+        by_target.setdefault(writers[table_id].target.table_id, []).append(table_id)
+
+    def merge(tables: list[TableId]) -> dict[TableId, int | Exception]:
+        outcomes: dict[TableId, int | Exception] = {}
+        for table_id in tables:
+            try:
+                outcomes[table_id] = writers[table_id].apply_changes(changes[table_id], app_id=app_id,
+                                                                     batch_id=batch_id, changelog=changelog)
+            except Exception as exc:  # noqa: BLE001 - handed to the caller, which raises what is not the table's
+                outcomes[table_id] = exc
+        return outcomes
+
+    groups = list(by_target.values())
+    parallel = threads > 1 and len(groups) > 1 and all(writers[t].sink.concurrent_tables for t in changes)
+    if not parallel:
+        done = [merge(group) for group in groups]
+    else:
+        with ThreadPoolExecutor(min(threads, len(groups)), thread_name_prefix="mysqlcdc-merge") as pool:
+            done = list(pool.map(merge, groups))
+    merged = {table_id: outcome for outcomes in done for table_id, outcome in outcomes.items()}
+    return {table_id: merged[table_id] for table_id in changes}
 
 
 def apply_change_batch(writers: dict, records: Sequence[ChangeRecord], *, app_id: str, batch_id: int,

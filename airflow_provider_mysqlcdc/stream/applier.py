@@ -41,7 +41,7 @@ from airflow_provider_mysqlcdc.sinks.arrow_rows import conform_to, merge_changes
 from airflow_provider_mysqlcdc.sinks.base import Sink
 from airflow_provider_mysqlcdc.sinks.change_columns import TableChanges, changes_before, conform_changes, offset_at
 from airflow_provider_mysqlcdc.sinks.routing import sink_target
-from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_table_changes, staged_position
+from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_table_changes, merge_outcomes, staged_position
 from airflow_provider_mysqlcdc.state.drift import Drift, read_drift
 from airflow_provider_mysqlcdc.state.generations import first_high_watermark
 from airflow_provider_mysqlcdc.state.registry import STREAM_PROGRESS, PipelineState
@@ -261,23 +261,33 @@ class BatchApplier(SchemaChangeRules):
                  staged.split.split.split_id, merged.num_rows, len(staged.changes), as_of.high_watermark)
 
     def _apply(self, segment: list[TableChanges], version: int) -> set[TableId]:
-        """Apply a segment of changes (one table's in binlog order); the tables it merged into. A table
-        whose changes the sink refuses (``Sink.refuses``) is frozen at the first one it refuses; one
-        whose sink table cannot be prepared or its changes conformed, at its first change here."""
+        """Apply a segment of changes (one table's in binlog order); the tables it merged into. The
+        tables are merged at once where the sink allows it (sinks/writer.py ``merge_outcomes``). A
+        table whose changes the sink refuses (``Sink.refuses``) is frozen at the first one it refuses;
+        one whose sink table cannot be prepared or its changes conformed, at its first change here."""
         by_table: dict[TableId, list[TableChanges]] = {}
         for piece in segment:
             if piece.data.num_rows:
                 by_table.setdefault(piece.table_id, []).append(piece)
-        merged: dict[TableId, int] = {}
+        changes: dict[TableId, pa.Table] = {}
         for table_id, pieces in by_table.items():
-            count = self._guarded(table_id, offset_at(pieces[0].data, 0), "cannot be prepared for the sink",
-                                  lambda: self._merge(table_id, pieces, version))  # noqa: B023 - called at once
+            conformed = self._guarded(table_id, offset_at(pieces[0].data, 0), "cannot be prepared for the sink",
+                                      lambda: self._conformed(table_id, pieces))  # noqa: B023 - called at once
+            if conformed is not None:
+                changes[table_id] = conformed
+        outcomes = merge_outcomes(self.writers, changes, app_id=self.job.app_id, batch_id=version,
+                                  changelog=self.job.changelog)
+        merged: dict[TableId, int] = {}
+        for table_id, outcome in outcomes.items():  # in the segment's order: the first error is raised
+            count = self._after_refusal(table_id, changes[table_id], version, outcome) \
+                if isinstance(outcome, Exception) else outcome
             if count:
                 merged[table_id] = count
         self.table_changes.update({t.quoted: n for t, n in merged.items()})
         return set(merged)
 
-    def _merge(self, table_id: TableId, pieces: list[TableChanges], version: int) -> int:
+    def _conformed(self, table_id: TableId, pieces: list[TableChanges]) -> pa.Table:
+        """The table's pieces of changes as one table of its writer's columns (its writer made first)."""
         writer = self._writer(table_id)
         conformed = []
         for piece in pieces:
@@ -285,24 +295,30 @@ class BatchApplier(SchemaChangeRules):
             if unknown:
                 self._note_unknown_columns(table_id, unknown, offset_at(piece.data, 0))
             conformed.append(data)
-        return self._merge_until_refused(table_id, pa.concat_tables(conformed), version)
+        return pa.concat_tables(conformed)
 
     def _merge_until_refused(self, table_id: TableId, changes: pa.Table, version: int) -> int:
-        """Merge the table's changes in one commit; when the sink refuses them (``Sink.refuses``), the
-        changes before the first one it refuses are merged (halving: a few commits, on a rare path)
-        and the table is frozen at that change. Returns how many were merged."""
+        """Merge the table's changes in one commit (``_after_refusal`` when that fails). Returns how
+        many were merged."""
         try:
             counts = apply_table_changes(self.writers, {table_id: changes}, app_id=self.job.app_id,
                                          batch_id=version, changelog=self.job.changelog)
             return counts.get(table_id, 0)
         except Exception as exc:  # noqa: BLE001 - what is not the table's is raised again
-            if not self.sink.refuses(table_id, exc):
-                raise
-            if changes.num_rows == 1:
-                offset = offset_at(changes, 0)
-                self._failed(table_id, offset, f"a change at {offset} cannot be written to the sink: "
-                                               f"{describe_error(exc)}")
-                return 0
+            return self._after_refusal(table_id, changes, version, exc)
+
+    def _after_refusal(self, table_id: TableId, changes: pa.Table, version: int, error: Exception) -> int:
+        """The table's merge of ``changes`` failed with ``error``: raised again unless the sink refuses
+        the changes (``Sink.refuses``); then the changes before the first one it refuses are merged
+        (halving: a few commits, on a rare path) and the table is frozen at that change. Returns how
+        many were merged."""
+        if not self.sink.refuses(table_id, error):
+            raise error
+        if changes.num_rows == 1:
+            offset = offset_at(changes, 0)
+            self._failed(table_id, offset, f"a change at {offset} cannot be written to the sink: "
+                                           f"{describe_error(error)}")
+            return 0
         half = changes.num_rows // 2
         merged = self._merge_until_refused(table_id, changes.slice(0, half), version)
         if table_id in self.frozen:
