@@ -66,6 +66,27 @@ def _descendants(processes: dict[int, tuple[int, str, int]], root: int) -> list[
     return found
 
 
+def tree_cpu_seconds(root: int) -> dict[str, float]:
+    """CPU seconds (user and system, with those of reaped children) of ``root`` and every process under
+    it, by role (``_role``; "other" for the rest)."""
+    processes = _processes()
+    ticks: dict[str, int] = {}
+    for pid in _descendants(processes, root):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile
+        role = (_role(processes[pid][1]) if pid in processes else None) or "other"
+        ticks[role] = ticks.get(role, 0) + sum(int(fields[i]) for i in (11, 12, 13, 14))
+    return {role: n / os.sysconf("SC_CLK_TCK") for role, n in ticks.items()}
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds every core of the machine spent busy since boot (all but idle and I/O wait)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
 def _role(cmdline: str) -> str | None:
     if "java" in cmdline.split(" ", 1)[0]:
         return "driver JVM"

@@ -40,6 +40,7 @@ from airflow_provider_mysqlcdc.protocol.registry import CapturedTable, stream_on
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from bench.customer_table import fresh_table
+from bench.memory import machine_busy_seconds, tree_cpu_seconds
 from bench.mixed_workload import NARROW, WIDE, MixedTransactions, batch_times, create_tables
 from devtools.spark_submit import SparkSubmit
 from devtools.throwaway_server import ThrowawayMariaDB
@@ -73,7 +74,7 @@ def bench_sustained(server: ThrowawayMariaDB, work: Path, secrets: Path, seconds
     try:
         stamps.wait_visible(stamps.stamp(), 300, stream, "the stream's first batch")
         for rate in RATES:
-            run = _at_rate(server, writers, stamps, rate, seconds)
+            run = _at_rate(server, writers, stamps, rate, seconds, stream)
             # the stream's batches while the writers ran (the log's lines reach the file as they are written)
             run["batches"] = steady_batches((work / "sustained.log").read_text(errors="replace"), *run.pop("window"))
             runs.append(run)
@@ -175,11 +176,25 @@ def _epoch(logged: str) -> float:
     return time.mktime(time.strptime(logged[:19], "%Y-%m-%d %H:%M:%S")) + int(logged[20:]) / 1000
 
 
+def _cpu(server: ThrowawayMariaDB, stream: Any) -> dict[str, float]:
+    """CPU seconds so far of the server, this process (the writers, the clock and the reader), the
+    stream's processes, and the whole machine."""
+    own, stream_roles = os.times(), tree_cpu_seconds(stream.pid)
+    return {"server": sum(tree_cpu_seconds(server.pid or 0).values()), "bench": own.user + own.system,
+            "stream": sum(stream_roles.values()), "machine": machine_busy_seconds(),
+            **{f"stream {role}": stream_roles.get(role, 0.0) for role in STREAM_ROLES}}
+
+
+#: the stream's processes by role (bench/memory.py ``_role``)
+STREAM_ROLES = ("driver JVM", "python driver", "python workers", "other")
+
+
 def _at_rate(server: ThrowawayMariaDB, writers: list[MixedTransactions], stamps: Stamps, rate: int,
-             seconds: int) -> dict:
+             seconds: int, stream: Any) -> dict:
     stop = threading.Event()
     written_at: dict[int, float] = {}
     seen: dict[int, float] = {}
+    cpu_before = _cpu(server, stream)
     started = time.time()
     threads, written = _writers(server, writers, rate, stop)
     next_stamp = next_poll = time.time()
@@ -198,6 +213,8 @@ def _at_rate(server: ThrowawayMariaDB, writers: list[MixedTransactions], stamps:
     for thread in threads:
         thread.join()
     elapsed = time.time() - started
+    cpu_after = _cpu(server, stream)
+    cores = {role: (cpu_after[role] - cpu_before[role]) / elapsed for role in cpu_after}
     drain_until = time.time() + DRAIN_S  # the stamps of the last seconds are seen as the stream drains
     while len(seen) < len(written_at) and time.time() < drain_until:
         now = time.time()
@@ -205,7 +222,7 @@ def _at_rate(server: ThrowawayMariaDB, writers: list[MixedTransactions], stamps:
         time.sleep(0.1)
     lags = sorted((seen.get(stamp, time.time()) - stamp / 1000) for stamp in written_at)  # unseen: lag so far
     return {"rate": rate, "written_per_s": sum(written) / elapsed, "stamps": len(written_at),
-            "window": (started, started + elapsed),
+            "window": (started, started + elapsed), "cores": cores,
             "drained": len(seen) == len(written_at), "p50_s": statistics.median(lags),
             "p99_s": lags[int(0.99 * (len(lags) - 1))]}
 
@@ -267,6 +284,19 @@ def sustained_report(result: dict) -> list[str]:
                f"{b['outside_s'] / n:.2f} s") if n else "| | | |"
         lines.append(f"| {r['rate']:,} | {r['written_per_s']:,.0f} | {r['stamps']} | {r['p50_s']:.2f} s | "
                      f"{r['p99_s']:.2f} s | {'yes' if r['drained'] else 'no'} | {per} |")
+    if any("cores" in r for r in runs):
+        lines += ["", "Who used the machine's cores while the writers ran (CPU seconds over the step's seconds): the "
+                  "MariaDB server, the benchmark's process (the writers' transactions, the clock, the reader "
+                  "polling the Delta table), the stream's processes (JVM, driver, Python workers), and every "
+                  "busy core of the machine, other programs included.", "",
+                  "| rate asked | server | writers, clock, reader | stream | of it: JVM | Python driver | Python "
+                  "workers | machine |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in runs:
+            if "cores" in r:
+                c = r["cores"]
+                roles = " | ".join(f"{c.get(f'stream {role}', 0.0):.2f}" for role in STREAM_ROLES[:3])
+                lines.append(f"| {r['rate']:,} | {c['server']:.2f} | {c['bench']:.2f} | {c['stream']:.2f} | {roles} | "
+                             f"{c['machine']:.2f} |")
     lines += ["", f"Catch-up: a backlog of {catch.get('written', catch['changes']):,} row changes (written in {catch['write_s']:.0f} s with the "
               f"stream stopped); the stream, started again from its checkpoint, applied it in {catch['batches']} batches "
               f"taking {catch['applied_s']:.1f} s ({catch['reading_s']:.1f} s reading the binlog, {catch['merging_s']:.1f} s "
