@@ -288,7 +288,9 @@ class BatchFollower:
     def follow(self, query: Any) -> None:
         """Handle the batches that finished since the last call, in order; a heartbeat when none did
         for ``heartbeat_interval_s`` (``beat``)."""
-        new = [p for p in query.recentProgress or () if p.get("batchId", -1) > self.last_batch]
+        latest = query.lastProgress  # one batch's progress: the recent ones are read only when it is new
+        new = [p for p in query.recentProgress or () if p.get("batchId", -1) > self.last_batch] \
+            if latest and latest.get("batchId", -1) > self.last_batch else []
         if not new:
             if self.heartbeat.due():
                 self.beat(query)
