@@ -305,6 +305,12 @@ def sustained_report(result: dict) -> list[str]:
               f"- highest steady rate with p99 lag < {LAG_S:g} s >= {TARGET_RATE:,}/s: "
               f"{'met' if best >= TARGET_RATE else 'MISSED'} ({best:,}/s"
               + ("" if best else ": none of the rates") + ")"]
+    cores = runs[-1].get("cores") if runs else None
+    if cores:
+        lines.append(f"- the load's share of the machine at {runs[-1]['rate']:,}/s: the server and the benchmark's "
+                     f"process (writers, clock, reader) {cores['server'] + cores['bench']:.2f} cores, the stream "
+                     f"{cores['stream']:.2f}, the machine {cores['machine']:.2f} of {os.cpu_count()}: what the stream "
+                     "sustains here is bounded by the CPU the load leaves it (bench/notes.md)")
     last = runs[-1].get("batches") if runs else None
     if best and last and last["batches"]:
         n, c = last["batches"], last["changes"]
