@@ -68,7 +68,8 @@ def _descendants(processes: dict[int, tuple[int, str, int]], root: int) -> list[
 
 def tree_cpu_seconds(root: int) -> dict[str, float]:
     """CPU seconds (user and system, with those of reaped children) of ``root`` and every process under
-    it, by role (``_role``; "other" for the rest)."""
+    it, by role (``_role``; "other" for the rest). The total is exact; a child reaped between two
+    samples moves its whole life's CPU into its parent's role, so a role's share is approximate."""
     processes = _processes()
     ticks: dict[str, int] = {}
     for pid in _descendants(processes, root):

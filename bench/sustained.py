@@ -180,7 +180,8 @@ def _cpu(server: ThrowawayMariaDB, stream: Any) -> dict[str, float]:
     """CPU seconds so far of the server, this process (the writers, the clock and the reader), the
     stream's processes, and the whole machine."""
     own, stream_roles = os.times(), tree_cpu_seconds(stream.pid)
-    return {"server": sum(tree_cpu_seconds(server.pid or 0).values()), "bench": own.user + own.system,
+    server_cpu = sum(tree_cpu_seconds(server.pid).values()) if server.pid else 0.0  # an external server: not seen
+    return {"server": server_cpu, "bench": own.user + own.system,
             "stream": sum(stream_roles.values()), "machine": machine_busy_seconds(),
             **{f"stream {role}": stream_roles.get(role, 0.0) for role in STREAM_ROLES}}
 
@@ -312,7 +313,7 @@ def sustained_report(result: dict) -> list[str]:
                      f"{cores['stream']:.2f}, the machine {cores['machine']:.2f} of {os.cpu_count()}: what the stream "
                      "sustains here is bounded by the CPU the load leaves it (bench/notes.md)")
     last = runs[-1].get("batches") if runs else None
-    if best and last and last["batches"]:
+    if best and last and last["batches"] and last["changes"] and catch["changes"]:
         n, c = last["batches"], last["changes"]
         lines.append(
             f"- where a batch's time goes at {runs[-1]['rate']:,}/s, per 1,000 changes: "

@@ -13,6 +13,7 @@ again (a replayed batch, a new or older checkpoint's batches, cut differently) i
 from __future__ import annotations
 
 import functools
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -207,36 +208,50 @@ MERGE_THREADS = 4
 
 
 def merge_outcomes(writers: dict, changes: dict[TableId, pa.Table], *, app_id: str, batch_id: int,
-                   changelog: bool = False, threads: int = MERGE_THREADS) -> dict[TableId, int | Exception]:
+                   changelog: bool = False, threads: int = MERGE_THREADS,
+                   tables_fault: Callable[[TableId, Exception], bool] = lambda table_id, exc: False
+                   ) -> dict[TableId, int | Exception]:
     """``SinkWriter.apply_changes`` for each table's changes (conformed to its writer), the tables of
     different sink tables at once in up to ``threads`` threads when the sink allows it; the shards of
     one routed sink table (routing.py) one after another. Per table, in the order of ``changes``: the
-    rows merged, or the exception its merge raised (the other tables' merges go on regardless; the
-    caller decides whether it is the table's fault). Each merge commits on its own and exactly once
-    by position, so a batch replayed after one table's error redoes only what no table holds."""
+    rows merged, or the exception its merge raised. An error that is not the table's own fault
+    (``tables_fault``) stops the merges not begun yet (they are left out of the result): the batch
+    fails, and its replay merges them. Each merge commits on its own and exactly once by position, so
+    the replay redoes only what no table holds."""
     by_target: dict[TableId, list[TableId]] = {}
     for table_id in changes:
         by_target.setdefault(writers[table_id].target.table_id, []).append(table_id)
+    failed = threading.Event()
 
     def merge(tables: list[TableId]) -> dict[TableId, int | Exception]:
         outcomes: dict[TableId, int | Exception] = {}
         for table_id in tables:
+            if failed.is_set():
+                break
             try:
                 outcomes[table_id] = writers[table_id].apply_changes(changes[table_id], app_id=app_id,
                                                                      batch_id=batch_id, changelog=changelog)
             except Exception as exc:  # noqa: BLE001 - handed to the caller, which raises what is not the table's
                 outcomes[table_id] = exc
+                if not tables_fault(table_id, exc):
+                    failed.set()
+            except BaseException:
+                failed.set()
+                raise
         return outcomes
 
     groups = list(by_target.values())
-    parallel = threads > 1 and len(groups) > 1 and all(writers[t].sink.concurrent_tables for t in changes)
-    if not parallel:
+    if threads <= 1 or len(groups) <= 1 or not all(writers[t].sink.concurrent_tables for t in changes):
         done = [merge(group) for group in groups]
     else:
-        with ThreadPoolExecutor(min(threads, len(groups)), thread_name_prefix="mysqlcdc-merge") as pool:
+        pool = ThreadPoolExecutor(min(threads, len(groups)), thread_name_prefix="mysqlcdc-merge")
+        try:
             done = list(pool.map(merge, groups))
+        finally:
+            failed.set()  # after an error here (an interrupt), no queued merge begins
+            pool.shutdown(wait=True, cancel_futures=True)
     merged = {table_id: outcome for outcomes in done for table_id, outcome in outcomes.items()}
-    return {table_id: merged[table_id] for table_id in changes}
+    return {table_id: merged[table_id] for table_id in changes if table_id in merged}
 
 
 def apply_change_batch(writers: dict, records: Sequence[ChangeRecord], *, app_id: str, batch_id: int,

@@ -276,9 +276,14 @@ class BatchApplier(SchemaChangeRules):
             if conformed is not None:
                 changes[table_id] = conformed
         outcomes = merge_outcomes(self.writers, changes, app_id=self.job.app_id, batch_id=version,
-                                  changelog=self.job.changelog)
+                                  changelog=self.job.changelog, tables_fault=self.sink.refuses)
+        errors = [(t, e) for t, e in outcomes.items() if isinstance(e, Exception) and not self.sink.refuses(t, e)]
+        if errors:  # the batch fails (its replay merges what no table holds): the first error in the segment's order
+            for table_id, error in errors[1:]:
+                log.warning("merging into %s failed too: %s", table_id, describe_error(error))
+            raise errors[0][1]
         merged: dict[TableId, int] = {}
-        for table_id, outcome in outcomes.items():  # in the segment's order: the first error is raised
+        for table_id, outcome in outcomes.items():
             count = self._after_refusal(table_id, changes[table_id], version, outcome) \
                 if isinstance(outcome, Exception) else outcome
             if count:

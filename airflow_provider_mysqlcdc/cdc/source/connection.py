@@ -17,7 +17,7 @@ import pymysql
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.source.retry import RetryPolicy
-from airflow_provider_mysqlcdc.cdc.source.tls import found_tls, offers_no_tls, tls_arguments
+from airflow_provider_mysqlcdc.cdc.source.tls import connect_preferring_tls, replication_tls
 
 T = TypeVar("T")
 
@@ -145,30 +145,18 @@ class SourceConfig:
         return self.retry_policy.run(attempt, what)
 
     def _connect_once(self, autocommit: bool, kwargs: dict[str, Any]) -> pymysql.connections.Connection:
-        # TLS as configured; else encrypted when the server offers it, with one context per process (tls.py)
-        tls = {"ssl": self.ssl} if "ssl" in kwargs or "ssl_disabled" in kwargs else \
-            tls_arguments(self.host, self.port, self.ssl)
-        preferred = not self.ssl and "ssl" in tls and tls["ssl"] is not None  # the shared context, not configured
+        def connect(tls: dict[str, Any]) -> pymysql.connections.Connection:
+            return pymysql.connect(host=self.host, port=self.port, user=self.user, password=self.secret,
+                                   database=self.database, charset="utf8mb4", autocommit=autocommit,
+                                   connect_timeout=self.connect_timeout_s, init_command="SET time_zone = '+00:00'",
+                                   **{**tls, **kwargs})
+
         try:
-            conn = pymysql.connect(
-                host=self.host,
-                port=self.port,
-                user=self.user,
-                password=self.secret,
-                database=self.database,
-                charset="utf8mb4",
-                autocommit=autocommit,
-                connect_timeout=self.connect_timeout_s,
-                init_command="SET time_zone = '+00:00'",
-                **{**tls, **kwargs},
-            )
-            if preferred:
-                found_tls(self.host, self.port, True)
-            return conn
+            if self.ssl or "ssl" in kwargs or "ssl_disabled" in kwargs:
+                return connect({"ssl": self.ssl})  # TLS as configured (or as the caller asks)
+            # else encrypted where the server offers it, with one TLS context per process (tls.py)
+            return connect_preferring_tls(self.host, self.port, connect)
         except pymysql.err.OperationalError as exc:
-            if preferred and offers_no_tls(exc):
-                found_tls(self.host, self.port, False)  # the server has no TLS: plaintext, as pymysql would
-                return self._connect_once(autocommit, kwargs)
             code = exc.args[0] if exc.args else None
             if code == 1045:
                 where = f" (the password comes from {self.password_file})" if self.password_file else ""
@@ -193,7 +181,7 @@ class SourceConfig:
             "charset": "utf8mb4",
             "connect_timeout": self.connect_timeout_s,
         }
-        settings.update(tls_arguments(self.host, self.port, self.ssl, try_tls=False))
+        settings.update({"ssl": self.ssl} if self.ssl else replication_tls(self.host, self.port))
         return settings
 
     def with_database(self, database: str | None) -> "SourceConfig":

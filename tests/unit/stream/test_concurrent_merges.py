@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from .harness import Pipeline, T, U, changes, insert, schema
-from .test_routes import A, B, routed
+from .test_routes import SINK, A, B, routed
 
 
 def _watch_merges(p: Pipeline, before_merge=None) -> list[dict[str, Any]]:
@@ -76,3 +76,23 @@ def test_an_error_of_one_tables_merge_fails_the_batch_and_its_replay_merges_only
     p.batch(*batch, batch_id=0)
     assert p.rows(T) == {1: {"id": 1, "v": "t"}} and p.rows(U) == {1: {"id": 1, "v": "u"}}
     assert p.merges(T) == 1 and p.merges(U) == 1
+
+
+def test_an_error_that_is_not_the_tables_stops_the_merges_not_begun_yet(tmp_path):
+    """The shards of a routed table merge one after another: the first one's error leaves the second
+    unmerged (no merge, no commit), and the replay merges both, each once."""
+    p = routed(tmp_path)
+
+    def fail_a(table_id):
+        if table_id == A:
+            raise RuntimeError("the object store is unreachable")
+
+    seen = _watch_merges(p, fail_a)
+    batch = (changes(p.tables.server[A], insert(A, 1, id=3, v="a")), changes(p.tables.server[B], insert(B, 2, id=3, v="b")))
+    with pytest.raises(RuntimeError, match="unreachable"):
+        p.batch(*batch)
+    assert [s["table"] for s in seen] == [A]
+    del p.sink.merge_changes
+    p.applier = p.new_applier()
+    p.batch(*batch, batch_id=0)
+    assert {(r["_cdc_source_database"], r["id"]) for r in p.sink.read(SINK).to_pylist()} >= {("shop_1", 3), ("shop_2", 3)}
