@@ -11,8 +11,8 @@ neither the header nor the checksum.
   this module creates and keeps (``Connection.connect(sock)``, public API); the session is told the
   checksum this reader understands and MariaDB's GTID capability, as the library does, and the dump
   is asked for with ``COM_BINLOG_DUMP`` on that socket. TLS is not done here (pymysql would wrap
-  the socket inside itself): a source with TLS settings, or a server that offers TLS, is read through
-  the library (``can_dump``).
+  the socket inside itself, out of reach): the connection is plaintext, so a source with TLS
+  settings, or a server that offers TLS, is to be read through the library.
 - **Not used by the reader yet.** This is the first step of reading the binlog without the library's
   per-event objects; tests/integration/test_binlog_dump.py holds it to the library's framing, event
   bodies and table maps on the same binlog. Still to come before the reader takes it: XA prepare
