@@ -6,7 +6,7 @@ from __future__ import annotations
 import pymysql
 import pytest
 from pymysqlreplication import BinLogStreamReader
-from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent
+from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XAPrepareEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
 from airflow_provider_mysqlcdc.cdc.binlog.dump import BinlogDump
@@ -26,9 +26,9 @@ def plaintext_mariadb(mysql_server):
         pytest.skip("the dump connection is for MariaDB servers without TLS")
 
 _LIBRARY_EVENTS = [WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, QueryEvent, XidEvent, RotateEvent, GtidEvent,
-                   MariadbGtidEvent, TableMapEvent]
+                   MariadbGtidEvent, TableMapEvent, XAPrepareEvent]
 #: their type codes (row events in both versions: MariaDB writes v1)
-_TYPES = {2, 4, 16, 19, 23, 24, 25, 30, 31, 32, 33, 162}
+_TYPES = {2, 4, 16, 19, 23, 24, 25, 30, 31, 32, 33, 38, 162}
 
 
 def _library_events(source, start):
@@ -119,6 +119,15 @@ def test_event_bodies_read_as_the_library_reads_them(mysql_server, cdc_user, dat
         cur.execute("UPDATE t SET v = 'w' WHERE id = 1")
         cur.execute("FLUSH BINARY LOGS")
         cur.execute("DELETE FROM t")
+        for gtrid, one_phase in (("prepared", False), ("one phase", True)):
+            cur.execute(f"XA START '{gtrid}', 'branch', 7")
+            cur.execute("INSERT INTO t (id, v) VALUES (%s, 'xa')", (len(gtrid),))
+            cur.execute(f"XA END '{gtrid}', 'branch', 7")
+            if one_phase:
+                cur.execute(f"XA COMMIT '{gtrid}', 'branch', 7 ONE PHASE")
+            else:
+                cur.execute(f"XA PREPARE '{gtrid}', 'branch', 7")
+                cur.execute(f"XA COMMIT '{gtrid}', 'branch', 7")
     stream = BinLogStreamReader(connection_settings=cdc_user.replication_settings(), server_id=6405,
                                 log_file=start.file, log_pos=start.position, resume_stream=True, blocking=False,
                                 only_events=_LIBRARY_EVENTS)
@@ -146,12 +155,15 @@ def test_event_bodies_read_as_the_library_reads_them(mysql_server, cdc_user, dat
                 assert d.mariadb_gtid(e.body, e.server_id)[0] == theirs.gtid
             elif e.type == d.TABLE_MAP:
                 assert d.table_map_header(e.body)[:3] == (theirs.table_id, theirs.schema, theirs.table)
+            elif e.type == d.XA_PREPARE:
+                assert d.xa_prepare(e.body) == (bool(theirs.one_phase), theirs.xid_format_id, bytes(theirs.xid_gtrid),
+                                                bytes(theirs.xid_bqual))
             elif e.type in d.ROWS_V1 or e.type in d.ROWS_V2:
                 table_id, count, _ = d.rows_header(e.type, e.body)
                 assert (table_id, count) == (theirs.table_id, theirs.number_of_columns)
     finally:
         dump.close()
-    assert checked >= {d.QUERY, d.XID, d.ROTATE, d.MARIADB_GTID, d.TABLE_MAP, 23, 24, 25}
+    assert checked >= {d.QUERY, d.XID, d.ROTATE, d.MARIADB_GTID, d.TABLE_MAP, d.XA_PREPARE, 23, 24, 25}
 
 
 def test_table_map_columns_read_as_the_library_reads_them(mysql_server, cdc_user, database):

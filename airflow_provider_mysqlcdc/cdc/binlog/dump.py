@@ -15,8 +15,8 @@ neither the header nor the checksum.
   settings, or a server that offers TLS, is to be read through the library.
 - **Not used by the reader yet.** This is the first step of reading the binlog without the library's
   per-event objects; tests/integration/test_binlog_dump.py holds it to the library's framing, event
-  bodies and table maps on the same binlog. Still to come before the reader takes it: XA prepare
-  events, a neutral event model for both framings, and going back to the library for MySQL servers,
+  bodies and table maps on the same binlog. Still to come before the reader takes it: a neutral
+  event model for both framings, and going back to the library for MySQL servers,
   TLS and tables a row decoder does not take.
 - **The framing.** A packet is a 3-byte length, a sequence byte and its payload; an event larger
   than 16 MiB - 1 continues in the next packets (each full one is followed by another, possibly
@@ -206,6 +206,14 @@ def mariadb_gtid(body: bytes, server_id: int) -> tuple[str, int]:
     sequence = int.from_bytes(body[:8], "little")
     domain = int.from_bytes(body[8:12], "little")
     return f"{domain}-{server_id}-{sequence}", body[12]
+
+
+def xa_prepare(body: bytes) -> tuple[bool, int, bytes, bytes]:
+    """An XA prepare event's one-phase flag, and its xid: format id, gtrid and bqual."""
+    one_phase = bool(body[0])
+    format_id, gtrid_length, bqual_length = struct.unpack_from("<III", body, 1)
+    gtrid = body[13:13 + gtrid_length]
+    return one_phase, format_id, gtrid, body[13 + gtrid_length:13 + gtrid_length + bqual_length]
 
 
 def table_map_header(body: bytes) -> tuple[int, str, str, int]:
