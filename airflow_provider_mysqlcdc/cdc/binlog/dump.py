@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import pymysql
+from pymysql.constants import CR
+from pymysqlreplication.constants import FIELD_TYPE
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
@@ -44,8 +46,6 @@ BINLOG_DUMP_NON_BLOCK = 0x01
 FULL_PACKET = 0xFFFFFF
 #: timestamp, type, server id, event size, end position, flags
 EVENT_HEADER = struct.Struct("<IBIIIH")
-#: pymysql's code for a connection lost while reading (CR_SERVER_LOST): a transient fault (retry.py)
-SERVER_LOST = 2013
 _RECEIVE_BYTES = 1 << 20
 
 
@@ -79,7 +79,8 @@ class PacketReader:
                 self._at = 0
             chunk = self._sock.recv(max(_RECEIVE_BYTES, count - len(self._buffer)))
             if not chunk:
-                raise pymysql.err.OperationalError(SERVER_LOST, "Lost connection to server during the binlog dump")
+                raise pymysql.err.OperationalError(CR.CR_SERVER_LOST,
+                                                   "Lost connection to server during the binlog dump")
             self._buffer += chunk
 
     def payload(self) -> bytes:
@@ -163,12 +164,10 @@ class BinlogDump:
 
 # --- event bodies (checked against python-mysql-replication's in test_binlog_dump.py) ----------------
 
-ROTATE, QUERY, XID, TABLE_MAP, XA_PREPARE, HEARTBEAT = 4, 2, 16, 19, 38, 27
-ROWS_V1 = {23: "write", 24: "update", 25: "delete"}
-ROWS_V2 = {30: "write", 31: "update", 32: "delete"}
+ROTATE, QUERY, XID, TABLE_MAP, XA_PREPARE = 4, 2, 16, 19, 38
+ROWS_V1 = frozenset({23, 24, 25})  # write, update, delete
+ROWS_V2 = frozenset({30, 31, 32})  # the same, with extra data after the flags
 MARIADB_GTID = 162
-#: MariaDB GTID event flags: a group commit id follows; an XA transaction's xid follows
-FL_GROUP_COMMIT_ID, FL_PREPARED_XA, FL_COMPLETED_XA = 2, 64, 128
 _QUERY_POST_HEADER = struct.Struct("<IIBHH")  # thread id, exec time, schema length, error code, status length
 
 
@@ -240,13 +239,10 @@ def rows_header(kind: int, body: bytes) -> tuple[int, int, int]:
 
 # --- table maps (the columns with their optional metadata, binlog_row_metadata=FULL) ---------------
 
-TINY, SHORT, LONG, FLOAT_T, DOUBLE_T, LONGLONG, INT24, YEAR_T = 1, 2, 3, 4, 5, 8, 9, 13
-VARCHAR, BIT, TIMESTAMP2, DATETIME2, TIME2 = 15, 16, 17, 18, 19
-JSON_T, NEWDECIMAL, ENUM_T, SET_T = 245, 246, 247, 248
-BLOB, VAR_STRING, STRING, GEOMETRY = 252, 253, 254, 255
-NUMERIC = {TINY, SHORT, INT24, LONG, LONGLONG, NEWDECIMAL, FLOAT_T, DOUBLE_T, YEAR_T}
+NUMERIC = {FIELD_TYPE.TINY, FIELD_TYPE.SHORT, FIELD_TYPE.INT24, FIELD_TYPE.LONG, FIELD_TYPE.LONGLONG,
+           FIELD_TYPE.NEWDECIMAL, FIELD_TYPE.FLOAT, FIELD_TYPE.DOUBLE, FIELD_TYPE.YEAR}
 #: columns a charset is logged for (MariaDB also logs one for GEOMETRY); ENUM and SET have their own
-CHARACTER = {STRING, VAR_STRING, VARCHAR, BLOB, GEOMETRY}
+CHARACTER = {FIELD_TYPE.STRING, FIELD_TYPE.VAR_STRING, FIELD_TYPE.VARCHAR, FIELD_TYPE.BLOB, FIELD_TYPE.GEOMETRY}
 #: optional metadata (binlog_row_metadata=FULL): the fields read here
 SIGNEDNESS, DEFAULT_CHARSET, COLUMN_CHARSET, COLUMN_NAME, SET_STR_VALUE, ENUM_STR_VALUE = 1, 2, 3, 4, 5, 6
 SIMPLE_PRIMARY_KEY, PRIMARY_KEY_WITH_PREFIX, ENUM_AND_SET_DEFAULT_CHARSET, ENUM_AND_SET_COLUMN_CHARSET = 8, 9, 10, 11
@@ -274,23 +270,23 @@ class MapColumn:
 
 def _column(kind: int, meta: bytes, at: int) -> tuple[MapColumn, int]:
     """A column of storage type ``kind`` with its parameters read from the type metadata at ``at``."""
-    if kind == VARCHAR:
+    if kind == FIELD_TYPE.VARCHAR:
         return MapColumn(kind, max_length=int.from_bytes(meta[at:at + 2], "little")), at + 2
-    if kind in (FLOAT_T, DOUBLE_T):
+    if kind in (FIELD_TYPE.FLOAT, FIELD_TYPE.DOUBLE):
         return MapColumn(kind, size=meta[at]), at + 1
-    if kind in (TIMESTAMP2, DATETIME2, TIME2):
+    if kind in (FIELD_TYPE.TIMESTAMP2, FIELD_TYPE.DATETIME2, FIELD_TYPE.TIME2):
         return MapColumn(kind, fsp=meta[at]), at + 1
-    if kind in (VAR_STRING, STRING):
+    if kind in (FIELD_TYPE.VAR_STRING, FIELD_TYPE.STRING):
         value = meta[at] << 8 | meta[at + 1]
         real = value >> 8
-        if real in (ENUM_T, SET_T):
+        if real in (FIELD_TYPE.ENUM, FIELD_TYPE.SET):
             return MapColumn(real, size=value & 0xFF), at + 2
         return MapColumn(kind, max_length=(((value >> 4) & 0x300) ^ 0x300) + (value & 0xFF)), at + 2
-    if kind in (BLOB, GEOMETRY, JSON_T):
+    if kind in (FIELD_TYPE.BLOB, FIELD_TYPE.GEOMETRY, FIELD_TYPE.JSON):
         return MapColumn(kind, length_size=meta[at]), at + 1
-    if kind == NEWDECIMAL:
+    if kind == FIELD_TYPE.NEWDECIMAL:
         return MapColumn(kind, precision=meta[at], decimals=meta[at + 1]), at + 2
-    if kind == BIT:
+    if kind == FIELD_TYPE.BIT:
         return MapColumn(kind, bits=meta[at + 1] * 8 + meta[at]), at + 2
     return MapColumn(kind), at
 
@@ -349,12 +345,13 @@ def table_map_columns(body: bytes, at: int) -> list[MapColumn]:
         elif field in (DEFAULT_CHARSET, COLUMN_CHARSET):
             _charsets(value, columns, CHARACTER, field == DEFAULT_CHARSET)
         elif field in (ENUM_AND_SET_DEFAULT_CHARSET, ENUM_AND_SET_COLUMN_CHARSET):
-            _charsets(value, columns, {ENUM_T, SET_T}, field == ENUM_AND_SET_DEFAULT_CHARSET)
+            _charsets(value, columns, {FIELD_TYPE.ENUM, FIELD_TYPE.SET}, field == ENUM_AND_SET_DEFAULT_CHARSET)
         elif field == COLUMN_NAME:
             for column, name in zip(columns, _strings(value)[0]):
                 column.name = name
         elif field in (SET_STR_VALUE, ENUM_STR_VALUE):
-            chosen, inner = [c for c in columns if c.type == (SET_T if field == SET_STR_VALUE else ENUM_T)], 0
+            kind = FIELD_TYPE.SET if field == SET_STR_VALUE else FIELD_TYPE.ENUM
+            chosen, inner = [c for c in columns if c.type == kind], 0
             for column in chosen:
                 labels_count, inner = length_coded(value, inner)
                 labels, inner = _strings(value, inner, labels_count)

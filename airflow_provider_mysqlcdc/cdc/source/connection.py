@@ -17,7 +17,7 @@ import pymysql
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.source.retry import RetryPolicy
-from airflow_provider_mysqlcdc.cdc.source.tls import connect_preferring_tls, replication_tls
+from airflow_provider_mysqlcdc.cdc.source.tls import UNREACHABLE, connect_preferring_tls, replication_tls
 
 T = TypeVar("T")
 
@@ -164,7 +164,7 @@ class SourceConfig:
                     f"Access denied for user {self.user!r} at {self.host}:{self.port}{where}: "
                     "check the user name and password of the source connection."
                 ) from exc
-            if code in (2003, 2005, 2013):
+            if code in UNREACHABLE:
                 raise ConfigurationError(
                     f"Cannot reach the source server at {self.host}:{self.port} ({exc.args[-1]}): "
                     "check host, port, firewall and that the server is running."

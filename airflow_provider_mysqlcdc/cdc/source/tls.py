@@ -24,14 +24,15 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import pymysql
+from pymysql.constants import CR
 
 T = TypeVar("T")
 
 #: pymysql's error when a TLS context is given and the server offers no TLS (CR_SSL_CONNECTION_ERROR)
-NO_TLS_OFFERED = 2026
+NO_TLS_OFFERED = CR.CR_SSL_CONNECTION_ERROR
 
 #: pymysql's errors for a server that did not answer (can't connect, unknown host, lost): not its TLS
-UNREACHABLE = (2003, 2005, 2013)
+UNREACHABLE = (CR.CR_CONN_HOST_ERROR, CR.CR_UNKNOWN_HOST, CR.CR_SERVER_LOST)
 
 _lock = threading.Lock()
 #: how long what a server offered is remembered (seconds)
