@@ -109,6 +109,13 @@ class PlanNotFinished(CdcError):
     """A plan task of the DAG run did not finish: nothing of the run lands."""
 
 
+class LibraryNeeded(CdcError):
+    """What our own binlog framing met needs python-mysql-replication: a server or connection it does
+    not read (MySQL, TLS), or rows no row decoder takes (binlog/framing.py). The reader reads on
+    through the library from its last transaction boundary, as after a transient fault (nothing is
+    handed out twice); never raised out of the reader."""
+
+
 class InternalError(CdcError):
     """An invariant of the provider itself does not hold: a bug, never the user's input."""
 

@@ -28,6 +28,7 @@ from typing import Any
 
 import fsspec
 
+from airflow_provider_mysqlcdc.cdc.binlog.framing import chosen_framing
 from airflow_provider_mysqlcdc.cdc.binlog.row_decoder import chosen_decoder
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError, LeaseLost
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
@@ -346,7 +347,8 @@ def run_stream_job(spark: Any, source: SourceConfig, job: StreamJob, *, source_f
     state = PipelineState(job.state)
     app_id, ui_url = application_of(spark)
     log.info("stream job started on Spark application %s; binlog rows decoded by the %s decoder here (executors "
-             "without the compiled one use its Python twin)", app_id, chosen_decoder())
+             "without the compiled one use its Python twin), events framed %s", app_id, chosen_decoder(),
+             "by python-mysql-replication" if chosen_framing() == "library" else "by our own framing where it can")
     # first of all: nothing below may run while another stream runs (it deletes spill folders, too)
     held = StreamLeases(state).acquire(job.holder or f"a stream started outside Airflow ({app_id})",
                                        ttl_s=job.lease_ttl_s, report=job.report)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pymysql
 import pytest
 from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.constants import FIELD_TYPE
 from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XAPrepareEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
@@ -199,6 +200,9 @@ def test_table_map_columns_read_as_the_library_reads_them(mysql_server, cdc_user
         assert mine.decimals == getattr(library, "decimals", None), mine
         assert (mine.enum_values, mine.set_values) == (library.enum_values, library.set_values), mine
         assert (collations.get(mine.collation_id) if mine.collation_id else None) == library.collation_name, mine
+        assert (mine.character_set_name, mine.collation_name) == (library.character_set_name,
+                                                                   library.collation_name), mine
+        assert mine.type != FIELD_TYPE.BIT or (mine.bits, mine.bytes) == (library.bits, library.bytes), mine
     # what makes the comparison mean something: the metadata was there to read
     assert {collations[c.collation_id] for c in ours if c.collation_id} >= {"latin1_swedish_ci", "utf8mb4_general_ci"}
     assert [c.name for c in ours if c.unsigned] == ["id", "a", "y", "u"] and ours[0].is_primary  # YEAR: unsigned

@@ -47,8 +47,9 @@ def restartable_server(tmp_path):
     server.stop()
 
 
-def _records(source, schemas, start, end, decoder: str) -> tuple[list[ChangeRecord], BinlogReader]:
-    reader = BinlogReader.for_schemas(source, schemas, start=start, end=end, decoder=decoder)
+def _records(source, schemas, start, end, decoder: str, framing: str = "auto"
+             ) -> tuple[list[ChangeRecord], BinlogReader]:
+    reader = BinlogReader.for_schemas(source, schemas, start=start, end=end, decoder=decoder, framing=framing)
     return [r for r in reader if isinstance(r, ChangeRecord)], reader
 
 
@@ -93,9 +94,39 @@ def test_every_decoder_gives_the_library_records_on_every_type_through_inserts_u
     expected, _ = _records(cdc_user, schemas, start, end, "library")
     assert {r.op.value for r in expected} == {"c", "u", "d"} and len(expected) > 60
     for decoder in OWN_DECODERS:
-        got, reader = _records(cdc_user, schemas, start, end, decoder)
-        _assert_identical(expected, got, decoder)
-        assert set(reader.events_decoded) == {decoder}, "the decoder left a table to the library"
+        for framing, framed_by in (("auto", "ours"), ("library", "library")):
+            got, reader = _records(cdc_user, schemas, start, end, decoder, framing)
+            _assert_identical(expected, got, f"{decoder} ({framing} framing)")
+            assert set(reader.events_decoded) == {decoder}, "the decoder left a table to the library"
+            assert set(reader.events_framed) == {framed_by}
+
+
+def test_rows_no_decoder_takes_are_read_on_by_the_library_from_the_last_transaction_boundary(
+        mysql_server, cdc_user, database):
+    """A partial row image (binlog_row_image=MINIMAL in one session) is left to the library: our
+    framing reads up to it, mid-transaction, then the library reads on from the transaction's start,
+    handing out nothing twice and skipping nothing."""
+    table = TableId(database, "images")
+    conn = mysql_server.connect()
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE TABLE {table.quoted} (id INT PRIMARY KEY, a INT, b VARCHAR(10))")
+        start = current_offset(conn)
+        cur.execute(f"INSERT INTO {table.quoted} VALUES (1, 1, 'x'), (2, 2, 'y')")
+        cur.execute("SET SESSION binlog_row_image = 'MINIMAL'")
+        cur.execute("BEGIN")
+        cur.execute(f"INSERT INTO {table.quoted} VALUES (3, 3, 'z')")
+        cur.execute(f"UPDATE {table.quoted} SET a = 10 WHERE id = 1")  # only the key and `a` are logged
+        cur.execute("COMMIT")
+        cur.execute("SET SESSION binlog_row_image = 'FULL'")
+        cur.execute(f"INSERT INTO {table.quoted} VALUES (4, 4, 'w')")
+        end = current_offset(conn)
+    schemas = [load_table_schema(conn, table)]
+    expected, _ = _records(cdc_user, schemas, start, end, "library")
+    assert [r.after["id"] for r in expected if r.op.value == "c" and "b" in r.after][-1] == 4
+    got, reader = _records(cdc_user, schemas, start, end, "compiled")
+    _assert_identical(expected, got, "compiled")
+    assert reader.events_framed["ours"] and reader.events_framed["library"]
+    assert reader.events_decoded["library"] >= 1
 
 
 def test_table_maps_without_column_names_and_charsets_are_left_to_the_library(restartable_server, caplog):

@@ -84,6 +84,8 @@ def test_settings_without_tls_encrypt_where_the_server_offers_it_and_the_binlog_
     assert "ssl" in replication_tls(root.host, root.port)  # remembered: the library's connections take the context
     reader = BinlogReader(root, start=start, end=end, tables=[table], key_columns={table: ("id",)})
     assert [item.after for item in reader if isinstance(item, ChangeRecord)] == [{"id": 1}]
+    # our own framing is plaintext only (cdc/binlog/framing.py): the library read this server's binlog
+    assert set(reader.events_framed) == {"library"}
 
 
 def test_settings_without_tls_reach_a_server_without_tls_in_plaintext_and_remember_it(cdc_user):

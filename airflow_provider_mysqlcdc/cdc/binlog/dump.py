@@ -13,11 +13,9 @@ neither the header nor the checksum.
   is asked for with ``COM_BINLOG_DUMP`` on that socket. TLS is not done here (pymysql would wrap
   the socket inside itself, out of reach): the connection is plaintext, so a source with TLS
   settings, or a server that offers TLS, is to be read through the library.
-- **Not used by the reader yet.** This is the first step of reading the binlog without the library's
-  per-event objects; tests/integration/test_binlog_dump.py holds it to the library's framing, event
-  bodies and table maps on the same binlog. Still to come before the reader takes it: a neutral
-  event model for both framings, and going back to the library for MySQL servers,
-  TLS and tables a row decoder does not take.
+- **Read by framing.py** into the reader's events (events.py); a MySQL server is refused here with
+  ``LibraryNeeded`` (the library reads it). tests/integration/test_binlog_dump.py holds this module to
+  the library's framing, event bodies and table maps on the same binlog.
 - **The framing.** A packet is a 3-byte length, a sequence byte and its payload; an event larger
   than 16 MiB - 1 continues in the next packets (each full one is followed by another, possibly
   empty). The first payload byte says what follows: 0x00 an event, 0xFE (short) the end of a
@@ -35,8 +33,9 @@ from typing import Any
 
 import pymysql
 from pymysql.constants import CR
-from pymysqlreplication.constants import FIELD_TYPE
+from pymysqlreplication.constants import CHARSET, FIELD_TYPE
 
+from airflow_provider_mysqlcdc.cdc.errors import LibraryNeeded
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 
@@ -143,6 +142,8 @@ class BinlogDump:
                                connect_timeout=self.source.connect_timeout_s, defer_connect=True)
         self._conn = conn
         conn.connect(sock)
+        if "mariadb" not in conn.get_server_info().lower():
+            raise LibraryNeeded(f"a MySQL server ({conn.get_server_info()}): its events are read by the library")
         with conn.cursor() as cur:
             cur.execute("SELECT @@global.binlog_checksum")
             checksum = str(cur.fetchone()[0] or "NONE").upper()
@@ -266,6 +267,14 @@ class MapColumn:
     bits: int | None = None
     enum_values: list[str] | None = None
     set_values: list[str] | None = None
+    #: the codec name and collation python-mysql-replication gives the collation id (``named_charsets``)
+    character_set_name: str | None = None
+    collation_name: str | None = None
+
+    @property
+    def bytes(self) -> int:
+        """A BIT column's storage bytes."""
+        return ((self.bits or 0) + 7) // 8
 
 
 def _column(kind: int, meta: bytes, at: int) -> tuple[MapColumn, int]:
@@ -363,4 +372,17 @@ def table_map_columns(body: bytes, at: int) -> list[MapColumn]:
             numbers = _ints(value)
             for index in numbers if field == SIMPLE_PRIMARY_KEY else numbers[::2]:
                 columns[index].is_primary = True
+    named_charsets(columns)
     return columns
+
+
+def named_charsets(columns: list[MapColumn]) -> None:
+    """Each column's charset and collation named from its collation id as python-mysql-replication
+    names them on MariaDB (its table of ids, public in ``pymysqlreplication.constants.CHARSET``), so
+    that a table map decodes alike whichever framing read it: the charset as pymysql's codec name
+    (records/charsets.py reads those), an id the table lacks as UTF-8 with no collation."""
+    for column in columns:
+        if column.collation_id is not None:
+            found = CHARSET.charset_by_id(column.collation_id, "mariadb")
+            column.character_set_name = found.encoding if found is not None else "utf8"
+            column.collation_name = found.collation if found is not None else None

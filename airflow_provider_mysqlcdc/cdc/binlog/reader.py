@@ -1,4 +1,5 @@
-"""Reading the binlog into change records (python-mysql-replication underneath).
+"""Reading the binlog into change records (events cut by our own framing or python-mysql-replication's:
+framing.py).
 
 The reader starts at an offset, optionally stops at an end offset (inclusive of every event that
 ends at or before it), and otherwise reads to the binlog head (``follow=False``) or waits for new
@@ -20,9 +21,11 @@ A transient fault (the server restarts, the connection drops) is ridden out with
 retry budget (source/retry.py): the reader reconnects at the last transaction boundary it reached
 and reads past what it already handed out, so nothing is yielded twice or skipped.
 
-Traps handled here: ``resume_stream=True`` so the start position is used, ``is_mariadb`` left off
-(with it and no GTID the library starts at the first binlog), rotations tracked from RotateEvent's
-``next_binlog``, end offsets compared as (file, position); preflight rejects compressed payloads.
+Where our framing meets what it does not read (TLS, MySQL, rows no row decoder takes), the reader
+goes on through the library from its last transaction boundary, in the same way (``LibraryNeeded``).
+
+Traps handled here: rotations tracked from the rotate event's next file, end offsets compared as
+(file, position); preflight rejects compressed payloads.
 A table's rule (row filter, masks) is applied to its rows as they are decoded (records/table_rows.py).
 """
 
@@ -36,17 +39,22 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pymysqlreplication import BinLogStreamReader
-from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XAPrepareEvent, XidEvent
-from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
-
 from airflow_provider_mysqlcdc.cdc.binlog import library_fixes  # noqa: F401  (patches decoders on import)
 from airflow_provider_mysqlcdc.cdc.binlog.ddl import parse_ddl
+from airflow_provider_mysqlcdc.cdc.binlog.events import (
+    BinlogEvent,
+    GtidStarted,
+    Rotated,
+    RowsWritten,
+    Statement,
+    XaPrepared,
+    XidCommitted,
+)
+from airflow_provider_mysqlcdc.cdc.binlog.framing import LibraryFraming, chosen_framing, open_framing
 from airflow_provider_mysqlcdc.cdc.binlog.row_decoder import chosen_decoder
 from airflow_provider_mysqlcdc.cdc.binlog.table_decoding import TableDecodings
 from airflow_provider_mysqlcdc.cdc.binlog.xa import (
     HELD_XA_ROWS,
-    MARIADB_PREPARED_XA_FLAG,
     HeldXa,
     PreparedXa,
     XaCommit,
@@ -56,7 +64,7 @@ from airflow_provider_mysqlcdc.cdc.binlog.xa import (
     parse_xa_statement,
     rows_at_commit,
 )
-from airflow_provider_mysqlcdc.cdc.errors import BinlogPurgedError, describe_error, is_table_fault
+from airflow_provider_mysqlcdc.cdc.errors import BinlogPurgedError, LibraryNeeded, describe_error, is_table_fault
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import (
     ChangeRecord,
@@ -93,7 +101,7 @@ class BinlogReader:
                  known_columns: Mapping[TableId, Mapping[str, Column]] | None = None, server_id: int | None = None,
                  follow: bool = False, heartbeat_s: float = 1.0, decode_after: BinlogOffset | None = None,
                  decoder: str | None = None, watch: Callable[[TableId], bool] | None = None,
-                 rules: Mapping[TableId, RowRules] | None = None):
+                 rules: Mapping[TableId, RowRules] | None = None, framing: str | None = None):
         self.source = source
         #: tables not captured whose DDL is still handed on (a table taking a name a pattern matches)
         self.watch = watch
@@ -120,7 +128,11 @@ class BinlogReader:
         self._decodings = TableDecodings(self.decoder, self.key_columns, self.known_columns, self.rules)
         #: row events decoded, by which decoder: the chosen one, or "library" for the tables it leaves
         self.events_decoded: Counter[str] = Counter()
-        self._stream: BinLogStreamReader | None = None
+        #: how the binlog is cut into events (framing.py): auto (ours, left for the library where it
+        #: cannot read), or library; and how many events each framing read
+        self.framing = "library" if self.decoder == "library" else chosen_framing(framing)
+        self.events_framed: Counter[str] = Counter()
+        self._framing: Any = None
         #: the XA group being read (between its first event and its prepare), and the prepared groups
         #: whose outcome has not been read yet, by xid
         self._xa_group: XaGroup | None = None
@@ -162,91 +174,87 @@ class BinlogReader:
                 if self.end is not None and commit.offset >= self.end:
                     return
                 read_from = commit.offset
+            except LibraryNeeded as exc:
+                if self.framing == "library":
+                    raise
+                log.info("reading the binlog from %s through python-mysql-replication: %s", self.committed, exc)
+                self.framing = "library"
+                read_from, decode_after = self._resume_point(decode_after)
             except Exception as exc:  # noqa: BLE001 - backoff re-raises what is not transient
                 if attempt == 0:
                     fault_started = time.monotonic()
                 policy.backoff(exc, fault_started, attempt, f"reading the binlog at {self.position}")
                 attempt += 1
-                # start over at the last transaction boundary, reading past (not yielding again)
-                # what this reader already handed out
-                read_from = self.committed
-                if self.position > read_from:
-                    decode_after = self.position if decode_after is None else max(decode_after, self.position)
+                read_from, decode_after = self._resume_point(decode_after)
             finally:
                 self.close()
 
+    def _resume_point(self, decode_after: BinlogOffset | None) -> tuple[BinlogOffset, BinlogOffset | None]:
+        """Where to read again after a fault: the last transaction boundary, reading past (not
+        yielding again) what this reader already handed out."""
+        if self.position > self.committed:
+            decode_after = self.position if decode_after is None else max(decode_after, self.position)
+        return self.committed, decode_after
+
     def _read(self, read_from: BinlogOffset, decode_after: BinlogOffset | None) -> Iterator[BinlogItem]:
-        self._stream = BinLogStreamReader(
-            connection_settings=self.source.replication_settings(),
-            server_id=self.server_id,
-            log_file=read_from.file,
-            log_pos=read_from.position,
-            resume_stream=True,
-            blocking=self.follow,
-            only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, QueryEvent, XidEvent, RotateEvent,
-                         GtidEvent, MariadbGtidEvent, XAPrepareEvent],
-            # Both filters let the library skip row events of other tables without decoding them.
-            only_schemas=sorted({t.database for t in self.tables}) if self.tables else None,
-            only_tables=sorted({t.table for t in self.tables}) if self.tables else None,
-            slave_heartbeat=self.heartbeat_s if self.follow else None,
-            # A table map is parsed once per table id (parsing each one was 40% of the library's time
-            # on small transactions). The server gives an altered or renamed table a new id; ids
-            # start over only after a restart, which begins a new binlog file, where the maps are
-            # dropped (below, and by the library itself on a real rotation).
-            freeze_schema=True,
-        )
+        self._framing = open_framing(self.framing, self.source, read_from, server_id=self.server_id,
+                                     follow=self.follow, heartbeat_s=self.heartbeat_s, tables=self.tables)
+        framed = "library" if isinstance(self._framing, LibraryFraming) else "ours"
         current_file = read_from.file
-        for event in self._stream:
-            if isinstance(event, RotateEvent):
-                if event.next_binlog != current_file:
-                    self._stream.table_map.clear()
+        for event in self._framing.events():
+            if isinstance(event, Rotated):
+                if event.next_file != current_file:
                     self._decodings.clear()
-                current_file = event.next_binlog
-                self.position = max(self.position, read_from.at(current_file, max(int(event.position), 4)))
+                current_file = event.next_file
+                self.position = max(self.position, read_from.at(current_file, max(event.position, 4)))
                 continue
-            end_pos = int(event.packet.log_pos)
-            if end_pos == 0:  # artificial events sent on connect
+            if event.end == 0:  # artificial events sent on connect
                 continue
-            offset = read_from.at(current_file, end_pos)
+            offset = read_from.at(current_file, event.end)
             if self.end is not None and offset > self.end:
                 break
-            self.position = max(self.position, offset)
+            before, self.position = self.position, max(self.position, offset)
+            self.events_framed[framed] += 1
             if decode_after is not None and offset <= decode_after:
                 # read by another piece of the range, or before a reconnect: GTIDs still name the
                 # transaction, and XA groups are still followed (without their rows) for their commits
-                if isinstance(event, (GtidEvent, MariadbGtidEvent)):
+                if isinstance(event, GtidStarted):
                     self._follow_group(event, offset, decoded=False)
-                elif isinstance(event, XAPrepareEvent):
+                elif isinstance(event, XaPrepared):
                     self._xa_prepared(event, offset, decoded=False)
-                elif isinstance(event, QueryEvent) and self._xa_group is None:
-                    parsed = parse_xa_statement(_statement(event))
+                elif isinstance(event, Statement) and self._xa_group is None:
+                    parsed = parse_xa_statement(event.statement)
                     if parsed is not None and parsed.verb == "START":
                         self._open_xa_group(event, offset, decoded=False)
                 continue
-            yield from self._handle(event, offset)
+            try:
+                yield from self._handle(event, offset)
+            except LibraryNeeded:
+                self.position = before  # nothing of this event was handed out: the library reads it
+                raise
             if self._xa_commit is not None:
                 return  # __iter__ reads the committed group again, then goes on after its commit
             if self.end is not None and offset >= self.end:
                 break
 
     def close(self) -> None:
-        if self._stream is not None:
-            self._stream.close()
-            self._stream = None
+        if self._framing is not None:
+            self._framing.close()
+            self._framing = None
 
     # --- events ----------------------------------------------------------------------------------
-    def _handle(self, event: Any, offset: BinlogOffset) -> Iterator[BinlogItem]:
-        if isinstance(event, (GtidEvent, MariadbGtidEvent)):
+    def _handle(self, event: BinlogEvent, offset: BinlogOffset) -> Iterator[BinlogItem]:
+        if isinstance(event, GtidStarted):
             self._follow_group(event, offset)
-        elif isinstance(event, XAPrepareEvent):
+        elif isinstance(event, XaPrepared):
             yield from self._xa_outcome(self._xa_prepared(event, offset))
-        elif isinstance(event, XidEvent):
+        elif isinstance(event, XidCommitted):
             self.committed = offset
             yield TransactionCommitted(offset, self._gtid)
-        elif isinstance(event, QueryEvent):
+        elif isinstance(event, Statement):
             yield from self._handle_query(event, offset)
-        else:
-            table_id = TableId(event.schema, event.table)
+        elif isinstance(event, RowsWritten):
+            table_id = event.table
             if self.tables is None or table_id in self.tables:
                 group = self._xa_group
                 if group is None:
@@ -264,8 +272,8 @@ class BinlogReader:
             return change.other is not None and self.watch(change.other)
         return change.kind in (TableEventKind.CREATED, TableEventKind.REPLACED) and self.watch(change.table)
 
-    def _handle_query(self, event: Any, offset: BinlogOffset) -> Iterator[BinlogItem]:
-        statement = _statement(event)
+    def _handle_query(self, event: Statement, offset: BinlogOffset) -> Iterator[BinlogItem]:
+        statement = event.statement
         if statement.lstrip()[:2].upper() == "XA":
             yield from self._xa_statement(event, statement, offset)
             return
@@ -273,7 +281,7 @@ class BinlogReader:
             self.committed = offset
             yield TransactionCommitted(offset, self._gtid)
             return
-        database = event.schema.decode() if isinstance(event.schema, bytes) else str(event.schema or "")
+        database = event.schema
         ddl = parse_ddl(statement, database)
         changes: tuple[TableChange, ...] = ()
         if ddl is not None:
@@ -288,27 +296,27 @@ class BinlogReader:
                 self.committed = offset  # DDL of other tables commits too
             return
         log.warning("DDL at %s: %s", offset, statement)
-        yield SchemaChangeEvent(database, statement, offset, changes, int(event.timestamp) * 1000)
+        yield SchemaChangeEvent(database, statement, offset, changes, event.timestamp * 1000)
         # DDL commits implicitly: the offset after it is a safe resume point.
         self.committed = offset
         yield TransactionCommitted(offset, self._gtid)
 
     # --- XA transactions (xa.py) -----------------------------------------------------------------
-    def _follow_group(self, event: Any, offset: BinlogOffset, decoded: bool = True) -> None:
+    def _follow_group(self, event: GtidStarted, offset: BinlogOffset, decoded: bool = True) -> None:
         """A GTID event starts a group (MariaDB marks an XA transaction's); ``decoded``: its rows are
         decoded (else another piece of the range, or this reader before a reconnect, handled them)."""
-        self._gtid = str(event.gtid)
+        self._gtid = event.gtid
         self._group_start = _event_start(event, offset)
-        if isinstance(event, MariadbGtidEvent) and event.flags & MARIADB_PREPARED_XA_FLAG:
+        if event.prepared_xa:
             self._open_xa_group(event, offset, decoded)
 
-    def _open_xa_group(self, event: Any, offset: BinlogOffset, decoded: bool) -> None:
+    def _open_xa_group(self, event: BinlogEvent, offset: BinlogOffset, decoded: bool) -> None:
         """An XA transaction's group begins: at its GTID event (MariaDB's, or the one before MySQL's
         ``XA START`` query)."""
         if not self._replaying:
             self._xa_group = XaGroup(self._group_start or _event_start(event, offset), [] if decoded else None)
 
-    def _xa_statement(self, event: Any, statement: str, offset: BinlogOffset) -> Iterator[BinlogItem]:
+    def _xa_statement(self, event: Statement, statement: str, offset: BinlogOffset) -> Iterator[BinlogItem]:
         parsed = parse_xa_statement(statement)
         if parsed is None or self._replaying:
             return
@@ -323,7 +331,7 @@ class BinlogReader:
         elif parsed.verb == "COMMIT":
             held = self._forget(parsed.xid)
             prepared = held.prepared if held is not None else self._find_prepared(parsed.xid, offset)
-            yield from self._xa_outcome(XaCommit(prepared, offset, self._gtid, int(event.timestamp) * 1000,
+            yield from self._xa_outcome(XaCommit(prepared, offset, self._gtid, event.timestamp * 1000,
                                                   held.rows if held is not None else None))
 
     def _xa_outcome(self, commit: "XaCommit | None") -> Iterator[BinlogItem]:
@@ -337,7 +345,7 @@ class BinlogReader:
         self.committed = commit.offset
         yield TransactionCommitted(commit.offset, commit.gtid)
 
-    def _xa_prepared(self, event: Any, offset: BinlogOffset, decoded: bool = True,
+    def _xa_prepared(self, event: XaPrepared | None, offset: BinlogOffset, decoded: bool = True,
                      one_phase_xid: Xid | None = None) -> XaCommit | None:
         """The end of an XA group: prepared (held until its outcome), or committed in one phase (the
         commit to emit, by ``_xa_outcome``)."""
@@ -349,8 +357,7 @@ class BinlogReader:
             return None  # committed in one phase where this reader does not decode: handled there
         xid: Xid | None
         if event is not None:
-            xid = Xid(bytes(event.xid_gtrid), bytes(event.xid_bqual), int(event.xid_format_id))
-            one_phase = bool(event.one_phase)
+            xid, one_phase = event.xid, event.one_phase
         else:
             xid, one_phase = one_phase_xid, True
         assert xid is not None
@@ -363,7 +370,7 @@ class BinlogReader:
             self._forget(xid)
             self._prepared[xid] = HeldXa(prepared, rows)
             return None
-        timestamp_ms = 0 if event is None else int(event.timestamp) * 1000
+        timestamp_ms = 0 if event is None else event.timestamp * 1000
         return XaCommit(prepared, offset, self._gtid, timestamp_ms, rows)
 
     def _forget(self, xid: Xid) -> "HeldXa | None":
@@ -387,7 +394,8 @@ class BinlogReader:
         """The rows of a committed XA group, read again from its start to its prepare, at the commit."""
         replay = BinlogReader(self.source, start=commit.prepared.start, end=commit.prepared.end, tables=self.tables,
                               key_columns=self.key_columns, known_columns=self.known_columns,
-                              server_id=self.server_id, decoder=self.decoder, rules=self.rules)
+                              server_id=self.server_id, decoder=self.decoder, rules=self.rules,
+                              framing=self.framing)
         replay._replaying = True
         rows = (item for item in replay if isinstance(item, (ChangeRecord, TableFailed)))
         yield from rows_at_commit(rows, commit.offset, commit.gtid, commit.timestamp_ms)
@@ -395,7 +403,7 @@ class BinlogReader:
         self.committed = self.position = max(self.position, commit.offset)
         yield TransactionCommitted(commit.offset, commit.gtid)
 
-    def _guarded_rows(self, event: Any, table_id: TableId, offset: BinlogOffset) -> list[ChangeRecord | TableFailed]:
+    def _guarded_rows(self, event: RowsWritten, table_id: TableId, offset: BinlogOffset) -> list[ChangeRecord | TableFailed]:
         """The event's row changes, or, when one of them cannot be decoded because of the table's data
         or schema (``is_table_fault``), a ``TableFailed`` in their place: the table stops, not the reader."""
         try:
@@ -406,17 +414,12 @@ class BinlogReader:
             log.warning("%s: a row event at %s cannot be decoded: %s", table_id, offset, describe_error(exc))
             return [TableFailed(table_id, offset, f"a change at {offset} cannot be decoded: {describe_error(exc)}")]
 
-    def _rows(self, event: Any, table_id: TableId, offset: BinlogOffset) -> list[ChangeRecord]:
+    def _rows(self, event: RowsWritten, table_id: TableId, offset: BinlogOffset) -> list[ChangeRecord]:
         records, by_row_decoder = self._decodings.of(event, table_id).changes(event, table_id, offset, self._gtid)
         self.events_decoded[self.decoder if by_row_decoder else "library"] += 1
         return records
 
 
-def _statement(event: Any) -> str:
-    """A query event's statement as text."""
-    return event.query if isinstance(event.query, str) else event.query.decode("utf-8", "replace")
-
-
-def _event_start(event: Any, offset: BinlogOffset) -> BinlogOffset:
+def _event_start(event: BinlogEvent, offset: BinlogOffset) -> BinlogOffset:
     """Where an event that ends at ``offset`` starts."""
-    return offset.at(offset.file, offset.position - int(event.packet.event_size))
+    return offset.at(offset.file, offset.position - event.size)

@@ -1,6 +1,9 @@
 """How the rows of one table map are decoded: by a row decoder (row_decoder.py) when it takes the
 table, else by python-mysql-replication's rows and the value normaliser (records/values.py); and
-the change records they make, with the table's rule applied (records/table_rows.py)."""
+the change records they make, with the table's rule applied (records/table_rows.py).
+
+A table map's columns are the framing's (framing.py): python-mysql-replication's column objects, or
+dump.py's ``MapColumn``s, which carry the same attributes under the same names."""
 
 from __future__ import annotations
 
@@ -9,11 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pymysqlreplication.constants.BINLOG import PARTIAL_UPDATE_ROWS_EVENT
-from pymysqlreplication.row_event import UpdateRowsEvent, WriteRowsEvent
-
+from airflow_provider_mysqlcdc.cdc.binlog.events import RowsWritten
 from airflow_provider_mysqlcdc.cdc.binlog.row_decoder import decoder_for, layout_for
 from airflow_provider_mysqlcdc.cdc.binlog.table_map import column_from_table_map
+from airflow_provider_mysqlcdc.cdc.errors import LibraryNeeded
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, Operation
 from airflow_provider_mysqlcdc.cdc.records.table_rows import RowRules, update_changes
@@ -39,17 +41,17 @@ class TableDecoding:
         count = len(self.library_columns)
         self.full_image = ((1 << count) - 1).to_bytes((count + 7) // 8, "little")
 
-    def changes(self, event: Any, table_id: TableId, offset: BinlogOffset, gtid: str | None
+    def changes(self, event: RowsWritten, table_id: TableId, offset: BinlogOffset, gtid: str | None
                 ) -> tuple[list[ChangeRecord], bool]:
         """The event's row changes (an update that changes the row key becomes a delete plus a create,
         as Debezium does; the table's row filter may make an update either, or drop a change), and
         whether the row decoder decoded them (else the library did)."""
-        is_update, ts = isinstance(event, UpdateRowsEvent), int(event.timestamp) * 1000
+        is_update, ts = event.operation is Operation.UPDATE, event.timestamp * 1000
         images, by_row_decoder = self.images(event, is_update)
         rules, records = self.rules, []
         if not is_update:
-            is_write = isinstance(event, WriteRowsEvent)
-            op = Operation.CREATE if is_write else Operation.DELETE
+            op = event.operation
+            is_write = op is Operation.CREATE
             for index, image in enumerate(images):
                 if rules is not None:
                     if not rules.keeps(image):
@@ -68,20 +70,21 @@ class TableDecoding:
                 records.append(ChangeRecord(op, table_id, old, new, offset, index, 1 if old is None else 0, gtid, ts))
         return records, by_row_decoder
 
-    def images(self, event: Any, is_update: bool) -> tuple[list[dict[str, Any]], bool]:
+    def images(self, event: RowsWritten, is_update: bool) -> tuple[list[dict[str, Any]], bool]:
         """Every row image of the event, as a dict by column name (an update's before and after
         images alternate), and whether the row decoder decoded them (else the library did)."""
-        body = self._row_bytes(event, is_update)
-        if body is None:
-            normalize = self.normalizer.row
-            if not is_update:
-                images = [normalize(_raw(row["values"], row.get("none_sources"))) for row in event.rows]
-            else:
-                images = [normalize(_raw(row[f"{side}_values"], row.get(f"{side}_none_sources")))
-                          for row in event.rows for side in ("before", "after")]
-            self._check_key_dates(images)
-            return images, False
-        return self.row_decoder.decode(body), True
+        if self._decodes(event):
+            return self.row_decoder.decode(event.rows), True
+        if event.library is None:
+            raise LibraryNeeded(f"rows of {event.table} that no row decoder takes")
+        normalize, rows = self.normalizer.row, event.library.rows
+        if not is_update:
+            images = [normalize(_raw(row["values"], row.get("none_sources"))) for row in rows]
+        else:
+            images = [normalize(_raw(row[f"{side}_values"], row.get(f"{side}_none_sources")))
+                      for row in rows for side in ("before", "after")]
+        self._check_key_dates(images)
+        return images, False
 
     def _check_key_dates(self, images: list[dict[str, Any]]) -> None:
         """The library gives None for a date with no calendar date, which a key column cannot hold
@@ -95,17 +98,13 @@ class TableDecoding:
                                  "(decoding this table: a column of it is stored in a way the row decoders leave to "
                                  "it) gives no value; update the row to a real date, then re-snapshot the table")
 
-    def _row_bytes(self, event: Any, is_update: bool) -> memoryview | None:
-        """The event's rows as bytes (what follows the bitmaps the library has read), when a row
-        decoder takes them: it has the table, and every column is in the image (a full row image)."""
-        if self.row_decoder is None or event.number_of_columns != len(self.library_columns) \
-                or event.event_type == PARTIAL_UPDATE_ROWS_EVENT:  # its after images carry a JSON diff
-            return None
+    def _decodes(self, event: RowsWritten) -> bool:
+        """Whether the row decoder takes the event's rows: it has the table, and every column is in
+        the image (a full row image)."""
+        if self.row_decoder is None or event.column_count != len(self.library_columns) or event.partial:
+            return False  # a partial JSON update's after images carry a diff
         full = self.full_image
-        if event.columns_present_bitmap != full or (is_update and event.columns_present_bitmap2 != full):
-            return None
-        packet = event.packet  # the library's packet: 20 header bytes, then what the event has read
-        return memoryview(packet.packet.get_all_data())[20 + packet.read_bytes:20 + event.event_size]
+        return event.present == full and (event.present_after is None or event.present_after == full)
 
 
 class TableDecodings:
@@ -126,7 +125,7 @@ class TableDecodings:
     def clear(self) -> None:
         self._decodings.clear()
 
-    def of(self, event: Any, table_id: TableId) -> TableDecoding:
+    def of(self, event: RowsWritten, table_id: TableId) -> TableDecoding:
         """How this event's rows are decoded: by the library's table map it was written under."""
         found = self._decodings.get(id(event.columns))
         if found is None or found.library_columns is not event.columns:
@@ -142,7 +141,7 @@ class TableDecodings:
             self._decodings[id(event.columns)] = found
         return found
 
-    def _normalizer(self, event: Any, table_id: TableId) -> ValueNormalizer:
+    def _normalizer(self, event: RowsWritten, table_id: TableId) -> ValueNormalizer:
         """The normaliser of rows written under this table map's columns. Its key columns are the
         schema's, unless the event was written under other columns (a batch from before or after a
         DDL that renamed or dropped one): then the table map's own primary key."""

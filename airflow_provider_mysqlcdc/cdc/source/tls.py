@@ -90,11 +90,17 @@ def connect_preferring_tls(host: str, port: int, connect: Callable[[dict[str, An
     return conn
 
 
+def offers_tls(host: str, port: int) -> bool | None:
+    """Whether the server at ``host:port`` offered TLS to a connection of this process lately (None:
+    not known)."""
+    return _remembered(host, port)
+
+
 def replication_tls(host: str, port: int) -> dict[str, Any]:
     """The TLS arguments for python-mysql-replication's connections to a server for which no TLS is
     configured (the library hands them to pymysql): what the server offered to a connection of this
     process (a reader makes one before the library's), else none: pymysql's own preferred mode."""
-    offered = _remembered(host, port)
+    offered = offers_tls(host, port)
     return {} if offered is None else _arguments(offered)
 
 
