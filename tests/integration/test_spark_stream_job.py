@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
+from airflow_provider_mysqlcdc.cdc.binlog.framing import FRAMING_VARIABLE
 from airflow_provider_mysqlcdc.cdc.binlog.row_decoder import DECODER_VARIABLE
 from airflow_provider_mysqlcdc.cdc.errors import SparkJobFailed
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
@@ -193,10 +194,14 @@ def test_the_stream_clusters_the_files_its_merges_leave_and_stays_exact(mysql_se
         assert clusterings and sum(len(group) for group in plan) < 2, (table_id, len(clusterings), plan)
 
 
-def test_the_stream_is_exact_with_the_pure_python_row_decoder(mysql_server, cdc_user, database, tmp_path, monkeypatch):
-    """Where the compiled row decoder is not installed its Python twin decodes: the same random
-    changes stream into the same exact tables (the suite's other streams use the compiled one)."""
+def test_the_stream_is_exact_with_the_pure_python_row_decoder_and_the_library_framing(
+        mysql_server, cdc_user, database, tmp_path, monkeypatch):
+    """Where the compiled row decoder is not installed its Python twin decodes, and where our own
+    framing cannot read python-mysql-replication's frames the binlog: the same random changes stream
+    into the same exact tables (the suite's other streams use the compiled decoder and our framing;
+    test_row_decoders.py holds every decoder to one result on both framings)."""
     monkeypatch.setenv(DECODER_VARIABLE, "python")
+    monkeypatch.setenv(FRAMING_VARIABLE, "library")
     conn = mysql_server.connect()
     tables = create_sample_tables(conn, database, rows_per_table=500, seed=29, tables=TABLES)
     lake, state_dir = str(tmp_path / "lake"), tmp_path / "state"
@@ -209,6 +214,7 @@ def test_the_stream_is_exact_with_the_pure_python_row_decoder(mysql_server, cdc_
     submit.run("binlog_stream.py", ["--job", str(tmp_path / "stream.json")], source_file)
 
     assert "binlog rows decoded by the python decoder" in submit.last_log
+    assert "events framed by python-mysql-replication" in submit.last_log
     _assert_sink_equals_source(mysql_server, report, lake)
 
 
