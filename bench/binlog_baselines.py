@@ -46,41 +46,50 @@ def python_replication_seconds(server: ThrowawayMariaDB, start: BinlogOffset, en
     return time.monotonic() - started
 
 
-#: the row decoders a benchmark times the reader with (cdc/binlog/row_decoder.py)
-READER_DECODERS = ("compiled", "python")
+#: the reader's runs a benchmark times (cdc/binlog/row_decoder.py, cdc/binlog/framing.py): each row
+#: decoder on our own framing, and the compiled one on python-mysql-replication's, the baseline ours replaced
+READER_RUNS = {"compiled": ("compiled", "auto"), "python": ("python", "auto"),
+               "compiled, library framing": ("compiled", "library")}
 
 
 def reader_seconds(server: ThrowawayMariaDB, tables: list[TableId], start: BinlogOffset, end: BinlogOffset,
                    changes: int) -> dict[str, float]:
-    """Our binlog reader over the range, to change records, with each of ``READER_DECODERS``: the
-    stream's decoding without Spark (which reads a large range in two pieces in parallel)."""
+    """Our binlog reader over the range, to change records, in each of ``READER_RUNS``: the stream's
+    decoding without Spark (which reads a large range in two pieces in parallel)."""
     conn = server.connect_root()
     schemas = [load_table_schema(conn, t) for t in tables]
     conn.close()
     seconds = {}
-    for decoder in READER_DECODERS:
+    for run, (decoder, framing) in READER_RUNS.items():
         started = time.monotonic()
-        reader = BinlogReader.for_schemas(server.root_config(), schemas, start=start, end=end, decoder=decoder)
+        reader = BinlogReader.for_schemas(server.root_config(), schemas, start=start, end=end, decoder=decoder,
+                                          framing=framing)
         decoded = sum(1 for item in reader if isinstance(item, ChangeRecord))
-        seconds[decoder] = time.monotonic() - started
-        assert decoded == changes, (decoder, decoded, changes)
+        seconds[run] = time.monotonic() - started
+        assert decoded == changes, (run, decoded, changes)
         assert set(reader.events_decoded) == {decoder}, reader.events_decoded
+        assert set(reader.events_framed) == {"ours" if framing == "auto" else "library"}, reader.events_framed
     return seconds
 
 
 def reader_rows(changes: int, seconds: dict[str, float]) -> list[str]:
     """The report's table rows for ``reader_seconds``."""
-    return [f"| our binlog reader, {decoder} row decoder, raw decoding (no Spark) | {seconds[decoder]:.1f} | "
-            f"{changes / seconds[decoder]:,.0f} |" for decoder in READER_DECODERS]
+    def framed(run: str) -> str:
+        return "python-mysql-replication's framing" if READER_RUNS[run][1] == "library" else "our framing"
+
+    return [f"| our binlog reader, {READER_RUNS[run][0]} row decoder, {framed(run)}, raw decoding (no Spark) | "
+            f"{seconds[run]:.1f} | {changes / seconds[run]:,.0f} |" for run in READER_RUNS if run in seconds]
 
 
 #: the stages a profile of the stream's read splits its time into, by the module a function is in
 #: (the first that matches): framing and events in python-mysql-replication and our reader around it,
 #: the row decoder, the change records and split filter, the Arrow columns and IPC of a batch's rows
+#: (framing: ours or the library's, whichever read)
 STAGES = (("arrow", ("pyarrow", "change_columns", "batch_rows", "arrow_rows", "spill")),
           ("decoding", ("row_decoder", "mysqlcdc_rowcodec", "table_decoding", "values", "charsets")),
           ("records", ("records", "split_filter", "offset")),
-          ("framing", ("pymysqlreplication", "pymysql", "reader", "library_fixes", "xa", "gtid", "socket", "ssl")))
+          ("framing", ("pymysqlreplication", "pymysql", "reader", "library_fixes", "xa", "gtid", "socket", "ssl",
+                       "dump", "framing", "events")))
 
 
 def source_read_profile(job_json: str, source: SourceConfig, start: BinlogOffset, end: BinlogOffset,
