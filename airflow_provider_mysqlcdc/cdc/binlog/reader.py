@@ -200,42 +200,58 @@ class BinlogReader:
         self._framing = open_framing(self.framing, self.source, read_from, server_id=self.server_id,
                                      follow=self.follow, heartbeat_s=self.heartbeat_s, tables=self.tables)
         framed = "library" if isinstance(self._framing, LibraryFraming) else "ours"
+        # offsets are compared by their sort keys, (file order, position): per event, comparing
+        # BinlogOffsets was a fifth of the raw reader's time on small transactions
+        end_key = self.end.sort_key if self.end is not None else None
+        decode_key = decode_after.sort_key if decode_after is not None else None
         current_file = read_from.file
-        for event in self._framing.events():
-            if isinstance(event, Rotated):
-                if event.next_file != current_file:
-                    self._decodings.clear()
-                current_file = event.next_file
-                self.position = max(self.position, read_from.at(current_file, max(event.position, 4)))
-                continue
-            if event.end == 0:  # artificial events sent on connect
-                continue
-            offset = read_from.at(current_file, event.end)
-            if self.end is not None and offset > self.end:
-                break
-            before, self.position = self.position, max(self.position, offset)
-            self.events_framed[framed] += 1
-            if decode_after is not None and offset <= decode_after:
-                # read by another piece of the range, or before a reconnect: GTIDs still name the
-                # transaction, and XA groups are still followed (without their rows) for their commits
-                if isinstance(event, GtidStarted):
-                    self._follow_group(event, offset, decoded=False)
-                elif isinstance(event, XaPrepared):
-                    self._xa_prepared(event, offset, decoded=False)
-                elif isinstance(event, Statement) and self._xa_group is None:
-                    parsed = parse_xa_statement(event.statement)
-                    if parsed is not None and parsed.verb == "START":
-                        self._open_xa_group(event, offset, decoded=False)
-                continue
-            try:
-                yield from self._handle(event, offset)
-            except LibraryNeeded:
-                self.position = before  # nothing of this event was handed out: the library reads it
-                raise
-            if self._xa_commit is not None:
-                return  # __iter__ reads the committed group again, then goes on after its commit
-            if self.end is not None and offset >= self.end:
-                break
+        file_order, count = read_from.sort_key[0], 0
+        try:
+            for event in self._framing.events():
+                if isinstance(event, Rotated):
+                    if event.next_file != current_file:
+                        self._decodings.clear()
+                    current_file = event.next_file
+                    rotated = read_from.at(current_file, max(event.position, 4))
+                    file_order = rotated.sort_key[0]
+                    self.position = max(self.position, rotated)
+                    continue
+                if event.end == 0:  # artificial events sent on connect
+                    continue
+                key = (file_order, event.end)
+                if end_key is not None and key > end_key:
+                    break
+                offset = read_from.at(current_file, event.end)
+                before = self.position
+                if key > before.sort_key:
+                    self.position = offset
+                count += 1
+                if decode_key is not None and key <= decode_key:
+                    self._read_past(event, offset)  # read by another piece of the range, or before a reconnect
+                    continue
+                try:
+                    yield from self._handle(event, offset)
+                except LibraryNeeded:
+                    self.position = before  # nothing of this event was handed out: the library reads it
+                    raise
+                if self._xa_commit is not None:
+                    return  # __iter__ reads the committed group again, then goes on after its commit
+                if end_key is not None and key >= end_key:
+                    break
+        finally:
+            self.events_framed[framed] += count
+
+    def _read_past(self, event: BinlogEvent, offset: BinlogOffset) -> None:
+        """An event another reader decodes: its GTID still names the transaction, and an XA group is
+        still followed (without its rows) for its commit."""
+        if isinstance(event, GtidStarted):
+            self._follow_group(event, offset, decoded=False)
+        elif isinstance(event, XaPrepared):
+            self._xa_prepared(event, offset, decoded=False)
+        elif isinstance(event, Statement) and self._xa_group is None:
+            parsed = parse_xa_statement(event.statement)
+            if parsed is not None and parsed.verb == "START":
+                self._open_xa_group(event, offset, decoded=False)
 
     def close(self) -> None:
         if self._framing is not None:
