@@ -4,7 +4,9 @@ The server's own catalogues make the test data: ``SHOW CHARACTER SET`` names the
 set's repertoire is what the server converts to it and back unchanged (every Basic Multilingual
 Plane code point, and a sample of the others, tried by the server); single-byte sets also get every
 one of their 256 bytes. Each set's text is written to a table of its own (VARCHAR and TEXT, which
-the binlog stores differently), and every row decoder must give what the snapshot's SELECT gives.
+the binlog stores differently, and an ENUM and a SET whose labels are characters of the set beyond
+ASCII: the table map holds the labels in the column's charset), and every row decoder, on both
+framings, must give what the snapshot's SELECT gives.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from ..tools.charset_tables import single_byte_tables
 pytestmark = pytest.mark.integration
 
 CHARS_PER_ROW = 100
+LABELS = 4
 
 
 @dataclass
@@ -34,7 +37,7 @@ class Written:
     schemas: list[TableSchema]
     start: BinlogOffset
     end: BinlogOffset
-    selected: dict[TableId, dict[int, tuple[str, str]]]  # id -> (v, tx) as the SELECT gives them
+    selected: dict[TableId, dict[int, tuple[str, ...]]]  # id -> (v, tx, e, s) as the SELECT gives them
     repertoire: dict[str, int]  # charset -> characters written
 
 
@@ -64,25 +67,31 @@ def written(mysql_server):
         start = current_offset(conn)
         for charset in charsets:
             table = TableId(database, f"t_{charset}")
-            cur.execute(f"CREATE TABLE {table.quoted} (id INT PRIMARY KEY, v VARCHAR({CHARS_PER_ROW}) CHARACTER SET "
-                        f"`{charset}`, tx TEXT CHARACTER SET `{charset}`)")
             chars = _repertoire(cur, database, charset)
+            # labels from the set's repertoire, spread over it, unique by their digit under any collation
+            labels = [f"{chars[i * len(chars) // LABELS] if chars else ''}{i}" for i in range(LABELS)]
+            listed = ", ".join(f"'{label}'" for label in labels)
+            cur.execute(f"CREATE TABLE {table.quoted} (id INT PRIMARY KEY, v VARCHAR({CHARS_PER_ROW}) CHARACTER SET "
+                        f"`{charset}`, tx TEXT CHARACTER SET `{charset}`, e ENUM({listed}) CHARACTER SET `{charset}`, "
+                        f"s SET({listed}) CHARACTER SET `{charset}`)")
             repertoire[charset] = len(chars)
             rows = ["".join(chars[i:i + CHARS_PER_ROW]) for i in range(0, len(chars), CHARS_PER_ROW)]
             for number, text in enumerate(rows):
-                cur.execute(f"INSERT INTO {table.quoted} VALUES (%s, %s, %s)", (number, text, text[::-1]))
+                members = ",".join(labels[j] for j in range(LABELS) if (number + 1) >> j & 1)
+                cur.execute(f"INSERT INTO {table.quoted} VALUES (%s, %s, %s, %s, %s)",
+                            (number, text, text[::-1], labels[number % LABELS], members))
             if charset in SINGLE_BYTE:  # every byte, also those no Unicode character maps to
                 for number, first in enumerate(range(0, 256, 64)):
                     raw = bytes(range(first, first + 64)).hex()
-                    cur.execute(f"INSERT INTO {table.quoted} VALUES (%s, CONVERT(UNHEX(%s) USING `{charset}`), "
+                    cur.execute(f"INSERT INTO {table.quoted} (id, v, tx) VALUES (%s, CONVERT(UNHEX(%s) USING `{charset}`), "
                                 f"CONVERT(UNHEX(%s) USING `{charset}`))", (10_000 + number, raw, raw))
             cur.execute(f"UPDATE {table.quoted} SET tx = CONCAT(tx, v) WHERE id % 3 = 0")  # before and after images
             tables.append(table)
         end = current_offset(conn)
         selected = {}
         for table in tables:
-            cur.execute(f"SELECT id, v, tx FROM {table.quoted}")
-            selected[table] = {row[0]: (row[1], row[2]) for row in cur.fetchall()}
+            cur.execute(f"SELECT id, v, tx, e, s FROM {table.quoted}")
+            selected[table] = {row[0]: tuple(row[1:]) for row in cur.fetchall()}
     schemas = [load_table_schema(conn, t) for t in tables]
     yield Written(schemas, start, end, selected, repertoire)
     with conn.cursor() as cur:
@@ -101,13 +110,21 @@ def test_every_charset_has_text_beyond_ascii_to_decode(written):
     assert not few, few
 
 
-@pytest.mark.parametrize("decoder", [d for d in DECODERS if d != "auto"])
-def test_every_character_set_decodes_from_the_binlog_as_the_select_gives_it(cdc_user, written, decoder):
-    latest: dict[TableId, dict[int, tuple[str, str]]] = {s.table_id: {} for s in written.schemas}
+def test_every_charset_has_enum_and_set_labels_beyond_ascii(written):
+    beyond = {table.table for table, rows in written.selected.items()
+              if any(not row[2].isascii() or not row[3].isascii() for row in rows.values() if row[2] is not None)}
+    assert len(beyond) >= len(written.repertoire) - 1, sorted(beyond)  # ascii's labels are ASCII
+
+
+@pytest.mark.parametrize(("decoder", "framing"), [(d, "auto") for d in DECODERS if d != "auto"]
+                         + [("compiled", "library")])
+def test_every_character_set_decodes_from_the_binlog_as_the_select_gives_it(cdc_user, written, decoder, framing):
+    latest: dict[TableId, dict[int, tuple[str, ...]]] = {s.table_id: {} for s in written.schemas}
     for item in BinlogReader.for_schemas(cdc_user, written.schemas, start=written.start, end=written.end,
-                                         decoder=decoder):
+                                         decoder=decoder, framing=framing):
         if isinstance(item, ChangeRecord):
-            latest[item.table_id][item.after["id"]] = (item.after["v"], item.after["tx"])
+            after = item.after
+            latest[item.table_id][after["id"]] = (after["v"], after["tx"], after["e"], after["s"])
     wrong = []
     for table, rows in written.selected.items():
         for row_id, expected in rows.items():
@@ -115,5 +132,6 @@ def test_every_character_set_decodes_from_the_binlog_as_the_select_gives_it(cdc_
             if got != expected:
                 pairs = [(e, g) for e, g in zip(expected[0], (got or ("", ""))[0]) if e != g][:3]
                 wrong.append(f"{table.table} row {row_id}: " + ", ".join(
-                    f"U+{ord(e):04X} read as U+{ord(g):04X}" for e, g in pairs) if pairs else f"{table.table} row {row_id}")
+                    f"U+{ord(e):04X} read as U+{ord(g):04X}" for e, g in pairs) if pairs
+                    else f"{table.table} row {row_id}: {(got or ())[2:]!r} for {expected[2:]!r}")
     assert not wrong, f"{len(wrong)} rows differ:\n" + "\n".join(wrong[:40])

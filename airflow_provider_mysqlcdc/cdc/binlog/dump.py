@@ -35,6 +35,7 @@ import pymysql
 from pymysql.constants import CR
 from pymysqlreplication.constants import CHARSET, FIELD_TYPE
 
+from airflow_provider_mysqlcdc.cdc.binlog.table_map import labels_in_charset
 from airflow_provider_mysqlcdc.cdc.errors import LibraryNeeded
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
@@ -194,7 +195,7 @@ def query(body: bytes) -> tuple[str, str]:
     _, _, schema_length, _, status_length = _QUERY_POST_HEADER.unpack_from(body, 0)
     at = _QUERY_POST_HEADER.size + status_length
     schema = body[at:at + schema_length].decode()
-    return schema, body[at + schema_length + 1:].decode("utf-8", "replace")
+    return schema, body[at + schema_length + 1:].decode("utf-8", "backslashreplace")  # as the library
 
 
 def xid(body: bytes) -> int:
@@ -246,7 +247,7 @@ NUMERIC = {FIELD_TYPE.TINY, FIELD_TYPE.SHORT, FIELD_TYPE.INT24, FIELD_TYPE.LONG,
 CHARACTER = {FIELD_TYPE.STRING, FIELD_TYPE.VAR_STRING, FIELD_TYPE.VARCHAR, FIELD_TYPE.BLOB, FIELD_TYPE.GEOMETRY}
 #: optional metadata (binlog_row_metadata=FULL): the fields read here
 SIGNEDNESS, DEFAULT_CHARSET, COLUMN_CHARSET, COLUMN_NAME, SET_STR_VALUE, ENUM_STR_VALUE = 1, 2, 3, 4, 5, 6
-SIMPLE_PRIMARY_KEY, PRIMARY_KEY_WITH_PREFIX, ENUM_AND_SET_DEFAULT_CHARSET, ENUM_AND_SET_COLUMN_CHARSET = 8, 9, 10, 11
+SIMPLE_PRIMARY_KEY, ENUM_AND_SET_DEFAULT_CHARSET, ENUM_AND_SET_COLUMN_CHARSET = 8, 10, 11
 
 
 @dataclass
@@ -309,10 +310,12 @@ def _ints(value: bytes) -> list[int]:
 
 
 def _strings(value: bytes, at: int = 0, count: int | None = None) -> tuple[list[str], int]:
+    """Length-coded strings as UTF-8, each one's bytes kept where they are not (``surrogateescape``:
+    ENUM and SET labels are in their column's charset, decoded once it is known)."""
     found: list[str] = []
     while at < len(value) and (count is None or len(found) < count):
         length, at = length_coded(value, at)
-        found.append(value[at:at + length].decode("utf-8", "replace"))
+        found.append(value[at:at + length].decode("utf-8", "surrogateescape"))
         at += length
     return found, at
 
@@ -368,9 +371,8 @@ def table_map_columns(body: bytes, at: int) -> list[MapColumn]:
                     column.set_values = labels
                 else:
                     column.enum_values = ["", *labels]
-        elif field in (SIMPLE_PRIMARY_KEY, PRIMARY_KEY_WITH_PREFIX):
-            numbers = _ints(value)
-            for index in numbers if field == SIMPLE_PRIMARY_KEY else numbers[::2]:
+        elif field == SIMPLE_PRIMARY_KEY:  # as the library: a key with a column prefix marks no column
+            for index in _ints(value):
                 columns[index].is_primary = True
     named_charsets(columns)
     return columns
@@ -380,9 +382,11 @@ def named_charsets(columns: list[MapColumn]) -> None:
     """Each column's charset and collation named from its collation id as python-mysql-replication
     names them on MariaDB (its table of ids, public in ``pymysqlreplication.constants.CHARSET``), so
     that a table map decodes alike whichever framing read it: the charset as pymysql's codec name
-    (records/charsets.py reads those), an id the table lacks as UTF-8 with no collation."""
+    (records/charsets.py reads those), an id the table lacks as UTF-8 with no collation. ENUM and
+    SET labels are then decoded with their column's charset."""
     for column in columns:
         if column.collation_id is not None:
             found = CHARSET.charset_by_id(column.collation_id, "mariadb")
             column.character_set_name = found.encoding if found is not None else "utf8"
             column.collation_name = found.collation if found is not None else None
+            labels_in_charset(column)

@@ -34,6 +34,7 @@ from airflow_provider_mysqlcdc.cdc.binlog.events import (
     XaPrepared,
     XidCommitted,
 )
+from airflow_provider_mysqlcdc.cdc.binlog.table_map import labels_in_charset
 from airflow_provider_mysqlcdc.cdc.binlog.xa import MARIADB_PREPARED_XA_FLAG, Xid
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError, LibraryNeeded
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
@@ -82,12 +83,15 @@ class LibraryFraming:
             freeze_schema=True,
         )
         self._file = start.file
+        #: the table maps whose ENUM and SET labels are decoded in their charset, by their column list
+        self._labelled: dict[int, list[Any]] = {}
 
     def events(self) -> Iterator[BinlogEvent]:
         for event in self._stream:
             if isinstance(event, RotateEvent):
                 if event.next_binlog != self._file:
                     self._stream.table_map.clear()
+                    self._labelled.clear()
                 self._file = event.next_binlog
                 yield Rotated(0, 0, 0, event.next_binlog, int(event.position))
                 continue
@@ -106,6 +110,10 @@ class LibraryFraming:
                 xid = Xid(bytes(event.xid_gtrid), bytes(event.xid_bqual), int(event.xid_format_id))
                 yield XaPrepared(end, size, timestamp, bool(event.one_phase), xid)
             else:
+                if self._labelled.get(id(event.columns)) is not event.columns:
+                    for column in event.columns:
+                        labels_in_charset(column)
+                    self._labelled[id(event.columns)] = event.columns
                 update = isinstance(event, UpdateRowsEvent)
                 operation = Operation.UPDATE if update else \
                     Operation.CREATE if isinstance(event, WriteRowsEvent) else Operation.DELETE

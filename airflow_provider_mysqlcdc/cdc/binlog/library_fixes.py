@@ -13,6 +13,11 @@ path with the SELECT path for every type.
   JSON text (``json_opaque_value``), so both paths give the same document (records/values.py).
   Pinned down by tests/unit/cdc/records/test_values.py with binary JSON built byte by byte (only MariaDB, whose
   JSON is text, runs here).
+- ENUM and SET labels of a table map: the server writes them in the column's character set; the
+  library decoded them as UTF-8 and gave '' where that failed (a latin1 'é'), or other text where it
+  did not (UTF-16). They are now decoded as UTF-8 with ``surrogateescape``, which keeps their bytes,
+  and table_map.py ``labels_in_charset`` decodes those with the column's charset, as for our own
+  framing; tests/integration/test_charsets.py.
 - Text in a character set other than UTF-8: the library decoded it with pymysql's codec names, which
   Python reads otherwise than the server (``utf16`` little-endian, ``latin1`` without its five
   holes) or not at all (``macce``: a LookupError naming no table). It now decodes with the codec
@@ -27,7 +32,7 @@ from typing import Any
 
 from pymysqlreplication import json_binary
 from pymysqlreplication.constants import FIELD_TYPE
-from pymysqlreplication.row_event import RowsEvent
+from pymysqlreplication.row_event import RowsEvent, TableMapEvent
 from pymysqlreplication.util.bytes import decode_decimal, decode_variable_length
 
 from airflow_provider_mysqlcdc.cdc.records.charsets import codec_name, decodable
@@ -118,10 +123,23 @@ def _charset_to_encoding(name: str) -> str:
     return codec_name(name) if decodable(name) else _library_charset_to_encoding(name)
 
 
+def _read_type_values(self: Any, length: int) -> list[list[str]] | None:
+    """The library's ``_read_type_values``, each label's bytes kept (``surrogateescape``)."""
+    packet, result = self.packet, []
+    read_until = packet.read_bytes + length
+    if packet.read_bytes >= read_until:
+        return None
+    while packet.read_bytes < read_until:
+        count = packet.read_length_coded_binary()
+        result.append([packet.read_variable_length_string().decode("utf-8", "surrogateescape") for _ in range(count)])
+    return result
+
+
 def apply() -> None:
     RowsEvent._RowsEvent__read_time2 = _read_time2
     json_binary.parse_opaque = _parse_json_opaque  # parse_json looks it up in its module at each call
     RowsEvent.charset_to_encoding = staticmethod(_charset_to_encoding)
+    TableMapEvent._read_type_values = _read_type_values
 
 
 apply()

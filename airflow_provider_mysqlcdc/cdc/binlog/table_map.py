@@ -13,6 +13,7 @@ from typing import Any
 
 from pymysqlreplication.constants import FIELD_TYPE
 
+from airflow_provider_mysqlcdc.cdc.records.charsets import codec_name, decodable
 from airflow_provider_mysqlcdc.cdc.source.schema import Column
 
 _BY_TYPE_CODE = {
@@ -43,6 +44,20 @@ _BY_TYPE_CODE = {
 
 #: types a table map shows as BINARY(n) of their storage: only the schema (``known``) tells them apart
 STORED_AS_BINARY = {"uuid": 16, "inet6": 16, "inet4": 4}
+
+
+def labels_in_charset(col: Any) -> None:
+    """A table map column's ENUM or SET labels decoded with its charset, in place. The server writes
+    them in the column's character set; both framings read them as UTF-8 with ``surrogateescape``
+    (dump.py, library_fixes.py), which keeps their bytes for this."""
+    charset = col.character_set_name
+    if charset is None or not decodable(charset):
+        return
+    codec = codec_name(charset)
+    if col.enum_values:
+        col.enum_values = [label.encode("utf-8", "surrogateescape").decode(codec) for label in col.enum_values]
+    if col.set_values:
+        col.set_values = [label.encode("utf-8", "surrogateescape").decode(codec) for label in col.set_values]
 
 
 def column_from_table_map(col: Any, known: Column | None = None) -> Column:
