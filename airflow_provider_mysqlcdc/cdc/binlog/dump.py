@@ -160,6 +160,10 @@ class BinlogDump:
     def close(self) -> None:
         """Close the connection (its socket is this module's: pymysql's close would write a command to it)."""
         if self._sock is not None:
+            try:  # now, not when pymysql's file object on the socket is collected
+                self._sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # not connected (any more)
             self._sock.close()
             self._sock = self._conn = None
 

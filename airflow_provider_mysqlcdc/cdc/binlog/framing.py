@@ -140,8 +140,10 @@ class DumpFraming:
                  heartbeat_s: float, tables: Collection[TableId] | None):
         if source.ssl:
             raise LibraryNeeded("the source's settings name TLS")
+        if tls.offers_tls(source.host, source.port) is None:  # not known, or not lately: a connection finds out
+            source.connect().close()
         if tls.offers_tls(source.host, source.port) is not False:
-            raise LibraryNeeded("the server offers TLS (or this process has not asked it yet)")
+            raise LibraryNeeded("the server offers TLS")
         self._tables = set(tables) if tables is not None else None
         self._start = start
         self._dump = dump.BinlogDump(source, start, server_id=server_id, follow=follow, heartbeat_s=heartbeat_s)

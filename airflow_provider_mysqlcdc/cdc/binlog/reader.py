@@ -229,13 +229,20 @@ class BinlogReader:
                 if decode_key is not None and key <= decode_key:
                     self._read_past(event, offset)  # read by another piece of the range, or before a reconnect
                     continue
+                handed = False
                 try:
-                    yield from self._handle(event, offset)
-                except LibraryNeeded:
-                    self.position = before  # nothing of this event was handed out: the library reads it
+                    for item in self._handle(event, offset):
+                        handed = True
+                        yield item
+                except Exception:
+                    if not handed:  # nothing of this event was handed out: read again after a fault, or by
+                        self.position = before  # the library (LibraryNeeded)
                     raise
                 if self._xa_commit is not None:
-                    return  # __iter__ reads the committed group again, then goes on after its commit
+                    # __iter__ reads the committed group again, then goes on after its commit: until its rows
+                    # are handed out, the XA COMMIT counts as not read (a fault meanwhile reads it again)
+                    self.position = before
+                    return
                 if end_key is not None and key >= end_key:
                     break
         finally:

@@ -43,12 +43,28 @@ def test_our_framing_leaves_a_source_with_tls_settings_to_the_library():
         _dump(SourceConfig(host="db.example", port=3306, ssl={"ca": "/etc/ca.pem"}))
 
 
-def test_our_framing_leaves_a_server_to_the_library_until_it_is_known_to_offer_no_tls():
+def test_our_framing_leaves_a_server_that_offers_tls_to_the_library():
     source = SourceConfig(host="db.example", port=3306)
-    with pytest.raises(LibraryNeeded, match="offers TLS"):
-        _dump(source)  # not asked yet
     tls._remember(source.host, source.port, True)
     with pytest.raises(LibraryNeeded, match="offers TLS"):
         _dump(source)
     tls._remember(source.host, source.port, False)
     _dump(source)  # plaintext: ours (no connection is made before events() is read)
+
+
+def test_our_framing_asks_a_server_whose_tls_offer_is_not_known(monkeypatch):
+    """A reader reconnecting after what the process knew expired: one connection finds out, rather
+    than leaving the rest of the read to the library."""
+    source = SourceConfig(host="db.example", port=3306)
+
+    class Probe:
+        def close(self) -> None:
+            pass
+
+    def connect(self, **_):
+        tls._remember(self.host, self.port, False)  # what connect_preferring_tls remembers of this server
+        return Probe()
+
+    monkeypatch.setattr(SourceConfig, "connect", connect)
+    _dump(source)
+    assert tls.offers_tls(source.host, source.port) is False
