@@ -268,6 +268,10 @@ def image_table(schema: TableSchema | None, images: Sequence[dict[str, Any]]) ->
 def _typed_array(target: pa.DataType, values: list[Any]) -> pa.Array:
     convert = _to_arrow_value(target)
     if convert is not None:
+        try:  # the values as they are first: only TIME's and wide DECIMALs' are not, and pyarrow refuses those
+            return pa.array(values, type=target)
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            pass
         values = [None if v is None else convert(v) for v in values]
     try:
         return pa.array(values, type=target)

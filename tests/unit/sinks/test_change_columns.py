@@ -49,6 +49,23 @@ def test_columns_are_typed_like_the_sink_by_the_decoding_side_schema():
     assert changes.column("id").to_pylist() == [1, 2]  # a delete's image is its before image
 
 
+def test_values_arrow_does_not_take_as_they_are_are_converted_for_their_column_type():
+    """TIME's timedelta as microseconds, a DECIMAL wider than Arrow's as its text, beside NULLs and
+    beside values taken as they are (a column of plain values never goes through a converter)."""
+    time, wide = Column("tm", "time", "time(6)", True), Column("w", "decimal", "decimal(65,30)", True, numeric_scale=30)
+    schema = TableSchema(T, (ID, V, BIG, time, wide), ("id",))
+    records = [_change(Operation.CREATE, key, 100 + key) for key in (1, 2, 3)]
+    records[0].after.update(tm=dt.timedelta(hours=-838, microseconds=-1), w=decimal.Decimal("12345678901234567890123456789012345.123456789012345678901234567890"))
+    records[1].after.update(tm=None, w=None)
+    records[2].after.update(tm=dt.timedelta(seconds=1), w=decimal.Decimal("-0.000000000000000000000000000001"))
+    changes = change_columns(schema, records)
+    assert changes.schema.field("tm").type == pa.int64() and changes.schema.field("w").type == pa.string()
+    assert changes.column("tm").to_pylist() == [-838 * 3600 * 1_000_000 - 1, None, 1_000_000]
+    assert changes.column("w").to_pylist() == ["12345678901234567890123456789012345.123456789012345678901234567890", None,
+                                               "-0.000000000000000000000000000001"]
+    assert changes.column("v").to_pylist() == ["x"] * 3
+
+
 def test_values_the_schema_does_not_fit_are_inferred_and_cast_by_the_driver():
     """Changes written before an ALTER the executor's schema already reflects: v was an INT then."""
     records = [_change(Operation.CREATE, 1, 100, v=None)]
