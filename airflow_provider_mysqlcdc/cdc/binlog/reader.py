@@ -222,7 +222,7 @@ class BinlogReader:
                 if end_key is not None and key > end_key:
                     break
                 offset = read_from.at(current_file, event.end)
-                before = self.position
+                before, committed_before = self.position, self.committed
                 if key > before.sort_key:
                     self.position = offset
                 count += 1
@@ -236,12 +236,12 @@ class BinlogReader:
                         yield item
                 except Exception:
                     if not handed:  # nothing of this event was handed out: read again after a fault, or by
-                        self.position = before  # the library (LibraryNeeded)
+                        self.position, self.committed = before, committed_before  # the library (LibraryNeeded)
                     raise
                 if self._xa_commit is not None:
                     # __iter__ reads the committed group again, then goes on after its commit: until its rows
                     # are handed out, the XA COMMIT counts as not read (a fault meanwhile reads it again)
-                    self.position = before
+                    self.position, self.committed = before, committed_before
                     return
                 if end_key is not None and key >= end_key:
                     break

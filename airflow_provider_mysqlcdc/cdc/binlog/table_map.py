@@ -51,13 +51,13 @@ def labels_in_charset(col: Any) -> None:
     them in the column's character set; both framings read them as UTF-8 with ``surrogateescape``
     (dump.py, library_fixes.py), which keeps their bytes for this."""
     charset = col.character_set_name
-    if charset is None or not decodable(charset):
-        return
-    codec = codec_name(charset)
+    codec = codec_name(charset) if charset is not None and decodable(charset) else "utf-8"
+    # bytes the charset does not hold would stop the whole reader here, outside any one table's
+    # fault handling: they become U+FFFD instead, as the library's decoding had them become ''
     if col.enum_values:
-        col.enum_values = [label.encode("utf-8", "surrogateescape").decode(codec) for label in col.enum_values]
+        col.enum_values = [label.encode("utf-8", "surrogateescape").decode(codec, "replace") for label in col.enum_values]
     if col.set_values:
-        col.set_values = [label.encode("utf-8", "surrogateescape").decode(codec) for label in col.set_values]
+        col.set_values = [label.encode("utf-8", "surrogateescape").decode(codec, "replace") for label in col.set_values]
 
 
 def column_from_table_map(col: Any, known: Column | None = None) -> Column:

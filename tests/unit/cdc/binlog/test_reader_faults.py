@@ -70,7 +70,8 @@ def _scripted_framing(monkeypatch):
     monkeypatch.setattr(reader_module, "open_framing", lambda name, source, start, **_: ScriptedFraming(start))
 
 
-def _read(source: ScriptedSource, replays: list, replay_faults: int = 0) -> list:
+def _read(source: ScriptedSource, replays: list, replay_faults: int = 0, decode_after: BinlogOffset | None = None
+          ) -> list:
     """What the reader hands out; each ``_replay_committed`` call is recorded, the first
     ``replay_faults`` of them failing before they hand anything out."""
     def replay(self, commit):
@@ -80,7 +81,8 @@ def _read(source: ScriptedSource, replays: list, replay_faults: int = 0) -> list
         yield TransactionCommitted(commit.offset, commit.gtid)  # stands in for the group's rows
         self.committed = self.position = max(self.position, commit.offset)
 
-    reader = BinlogReader(source, start=START, tables=[TABLE], key_columns={TABLE: ("id",)})  # type: ignore[arg-type]
+    reader = BinlogReader(source, start=START, tables=[TABLE], key_columns={TABLE: ("id",)},  # type: ignore[arg-type]
+                          decode_after=decode_after)
     reader._replay_committed = replay.__get__(reader)  # type: ignore[method-assign]
     return [item.offset.position for item in reader if isinstance(item, TransactionCommitted)]
 
@@ -100,4 +102,19 @@ def test_a_fault_finding_an_xa_prepare_reads_the_commit_again():
 def test_a_fault_reading_a_committed_xa_group_again_reads_the_commit_again():
     replays: list = []
     assert _read(ScriptedSource(), replays, replay_faults=1) == [200, 2200, 2400]
+    assert [o.position for o in replays] == [2200, 2200]
+
+
+def test_a_fault_reading_a_one_phase_xa_group_again_reads_the_commit_again(monkeypatch):
+    """A one-phase XA COMMIT ends its group (the reader's last transaction boundary moves to it):
+    while its rows are read again, that boundary stays before it, so a fault reads the commit again.
+    The group's start lies in what another piece of the range decodes (``decode_after``), so this
+    reader holds no rows of it and reads the group again at the commit."""
+    one_phase = [GtidStarted(100, 30, 1, "0-1-5", False), XidCommitted(200, 31, 1),
+                 GtidStarted(2100, 30, 2, "0-1-7", False), Statement(2150, 40, 2, "shop", "XA START 'y'"),
+                 Statement(2200, 60, 2, "shop", "XA COMMIT 'y' ONE PHASE"),
+                 GtidStarted(2300, 30, 3, "0-1-8", False), XidCommitted(2400, 31, 3)]
+    monkeypatch.setitem(globals(), "EVENTS", one_phase)
+    replays: list = []
+    assert _read(ScriptedSource(), replays, replay_faults=1, decode_after=START.at(START.file, 2150)) == [2200, 2400]
     assert [o.position for o in replays] == [2200, 2200]
