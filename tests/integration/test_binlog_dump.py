@@ -159,7 +159,7 @@ def test_event_bodies_read_as_the_library_reads_them(mysql_server, cdc_user, dat
             elif e.type == d.XA_PREPARE:
                 assert d.xa_prepare(e.body) == (bool(theirs.one_phase), theirs.xid_format_id, bytes(theirs.xid_gtrid),
                                                 bytes(theirs.xid_bqual))
-            elif e.type in d.ROWS_V1 or e.type in d.ROWS_V2:
+            elif e.type in d.ROW_OPERATIONS:
                 table_id, count, _ = d.rows_header(e.type, e.body)
                 assert (table_id, count) == (theirs.table_id, theirs.number_of_columns)
     finally:

@@ -38,6 +38,7 @@ from pymysqlreplication.constants import CHARSET, FIELD_TYPE
 from airflow_provider_mysqlcdc.cdc.binlog.table_map import labels_in_charset
 from airflow_provider_mysqlcdc.cdc.errors import LibraryNeeded
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.model.records import Operation
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 
 COM_BINLOG_DUMP = 0x12
@@ -171,8 +172,10 @@ class BinlogDump:
 # --- event bodies (checked against python-mysql-replication's in test_binlog_dump.py) ----------------
 
 ROTATE, QUERY, XID, TABLE_MAP, XA_PREPARE = 4, 2, 16, 19, 38
-ROWS_V1 = frozenset({23, 24, 25})  # write, update, delete
-ROWS_V2 = frozenset({30, 31, 32})  # the same, with extra data after the flags
+#: row events' types and the change each writes: v1 (23-25), and v2 (30-32) with extra data after the flags
+ROW_OPERATIONS = {23: Operation.CREATE, 24: Operation.UPDATE, 25: Operation.DELETE,
+                  30: Operation.CREATE, 31: Operation.UPDATE, 32: Operation.DELETE}
+ROWS_V2 = frozenset({30, 31, 32})
 MARIADB_GTID = 162
 _QUERY_POST_HEADER = struct.Struct("<IIBHH")  # thread id, exec time, schema length, error code, status length
 

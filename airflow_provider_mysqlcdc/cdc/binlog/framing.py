@@ -61,6 +61,8 @@ def chosen_framing(name: str | None = None) -> str:
 class LibraryFraming:
     """The binlog from ``start`` as python-mysql-replication frames it."""
 
+    name = "library"  # what the reader counts its events under (``BinlogReader.events_framed``)
+
     def __init__(self, source: SourceConfig, start: BinlogOffset, *, server_id: int, follow: bool,
                  heartbeat_s: float, tables: Collection[TableId] | None):
         self._stream = BinLogStreamReader(
@@ -128,13 +130,11 @@ class LibraryFraming:
         self._stream.close()
 
 
-_OPERATIONS = {23: Operation.CREATE, 30: Operation.CREATE, 24: Operation.UPDATE, 31: Operation.UPDATE,
-               25: Operation.DELETE, 32: Operation.DELETE}
-
-
 class DumpFraming:
     """The binlog from ``start`` as our own replication connection frames it (dump.py): MariaDB in
     plaintext; ``LibraryNeeded`` is raised before anything is read where it cannot read."""
+
+    name = "ours"
 
     def __init__(self, source: SourceConfig, start: BinlogOffset, *, server_id: int, follow: bool,
                  heartbeat_s: float, tables: Collection[TableId] | None):
@@ -154,12 +154,12 @@ class DumpFraming:
         current, tables = self._start.file, self._tables
         for raw in self._dump.events():
             kind, body = raw.type, raw.body
-            if kind in _OPERATIONS:
+            if kind in dump.ROW_OPERATIONS:
                 table_id, count, at = dump.rows_header(kind, body)
                 found = maps.get(table_id)
                 if found is None:
                     continue  # another table's, or written under a map read before the start
-                operation = _OPERATIONS[kind]
+                operation = dump.ROW_OPERATIONS[kind]
                 width = (count + 7) // 8
                 present, at = body[at:at + width], at + width
                 present_after = None

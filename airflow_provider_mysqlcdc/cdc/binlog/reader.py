@@ -50,7 +50,7 @@ from airflow_provider_mysqlcdc.cdc.binlog.events import (
     XaPrepared,
     XidCommitted,
 )
-from airflow_provider_mysqlcdc.cdc.binlog.framing import LibraryFraming, chosen_framing, open_framing
+from airflow_provider_mysqlcdc.cdc.binlog.framing import chosen_framing, open_framing
 from airflow_provider_mysqlcdc.cdc.binlog.row_decoder import chosen_decoder
 from airflow_provider_mysqlcdc.cdc.binlog.table_decoding import TableDecodings
 from airflow_provider_mysqlcdc.cdc.binlog.xa import (
@@ -199,7 +199,7 @@ class BinlogReader:
     def _read(self, read_from: BinlogOffset, decode_after: BinlogOffset | None) -> Iterator[BinlogItem]:
         self._framing = open_framing(self.framing, self.source, read_from, server_id=self.server_id,
                                      follow=self.follow, heartbeat_s=self.heartbeat_s, tables=self.tables)
-        framed = "library" if isinstance(self._framing, LibraryFraming) else "ours"
+        framed = self._framing.name
         # offsets are compared by their sort keys, (file order, position): per event, comparing
         # BinlogOffsets was a fifth of the raw reader's time on small transactions
         end_key = self.end.sort_key if self.end is not None else None

@@ -32,6 +32,8 @@ EVENTS = [GtidStarted(100, 30, 1, "0-1-5", False), XidCommitted(200, 31, 1),
 
 
 class ScriptedFraming:
+    name = "scripted"
+
     def __init__(self, start: BinlogOffset):
         self.start = start
 
