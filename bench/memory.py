@@ -22,6 +22,7 @@ import signal
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
@@ -66,19 +67,26 @@ def _descendants(processes: dict[int, tuple[int, str, int]], root: int) -> list[
     return found
 
 
-def tree_cpu_seconds(root: int) -> dict[str, float]:
+def tree_cpu_seconds(root: int, role_of: Callable[[str], str | None] | None = None,
+                     reaped_apart: bool = False) -> dict[str, float]:
     """CPU seconds (user and system, with those of reaped children) of ``root`` and every process under
-    it, by role (``_role``; "other" for the rest). The total is exact; a child reaped between two
-    samples moves its whole life's CPU into its parent's role, so a role's share is approximate."""
-    processes = _processes()
+    it, by role (``role_of`` a command line, by default ``_role``; "other" for the rest). The total is
+    exact; a child reaped between two samples moves its whole life's CPU into its parent's, so a role's
+    share is approximate. ``reaped_apart``: reaped children's CPU goes to "<parent's role>, ended
+    children" instead (a task runner's processes, for example, end long before the last sample)."""
+    processes, role_of = _processes(), role_of or _role
     ticks: dict[str, int] = {}
     for pid in _descendants(processes, root):
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue  # ended meanwhile
-        role = (_role(processes[pid][1]) if pid in processes else None) or "other"
-        ticks[role] = ticks.get(role, 0) + sum(int(fields[i]) for i in (11, 12, 13, 14))
+        role = (role_of(processes[pid][1]) if pid in processes else None) or "other"
+        own, reaped = int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14])
+        if reaped_apart:
+            ticks[f"{role}, ended children"] = ticks.get(f"{role}, ended children", 0) + reaped
+            reaped = 0
+        ticks[role] = ticks.get(role, 0) + own + reaped
     return {role: n / os.sysconf("SC_CLK_TCK") for role, n in ticks.items()}
 
 

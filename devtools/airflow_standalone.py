@@ -36,6 +36,11 @@ class AirflowStandalone:
         return f"http://127.0.0.1:{self.port}"
 
     @property
+    def pid(self) -> int | None:
+        """The pid of ``airflow standalone`` (every Airflow process of it runs under it), once started."""
+        return self._process.pid if self._process else None
+
+    @property
     def log_file(self) -> Path:
         return Path(self.env["AIRFLOW_HOME"]) / "standalone.log"
 
@@ -96,6 +101,16 @@ class AirflowStandalone:
     def task_instance(self, dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> dict[str, Any] | None:
         suffix = "" if map_index < 0 else f"/{map_index}"
         return self._get_or_none(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}{suffix}")
+
+    def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
+        """Every task instance of a DAG run (the API's pages of at most 100 put together)."""
+        found: list[dict[str, Any]] = []
+        while True:
+            page = self._request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances"
+                                        f"?limit=100&offset={len(found)}")
+            found.extend(page["task_instances"])
+            if not page["task_instances"] or len(found) >= page["total_entries"]:
+                return found
 
     def task_state(self, dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> str | None:
         ti = self.task_instance(dag_id, run_id, task_id, map_index)
