@@ -46,7 +46,7 @@ PHASES = ("JVM and Spark session", "preparation", "the binlog source's set-up", 
           "Python workers' start", "reading the binlog (after the workers' start)", "merging into Delta",
           "the rest of the batch", "checkpoint", "shutdown")
 
-_STAMP = r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO airflow_provider_mysqlcdc\.spark\.stream_job: "
+_STAMP = r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO airflow_provider_mysqlcdc\.[\w.]+: "  # stream_job, applier
 
 
 def bench_stream_startup(server: ThrowawayMariaDB, work: Path, secrets: Path) -> dict:
