@@ -16,6 +16,7 @@ import random
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
@@ -41,6 +42,10 @@ WIDE = [TableId("bench", f"wide_{n}") for n in range(5)]
 _EXTRA = 30  # the wide tables' further columns: c0..c29, INT and VARCHAR(40) in turn
 _BATCH = re.compile(r"stream batch \d+: (\d+) changes applied in ([\d.]+)s \(([\d.]+)s reading the binlog, "
                     r"([\d.]+)s merging")
+#: a batch's line with its pieces' timings: its reading seconds, then when the pieces began, their set-up,
+#: reading and end (each a span: "low" or "low-high")
+_PIECES = re.compile(r"stream batch \d+: \d+ changes applied in [\d.]+s \(([\d.]+)s reading the binlog, .*?; reading: "
+                     r"\d+ piece\(s\) began (\S+?)s into the batch, set up in (\S+?)s, read in (\S+?)s, ended (\S+?)s")
 
 
 def bench_mixed_workload(server: ThrowawayMariaDB, work: Path, secrets: Path) -> dict:
@@ -80,10 +85,28 @@ def outside_spark_read(job_file: Path, secrets: Path, start, end) -> dict:
 
 def batch_times(log: str) -> dict:
     """How a stream's batches spent their time, from its log: batches, seconds applying, of which
-    reading the binlog and merging into the sink."""
+    reading the binlog and merging into the sink; and where a batch's line says how its decoding
+    tasks spent the reading (stream/events.py ``reading_summary``), summed over the batches: the
+    seconds until the first piece began (Spark's job and the Python workers' start), the longest
+    piece's set-up and reading, and the seconds from the last piece's end to the driver holding the
+    rows (their way back and their sort)."""
     batches = [tuple(float(x) for x in found.groups()) for found in _BATCH.finditer(log)]
-    return {"batches": len(batches), "changes": int(sum(b[0] for b in batches)), "applied_s": sum(b[1] for b in batches),
-            "reading_s": sum(b[2] for b in batches), "merging_s": sum(b[3] for b in batches)}
+    out: dict[str, Any] = {"batches": len(batches), "changes": int(sum(b[0] for b in batches)),
+                           "applied_s": sum(b[1] for b in batches), "reading_s": sum(b[2] for b in batches),
+                           "merging_s": sum(b[3] for b in batches)}
+    pieces = [(float(found.group(1)), [_span(found.group(n)) for n in (2, 3, 4, 5)]) for found in _PIECES.finditer(log)]
+    if pieces:
+        out["pieces"] = {"before_s": sum(p[0][0] for _, p in pieces), "set_up_s": sum(p[1][1] for _, p in pieces),
+                         "read_s": sum(p[2][1] for _, p in pieces),
+                         "after_s": sum(reading - p[3][1] for reading, p in pieces)}
+    return out
+
+
+def _span(text: str) -> tuple[float, float]:
+    """A logged span of seconds ("1.10", "1.10-1.15", "-0.01-0.02") as its low and high ends."""
+    found = re.fullmatch(r"(-?[\d.]+)(?:-(-?[\d.]+))?", text)
+    assert found, text
+    return float(found.group(1)), float(found.group(2) or found.group(1))
 
 
 def create_tables(server: ThrowawayMariaDB):
@@ -199,6 +222,16 @@ def read_rows(changes: int, result: dict) -> list[str]:
     if result["reading_s"]:
         rows.append(f"| stream job, reading the binlog inside Spark (its batches' reading time, {result['batches']} "
                     f"batches, two pieces each in parallel) | {result['reading_s']:.1f} | {changes / result['reading_s']:,.0f} |")
+    if "pieces" in result:  # the batches' lines say how their pieces spent it
+        pieces = result["pieces"]
+        rows += [f"| of which until the first piece began (Spark's job and the Python workers' start) | "
+                 f"{pieces['before_s']:.2f} | |",
+                 f"| of which the pieces' set-up (schemas, orderings, the reader; the longest piece) | "
+                 f"{pieces['set_up_s']:.2f} | |",
+                 f"| of which the pieces' reading (the longest piece) | {pieces['read_s']:.2f} | "
+                 f"{changes / pieces['read_s']:,.0f} |",
+                 f"| of which after the last piece ended (the rows' way to the driver, their sort) | "
+                 f"{pieces['after_s']:.2f} | |"]
     return rows
 
 

@@ -2,7 +2,8 @@
 
 A row is one table's part of a run of up to ``RUN_LENGTH`` changes, as Arrow IPC in ``payload``
 (``TableChanges``: change columns typed on the executor, sinks/change_columns.py), or one marker
-item (a DDL, an activation, a staged split, a purged gap, a table that failed), pickled. The only consumer is our Python
+item (a DDL, an activation, a staged split, a purged gap, a table that failed), pickled, or a
+decoding task's timings (``PieceRead``), which the driver logs and does not apply. The only consumer is our Python
 ``foreachBatch``; a few large binary rows keep Spark's per-row cost off the hot path. ``version``
 (the first change's offset as an int64) and ``row``/``part`` order the rows; ``gen`` is the
 registry generation the batch captures, under which the driver applies it. A run's tables come
@@ -28,12 +29,15 @@ from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, TableFaile
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.sinks.change_columns import TableChanges, change_columns
 from airflow_provider_mysqlcdc.state.spill import SpillWriter, read_spill_file
+from airflow_provider_mysqlcdc.stream.events import PieceRead
 
 SCHEMA = "version LONG, row INT, part INT, kind STRING, count INT, ts_ms LONG, gen INT, payload BINARY"
 RUN_LENGTH = 1000
 SPILLED = "spilled"
 CHANGES = "changes"
 FAILED = "failed"
+#: a decoding task's timings (``PieceRead``): never spilled, taken out before the items (``piece_rows``)
+PIECE = "piece"
 #: a spill file is closed (and a new one begun) once it holds this many bytes
 SPILL_FILE_BYTES = 64 << 20
 
@@ -62,6 +66,8 @@ class RowEmitter:
         self._spill_ts = 0
         #: the tables of this partition that failed (their later changes are not sent)
         self.failed: set[TableId] = set()
+        #: the changes sent so far (inline or spilled)
+        self.changes_sent = 0
 
     def changes(self, batch: Sequence[ChangeRecord], decisions: Sequence[bool]) -> Iterator[tuple]:
         """One row per table of the records of ``batch`` to keep (``decisions``), if any, in the order
@@ -71,6 +77,7 @@ class RowEmitter:
             if keep and record.table_id not in self.failed:
                 by_table.setdefault(record.table_id, []).append(record)
         rows = [row for table_id, kept in by_table.items() for row in self._table_rows(table_id, kept)]
+        self.changes_sent += sum(row[4] for row in rows if row[3] == CHANGES)
         for row in sorted(rows, key=row_key):
             yield from self._emit(row)
 
@@ -125,6 +132,10 @@ class RowEmitter:
     def _marker_row(self, version: int, row: int, kind: str, ts_ms: int, item: Any) -> tuple:
         return (version, row, 0, kind, 1, ts_ms, self.generation, pickle.dumps([item], protocol=pickle.HIGHEST_PROTOCOL))
 
+    def piece(self, piece: PieceRead) -> tuple:
+        """The row of the partition's timings (sent inline, whatever the budget: one small row)."""
+        return (0, 0, 0, PIECE, 0, 0, self.generation, pickle.dumps(piece, protocol=pickle.HIGHEST_PROTOCOL))
+
     def _emit(self, row: tuple) -> Iterator[tuple]:
         if self.inline_left is None or (self._spill is None and self.inline_left > 0):
             if self.inline_left is not None:
@@ -153,6 +164,11 @@ class RowEmitter:
 
 def row_key(row: Any) -> tuple[int, int, int]:
     return (row[0], row[1], row[2])
+
+
+def piece_rows(rows: Sequence[Any]) -> tuple[list[Any], list[PieceRead]]:
+    """A batch's rows apart from its decoding tasks' timings, and those timings."""
+    return [r for r in rows if r.kind != PIECE], [pickle.loads(r.payload) for r in rows if r.kind == PIECE]
 
 
 def spill_urls(rows: Iterable[Any]) -> list[str]:

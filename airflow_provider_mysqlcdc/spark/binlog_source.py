@@ -51,6 +51,7 @@ was purged skips those tables the same way.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -86,6 +87,7 @@ from airflow_provider_mysqlcdc.state.registry import PipelineState
 from airflow_provider_mysqlcdc.state.servers import ServerEpochs
 from airflow_provider_mysqlcdc.state.spill import new_spill_folder
 from airflow_provider_mysqlcdc.stream.activation import Replay, plan_activation
+from airflow_provider_mysqlcdc.stream.events import PieceRead
 from airflow_provider_mysqlcdc.stream.positions import (
     Watermarks,
     all_in_epoch,
@@ -280,6 +282,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         if not isinstance(partition, BinlogRange):
             raise InternalError(f"unknown partition of the binlog source: {partition!r}")
+        began_at, began = time.time(), time.monotonic()
         source, state = self._source(), self._state()
         generation = with_watermarks(state.load(partition.generation), partition.watermarks)
         schemas, orderings = schemas_and_orderings(source, state, generation, generation.tables)
@@ -290,6 +293,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         reader = BinlogReader.for_schemas(source, schemas, start=partition.read_from, end=partition.end,
                                           decode_after=partition.decode_after, server_id=partition.server_id,
                                           watch=patterns.pattern_matches if patterns.patterns else None)
+        set_up = time.monotonic()
         batch: list[ChangeRecord] = []
         try:
             for item in reader:
@@ -308,6 +312,8 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     yield from rows.fail(item)
             yield from rows.changes(batch, split_filter.filter(batch))
             yield from rows.close()
+            yield rows.piece(PieceRead(str(partition.read_from), str(partition.end), began_at, set_up - began,
+                                       time.monotonic() - set_up, rows.changes_sent))
         finally:
             for ordering in orderings.values():
                 ordering.close()

@@ -51,7 +51,7 @@ from airflow_provider_mysqlcdc.protocol.results import StreamResult
 from airflow_provider_mysqlcdc.sinks.base import Sink
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.sinks.routing import captured_target
-from airflow_provider_mysqlcdc.spark.batch_rows import batch_items, row_key, spill_urls
+from airflow_provider_mysqlcdc.spark.batch_rows import batch_items, piece_rows, row_key, spill_urls
 from airflow_provider_mysqlcdc.spark.binlog_source import SOURCE_NAME, BinlogDataSource
 from airflow_provider_mysqlcdc.spark.connect import application_of, is_connect
 from airflow_provider_mysqlcdc.spark.report import stop_request
@@ -63,6 +63,7 @@ from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
 from airflow_provider_mysqlcdc.state.servers import ServerEpochs
 from airflow_provider_mysqlcdc.state.spill import remove_all_spill_folders, remove_spill_folder
 from airflow_provider_mysqlcdc.stream.applier import BatchApplier
+from airflow_provider_mysqlcdc.stream.events import reading_summary
 from airflow_provider_mysqlcdc.stream.heartbeat import Heartbeat, idle_lag
 from airflow_provider_mysqlcdc.stream.positions import registry_start_offset
 from airflow_provider_mysqlcdc.stream.tables import ServerTables
@@ -108,19 +109,20 @@ class StreamBatchFunction:
             self.upkeep.maintain_due()
 
     def _apply_batch(self, batch_df: Any, batch_id: int) -> None:
-        started = time.monotonic()
+        started, began_at = time.monotonic(), time.time()
         install_from_private_file(self.source.password_file)
         self.fence()
         # Sorted here, not with orderBy: Spark's sort samples its input first, which would read the
         # binlog range twice. The rows are small: what does not fit a task's inline budget comes
         # through spill files, read one run at a time (batch_rows.py).
-        rows = sorted(batch_df.collect(), key=row_key)
+        rows, pieces = piece_rows(sorted(batch_df.collect(), key=row_key))
         read_s = time.monotonic() - started
         done = self.applier.apply_batch(rows[0].gen if rows else None, batch_items(rows), batch_id)
         spilled = spill_urls(rows)
         for folder in sorted({url.rsplit("/", 1)[0] for url in spilled}):
             remove_spill_folder(folder)
-        self.applier.record_progress(batch_id, done, len(spilled), read_s, time.monotonic() - started)
+        self.applier.record_progress(batch_id, done, len(spilled), read_s, time.monotonic() - started,
+                                     reading_summary(pieces, began_at))
         self.upkeep.cluster_due({w.target.table_id for t in done.merged_tables - set(self.applier.frozen)
                                  if (w := self.applier.writers.get(t)) is not None})
 

@@ -360,14 +360,16 @@ class BatchApplier(SchemaChangeRules):
                       f"changes carry column(s) {', '.join(sorted(unknown))} the table no longer has")
 
     def record_progress(self, batch_id: int, done: AppliedBatch, spill_files: int, read_s: float,
-                        seconds: float) -> None:
-        """Log the batch and write the stream's progress record (bin/status, metrics, the UI page)."""
+                        seconds: float, reading: str = "") -> None:
+        """Log the batch and write the stream's progress record (bin/status, metrics, the UI page);
+        ``reading``: how its decoding tasks spent the reading seconds (``reading_summary``)."""
         changes, units, newest, applied_to = done.changes, done.units, done.newest_ms, done.last_change
         head = self.tables.head()
         lag_s = time.time() - newest / 1000 if newest else 0.0
         log.info("stream batch %d: %d changes applied in %.2fs (%.2fs reading the binlog, %.2fs merging; %d unit(s), "
-                 "%d spill file(s); %d in total); binlog head %s; event-time lag %.1fs", batch_id, changes, seconds,
-                 read_s, seconds - read_s, units, spill_files, self.rows_applied, head, lag_s)
+                 "%d spill file(s); %d in total); binlog head %s; event-time lag %.1fs%s", batch_id, changes, seconds,
+                 read_s, seconds - read_s, units, spill_files, self.rows_applied, head, lag_s,
+                 f"; reading: {reading}" if reading else "")
         self.state.write_progress(STREAM_PROGRESS, StreamBatchProgress(
             app_id=self.job.app_id, batch=batch_id, finished_at=time.time(), changes_in_batch=changes,
             changes_total=self.rows_applied, last_change_offset=applied_to, last_change_time_ms=newest or None,

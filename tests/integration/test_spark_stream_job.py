@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import time
 from pathlib import Path
@@ -251,6 +252,29 @@ def test_stream_only_table_starts_at_its_offset_with_state_at_a_url(mysql_server
     processed = json.loads((tmp_path / "state" / "progress" / "stream-offset.json").read_text())["offset"]
     processed_at = BinlogOffset(processed["file"], int(processed["pos"]))
     assert processed["gen"] == 1 and processed_at >= head, (processed, head)
+
+
+def test_each_batch_logs_how_its_decoding_tasks_spent_its_reading(mysql_server, cdc_user, database, tmp_path):
+    """A batch's log line says when its pieces of the binlog range began on the executors, their
+    set-up, their reading and the changes they sent: what tells Spark's part of the reading apart from
+    the pieces' own (bin/bench's mixed workload reads it)."""
+    from airflow_provider_mysqlcdc.cdc.source.server import current_offset
+
+    conn = mysql_server.connect()
+    table = create_sample_tables(conn, database, rows_per_table=50, seed=7, tables=TABLES[:1])[0]
+    PipelineState(str(tmp_path / "state")).commit(
+        {table: CapturedTable("id", [stream_only_split(table, "id", current_offset(conn))])})
+    with conn.cursor() as cur:
+        cur.execute(f"UPDATE {table.quoted} SET customer = 'read' WHERE id <= 20")
+    conn.commit()
+    (tmp_path / "stream.json").write_text(StreamJob(state=str(tmp_path / "state"), sink_root=str(tmp_path / "lake")).to_json())
+    submit = SparkSubmit(master="local[1]", work_dir=tmp_path / "spark")
+    result = submit.run("binlog_stream.py", ["--job", str(tmp_path / "stream.json")],
+                        cdc_user.to_private_file(tmp_path / "secrets" / "source.json"))
+
+    batch = re.search(r"stream batch 0: 20 changes applied in .*; reading: 1 piece\(s\) began [\d.]+s into the batch, "
+                      r"set up in [\d.]+s, read in [\d.]+s, ended [\d.]+s into it \(20 changes\)", submit.last_log)
+    assert result["changes_applied"] == 20 and batch, submit.last_log[-3000:]
 
 
 def test_an_older_checkpoint_put_back_resumes_exactly_from_the_sink(mysql_server, cdc_user, database, tmp_path):

@@ -11,7 +11,15 @@ from airflow_provider_mysqlcdc.cdc.errors import InternalError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, Operation
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
-from airflow_provider_mysqlcdc.spark.batch_rows import SPILLED, RowEmitter, batch_items, row_key, spill_urls
+from airflow_provider_mysqlcdc.spark.batch_rows import (
+    SPILLED,
+    RowEmitter,
+    batch_items,
+    piece_rows,
+    row_key,
+    spill_urls,
+)
+from airflow_provider_mysqlcdc.stream.events import PieceRead, reading_summary
 
 Row = namedtuple("Row", "version row part kind count ts_ms gen payload")
 TABLE = TableId("db", "t")
@@ -72,3 +80,25 @@ def test_a_run_of_several_tables_makes_one_row_per_table_in_the_order_of_their_f
     assert [i.table_id for i in items] == [TABLE, other]
     assert items[0].data.column("_cdc_binlog_pos").to_pylist() == [100, 102, 103, 105]
     assert items[0].data.column("id").to_pylist() == [0, 2, 3, 5]
+
+
+def test_a_pieces_timings_travel_inline_past_the_budget_and_are_taken_out_before_the_items(tmp_path):
+    emitter = RowEmitter(3, spill_folder=str(tmp_path / "spill"), inline_bytes=5000)
+    rows = _emit(emitter, [_records(100 + 10 * n, 10) for n in range(20)])
+    timings = PieceRead("b.000001:100", "b.000001:400", 1000.0, 0.25, 1.5, emitter.changes_sent)
+    rows.append(Row(*emitter.piece(timings)))
+
+    kept, pieces = piece_rows(sorted(rows, key=row_key))
+    assert pieces == [timings] and timings.changes == 200
+    assert SPILLED in [r.kind for r in kept] and "piece" not in [r.kind for r in kept]
+    items = list(batch_items(kept))
+    assert sum(i.data.num_rows for i in items[:-1]) == 200 and items[-1] == "a DDL marker"
+
+
+def test_the_reading_summary_says_when_the_pieces_began_their_set_up_their_reading_and_their_changes():
+    pieces = [PieceRead("b.1:4", "b.1:900", 101.10, 0.05, 1.20, 27_000),
+              PieceRead("b.1:900", "b.1:2000", 101.15, 0.31, 1.41, 28_437)]
+    assert reading_summary(pieces, 100.0) == ("2 piece(s) began 1.10-1.15s into the batch, set up in 0.05-0.31s, "
+                                              "read in 1.20-1.41s, ended 2.35-2.87s into it (55437 changes)")
+    assert reading_summary(pieces[:1], 100.0).startswith("1 piece(s) began 1.10s into the batch, set up in 0.05s")
+    assert reading_summary([], 100.0) == ""
