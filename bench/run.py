@@ -26,6 +26,7 @@
    each table format from the same data, with peak memory (bench/sink_formats.py; ``--merge-sizes``).
 
     bin/bench --only memory --memory-rows 5000000   # one benchmark: prints its numbers and report
+    bin/bench --report                              # docs/benchmarks.md again from docs/benchmarks.json
 """
 
 from __future__ import annotations
@@ -199,6 +200,10 @@ def machine() -> str:
             f"Spark {pyspark.__version__} local[2]; Python {platform.python_version()}; MariaDB on the same machine")
 
 
+def now() -> str:
+    return f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC"
+
+
 def verdict(ok: bool, detail: str) -> str:
     return ("met" if ok else "MISSED") + f" ({detail})"
 
@@ -257,7 +262,7 @@ def large_snapshot_report(snap: dict) -> list[str]:
 
 def report(snap: dict, stream: dict, merge: dict, latency: dict, memory: dict, fixed: dict, startup: dict,
            many: dict | None = None, mixed: dict | None = None, written: dict | None = None,
-           formats: dict | None = None, sustained: dict | None = None) -> str:
+           formats: dict | None = None, sustained: dict | None = None, run_at: str | None = None) -> str:
     n = snap["rows"]
     quick = n / snap["mariadb_quick_s"]
     ours_work, ours_total = n / snap["ours_work_s"], n / snap["ours_total_s"]
@@ -268,7 +273,7 @@ def report(snap: dict, stream: dict, merge: dict, latency: dict, memory: dict, f
     ours_stream = c / stream["ours_stream_s"]
     lines = [
         "# Benchmarks", "",
-        f"Run {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC with `bin/bench --rows {n}` on: {machine()}.",
+        f"Run {run_at or now()} with `bin/bench --rows {n}` on: {machine()}.",
         "These machines are shared and noisy: compare the ratios within one run, not absolute numbers across runs.", "",
         f"## Snapshot of a {n:,}-row TPC-DS `customer`-shaped table (18 columns)", "",
         "| what | seconds | rows/s | vs `mariadb --quick` |", "|---|---:|---:|---:|",
@@ -353,7 +358,19 @@ def main(argv: list[str] | None = None) -> int:
                                            "stream-startup", "mixed", "many-tables", "sink-formats", "sustained"],
                         help="run one benchmark and print its numbers (docs/benchmarks.md is left alone, but for "
                              "sink-formats, whose section it replaces)")
+    parser.add_argument("--report", action="store_true",
+                        help="run nothing: write docs/benchmarks.md again from the figures in docs/benchmarks.json (the "
+                             "last full run's, with the --only runs it repeats), after a change to the report")
     args = parser.parse_args(argv)
+    figures = Path(args.out).with_suffix(".json")
+    if args.report:
+        stored = json.loads(figures.read_text())
+        Path(args.out).write_text(report(stored["snapshot"], stored["stream"], stored["merge_scaling"], stored["latency"],
+                                         stored["memory"], stored["fixed_cost"], stored["stream_startup"],
+                                         stored.get("many_tables"), stored.get("mixed"),
+                                         stored.get("snapshot_under_writes"), stored.get("sink_formats"),
+                                         stored.get("sustained"), run_at=stored.get("run_at")))
+        return 0
     ensure_jdbc_jar()
     work = Path(tempfile.mkdtemp(prefix="mysqlcdc-bench-"))
     try:
@@ -398,18 +415,18 @@ def main(argv: list[str] | None = None) -> int:
                     print("\n".join(stream_startup_report(result)))
                 if args.only == "snapshot-under-writes":
                     print("\n".join(snapshot_under_writes_report(result)))
-                    _keep(Path(args.out).with_suffix(".json"), "snapshot_under_writes", result)
+                    _keep(figures, "snapshot_under_writes", result)
                 if args.only == "sink-formats":
                     print("\n".join(sink_formats_report(result)))
-                    _keep(Path(args.out).with_suffix(".json"), "sink_formats", result)
+                    _keep(figures, "sink_formats", result)
                     _replace_section(Path(args.out), sink_formats_report(result))
                 if args.only == "sustained":
                     print("\n".join(sustained_report(result)))
-                    _keep(Path(args.out).with_suffix(".json"), "sustained", result)
+                    _keep(figures, "sustained", result)
                     _replace_section(Path(args.out), sustained_report(result))
                 if args.only == "many-tables":
                     print("\n".join(many_tables_report(result)))
-                    _keep(Path(args.out).with_suffix(".json"), "many_tables", result)
+                    _keep(figures, "many_tables", result)
                 return 0
             snap = bench_snapshot(server, work, args.rows, secrets, args.large_rows)
             written = bench_written(server, work, args.written_rows, secrets)
@@ -421,23 +438,18 @@ def main(argv: list[str] | None = None) -> int:
             fixed = bench_fixed_cost(server, work, secrets)
             startup = bench_stream_startup(server, work, secrets)
             formats = formats_run()
-        figures = Path(args.out).with_suffix(".json")
         kept = json.loads(figures.read_text()) if figures.exists() else {}
-        many, sustained = kept.get("many_tables"), kept.get("sustained")
-        text = report(snap, stream, merge, latency, memory, fixed, startup, many, mixed, written, formats, sustained)
+        many, sustained, run_at = kept.get("many_tables"), kept.get("sustained"), now()
+        text = report(snap, stream, merge, latency, memory, fixed, startup, many, mixed, written, formats, sustained,
+                      run_at)
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(text)
         print(text)
-        (Path(args.out).with_suffix(".json")).write_text(json.dumps({"snapshot": snap, "stream": stream,
-                                                                       "merge_scaling": merge,
-                                                                       "latency": latency, "memory": memory,
-                                                                       "fixed_cost": fixed,
-                                                                       "stream_startup": startup,
-                                                                       "many_tables": many, "mixed": mixed,
-                                                                       "snapshot_under_writes": written,
-                                                                       "sink_formats": formats,
-                                                                       "sustained": sustained},
-                                                                      indent=2))
+        figures.write_text(json.dumps({"run_at": run_at, "snapshot": snap, "stream": stream, "merge_scaling": merge,
+                                       "latency": latency, "memory": memory, "fixed_cost": fixed,
+                                       "stream_startup": startup, "many_tables": many, "mixed": mixed,
+                                       "snapshot_under_writes": written, "sink_formats": formats,
+                                       "sustained": sustained}, indent=2))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0
