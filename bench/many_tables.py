@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import statistics
 import time
 from pathlib import Path
 
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.spark.local_server import stop_all
-from bench.memory import machine_busy_seconds, tree_cpu_seconds
+from bench.memory import CpuSampler, spark_role
 from devtools.airflow_standalone import AirflowStandalone
 from devtools.dag_runner import example_dag_env
 from devtools.throwaway_server import ThrowawayMariaDB
@@ -46,7 +47,7 @@ def _tables(server: ThrowawayMariaDB, database: str, count: int, rows: int = ROW
 def _first_run(server: ThrowawayMariaDB, work: Path, tables: list[TableId], spark_conn: dict | None,
                rows: int = ROWS) -> dict:
     """The DAG's first run: its seconds from the trigger to the end, where they went (``_tasks``) and
-    who used the cores meanwhile (``_cpu``). Chunk tasks through ``spark_conn`` and the stream through
+    who used the cores meanwhile (``CpuSampler``, by ``_role``). Chunk tasks through ``spark_conn`` and the stream through
     spark-submit, or with None, every task on the worker's shared local server, which the first of
     them starts (``local_spark = shared``, no Spark connection)."""
     env = example_dag_env(work / "airflow", server.root_config(), tables, sink_root=work / "lake",
@@ -60,21 +61,19 @@ def _first_run(server: ThrowawayMariaDB, work: Path, tables: list[TableId], spar
     try:
         with AirflowStandalone(env) as airflow:
             airflow.wait_for_dag(DAG_ID, timeout_s=300)
-            assert airflow.pid is not None
-            cpu_before = _cpu(server, airflow.pid, work / "local-spark")
-            started = time.monotonic()
-            run_id = airflow.trigger(DAG_ID)
-            state = airflow.wait_until(lambda: airflow.dag_run_state(DAG_ID, run_id) in ("success", "failed") and
-                                       airflow.dag_run_state(DAG_ID, run_id), 3600, "the first run ends")
-            seconds = time.monotonic() - started
-            cpu_after = _cpu(server, airflow.pid, work / "local-spark")
+            with CpuSampler(_role) as cpu:
+                started = time.monotonic()
+                run_id = airflow.trigger(DAG_ID)
+                state = airflow.wait_until(lambda: airflow.dag_run_state(DAG_ID, run_id) in ("success", "failed")
+                                           and airflow.dag_run_state(DAG_ID, run_id), 3600, "the first run ends")
+                seconds = time.monotonic() - started
             tasks = _tasks(airflow.task_instances(DAG_ID, run_id), airflow.dag_runs(DAG_ID)[-1], seconds)
     finally:
         stop_all(work / "local-spark")
     if state != "success":
         raise RuntimeError(f"the first run of {len(tables)} tables ended {state}; see {work / 'airflow'}")
-    cpu = {role: round(cpu_after.get(role, 0.0) - cpu_before.get(role, 0.0), 1) for role in cpu_after}
-    return {"seconds": seconds, "tasks": tasks, "cpu": {role: used for role, used in cpu.items() if used >= 0.5}}
+    return {"seconds": seconds, "tasks": tasks,
+            "cpu": {role: round(used, 1) for role, used in cpu.seconds().items() if used >= 0.5}}
 
 
 def _airflow_role(cmdline: str) -> str:
@@ -91,18 +90,17 @@ def _airflow_role(cmdline: str) -> str:
     return "standalone and other"
 
 
-def _cpu(server: ThrowawayMariaDB, airflow_pid: int, local_spark: Path) -> dict[str, float]:
-    """CPU seconds so far of the parts of ``airflow standalone`` (those of processes ended meanwhile
-    under their parents' "ended children"), of the shared local Spark server, of MariaDB and of the
-    whole machine."""
-    used = {f"airflow: {role}": seconds
-            for role, seconds in tree_cpu_seconds(airflow_pid, _airflow_role, reaped_apart=True).items()}
-    for pid_file in local_spark.glob("*/supervisor.pid"):  # the server outlives the task that started it
-        for role, seconds in tree_cpu_seconds(int(pid_file.read_text())).items():
-            used[f"Spark server: {role}"] = used.get(f"Spark server: {role}", 0.0) + seconds
-    if server.pid:
-        used["MariaDB"] = sum(tree_cpu_seconds(server.pid).values())
-    return {**used, "machine": machine_busy_seconds()}
+def _role(pid: int, cmdline: str) -> str:
+    """Who a process on the machine is, for the CPU table: a part of ``airflow standalone``, of Spark
+    (the shared server's JVM and Python workers, or a spark-submit's), MariaDB, this benchmark."""
+    if pid == os.getpid():
+        return "the benchmark (polling Airflow's API, sampling /proc)"
+    if cmdline.startswith("airflow") or " -m airflow" in cmdline:
+        return f"airflow: {_airflow_role(cmdline)}"
+    spark = spark_role(cmdline)
+    if spark:
+        return f"Spark: {spark}"
+    return "MariaDB" if "mariadbd" in cmdline else "other processes"
 
 
 def _tasks(instances: list[dict], run: dict, seconds: float, slots: int = 4) -> dict:
@@ -197,5 +195,12 @@ def _breakdown(runs: dict[str, dict]) -> list[str]:
         + " | ".join(f"{runs[n]['tasks']['after_last_end_s']}" for n in names) + " |", "",
         "| CPU seconds over the run | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names),
         *(f"| {role} | " + " | ".join(f"{runs[n]['cpu'].get(role, 0.0):,.1f}" for n in names) + " |" for role in roles),
+        "| of the machine, in none of the above (the benchmark's own polling, other processes, the kernel's interrupts, "
+        "time the host took) | " + " | ".join(f"{_unaccounted(runs[n]['cpu']):,.1f}" for n in names) + " |",
         "| the machine's two cores, seconds x 2 | " + " | ".join(f"{2 * runs[n]['seconds']:,.0f}" for n in names) + " |",
     ]
+
+
+def _unaccounted(cpu: dict[str, float]) -> float:
+    """The machine's busy CPU seconds that no process tree of the run accounts for."""
+    return cpu.get("machine", 0.0) - sum(used for role, used in cpu.items() if role != "machine")

@@ -70,27 +70,75 @@ def _descendants(processes: dict[int, tuple[int, str, int]], root: int) -> list[
     return found
 
 
-def tree_cpu_seconds(root: int, role_of: Callable[[str], str | None] | None = None,
-                     reaped_apart: bool = False) -> dict[str, float]:
+def tree_cpu_seconds(root: int) -> dict[str, float]:
     """CPU seconds (user and system, with those of reaped children) of ``root`` and every process under
-    it, by role (``role_of`` a command line, by default ``_role``; "other" for the rest). The total is
-    exact; a child reaped between two samples moves its whole life's CPU into its parent's, so a role's
-    share is approximate. ``reaped_apart``: reaped children's CPU goes to "<parent's role>, ended
-    children" instead (a task runner's processes, for example, end long before the last sample)."""
-    processes, role_of = _processes(), role_of or _role
+    it, by role (``spark_role``; "other" for the rest). The total is exact; a child reaped between two
+    samples moves its whole life's CPU into its parent's role, so a role's share is approximate."""
+    processes = _processes()
     ticks: dict[str, int] = {}
     for pid in _descendants(processes, root):
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue  # ended meanwhile
-        role = (role_of(processes[pid][1]) if pid in processes else None) or "other"
-        own, reaped = int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14])
-        if reaped_apart:
-            ticks[f"{role}, ended children"] = ticks.get(f"{role}, ended children", 0) + reaped
-            reaped = 0
-        ticks[role] = ticks.get(role, 0) + own + reaped
+        role = (spark_role(processes[pid][1]) if pid in processes else None) or "other"
+        ticks[role] = ticks.get(role, 0) + sum(int(fields[i]) for i in (11, 12, 13, 14))
     return {role: n / os.sysconf("SC_CLK_TCK") for role, n in ticks.items()}
+
+
+class CpuSampler:
+    """Every process's own CPU seconds (user and system) while a ``with`` block runs, by role
+    (``role_of`` a process's pid and command line), sampled from /proc every ``interval_s`` on a
+    thread: a process counts from its first sample (less what it had used before the block) to its
+    last, under the role of its latest command line (a forked process takes its own title late). So a process that lives less than an interval, or the part of a life after its last
+    sample, is missed: ``seconds`` also gives the machine's busy seconds over the block, and the
+    difference is what the samples did not see."""
+
+    def __init__(self, role_of: Callable[[int, str], str], interval_s: float = 0.5):
+        self.role_of, self.interval_s = role_of, interval_s
+        self._seen: dict[tuple[int, int], tuple[str, int, int]] = {}  # (pid, start) -> role, first, last ticks
+        self._before: dict[tuple[int, int], int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._machine = (0.0, 0.0)
+
+    def __enter__(self) -> "CpuSampler":
+        self._before = {key: ticks for key, (_, ticks) in self._sample().items()}
+        self._machine = (machine_busy_seconds(), 0.0)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._take()
+        self._machine = (self._machine[0], machine_busy_seconds())
+
+    def seconds(self) -> dict[str, float]:
+        """CPU seconds by role, and "machine": every core's busy seconds over the block."""
+        used: dict[str, float] = {}
+        for role, first, last in self._seen.values():
+            used[role] = used.get(role, 0.0) + (last - first) / os.sysconf("SC_CLK_TCK")
+        return {**used, "machine": self._machine[1] - self._machine[0]}
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._take()
+
+    def _take(self) -> None:
+        for key, (role, ticks) in self._sample().items():
+            known = self._seen.get(key)
+            self._seen[key] = (role, known[1] if known else self._before.get(key, 0), ticks)  # its latest title
+
+    def _sample(self) -> dict[tuple[int, int], tuple[str, int]]:
+        found = {}
+        for pid, (_, cmdline, _) in _processes().items():
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # ended meanwhile
+            found[(pid, int(fields[19]))] = (self.role_of(pid, cmdline), int(fields[11]) + int(fields[12]))
+        return found
 
 
 def machine_busy_seconds() -> float:
@@ -99,7 +147,7 @@ def machine_busy_seconds() -> float:
     return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
-def _role(cmdline: str) -> str | None:
+def spark_role(cmdline: str) -> str | None:
     if "java" in cmdline.split(" ", 1)[0]:
         return "driver JVM"
     if "pyspark.daemon" in cmdline or "pyspark.worker" in cmdline or "pyspark/daemon" in cmdline:
@@ -125,7 +173,7 @@ class PeakRss:
             now = dict.fromkeys(ROLES, 0)
             processes = _processes()
             for pid in _descendants(processes, self.root):
-                role = _role(processes[pid][1]) if pid in processes else None
+                role = spark_role(processes[pid][1]) if pid in processes else None
                 if role:
                     now[role] += processes[pid][2]
             for role in ROLES:
