@@ -95,7 +95,8 @@ def _role(pid: int, cmdline: str) -> str:
     (the shared server's JVM and Python workers, or a spark-submit's), MariaDB, this benchmark."""
     if pid == os.getpid():
         return "the benchmark (polling Airflow's API, sampling /proc)"
-    if cmdline.startswith("airflow") or " -m airflow" in cmdline:
+    argv = cmdline.split(" ")
+    if argv[0].startswith("airflow") or any(Path(arg).name == "airflow" for arg in argv[1:3]):  # a title, a script
         return f"airflow: {_airflow_role(cmdline)}"
     spark = spark_role(cmdline)
     if spark:
