@@ -47,9 +47,9 @@ def _tables(server: ThrowawayMariaDB, database: str, count: int, rows: int = ROW
 def _first_run(server: ThrowawayMariaDB, work: Path, tables: list[TableId], spark_conn: dict | None,
                rows: int = ROWS) -> dict:
     """The DAG's first run: its seconds from the trigger to the end, where they went (``_tasks``) and
-    who used the cores meanwhile (``CpuSampler``, by ``_role``). Chunk tasks through ``spark_conn`` and the stream through
-    spark-submit, or with None, every task on the worker's shared local server, which the first of
-    them starts (``local_spark = shared``, no Spark connection)."""
+    who used the cores meanwhile (``CpuSampler``, by ``_role``). Chunk tasks through ``spark_conn``
+    and the stream through spark-submit, or with None, every task on the worker's shared local
+    server, which the first of them starts (``local_spark = shared``, no Spark connection)."""
     env = example_dag_env(work / "airflow", server.root_config(), tables, sink_root=work / "lake",
                           state_dir=work / "state", split_rows=rows, chunk_rows=rows)
     if spark_conn is None:
@@ -182,8 +182,9 @@ def _breakdown(runs: dict[str, dict]) -> list[str]:
     return [
         "", "Where the seconds went, from each run's task instances (Airflow's API: a task's start to its end, which "
         "includes the task process's start, parsing the DAG file and importing the provider) and who used the "
-        "cores meanwhile (CPU seconds from /proc over the run; a task runner's CPU, with that of the spark-submits "
-        "it started, is counted under the executor worker that waited for it):", "",
+        "cores meanwhile (the CPU seconds of every process on the machine over the run, sampled from /proc every "
+        "0.5 s, by role; what the samples miss, the last part of each process's life among it, is the last row but "
+        "one):", "",
         "| task kind: tasks / task seconds in all / median task seconds | " + " | ".join(names) + " |",
         "|---|" + "---:|" * len(names),
         *(f"| {kind} | " + " | ".join(task_cell(runs[name], kind) for name in names) + " |" for kind in kinds),
