@@ -229,7 +229,7 @@ def read_rows(changes: int, result: dict) -> list[str]:
                  f"| of which the pieces' set-up (schemas, orderings, the reader; the longest piece) | "
                  f"{pieces['set_up_s']:.2f} | |",
                  f"| of which the pieces' reading (the longest piece) | {pieces['read_s']:.2f} | "
-                 f"{changes / pieces['read_s']:,.0f} |",
+                 f"{changes / pieces['read_s'] if pieces['read_s'] else float('inf'):,.0f} |",
                  f"| of which after the last piece ended (the rows' way to the driver, their sort) | "
                  f"{pieces['after_s']:.2f} | |"]
     return rows

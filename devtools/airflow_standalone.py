@@ -36,11 +36,6 @@ class AirflowStandalone:
         return f"http://127.0.0.1:{self.port}"
 
     @property
-    def pid(self) -> int | None:
-        """The pid of ``airflow standalone`` (every Airflow process of it runs under it), once started."""
-        return self._process.pid if self._process else None
-
-    @property
     def log_file(self) -> Path:
         return Path(self.env["AIRFLOW_HOME"]) / "standalone.log"
 

@@ -109,12 +109,13 @@ class StreamBatchFunction:
             self.upkeep.maintain_due()
 
     def _apply_batch(self, batch_df: Any, batch_id: int) -> None:
-        started, began_at = time.monotonic(), time.time()
+        started = time.monotonic()
         install_from_private_file(self.source.password_file)
         self.fence()
         # Sorted here, not with orderBy: Spark's sort samples its input first, which would read the
         # binlog range twice. The rows are small: what does not fit a task's inline budget comes
         # through spill files, read one run at a time (batch_rows.py).
+        began_at = time.time()  # the Spark job's start, which the pieces' timings are set against
         rows, pieces = piece_rows(sorted(batch_df.collect(), key=row_key))
         read_s = time.monotonic() - started
         done = self.applier.apply_batch(rows[0].gen if rows else None, batch_items(rows), batch_id)

@@ -52,7 +52,9 @@ class PieceRead:
 def reading_summary(pieces: list[PieceRead], batch_began_at: float) -> str:
     """The pieces of a batch that began at ``batch_began_at`` (the driver's clock), in a few words:
     when they began into the batch, their set-up and reading seconds (ranges over the pieces) and the
-    changes they sent; "" for a batch without any."""
+    changes they sent; "" for a batch without any. When they began and ended compares the executors'
+    clocks with the driver's: exact on one machine (local mode, the worker's shared server), off by
+    the hosts' clock skew on a cluster; their set-up and reading are each measured on one clock."""
     if not pieces:
         return ""
 
