@@ -84,10 +84,22 @@ class AirflowStandalone:
     def wait_for_dag(self, dag_id: str, timeout_s: float = 120) -> None:
         self.wait_until(lambda: self._get_or_none(f"/api/v2/dags/{dag_id}"), timeout_s, f"DAG {dag_id} parsed")
 
-    def trigger(self, dag_id: str, conf: dict[str, Any] | None = None) -> str:
-        run = self._request("POST", f"/api/v2/dags/{dag_id}/dagRuns",
-                            {"logical_date": None, "conf": conf or {}})
-        return run["dag_run_id"]
+    def trigger(self, dag_id: str, conf: dict[str, Any] | None = None, attempts: int = 5) -> str:
+        """Trigger a run; its id. The API server answers 500 now and then on a busy machine (its SQLite
+        database locked by the scheduler and the DAG processor): then, if no run was made, it asks again."""
+        before = {run["dag_run_id"] for run in self.dag_runs(dag_id)}
+        for attempt in range(attempts):
+            try:
+                return self._request("POST", f"/api/v2/dags/{dag_id}/dagRuns",
+                                     {"logical_date": None, "conf": conf or {}})["dag_run_id"]
+            except urllib.error.HTTPError as exc:
+                if exc.code < 500 or attempt == attempts - 1:
+                    raise
+            made = [run["dag_run_id"] for run in self.dag_runs(dag_id) if run["dag_run_id"] not in before]
+            if made:  # the run was made before the error
+                return made[-1]
+            time.sleep(1)
+        raise AssertionError("unreachable")
 
     def dag_run_state(self, dag_id: str, run_id: str) -> str | None:
         run = self._get_or_none(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
