@@ -204,5 +204,5 @@ def _breakdown(runs: dict[str, dict]) -> list[str]:
 
 
 def _unaccounted(cpu: dict[str, float]) -> float:
-    """The machine's busy CPU seconds that no process tree of the run accounts for."""
+    """The machine's busy CPU seconds that no sampled process accounts for."""
     return cpu.get("machine", 0.0) - sum(used for role, used in cpu.items() if role != "machine")

@@ -21,8 +21,9 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
+from typing import NamedTuple
 
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
@@ -40,28 +41,40 @@ BEFORE_ISSUE_31_PEAK_MIB = 2_752
 UNBOUNDED = {"max_batch_bytes": 0, "inline_bytes": 0, "max_apply_changes": 10**12}
 
 
-def _processes() -> dict[int, tuple[int, str, int]]:
-    """pid -> (parent pid, command line, RSS bytes) of every process."""
+class Process(NamedTuple):
+    """One process as /proc shows it: its parent, command line, RSS bytes, its own CPU ticks (user and
+    system), those of its reaped children, and its start (ticks since boot: a pid and it name one process)."""
+
+    parent: int
+    cmdline: str
+    rss: int
+    own_ticks: int
+    reaped_ticks: int
+    started: int
+
+
+def _processes() -> dict[int, Process]:
+    """pid -> ``Process`` of every process with memory (not kernel threads or zombies)."""
     out = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-            parent = int(stat.rsplit(")", 1)[1].split()[1])
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()  # [0] is field 3, the state
             cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             rss = next(int(line.split()[1]) * 1024 for line in Path(f"/proc/{entry}/status").read_text().splitlines()
                        if line.startswith("VmRSS:"))
         except (OSError, StopIteration, IndexError, ValueError):
             continue
-        out[int(entry)] = (parent, cmdline, rss)
+        out[int(entry)] = Process(int(fields[1]), cmdline, rss, int(fields[11]) + int(fields[12]),
+                                  int(fields[13]) + int(fields[14]), int(fields[19]))
     return out
 
 
-def _descendants(processes: dict[int, tuple[int, str, int]], root: int) -> list[int]:
+def _descendants(processes: dict[int, Process], root: int) -> list[int]:
     children: dict[int, list[int]] = {}
-    for pid, (parent, _, _) in processes.items():
-        children.setdefault(parent, []).append(pid)
+    for pid, process in processes.items():
+        children.setdefault(process.parent, []).append(pid)
     found, todo = [], [root]
     while todo:
         pid = todo.pop()
@@ -77,12 +90,11 @@ def tree_cpu_seconds(root: int) -> dict[str, float]:
     processes = _processes()
     ticks: dict[str, int] = {}
     for pid in _descendants(processes, root):
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # ended meanwhile
-        role = (spark_role(processes[pid][1]) if pid in processes else None) or "other"
-        ticks[role] = ticks.get(role, 0) + sum(int(fields[i]) for i in (11, 12, 13, 14))
+        process = processes.get(pid)
+        if process is None:
+            continue  # the root ended meanwhile
+        role = spark_role(process.cmdline) or "other"
+        ticks[role] = ticks.get(role, 0) + process.own_ticks + process.reaped_ticks
     return {role: n / os.sysconf("SC_CLK_TCK") for role, n in ticks.items()}
 
 
@@ -90,9 +102,10 @@ class CpuSampler:
     """Every process's own CPU seconds (user and system) while a ``with`` block runs, by role
     (``role_of`` a process's pid and command line), sampled from /proc every ``interval_s`` on a
     thread: a process counts from its first sample (less what it had used before the block) to its
-    last, under the role of its latest command line (a forked process takes its own title late). So a process that lives less than an interval, or the part of a life after its last
-    sample, is missed: ``seconds`` also gives the machine's busy seconds over the block, and the
-    difference is what the samples did not see."""
+    last, under the role of its latest command line (a forked process takes its own title late). So a
+    process that lives less than an interval, or the part of a life after its last sample, is missed:
+    ``seconds`` also gives the machine's busy seconds over the block, and the difference is what the
+    samples did not see."""
 
     def __init__(self, role_of: Callable[[int, str], str], interval_s: float = 0.5):
         self.role_of, self.interval_s = role_of, interval_s
@@ -131,14 +144,8 @@ class CpuSampler:
             self._seen[key] = (role, known[1] if known else self._before.get(key, 0), ticks)  # its latest title
 
     def _sample(self) -> dict[tuple[int, int], tuple[str, int]]:
-        found = {}
-        for pid, (_, cmdline, _) in _processes().items():
-            try:
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue  # ended meanwhile
-            found[(pid, int(fields[19]))] = (self.role_of(pid, cmdline), int(fields[11]) + int(fields[12]))
-        return found
+        return {(pid, process.started): (self.role_of(pid, process.cmdline), process.own_ticks)
+                for pid, process in _processes().items()}
 
 
 def machine_busy_seconds() -> float:
@@ -173,9 +180,9 @@ class PeakRss:
             now = dict.fromkeys(ROLES, 0)
             processes = _processes()
             for pid in _descendants(processes, self.root):
-                role = spark_role(processes[pid][1]) if pid in processes else None
+                role = spark_role(processes[pid].cmdline) if pid in processes else None
                 if role:
-                    now[role] += processes[pid][2]
+                    now[role] += processes[pid].rss
             for role in ROLES:
                 self.peak[role] = max(self.peak[role], now[role])
             time.sleep(0.2)

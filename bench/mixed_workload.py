@@ -40,12 +40,11 @@ ROWS = 10_000
 NARROW = [TableId("bench", f"narrow_{n}") for n in range(5)]
 WIDE = [TableId("bench", f"wide_{n}") for n in range(5)]
 _EXTRA = 30  # the wide tables' further columns: c0..c29, INT and VARCHAR(40) in turn
+#: a batch's line: its changes, seconds, reading and merging seconds, and where it has them, its pieces'
+#: timings: when they began, their set-up, reading and end (each a span: "low" or "low-high")
 _BATCH = re.compile(r"stream batch \d+: (\d+) changes applied in ([\d.]+)s \(([\d.]+)s reading the binlog, "
-                    r"([\d.]+)s merging")
-#: a batch's line with its pieces' timings: its reading seconds, then when the pieces began, their set-up,
-#: reading and end (each a span: "low" or "low-high")
-_PIECES = re.compile(r"stream batch \d+: \d+ changes applied in [\d.]+s \(([\d.]+)s reading the binlog, .*?; reading: "
-                     r"\d+ piece\(s\) began (\S+?)s into the batch, set up in (\S+?)s, read in (\S+?)s, ended (\S+?)s")
+                    r"([\d.]+)s merging(?:.*?; reading: \d+ piece\(s\) began (\S+?)s into the batch, set up in "
+                    r"(\S+?)s, read in (\S+?)s, ended (\S+?)s)?")
 
 
 def bench_mixed_workload(server: ThrowawayMariaDB, work: Path, secrets: Path) -> dict:
@@ -90,11 +89,12 @@ def batch_times(log: str) -> dict:
     seconds until the first piece began (Spark's job and the Python workers' start), the longest
     piece's set-up and reading, and the seconds from the last piece's end to the driver holding the
     rows (their way back and their sort)."""
-    batches = [tuple(float(x) for x in found.groups()) for found in _BATCH.finditer(log)]
+    found = list(_BATCH.finditer(log))
+    batches = [tuple(float(x) for x in line.groups()[:4]) for line in found]
     out: dict[str, Any] = {"batches": len(batches), "changes": int(sum(b[0] for b in batches)),
                            "applied_s": sum(b[1] for b in batches), "reading_s": sum(b[2] for b in batches),
                            "merging_s": sum(b[3] for b in batches)}
-    pieces = [(float(found.group(1)), [_span(found.group(n)) for n in (2, 3, 4, 5)]) for found in _PIECES.finditer(log)]
+    pieces = [(float(line.group(3)), [_span(line.group(n)) for n in (5, 6, 7, 8)]) for line in found if line.group(5)]
     if pieces:
         out["pieces"] = {"before_s": sum(p[0][0] for _, p in pieces), "set_up_s": sum(p[1][1] for _, p in pieces),
                          "read_s": sum(p[2][1] for _, p in pieces),
