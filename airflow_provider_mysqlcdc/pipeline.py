@@ -73,7 +73,7 @@ def mysqlcdc_params(*, sink_root: str, split_rows: int = DEFAULT_SPLIT_ROWS, chu
         "chunk_rows": Param(chunk_rows, type="integer", minimum=1, description="rows per spark-submit chunk"),
         "chunk_key_columns": Param({}, type="object", description="{'db.table': 'column'}: chunk key other than "
                                                                   "the first primary-key column"),
-        "sink_root": Param(sink_root, type="string", description="where the Delta tables live (set once)"),
+        "sink_root": Param(sink_root, type="string", description="where the sink tables live (set once)"),
         "startup_mode": Param("initial", enum=[m.value for m in StartupMode],
                               description="for tables new to the pipeline: initial (snapshot, then binlog), latest "
                                           "(binlog from now, no snapshot), offset (binlog from start_offset), "

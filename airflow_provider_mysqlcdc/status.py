@@ -33,6 +33,7 @@ from airflow_provider_mysqlcdc.protocol.progress import (
     StreamOffsetProgress,
 )
 from airflow_provider_mysqlcdc.sinks.routing import sink_table_id
+from airflow_provider_mysqlcdc.state.ddl_log import latest_ddl, read_ddl_log
 from airflow_provider_mysqlcdc.state.drift import frozen_since, pending_drift, read_drift
 from airflow_provider_mysqlcdc.state.generations import first_high_watermark
 from airflow_provider_mysqlcdc.state.lease import StreamLeases
@@ -44,7 +45,7 @@ from airflow_provider_mysqlcdc.state.servers import ServerEpochs
 def pipeline_status(location: str, source: SourceConfig | None = None) -> dict[str, Any]:
     state = PipelineState(location)
     generation = state.latest()
-    drift = read_drift(state)
+    drift, ddl = read_drift(state), read_ddl_log(state)
     tables = {}
     for table_id, captured in sorted(generation.tables.items()):
         stream_only = captured.stream_only
@@ -61,6 +62,9 @@ def pipeline_status(location: str, source: SourceConfig | None = None) -> dict[s
             "drift": [{"kind": e.kind.value, "offset": str(e.offset), "reason": e.reason}
                       for e in pending_drift(drift, table_id, captured)],
             "frozen_since": str(since) if (since := frozen_since(drift, table_id, captured)) else None,
+            # the latest DDL the stream met of it, and what its schema_changes policy did with each
+            "ddl": [{"offset": str(e.offset), "statement": e.statement, "policy": e.policy, "outcome": e.outcome}
+                    for e in latest_ddl(ddl, table_id)],
         }
     status: dict[str, Any] = {"state": location, "generation": generation.number, "created": generation.created,
                               "tables": tables, "latest_run": _latest_run(state),
@@ -148,6 +152,9 @@ def print_status(location: str, source: SourceConfig | None = None) -> None:
               f"snapshot, high watermarks {table['high_watermarks'][0]} .. {table['high_watermarks'][1]}")
         if table["sink"] != name:
             print(f"  {'':<32} a shard of the sink table {table['sink']} (route)")
+        for met in table["ddl"]:
+            print(f"  {'':<32} DDL at {met['offset']} ({met['statement'][:80]}), schema_changes={met['policy']}: "
+                  f"{met['outcome']}")
         for event in table["drift"]:
             print(f"  {'':<32} {event['kind']} at {event['offset']}: {event['reason']}")
         if table["frozen_since"]:

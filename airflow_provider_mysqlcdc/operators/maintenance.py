@@ -45,7 +45,7 @@ from airflow_provider_mysqlcdc.state.registry import PipelineState
 class MySqlCdcMaintenanceOperator(BaseOperator):
     """Maintain the pipeline's Delta tables (see the module doc).
 
-    :param sink_root: where the Delta tables live
+    :param sink_root: where the sink tables live (Delta tables, an Iceberg table's data unless its catalog places it)
     :param state_location: the pipeline's state location (``<state_dir>/<dag_id>``)
     :param tables: ``db.table`` names to maintain (default: every table the pipeline captures)
     :param compact: rewrite small and overlapping files in chunk-key order (changelogs: bin-packed)

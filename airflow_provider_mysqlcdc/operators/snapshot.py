@@ -36,7 +36,7 @@ class MySqlCdcSnapshotOperator(MySqlCdcSparkJobOperator):
 
     :param chunk: one item of the plan task's return value, a ``ChunkPlan`` record (protocol/plans.py);
         mapped over them
-    :param sink_root: where the Delta tables live
+    :param sink_root: where the sink tables live (Delta tables, an Iceberg table's data unless its catalog places it)
     :param state_location: the pipeline's state location; a table it captured already is staged there
     :param mysqlcdc_conn_id: the ``mysqlcdc`` connection of the source (its ``retry_budget_s`` applies)
     :param spark_master: Spark master when no ``spark_conn_id`` is given

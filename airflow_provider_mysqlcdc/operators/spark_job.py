@@ -22,7 +22,7 @@ from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.spark.connect_runner import SparkConnectJobRunner
 from airflow_provider_mysqlcdc.spark.local_runner import LOCAL_SPARK_MODES, LocalSparkJobRunner
 from airflow_provider_mysqlcdc.spark.local_server import DEFAULT_IDLE_S, LocalSparkServer, ServerKind
-from airflow_provider_mysqlcdc.spark.submit import SparkJobRunner, program_conf
+from airflow_provider_mysqlcdc.spark.submit import SparkJobRunner, program_conf, started_again
 from airflow_provider_mysqlcdc.state.credentials import ObjectStoreCredentials
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 
@@ -97,16 +97,20 @@ class MySqlCdcSparkJobOperator(BaseOperator):
         return state.job_report_url(context["run_id"], f"{self.task_id}-{ti.map_index}-{ti.try_number}")
 
     def run_spark_program(self, script: str, job_json: str, state: PipelineState, context: Context) -> dict[str, Any]:
-        """Run ``script`` with ``job_json`` to its end; its result."""
-        return self.spark_runner.run(script, job_json, source=self.hook.source_config(), object_store=self.object_store,
-                                     report_folder=self.report_folder(state, context),
-                                     on_driver=self._driver_started(context))
+        """Run ``script`` with ``job_json`` to its end; its result. Started again when Spark's Python
+        workers fail to start (spark/submit.py ``started_again``)."""
+        return started_again(lambda: self.spark_runner.run(
+            script, job_json, source=self.hook.source_config(), object_store=self.object_store,
+            report_folder=self.report_folder(state, context), on_driver=self._driver_started(context)),
+            f"Spark program {script}", log=self.log)
 
     def start_spark_program(self, script: str, job_json: str, state: PipelineState, context: Context) -> None:
-        """Start ``script`` detached (SparkJobRunner.start): returns once its driver is up."""
-        self.spark_runner.start(script, job_json, source=self.hook.source_config(), object_store=self.object_store,
-                                report_folder=self.report_folder(state, context),
-                                on_driver=self._driver_started(context))
+        """Start ``script`` detached (SparkJobRunner.start): returns once its driver is up (started again
+        when Spark's Python workers fail to start before)."""
+        started_again(lambda: self.spark_runner.start(
+            script, job_json, source=self.hook.source_config(), object_store=self.object_store,
+            report_folder=self.report_folder(state, context), on_driver=self._driver_started(context)),
+            f"Spark program {script}", log=self.log)
 
     def _driver_started(self, context: Context) -> Callable[[DriverInfo], None]:
         def driver_started(info: DriverInfo) -> None:

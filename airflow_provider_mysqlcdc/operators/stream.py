@@ -54,7 +54,7 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
     """The binlog stream into the sink (see the module doc for the modes).
 
     :param state_location: the pipeline's state location (``<state_dir>/<dag_id>``)
-    :param sink_root: where the Delta tables live
+    :param sink_root: where the sink tables live (Delta tables, an Iceberg table's data unless its catalog places it)
     :param mode: ``available-now``, ``continuous`` or ``skip``
     :param mysqlcdc_conn_id: the ``mysqlcdc`` connection of the source
     :param spark_master: Spark master when no ``spark_conn_id`` is given

@@ -109,6 +109,10 @@ def _tables_section(status: dict[str, Any]) -> str:
     out += "<h3>Drift and pending re-snapshots</h3>" + (
         _table(["table", "event", "at", "reason"], pending) if pending else
         '<p class="muted">None: every table follows its source exactly.</p>')
+    ddl = [[_e(name), _e(d["offset"]), _e(d["statement"]), _e(d["policy"]), _e(d["outcome"])]
+           for name, t in status["tables"].items() for d in t.get("ddl", [])]
+    if ddl:  # the latest DDL the stream met of each table, and what its policy did with it
+        out += "<h3>Schema changes met</h3>" + _table(["table", "at", "statement", "schema_changes", "what it did"], ddl)
     new_tables = [[_e(t["table"]), _e(t["offset"]), _e(t["statement"])] for t in status.get("new_tables", [])]
     if new_tables:  # a pattern matches them since the stream saw them created: the next run captures them
         out += "<h3>Tables the next run captures</h3>" + _table(["table", "matches a pattern since", "statement"],

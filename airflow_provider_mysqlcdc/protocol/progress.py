@@ -8,6 +8,8 @@
   ``ChunkProgress``, for "chunks done of planned" in the task log and ``bin/status``
 - ``progress/new-tables.json``: ``NewTables``, tables a table pattern matches that the stream saw
   created or renamed into their names (``state/new_tables.py``)
+- ``progress/ddl-log.json``: ``DdlLog``, the DDL the stream met of each captured table and what its
+  ``schema_changes`` policy did with it (``state/ddl_log.py``)
 - ``<checkpoint>/mysqlcdc-stream.json``: ``CheckpointIdentity`` (``spark/stream_job.py``)
 """
 
@@ -238,3 +240,33 @@ class NewTables:
     def from_body(cls, body: dict[str, Any], version: int) -> "NewTables":
         return cls(tuple(NewTable(t["table"], BinlogOffset.from_dict(t["offset"]), t["statement"], float(t["seen_at"]))
                          for t in body["tables"]))
+
+
+@dataclass(frozen=True)
+class DdlMet:
+    """A DDL statement of a captured table the stream met, and what its policy did with it."""
+
+    table: str  # quoted
+    offset: BinlogOffset
+    statement: str
+    policy: str  # the stream's schema_changes
+    outcome: str
+    met_at: float
+
+
+@dataclass(frozen=True)
+class DdlLog:
+    """The latest DDL statements the stream met of captured tables (state/ddl_log.py), oldest first."""
+
+    FORMAT: ClassVar[RecordFormat] = RecordFormat("ddl-log", 1)
+
+    entries: tuple[DdlMet, ...] = ()
+
+    def to_body(self) -> dict[str, Any]:
+        return {"entries": [{"table": e.table, "offset": e.offset.to_dict(), "statement": e.statement,
+                             "policy": e.policy, "outcome": e.outcome, "met_at": e.met_at} for e in self.entries]}
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any], version: int) -> "DdlLog":
+        return cls(tuple(DdlMet(e["table"], BinlogOffset.from_dict(e["offset"]), e["statement"], e["policy"],
+                                e["outcome"], float(e["met_at"])) for e in body["entries"]))

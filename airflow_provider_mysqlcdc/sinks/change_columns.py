@@ -24,6 +24,8 @@ Columns, in this order:
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -52,6 +54,7 @@ _CHANGE_NAMES = frozenset(f.name for f in CHANGE_FIELDS + LOG_FIELDS)
 #: the epoch of an offset sits above these bits of its version (model/offset.py)
 _EPOCH_SHIFT = 52
 _TABLE_KEY = b"mysqlcdc.table"
+_SCHEMA_KEY = b"mysqlcdc.schema"
 
 
 def change_columns(schema: TableSchema | None, records: Sequence[ChangeRecord], *, changelog: bool = False) -> pa.Table:
@@ -133,13 +136,19 @@ def last_change_per_key(changes: pa.Table, key_columns: Sequence[str]) -> pa.Tab
 
 @dataclass(frozen=True)
 class TableChanges:
-    """A run of one table's changes, as sent from an executor to the driver (Arrow IPC)."""
+    """A run of one table's changes, as sent from an executor to the driver (Arrow IPC), with the
+    table's schema as of them (the columns and key their binlog table map gave them, described as
+    ``cdc/binlog/table_map.py`` ``schema_as_of`` does; None: not known, the driver's own applies)."""
 
     table_id: TableId
     data: pa.Table
+    schema: TableSchema | None = None
 
     def to_ipc(self) -> bytes:
-        table = self.data.replace_schema_metadata({_TABLE_KEY: self.table_id.quoted})
+        metadata: dict[bytes, bytes | str] = {_TABLE_KEY: self.table_id.quoted}
+        if self.schema is not None:
+            metadata[_SCHEMA_KEY] = schema_json(self.schema)
+        table = self.data.replace_schema_metadata(metadata)
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, table.schema) as writer:
             writer.write_table(table)
@@ -148,8 +157,10 @@ class TableChanges:
     @classmethod
     def from_ipc(cls, payload: bytes) -> "TableChanges":
         table = pa.ipc.open_stream(pa.py_buffer(payload)).read_all()
-        table_id = TableId.parse(table.schema.metadata[_TABLE_KEY].decode())
-        return cls(table_id, table.replace_schema_metadata(None))
+        metadata = table.schema.metadata
+        table_id = TableId.parse(metadata[_TABLE_KEY].decode())
+        schema = _schema_of(metadata[_SCHEMA_KEY]) if _SCHEMA_KEY in metadata else None
+        return cls(table_id, table.replace_schema_metadata(None), schema)
 
     @property
     def last_offset(self) -> BinlogOffset:
@@ -158,3 +169,25 @@ class TableChanges:
     @property
     def newest_ms(self) -> int:
         return pc.max(self.data.column("_cdc_event_ms")).as_py() or 0
+
+
+#: the JSON of the schemas a process sent lately, by identity (each held, so that its id stays its own)
+_SCHEMA_TEXTS: dict[int, tuple[TableSchema, bytes]] = {}
+
+
+def schema_json(schema: TableSchema) -> bytes:
+    """A schema as the JSON a ``TableChanges`` carries (made once per schema object)."""
+    held = _SCHEMA_TEXTS.get(id(schema))
+    if held is not None and held[0] is schema:
+        return held[1]
+    if len(_SCHEMA_TEXTS) >= 256:
+        _SCHEMA_TEXTS.clear()
+    text = json.dumps(schema.to_dict(), separators=(",", ":")).encode()
+    _SCHEMA_TEXTS[id(schema)] = (schema, text)
+    return text
+
+
+@functools.lru_cache(maxsize=256)
+def _schema_of(text: bytes) -> TableSchema:
+    """The schema of a ``TableChanges``'s JSON; one object per text, so equal schemas compare at once."""
+    return TableSchema.from_dict(json.loads(text))

@@ -221,6 +221,24 @@ class DeltaSink(Sink):
             # only the files whose chunk range holds a changed key are read and rewritten: a merge's
             # cost follows the changes, not the table (every target row of a changed key lies in them)
             files = files_holding(table, changes.column(CHUNK_COLUMN))  # None: every file
+            # columns the source dropped since the table took them: an update keeps a row's value there,
+            # an insert of a key the table holds (deleted and inserted again in this batch) holds NULL
+            # there, as any insert. delta-rs assigns no column the source lacks while it merges schemas,
+            # so then the changes' new columns are added first, in a commit of their own
+            current = pa.schema(table.schema().to_arrow())
+            absent = [n for n in current.names if n not in changes.column_names]
+            added = [f.with_nullable(True) for f in changes.schema if f.name not in current.names]
+            if absent and added:
+                retry_conflicts(lambda: DeltaTable(uri, storage_options=self.storage_options).alter.add_columns(
+                    [DeltaField.from_arrow(f) for f in added]), f"add columns {[f.name for f in added]} to {uri}")
+                table = DeltaTable(uri, storage_options=self.storage_options)
+            merger = table.merge(changes, predicate=f"{keys} AND ({files})" if files else keys, source_alias="s",
+                                 target_alias="t", merge_schema=not absent, streamed_exec=not integer_keys,
+                                 commit_properties=_commit_properties(commit))
+            if absent:
+                merger = merger.when_matched_update(
+                    {**assignments, **{sql_identifier(n): "NULL" for n in absent}},
+                    predicate="s._cdc_op = 'c' AND s._cdc_version > t._cdc_version")
             (
                 # the changes are a bounded in-memory table (the stream merges at most max_apply_changes at
                 # once), so delta-rs may derive a pruning predicate from their key ranges and skip the
@@ -228,9 +246,7 @@ class DeltaSink(Sink):
                 # (its streamed execution gives that up, and the files predicate above stands in). Only for
                 # integer keys: with a DECIMAL(20,0) key (BIGINT UNSIGNED) the pruned merge inserted rows it
                 # should have updated (deltalake 1.6.6)
-                table.merge(changes, predicate=f"{keys} AND ({files})" if files else keys, source_alias="s",
-                            target_alias="t", merge_schema=True, streamed_exec=not integer_keys,
-                            commit_properties=_commit_properties(commit))
+                merger
                 .when_matched_delete(predicate="s._cdc_op = 'd' AND s._cdc_version > t._cdc_version")
                 .when_matched_update(assignments, predicate="s._cdc_op <> 'd' AND s._cdc_version > t._cdc_version")
                 .when_not_matched_insert(assignments, predicate="s._cdc_op <> 'd'")

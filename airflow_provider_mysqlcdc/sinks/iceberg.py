@@ -299,7 +299,8 @@ class IcebergSink(Sink):
         keys = row_key_columns(schema)
         chunks = sorted({c for c in changes.column(CHUNK_COLUMN).to_pylist() if c is not None})
         self._replace("merge", sink_target(schema).table_id, chunk_filter(chunks),
-                      lambda table, existing: merged(as_table_rows(existing, table), as_table_rows(changes, table), keys),
+                      lambda table, existing: merged(as_table_rows(existing, table), as_table_rows(changes, table), keys,
+                                                     [n for n in arrow_schema_of(table).names if n not in changes.column_names]),
                       commit, f"merge batch {commit.batch_id} into {schema.table_id}", read=True, columns=changes.schema)
 
     def truncate_before(self, table_id: TableId, version: int, *, commit: StreamCommit) -> None:

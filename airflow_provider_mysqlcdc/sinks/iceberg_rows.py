@@ -6,8 +6,10 @@ its row."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyiceberg.expressions import (
     AlwaysFalse,
     AlwaysTrue,
@@ -27,15 +29,18 @@ from airflow_provider_mysqlcdc.sinks.routing import shard_bounds
 IN_GROUP = 200
 
 
-def merged(existing: pa.Table, changes: pa.Table, keys: list[str]) -> pa.Table:
+def merged(existing: pa.Table, changes: pa.Table, keys: list[str], carried: Sequence[str] = ()) -> pa.Table:
     """The rows that replace ``existing`` (the rows of the changed chunk keys) once ``changes`` (the
     last change per key) are applied: a change applies where it is newer than its row (``_cdc_version``),
     a delete removes the row, any other change replaces or inserts it. Keys match NULL-safely (a
-    temporal key column is NULL beside its zero-date companion)."""
+    temporal key column is NULL beside its zero-date companion). ``carried``: columns the changes do
+    not carry (the source dropped them since the sink took them), which an update keeps as its row
+    had them, as Delta's merge does; an insert holds NULL there."""
     by_key = {key: i for i, key in enumerate(zip(*(changes.column(k).to_pylist() for k in keys)))}
     versions, ops = changes.column("_cdc_version").to_pylist(), changes.column("_cdc_op").to_pylist()
     take = [op != "d" for op in ops]
     keep = []
+    replaces: list[int | None] = [None] * changes.num_rows  # the existing row an update replaces
     old_versions = existing.column("_cdc_version").to_pylist()
     for row, key in enumerate(zip(*(existing.column(k).to_pylist() for k in keys))):
         i = by_key.get(key)
@@ -43,9 +48,16 @@ def merged(existing: pa.Table, changes: pa.Table, keys: list[str]) -> pa.Table:
             keep.append(True)
         elif versions[i] > old_versions[row]:
             keep.append(False)
+            replaces[i] = row if ops[i] == "u" else None
         else:  # the row is as new as the change already (a replayed split, or staged rows)
             keep.append(True)
             take[i] = False
+    if carried and any(r is not None for r in replaces):
+        rows = pa.array(replaces, pa.int64())
+        for name in carried:
+            at = changes.schema.get_field_index(name)
+            kept = pc.if_else(pc.is_valid(rows), existing.column(name).take(rows), changes.column(name))
+            changes = changes.set_column(at, changes.field(at), kept)
     return pa.concat_tables([existing.filter(pa.array(keep, pa.bool_())), changes.filter(pa.array(take, pa.bool_()))])
 
 

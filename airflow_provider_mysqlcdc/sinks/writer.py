@@ -68,6 +68,10 @@ class SinkWriter:
         #: per target (False: the table, True: its changelog) the last position committed to it
         self._applied: dict[bool, Position | None] = {}
 
+    def carry_positions(self, other: "SinkWriter") -> None:
+        """Take the positions ``other`` (a writer of the same sink table and shard) read or committed."""
+        self._applied.update(other._applied)
+
     def applied(self, changelog: bool = False) -> Position | None:
         if changelog not in self._applied:
             self._applied[changelog] = self.sink.applied_position(self.target.table_id, changelog=changelog,

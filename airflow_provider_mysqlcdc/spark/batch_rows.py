@@ -24,6 +24,7 @@ import pickle
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from airflow_provider_mysqlcdc.cdc.binlog.table_map import schema_as_of
 from airflow_provider_mysqlcdc.cdc.errors import InternalError, describe_error, is_table_fault
 from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, TableFailed
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
@@ -68,15 +69,24 @@ class RowEmitter:
         self.failed: set[TableId] = set()
         #: the changes sent so far (inline or spilled)
         self.changes_sent = 0
+        #: per table map's schema (by identity, held): the executor's schema it was given, and the schema as of it
+        self._as_of_schemas: dict[int, tuple[TableSchema, TableSchema | None, TableSchema]] = {}
 
     def changes(self, batch: Sequence[ChangeRecord], decisions: Sequence[bool]) -> Iterator[tuple]:
         """One row per table of the records of ``batch`` to keep (``decisions``), if any, in the order
-        of their first change (a table's failure in its place)."""
-        by_table: dict[TableId, list[ChangeRecord]] = {}
+        of their first change (a table's failure in its place); one more where a table's changes were
+        written under another table map (a DDL the reader did not see between them), each of its runs
+        under one schema."""
+        runs: list[tuple[TableId, list[ChangeRecord]]] = []
+        current: dict[TableId, tuple[TableSchema | None, list[ChangeRecord]]] = {}
         for record, keep in zip(batch, decisions):
             if keep and record.table_id not in self.failed:
-                by_table.setdefault(record.table_id, []).append(record)
-        rows = [row for table_id, kept in by_table.items() for row in self._table_rows(table_id, kept)]
+                run = current.get(record.table_id)
+                if run is None or run[0] is not record.schema:
+                    run = current[record.table_id] = (record.schema, [])
+                    runs.append((record.table_id, run[1]))
+                run[1].append(record)
+        rows = [row for table_id, kept in runs for row in self._table_rows(table_id, kept)]
         self.changes_sent += sum(row[4] for row in rows if row[3] == CHANGES)
         for row in sorted(rows, key=row_key):
             yield from self._emit(row)
@@ -113,9 +123,21 @@ class RowEmitter:
 
     def _changes_row(self, table_id: TableId, kept: list[ChangeRecord]) -> tuple:
         first = kept[0]
-        data = change_columns(self.schemas.get(table_id), kept, changelog=self.changelog)
+        schema = self._as_of(table_id, first.schema)
+        data = change_columns(schema, kept, changelog=self.changelog)
         return (first.offset.version, first.row, first.part, CHANGES, len(kept), max(r.timestamp_ms for r in kept),
-                self.generation, TableChanges(table_id, data).to_ipc())
+                self.generation, TableChanges(table_id, data, schema).to_ipc())
+
+    def _as_of(self, table_id: TableId, mapped: TableSchema | None) -> TableSchema | None:
+        """The table's schema as of changes decoded under ``mapped`` (their table map's), which types
+        their columns and travels with them: cdc/binlog/table_map.py ``schema_as_of``."""
+        known = self.schemas.get(table_id)
+        if mapped is None:
+            return known
+        held = self._as_of_schemas.get(id(mapped))
+        if held is None or held[0] is not mapped or held[1] is not known:
+            held = self._as_of_schemas[id(mapped)] = (mapped, known, schema_as_of(mapped, known))
+        return held[2]
 
     def fail(self, failure: TableFailed) -> Iterator[tuple]:
         """The reader could not decode a change of the table (sent once; its later changes are not)."""

@@ -115,6 +115,32 @@ def job_outcome(report: ReportWatcher, what: str, exit_problem: str | None) -> d
     return result
 
 
+#: what Spark says when a program's Python workers did not start (a loaded worker machine: the JVM
+#: waits a fixed time for each to connect back), before the program did any work of its own
+START_FAILURES = ("Python worker failed to connect back", "Timed out while waiting for the Python worker to connect back")
+#: how many times a program whose Python workers failed to start is run, and the pause before each new try
+START_ATTEMPTS, START_PAUSES_S = 3, (5.0, 20.0)
+
+
+def started_again(run: Callable[[], Any], what: str, *, log: logging.Logger | Any,
+                  sleep: Callable[[float], None] = time.sleep) -> Any:
+    """``run()`` (a Spark program to its end, or to its driver's start), run again when it fails
+    because Spark's Python workers did not start (``START_FAILURES``), up to ``START_ATTEMPTS`` times;
+    any other failure is raised at once. The programs are safe to run again: a chunk replaces its
+    splits' ranges, a stream applies each change once (its positions, its lease)."""
+    for attempt in range(1, START_ATTEMPTS + 1):
+        try:
+            return run()
+        except Exception as exc:  # noqa: BLE001 - SparkJobFailed, or a Spark Connect session's own error
+            if attempt == START_ATTEMPTS or not any(marker in str(exc) for marker in START_FAILURES):
+                raise
+            pause = START_PAUSES_S[min(attempt, len(START_PAUSES_S)) - 1]
+            log.warning("%s: Spark's Python workers did not start (%s); starting it again in %.0fs (try %d of %d)",
+                        what, next(m for m in START_FAILURES if m in str(exc)), pause, attempt + 1, START_ATTEMPTS)
+            sleep(pause)
+    raise AssertionError("unreachable")
+
+
 def wait_for_driver(report: ReportWatcher, what: str, *, ended: Callable[[], bool], problem: Callable[[], str | None],
                     on_line: Callable[[str], None], on_driver: Callable[[Any], None], timeout_s: float,
                     on_timeout: Callable[[], None]) -> None:

@@ -40,7 +40,7 @@ from airflow_provider_mysqlcdc.protocol.registry import Generation
 from airflow_provider_mysqlcdc.sinks.arrow_rows import conform_to, merge_changes_into_table
 from airflow_provider_mysqlcdc.sinks.base import Sink
 from airflow_provider_mysqlcdc.sinks.change_columns import TableChanges, changes_before, conform_changes, offset_at
-from airflow_provider_mysqlcdc.sinks.routing import sink_target
+from airflow_provider_mysqlcdc.sinks.routing import captured_target, sink_target
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_table_changes, merge_outcomes, staged_position
 from airflow_provider_mysqlcdc.state.drift import Drift, read_drift
 from airflow_provider_mysqlcdc.state.generations import first_high_watermark
@@ -82,6 +82,10 @@ class BatchApplier(SchemaChangeRules):
         self.known = known
         self.fence = fence
         self.writers: dict[TableId, SinkWriter] = {}
+        #: the schema each table's writer was made for (under ``ignore``, before the sink's columns were kept)
+        self.made_for: dict[TableId, TableSchema] = {}
+        #: the tables the current batch activated whole whose writers are not made yet (``_activate``)
+        self.whole_pending: set[TableId] = set()
         self.rows_applied = 0
         #: per table (quoted), the rows this stream merged or wrote into it (0: truncated or filled only)
         self.table_changes: Counter[str] = Counter()
@@ -101,7 +105,9 @@ class BatchApplier(SchemaChangeRules):
         if generation is not None:
             self._begin(generation)
         done = AppliedBatch()
+        self.whole_pending = set()
         segment: list[TableChanges] = []
+        under: dict[TableId, TableSchema | None] = {}  # the schema of each table's changes in the segment
         unit = staged = pending = 0
         for item in items:
             if isinstance(item, TableChanges):
@@ -110,21 +116,27 @@ class BatchApplier(SchemaChangeRules):
                 done.last_change = max(done.last_change or last, last)
                 data = self._applicable(item.table_id, item.data)
                 done.skipped += item.data.num_rows - data.num_rows
+                if data.num_rows and under.get(item.table_id, item.schema) != item.schema:
+                    # written under another schema than the table's changes before them in this unit
+                    # (a DDL the reader did not see between them): a unit of their own
+                    done.merged_tables |= self._apply(segment, batch_id * SEGMENTS + unit)
+                    segment, under, unit, pending = [], {}, unit + 1, 0
                 while data.num_rows:  # cut where a unit reaches max_apply_changes
+                    under[item.table_id] = item.schema
                     room = self.job.max_apply_changes - pending
-                    segment.append(TableChanges(item.table_id, data.slice(0, room)))
+                    segment.append(TableChanges(item.table_id, data.slice(0, room), item.schema))
                     pending += min(room, data.num_rows)
                     done.changes += min(room, data.num_rows)
                     data = data.slice(room)
                     if pending >= self.job.max_apply_changes:
                         done.merged_tables |= self._apply(segment, batch_id * SEGMENTS + unit)
-                        segment, unit, pending = [], unit + 1, 0
+                        segment, under, unit, pending = [], {}, unit + 1, 0
                         rest = self._applicable(item.table_id, data)  # the table may have failed in that unit
                         done.skipped, data = done.skipped + data.num_rows - rest.num_rows, rest
                 continue
             done.newest_ms = max(done.newest_ms, getattr(item, "timestamp_ms", 0))
             done.merged_tables |= self._apply(segment, batch_id * SEGMENTS + unit)
-            segment, unit, pending = [], unit + 1, 0
+            segment, under, unit, pending = [], {}, unit + 1, 0
             if isinstance(item, TablesActivated):
                 self._activate(item)
             elif isinstance(item, BinlogPurged):
@@ -169,6 +181,7 @@ class BatchApplier(SchemaChangeRules):
     def _make_writer(self, schema: TableSchema, chunk_key: str, *, replace: bool = False) -> None:
         """The table's writer of ``schema``; under ``schema_changes="ignore"`` only of the columns its sink
         table has (one that exists, and is not being replaced by a whole re-snapshot)."""
+        self.made_for[schema.table_id] = schema
         if self.job.schema_changes == "ignore" and not replace:
             present = set(self.sink.column_names(sink_target(schema).table_id))
             if present:
@@ -181,8 +194,31 @@ class BatchApplier(SchemaChangeRules):
             log.warning("%s: %s. Its whole re-snapshot is being applied now: the sink table is replaced by an "
                         "empty one of the new schema, which the re-snapshot fills", schema.table_id, exc)
             self.sink.replace_schema(schema)
-        self.writers[schema.table_id] = SinkWriter(self.sink, schema, chunk_key,
-                                                   self.tables.ordering(schema.column(chunk_key)))
+        writer = SinkWriter(self.sink, schema, chunk_key, self.tables.ordering(schema.column(chunk_key)))
+        before = self.writers.get(schema.table_id)
+        if before is not None and not replace and before.target == writer.target:
+            writer.carry_positions(before)  # the same sink table: what it holds is known already
+        self.writers[schema.table_id] = writer
+
+    def _writer_as_of(self, table_id: TableId, schema: TableSchema | None, offset: BinlogOffset) -> SinkWriter | None:
+        """The table's writer for changes written under ``schema`` (their table map's columns and key:
+        ``TableChanges.schema``), made anew when the table's writer was made for another; None when the
+        sink's table cannot take that schema's column types (the table is frozen at ``offset``, as a
+        DDL changing them would have frozen it)."""
+        if schema is None or self.made_for.get(table_id) == schema:
+            return self._writer(table_id)
+        chunk_key = self._chunk_key(table_id)
+        if chunk_key not in schema.column_names:  # the key went (frozen by that DDL): the changes keep their writer
+            return self._writer(table_id)
+        try:
+            self._make_writer(schema, chunk_key)
+        except SchemaChangedError as exc:
+            self._drifted(table_id, TableEventKind.TYPE_CHANGED, offset,
+                          f"{exc} (changes at {offset} were written under that type; the sink keeps the table's "
+                          "last state)")
+            self._refreeze(table_id)
+            return None
+        return self.writers[table_id]
 
     def _applicable(self, table_id: TableId, data: pa.Table) -> pa.Table:
         """The changes of ``data`` (one table's) to apply: none of a table no longer captured, and none
@@ -216,12 +252,23 @@ class BatchApplier(SchemaChangeRules):
 
     def _writer(self, table_id: TableId) -> SinkWriter:
         if table_id not in self.writers:
-            self._load_writers({table_id: self._chunk_key(table_id)})
+            self._load_writers({table_id: self._chunk_key(table_id)}, tuple({table_id} & self.whole_pending))
         return self.writers[table_id]
 
     def _activate(self, event: TablesActivated) -> None:
+        """Prepare the sink tables the activation needs now: those not written yet, and those a whole
+        re-snapshot repairing a freeze replaces. The others get their writers when a change, a DDL or
+        a staged split first needs one, a change's made for the schema as of it (``_writer_as_of``):
+        the server's schema of now may hold a DDL the stream has not reached, which the sink must
+        not take before it (``schema_changes="fail"`` refuses it there)."""
         chunk_keys = {t: k for t, k in event.chunk_keys.items() if t not in self.removed}
-        self._load_writers(chunk_keys, event.whole)
+        now = {t: k for t, k in chunk_keys.items() if (t in event.whole and self._repairs_a_freeze(t))
+               or not self.sink.column_names(captured_target(t, self.generation.table_rule(t)).table_id)}
+        for table_id in chunk_keys.keys() - now.keys():  # made again when next needed
+            self.writers.pop(table_id, None)
+            self.made_for.pop(table_id, None)
+        self.whole_pending |= set(event.whole) & (chunk_keys.keys() - now.keys())
+        self._load_writers(now, event.whole)
         if chunk_keys:
             log.info("registry changes activated for %s", ", ".join(str(t) for t in chunk_keys))
 
@@ -291,9 +338,12 @@ class BatchApplier(SchemaChangeRules):
         self.table_changes.update({t.quoted: n for t, n in merged.items()})
         return set(merged)
 
-    def _conformed(self, table_id: TableId, pieces: list[TableChanges]) -> pa.Table:
-        """The table's pieces of changes as one table of its writer's columns (its writer made first)."""
-        writer = self._writer(table_id)
+    def _conformed(self, table_id: TableId, pieces: list[TableChanges]) -> pa.Table | None:
+        """The table's pieces of changes (all written under one schema: ``apply_batch``) as one table of
+        its writer's columns, its writer made for that schema first (None: the table froze there)."""
+        writer = self._writer_as_of(table_id, pieces[0].schema, offset_at(pieces[0].data, 0))
+        if writer is None:
+            return None
         conformed = []
         for piece in pieces:
             data, unknown = conform_changes(piece.data, writer.data_schema)

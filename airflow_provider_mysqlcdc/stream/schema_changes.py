@@ -21,7 +21,9 @@ from airflow_provider_mysqlcdc.protocol.jobs import FOLLOWS_COLUMNS, StreamJob
 from airflow_provider_mysqlcdc.protocol.registry import Generation
 from airflow_provider_mysqlcdc.sinks.arrow_rows import METADATA_COLUMNS
 from airflow_provider_mysqlcdc.sinks.base import Sink
+from airflow_provider_mysqlcdc.sinks.routing import captured_target
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
+from airflow_provider_mysqlcdc.state.ddl_log import record_ddl
 from airflow_provider_mysqlcdc.state.drift import Drift, frozen_since, record_drift
 from airflow_provider_mysqlcdc.state.generations import first_high_watermark
 from airflow_provider_mysqlcdc.state.new_tables import record_new_table
@@ -46,6 +48,8 @@ class SchemaChangeRules:
     drift: Drift
     frozen: dict[TableId, BinlogOffset]
     removed: set[TableId]
+    #: while a DDL is followed: what the policy did to each table (``_say``), for ``_report``
+    _said: dict[TableId, list[str]] | None = None
 
     def _writer(self, table_id: TableId) -> SinkWriter:
         raise NotImplementedError
@@ -54,12 +58,38 @@ class SchemaChangeRules:
         raise NotImplementedError
 
     def _schema_changed(self, event: SchemaChangeEvent, version: int) -> bool:
-        """Follow a DDL statement table by table (docs/events-and-types.md, "Event -> what happens to the sink");
-        True when it committed something to the sink under ``version``."""
+        """Follow a DDL statement table by table (docs/events-and-types.md, "Event -> what happens to the
+        sink"); True when it committed something to the sink under ``version``. What the policy did
+        with it is one line of the stream's log, and each captured table's entry in the DDL log."""
+        self._said = {}
+        try:
+            if self.job.schema_changes == "fail":
+                self._refuse_if_captured(event)
+            committed = self._follow(event, version)
+        except SchemaChangeRefused:
+            self._report(event)
+            raise
+        self._report(event)
+        return committed
+
+    def _say(self, table_id: TableId, outcome: str) -> None:
+        """Part of what the policy did to ``table_id`` with the DDL being followed (``_report`` says it)."""
+        if self._said is not None:
+            self._said.setdefault(table_id, []).append(outcome)
+
+    def _report(self, event: SchemaChangeEvent) -> None:
+        """The statement, and what the policy did with it to each captured table, in one log line and in
+        the DDL log (state/ddl_log.py)."""
+        said, self._said = {t: "; ".join(o) for t, o in (self._said or {}).items()}, None
+        log.warning("schema change at %s: %s (%s)%s", event.offset, event.statement[:300],
+                    ", ".join(f"{c.table} {c.kind.value}" for c in event.changes),
+                    f" -- schema_changes={self.job.schema_changes}: " + "; ".join(f"{t}: {o}" for t, o in sorted(said.items()))
+                    if said else "")
+        record_ddl(self.state, event.offset, event.statement, self.job.schema_changes, said)
+
+    def _follow(self, event: SchemaChangeEvent, version: int) -> bool:
         committed = False
         altered = []
-        if self.job.schema_changes == "fail":
-            self._refuse_if_captured(event)
         for change in event.changes:
             table_id, kind = change.table, change.kind
             if kind in (TableEventKind.CREATED, TableEventKind.REPLACED, TableEventKind.RENAMED):
@@ -67,12 +97,14 @@ class SchemaChangeRules:
             if not self._captured(table_id):
                 continue
             if self._frozen_at(table_id, event.offset):
+                self._say(table_id, f"not applied: the table is frozen since {self.frozen[table_id]}")
                 if kind in (TableEventKind.CREATED, TableEventKind.REPLACED):
                     self._drifted(table_id, TableEventKind.CREATED, event.offset,
                                   f"created again by {event.statement[:300]!r}")
                 continue  # the name holds another table than the sink's: nothing of it applies
             if kind is TableEventKind.TRUNCATED:
                 self._truncate(table_id, event, version)
+                self._say(table_id, "the rows older than it removed")
                 committed = True
             elif kind.ends_table:
                 what = f"{kind.value}{f' (now {change.other})' if kind is TableEventKind.RENAMED else ''}"
@@ -84,8 +116,6 @@ class SchemaChangeRules:
                                                             f"{event.statement[:300]!r}")
             elif kind is TableEventKind.ALTERED:
                 altered.append(table_id)
-        log.warning("schema change at %s: %s (%s)", event.offset, event.statement,
-                    ", ".join(f"{c.table} {c.kind.value}" for c in event.changes))
         return self._reload_altered(altered, event, version) or committed
 
     def _captured(self, table_id: TableId) -> bool:
@@ -102,6 +132,8 @@ class SchemaChangeRules:
         followed = [c.table for c in event.changes
                     if self._captured(c.table) and not self._frozen_at(c.table, event.offset)]
         if followed:
+            for table_id in followed:
+                self._say(table_id, "refused: the stream stopped before it, nothing of it applied")
             raise SchemaChangeRefused(
                 f"{event.statement[:300]!r} at {event.offset} changes {', '.join(map(str, sorted(set(followed))))}, and "
                 "the stream runs with schema_changes='fail': it stopped before the statement, nothing of it applied "
@@ -147,10 +179,14 @@ class SchemaChangeRules:
         # remembered schema (read before a writer is made, which may remember the server's)
         met = {t for t in altered if t in self.writers}
         remembered = {t: self.known.remembered(t) for t in altered if t not in met}
+        # read before a writer is made here: making one prepares the sink table, which may give it the
+        # server's columns of now (Iceberg evolves its schema there)
+        in_sink = {t: set(self.sink.column_names(captured_target(t, self.generation.table_rule(t)).table_id))
+                   - set(METADATA_COLUMNS) for t in altered if t not in met}
         old = {t: self._writer(t) for t in altered}  # the schema the table's changes so far were written under
         before = {t: set(w.schema.column_names) if t in met else
                   set(known.column_names) if w.target.shard and (known := remembered[t]) is not None else
-                  set(self.sink.column_names(w.target.table_id)) - set(METADATA_COLUMNS) for t, w in old.items()}
+                  in_sink[t] for t, w in old.items()}
         schemas = self.tables.current_schemas(altered)
         added = {c.table: c.added_columns for c in event.changes if c.kind is TableEventKind.ALTERED}
         for table_id, schema in zip(altered, schemas):
@@ -173,8 +209,13 @@ class SchemaChangeRules:
                 self._refreeze(table_id)
                 continue
             self.known.remember(schema)
+            self._say_columns(table_id, old[table_id].schema, before[table_id], schema)
             if not self._follows_columns:  # lenient, ignore: a column change is never drift
-                committed = self._fill_added(table_id, self._fillable(table_id, added), event, version)[1] or committed
+                unfilled, wrote = self._fill_added(table_id, self._fillable(table_id, added), event, version)
+                if unfilled:
+                    self._say(table_id, f"rows before it hold NULL in {', '.join(unfilled)} (no constant DEFAULT "
+                                        "to give them)")
+                committed = wrote or committed
                 continue
             vanished = before[table_id] - set(schema.column_names)
             if vanished:
@@ -187,6 +228,25 @@ class SchemaChangeRules:
                               f"column(s) {', '.join(unfilled)} added by {event.statement[:300]!r} hold a default (or "
                               "generated) value in rows written before, which the binlog does not carry")
         return committed
+
+    def _say_columns(self, table_id: TableId, old: TableSchema, before: set[str], schema: TableSchema) -> None:
+        """What the statement did to the sink table's columns (the writer of ``schema`` made)."""
+        written = set(self.writers[table_id].schema.column_names)
+        new, gone = [n for n in schema.column_names if n not in before], sorted(before - set(schema.column_names))
+        was = {c.name: c.column_type for c in old.columns}
+        retyped = [c.name for c in schema.columns if c.name in was and was[c.name].lower() != c.column_type.lower()]
+        parts = []
+        if [n for n in new if n in written]:
+            parts.append(f"column(s) {', '.join(n for n in new if n in written)} added to the sink")
+        if [n for n in new if n not in written]:
+            parts.append(f"column(s) {', '.join(n for n in new if n not in written)} not written (the sink keeps "
+                         "its columns)")
+        if gone:
+            parts.append(f"column(s) {', '.join(gone)} gone from the source" + (
+                "" if self._follows_columns else ", kept in the sink with their last values"))
+        if retyped:
+            parts.append(f"the type of {', '.join(retyped)} followed")
+        self._say(table_id, "; ".join(parts) or "no column change for the sink")
 
     @property
     def _follows_columns(self) -> bool:
@@ -226,6 +286,7 @@ class SchemaChangeRules:
             return names, False
         log.info("%s: rows older than %s got the DEFAULT of %s", table_id, event.offset,
                  ", ".join(f"{n} = {values[n]!r}" for n in constant))
+        self._say(table_id, f"rows before it given the DEFAULT of {', '.join(constant)}")
         return rest, wrote
 
     def _refreeze(self, table_id: TableId) -> None:
@@ -235,6 +296,8 @@ class SchemaChangeRules:
             self.frozen[table_id] = since
 
     def _drifted(self, table_id: TableId, kind: TableEventKind, offset: BinlogOffset, reason: str) -> None:
+        self._say(table_id, f"{'frozen' if kind.freezes else 'drift'} ({kind.value}): the next DAG run re-snapshots "
+                            "the table")
         if record_drift(self.state, self.drift, table_id, kind, offset, reason):
             log.warning("%s at %s: %s. The sink cannot follow this exactly by itself: the next DAG run re-snapshots "
                         "the table if it exists on the source (state/drift.py)", table_id, offset, reason)

@@ -1,12 +1,16 @@
-"""The schema-change policies (Flink CDC's ``schema.change.behavior``) on a real stream.
+"""The schema-change policies (Flink CDC's ``schema.change.behavior``) on a real stream, each with
+changes written under the table's schema before a DDL and after it.
 ``fail`` (Flink's ``exception``): a captured table's DDL stops the stream before the statement,
-naming it, with the changes before it applied and nothing of it; run again with ``evolve``, the
-stream follows it and the sink equals the source. ``lenient``: column changes never re-snapshot.
-``ignore``: the sink keeps its columns."""
+naming it, with the changes before it applied and nothing of it (not even the column it adds in
+the sink's schema); run again with ``evolve``, the stream follows it, the older rows get the added
+column's DEFAULT and the sink equals the source. ``lenient``: column changes never re-snapshot, and
+changes written before a DROP COLUMN keep their values in the column the sink keeps. ``ignore``: the
+sink keeps its columns, with the same values."""
 
 from __future__ import annotations
 
 import pytest
+from deltalake import DeltaTable
 
 from airflow_provider_mysqlcdc.cdc.errors import SparkJobFailed
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
@@ -22,36 +26,47 @@ from .helpers import run_stream
 pytestmark = pytest.mark.integration
 
 
-def test_a_captured_tables_ddl_stops_a_failing_stream_before_it_and_evolve_goes_on(mysql_server, cdc_user, database,
-                                                                                    tmp_path):
-    table = TableId(database, "policy")
+def _delta_rows(lake: str, table: TableId) -> tuple[list[str], dict]:
+    """The Delta table's source columns and rows by id, as delta-rs reads them (not our reader)."""
+    data = DeltaTable(open_sink(lake).table_uri(table)).to_pyarrow_table()
+    return [n for n in data.column_names if not n.startswith("_cdc_")], {r["id"]: r for r in data.to_pylist()}
+
+
+@pytest.mark.parametrize("sink_format", ["delta", "iceberg"])
+def test_a_failing_stream_leaves_the_sink_as_before_the_ddl_and_evolve_then_fills_the_default(
+        mysql_server, cdc_user, database, tmp_path, sink_format):
+    table = TableId(database, f"policy_{sink_format}")
     conn = mysql_server.connect()
     with conn.cursor() as cur:
         cur.execute(f"CREATE TABLE {table.quoted} (id INT PRIMARY KEY, v VARCHAR(10))")
         cur.execute(f"INSERT INTO {table.quoted} VALUES (1, 'a'), (2, 'b')")
     conn.commit()
     lake, state = str(tmp_path / "lake"), PipelineState(str(tmp_path / "state"))
-    snapshot_tables(cdc_user, [table], lake, state)
+    snapshot_tables(cdc_user, [table], lake, state, sink_format=sink_format)
+    sink = open_sink(lake, sink_format=sink_format)
     with conn.cursor() as cur:
         cur.execute(f"INSERT INTO {table.quoted} VALUES (3, 'c')")
-        cur.execute(f"ALTER TABLE {table.quoted} ADD COLUMN n INT NOT NULL DEFAULT 7")
+        cur.execute(f"UPDATE {table.quoted} SET v = 'B' WHERE id = 2")
+        cur.execute(f"ALTER TABLE {table.quoted} ADD COLUMN n INT NULL DEFAULT 7")
         cur.execute(f"INSERT INTO {table.quoted} VALUES (4, 'd', 8)")
     conn.commit()
 
     with pytest.raises(SparkJobFailed, match=r"SchemaChangeRefused.*ADD COLUMN n.*schema_changes='evolve'"):
-        run_stream(cdc_user, tmp_path / "first", StreamJob(state=state.location, sink_root=lake, schema_changes="fail"))
-    before = load_table_schema(conn, table)
-    rows = sink_rows(lake, before)
-    assert sorted(rows) == [(1,), (2,), (3,)] and all(r.get("n") is None for r in rows.values())
+        run_stream(cdc_user, tmp_path / "first", StreamJob(state=state.location, sink_root=lake,
+                                                           sink_format=sink_format, schema_changes="fail"))
+    # the changes before the statement, and nothing of it: not even its column in the table's schema
+    assert [n for n in sink.column_names(table) if not n.startswith("_cdc_")] == ["id", "v"]
+    assert {r["id"]: r["v"] for r in sink.read(table).to_pylist()} == {1: "a", 2: "B", 3: "c"}
 
-    run_stream(cdc_user, tmp_path / "second", StreamJob(state=state.location, sink_root=lake))
+    run_stream(cdc_user, tmp_path / "second", StreamJob(state=state.location, sink_root=lake, sink_format=sink_format))
     schema = load_table_schema(conn, table)
-    assert differences(source_rows(cdc_user, schema), sink_rows(lake, schema)) is None
+    assert differences(source_rows(cdc_user, schema), sink_rows(lake, schema, sink_format=sink_format)) is None
 
 
 def _altered_pipeline(mysql_server, cdc_user, database, tmp_path, name: str):
-    """A snapshotted table, then: a row, a dropped column, a renamed one, one added with an expression
-    DEFAULT (which no binlog event carries into the older rows), and rows after them."""
+    """A snapshotted table, then: changes of the columns a DDL drops or renames next, written before
+    it (their values are only in those row images), a dropped column, a renamed one, one added with
+    an expression DEFAULT (which no binlog event carries into the older rows), and rows after them."""
     table = TableId(database, name)
     conn = mysql_server.connect()
     with conn.cursor() as cur:
@@ -61,6 +76,8 @@ def _altered_pipeline(mysql_server, cdc_user, database, tmp_path, name: str):
     lake, state = str(tmp_path / "lake"), PipelineState(str(tmp_path / "state"))
     snapshot_tables(cdc_user, [table], lake, state)
     with conn.cursor() as cur:
+        cur.execute(f"UPDATE {table.quoted} SET gone = 21, old = 201 WHERE id = 2")
+        cur.execute(f"INSERT INTO {table.quoted} VALUES (4, 'd', 40, 400)")
         cur.execute(f"ALTER TABLE {table.quoted} DROP COLUMN gone")
         cur.execute(f"ALTER TABLE {table.quoted} RENAME COLUMN old TO new")
         cur.execute(f"ALTER TABLE {table.quoted} ADD COLUMN at DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP")
@@ -74,11 +91,12 @@ def test_lenient_follows_column_changes_without_a_resnapshot(mysql_server, cdc_u
     table, lake, state = _altered_pipeline(mysql_server, cdc_user, database, tmp_path, "lenient")
     run_stream(cdc_user, tmp_path / "stream", StreamJob(state=state.location, sink_root=lake, schema_changes="lenient"))
     assert read_drift(state) == {}
-    rows = {r["id"]: r for r in open_sink(lake).read(table).to_pylist()}
-    # dropped and renamed-away columns stay (their last values; NULL in rows written after), the new
-    # names are columns (NULL in older rows: no binlog event carries their values there)
+    _, rows = _delta_rows(lake, table)
+    # dropped and renamed-away columns stay with the last values the binlog gave them (NULL in rows
+    # written after), the new names are columns (NULL in older rows: no binlog event carries their
+    # values there)
     assert {k: (r["v"], r["gone"], r["old"], r["new"]) for k, r in rows.items()} == {
-        1: ("a", 10, 100, None), 2: ("B", 20, 200, 200), 3: ("c", None, None, 300)}
+        1: ("a", 10, 100, None), 2: ("B", 21, 201, 201), 3: ("c", None, None, 300), 4: ("d", 40, 400, None)}
     assert rows[1]["at"] is None and rows[3]["at"] is not None
 
 
@@ -86,7 +104,7 @@ def test_ignore_keeps_the_sinks_columns(mysql_server, cdc_user, database, tmp_pa
     table, lake, state = _altered_pipeline(mysql_server, cdc_user, database, tmp_path, "ignored")
     run_stream(cdc_user, tmp_path / "stream", StreamJob(state=state.location, sink_root=lake, schema_changes="ignore"))
     assert read_drift(state) == {}
-    data = open_sink(lake).read(table)
-    assert [n for n in data.column_names if not n.startswith("_cdc_")] == ["id", "v", "gone", "old"]
-    rows = {r["id"]: (r["v"], r["gone"], r["old"]) for r in data.to_pylist()}
-    assert rows == {1: ("a", 10, 100), 2: ("B", 20, 200), 3: ("c", None, None)}
+    columns, rows = _delta_rows(lake, table)
+    assert columns == ["id", "v", "gone", "old"]
+    assert {k: (r["v"], r["gone"], r["old"]) for k, r in rows.items()} == {
+        1: ("a", 10, 100), 2: ("B", 21, 201), 3: ("c", None, None), 4: ("d", 40, 400)}

@@ -12,6 +12,7 @@ import pytest
 
 from airflow_provider_mysqlcdc.cdc.binlog.reader import BinlogReader
 from airflow_provider_mysqlcdc.cdc.binlog.row_decoder import DECODERS
+from airflow_provider_mysqlcdc.cdc.binlog.table_map import schema_as_of
 from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, Operation
 from airflow_provider_mysqlcdc.cdc.model.rules import TableRule
 from airflow_provider_mysqlcdc.cdc.model.split import SnapshotSplit
@@ -121,6 +122,9 @@ def test_every_type_decodes_identically_through_select_and_binlog(mysql_server, 
     whole_table = SnapshotSplit(table, 0, "id")
     reader = BinlogReader.for_schemas(cdc_user, [schema], start=start, end=end, decoder=decoder)
     records = [r for r in reader if isinstance(r, ChangeRecord)]
+    # with no DDL since, each change's schema as of it is the server's, every column of the matrix
+    # recognised in its table map (the sink takes the server's columns and types for them)
+    assert all(schema_as_of(r.schema, schema) is schema for r in records)
     creates = {r.after["id"]: r.after for r in records if r.op is Operation.CREATE}
     updates = {r.after["id"]: r for r in records if r.op is Operation.UPDATE}
     assert len(creates) == len(rows) + 1 and set(updates) == {0, 1}
@@ -177,7 +181,9 @@ def _same_on_both_paths(source, schema, start, end, decoder: str, count: int) ->
     """The rows ``0..count-1`` inserted between ``start`` and ``end``, as the binlog (with ``decoder``)
     and the SELECT give them, asserted identical; the SELECT's, by id."""
     reader = BinlogReader.for_schemas(source, [schema], start=start, end=end, decoder=decoder)
-    binlog = {r.after["id"]: r.after for r in reader if isinstance(r, ChangeRecord)}
+    records = [r for r in reader if isinstance(r, ChangeRecord)]
+    assert all(schema_as_of(r.schema, schema) is schema for r in records)  # masked columns too
+    binlog = {r.after["id"]: r.after for r in records}
     with SplitReader(source, schema) as split_reader:
         selected = {r["id"]: r for r in split_reader.read(SnapshotSplit(schema.table_id, 0, "id")).rows}
     assert set(binlog) == set(selected) == set(range(count))
@@ -266,6 +272,7 @@ def test_odd_members_collations_generated_invisible_and_mariadb_types_agree_on_b
                if isinstance(r, ChangeRecord)]
     with SplitReader(cdc_user, schema) as split_reader:
         selected = {r["id"]: r for r in split_reader.read(SnapshotSplit(table, 0, "id")).rows}
+    assert all(schema_as_of(r.schema, schema) is schema for r in records)  # collations, MariaDB's types too
     latest = {}
     for record in records:
         latest[record.after["id"]] = record.after

@@ -48,7 +48,7 @@ class TableDecoding:
         whether the row decoder decoded them (else the library did)."""
         is_update, ts = event.operation is Operation.UPDATE, event.timestamp * 1000
         images, by_row_decoder = self.images(event, is_update)
-        rules, records = self.rules, []
+        rules, records, schema = self.rules, [], self.normalizer.schema
         if not is_update:
             op = event.operation
             is_write = op is Operation.CREATE
@@ -58,7 +58,7 @@ class TableDecoding:
                         continue
                     image = rules.masked(image)
                 records.append(ChangeRecord(op, table_id, None if is_write else image, image if is_write else None,
-                                            offset, index, 0, gtid, ts))
+                                            offset, index, 0, gtid, ts, schema))
             return records, by_row_decoder
         keys = self.normalizer.schema.key_columns
         for index in range(len(images) // 2):
@@ -67,7 +67,8 @@ class TableDecoding:
             for old, new in update_changes(before, after, key_changed, rules):
                 op = Operation.UPDATE if old is not None and new is not None else \
                     Operation.DELETE if new is None else Operation.CREATE
-                records.append(ChangeRecord(op, table_id, old, new, offset, index, 1 if old is None else 0, gtid, ts))
+                records.append(ChangeRecord(op, table_id, old, new, offset, index, 1 if old is None else 0, gtid, ts,
+                                            schema))
         return records, by_row_decoder
 
     def images(self, event: RowsWritten, is_update: bool) -> tuple[list[dict[str, Any]], bool]:

@@ -5,16 +5,23 @@ charsets and ENUM/SET labels. Decoding an event with *its* table map, rather tha
 ``information_schema``, is what lets a reader that lags behind an ALTER TABLE decode old events
 with the old schema. The result is the same ``Column`` type the SELECT path uses, so both paths
 share one normaliser (records/values.py).
+
+``schema_as_of`` gives the table's schema as of a change: the columns its table map names, each
+described by the captured schema where that has the same column (name and type), else by the
+table map alone; so a change written before a DDL is applied with the columns it was written
+under, not with today's.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from pymysqlreplication.constants import FIELD_TYPE
 
 from airflow_provider_mysqlcdc.cdc.records.charsets import codec_name, decodable
-from airflow_provider_mysqlcdc.cdc.source.schema import Column
+from airflow_provider_mysqlcdc.cdc.source.rules import captured_schema
+from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableSchema
 
 _BY_TYPE_CODE = {
     FIELD_TYPE.TINY: "tinyint",
@@ -81,11 +88,13 @@ def column_from_table_map(col: Any, known: Column | None = None) -> Column:
             and STORED_AS_BINARY.get(known.data_type) == getattr(col, "max_length", None)):
         data_type = known.data_type
     labels = tuple(col.enum_values or col.set_values or ())
+    bits = getattr(col, "bits", None) if code == FIELD_TYPE.BIT else None
     return Column(
         name=col.name,
         data_type=data_type,
-        column_type=data_type,
+        column_type=f"bit({bits})" if bits else data_type,
         nullable=True,
+        numeric_precision=getattr(col, "precision", None) if code == FIELD_TYPE.NEWDECIMAL else None,
         numeric_scale=getattr(col, "decimals", None) if code == FIELD_TYPE.NEWDECIMAL else None,
         char_max_length=getattr(col, "max_length", None) if data_type == "binary" else None,
         charset=None if is_binary else charset,
@@ -93,3 +102,65 @@ def column_from_table_map(col: Any, known: Column | None = None) -> Column:
         unsigned=bool(col.unsigned),
         labels=labels,
     )
+
+
+#: ``information_schema``'s DATA_TYPE of a column as its table map names the type (``column_from_table_map``)
+_AS_TABLE_MAP = {"tinytext": "longtext", "text": "longtext", "mediumtext": "longtext",
+                 "tinyblob": "blob", "mediumblob": "blob", "longblob": "blob", "integer": "int",
+                 "bool": "tinyint", "boolean": "tinyint", "numeric": "decimal", "real": "double",
+                 **{t: "geometry" for t in ("point", "linestring", "polygon", "multipoint", "multilinestring",
+                                            "multipolygon", "geometrycollection", "geomcollection")}}
+
+
+def _bit_width(column: Column) -> str:
+    return "".join(ch for ch in column.column_type if ch.isdigit()) or "64"
+
+
+def _collation(column: Column) -> str | None:
+    """A column's collation, None for bytes (``information_schema`` has none, a table map ``binary``)."""
+    return None if column.collation in (None, "binary") else column.collation
+
+
+def same_column_type(mapped: Column, known: Column) -> bool:
+    """Whether a table map's column (``column_from_table_map``) and a schema's column of that name hold
+    their values the same way: the same type (as a table map names it), signedness, collation (which
+    names the character set), DECIMAL precision and scale, BIT width, ENUM or SET labels."""
+    if mapped.data_type != _AS_TABLE_MAP.get(known.data_type, known.data_type):
+        return False
+    if mapped.unsigned != known.unsigned and mapped.data_type != "year":  # a table map says YEAR is unsigned
+        return False
+    # an ENUM's labels in a table map begin with '', the value of an invalid one (index 0)
+    labels = mapped.labels[1:] if mapped.data_type == "enum" else mapped.labels
+    if (_collation(mapped), labels) != (_collation(known), known.labels):
+        return False
+    if mapped.data_type == "decimal":
+        return (mapped.numeric_precision, mapped.numeric_scale) == (known.numeric_precision, known.numeric_scale)
+    return mapped.data_type != "bit" or _bit_width(mapped) == _bit_width(known)
+
+
+def _sql_named(mapped: Column) -> Column:
+    """A table map's column with its character set as SQL names it (the table map's is the codec the
+    decoders use): the first part of its collation's name (``utf8mb4_general_ci``: ``utf8mb4``)."""
+    collation = _collation(mapped)
+    return mapped if collation is None else dataclasses.replace(mapped, charset=collation.split("_", 1)[0])
+
+
+def schema_as_of(mapped: TableSchema, known: TableSchema | None) -> TableSchema:
+    """The table's schema as of changes decoded under ``mapped`` (a table map's columns and key:
+    ``TableDecodings``), for the sink: the columns ``known``'s rule captures (the captured schema the
+    reader was given), each as ``known`` describes it where it has the same column
+    (``same_column_type``), else as the table map does, masked by the rule; ``known`` itself when the
+    two agree on every column and the key."""
+    if known is None:
+        return mapped
+    rule, keys, by_name = known.table_rule, mapped.key_columns, {c.name: c for c in known.columns}
+    columns = tuple(by_name[c.name] if c.name in by_name and same_column_type(c, by_name[c.name]) else _sql_named(c)
+                    for c in mapped.columns if c.name in by_name or c.name in keys or rule is None or rule.keeps(c.name))
+    if keys == known.key_columns and columns == known.columns:
+        return known
+    names = {c.name for c in columns}
+    primary, unique = ((known.primary_key, tuple(k for k in known.unique_not_null_keys if set(k) <= names))
+                       if keys == known.key_columns else (keys, ()))
+    as_of = TableSchema(known.table_id, columns, primary, unique, rule)
+    # the columns only the table map names get the rule's masks (known's have them already)
+    return as_of if rule is None else captured_schema(as_of, rule)

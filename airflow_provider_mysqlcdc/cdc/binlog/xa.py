@@ -228,4 +228,4 @@ def rows_at_commit(rows: Iterable[ChangeRecord | TableFailed], offset: BinlogOff
         if (record.offset, record.row) != last:
             number, last = number + 1, (record.offset, record.row)
         yield ChangeRecord(record.op, record.table_id, record.before, record.after, offset, number, record.part,
-                           gtid, timestamp_ms or record.timestamp_ms)
+                           gtid, timestamp_ms or record.timestamp_ms, record.schema)

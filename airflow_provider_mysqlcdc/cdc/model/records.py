@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
 
 
 class Operation(str, enum.Enum):
@@ -40,6 +40,10 @@ class ChangeRecord:
     part: int = 0
     gtid: str | None = None
     timestamp_ms: int = 0
+    #: the table as the binlog described it at this change: the columns and key of the table map its
+    #: row event was written under (one object per table map, shared by its changes); None where the
+    #: change was not read from the binlog
+    schema: TableSchema | None = None
 
     @property
     def image(self) -> dict[str, Any]:

@@ -67,14 +67,14 @@ class _Column:
 Operand = _Literal | _Column
 
 
-def _tokens(text: str) -> list[tuple[str, str]]:
+def _tokens(text: str, table: str) -> list[tuple[str, str]]:
     tokens, position = [], 0
     text = text.rstrip()
     while position < len(text):
         match = _TOKEN.match(text, position)
         if match is None or match.end() == position:
-            raise ConfigurationError(f"Row filter {text!r} cannot be read at {text[position:position + 20]!r}: write "
-                                     "a predicate such as \"status = 'paid' AND amount > 10\".")
+            raise ConfigurationError(f"Row filter {text!r} of {table} cannot be read at {text[position:position + 20]!r}: "
+                                     "write a predicate such as \"status = 'paid' AND amount > 10\".")
         kind = match.lastgroup or ""
         value = match.group(kind)
         if kind == "word" and value.upper() in _KEYWORDS:
@@ -96,11 +96,12 @@ _ANY = "any"
 
 
 class _Parser:
-    def __init__(self, text: str, schema: TableSchema | None):
-        """``schema`` None: only the syntax is checked (any column name, any literal)."""
+    def __init__(self, text: str, schema: TableSchema | None, entry: str = "a table"):
+        """``schema`` None: only the syntax is checked (any column name, any literal), of the filter of
+        ``entry``."""
         self.text, self.schema = text, schema
-        self.table = str(schema.table_id) if schema is not None else "a table"
-        self.tokens = _tokens(text)
+        self.table = str(schema.table_id) if schema is not None else entry
+        self.tokens = _tokens(text, self.table)
         self.at = 0
         self.columns = {c.name.lower(): c for c in schema.columns} if schema is not None else {}
         self.used: set[str] = set()
@@ -251,7 +252,7 @@ class _Parser:
             self._fail("LIKE compares a column with a quoted pattern")
         assert isinstance(left, _Column) and isinstance(pattern, _Literal)
         if left.column.data_type not in _TEXT | _BYTES | {_ANY}:
-            raise ConfigurationError(f"Row filter {self.text!r}: LIKE needs a text or binary column, and "
+            raise ConfigurationError(f"Row filter {self.text!r} of {self.table}: LIKE needs a text or binary column, and "
                                      f"{left.column.name} is {left.column.column_type}.")
         # % any run, _ any one character, a backslash escapes the next one (as MySQL's default ESCAPE)
         regex = "".join(".*" if c == "%" else "." if c == "_" else re.escape(c[-1])
@@ -308,7 +309,7 @@ def _typed(literal: _Literal, column: Column | None, parser: _Parser) -> Any:
             return sign * dt.timedelta(hours=int(hours), minutes=int(minutes), seconds=float(seconds))
     except (ValueError, decimal.InvalidOperation):
         pass
-    raise ConfigurationError(f"Row filter {parser.text!r}: {literal.text} is not a value of {column.name} "
+    raise ConfigurationError(f"Row filter {parser.text!r} of {parser.table}: {literal.text} is not a value of {column.name} "
                              f"({column.column_type}): write a number for a numeric column, quoted ISO text such as "
                              "'2024-05-01' or '2024-05-01 10:00:00' for a date or time, quoted text otherwise.")
 
@@ -375,9 +376,10 @@ class RowFilter:
         return self._predicate(row) is True
 
 
-def parse_row_filter(text: str) -> None:
-    """Refuse a filter that cannot be read, before any table is known (a DAG being parsed)."""
-    _Parser(text, None).parse()
+def parse_row_filter(text: str, entry: str) -> None:
+    """Refuse a filter that cannot be read, before any table is known (a DAG being parsed), naming its
+    ``row_filters`` entry (a table, or a pattern)."""
+    _Parser(text, None, entry).parse()
 
 
 def check_row_filter(text: str, schema: TableSchema) -> RowFilter:

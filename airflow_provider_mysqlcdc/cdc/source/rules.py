@@ -185,7 +185,7 @@ class TableRules:
             if not isinstance(text, str) or not text.strip():
                 raise ConfigurationError(f"row_filters[{entry!r}] must be a predicate such as \"status = 'paid' AND "
                                          f"amount > 10\", got {text!r}.")
-            parse_row_filter(text)  # one that cannot be read is refused when the DAG is parsed
+            parse_row_filter(text, str(entry))  # one that cannot be read is refused when the DAG is parsed
         return cls(tuple((parse_entry(str(entry)), parse_rule(rule, str(entry))) for entry, rule in rules.items()),
                    tuple((parse_entry(str(entry)), text.strip()) for entry, text in filters.items()), routes)
 

@@ -141,8 +141,9 @@ class Pipeline:
 
 
 def changes(table_schema: TableSchema, *records: ChangeRecord) -> TableChanges:
-    """A run of one table's changes, as an executor sends it."""
-    return TableChanges(table_schema.table_id, change_columns(table_schema, list(records)))
+    """A run of one table's changes, as an executor sends it: written under ``table_schema`` (the
+    columns their table map gave them), which types them and travels with them."""
+    return TableChanges(table_schema.table_id, change_columns(table_schema, list(records)), table_schema)
 
 
 def insert(table: TableId, n: int, *, part: int = 0, **row: Any) -> ChangeRecord:

@@ -16,6 +16,7 @@ from .harness import (
     changes,
     column,
     ddl,
+    delete,
     insert,
     off,
     schema,
@@ -311,3 +312,102 @@ def test_a_changed_key_still_freezes_the_table_under_every_policy(tmp_path, poli
             ddl(2, "ALTER TABLE t DROP PRIMARY KEY, ADD PRIMARY KEY (id, v)", table_change(Kind.ALTERED, T)))
     _later_changes_of_both(p)
     assert p.drift(T) == [(Kind.KEY_CHANGED, off(2))] and p.rows(U) == {9: {"id": 9, "v": "after"}}
+
+
+# --- changes applied with the table's schema as of them, not the server's of now ----------------------
+
+
+@pytest.mark.parametrize("same_batch", [True, False], ids=["same-batch", "earlier-batch"])
+def test_under_fail_the_changes_before_a_refused_add_column_leave_the_sinks_schema_as_it_was(tmp_path, same_batch):
+    """The server has the added column already; the changes written before the statement do not, and
+    neither does the sink after them: resuming under evolve then gives the older rows its DEFAULT."""
+    from airflow_provider_mysqlcdc.cdc.errors import SchemaChangeRefused
+
+    p = Pipeline(tmp_path, schema(T))
+    p.snapshot(T, {"id": 1, "v": "a"})
+    p.job.schema_changes = "fail"
+    p.alter(T, with_columns(schema(T), column("c", fills_existing_rows=True, default_constant=True)))
+    p.tables.defaults = {"c": 7}
+    before = changes(schema(T), insert(T, 1, id=2, v="b"), update(T, 2, {"id": 1, "v": "a"}, {"id": 1, "v": "A"}))
+    add = ddl(3, "ALTER TABLE t ADD COLUMN c INT DEFAULT 7", table_change(Kind.ALTERED, T, added_columns=("c",)))
+    after = changes(p.tables.server[T], insert(T, 4, id=3, v="c", c=8))
+    batches = [(before, add, after)] if same_batch else [(before,), (add, after)]
+    if not same_batch:
+        p.batch(*batches[0])
+    with pytest.raises(SchemaChangeRefused):
+        p.batch(*batches[-1])
+    assert sink_columns(p, T) == {"id", "v"}
+    assert {r["id"]: r["v"] for r in p.sink.read(T).to_pylist()} == {1: "A", 2: "b"}
+    p.job.schema_changes = "evolve"  # the user's decision; the refused batch runs again in a restarted stream
+    p.applier = p.new_applier()
+    p.batch(*batches[-1], batch_id=p.next_batch - 1)
+    assert p.rows(T) == {1: {"id": 1, "v": "A", "c": 7}, 2: {"id": 2, "v": "b", "c": 7}, 3: {"id": 3, "v": "c", "c": 8}}
+    assert p.drift(T) == []
+
+
+@pytest.mark.parametrize("policy", ["lenient", "ignore"])
+@pytest.mark.parametrize("same_batch", [True, False], ids=["same-batch", "earlier-batch"])
+def test_changes_written_before_a_drop_column_keep_their_values_in_the_column_the_sink_keeps(tmp_path, policy,
+                                                                                            same_batch):
+    p = Pipeline(tmp_path, schema(T, column("c")))
+    p.job.schema_changes = policy
+    p.snapshot(T, {"id": 1, "v": "a", "c": 1}, {"id": 2, "v": "b", "c": 2})
+    old = p.tables.server[T]
+    p.alter(T, schema(T))  # the server has dropped c already when the stream reads the changes before
+    before = changes(old, update(T, 1, {"id": 2, "v": "b", "c": 2}, {"id": 2, "v": "b", "c": 22}),
+                     insert(T, 2, id=5, v="e", c=5))
+    drop = ddl(3, "ALTER TABLE t DROP COLUMN c", table_change(Kind.ALTERED, T))
+    after = changes(schema(T), insert(T, 4, id=6, v="f"), update(T, 5, {"id": 1, "v": "a"}, {"id": 1, "v": "A"}),
+                    delete(T, 6, id=5, v="e"), insert(T, 7, id=5, v="E"))
+    for batch in [(before, drop, after)] if same_batch else [(before,), (drop, after)]:
+        p.batch(*batch)
+    assert p.drift(T) == [] and sink_columns(p, T) == {"id", "v", "c"}
+    # each row keeps the last value the binlog gave c (an update after the DROP leaves it), NULL where
+    # it was inserted after the DROP (also a key deleted and inserted again in one batch)
+    assert {r["id"]: (r["v"], r["c"]) for r in p.sink.read(T).to_pylist()} == {
+        1: ("A", 1), 2: ("b", 22), 5: ("E", None), 6: ("f", None)}
+
+
+def test_changes_of_one_table_under_two_table_maps_in_one_batch_are_each_applied_with_their_own(tmp_path):
+    """No DDL between them in the batch (the reader met none): the schema each run of changes carries
+    still decides its columns, and the table's writer follows it."""
+    p = Pipeline(tmp_path, schema(T))
+    p.job.schema_changes = "lenient"
+    p.snapshot(T, {"id": 1, "v": "a"})
+    wider = schema(T, column("c"))
+    p.alter(T, wider)
+    p.batch(changes(schema(T), insert(T, 1, id=2, v="b")),
+            changes(wider, insert(T, 2, id=3, v="c", c=3), update(T, 3, {"id": 2, "v": "b", "c": None},
+                                                                 {"id": 2, "v": "B", "c": 2})),
+            changes(schema(T), update(T, 4, {"id": 1, "v": "a"}, {"id": 1, "v": "A"})))
+    assert p.rows(T) == {1: {"id": 1, "v": "A", "c": None}, 2: {"id": 2, "v": "B", "c": 2},
+                         3: {"id": 3, "v": "c", "c": 3}}
+
+
+@pytest.mark.parametrize(("policy", "said"), [
+    ("evolve", "shop.t: column(s) d added to the sink; column(s) c gone from the source; drift (altered): the next "
+               "DAG run re-snapshots the table"),
+    ("lenient", "shop.t: column(s) d added to the sink; column(s) c gone from the source, kept in the sink with "
+                "their last values"),
+    ("ignore", "shop.t: column(s) d not written (the sink keeps its columns); column(s) c gone from the source, "
+               "kept in the sink with their last values"),
+    ("fail", "shop.t: refused: the stream stopped before it, nothing of it applied"),
+])
+def test_each_ddl_is_one_log_line_saying_what_the_policy_did_and_the_tables_status_shows_it(tmp_path, caplog,
+                                                                                             capsys, policy, said):
+    from airflow_provider_mysqlcdc.cdc.errors import SchemaChangeRefused
+    from airflow_provider_mysqlcdc.status import print_status
+
+    p = Pipeline(tmp_path, schema(T, column("c")))
+    p.job.schema_changes = policy
+    p.snapshot(T, {"id": 1, "v": "a", "c": 1})
+    p.alter(T, schema(T, column("d")))
+    statement = "ALTER TABLE t RENAME COLUMN c TO d"
+    try:
+        p.batch(ddl(1, statement, table_change(Kind.ALTERED, T)))
+    except SchemaChangeRefused:
+        assert policy == "fail"
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("schema change at")]
+    assert lines == [f"schema change at {off(1)}: {statement} (shop.t altered) -- schema_changes={policy}: {said}"]
+    print_status(p.state.location)
+    assert f"DDL at {off(1)} ({statement}), schema_changes={policy}: {said.removeprefix('shop.t: ')}" in capsys.readouterr().out

@@ -106,3 +106,18 @@ def test_a_row_without_a_filtered_column_is_a_fault_of_that_table_alone():
     with pytest.raises(SchemaChangedError, match="uses column 'status', which its rows no longer have") as caught:
         keeps("status = 'paid'", {"id": 1})
     assert is_table_fault(caught.value)
+
+
+@pytest.mark.parametrize("text", ["status = 'paid' ; DROP", "status =", "nope = 1", "amount LIKE 'x%'",
+                                  "created < 'yesterday'", "   "])
+def test_every_row_filter_error_names_its_table(text):
+    with pytest.raises(ConfigurationError, match=r"shop\.orders"):
+        check_row_filter(text, SCHEMA)
+
+
+@pytest.mark.parametrize("text", ["status = 'paid' ; DROP", "status =", "(amount > 1"])
+def test_a_filter_that_cannot_be_read_is_refused_when_the_dag_is_parsed_naming_its_entry(text):
+    from airflow_provider_mysqlcdc.cdc.source.rules import TableRules
+
+    with pytest.raises(ConfigurationError, match=r"of shop\.order_\\d\+"):
+        TableRules.parse(row_filters={r"shop.order_\d+": text})
