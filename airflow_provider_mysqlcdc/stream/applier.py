@@ -45,7 +45,7 @@ from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_table_chang
 from airflow_provider_mysqlcdc.state.drift import Drift, read_drift
 from airflow_provider_mysqlcdc.state.generations import first_high_watermark
 from airflow_provider_mysqlcdc.state.registry import STREAM_PROGRESS, PipelineState
-from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
+from airflow_provider_mysqlcdc.state.schemas import KnownSchemas, orders_differently
 from airflow_provider_mysqlcdc.state.staged import read_staged
 from airflow_provider_mysqlcdc.stream.events import BatchItem, StagedSplitReady, TablesActivated
 from airflow_provider_mysqlcdc.stream.schema_changes import SchemaChangeRules
@@ -210,6 +210,19 @@ class BatchApplier(SchemaChangeRules):
         chunk_key = self._chunk_key(table_id)
         if chunk_key not in schema.column_names:  # the key went (frozen by that DDL): the changes keep their writer
             return self._writer(table_id)
+        # the key the sink's rows were written under: the table's writer's, else the schema the stream
+        # keeps for it (the remembered one where a key change lies ahead of it: state/schemas.py)
+        current = self.writers.get(table_id)
+        keyed = current.schema if current is not None else self.tables.schemas_for_stream({table_id: chunk_key})[0]
+        if chunk_key in keyed.column_names and (schema.key_columns != keyed.key_columns or orders_differently(
+                keyed.column(chunk_key), schema.column(chunk_key))):
+            # a key change no DDL here decided on (one met behind another DDL of the table): the sink's
+            # rows cannot be matched to these changes
+            self._drifted(table_id, TableEventKind.KEY_CHANGED, offset,
+                          f"changes at {offset} were written under the key ({', '.join(schema.key_columns)}), the "
+                          f"sink's rows under ({', '.join(keyed.key_columns)}); the sink keeps the table's last state")
+            self._refreeze(table_id)
+            return None
         try:
             self._make_writer(schema, chunk_key)
         except SchemaChangedError as exc:

@@ -190,6 +190,9 @@ class SchemaChangeRules:
         schemas = self.tables.current_schemas(altered)
         added = {c.table: c.added_columns for c in event.changes if c.kind is TableEventKind.ALTERED}
         for table_id, schema in zip(altered, schemas):
+            if not self.tables.schema_is_after(table_id, event.offset):
+                self._ahead_of(table_id, event)
+                continue
             keys, chunk_key = old[table_id].schema.key_columns, old[table_id].chunk_key
             if schema.key_columns != keys or chunk_key not in schema.column_names or orders_differently(
                     old[table_id].schema.column(chunk_key), schema.column(chunk_key)):
@@ -228,6 +231,19 @@ class SchemaChangeRules:
                               f"column(s) {', '.join(unfilled)} added by {event.statement[:300]!r} hold a default (or "
                               "generated) value in rows written before, which the binlog does not carry")
         return committed
+
+    def _ahead_of(self, table_id: TableId, event: SchemaChangeEvent) -> None:
+        """A later DDL of the table lies between the statement and the server's head, so the server's
+        schema of now is not the one the statement left: its changes bring their own columns (the
+        writer follows them; a key or a type the sink cannot take freezes the table there), and which
+        columns it dropped, or what an added one holds in older rows, is not known here: drift where
+        the policy follows columns exactly (the table is re-snapshotted), NULL in those rows otherwise."""
+        self._say(table_id, "its changes bring their columns (a later DDL of the table lies ahead, so the server's "
+                            "schema is not this statement's)")
+        if self._follows_columns:
+            self._drifted(table_id, TableEventKind.ALTERED, event.offset,
+                          f"the columns {event.statement[:300]!r} left are not known here: a later DDL of the table "
+                          "lies between it and the server's binlog head")
 
     def _say_columns(self, table_id: TableId, old: TableSchema, before: set[str], schema: TableSchema) -> None:
         """What the statement did to the sink table's columns (the writer of ``schema`` made)."""

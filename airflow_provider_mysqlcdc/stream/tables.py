@@ -42,6 +42,10 @@ class TableSource(Protocol):
     def added_defaults(self, schema: TableSchema, columns: tuple[str, ...], offset: BinlogOffset) -> Defaults:
         """The values the server gives existing rows in ``columns``, which a DDL at ``offset`` added."""
 
+    def schema_is_after(self, table_id: TableId, offset: BinlogOffset) -> bool:
+        """Whether the server's schema of the table now is its schema right after a DDL at ``offset``:
+        no later DDL of it lies between there and the head (within ``FILL_LOOKAHEAD_EVENTS``)."""
+
     def ordering(self, column: Column) -> KeyOrdering:
         """The database's order of ``column``'s values (text keys ask the server for their weights)."""
 
@@ -75,6 +79,13 @@ class ServerTables:
             return values if values is None or masks is None else masks.row(values)  # masked as any row
 
         return self.source.run(defaults, "reading the added columns' defaults")
+
+    def schema_is_after(self, table_id: TableId, offset: BinlogOffset) -> bool:
+        def none_later(conn: Any) -> bool:
+            head = current_offset(conn).in_epoch(offset.epoch)  # the server the event was just read from
+            return table_ddl_after(conn, table_id, offset, head, FILL_LOOKAHEAD_EVENTS) is False
+
+        return self.source.run(none_later, "looking for later DDL of the table")
 
     def ordering(self, column: Column) -> KeyOrdering:
         return KeyOrdering(column, self.source.connect)

@@ -16,6 +16,7 @@ from airflow_provider_mysqlcdc.cdc.errors import SparkJobFailed
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
+from airflow_provider_mysqlcdc.state.ddl_log import read_ddl_log
 from airflow_provider_mysqlcdc.state.drift import read_drift
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from devtools.snapshot import snapshot_tables
@@ -98,6 +99,14 @@ def test_lenient_follows_column_changes_without_a_resnapshot(mysql_server, cdc_u
     assert {k: (r["v"], r["gone"], r["old"], r["new"]) for k, r in rows.items()} == {
         1: ("a", 10, 100, None), 2: ("B", 21, 201, 201), 3: ("c", None, None, 300), 4: ("d", 40, 400, None)}
     assert rows[1]["at"] is None and rows[3]["at"] is not None
+    # each statement, and what the policy did with it, is in the table's status
+    # (the stream met the first two behind the third: the server's schema was not theirs, and no row
+    # was written between them, so the sink took their columns at the third)
+    ahead = "its changes bring their columns (a later DDL of the table lies ahead, so the server's schema is not " \
+            "this statement's)"
+    assert [e.outcome for e in read_ddl_log(state).entries if e.table == table.quoted] == [
+        ahead, ahead, "column(s) new, at added to the sink; column(s) gone, old gone from the source, kept in the "
+                      "sink with their last values; rows before it hold NULL in at (no constant DEFAULT to give them)"]
 
 
 def test_ignore_keeps_the_sinks_columns(mysql_server, cdc_user, database, tmp_path):

@@ -68,6 +68,8 @@ class TestTables:
     known: KnownSchemas
     defaults: Defaults = None
     asked_defaults: list[tuple[str, ...]] = field(default_factory=list)
+    #: the offsets after which a later DDL of a table lies before the head (the server's schema is past them)
+    later_ddl: set[tuple[TableId, BinlogOffset]] = field(default_factory=set)
 
     def schemas_for_stream(self, chunk_keys: dict[TableId, str]) -> list[TableSchema]:
         return [self.known.stream_schema(self.server[t], k) for t, k in chunk_keys.items()]
@@ -78,6 +80,9 @@ class TestTables:
     def added_defaults(self, schema: TableSchema, columns: tuple[str, ...], offset: BinlogOffset) -> Defaults:
         self.asked_defaults.append(columns)
         return self.defaults
+
+    def schema_is_after(self, table_id: TableId, offset: BinlogOffset) -> bool:
+        return (table_id, offset) not in self.later_ddl
 
     def ordering(self, column: Column) -> KeyOrdering:
         return KeyOrdering(column)  # integer keys: no server needed
@@ -146,7 +151,7 @@ def changes(table_schema: TableSchema, *records: ChangeRecord) -> TableChanges:
     return TableChanges(table_schema.table_id, change_columns(table_schema, list(records)), table_schema)
 
 
-def insert(table: TableId, n: int, *, part: int = 0, **row: Any) -> ChangeRecord:
+def insert(table: TableId, n: int, /, *, part: int = 0, **row: Any) -> ChangeRecord:
     return ChangeRecord(Operation.CREATE, table, None, row, off(n), part=part, timestamp_ms=1_700_000_000_000 + n)
 
 
@@ -154,7 +159,7 @@ def update(table: TableId, n: int, before: dict[str, Any], after: dict[str, Any]
     return ChangeRecord(Operation.UPDATE, table, before, after, off(n), timestamp_ms=1_700_000_000_000 + n)
 
 
-def delete(table: TableId, n: int, *, part: int = 0, **row: Any) -> ChangeRecord:
+def delete(table: TableId, n: int, /, *, part: int = 0, **row: Any) -> ChangeRecord:
     return ChangeRecord(Operation.DELETE, table, row, None, off(n), part=part, timestamp_ms=1_700_000_000_000 + n)
 
 

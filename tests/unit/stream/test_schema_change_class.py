@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 from airflow_provider_mysqlcdc.cdc.errors import SchemaChangeRefused
-from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord
 from airflow_provider_mysqlcdc.cdc.model.records import TableEventKind as Kind
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
 
@@ -60,6 +59,7 @@ FORMS = {
     "add-nullable": Form("ALTER TABLE t ADD COLUMN n2 INT", schema(T, column("c"), column("n2")), added=("n2",)),
     "drop": Form("ALTER TABLE t DROP COLUMN c", schema(T), drift_under_evolve=True),
     "rename": Form("ALTER TABLE t RENAME COLUMN c TO d", schema(T, column("d")), drift_under_evolve=True),
+    "change": Form("ALTER TABLE t CHANGE c d BIGINT", schema(T, column("d", "bigint")), drift_under_evolve=True),
     "longer-text": Form("ALTER TABLE t MODIFY v VARCHAR(40)", _retyped("v", "varchar", "varchar(40)")),
     "int-to-bigint": Form("ALTER TABLE t MODIFY c BIGINT", _retyped("c", "bigint", "bigint(20)"),
                           freezes=Kind.TYPE_CHANGED, freezes_delta_only=True),
@@ -91,13 +91,6 @@ def _image(form: Form, row: dict[str, Any]) -> dict[str, Any]:
 SNAPSHOT = [{"id": 1, "v": "a", "c": 1}, {"id": 2, "v": "b", "c": 2}]
 
 
-def _insert(n: int, image: dict[str, Any]) -> ChangeRecord:
-    """An insert of ``image`` (whose columns may be named like ``insert``'s own arguments)."""
-    record = insert(T, n)
-    record.after = image
-    return record
-
-
 def _batches(form: Form, same_batch: bool) -> list[tuple]:
     """The changes before the statement (under ``BEFORE``), the statement, the changes after it."""
     before = changes(BEFORE, update(T, 1, {"id": 2, "v": "b", "c": 2}, {"id": 2, "v": "b", "c": 22}),
@@ -108,7 +101,7 @@ def _batches(form: Form, same_batch: bool) -> list[tuple]:
     later: tuple = ()
     if form.after is not None:  # a table renamed away has no later changes under its old name
         one = {"id": 1, "v": "a", "c": 1}
-        later = (changes(form.after, _insert(4, _image(form, {"id": 6, "v": "f", "c": 60})),
+        later = (changes(form.after, insert(T, 4, **_image(form, {"id": 6, "v": "f", "c": 60})),
                          update(T, 5, _image(form, one), {**_image(form, one), "v": "A"})),)
     return [(before, statement, *later)] if same_batch else [(before,), (statement, *later)]
 

@@ -411,3 +411,60 @@ def test_each_ddl_is_one_log_line_saying_what_the_policy_did_and_the_tables_stat
     assert lines == [f"schema change at {off(1)}: {statement} (shop.t altered) -- schema_changes={policy}: {said}"]
     print_status(p.state.location)
     assert f"DDL at {off(1)} ({statement}), schema_changes={policy}: {said.removeprefix('shop.t: ')}" in capsys.readouterr().out
+
+
+def _two_ddls_ahead(p: Pipeline) -> list:
+    """DROP COLUMN c, then ADD COLUMN n, both ahead of the stream (the server has both), with changes
+    before, between and after them, each under its own columns."""
+    p.snapshot(T, {"id": 1, "v": "a", "c": 1})
+    between, after = schema(T), schema(T, column("n"))
+    p.alter(T, after)
+    p.tables.later_ddl = {(T, off(2))}
+    return [changes(schema(T, column("c")), update(T, 1, {"id": 1, "v": "a", "c": 1}, {"id": 1, "v": "a", "c": 11})),
+            ddl(2, "ALTER TABLE t DROP COLUMN c", table_change(Kind.ALTERED, T)),
+            changes(between, insert(T, 3, id=2, v="b")),
+            ddl(4, "ALTER TABLE t ADD COLUMN n INT", table_change(Kind.ALTERED, T, added_columns=("n",))),
+            changes(after, insert(T, 5, id=3, v="c", n=3))]
+
+
+@pytest.mark.parametrize("policy", ["evolve", "lenient"])
+def test_a_ddl_the_stream_meets_behind_another_of_its_table_is_followed_by_the_columns_of_its_changes(tmp_path, caplog,
+                                                                                                      policy):
+    """The server's schema is past the first statement: its changes bring their own columns; what it
+    dropped is not known there, which is drift where the policy follows columns exactly."""
+    p = Pipeline(tmp_path, schema(T, column("c")))
+    p.job.schema_changes = policy
+    p.batch(*_two_ddls_ahead(p))
+    assert {r["id"]: (r["v"], r["c"], r["n"]) for r in p.sink.read(T).to_pylist()} == {
+        1: ("a", 11, None), 2: ("b", None, None), 3: ("c", None, 3)}
+    assert p.drift(T) == ([(Kind.ALTERED, off(2))] if policy == "evolve" else [])
+    assert "its changes bring their columns (a later DDL of the table lies ahead" in caplog.text
+
+
+def test_a_key_change_ahead_of_the_servers_schema_freezes_the_table_at_the_first_change_under_the_new_key(tmp_path):
+    p = Pipeline(tmp_path, schema(T), schema(U))
+    p.job.schema_changes = "lenient"
+    p.snapshot(T, {"id": 1, "v": "a"})
+    p.alter(T, schema(T, column("n"), key=("id", "v")))
+    p.tables.later_ddl = {(T, off(2))}
+    p.batch(changes(schema(T), insert(T, 1, id=2, v="b")),
+            ddl(2, "ALTER TABLE t DROP PRIMARY KEY, ADD PRIMARY KEY (id, v)", table_change(Kind.ALTERED, T)),
+            changes(schema(T, key=("id", "v")), insert(T, 3, id=3, v="c")),
+            ddl(4, "ALTER TABLE t ADD COLUMN n INT", table_change(Kind.ALTERED, T, added_columns=("n",))),
+            changes(schema(U), insert(U, 5, id=9, v="after")))
+    assert p.drift(T) == [(Kind.KEY_CHANGED, off(3))]
+    assert {r["id"] for r in p.sink.read(T).to_pylist()} == {1, 2} and p.rows(U) == {9: {"id": 9, "v": "after"}}
+
+
+def test_a_key_change_ahead_of_the_servers_schema_freezes_the_table_even_first_in_a_restarted_stream(tmp_path):
+    """No change of the table before the statement in this stream run: the sink's key is the one the
+    pipeline keeps for it (remembered, since the server's already differs)."""
+    p = Pipeline(tmp_path, schema(T))
+    p.job.schema_changes = "ignore"
+    p.snapshot(T, {"id": 1, "v": "a"})
+    p.alter(T, schema(T, column("n"), key=("v",)))
+    p.tables.later_ddl = {(T, off(2))}
+    p.batch(ddl(2, "ALTER TABLE t DROP PRIMARY KEY, ADD PRIMARY KEY (v)", table_change(Kind.ALTERED, T)),
+            changes(schema(T, key=("v",)), insert(T, 3, id=1, v="b")))
+    assert p.drift(T) == [(Kind.KEY_CHANGED, off(3))]
+    assert {r["id"]: r["v"] for r in p.sink.read(T).to_pylist()} == {1: "a"}
