@@ -105,3 +105,14 @@ def test_the_page_lists_tables_a_pattern_matches_since_the_stream_saw_them_creat
     text = TestClient(app).get("/").text
     assert "Tables the next run captures" in text and "shop.order_3" in text and "binlog.000003:77" in text
     assert "binlog.000003:88" not in text
+
+
+def test_the_page_shows_each_tables_latest_ddl_and_what_its_policy_did(state_dir):
+    from airflow_provider_mysqlcdc.state.ddl_log import record_ddl
+
+    state = PipelineState(str(state_dir / "shop_cdc"))
+    record_ddl(state, BinlogOffset("binlog.000003", 4), "ALTER TABLE orders DROP COLUMN note", "lenient",
+               {ORDERS: "column(s) note gone from the source, kept in the sink with their last values"})
+    text = TestClient(app).get("/").text
+    assert "Schema changes met" in text and "binlog.000003:4" in text and "lenient" in text
+    assert "kept in the sink with their last values" in text
