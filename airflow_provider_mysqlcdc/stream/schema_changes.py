@@ -14,7 +14,7 @@ from collections import Counter
 
 from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError, SchemaChangeRefused
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
-from airflow_provider_mysqlcdc.cdc.model.records import BinlogPurged, SchemaChangeEvent, TableEventKind
+from airflow_provider_mysqlcdc.cdc.model.records import BinlogPurged, SchemaChangeEvent, TableChange, TableEventKind
 from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.cdc.source.selection import TableSelection
 from airflow_provider_mysqlcdc.protocol.jobs import FOLLOWS_COLUMNS, StreamJob
@@ -191,7 +191,8 @@ class SchemaChangeRules:
         added = {c.table: c.added_columns for c in event.changes if c.kind is TableEventKind.ALTERED}
         for table_id, schema in zip(altered, schemas):
             if not self.tables.schema_is_after(table_id, event.offset):
-                self._ahead_of(table_id, event)
+                self._ahead_of(table_id, event, next(c for c in event.changes if c.table == table_id
+                                                     and c.kind is TableEventKind.ALTERED))
                 continue
             keys, chunk_key = old[table_id].schema.key_columns, old[table_id].chunk_key
             if schema.key_columns != keys or chunk_key not in schema.column_names or orders_differently(
@@ -232,15 +233,17 @@ class SchemaChangeRules:
                               "generated) value in rows written before, which the binlog does not carry")
         return committed
 
-    def _ahead_of(self, table_id: TableId, event: SchemaChangeEvent) -> None:
+    def _ahead_of(self, table_id: TableId, event: SchemaChangeEvent, change: TableChange) -> None:
         """A later DDL of the table lies between the statement and the server's head, so the server's
         schema of now is not the one the statement left: its changes bring their own columns (the
-        writer follows them; a key or a type the sink cannot take freezes the table there), and which
-        columns it dropped, or what an added one holds in older rows, is not known here: drift where
-        the policy follows columns exactly (the table is re-snapshotted), NULL in those rows otherwise."""
+        writer follows them; a key or a type the sink cannot take freezes the table there). Which
+        columns a statement that drops, renames or adds columns left, or what an added one holds in
+        older rows, is not known here: drift where the policy follows columns exactly (the table is
+        re-snapshotted), NULL in those rows otherwise. Other statements (a type, a default, an
+        index) need nothing more."""
         self._say(table_id, "its changes bring their columns (a later DDL of the table lies ahead, so the server's "
                             "schema is not this statement's)")
-        if self._follows_columns:
+        if self._follows_columns and (change.removes_columns or change.added_columns):
             self._drifted(table_id, TableEventKind.ALTERED, event.offset,
                           f"the columns {event.statement[:300]!r} left are not known here: a later DDL of the table "
                           "lies between it and the server's binlog head")

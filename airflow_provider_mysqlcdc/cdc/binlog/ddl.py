@@ -44,6 +44,9 @@ _SEPARATORS = {TokenType.COMMA, TokenType.DOT, TokenType.L_PAREN, TokenType.R_PA
 #: statements that are never DDL and are frequent (one per transaction): skip the tokenizer
 _NOT_DDL = frozenset({"BEGIN", "COMMIT", "ROLLBACK", "XA START", "XA END", "XA PREPARE", "XA COMMIT"})
 #: what follows ADD in an ALTER TABLE clause that adds no column
+#: what follows DROP in an ALTER TABLE clause that drops something other than a column
+_DROP_NOT_A_COLUMN = frozenset({"INDEX", "KEY", "CONSTRAINT", "PRIMARY", "FOREIGN", "CHECK", "PARTITION", "PERIOD",
+                                "SYSTEM", "DEFAULT"})
 _ADD_NOT_A_COLUMN = frozenset({"INDEX", "KEY", "CONSTRAINT", "PRIMARY", "UNIQUE", "FOREIGN", "FULLTEXT", "SPATIAL",
                                "CHECK", "PARTITION", "PERIOD", "SYSTEM", "VECTOR"})
 
@@ -275,8 +278,9 @@ class _Parser:
         self._skip_wait()
         changes: list[TableChange] = []
         added: list[str] = []
-        altered = False
+        altered = removes = False
         while self.i < len(self.tokens):
+            removes = removes or self._removes_a_column()
             columns = self._added_columns()
             change = None if columns is not None else self._alter_clause(table)
             if change is None:
@@ -288,8 +292,17 @@ class _Parser:
             if self._at(TokenType.COMMA):
                 self.i += 1
         if altered or not changes:
-            changes.insert(0, TableChange(TableEventKind.ALTERED, table, added_columns=tuple(added)))
+            changes.insert(0, TableChange(TableEventKind.ALTERED, table, added_columns=tuple(added),
+                                          removes_columns=removes))
         return DdlStatement(tuple(changes))
+
+    def _removes_a_column(self) -> bool:
+        """Whether the clause here may remove or rename a column: ``DROP [COLUMN] [IF EXISTS] name``,
+        ``CHANGE [COLUMN] old new ...``, ``RENAME COLUMN old TO new``."""
+        word, following = self._word(), (self._word(1).split() or [""])[0]
+        if word == "DROP":
+            return following not in _DROP_NOT_A_COLUMN
+        return word == "CHANGE" or (word == "RENAME" and following == "COLUMN")
 
     def _added_columns(self) -> list[str] | None:
         """The names an ``ADD [COLUMN] [IF NOT EXISTS] name ...`` or ``ADD [COLUMN] (name ..., ...)``

@@ -116,6 +116,8 @@ class TableChange:
     table: TableId
     other: TableId | None = None  # the new name of a rename; the other table of a partition exchange
     added_columns: tuple[str, ...] = ()  # ALTERED: the columns its ADD [COLUMN] clauses add
+    #: ALTERED: a clause may remove or rename a column (DROP [COLUMN], CHANGE [COLUMN], RENAME COLUMN)
+    removes_columns: bool = False
 
 
 @dataclass(frozen=True)

@@ -421,7 +421,7 @@ def _two_ddls_ahead(p: Pipeline) -> list:
     p.alter(T, after)
     p.tables.later_ddl = {(T, off(2))}
     return [changes(schema(T, column("c")), update(T, 1, {"id": 1, "v": "a", "c": 1}, {"id": 1, "v": "a", "c": 11})),
-            ddl(2, "ALTER TABLE t DROP COLUMN c", table_change(Kind.ALTERED, T)),
+            ddl(2, "ALTER TABLE t DROP COLUMN c", table_change(Kind.ALTERED, T, removes_columns=True)),
             changes(between, insert(T, 3, id=2, v="b")),
             ddl(4, "ALTER TABLE t ADD COLUMN n INT", table_change(Kind.ALTERED, T, added_columns=("n",))),
             changes(after, insert(T, 5, id=3, v="c", n=3))]
@@ -468,3 +468,16 @@ def test_a_key_change_ahead_of_the_servers_schema_freezes_the_table_even_first_i
             changes(schema(T, key=("v",)), insert(T, 3, id=1, v="b")))
     assert p.drift(T) == [(Kind.KEY_CHANGED, off(3))]
     assert {r["id"]: r["v"] for r in p.sink.read(T).to_pylist()} == {1: "a"}
+
+
+def test_a_ddl_met_behind_another_that_neither_adds_nor_removes_columns_is_followed_without_drift(tmp_path):
+    """A type (INT to BIGINT, which an Iceberg table widens in place), a default, an index: the
+    changes' own columns are all the sink needs, under evolve too."""
+    p = Pipeline(tmp_path, schema(T, column("c")))
+    p.snapshot(T, {"id": 1, "v": "a", "c": 1})
+    p.alter(T, schema(T, column("c", "varchar"), column("n")))
+    p.tables.later_ddl = {(T, off(2))}
+    p.batch(ddl(2, "ALTER TABLE t ALTER COLUMN c SET DEFAULT 5", table_change(Kind.ALTERED, T)),
+            changes(schema(T, column("c")), insert(T, 3, id=2, v="b", c=2)))
+    assert p.drift(T) == [] and p.rows(T) == {1: {"id": 1, "v": "a", "c": 1, "n": None},
+                                              2: {"id": 2, "v": "b", "c": 2, "n": None}}

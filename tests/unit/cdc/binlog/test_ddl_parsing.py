@@ -162,4 +162,22 @@ def test_ends_table_marks_the_events_after_which_the_sink_rows_belong_to_no_tabl
 ])
 def test_an_alteration_names_the_columns_it_adds(statement, added):
     parsed = parse_ddl(statement, "shop")
-    assert parsed is not None and parsed.changes == (TableChange(K.ALTERED, T, added_columns=added),)
+    assert parsed is not None and [(c.kind, c.table, c.added_columns) for c in parsed.changes] == [(K.ALTERED, T, added)]
+
+
+@pytest.mark.parametrize(("statement", "removes"), [
+    ("ALTER TABLE t DROP COLUMN c", True),
+    ("ALTER TABLE t DROP c, ADD d INT", True),
+    ("ALTER TABLE t DROP COLUMN IF EXISTS c", True),
+    ("ALTER TABLE t CHANGE c d BIGINT", True),
+    ("ALTER TABLE t CHANGE COLUMN c c BIGINT", True),
+    ("ALTER TABLE t RENAME COLUMN c TO d", True),
+    ("ALTER TABLE t ADD INDEX i (c), DROP INDEX j", False),
+    ("ALTER TABLE t DROP PRIMARY KEY, ADD PRIMARY KEY (id, v)", False),
+    ("ALTER TABLE t DROP FOREIGN KEY fk, DROP CONSTRAINT ck, DROP CHECK ck2", False),
+    ("ALTER TABLE t MODIFY c BIGINT, ALTER COLUMN v SET DEFAULT 'x'", False),
+    ("ALTER TABLE t RENAME INDEX i TO j, ADD COLUMN n INT", False),
+])
+def test_an_alteration_says_whether_it_may_remove_or_rename_a_column(statement, removes):
+    parsed = parse_ddl(statement, "shop")
+    assert parsed is not None and parsed.changes[0].removes_columns is removes
