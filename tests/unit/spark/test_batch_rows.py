@@ -102,3 +102,26 @@ def test_the_reading_summary_says_when_the_pieces_began_their_set_up_their_readi
                                               "read in 1.20-1.41s, ended 2.35-2.87s into it (55437 changes)")
     assert reading_summary(pieces[:1], 100.0).startswith("1 piece(s) began 1.10s into the batch, set up in 0.05s")
     assert reading_summary([], 100.0) == ""
+
+
+def test_a_tables_changes_under_two_table_maps_in_one_run_travel_as_runs_of_their_own_each_with_its_schema():
+    """Changes written before and after a DDL the reader did not see between them: each run of them
+    is typed by, and carries, the schema as of it; the table's runs stay in binlog order."""
+    from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableSchema
+
+    known = TableSchema(TABLE, (Column("id", "int", "int(11)", False), Column("n", "bigint", "bigint(20)", True)),
+                        ("id",))
+    before = TableSchema(TABLE, (Column("id", "int", "int", True), Column("pad", "varchar", "varchar", True,
+                                                                          collation="utf8mb4_bin")), ("id",))
+    after = TableSchema(TABLE, (Column("id", "int", "int", True), Column("n", "bigint", "bigint", True)), ("id",))
+    run = _records(100, 5)
+    for i, record in enumerate(run):
+        record.schema = before if i in (0, 1, 4) else after
+        if record.schema is after:
+            record.after = {"id": i, "n": 2**40}
+    items = list(batch_items([Row(*r) for r in RowEmitter(1, schemas={TABLE: known}).changes(run, [True] * 5)]))
+
+    assert [(i.data.column("id").to_pylist(), i.schema.column_names) for i in items] == [
+        ([0, 1], ("id", "pad")), ([2, 3], ("id", "n")), ([4], ("id", "pad"))]
+    assert items[1].schema == known  # the server's columns and types: the captured schema itself
+    assert items[1].data.schema.field("n").type == "int64" and items[0].data.schema.field("pad").type == "string"
