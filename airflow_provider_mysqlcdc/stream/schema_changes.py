@@ -174,6 +174,13 @@ class SchemaChangeRules:
         still has (``_fill_added``); otherwise (an expression, generated, NOT NULL without DEFAULT)
         it is drift too: the sink has those rows with NULL there until they are read again."""
         committed = False
+        # first the statements the server's schema is not the result of (a later DDL of the table lies
+        # ahead): nothing of the server's schema is read or given to the sink for them
+        changes = {c.table: c for c in event.changes if c.kind is TableEventKind.ALTERED}
+        ahead = [t for t in altered if not self.tables.schema_is_after(t, event.offset)]
+        for table_id in ahead:
+            self._ahead_of(table_id, event, changes[table_id])
+        altered = [t for t in altered if t not in ahead]
         # the columns before: this stream's schema, or (first time it meets the table) the sink's; a
         # shard's sink table has every shard's columns, so there the schema the stream remembers
         # remembered schema (read before a writer is made, which may remember the server's)
@@ -188,12 +195,8 @@ class SchemaChangeRules:
                   set(known.column_names) if w.target.shard and (known := remembered[t]) is not None else
                   in_sink[t] for t, w in old.items()}
         schemas = self.tables.current_schemas(altered)
-        added = {c.table: c.added_columns for c in event.changes if c.kind is TableEventKind.ALTERED}
+        added = {t: c.added_columns for t, c in changes.items()}
         for table_id, schema in zip(altered, schemas):
-            if not self.tables.schema_is_after(table_id, event.offset):
-                self._ahead_of(table_id, event, next(c for c in event.changes if c.table == table_id
-                                                     and c.kind is TableEventKind.ALTERED))
-                continue
             keys, chunk_key = old[table_id].schema.key_columns, old[table_id].chunk_key
             if schema.key_columns != keys or chunk_key not in schema.column_names or orders_differently(
                     old[table_id].schema.column(chunk_key), schema.column(chunk_key)):

@@ -70,11 +70,9 @@ class ServerTables:
                                "reading table schemas")
 
     def added_defaults(self, schema: TableSchema, columns: tuple[str, ...], offset: BinlogOffset) -> Defaults:
+        # asked only for a statement the server's schema is the result of (``schema_is_after``): no later
+        # DDL can have changed these defaults
         def defaults(conn: Any) -> Defaults:
-            head = current_offset(conn).in_epoch(offset.epoch)  # the server the event was just read from
-            later = table_ddl_after(conn, schema.table_id, offset, head, FILL_LOOKAHEAD_EVENTS)
-            if later is not False:
-                return False
             values, masks = column_defaults(conn, schema, columns), ColumnMasks.of(schema, self.source.salt)
             return values if values is None or masks is None else masks.row(values)  # masked as any row
 

@@ -43,10 +43,10 @@ _QUOTED = {TokenType.IDENTIFIER, TokenType.STRING}
 _SEPARATORS = {TokenType.COMMA, TokenType.DOT, TokenType.L_PAREN, TokenType.R_PAREN, TokenType.SEMICOLON}
 #: statements that are never DDL and are frequent (one per transaction): skip the tokenizer
 _NOT_DDL = frozenset({"BEGIN", "COMMIT", "ROLLBACK", "XA START", "XA END", "XA PREPARE", "XA COMMIT"})
-#: what follows ADD in an ALTER TABLE clause that adds no column
 #: what follows DROP in an ALTER TABLE clause that drops something other than a column
 _DROP_NOT_A_COLUMN = frozenset({"INDEX", "KEY", "CONSTRAINT", "PRIMARY", "FOREIGN", "CHECK", "PARTITION", "PERIOD",
                                 "SYSTEM", "DEFAULT"})
+#: what follows ADD in an ALTER TABLE clause that adds no column
 _ADD_NOT_A_COLUMN = frozenset({"INDEX", "KEY", "CONSTRAINT", "PRIMARY", "UNIQUE", "FOREIGN", "FULLTEXT", "SPATIAL",
                                "CHECK", "PARTITION", "PERIOD", "SYSTEM", "VECTOR"})
 
