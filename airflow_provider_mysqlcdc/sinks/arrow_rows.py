@@ -78,7 +78,7 @@ def arrow_type(column: Column) -> pa.DataType:
     if t in _SIGNED:
         return (_UNSIGNED if column.unsigned else _SIGNED)[t]
     if t == "bit":
-        return pa.decimal128(20, 0) if _bit_width(column) >= 64 else pa.int64()
+        return pa.decimal128(20, 0) if column.bit_width >= 64 else pa.int64()
     if t == "year":
         return pa.int16()
     if t == "float":
@@ -141,11 +141,6 @@ def sink_type_of(text: str) -> pa.DataType:
         precision, scale = (int(n) for n in text[len("decimal128("):-1].split(","))
         return pa.decimal128(precision, scale)
     return pa.type_for_alias(text)
-
-
-def _bit_width(column: Column) -> int:
-    digits = "".join(ch for ch in column.column_type if ch.isdigit())
-    return int(digits) if digits else 64
 
 
 #: the temporal types whose key columns hold a ``ZeroDate`` where there is no calendar date

@@ -112,10 +112,6 @@ _AS_TABLE_MAP = {"tinytext": "longtext", "text": "longtext", "mediumtext": "long
                                             "multipolygon", "geometrycollection", "geomcollection")}}
 
 
-def _bit_width(column: Column) -> str:
-    return "".join(ch for ch in column.column_type if ch.isdigit()) or "64"
-
-
 def _collation(column: Column) -> str | None:
     """A column's collation, None for bytes (``information_schema`` has none, a table map ``binary``)."""
     return None if column.collation in (None, "binary") else column.collation
@@ -135,7 +131,7 @@ def same_column_type(mapped: Column, known: Column) -> bool:
         return False
     if mapped.data_type == "decimal":
         return (mapped.numeric_precision, mapped.numeric_scale) == (known.numeric_precision, known.numeric_scale)
-    return mapped.data_type != "bit" or _bit_width(mapped) == _bit_width(known)
+    return mapped.data_type != "bit" or mapped.bit_width == known.bit_width
 
 
 def _sql_named(mapped: Column) -> Column:

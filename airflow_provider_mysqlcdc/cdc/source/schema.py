@@ -124,6 +124,12 @@ class Column:
     mask: str | None = None
 
     @property
+    def bit_width(self) -> int:
+        """A BIT column's width: the digits of its ``column_type`` (``bit(8)``), 64 when it names none."""
+        digits = "".join(ch for ch in self.column_type if ch.isdigit())
+        return int(digits) if digits else 64
+
+    @property
     def is_text(self) -> bool:
         """Character data (compared under a collation), as opposed to bytes or numbers."""
         return self.data_type in ("char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set")
