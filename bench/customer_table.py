@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from devtools.throwaway_server import ThrowawayMariaDB
 
 CUSTOMER_DDL = """

@@ -18,7 +18,7 @@ import statistics
 import time
 from pathlib import Path
 
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.spark.local_server import stop_all
 from bench.memory import CpuSampler, spark_role
 from devtools.airflow_standalone import AirflowStandalone

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 from bench.customer_table import add_customer_rows, create_customer_table
 from bench.jobs import run_chunk_job, run_stream_job

@@ -19,7 +19,7 @@ import datetime as dt
 from collections.abc import Callable
 from pathlib import Path
 
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 from bench import merge_scaling, mixed_workload
 from bench.customer_table import create_customer_table, update_burst

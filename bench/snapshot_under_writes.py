@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.protocol.jobs import SNAPSHOT_CONSISTENCIES
 from bench.customer_table import create_customer_table
 from bench.memory import ROLES

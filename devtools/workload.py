@@ -19,8 +19,8 @@ from typing import Any
 
 import pymysql
 
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId, quote_identifier
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId, quote_identifier
 
 log = logging.getLogger(__name__)
 

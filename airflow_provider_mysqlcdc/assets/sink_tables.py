@@ -28,7 +28,7 @@ from typing import Any
 from airflow.sdk import Asset, AssetAlias, AssetWatcher
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 
 #: the asset group of the sink's tables (the Airflow UI groups assets by it)
 ASSET_GROUP = "mysqlcdc"

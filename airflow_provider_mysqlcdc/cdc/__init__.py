@@ -2,8 +2,8 @@
 
 It imports neither Airflow nor Spark, so that Spark executors and plain Python can use it.
 
-  model/      offsets, splits, change records (plain data, JSON round-trip)
-  source/     connecting, server flavour, table schemas, preflight checks
+  model/      the vocabulary: table ids and schemas, offsets, splits, change records (plain data)
+  source/     talking to the server: connecting, its flavour, reading schemas, preflight checks
   planning/   cutting a table into splits (the splitter)
   reading/    reading one split between its low and high watermark (the split reader)
   binlog/     the binlog reader and the finished-split filter

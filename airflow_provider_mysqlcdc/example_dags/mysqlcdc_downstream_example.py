@@ -16,7 +16,7 @@ from typing import Any
 from airflow.sdk import DAG, Asset, task
 
 from airflow_provider_mysqlcdc.assets.sink_tables import sink_table_asset
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.triggers.table_changes import table_watcher
 
 SINK_ROOT = os.environ.get("MYSQLCDC_SINK_ROOT", "/tmp/mysqlcdc/lake")

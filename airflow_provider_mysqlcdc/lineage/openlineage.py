@@ -42,7 +42,7 @@ from airflow.providers.openlineage.extractors import OperatorLineage
 from deltalake import Schema as DeltaSchema
 from openlineage.client.generated.column_lineage_dataset import Transformation
 
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.protocol.sinks import DEFAULT_NAMESPACE
 from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_schema
 from airflow_provider_mysqlcdc.sinks.data_files import CHUNK_COLUMN

@@ -35,7 +35,7 @@ from pathlib import PurePosixPath
 
 from airflow.sdk.observability.stats import Stats, normalize_name_for_stats
 
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.protocol.progress import StreamBatchProgress, StreamOffsetProgress
 from airflow_provider_mysqlcdc.state.drift import Drift, pending_drift, read_drift
 from airflow_provider_mysqlcdc.state.registry import STREAM_OFFSET, STREAM_PROGRESS, PipelineState

@@ -24,7 +24,7 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 
 from airflow_provider_mysqlcdc.cdc.errors import PlanNotFinished
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.hooks.object_store import open_object_store
 from airflow_provider_mysqlcdc.operators.arguments import state_location_of
 from airflow_provider_mysqlcdc.protocol.actions import PlanAction

@@ -29,7 +29,7 @@ from airflow.sdk import Context, ResumableJobMixin, conf
 from airflow_provider_mysqlcdc.assets.sink_tables import TableChanged, emit_table_events
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError, SparkJobFailed
 from airflow_provider_mysqlcdc.cdc.model.records import ON_BINLOG_PURGED
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.hooks.spark import checked_spark_conf
 from airflow_provider_mysqlcdc.metrics.pipeline_metrics import StreamMetricsFollower
 from airflow_provider_mysqlcdc.operators.arguments import state_location_of, table_entries, table_patterns

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
 
 #: splits listed per table (the count is always shown)

@@ -45,8 +45,8 @@ import pyarrow.compute as pc
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import Operation, TableTruncated, WindowChange
+from airflow_provider_mysqlcdc.cdc.model.schema import Column, TableSchema
 from airflow_provider_mysqlcdc.cdc.records.values import ZeroDate, decimal_text
-from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableSchema
 
 #: the names of a routed table's shard each row comes from (sinks/routing.py)
 SHARD_COLUMNS = ("_cdc_source_database", "_cdc_source_table")

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, TypeVar
 import pyarrow as pa
 
 from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError, is_table_fault
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.protocol.maintenance import DEFAULT_TARGET_FILE_BYTES
 
 if TYPE_CHECKING:

@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.sinks.arrow_rows import conform_to, image_table
 from airflow_provider_mysqlcdc.sinks.base import Position
 from airflow_provider_mysqlcdc.sinks.changelog import image_json

@@ -20,7 +20,7 @@ from deltalake.schema import Field as DeltaField
 from deltalake.transaction import AddAction, RemoveAction
 
 from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError, is_table_fault
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy, TableMaintenance
 from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_schema, row_key_columns, zero_date_columns
 from airflow_provider_mysqlcdc.sinks.base import (

@@ -40,7 +40,7 @@ from pyiceberg.expressions import (
 )
 
 from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.protocol.maintenance import DEFAULT_TARGET_FILE_BYTES
 from airflow_provider_mysqlcdc.protocol.sinks import DEFAULT_NAMESPACE
 from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_schema, row_key_columns

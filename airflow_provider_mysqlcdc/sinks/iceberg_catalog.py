@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from pyiceberg.exceptions import CommitFailedException
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 import pyarrow as pa
 
 from airflow_provider_mysqlcdc.cdc.model.rules import Route, TableRule, route_of
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.sinks.arrow_rows import (
     arrow_schema,
     arrow_type,

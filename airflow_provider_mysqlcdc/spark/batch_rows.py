@@ -27,7 +27,7 @@ from typing import Any
 from airflow_provider_mysqlcdc.cdc.binlog.table_map import schema_as_of
 from airflow_provider_mysqlcdc.cdc.errors import InternalError, describe_error, is_table_fault
 from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, TableFailed
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.sinks.change_columns import TableChanges, change_columns
 from airflow_provider_mysqlcdc.state.spill import SpillWriter, read_spill_file
 from airflow_provider_mysqlcdc.stream.events import PieceRead

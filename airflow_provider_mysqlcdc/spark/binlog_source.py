@@ -65,7 +65,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from airflow_provider_mysqlcdc.cdc.binlog.ranges import DecodeRange, batch_end, plan_decode_ranges
-from airflow_provider_mysqlcdc.cdc.binlog.reader import BinlogReader, pick_server_id
+from airflow_provider_mysqlcdc.cdc.binlog.reader import BinlogReader
 from airflow_provider_mysqlcdc.cdc.binlog.split_filter import FinishedSplitFilter
 from airflow_provider_mysqlcdc.cdc.errors import BinlogPurgedError, ConfigurationError, InternalError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
@@ -75,8 +75,8 @@ from airflow_provider_mysqlcdc.cdc.model.records import (
     SchemaChangeEvent,
     TableFailed,
 )
-from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig, parse_server_id_range
-from airflow_provider_mysqlcdc.cdc.source.schema import TableSchema
+from airflow_provider_mysqlcdc.cdc.model.schema import TableSchema
+from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig, parse_server_id_range, pick_server_id
 from airflow_provider_mysqlcdc.cdc.source.selection import TableSelection
 from airflow_provider_mysqlcdc.cdc.source.server import binlog_changed_error, check_offset_available
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob

@@ -24,9 +24,9 @@ from typing import Any
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.model.schema import Column, TableId
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
-from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId
 from airflow_provider_mysqlcdc.protocol.actions import PlanAction, StartupMode
 from airflow_provider_mysqlcdc.protocol.plans import TablePlan
 from airflow_provider_mysqlcdc.protocol.registry import CapturedTable, Generation, stream_only_split

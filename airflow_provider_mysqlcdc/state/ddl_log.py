@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.protocol.progress import DdlLog, DdlMet
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 

@@ -23,13 +23,14 @@ from airflow_provider_mysqlcdc.cdc.binlog.start_points import (
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.rules import route_of
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
 from airflow_provider_mysqlcdc.cdc.records.masking import missing_salt_error
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.preflight import PreflightReport, run_preflight
 from airflow_provider_mysqlcdc.cdc.source.rules import TableRules
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema, base_tables, table_exists
+from airflow_provider_mysqlcdc.cdc.source.schema import base_tables, table_exists
 from airflow_provider_mysqlcdc.cdc.source.selection import TableSelection
 from airflow_provider_mysqlcdc.cdc.source.server import check_offset_available, current_offset
 from airflow_provider_mysqlcdc.protocol.actions import PlanAction

@@ -32,8 +32,8 @@ import uuid
 from typing import Any, TypeVar
 
 from airflow_provider_mysqlcdc.cdc.errors import ConcurrentStateChange
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.protocol.envelope import Record
 from airflow_provider_mysqlcdc.protocol.registry import CapturedTable, Generation
 from airflow_provider_mysqlcdc.protocol.servers import ServerHistory

@@ -21,16 +21,10 @@ from urllib.parse import quote
 
 import pymysql
 
+from airflow_provider_mysqlcdc.cdc.model.schema import Column, TableId, TableSchema
 from airflow_provider_mysqlcdc.cdc.planning.splitter import INTEGER_TYPES
 from airflow_provider_mysqlcdc.cdc.source.rules import captured_schema
-from airflow_provider_mysqlcdc.cdc.source.schema import (
-    Column,
-    TableId,
-    TableSchema,
-    load_table_schema,
-    missing_table_error,
-    table_exists,
-)
+from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema, missing_table_error, table_exists
 from airflow_provider_mysqlcdc.protocol.registry import Generation, RememberedSchema
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 

@@ -35,9 +35,9 @@ from airflow_provider_mysqlcdc.cdc.model.records import (
     TableTruncated,
     WindowChange,
 )
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.protocol.registry import Generation
 from airflow_provider_mysqlcdc.state.generations import added_since
 from airflow_provider_mysqlcdc.stream.events import StagedSplitReady, TablesActivated

@@ -15,7 +15,7 @@ from collections import Counter
 from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError, SchemaChangeRefused
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import BinlogPurged, SchemaChangeEvent, TableChange, TableEventKind
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.cdc.source.selection import TableSelection
 from airflow_provider_mysqlcdc.protocol.jobs import FOLLOWS_COLUMNS, StreamJob
 from airflow_provider_mysqlcdc.protocol.registry import Generation

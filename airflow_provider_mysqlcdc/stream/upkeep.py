@@ -9,7 +9,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy, MaintenanceReport, TableMaintenance
 from airflow_provider_mysqlcdc.sinks.base import Sink

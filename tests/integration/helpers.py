@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from devtools.spark_submit import SparkSubmit
 from devtools.verify import Rows, differences

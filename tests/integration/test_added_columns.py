@@ -19,7 +19,8 @@ from dataclasses import dataclass
 import pytest
 
 from airflow_provider_mysqlcdc.cdc.model.records import TableEventKind
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema, load_table_schema
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId, TableSchema
+from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.state.drift import Drift, read_drift
 from airflow_provider_mysqlcdc.state.registry import PipelineState

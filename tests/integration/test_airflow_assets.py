@@ -19,7 +19,8 @@ import pytest
 
 from airflow_provider_mysqlcdc.assets.sink_tables import table_asset_uri
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId
+from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 from airflow_provider_mysqlcdc.pipeline import group_id_for
 from airflow_provider_mysqlcdc.state.lease import StreamLeases

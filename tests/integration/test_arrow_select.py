@@ -7,10 +7,11 @@ import random
 
 import pytest
 
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.cdc.model.split import SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.reading.arrow_select import fast_select_supported, select_arrow
 from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitReader
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
+from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from airflow_provider_mysqlcdc.sinks.arrow_rows import data_schema, rows_to_data_table
 
 pytestmark = pytest.mark.integration

@@ -8,7 +8,8 @@ import pytest
 
 from airflow_provider_mysqlcdc.cdc.binlog.reader import BinlogReader, TransactionCommitted
 from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, Operation, SchemaChangeEvent, TableEventKind
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId
+from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 
 pytestmark = pytest.mark.integration

@@ -21,8 +21,9 @@ from airflow_provider_mysqlcdc.cdc.binlog.row_decoder import DECODERS
 from airflow_provider_mysqlcdc.cdc.binlog.table_map import schema_as_of
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.cdc.records.charset_tables import SINGLE_BYTE
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema, load_table_schema
+from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 
 from ..tools.charset_tables import single_byte_tables

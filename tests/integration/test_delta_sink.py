@@ -79,8 +79,9 @@ def test_snapshot_and_stream_into_delta_equal_the_source(mysql_server, cdc_user,
 
 
 def test_every_type_round_trips_through_delta(mysql_server, cdc_user, database, tmp_path):
+    from airflow_provider_mysqlcdc.cdc.model.schema import TableId
     from airflow_provider_mysqlcdc.cdc.model.split import SnapshotSplit
-    from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
+    from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 
     from .test_value_fidelity import COLUMNS, MAX_ROW, MIN_ROW, NULL_ROW, _insert
 

@@ -138,7 +138,8 @@ class _Pipeline:
         self.source_file = self.source.to_private_file(self.tmp / "secrets" / "source.json")
 
     def schema(self, name: str):
-        from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
+        from airflow_provider_mysqlcdc.cdc.model.schema import TableId
+        from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 
         with self.server.connect_root() as conn:
             return load_table_schema(conn, TableId("shop", name))

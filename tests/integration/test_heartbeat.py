@@ -14,7 +14,7 @@ from collections.abc import Callable
 import pytest
 
 from airflow_provider_mysqlcdc.cdc.errors import SparkJobFailed
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.progress import StreamOffsetProgress
 from airflow_provider_mysqlcdc.state.registry import STREAM_OFFSET, PipelineState

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId, quote_identifier, with_params
 from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId, quote_identifier, with_params
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from devtools.dag_runner import catch_up_stream, example_dag_env, run_dag
 from devtools.snapshot import snapshot_tables

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 import pytest
 
 from airflow_provider_mysqlcdc.cdc.errors import PreflightError
+from airflow_provider_mysqlcdc.cdc.model.schema import UNSUPPORTED_CHUNK_KEY_TYPES, TableId
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering, encode_sort_key
 from airflow_provider_mysqlcdc.cdc.records.values import ValueNormalizer
-from airflow_provider_mysqlcdc.cdc.source.schema import UNSUPPORTED_CHUNK_KEY_TYPES, TableId, load_table_schema
+from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from devtools.snapshot import snapshot_tables

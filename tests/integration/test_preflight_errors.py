@@ -22,9 +22,9 @@ from airflow_provider_mysqlcdc.cdc.errors import (
     SourceChangedError,
 )
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.cdc.source.server import binlog_files, current_offset
 from devtools.throwaway_server import ThrowawayMariaDB
 

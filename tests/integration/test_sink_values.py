@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId
+from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.sinks import SINK_FORMATS
 from airflow_provider_mysqlcdc.sinks.factory import open_sink

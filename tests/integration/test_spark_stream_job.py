@@ -135,7 +135,8 @@ def test_stream_survives_kill_9_and_stays_exact_and_refuses_a_second_stream(mysq
 
 
 def test_added_columns_evolve_delta_and_a_dropped_one_is_drift(mysql_server, cdc_user, database, tmp_path):
-    from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
+    from airflow_provider_mysqlcdc.cdc.model.schema import TableId
+    from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 
     conn = mysql_server.connect()
     tables = create_sample_tables(conn, database, rows_per_table=200, seed=3, tables=TABLES[:1])

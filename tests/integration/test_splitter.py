@@ -12,10 +12,11 @@ import random
 import pytest
 
 from airflow_provider_mysqlcdc.cdc.errors import PreflightError
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.cdc.model.split import SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
 from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitReader
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
+from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from devtools.verify import source_rows
 
 pytestmark = pytest.mark.integration

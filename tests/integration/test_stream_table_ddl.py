@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitReader
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema, load_table_schema, table_exists
+from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema, table_exists
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.registry import CapturedTable
 from airflow_provider_mysqlcdc.sinks.base import Sink

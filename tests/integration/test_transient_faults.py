@@ -17,7 +17,8 @@ import pytest
 from airflow_provider_mysqlcdc.cdc.binlog.reader import BinlogReader
 from airflow_provider_mysqlcdc.cdc.errors import SourceUnavailableError
 from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId, load_table_schema
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId
+from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 from devtools.throwaway_server import ThrowawayMariaDB
 from devtools.verify import source_rows

@@ -36,7 +36,7 @@ from sqlglot.dialects.mysql import MySQL
 from sqlglot.tokens import Token, TokenType
 
 from airflow_provider_mysqlcdc.cdc.model.records import TableChange, TableEventKind
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 
 _TOKENIZER = MySQL().tokenizer_class()
 _QUOTED = {TokenType.IDENTIFIER, TokenType.STRING}

@@ -13,7 +13,7 @@ from typing import Any
 
 from airflow_provider_mysqlcdc.cdc.binlog.xa import Xid
 from airflow_provider_mysqlcdc.cdc.model.records import Operation
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,9 +39,9 @@ from airflow_provider_mysqlcdc.cdc.binlog.xa import MARIADB_PREPARED_XA_FLAG, Xi
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError, LibraryNeeded
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import Operation
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.cdc.source import tls
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 
 #: the environment variable that picks a framing: auto (ours where it can read, else the library's) or library
 FRAMING_VARIABLE = "MYSQLCDC_BINLOG_FRAMING"

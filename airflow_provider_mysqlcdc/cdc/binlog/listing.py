@@ -15,7 +15,7 @@ import pymysql
 
 from airflow_provider_mysqlcdc.cdc.binlog.ddl import parse_ddl
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset, binlog_file_number
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.cdc.source.server import binlog_file_sizes
 
 #: Events listed per ``SHOW BINLOG EVENTS``

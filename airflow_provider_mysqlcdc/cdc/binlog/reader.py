@@ -32,7 +32,6 @@ A table's rule (row filter, masks) is applied to its rows as they are decoded (r
 from __future__ import annotations
 
 import logging
-import random
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Mapping
@@ -73,9 +72,9 @@ from airflow_provider_mysqlcdc.cdc.model.records import (
     TableEventKind,
     TableFailed,
 )
+from airflow_provider_mysqlcdc.cdc.model.schema import Column, TableId, TableSchema
 from airflow_provider_mysqlcdc.cdc.records.table_rows import RowRules
-from airflow_provider_mysqlcdc.cdc.source.connection import DEFAULT_SERVER_ID_RANGE, SourceConfig
-from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
+from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig, pick_server_id
 from airflow_provider_mysqlcdc.cdc.source.server import check_offset_available
 
 log = logging.getLogger(__name__)
@@ -87,11 +86,6 @@ class TransactionCommitted:
 
 
 BinlogItem = ChangeRecord | SchemaChangeEvent | TransactionCommitted | TableFailed
-
-def pick_server_id(server_id_range: tuple[int, int] = DEFAULT_SERVER_ID_RANGE) -> int:
-    low, high = server_id_range
-    return random.randint(low, high)
-
 
 class BinlogReader:
     """Iterates the binlog of one server from ``start`` as change records of the captured tables."""

@@ -40,9 +40,9 @@ from pymysqlreplication.constants import FIELD_TYPE
 
 from airflow_provider_mysqlcdc.cdc.binlog.library_fixes import time2_to_timedelta
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
+from airflow_provider_mysqlcdc.cdc.model.schema import Column
 from airflow_provider_mysqlcdc.cdc.records.charsets import codec_name, decodable
 from airflow_provider_mysqlcdc.cdc.records.values import converter_for, zero_date_text
-from airflow_provider_mysqlcdc.cdc.source.schema import Column
 
 # --- kinds: how a column's value is stored (the compiled decoder uses the same codes) -------------
 SIGNED = 1  # little-endian two's complement of ``width`` bytes

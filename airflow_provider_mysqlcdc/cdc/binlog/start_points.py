@@ -24,10 +24,9 @@ from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import GtidEvent, MariadbGtidEvent
 
 from airflow_provider_mysqlcdc.cdc.binlog.gtid import offset_at_gtid_position
-from airflow_provider_mysqlcdc.cdc.binlog.reader import pick_server_id
 from airflow_provider_mysqlcdc.cdc.errors import BinlogPurgedError, ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset, binlog_file_number
-from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
+from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig, pick_server_id
 from airflow_provider_mysqlcdc.cdc.source.server import binlog_files, current_offset, gtid_position_at, server_info
 
 

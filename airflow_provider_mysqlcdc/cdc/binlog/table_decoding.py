@@ -18,9 +18,9 @@ from airflow_provider_mysqlcdc.cdc.binlog.table_map import column_from_table_map
 from airflow_provider_mysqlcdc.cdc.errors import LibraryNeeded
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, Operation
+from airflow_provider_mysqlcdc.cdc.model.schema import Column, TableId, TableSchema
 from airflow_provider_mysqlcdc.cdc.records.table_rows import RowRules, update_changes
 from airflow_provider_mysqlcdc.cdc.records.values import ValueNormalizer
-from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
 
 log = logging.getLogger(__name__)
 

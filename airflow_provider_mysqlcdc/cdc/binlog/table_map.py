@@ -19,9 +19,9 @@ from typing import Any
 
 from pymysqlreplication.constants import FIELD_TYPE
 
+from airflow_provider_mysqlcdc.cdc.model.schema import Column, TableSchema
 from airflow_provider_mysqlcdc.cdc.records.charsets import codec_name, decodable
 from airflow_provider_mysqlcdc.cdc.source.rules import captured_schema
-from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableSchema
 
 _BY_TYPE_CODE = {
     FIELD_TYPE.TINY: "tinyint",

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId, TableSchema
 
 
 class Operation(str, enum.Enum):

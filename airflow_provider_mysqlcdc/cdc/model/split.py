@@ -16,7 +16,7 @@ from typing import Any
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId, quote_identifier, with_params
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId, quote_identifier, with_params
 
 
 @dataclass(frozen=True)

@@ -25,10 +25,10 @@ from typing import Any
 import pymysql
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
+from airflow_provider_mysqlcdc.cdc.model.schema import Column, TableSchema, quote_identifier, with_params
 from airflow_provider_mysqlcdc.cdc.model.split import SnapshotSplit, key_range_sql
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.records.values import converter_for, read_expression
-from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableSchema, quote_identifier, with_params
 
 log = logging.getLogger(__name__)
 

@@ -20,9 +20,9 @@ from urllib.parse import quote
 import pyarrow as pa
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.model.schema import Column, TableSchema, quote_identifier
 from airflow_provider_mysqlcdc.cdc.model.split import SnapshotSplit, key_range_sql
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
-from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableSchema, quote_identifier
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset, server_info
 
 FAST_TYPES = frozenset({"tinyint", "smallint", "mediumint", "int", "integer", "bigint", "double", "date", "datetime",

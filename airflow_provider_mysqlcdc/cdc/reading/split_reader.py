@@ -29,7 +29,7 @@ import pymysql
 import pymysql.cursors
 
 from airflow_provider_mysqlcdc.cdc.binlog.listing import binlog_events
-from airflow_provider_mysqlcdc.cdc.binlog.reader import BinlogReader, pick_server_id
+from airflow_provider_mysqlcdc.cdc.binlog.reader import BinlogReader
 from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import (
@@ -39,14 +39,14 @@ from airflow_provider_mysqlcdc.cdc.model.records import (
     TableTruncated,
     WindowChange,
 )
+from airflow_provider_mysqlcdc.cdc.model.schema import TableSchema, with_params
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit, key_range_sql
 from airflow_provider_mysqlcdc.cdc.reading.low_watermark import InFlightTransactions
 from airflow_provider_mysqlcdc.cdc.records.apply import KeyedRows
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.records.table_rows import RowRules
 from airflow_provider_mysqlcdc.cdc.records.values import ValueNormalizer, select_list
-from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
-from airflow_provider_mysqlcdc.cdc.source.schema import TableSchema, with_params
+from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig, pick_server_id
 from airflow_provider_mysqlcdc.cdc.source.server import ServerInfo, current_offset, server_info
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.rules import TableRule
-from airflow_provider_mysqlcdc.cdc.source.schema import TableSchema
+from airflow_provider_mysqlcdc.cdc.model.schema import TableSchema
 
 Mask = Callable[[Any], Any]
 

@@ -32,8 +32,8 @@ from typing import Any
 import pymysql
 
 from airflow_provider_mysqlcdc.cdc.errors import InternalError
+from airflow_provider_mysqlcdc.cdc.model.schema import Column
 from airflow_provider_mysqlcdc.cdc.records.values import ZeroDate
-from airflow_provider_mysqlcdc.cdc.source.schema import Column
 
 _WEIGHT_BATCH = 200
 _CACHE_SIZE = 200_000

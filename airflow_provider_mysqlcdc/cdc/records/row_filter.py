@@ -31,7 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError, SchemaChangedError
-from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableSchema
+from airflow_provider_mysqlcdc.cdc.model.schema import Column, TableSchema
 
 Row = dict[str, Any]
 Value = Callable[[Row], Any]

@@ -14,9 +14,9 @@ from functools import cached_property
 from typing import Any
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError, SchemaChangedError
+from airflow_provider_mysqlcdc.cdc.model.schema import TableSchema
 from airflow_provider_mysqlcdc.cdc.records.masking import ColumnMasks
 from airflow_provider_mysqlcdc.cdc.records.row_filter import RowFilter, check_row_filter
-from airflow_provider_mysqlcdc.cdc.source.schema import TableSchema
 
 Row = dict[str, Any]
 

@@ -38,8 +38,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from airflow_provider_mysqlcdc.cdc.model.schema import Column, TableSchema, quote_identifier
 from airflow_provider_mysqlcdc.cdc.records.charsets import codec_name
-from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableSchema, quote_identifier
 
 Converter = Callable[[Any], Any]
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -28,6 +29,12 @@ ENV_PREFIX = "MYSQLCDC_SOURCE_"
 #: Default server-id range for binlog connections; each connection takes a random id from it,
 #: because the server drops an older replica connection that registers with the same id.
 DEFAULT_SERVER_ID_RANGE = (5400, 6399)
+
+
+def pick_server_id(server_id_range: tuple[int, int] = DEFAULT_SERVER_ID_RANGE) -> int:
+    """A replica server id for one binlog connection, at random within the range."""
+    low, high = server_id_range
+    return random.randint(low, high)
 
 
 def parse_server_id_range(text: str | None) -> tuple[int, int]:

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 import pymysql
 from pymysqlreplication import BinLogStreamReader
 
-from airflow_provider_mysqlcdc.cdc.binlog.reader import pick_server_id
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError, PreflightError, PreflightFailures
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId, TableSchema, quote_identifier
 from airflow_provider_mysqlcdc.cdc.records.charsets import decodable
-from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema, load_table_schema, quote_identifier
+from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig, pick_server_id
+from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import ServerInfo, current_offset, server_info
 
 log = logging.getLogger(__name__)

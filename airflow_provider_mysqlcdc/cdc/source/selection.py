@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 
 #: schemas of the server itself: never captured by a pattern
 SYSTEM_DATABASES = frozenset({"mysql", "information_schema", "performance_schema", "sys"})

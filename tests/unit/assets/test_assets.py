@@ -13,7 +13,7 @@ from airflow_provider_mysqlcdc.assets.sink_tables import (
     table_asset_uri,
 )
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.triggers.table_changes import table_watcher
 

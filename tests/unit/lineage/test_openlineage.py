@@ -11,8 +11,8 @@ pytest.importorskip("airflow.providers.openlineage")
 from openlineage.client.serde import Serde  # noqa: E402
 
 from airflow_provider_mysqlcdc.cdc.model.rules import Route, TableRule  # noqa: E402
+from airflow_provider_mysqlcdc.cdc.model.schema import Column, TableId, TableSchema  # noqa: E402
 from airflow_provider_mysqlcdc.cdc.source.rules import captured_schema  # noqa: E402
-from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema  # noqa: E402
 from airflow_provider_mysqlcdc.lineage.openlineage import LineageTable, pipeline_lineage, sink_dataset_name  # noqa: E402
 
 T = TableId("shop", "or/ders")

@@ -12,8 +12,8 @@ from airflow.sdk.observability.metrics.stats_utils import get_stats_factory  # n
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset  # noqa: E402
 from airflow_provider_mysqlcdc.cdc.model.records import TableEventKind  # noqa: E402
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId  # noqa: E402
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit  # noqa: E402
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId  # noqa: E402
 from airflow_provider_mysqlcdc.metrics.pipeline_metrics import PipelineMetrics, StreamMetrics, pipeline_name  # noqa: E402
 from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset  # noqa: E402
 from airflow_provider_mysqlcdc.protocol.progress import StreamBatchProgress, StreamOffsetProgress  # noqa: E402

@@ -16,8 +16,8 @@ from deltalake import DeltaTable, write_deltalake
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError, MaintenanceNotAnswered
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.operators.maintenance import MySqlCdcMaintenanceOperator
 from airflow_provider_mysqlcdc.protocol.envelope import decode
 from airflow_provider_mysqlcdc.protocol.maintenance import MaintenanceReport, MaintenanceRequest, TableMaintenance

@@ -6,7 +6,7 @@ import pytest
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.operators.plan import MySqlCdcPlanOperator, native, parse_tables
 
 
@@ -92,7 +92,7 @@ def test_a_resnapshot_of_a_table_this_run_stops_capturing_is_refused():
 
 
 def test_a_resnapshot_range_must_fit_the_chunk_key_type():
-    from airflow_provider_mysqlcdc.cdc.source.schema import Column
+    from airflow_provider_mysqlcdc.cdc.model.schema import Column
     from airflow_provider_mysqlcdc.state.changes import ResnapshotRequest, check_request_bounds
 
     int_key = Column(name="id", data_type="int", column_type="int(11)", nullable=False)

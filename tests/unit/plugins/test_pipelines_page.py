@@ -7,8 +7,8 @@ from fastapi.testclient import TestClient
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import TableEventKind
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.plugins.mysqlcdc_plugin import AUTHENTICATED, MySqlCdcPlugin, app, pipelines
 from airflow_provider_mysqlcdc.plugins.pipelines_page import lag_chart
 from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset

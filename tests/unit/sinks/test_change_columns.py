@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, Operation
-from airflow_provider_mysqlcdc.cdc.source.schema import RESERVED_COLUMN_PREFIX, Column, TableId, TableSchema
+from airflow_provider_mysqlcdc.cdc.model.schema import RESERVED_COLUMN_PREFIX, Column, TableId, TableSchema
 from airflow_provider_mysqlcdc.sinks.arrow_rows import METADATA_COLUMNS, data_schema
 from airflow_provider_mysqlcdc.sinks.change_columns import (
     CHANGE_FIELDS,

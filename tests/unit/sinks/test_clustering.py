@@ -13,7 +13,7 @@ from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError
 from deltalake.schema import Field as DeltaField
 
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.sinks.clustering import (
     CLUSTERING_COMMIT,
     HeldFile,

@@ -10,7 +10,7 @@ import pytest
 from airflow_provider_mysqlcdc.cdc.errors import InternalError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, Operation
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.spark.batch_rows import (
     SPILLED,
     RowEmitter,
@@ -107,7 +107,7 @@ def test_the_reading_summary_says_when_the_pieces_began_their_set_up_their_readi
 def test_a_tables_changes_under_two_table_maps_in_one_run_travel_as_runs_of_their_own_each_with_its_schema():
     """Changes written before and after a DDL the reader did not see between them: each run of them
     is typed by, and carries, the schema as of it; the table's runs stay in binlog order."""
-    from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableSchema
+    from airflow_provider_mysqlcdc.cdc.model.schema import Column, TableSchema
 
     known = TableSchema(TABLE, (Column("id", "int", "int(11)", False), Column("n", "bigint", "bigint(20)", True)),
                         ("id",))

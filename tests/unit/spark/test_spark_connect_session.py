@@ -83,7 +83,7 @@ def test_the_batch_function_pickles_for_the_server_after_its_sink_was_used_witho
     maintenance is made anew there, and its sink opens what it needs there."""
     from pyspark import cloudpickle
 
-    from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
+    from airflow_provider_mysqlcdc.cdc.model.schema import Column, TableId, TableSchema
     from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
     from airflow_provider_mysqlcdc.spark.stream_job import StreamBatchFunction
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.state.ddl_log import KEEP, latest_ddl, read_ddl_log, record_ddl
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 

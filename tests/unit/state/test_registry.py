@@ -7,8 +7,8 @@ import pytest
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import TableEventKind
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.protocol.plans import TablePlan
 from airflow_provider_mysqlcdc.protocol.registry import CapturedTable, Generation
 from airflow_provider_mysqlcdc.state.changes import ResnapshotRequest, decide_action, next_tables, parse_offset
@@ -146,7 +146,7 @@ def test_a_table_is_frozen_from_its_first_drop_or_rename_after_its_splits_until_
 def test_staged_rows_of_tables_named_like_paths_stay_inside_the_staging_folder(tmp_path):
     import os
 
-    from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+    from airflow_provider_mysqlcdc.cdc.model.schema import TableId
     from airflow_provider_mysqlcdc.state.registry import PipelineState
 
     state = PipelineState(str(tmp_path / "state"))

@@ -2,8 +2,8 @@
 ``servers.json``), from the history alone: which server read an offset, and where it stands."""
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 from airflow_provider_mysqlcdc.protocol.servers import ServerEpoch, ServerHistory
 from airflow_provider_mysqlcdc.state.epochs import epoch_of, place, place_split
 from airflow_provider_mysqlcdc.state.registry import SERVERS, PipelineState, captured_tables

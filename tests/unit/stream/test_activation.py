@@ -15,9 +15,9 @@ from airflow_provider_mysqlcdc.cdc.model.records import (
     TableEventKind,
     TableTruncated,
 )
+from airflow_provider_mysqlcdc.cdc.model.schema import Column, TableId, TableSchema
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
-from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
 from airflow_provider_mysqlcdc.protocol.registry import CapturedTable, Generation
 from airflow_provider_mysqlcdc.sinks.arrow_rows import merge_changes_into_table, rows_to_data_table
 from airflow_provider_mysqlcdc.stream.activation import Replay, plan_activation

@@ -8,8 +8,8 @@ import dataclasses
 
 from airflow_provider_mysqlcdc.cdc.model.records import TableEventKind as Kind
 from airflow_provider_mysqlcdc.cdc.model.rules import Route, TableRule
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.state.staged import write_staged
 from airflow_provider_mysqlcdc.stream.events import StagedSplitReady
 

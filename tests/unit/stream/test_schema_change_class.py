@@ -17,7 +17,7 @@ import pytest
 
 from airflow_provider_mysqlcdc.cdc.errors import SchemaChangeRefused
 from airflow_provider_mysqlcdc.cdc.model.records import TableEventKind as Kind
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId, TableSchema
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId, TableSchema
 
 from .harness import SINK_FORMAT, Pipeline, T, changes, column, ddl, insert, off, schema, table_change, update
 

@@ -6,7 +6,7 @@ import pytest
 
 from airflow_provider_mysqlcdc.cdc.binlog.ddl import DdlStatement, parse_ddl
 from airflow_provider_mysqlcdc.cdc.model.records import TableChange, TableEventKind
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 
 K = TableEventKind
 T, U, V = (TableId("shop", n) for n in ("t", "u", "v"))

@@ -18,8 +18,8 @@ from airflow_provider_mysqlcdc.cdc.binlog.reader import BinlogReader, Transactio
 from airflow_provider_mysqlcdc.cdc.binlog.xa import PreparedXa, Xid
 from airflow_provider_mysqlcdc.cdc.errors import SourceUnavailableError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.cdc.source.retry import RetryPolicy
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId
 
 START = BinlogOffset("binlog.000001", 4)
 TABLE = TableId("shop", "orders")

@@ -9,8 +9,8 @@ from dataclasses import replace
 
 from airflow_provider_mysqlcdc.cdc.binlog.table_map import same_column_type, schema_as_of
 from airflow_provider_mysqlcdc.cdc.model.rules import TableRule
+from airflow_provider_mysqlcdc.cdc.model.schema import Column, TableId, TableSchema
 from airflow_provider_mysqlcdc.cdc.source.rules import captured_schema
-from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
 
 T = TableId("shop", "orders")
 # as information_schema describes the columns

@@ -6,8 +6,8 @@ import pytest
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId, quote_identifier
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
-from airflow_provider_mysqlcdc.cdc.source.schema import TableId, quote_identifier
 
 
 @pytest.mark.parametrize("start, end", [
@@ -35,7 +35,7 @@ def test_table_id_parsing_and_quoting():
 
 
 def test_table_names_round_trip_through_their_quoted_text_whatever_they_hold():
-    from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+    from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 
     for database, table in [("db", "t"), ("cdc hazard.db`%s", "dot.ted"), ("d", "back`tick"), ("d", "com,ma"),
                             ("d", ".."), ("ünï", "{brace}")]:
@@ -44,7 +44,7 @@ def test_table_names_round_trip_through_their_quoted_text_whatever_they_hold():
 
 
 def test_a_table_list_splits_on_commas_outside_backticks():
-    from airflow_provider_mysqlcdc.cdc.source.schema import TableId
+    from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 
     assert TableId.parse_list("shop.orders, `odd,db`.`a,b`,shop.`x.y`") == [
         TableId("shop", "orders"), TableId("odd,db", "a,b"), TableId("shop", "x.y")]

@@ -39,8 +39,8 @@ def test_an_unknown_charset_is_a_clear_error():
 
 
 def test_preflight_names_a_column_in_a_charset_it_cannot_decode_and_the_fix():
+    from airflow_provider_mysqlcdc.cdc.model.schema import Column, TableId, TableSchema
     from airflow_provider_mysqlcdc.cdc.source.preflight import charset_problem
-    from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
 
     columns = (Column("id", "int", "int(11)", False), Column("ok", "varchar", "varchar(5)", True, charset="macce"),
                Column("k", "text", "text", True, charset="klingon"))

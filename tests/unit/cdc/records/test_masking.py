@@ -12,10 +12,10 @@ import pytest
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.rules import TableRule
+from airflow_provider_mysqlcdc.cdc.model.schema import Column, TableId, TableSchema
 from airflow_provider_mysqlcdc.cdc.records.masking import ColumnMasks, hashed
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.rules import captured_schema
-from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
 
 T = TableId("shop", "customers")
 SCHEMA = TableSchema(T, (

@@ -9,8 +9,8 @@ import decimal
 import pytest
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError, SchemaChangedError, is_table_fault
+from airflow_provider_mysqlcdc.cdc.model.schema import Column, TableId, TableSchema
 from airflow_provider_mysqlcdc.cdc.records.row_filter import check_row_filter
-from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
 
 SCHEMA = TableSchema(TableId("shop", "orders"), (
     Column("id", "int", "int(11)", False),

@@ -7,9 +7,9 @@ import pytest
 
 from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError
 from airflow_provider_mysqlcdc.cdc.model.rules import TableRule
+from airflow_provider_mysqlcdc.cdc.model.schema import Column, TableId, TableSchema
 from airflow_provider_mysqlcdc.cdc.records.table_rows import RowRules, update_changes
 from airflow_provider_mysqlcdc.cdc.source.rules import captured_schema
-from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
 
 SCHEMA = TableSchema(TableId("shop", "orders"), (
     Column("id", "int", "int(11)", False), Column("status", "varchar", "varchar(10)", True),

@@ -4,8 +4,8 @@ import datetime as dt
 import decimal
 import struct
 
+from airflow_provider_mysqlcdc.cdc.model.schema import Column
 from airflow_provider_mysqlcdc.cdc.records.values import converter_for, read_expression, select_list
-from airflow_provider_mysqlcdc.cdc.source.schema import Column
 
 
 def col(data_type: str, **kw) -> Column:

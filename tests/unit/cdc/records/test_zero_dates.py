@@ -11,9 +11,9 @@ import pytest
 from deltalake import DeltaTable
 
 from airflow_provider_mysqlcdc.cdc.binlog.row_decoder import date_value, datetime_value, timestamp_value
+from airflow_provider_mysqlcdc.cdc.model.schema import Column, TableId, TableSchema
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering, encode_sort_key
 from airflow_provider_mysqlcdc.cdc.records.values import ValueNormalizer, ZeroDate, zero_date_text
-from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
 from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_schema, arrow_to_rows, rows_to_data_table
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 

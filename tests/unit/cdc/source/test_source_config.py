@@ -41,8 +41,8 @@ def test_binlog_status_statement_by_server_version(version, statement):
 def test_the_function_spark_ships_to_executors_holds_the_private_files_path_not_the_password(tmp_path):
     from pyspark import cloudpickle
 
+    from airflow_provider_mysqlcdc.cdc.model.schema import Column, TableId, TableSchema
     from airflow_provider_mysqlcdc.cdc.model.split import SnapshotSplit
-    from airflow_provider_mysqlcdc.cdc.source.schema import Column, TableId, TableSchema
     from airflow_provider_mysqlcdc.spark.chunk_job import partition_reader
 
     source = SourceConfig(host="db", port=3306, user="cdc", password="s3cret-pw")
