@@ -127,7 +127,7 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
     Object stores: ``sink_root`` and ``state_dir`` may be ``s3://`` (``gs://``, ``abfss://``) URLs;
     ``aws_conn_id`` names the ``aws`` connection whose credentials open them (hooks/object_store.py).
 
-    Table format: ``sink_format`` is ``delta`` (default) or ``iceberg`` (sinks/iceberg.py): an Iceberg
+    Table format: ``sink_format`` is ``delta`` (default) or ``iceberg`` (sinks/iceberg/sink.py): an Iceberg
     table per source table, named ``<iceberg_namespace>.<table>`` (``{database}``, the source table's
     database, by default) in the catalog of ``iceberg_catalog_conn_id`` (its extras are pyiceberg's
     catalog properties: hooks/iceberg_catalog.py), or without one in a SQLite catalog at the root of

@@ -6,7 +6,7 @@ workload, OLTP-shaped: transactions of 100 new rows past the table's end, update
 rows inserted a moment before (a hot tail), and nothing else. An available-now stream then applies
 it; its streaming seconds are compared. A merge reads and rewrites only the data files whose key
 range holds a changed key (Delta keeps statistics of the key columns and ``_cdc_chunk``:
-sinks/delta.py), so with changes near the table's end its cost depends on the changes, not on the
+sinks/delta/sink.py), so with changes near the table's end its cost depends on the changes, not on the
 rows already there. Updates spread over the whole key range touch a file each, whatever the
 table's size: this benchmark does not measure those.
 """

@@ -131,8 +131,8 @@ def sink_rows(lake: object, schema: TableSchema, storage_options: dict[str, str]
 def sink_commits(sink: Sink, table_id: TableId, kind: str) -> int:
     """How many commits of ``kind`` the sink table holds, in either format: ``"merge"`` (a stream
     batch's merge) or ``"cluster"`` (a clustering, sinks/clustering.py). 0 without a table."""
-    from airflow_provider_mysqlcdc.sinks.iceberg import IcebergSink
-    from airflow_provider_mysqlcdc.sinks.iceberg_maintenance import OPERATION_SUMMARY
+    from airflow_provider_mysqlcdc.sinks.iceberg.maintenance import OPERATION_SUMMARY
+    from airflow_provider_mysqlcdc.sinks.iceberg.sink import IcebergSink
 
     if isinstance(sink, IcebergSink):
         table = sink.open_table(table_id)
@@ -141,7 +141,7 @@ def sink_commits(sink: Sink, table_id: TableId, kind: str) -> int:
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
-    from airflow_provider_mysqlcdc.sinks.clustering import CLUSTERING_COMMIT
+    from airflow_provider_mysqlcdc.sinks.delta.clustering import CLUSTERING_COMMIT
 
     try:
         history = DeltaTable(sink.table_uri(table_id), storage_options=sink.storage_options).history()

@@ -44,9 +44,8 @@ from openlineage.client.generated.column_lineage_dataset import Transformation
 
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.protocol.sinks import DEFAULT_NAMESPACE
-from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_schema
-from airflow_provider_mysqlcdc.sinks.data_files import CHUNK_COLUMN
-from airflow_provider_mysqlcdc.sinks.iceberg_catalog import table_identifier
+from airflow_provider_mysqlcdc.sinks.arrow_rows import CHUNK_COLUMN, arrow_schema
+from airflow_provider_mysqlcdc.sinks.iceberg.catalog import table_identifier
 from airflow_provider_mysqlcdc.sinks.routing import sink_table_id
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas

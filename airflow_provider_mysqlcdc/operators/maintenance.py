@@ -4,7 +4,7 @@ on a schedule of its own, never in a running stream's way.
 The stream writes one or a few small files per micro-batch into each table it changes. The stream
 itself already clusters a table's overlapping and small files between two batches
 (``cluster_after_files``); this operator maintains every table of the pipeline and its changelog in
-full (sinks/maintenance.py): compaction in chunk-key order, a Delta checkpoint, and, when given a
+full (sinks/delta/maintenance.py): compaction in chunk-key order, a Delta checkpoint, and, when given a
 retention, vacuum.
 
 When a live stream holds the pipeline's lease (state/lease.py), the operator asks it to do the work

@@ -76,7 +76,7 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
         (default 16: files whose key ranges overlap, runs of small ones), the stream rewrites them in
         key order between two batches, so a merge keeps reading only the files its keys fall in (0: never)
     :param maintenance_every_s: also maintain every table (compaction, checkpoint, and vacuum when
-        ``vacuum_retention_hours`` is given: sinks/maintenance.py) every this many seconds, between two
+        ``vacuum_retention_hours`` is given: sinks/delta/maintenance.py) every this many seconds, between two
         micro-batches (default: only when a ``MySqlCdcMaintenanceOperator`` asks)
     :param vacuum_retention_hours: the retention of the stream's own vacuum (default: no vacuum)
     :param deferrable: run a ``continuous`` stream detached and watch it from the triggerer (default:

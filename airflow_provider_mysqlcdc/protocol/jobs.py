@@ -109,7 +109,7 @@ class ChunkJob(_JobFile):
     #: SNAPSHOT_CONSISTENCIES: "at-least-once" positions each split at its low watermark, with no window
     snapshot_consistency: str = "exactly-once"
     sink_format: str = "delta"  # protocol/sinks.py SINK_FORMATS
-    iceberg_namespace: str = DEFAULT_NAMESPACE  # an Iceberg sink's namespace template (sinks/iceberg_catalog.py)
+    iceberg_namespace: str = DEFAULT_NAMESPACE  # an Iceberg sink's namespace template (sinks/iceberg/catalog.py)
 
     def __post_init__(self) -> None:
         check_snapshot_consistency(self.snapshot_consistency)
@@ -170,7 +170,7 @@ class StreamJob(_JobFile):
     #: (sinks/clustering.py), so merges keep reading few files (0: never)
     cluster_after_files: int = 16
     #: the stream maintains its tables every this many seconds, between two batches: compaction,
-    #: checkpoint, and vacuum with ``vacuum_retention_s`` (sinks/maintenance.py; 0: only when a
+    #: checkpoint, and vacuum with ``vacuum_retention_s`` (sinks/delta/maintenance.py; 0: only when a
     #: maintenance task asks)
     maintenance_every_s: float = 0.0
     vacuum_retention_s: float | None = None  # None: its own maintenance does not vacuum
@@ -195,7 +195,7 @@ class StreamJob(_JobFile):
     #: moves the binlog on; "" for none (Debezium's heartbeat.action.query)
     heartbeat_query: str = ""
     sink_format: str = "delta"  # protocol/sinks.py SINK_FORMATS
-    iceberg_namespace: str = DEFAULT_NAMESPACE  # an Iceberg sink's namespace template (sinks/iceberg_catalog.py)
+    iceberg_namespace: str = DEFAULT_NAMESPACE  # an Iceberg sink's namespace template (sinks/iceberg/catalog.py)
 
     def __post_init__(self) -> None:
         check_schema_change_policy(self.schema_changes)

@@ -1,5 +1,5 @@
 """Delta table maintenance between the maintenance task and the stream: what to do (a policy), a
-task's request to the running stream, and what was done (sinks/maintenance.py does it,
+task's request to the running stream, and what was done (sinks/delta/maintenance.py does it,
 state/maintenance.py carries requests and reports through the state location)."""
 
 from __future__ import annotations

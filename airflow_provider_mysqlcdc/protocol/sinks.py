@@ -1,5 +1,5 @@
 """Which sink a pipeline writes, as its job files and operators name it: the table format, and for
-Iceberg the namespace template of its tables (sinks/factory.py opens it, sinks/iceberg_catalog.py
+Iceberg the namespace template of its tables (sinks/factory.py opens it, sinks/iceberg/catalog.py
 names the tables). Checked where they are given, so a wrong one fails the DAG's parse."""
 
 from __future__ import annotations

@@ -51,6 +51,9 @@ from airflow_provider_mysqlcdc.cdc.records.values import ZeroDate, decimal_text
 #: the names of a routed table's shard each row comes from (sinks/routing.py)
 SHARD_COLUMNS = ("_cdc_source_database", "_cdc_source_table")
 #: the columns a sink table has besides the source's (the last two only in a routed table)
+#: the chunk key's order-preserving text of each row: what a write replaces and a merge prunes files by
+CHUNK_COLUMN = "_cdc_chunk"
+
 METADATA_COLUMNS = ("_cdc_op", "_cdc_binlog_file", "_cdc_binlog_pos", "_cdc_version", "_cdc_event_ts", "_cdc_chunk",
                     *SHARD_COLUMNS)
 

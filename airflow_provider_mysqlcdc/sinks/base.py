@@ -20,8 +20,8 @@ A sink table may hold several source tables, its shards (sinks/routing.py): ``ta
 sink table, the ranges given are the shard's, and a ``StreamCommit`` names its shard, whose position
 is kept apart from the others'.
 
-Two formats implement it: Delta Lake (sinks/delta.py, the default) and Apache Iceberg
-(sinks/iceberg.py). Callers open a sink with ``factory.open_sink`` and use only the methods below.
+Two formats implement it: Delta Lake (sinks/delta/sink.py, the default) and Apache Iceberg
+(sinks/iceberg/sink.py). Callers open a sink with ``factory.open_sink`` and use only the methods below.
 """
 
 from __future__ import annotations

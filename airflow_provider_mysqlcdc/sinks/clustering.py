@@ -1,10 +1,10 @@
-"""Keep a Delta table's data files clustered by the chunk key, so that a merge reads few of them.
+"""Keep a sink table's data files clustered by the chunk key, so that a merge reads few of them.
 
-A merge reads and rewrites only the files whose ``_cdc_chunk`` range holds a changed key
-(sinks/delta.py). That prunes well while the files' ranges are narrow and apart, as the snapshot
-writes them. The stream's merges spoil it over time: delta-rs writes a merge's rewritten rows and its
-inserts together, so one new file can span the ranges of several old ones, and every batch adds a
-few small files. Clustering rewrites exactly those files, in key order:
+A merge reads and rewrites only the files whose ``_cdc_chunk`` range holds a changed key. That prunes
+well while the files' ranges are narrow and apart, as the snapshot writes them. The stream's merges
+spoil it over time: a merge's rewritten rows and its inserts land together, so one new file can span
+the ranges of several old ones, and every batch adds a few small files. Clustering rewrites exactly
+those files, in key order:
 
 - files whose ranges overlap, transitively, form one group and are rewritten together, sorted by
   ``_cdc_chunk`` and cut into files of about ``target_bytes`` with ranges apart again;
@@ -12,46 +12,43 @@ few small files. Clustering rewrites exactly those files, in key order:
 - every other file stays as it is, and a run rewrites at most ``max_rewrite_bytes`` (the rest waits
   for the next run), so a clustering run costs what the stream spoilt, never the whole table.
 
-The rewrite changes no row: its commit adds and removes files with ``dataChange = false``, as Delta's
-OPTIMIZE does, so a streaming reader of the table sees nothing new. Its snapshot is the one it planned
-from: when another writer removed one of its files meanwhile (a merge that rewrote it, a chunk
-commit), the commit fails, the new files are deleted, and the caller plans again.
+This module plans and rewrites, whatever the table format; committing the rewrite is the format's
+(sinks/delta/clustering.py, sinks/iceberg/maintenance.py).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable
-from deltalake.exceptions import CommitFailedError
-from deltalake.transaction import AddAction, RemoveAction
 
 from airflow_provider_mysqlcdc.protocol.maintenance import DEFAULT_TARGET_FILE_BYTES
-from airflow_provider_mysqlcdc.sinks.arrow_rows import conform_to
+from airflow_provider_mysqlcdc.sinks.arrow_rows import CHUNK_COLUMN, conform_to
 from airflow_provider_mysqlcdc.sinks.data_files import (
-    CHUNK_COLUMN,
     DataFile,
-    chunk_bounds,
-    delete_data_file,
     read_data_file,
     write_data_file,
 )
+
+if TYPE_CHECKING:
+    from airflow_provider_mysqlcdc.cdc.model.schema import TableId
+    from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy
+    from airflow_provider_mysqlcdc.sinks.base import Sink
 
 log = logging.getLogger(__name__)
 
 #: files of about this size come out of a clustering run (delta-rs's own default target is 100 MiB)
 TARGET_BYTES = DEFAULT_TARGET_FILE_BYTES
-#: the key of a clustering commit's metadata in the table's history (what it did)
-CLUSTERING_COMMIT = "mysqlcdc.clustering"
 #: a run never rewrites files whose rows take more than this in memory (Arrow), where they are sorted,
 #: which holds about twice that at the peak; a larger group of overlapping files is left, and logged
 MAX_REWRITE_BYTES = 128 << 20
+#: clustering runs per table and maintenance run (each rewrites at most MAX_REWRITE_BYTES)
+COMPACT_ROUNDS = 8
 
 
 @dataclass(frozen=True)
@@ -77,18 +74,6 @@ class ClusteringResult:
     def __str__(self) -> str:
         left = f", {self.groups_left} group(s) left as too large" if self.groups_left else ""
         return f"{self.files_read} file(s) rewritten as {self.files_written} ({self.rows:,} rows){left}"
-
-
-def held_files(table: DeltaTable) -> list[HeldFile]:
-    """The table's data files with their chunk ranges. A file without statistics of ``_cdc_chunk``
-    (written before the table kept them) is left out: reading it to place it would cost every check,
-    and leaving it where it is only costs the merges that read it."""
-    held = []
-    for action in pa.table(table.get_add_actions(flatten=True)).to_pylist():
-        low, high = chunk_bounds(action)
-        if low is not None and high is not None:
-            held.append(HeldFile(action["path"], int(action["size_bytes"]), int(action["num_records"]), low, high))
-    return held
 
 
 def candidate_groups(files: list[HeldFile], *,
@@ -229,63 +214,13 @@ def rewrite_in_key_order(uri: str, group: list[HeldFile], file_schema: pa.Schema
             for start, end in zip(cuts, cuts[1:]) if end > start]
 
 
-#: tables whose overlapping groups too large to rewrite were logged already (once per table and count)
-_WARNED: set[tuple[str, int]] = set()
-#: table features under which a data file's Parquet rows are not the table's rows
-_UNSUPPORTED_FEATURES = {"deletionVectors", "columnMapping"}
-
-
-def cluster_table(table: DeltaTable, uri: str, *, min_files: int = 2, target_bytes: int = TARGET_BYTES,
-                  max_rewrite_bytes: int = MAX_REWRITE_BYTES) -> ClusteringResult | None:
-    """One clustering run on ``table`` as loaded (its version is the one the commit checks against),
-    whose folder is ``uri`` (the sink's form: delta-rs's ``table_uri`` escapes characters a file system
-    path keeps). None when fewer than ``min_files`` files need it (however many one run may take),
-    when nothing fits a run, or when the table uses deletion vectors or column mapping (its files'
-    rows are not its rows). Raises delta-rs's CommitFailedError
-    when another writer removed one of its files meanwhile, after deleting the files it wrote; after
-    any other failure of the commit itself they stay (it may have landed), invisible if it did not,
-    until ``vacuum`` removes them."""
-    protocol = table.protocol()
-    features = set(protocol.reader_features or ()) | set(protocol.writer_features or ())
-    if features & _UNSUPPORTED_FEATURES:
-        log.info("%s uses %s: not clustered", table.table_uri, ", ".join(sorted(features & _UNSUPPORTED_FEATURES)))
-        return None
-    groups, runs = candidate_groups(held_files(table), target_bytes=target_bytes)
-    if sum(len(group) for group in groups + runs) < max(min_files, 2):
-        return None
-    file_schema = pa.schema(table.schema().to_arrow())
-    rows = FileRows(uri, file_schema)
-    plan, left = bounded(groups, runs, max_rewrite_bytes=max_rewrite_bytes, memory_of=rows.memory_of)
-    rows.keep_only(plan)
-    if left and (uri, left) not in _WARNED:
-        _WARNED.add((uri, left))
-        log.warning("%s: %d group(s) of overlapping files exceed %d MiB and are left unclustered (their merges "
-                    "read them all)", table.table_uri, left, max_rewrite_bytes >> 20)
-    if not plan:
-        return None
-    written: list[DataFile] = []
-    try:
-        for group in plan:
-            written += rewrite_in_key_order(uri, group, file_schema, target_bytes=target_bytes, read=rows)
-    except BaseException:
-        _delete(uri, written)
-        raise
-    now = int(time.time() * 1000)
-    removed = [f for group in plan for f in group]
-    actions: list[AddAction | RemoveAction] = [f.add_action(data_change=False) for f in written]
-    actions += [RemoveAction(f.path, False, now, f.size, {}) for f in removed]
-    result = ClusteringResult(len(removed), len(written), sum(f.rows for f in removed), left)
-    try:
-        table.create_write_transaction(actions, "append", file_schema, commit_properties=CommitProperties(
-            custom_metadata={CLUSTERING_COMMIT: str(result)}))
-    except CommitFailedError:  # refused: nothing of it is in the table
-        _delete(uri, written)
-        raise
-    return result
-
-
-def _delete(uri: str, files: list[DataFile]) -> None:
-    for data_file in files:
-        delete_data_file(uri, data_file.path)
-
-
+def compact_by_clustering(sink: Sink, table_id: TableId, policy: MaintenancePolicy) -> tuple[int, str]:
+    """Cluster a mirror table (of any format) until nothing is left to rewrite (or ``COMPACT_ROUNDS``
+    runs); files rewritten, and what was left."""
+    rewritten = 0
+    for _ in range(COMPACT_ROUNDS):
+        result = sink.cluster(table_id, min_files=2, target_bytes=policy.target_file_bytes)
+        if result is None:
+            return rewritten, ""
+        rewritten += result.files_read
+    return rewritten, f"more to compact after {COMPACT_ROUNDS} clustering runs: the next run goes on"

@@ -3,7 +3,7 @@
 A chunk's partitions each write their rows as one Parquet file into the table's folder, on the Spark
 executor that read them (``write_data_file``), and send back only what the table's log needs to know
 about it (``DataFile``: path, size, rows, column statistics). Nothing reads a file until a commit
-adds it (``DeltaSink.commit_range``), so a file no commit added (a failed task, a driver that died
+adds it (a Delta commit's add action, sinks/delta/data_files.py; an Iceberg append), so a file no commit added (a failed task, a driver that died
 before its commit) is invisible; ``vacuum`` removes it once it is older than the retention.
 """
 
@@ -20,14 +20,12 @@ import fsspec
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from deltalake.transaction import AddAction
 
-from airflow_provider_mysqlcdc.sinks.arrow_rows import conform_to
+from airflow_provider_mysqlcdc.sinks.arrow_rows import CHUNK_COLUMN, conform_to
 
 #: string statistics longer than this are left out (a TEXT column would bloat the log); the chunk
 #: column's are always kept: commits decide from them which files a key range holds
 MAX_STRING_STAT = 64
-CHUNK_COLUMN = "_cdc_chunk"
 
 
 @dataclass(frozen=True)
@@ -46,11 +44,6 @@ class DataFile:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "DataFile":
         return cls(**data)
-
-    def add_action(self, *, data_change: bool = True) -> AddAction:
-        """The Delta ``add`` action committing this file (``data_change=False``: a rewrite of rows the
-        table holds already, as a compaction's)."""
-        return AddAction(self.path, self.size, {}, self.modified_ms, data_change, self.stats)
 
 
 def write_data_file(table_uri: str, data: pa.Table, file_schema: pa.Schema, *, prefix: str) -> DataFile:

@@ -16,11 +16,11 @@ def open_sink(root: str, storage_options: dict[str, str] | None = None, *, sink_
     ``storage_options`` (an object store's credentials and settings, as delta-rs takes them). An
     Iceberg sink names its tables in the catalog of ``iceberg_catalog`` (pyiceberg's catalog
     properties; None: the embedded one of a local lake) under ``iceberg_namespace``
-    (sinks/iceberg_catalog.py)."""
+    (sinks/iceberg/catalog.py)."""
     if check_sink_format(sink_format) == "iceberg":
-        from airflow_provider_mysqlcdc.sinks.iceberg import IcebergSink
+        from airflow_provider_mysqlcdc.sinks.iceberg.sink import IcebergSink
 
         return IcebergSink(root, storage_options, catalog_properties=iceberg_catalog, namespace=iceberg_namespace)
-    from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+    from airflow_provider_mysqlcdc.sinks.delta.sink import DeltaSink
 
     return DeltaSink(root, storage_options)

@@ -8,7 +8,7 @@ column is the shard's tag followed by the key's text: a shard's rows are exactly
 data files, pruning a merge's files and clustering then stay inside one shard unchanged, even where
 two shards hold the same key values. What acts on a whole source table (a TRUNCATE, a column's
 DEFAULT filled in, a merge's matches) is limited to the shard's range, and the position a stream
-records with its commits is kept per shard (sinks/delta.py): a shard's TRUNCATE, re-snapshot or
+records with its commits is kept per shard (sinks/delta/sink.py): a shard's TRUNCATE, re-snapshot or
 replayed batch touches only its own rows. A table that is not routed has no tag, and its sink table
 is written exactly as it always was.
 

@@ -3,7 +3,7 @@
 A maintenance task that finds a live stream on the pipeline (state/lease.py) does not touch the
 tables itself: it writes a ``MaintenanceRequest`` to ``maintenance/requests/<id>.json`` and waits.
 The stream looks for requests between two micro-batches, when none of its merges runs, does what
-each asks (sinks/maintenance.py), writes a ``MaintenanceReport`` to
+each asks (sinks/delta/maintenance.py), writes a ``MaintenanceReport`` to
 ``maintenance/reports/<id>.json`` and removes the request. A task whose stream ended before
 answering withdraws its request and maintains the tables itself.
 """

@@ -42,7 +42,7 @@ from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.progress import StreamOffsetProgress
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
-from airflow_provider_mysqlcdc.sinks.iceberg import IcebergSink
+from airflow_provider_mysqlcdc.sinks.iceberg.sink import IcebergSink
 from airflow_provider_mysqlcdc.state.registry import STREAM_OFFSET, PipelineState
 from airflow_provider_mysqlcdc.status import pipeline_status
 from devtools.dag_runner import catch_up_stream, clear_and_resume, example_dag_env, mark_running, run_dag

@@ -15,7 +15,7 @@ from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_to_rows
-from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.sinks.delta.sink import DeltaSink
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_change_batch
 from devtools.verify import source_rows
 from devtools.workload import RandomWriters, create_sample_tables

@@ -1,4 +1,4 @@
-"""``sink_format="iceberg"``: the same pipeline into Apache Iceberg tables (sinks/iceberg.py). In the
+"""``sink_format="iceberg"``: the same pipeline into Apache Iceberg tables (sinks/iceberg/sink.py). In the
 embedded SQLite catalog of a lake on a local path, through a real DAG run and real streams, each
 table equals its source row for row, read by pyiceberg and by DuckDB's Iceberg extension; a widening
 Iceberg allows evolves the column in place, a TRUNCATE and a new column are followed, every change
@@ -25,8 +25,8 @@ from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_to_rows
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
-from airflow_provider_mysqlcdc.sinks.iceberg import IcebergSink
-from airflow_provider_mysqlcdc.sinks.iceberg_catalog import TABLE_LOCATION_PROPERTY
+from airflow_provider_mysqlcdc.sinks.iceberg.catalog import TABLE_LOCATION_PROPERTY
+from airflow_provider_mysqlcdc.sinks.iceberg.sink import IcebergSink
 from airflow_provider_mysqlcdc.state.credentials import ObjectStoreCredentials
 from airflow_provider_mysqlcdc.state.drift import read_drift
 from airflow_provider_mysqlcdc.state.registry import PipelineState

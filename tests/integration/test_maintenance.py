@@ -25,7 +25,7 @@ from airflow_provider_mysqlcdc.protocol.maintenance import MaintenanceReport
 from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_to_rows
 from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SUFFIX
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
-from airflow_provider_mysqlcdc.sinks.iceberg_maintenance import expirable
+from airflow_provider_mysqlcdc.sinks.iceberg.maintenance import expirable
 from airflow_provider_mysqlcdc.state.lease import StreamLeases
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from devtools.dag_runner import example_dag_env, run_dag

@@ -29,7 +29,8 @@ from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.registry import CapturedTable, stream_only_split
 from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SUFFIX
-from airflow_provider_mysqlcdc.sinks.clustering import CLUSTERING_COMMIT, clustering_plan, held_files
+from airflow_provider_mysqlcdc.sinks.clustering import clustering_plan
+from airflow_provider_mysqlcdc.sinks.delta.clustering import CLUSTERING_COMMIT, held_files
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
 from airflow_provider_mysqlcdc.state.drift import read_drift

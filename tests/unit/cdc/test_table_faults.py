@@ -23,7 +23,7 @@ from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, Operation, TableFailed
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.sinks.change_columns import TableChanges
-from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.sinks.delta.sink import DeltaSink
 from airflow_provider_mysqlcdc.spark.batch_rows import RowEmitter, batch_items, row_key
 
 GOOD, BAD = TableId("db", "good"), TableId("db", "bad")

@@ -14,7 +14,7 @@ from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.hooks.iceberg_catalog import IcebergCatalogHook
 from airflow_provider_mysqlcdc.hooks.object_store import open_object_store
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
-from airflow_provider_mysqlcdc.sinks.iceberg_catalog import CATALOG_VARIABLE
+from airflow_provider_mysqlcdc.sinks.iceberg.catalog import CATALOG_VARIABLE
 from airflow_provider_mysqlcdc.state.credentials import ObjectStoreCredentials, install_from_private_file
 
 

@@ -20,8 +20,8 @@ from airflow_provider_mysqlcdc.cdc.model.schema import Column, TableId, TableSch
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.sinks.data_files import chunk_bounds, file_stats, write_data_file
-from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
-from airflow_provider_mysqlcdc.sinks.predicates import files_holding
+from airflow_provider_mysqlcdc.sinks.delta.predicates import files_holding
+from airflow_provider_mysqlcdc.sinks.delta.sink import DeltaSink
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_change_batch
 from airflow_provider_mysqlcdc.spark.chunk_job import touched_partitions
 

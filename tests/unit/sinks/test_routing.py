@@ -23,7 +23,7 @@ from airflow_provider_mysqlcdc.cdc.records.table_rows import RowRules
 from airflow_provider_mysqlcdc.sinks.arrow_rows import SHARD_COLUMNS, arrow_schema, rows_to_data_table
 from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SUFFIX
 from airflow_provider_mysqlcdc.sinks.data_files import write_data_file
-from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.sinks.delta.sink import DeltaSink
 from airflow_provider_mysqlcdc.sinks.routing import fit_shards, shard_bounds, shard_id, sink_target
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_change_batch
 

@@ -1,6 +1,6 @@
 """Dates with no calendar date in key columns: one text from both read paths (records/values.py),
 placed where the server orders them (records/ordering.py), NULL plus a companion in the sink
-(sinks/arrow_rows.py), and a sink table written before taking them (sinks/delta.py)."""
+(sinks/arrow_rows.py), and a sink table written before taking them (sinks/delta/sink.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from airflow_provider_mysqlcdc.cdc.model.schema import Column, TableId, TableSch
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering, encode_sort_key
 from airflow_provider_mysqlcdc.cdc.records.values import ValueNormalizer, ZeroDate, zero_date_text
 from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_schema, arrow_to_rows, rows_to_data_table
-from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.sinks.delta.sink import DeltaSink
 
 T = TableId("db", "t")
 

@@ -1,4 +1,4 @@
-"""Which rows an Iceberg write replaces, and by what (sinks/iceberg.py): filters on ``_cdc_chunk``
+"""Which rows an Iceberg write replaces, and by what (sinks/iceberg/sink.py): filters on ``_cdc_chunk``
 (a range, a set of chunk keys) and ``_cdc_version``, and a batch's last changes merged into the rows
 they touch, by the rule every sink keeps (sinks/base.py): a change applies where it is newer than
 its row."""
@@ -21,8 +21,8 @@ from pyiceberg.expressions import (
     Or,
 )
 
+from airflow_provider_mysqlcdc.sinks.arrow_rows import CHUNK_COLUMN
 from airflow_provider_mysqlcdc.sinks.base import StreamCommit
-from airflow_provider_mysqlcdc.sinks.data_files import CHUNK_COLUMN
 from airflow_provider_mysqlcdc.sinks.routing import shard_bounds
 
 #: at most this many chunk keys in one ``In`` of a filter (``chunk_filter``)

@@ -1,4 +1,4 @@
-"""An Iceberg table's columns as the sink sees them (sinks/iceberg.py): its Arrow schema, which type
+"""An Iceberg table's columns as the sink sees them (sinks/iceberg/sink.py): its Arrow schema, which type
 changes it takes in place, and rows shaped as its columns.
 
 Iceberg keeps one 32-bit integer type for Arrow's narrower ones, widens a column in place only from

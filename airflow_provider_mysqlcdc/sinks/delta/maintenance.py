@@ -30,16 +30,14 @@ from deltalake import DeltaTable
 
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy, TableMaintenance
-from airflow_provider_mysqlcdc.sinks.base import Sink
 from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SUFFIX
-from airflow_provider_mysqlcdc.sinks.delta import DeltaSink, retry_conflicts
+from airflow_provider_mysqlcdc.sinks.clustering import compact_by_clustering
+from airflow_provider_mysqlcdc.sinks.delta.sink import DeltaSink, retry_conflicts
 
 log = logging.getLogger(__name__)
 
 #: the Delta setting vacuum reads its retention from
 RETENTION = "delta.deletedFileRetentionDuration"
-#: clustering runs per table and maintenance run (each rewrites at most MAX_REWRITE_BYTES)
-COMPACT_ROUNDS = 8
 #: a compaction or vacuum that keeps meeting concurrent commits gives way after this many tries
 _ATTEMPTS = 5
 
@@ -74,18 +72,6 @@ def _maintain(sink: DeltaSink, uri: str, before: int, policy: MaintenancePolicy,
 
 def _load(sink: DeltaSink, uri: str) -> DeltaTable:
     return DeltaTable(uri, storage_options=sink.storage_options)
-
-
-def compact_by_clustering(sink: Sink, table_id: TableId, policy: MaintenancePolicy) -> tuple[int, str]:
-    """Cluster a mirror table (of any format) until nothing is left to rewrite (or ``COMPACT_ROUNDS``
-    runs); files rewritten, and what was left."""
-    rewritten = 0
-    for _ in range(COMPACT_ROUNDS):
-        result = sink.cluster(table_id, min_files=2, target_bytes=policy.target_file_bytes)
-        if result is None:
-            return rewritten, ""
-        rewritten += result.files_read
-    return rewritten, f"more to compact after {COMPACT_ROUNDS} clustering runs: the next run goes on"
 
 
 def _bin_pack(sink: DeltaSink, uri: str, policy: MaintenancePolicy) -> tuple[int, str]:

@@ -1,4 +1,4 @@
-"""What a stream's commit records in an Iceberg table (sinks/iceberg.py): the position of its last
+"""What a stream's commit records in an Iceberg table (sinks/iceberg/sink.py): the position of its last
 change, in the table's properties (``mysqlcdc.position``, per shard ``mysqlcdc.position:<id>``), where
 ``applied_position`` reads it back whatever snapshots expired since, and in the summary of the
 commit's snapshot, with the application and batch that made it."""
@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from airflow_provider_mysqlcdc.sinks.base import Position, StreamCommit
-from airflow_provider_mysqlcdc.sinks.iceberg_maintenance import OPERATION_SUMMARY
-from airflow_provider_mysqlcdc.sinks.iceberg_schema import arrow_schema_of, as_table_rows
+from airflow_provider_mysqlcdc.sinks.iceberg.maintenance import OPERATION_SUMMARY
+from airflow_provider_mysqlcdc.sinks.iceberg.schema import arrow_schema_of, as_table_rows
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table, Transaction

@@ -1,5 +1,5 @@
 """The Apache Iceberg sink: one Iceberg table per source table, written with pyiceberg (Arrow in, no
-JVM, no Spark jars), named in a catalog (sinks/iceberg_catalog.py).
+JVM, no Spark jars), named in a catalog (sinks/iceberg/catalog.py).
 
 Every write is one Iceberg transaction, one catalog commit: the rows it replaces are deleted (data
 files inside the replaced rows dropped, a file partly inside rewritten without them: copy-on-write,
@@ -20,7 +20,7 @@ row (``_cdc_version``), as in the Delta sink's merge.
 
 A chunk's partitions are written as data files by the Spark executors, into the table's ``data``
 folder, and committed by the chunk job's driver with ``add_files`` (``commit_range``). Clustering and
-maintenance: sinks/iceberg_maintenance.py. What it cannot do yet: a table rewrite marked as one that
+maintenance: sinks/iceberg/maintenance.py. What it cannot do yet: a table rewrite marked as one that
 changes no data (pyiceberg has no ``replace`` snapshot: a clustering shows as an overwrite).
 """
 
@@ -43,7 +43,7 @@ from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.protocol.maintenance import DEFAULT_TARGET_FILE_BYTES
 from airflow_provider_mysqlcdc.protocol.sinks import DEFAULT_NAMESPACE
-from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_schema, row_key_columns
+from airflow_provider_mysqlcdc.sinks.arrow_rows import CHUNK_COLUMN, arrow_schema, row_key_columns
 from airflow_provider_mysqlcdc.sinks.base import (
     Position,
     Sink,
@@ -53,16 +53,16 @@ from airflow_provider_mysqlcdc.sinks.base import (
     retry_conflicts,
 )
 from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SUFFIX
-from airflow_provider_mysqlcdc.sinks.data_files import CHUNK_COLUMN
-from airflow_provider_mysqlcdc.sinks.iceberg_catalog import (
+from airflow_provider_mysqlcdc.sinks.clustering import compact_by_clustering
+from airflow_provider_mysqlcdc.sinks.iceberg.catalog import (
     busy_as_conflict,
     catalog_places_tables,
     catalog_properties,
     open_catalog,
     table_identifier,
 )
-from airflow_provider_mysqlcdc.sinks.iceberg_commits import commit_rows, landed, recorded
-from airflow_provider_mysqlcdc.sinks.iceberg_maintenance import (
+from airflow_provider_mysqlcdc.sinks.iceberg.commits import commit_rows, landed, recorded
+from airflow_provider_mysqlcdc.sinks.iceberg.maintenance import (
     CONFLICTS,
     OPERATION_SUMMARY,
     REWRITE_ATTEMPTS,
@@ -70,8 +70,8 @@ from airflow_provider_mysqlcdc.sinks.iceberg_maintenance import (
     compact_changelog,
     maintain_table,
 )
-from airflow_provider_mysqlcdc.sinks.iceberg_rows import chunk_filter, merged, older_than, range_filter
-from airflow_provider_mysqlcdc.sinks.iceberg_schema import (
+from airflow_provider_mysqlcdc.sinks.iceberg.rows import chunk_filter, merged, older_than, range_filter
+from airflow_provider_mysqlcdc.sinks.iceberg.schema import (
     arrow_schema_of,
     as_table_rows,
     evolution,
@@ -381,7 +381,7 @@ class IcebergSink(Sink):
         column), which is this table's data and not the storage or the catalog failing."""
         return super().refuses(table_id, exc) or isinstance(exc, (pa.ArrowInvalid, pa.ArrowTypeError))
 
-    # --- upkeep (sinks/iceberg_maintenance.py) --------------------------------------------------
+    # --- upkeep (sinks/iceberg/maintenance.py) --------------------------------------------------
     def cluster(self, table_id: TableId, *, min_files: int = 2,
                 target_bytes: int = DEFAULT_TARGET_FILE_BYTES) -> ClusteringResult | None:
         """Rewrite the data files that spread the table's chunk key ranges in key order, in one commit
@@ -399,8 +399,6 @@ class IcebergSink(Sink):
     def maintain(self, table_id: TableId, policy: MaintenancePolicy) -> list[TableMaintenance]:
         """Cluster the table, then (with a retention) expire its old snapshots and delete its orphan
         files; its changelog's snapshots and orphans too."""
-        from airflow_provider_mysqlcdc.sinks.maintenance import compact_by_clustering  # it imports the Delta sink
-
         done = []
         for changelog in (False, True):
             table = self.open_table(table_id, changelog=changelog)

@@ -1,4 +1,4 @@
-"""Iceberg table maintenance: clustering, snapshot expiry and orphan files (sinks/iceberg.py).
+"""Iceberg table maintenance: clustering, snapshot expiry and orphan files (sinks/iceberg/sink.py).
 
 - **Clustering** (the stream's, between batches, and compaction): the same plan as for Delta
   (sinks/clustering.py), from the data files' ``_cdc_chunk`` bounds in the manifests. Each planned
@@ -43,6 +43,7 @@ from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, GreaterTha
 from pyiceberg.io.pyarrow import ArrowScan, parquet_file_to_data_file
 
 from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy, TableMaintenance
+from airflow_provider_mysqlcdc.sinks.arrow_rows import CHUNK_COLUMN
 from airflow_provider_mysqlcdc.sinks.base import retry_conflicts
 from airflow_provider_mysqlcdc.sinks.clustering import (
     MAX_REWRITE_BYTES,
@@ -51,10 +52,10 @@ from airflow_provider_mysqlcdc.sinks.clustering import (
     HeldFile,
     clustering_plan,
 )
-from airflow_provider_mysqlcdc.sinks.data_files import CHUNK_COLUMN, write_data_file
-from airflow_provider_mysqlcdc.sinks.iceberg_catalog import busy_as_conflict
-from airflow_provider_mysqlcdc.sinks.iceberg_rows import any_of
-from airflow_provider_mysqlcdc.sinks.iceberg_schema import file_schema_of
+from airflow_provider_mysqlcdc.sinks.data_files import write_data_file
+from airflow_provider_mysqlcdc.sinks.iceberg.catalog import busy_as_conflict
+from airflow_provider_mysqlcdc.sinks.iceberg.rows import any_of
+from airflow_provider_mysqlcdc.sinks.iceberg.schema import file_schema_of
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -65,7 +66,7 @@ log = logging.getLogger(__name__)
 #: retention: a writer may be about to commit it (executors' files wait for their split's commit);
 #: Iceberg's own orphan-file removal waits as long by default
 ORPHAN_MIN_AGE_S = 3 * 24 * 3600.0
-#: the key of a snapshot summary naming what the sink did (sinks/iceberg.py)
+#: the key of a snapshot summary naming what the sink did (sinks/iceberg/sink.py)
 OPERATION_SUMMARY = "mysqlcdc.operation"
 #: a rewrite of files that changes no row (clustering, a changelog's compaction) plans again after
 #: this many concurrent commits at most, then gives way until the next run

@@ -11,7 +11,7 @@ import pyarrow as pa
 from deltalake import DeltaTable
 
 from airflow_provider_mysqlcdc.cdc.records.values import decimal_text
-from airflow_provider_mysqlcdc.sinks.data_files import CHUNK_COLUMN
+from airflow_provider_mysqlcdc.sinks.arrow_rows import CHUNK_COLUMN
 
 
 def sql_identifier(name: str) -> str:

@@ -1,4 +1,4 @@
-"""The Iceberg sink (sinks/iceberg.py) on real Iceberg tables: pyiceberg, an embedded SQLite catalog
+"""The Iceberg sink (sinks/iceberg/sink.py) on real Iceberg tables: pyiceberg, an embedded SQLite catalog
 and data files in a temporary folder. What the stream's rules need of a sink is tested on both
 formats by tests/unit/stream/; here, what is Iceberg's own: one commit per write, the position in the
 table's properties and the snapshot's summary, the files a merge touches, concurrent writers, the
@@ -27,22 +27,22 @@ from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy
 from airflow_provider_mysqlcdc.protocol.sinks import check_namespace
-from airflow_provider_mysqlcdc.sinks import iceberg_maintenance
 from airflow_provider_mysqlcdc.sinks.base import StreamCommit
 from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SCHEMA
 from airflow_provider_mysqlcdc.sinks.data_files import write_data_file
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
-from airflow_provider_mysqlcdc.sinks.iceberg import OPERATION_SUMMARY, IcebergSink
-from airflow_provider_mysqlcdc.sinks.iceberg_catalog import CATALOG_NAME, EMBEDDED_CATALOG_FILE, TABLE_LOCATION_PROPERTY
-from airflow_provider_mysqlcdc.sinks.iceberg_commits import POSITION_PROPERTY
-from airflow_provider_mysqlcdc.sinks.iceberg_maintenance import (
+from airflow_provider_mysqlcdc.sinks.iceberg import maintenance as iceberg_maintenance
+from airflow_provider_mysqlcdc.sinks.iceberg.catalog import CATALOG_NAME, EMBEDDED_CATALOG_FILE, TABLE_LOCATION_PROPERTY
+from airflow_provider_mysqlcdc.sinks.iceberg.commits import POSITION_PROPERTY
+from airflow_provider_mysqlcdc.sinks.iceberg.maintenance import (
     ORPHAN_MIN_AGE_S,
     changelog_runs,
     compact_changelog,
     expirable,
     held_files,
 )
-from airflow_provider_mysqlcdc.sinks.iceberg_rows import chunk_filter
+from airflow_provider_mysqlcdc.sinks.iceberg.rows import chunk_filter
+from airflow_provider_mysqlcdc.sinks.iceberg.sink import OPERATION_SUMMARY, IcebergSink
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_change_batch
 from tests.unit.stream.harness import insert, off, update
 

@@ -1,4 +1,4 @@
-"""Delta table maintenance (sinks/maintenance.py) on real Delta tables on local disk, and the
+"""Delta table maintenance (sinks/delta/maintenance.py) on real Delta tables on local disk, and the
 requests and reports a maintenance task and the stream exchange (state/maintenance.py)."""
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from airflow_provider_mysqlcdc.protocol.maintenance import (
     TableMaintenance,
 )
 from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SUFFIX
-from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
-from airflow_provider_mysqlcdc.sinks.maintenance import RETENTION, maintain_table
+from airflow_provider_mysqlcdc.sinks.delta.maintenance import RETENTION, maintain_table
+from airflow_provider_mysqlcdc.sinks.delta.sink import DeltaSink
 from airflow_provider_mysqlcdc.state.maintenance import KEEP_REPORTS, MaintenanceRequests, new_request_id
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 

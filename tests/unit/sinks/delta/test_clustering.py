@@ -14,14 +14,9 @@ from deltalake.exceptions import CommitFailedError
 from deltalake.schema import Field as DeltaField
 
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId
-from airflow_provider_mysqlcdc.sinks.clustering import (
-    CLUSTERING_COMMIT,
-    HeldFile,
-    cluster_table,
-    clustering_plan,
-    held_files,
-)
-from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.sinks.clustering import HeldFile, clustering_plan
+from airflow_provider_mysqlcdc.sinks.delta.clustering import CLUSTERING_COMMIT, cluster_table, held_files
+from airflow_provider_mysqlcdc.sinks.delta.sink import DeltaSink
 
 T = TableId("db", "line items")  # a name its folder keeps and a URI escapes
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("v", pa.string()), pa.field("_cdc_chunk", pa.string())])

@@ -22,7 +22,7 @@ from deltalake.transaction import AddAction, RemoveAction
 from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError, is_table_fault
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy, TableMaintenance
-from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_schema, row_key_columns, zero_date_columns
+from airflow_provider_mysqlcdc.sinks.arrow_rows import CHUNK_COLUMN, arrow_schema, row_key_columns, zero_date_columns
 from airflow_provider_mysqlcdc.sinks.base import (
     Position,
     Sink,
@@ -32,16 +32,17 @@ from airflow_provider_mysqlcdc.sinks.base import (
 )
 from airflow_provider_mysqlcdc.sinks.base import retry_conflicts as retry_commits
 from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SUFFIX
-from airflow_provider_mysqlcdc.sinks.clustering import MAX_REWRITE_BYTES, TARGET_BYTES, ClusteringResult, cluster_table
+from airflow_provider_mysqlcdc.sinks.clustering import MAX_REWRITE_BYTES, TARGET_BYTES, ClusteringResult
 from airflow_provider_mysqlcdc.sinks.data_files import (
-    CHUNK_COLUMN,
     DataFile,
     chunk_bounds,
     read_data_file,
     rows_outside,
     write_data_file,
 )
-from airflow_provider_mysqlcdc.sinks.predicates import (
+from airflow_provider_mysqlcdc.sinks.delta.clustering import cluster_table
+from airflow_provider_mysqlcdc.sinks.delta.data_files import add_action
+from airflow_provider_mysqlcdc.sinks.delta.predicates import (
     chunk_range_predicate,
     file_placement,
     files_holding,
@@ -187,7 +188,7 @@ class DeltaSink(Sink):
             if ours and ours <= {e["path"] for e in existing}:
                 return
             now = int(time.time() * 1000)
-            actions: list[AddAction | RemoveAction] = [f.add_action() for f in files]
+            actions: list[AddAction | RemoveAction] = [add_action(f) for f in files]
             for held in existing:
                 placement = file_placement(chunk_bounds(held), start, end)
                 if held["path"] in ours or placement == "outside":
@@ -195,7 +196,7 @@ class DeltaSink(Sink):
                 if placement == "partial":
                     kept = rows_outside(read_data_file(uri, held["path"]), start, end)
                     if kept.num_rows:
-                        actions.append(write_data_file(uri, kept, file_schema, prefix="rewritten").add_action())
+                        actions.append(add_action(write_data_file(uri, kept, file_schema, prefix="rewritten")))
                 actions.append(RemoveAction(held["path"], True, now, held["size_bytes"], {}))
             table.create_write_transaction(actions, "append", file_schema)
 
@@ -344,7 +345,7 @@ class DeltaSink(Sink):
         return DeltaTable(self.table_uri(table_id), storage_options=self.storage_options).to_pyarrow_table()
 
     def maintain(self, table_id: TableId, policy: MaintenancePolicy) -> list[TableMaintenance]:
-        from airflow_provider_mysqlcdc.sinks.maintenance import maintain_table
+        from airflow_provider_mysqlcdc.sinks.delta.maintenance import maintain_table
 
         return maintain_table(self, table_id, policy)
 
