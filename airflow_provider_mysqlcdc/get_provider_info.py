@@ -6,6 +6,9 @@ from typing import Any
 
 from airflow_provider_mysqlcdc import __version__
 
+#: the one integration the operators, hooks and triggers belong to
+INTEGRATION = "MySQL CDC"
+
 
 def get_provider_info() -> dict[str, Any]:
     return {
@@ -13,9 +16,19 @@ def get_provider_info() -> dict[str, Any]:
         "name": "MySQL CDC",
         "description": "Lock-free chunked MySQL/MariaDB CDC (Flink CDC 2.x) orchestrated by Airflow, executed on Spark.",
         "versions": [__version__],
-        "hooks": [{"integration-name": "MySQL CDC", "python-modules": ["airflow_provider_mysqlcdc.hooks.mysqlcdc",
-                                                                           "airflow_provider_mysqlcdc.hooks.iceberg_catalog"]}],
-        "triggers": [{"integration-name": "MySQL CDC",
+        # the modules of the operators, hooks and triggers docs/api.md lists (the package exports their classes)
+        "integrations": [{"integration-name": INTEGRATION, "tags": ["software"]}],
+        "operators": [{"integration-name": INTEGRATION,
+                       "python-modules": ["airflow_provider_mysqlcdc.operators.plan",
+                                          "airflow_provider_mysqlcdc.operators.snapshot",
+                                          "airflow_provider_mysqlcdc.operators.collect",
+                                          "airflow_provider_mysqlcdc.operators.stream",
+                                          "airflow_provider_mysqlcdc.operators.maintenance"]}],
+        "hooks": [{"integration-name": INTEGRATION,
+                   "python-modules": ["airflow_provider_mysqlcdc.hooks.mysqlcdc",
+                                      "airflow_provider_mysqlcdc.hooks.iceberg_catalog",
+                                      "airflow_provider_mysqlcdc.hooks.object_store"]}],
+        "triggers": [{"integration-name": INTEGRATION,
                       "python-modules": ["airflow_provider_mysqlcdc.triggers.stream",
                                          "airflow_provider_mysqlcdc.triggers.table_changes"]}],
         "extra-links": ["airflow_provider_mysqlcdc.links.spark.SparkUiLink"],
