@@ -30,6 +30,7 @@ from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.source.rules import TableRules
 from airflow_provider_mysqlcdc.cdc.source.selection import TablePattern, parse_entry
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
+from airflow_provider_mysqlcdc.operators.arguments import sink_arguments, sink_spec_of
 from airflow_provider_mysqlcdc.operators.collect import MySqlCdcCollectSplitsOperator
 from airflow_provider_mysqlcdc.operators.plan import (
     DEFAULT_CHUNK_ROWS,
@@ -40,7 +41,7 @@ from airflow_provider_mysqlcdc.operators.snapshot import MySqlCdcSnapshotOperato
 from airflow_provider_mysqlcdc.operators.stream import STREAM_MODES, MySqlCdcStreamOperator
 from airflow_provider_mysqlcdc.protocol.actions import StartupMode
 from airflow_provider_mysqlcdc.protocol.jobs import check_snapshot_consistency
-from airflow_provider_mysqlcdc.protocol.sinks import DEFAULT_NAMESPACE, check_namespace, check_sink_format
+from airflow_provider_mysqlcdc.protocol.sinks import DEFAULT_FORMAT, DEFAULT_NAMESPACE
 
 
 def group_id_for(table: str) -> str:
@@ -109,7 +110,7 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
                       row_filters: dict[str, str] | None = None, heartbeat_interval_s: float | None = None,
                       heartbeat_query: str | None = None,
                       snapshot_consistency: str = "exactly-once",
-                      route: dict[str, Any] | None = None, sink_format: str = "delta",
+                      route: dict[str, Any] | None = None, sink_format: str = DEFAULT_FORMAT,
                       iceberg_namespace: str = DEFAULT_NAMESPACE,
                       iceberg_catalog_conn_id: str | None = None) -> dict[str, Any]:
     """Build the graph in the current DAG; ``tables_param`` adds the group for trigger-time tables;
@@ -157,13 +158,12 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
     # and so does a malformed rule, filter or route, and a route across the groups of tables
     TableRules.parse(columns, row_filters, route).check_route_groups([parse_entry(t) for t in tables])
     check_snapshot_consistency(snapshot_consistency)  # and an unknown consistency (mapped tasks check late)
+    # the sink: one spec, checked when the DAG is parsed, recorded by the pipeline's first run (state/sink.py)
+    sink_spec = sink_spec_of(_param("sink_root", sink_root), sink_format, iceberg_namespace, iceberg_catalog_conn_id)
     # what the chunk tasks and the stream share: where Spark runs, and the sink they write
     spark: dict[str, Any] = dict(spark_master=spark_master, spark_conn_id=spark_conn_id, spark_conf=spark_conf,
-                                 aws_conn_id=aws_conn_id, sink_format=check_sink_format(sink_format),
-                                 iceberg_namespace=check_namespace(iceberg_namespace),
-                                 iceberg_catalog_conn_id=iceberg_catalog_conn_id)
+                                 aws_conn_id=aws_conn_id, **sink_arguments(sink_spec))
     state = f"{state_dir.rstrip('/')}/{{{{ dag.dag_id }}}}"
-    sink = _param("sink_root", sink_root)
     common: dict[str, Any] = dict(
         state_location=state, mysqlcdc_conn_id=mysqlcdc_conn_id, split_rows=_param("split_rows", split_rows),
         chunk_rows=_param("chunk_rows", chunk_rows), chunk_key_columns=_param("chunk_key_columns", {}),
@@ -184,7 +184,7 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
                                         run_tables={"dag": list(tables),
                                                     **({"param": _param("tables", None)} if tables_param else {})})
             snapshot = MySqlCdcSnapshotOperator.partial(
-                task_id="snapshot", sink_root=sink, state_location=state, mysqlcdc_conn_id=mysqlcdc_conn_id, **spark,
+                task_id="snapshot", state_location=state, mysqlcdc_conn_id=mysqlcdc_conn_id, **spark,
                 outlets=[sink_alias(sink_root)], snapshot_consistency=snapshot_consistency,
                 map_index_template="{{ task.chunk['label'] }}",
             ).expand(chunk=plan.output)
@@ -201,7 +201,7 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
                                       "heartbeat_interval_s": heartbeat_interval_s, "heartbeat_query": heartbeat_query}
     if stream_deferrable is not None:
         stream_options["deferrable"] = stream_deferrable
-    stream = MySqlCdcStreamOperator(task_id="stream", state_location=state, sink_root=sink,
+    stream = MySqlCdcStreamOperator(task_id="stream", state_location=state,
                                     mode=_param("stream_mode", stream_mode), mysqlcdc_conn_id=mysqlcdc_conn_id,
                                     changelog=changelog, on_binlog_purged=on_binlog_purged,
                                     outlets=[sink_alias(sink_root)],

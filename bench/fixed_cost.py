@@ -29,6 +29,7 @@ from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, Split
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.spark.connect_runner import SparkConnectJobRunner
 from airflow_provider_mysqlcdc.spark.local_runner import LocalSparkJobRunner
 from airflow_provider_mysqlcdc.spark.local_server import LocalSparkServer, ServerKind
@@ -55,7 +56,7 @@ def bench_fixed_cost(server: ThrowawayMariaDB, work: Path, secrets: Path) -> dic
     splits = ChunkSplitter(conn, schema, SplitOptions(chunk_size=ROWS)).split()
 
     def job(lake: str) -> ChunkJob:
-        return ChunkJob(table=str(table), splits=splits, sink_root=str(work / lake), partitions_per_split=1)
+        return ChunkJob(table=str(table), splits=splits, sink=SinkSpec(str(work / lake)), partitions_per_split=1)
 
     submit = SparkSubmit(master="local[2]", work_dir=work / "spark")
     submitted = []

@@ -15,6 +15,7 @@ from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, Split
 from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob, StreamJob
 from airflow_provider_mysqlcdc.protocol.registry import CapturedTable, stream_only_split
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from bench.memory import PeakRss
@@ -42,8 +43,7 @@ def run_chunk_job(conn: Any, table: TableId, work: Path, secrets: Path, lake: st
     changes merged, and peak RSS per role."""
     schema = load_table_schema(conn, table)
     splits = ChunkSplitter(conn, schema, SplitOptions(chunk_size=SPLIT_ROWS)).split()
-    job = ChunkJob(table=str(table), splits=splits, sink_root=str(work / lake), partitions_per_split=4,
-                   snapshot_consistency=consistency, sink_format=sink_format)
+    job = ChunkJob(table=str(table), splits=splits, sink=SinkSpec(str(work / lake), sink_format), partitions_per_split=4, snapshot_consistency=consistency)
     (work / f"{lake}.json").write_text(job.to_json())
     submit = SparkSubmit(master="local[2]", work_dir=work / "spark")
     sampler = PeakRss(os.getpid())  # the spark-submit's processes, told apart by their command lines
@@ -66,10 +66,10 @@ def run_stream_job(conn: Any, tables: list[TableId], key: str, start: BinlogOffs
     lake, state = work / f"{name}-lake", PipelineState(str(work / f"{name}-state"))
     state.commit({t: CapturedTable(key, [stream_only_split(t, key, start)]) for t in tables})
     if prepare:
-        sink = open_sink(str(lake), sink_format=sink_format)
+        sink = open_sink(SinkSpec(str(lake), sink_format))
         for table in tables:
             sink.prepare(load_table_schema(conn, table))
-    job = StreamJob(state=state.location, sink_root=str(lake), sink_format=sink_format, **settings)
+    job = StreamJob(state=state.location, sink=SinkSpec(str(lake), sink_format), **settings)
     (work / f"{name}.json").write_text(job.to_json())
     submit = SparkSubmit(master="local[2]", work_dir=work / "spark")
     sampler = PeakRss(os.getpid())

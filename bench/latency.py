@@ -23,6 +23,7 @@ from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.registry import CapturedTable, stream_only_split
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from bench.customer_table import fresh_table
@@ -42,11 +43,11 @@ def bench_latency(server: ThrowawayMariaDB, work: Path, secrets: Path, seconds: 
     table = TableId("bench", "latency")
     conn = fresh_table(server, table, "id INT PRIMARY KEY, t_ms BIGINT", f"SELECT seq, 0 FROM bench.seq_1_to_{ROWS}")
     lake = work / "latency-lake"
-    sink = open_sink(str(lake))
+    sink = open_sink(SinkSpec(str(lake)))
     sink.prepare(load_table_schema(conn, table))
     PipelineState(str(work / "latency-state")).commit(
         {table: CapturedTable("id", [stream_only_split(table, "id", current_offset(conn))])})
-    job = StreamJob(state=str(work / "latency-state"), sink_root=str(lake), mode="continuous", trigger_interval_s=0.2)
+    job = StreamJob(state=str(work / "latency-state"), sink=SinkSpec(str(lake)), mode="continuous", trigger_interval_s=0.2)
     (work / "latency.json").write_text(job.to_json())
     submit = SparkSubmit(master="local[2]", work_dir=work / "spark")
     proc = submit.start("binlog_stream.py", ["--job", str(work / "latency.json")], secrets, work / "latency.log")

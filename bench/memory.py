@@ -30,6 +30,7 @@ from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.registry import CapturedTable, stream_only_split
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from devtools.spark_submit import SparkSubmit
@@ -209,8 +210,8 @@ def _stream_one_update(server: ThrowawayMariaDB, work: Path, secrets: Path, rows
     conn.commit()
     state = PipelineState(str(work / f"{name}-state"))
     state.commit({table: CapturedTable("id", [stream_only_split(table, "id", start)])})
-    open_sink(str(work / f"{name}-lake")).prepare(load_table_schema(conn, table))
-    job = StreamJob(state=state.location, sink_root=str(work / f"{name}-lake"), **settings)
+    open_sink(SinkSpec(str(work / f"{name}-lake"))).prepare(load_table_schema(conn, table))
+    job = StreamJob(state=state.location, sink=SinkSpec(str(work / f"{name}-lake")), **settings)
     (work / f"{name}.json").write_text(job.to_json())
     submit = SparkSubmit(master="local[2]", work_dir=work / "spark")
     log_file = work / f"{name}.log"

@@ -49,6 +49,7 @@ from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, Split
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.spark.submit import spark_home
 from bench.binlog_baselines import mariadb_binlog_seconds, python_replication_seconds, reader_rows, reader_seconds
 from bench.customer_table import create_customer_table, update_burst
@@ -158,7 +159,7 @@ def _warm_chunk_job(runner: Any, conn: Any, table: TableId, work: Path, secrets:
     source = SourceConfig.from_private_file(secrets)
     splits = ChunkSplitter(conn, load_table_schema(conn, table), SplitOptions(chunk_size=SPLIT_ROWS)).split()
     for lake in (f"lake-{name}-warm-up", f"lake-{name}"):
-        job = ChunkJob(table=str(table), splits=splits, sink_root=str(work / lake), partitions_per_split=4)
+        job = ChunkJob(table=str(table), splits=splits, sink=SinkSpec(str(work / lake)), partitions_per_split=4)
         total, result = timed(lambda: runner.run(
             "snapshot_chunk.py", job.to_json(), source=source, report_folder=""))  # noqa: B023 - called at once
     return total, result["seconds"]

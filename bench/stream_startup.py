@@ -33,6 +33,7 @@ from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.registry import CapturedTable, stream_only_split
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from bench.customer_table import fresh_table
@@ -54,9 +55,9 @@ def bench_stream_startup(server: ThrowawayMariaDB, work: Path, secrets: Path) ->
     table = TableId("bench", "startup")
     conn = fresh_table(server, table, "id INT PRIMARY KEY, v INT", "SELECT seq, 0 FROM bench.seq_1_to_1000")
     lake, state = work / "startup-lake", work / "startup-state"
-    open_sink(str(lake)).prepare(load_table_schema(conn, table))
+    open_sink(SinkSpec(str(lake))).prepare(load_table_schema(conn, table))
     PipelineState(str(state)).commit({table: CapturedTable("id", [stream_only_split(table, "id", current_offset(conn))])})
-    (work / "startup.json").write_text(StreamJob(state=str(state), sink_root=str(lake)).to_json())
+    (work / "startup.json").write_text(StreamJob(state=str(state), sink=SinkSpec(str(lake))).to_json())
     # at INFO, so that the executors' Python worker start-up lines ("Times: total = ...") are in its log
     submit = SparkSubmit(master="local[2]", work_dir=work / "spark", conf={"spark.log.level": "INFO"})
     runs = []

@@ -38,6 +38,7 @@ from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.registry import CapturedTable, stream_only_split
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from bench.customer_table import fresh_table
@@ -62,11 +63,11 @@ def bench_sustained(server: ThrowawayMariaDB, work: Path, secrets: Path, seconds
     fresh_table(server, STAMP, "id INT PRIMARY KEY, t_ms BIGINT", f"SELECT seq, 0 FROM bench.seq_1_to_{STAMP_ROWS}")
     tables = [*NARROW, *WIDE, STAMP]
     lake, state = work / "sustained-lake", PipelineState(str(work / "sustained-state"))
-    sink = open_sink(str(lake))
+    sink = open_sink(SinkSpec(str(lake)))
     for table in tables:
         sink.prepare(load_table_schema(conn, table))
     state.commit({t: CapturedTable("id", [stream_only_split(t, "id", current_offset(conn))]) for t in tables})
-    job = StreamJob(state=state.location, sink_root=str(lake), mode="continuous", trigger_interval_s=0.2)
+    job = StreamJob(state=state.location, sink=SinkSpec(str(lake)), mode="continuous", trigger_interval_s=0.2)
     (work / "sustained.json").write_text(job.to_json())
     stamps = Stamps(server, sink.table_uri(STAMP))
     writers = [MixedTransactions(random.Random(100 + n), stride=WRITERS, offset=n) for n in range(WRITERS)]

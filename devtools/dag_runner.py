@@ -99,10 +99,11 @@ def catch_up_stream(source: Any, state: str, sink_root: Path | str, work_dir: Pa
     (``object_store``: the ObjectStoreCredentials of a lake and state on an object store, with an
     Iceberg catalog's properties for ``sink_format="iceberg"``)."""
     from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
+    from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
     from devtools.spark_submit import SparkSubmit
 
     work_dir.mkdir(parents=True, exist_ok=True)
-    job = StreamJob(state=state, sink_root=str(sink_root), sink_format=sink_format)
+    job = StreamJob(state=state, sink=SinkSpec(str(sink_root), sink_format))
     (work_dir / "stream.json").write_text(job.to_json())
     secrets = source.to_private_file(work_dir / "secrets" / "source.json")
     if object_store is not None:

@@ -26,6 +26,7 @@ from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitReader, Spli
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from devtools.verify import differences, replay, source_rows
 from devtools.workload import RandomWriters, create_sample_tables
 
@@ -95,7 +96,7 @@ def run_dag_demo(source: SourceConfig, args: argparse.Namespace) -> int:
         print(f"\nwhere the pipeline stands (python -m airflow_provider_mysqlcdc.status {state}):")
         print_status(state, source)
         report = run_preflight(source, tables)
-        sink = open_sink(str(work / "lake"))
+        sink = open_sink(SinkSpec(str(work / "lake")))
         print(f"\n{'table':<28}{'chunks':>7}{'delta rows':>12}{'source rows':>13}  equal")
         exact = True
         for table_id in tables:

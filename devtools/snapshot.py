@@ -20,11 +20,13 @@ from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.rules import TableRules, captured_schema
 from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from airflow_provider_mysqlcdc.protocol.registry import CapturedTable
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.sinks.arrow_rows import rows_to_data_table
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
 from airflow_provider_mysqlcdc.state.registry import PipelineState, captured_tables
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
+from airflow_provider_mysqlcdc.state.sink import settle_sink
 from airflow_provider_mysqlcdc.state.staged import write_staged
 
 
@@ -35,7 +37,7 @@ def snapshot_tables(source: SourceConfig, tables: Sequence[TableId], lake: str, 
     remembered, each under its rule of ``rules`` (its columns and rows, as a plan captures them).
     ``adding``: the tables join those captured already (a later run's new tables) instead of
     replacing them."""
-    sink, finished, rules = open_sink(lake, sink_format=sink_format), [], rules or TableRules()
+    sink, finished, rules = open_sink(settle_sink(state, SinkSpec(lake, sink_format))), [], rules or TableRules()
     conn = source.connect(autocommit=True)
     try:
         for table in tables:

@@ -51,8 +51,8 @@ from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.progress import StreamOffsetProgress
-from airflow_provider_mysqlcdc.protocol.sinks import SINK_FORMATS
-from airflow_provider_mysqlcdc.sinks.factory import open_sink
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
+from airflow_provider_mysqlcdc.sinks.factory import SINK_FORMATS, open_sink
 from airflow_provider_mysqlcdc.sinks.routing import sink_table_ids
 from airflow_provider_mysqlcdc.state.drift import pending_drift, read_drift
 from airflow_provider_mysqlcdc.state.new_tables import pending_new_tables
@@ -339,11 +339,7 @@ class Torture:
 
     # --- the stream ------------------------------------------------------------------------------
     def _write_job(self, mode: str) -> None:
-        job = StreamJob(state=self.state.location, sink_root=self.lake, sink_format=self.sink_format, mode=mode,
-                        trigger_interval_s=0.5,
-                        max_batch_bytes=512 * 1024, inline_bytes=64 * 1024, max_apply_changes=700,
-                        retry_budget_s=120, on_binlog_purged="resnapshot", cluster_after_files=2,
-                        table_patterns=[PATTERN])
+        job = StreamJob(state=self.state.location, sink=SinkSpec(self.lake, self.sink_format), mode=mode, trigger_interval_s=0.5, max_batch_bytes=512 * 1024, inline_bytes=64 * 1024, max_apply_changes=700, retry_budget_s=120, on_binlog_purged="resnapshot", cluster_after_files=2, table_patterns=[PATTERN])
         (self.work / "stream.json").write_text(job.to_json())
 
     def _start_stream(self) -> None:
@@ -409,7 +405,7 @@ class Torture:
                 self.report.problems.append(f"{table} ({when}): {problem}")
         if after_resnapshot:
             routed = sink_table_ids((t, self.rules.for_table(t)[0]) for t in self.tables)
-            sink = open_sink(str(self.lake), sink_format=self.sink_format)
+            sink = open_sink(SinkSpec(str(self.lake), self.sink_format))
             self.report.clusterings = sum(sink_commits(sink, table, "cluster") for table in routed)
 
     def _check_new_tables_recorded(self) -> None:
@@ -434,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=5, help="how many seeds to run (from --first-seed on)")
     parser.add_argument("--first-seed", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=30)
-    parser.add_argument("--sink-format", choices=SINK_FORMATS, default="delta", help="the sink tables' format")
+    parser.add_argument("--sink-format", choices=list(SINK_FORMATS), default="delta", help="the sink tables' format")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     failed = 0

@@ -19,6 +19,7 @@ from airflow_provider_mysqlcdc.cdc.records.apply import KeyedRows
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.records.values import ValueNormalizer, select_list
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.sinks.base import Sink
 
 Rows = dict[tuple[Any, ...], dict[str, Any]]
@@ -117,7 +118,7 @@ def sink_rows(lake: object, schema: TableSchema, storage_options: dict[str, str]
     from airflow_provider_mysqlcdc.sinks.routing import sink_target
 
     target = sink_target(schema)
-    table = open_sink(str(lake), storage_options, sink_format=sink_format).read(target.table_id)
+    table = open_sink(SinkSpec(str(lake), sink_format), storage_options).read(target.table_id)
     if target.shard:
         database, name = (table.column(c) for c in SHARD_COLUMNS)
         table = table.filter(pc.and_(pc.equal(database, schema.table_id.database), pc.equal(name, schema.table_id.table)))

@@ -3,8 +3,9 @@
 Every day (MYSQLCDC_MAINTENANCE_SCHEDULE) the tables of the pipeline in mysqlcdc_example.py are
 compacted in chunk-key order, checkpointed, and vacuumed of the files that left them more than
 MYSQLCDC_VACUUM_RETENTION_HOURS ago (default 168, Delta's own default; time travel within it keeps
-working). Iceberg tables (MYSQLCDC_SINK_FORMAT=iceberg, as the pipeline's) are compacted, and their
-snapshots older than the retention expired and their unreferenced files deleted. A stream running
+working). Iceberg tables are compacted, and their
+snapshots older than the retention expired and their unreferenced files deleted. Which sink that is
+(its root, format, namespace and catalog) the pipeline's state location says: its first run recorded it. A stream running
 meanwhile does the work between two of its micro-batches, at the task's request
 (operators/maintenance.py).
 """
@@ -17,14 +18,12 @@ from airflow.sdk import DAG
 
 from airflow_provider_mysqlcdc.operators.maintenance import MySqlCdcMaintenanceOperator
 
-SINK_ROOT = os.environ.get("MYSQLCDC_SINK_ROOT", "/tmp/mysqlcdc/lake")
 #: the example pipeline's state location (mysqlcdc_example.py: <state_dir>/<dag_id>)
 PIPELINE_STATE = f"{os.environ.get('MYSQLCDC_STATE_DIR', '/tmp/mysqlcdc/state').rstrip('/')}/mysqlcdc_example"
 
 with DAG(dag_id="mysqlcdc_maintenance_example", schedule=os.environ.get("MYSQLCDC_MAINTENANCE_SCHEDULE", "@daily"),
          catchup=False, tags=["mysqlcdc"]):
-    MySqlCdcMaintenanceOperator(task_id="maintain", sink_root=SINK_ROOT, state_location=PIPELINE_STATE,
+    # the sink (its root, format, namespace and catalog) is the one the pipeline's first run recorded
+    MySqlCdcMaintenanceOperator(task_id="maintain", state_location=PIPELINE_STATE,
                                 vacuum_retention_hours=float(os.environ.get("MYSQLCDC_VACUUM_RETENTION_HOURS", "168")),
-                                poll_interval_s=1.0, aws_conn_id=os.environ.get("MYSQLCDC_AWS_CONN_ID") or None,
-                                sink_format=os.environ.get("MYSQLCDC_SINK_FORMAT") or "delta",
-                                iceberg_catalog_conn_id=os.environ.get("MYSQLCDC_ICEBERG_CATALOG_CONN_ID") or None)
+                                poll_interval_s=1.0, aws_conn_id=os.environ.get("MYSQLCDC_AWS_CONN_ID") or None)

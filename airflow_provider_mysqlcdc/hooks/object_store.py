@@ -34,15 +34,15 @@ class ObjectStoreHook(BaseHook):
                                                           password=conn.password, extra=conn.extra_dejson)
 
 
-def open_object_store(aws_conn_id: str | None, iceberg_catalog_conn_id: str | None = None) -> ObjectStoreCredentials:
+def open_object_store(aws_conn_id: str | None, catalog_conn_id: str | None = None) -> ObjectStoreCredentials:
     """An operator's first step when it touches the lake or the state location: install the
     credentials of ``aws_conn_id`` in this process (none given: the machine's own apply), with the
-    Iceberg catalog's properties of ``iceberg_catalog_conn_id`` (hooks/iceberg_catalog.py)."""
+    sink catalog's properties of ``catalog_conn_id`` (a ``SinkSpec``'s; hooks/iceberg_catalog.py)."""
     credentials = ObjectStoreHook(aws_conn_id).credentials() if aws_conn_id else ObjectStoreCredentials()
-    if iceberg_catalog_conn_id:
+    if catalog_conn_id:
         from airflow_provider_mysqlcdc.hooks.iceberg_catalog import IcebergCatalogHook
 
-        credentials = credentials.with_iceberg_catalog(IcebergCatalogHook(iceberg_catalog_conn_id).properties())
+        credentials = credentials.with_catalog(IcebergCatalogHook(catalog_conn_id).properties())
     credentials.install()
     return credentials
 

@@ -39,13 +39,13 @@ from airflow.providers.common.compat.openlineage.facet import (
 )
 from airflow.providers.common.compat.openlineage.facet import Identifier as SymlinkIdentifier
 from airflow.providers.openlineage.extractors import OperatorLineage
-from deltalake import Schema as DeltaSchema
 from openlineage.client.generated.column_lineage_dataset import Transformation
 
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId, TableSchema
-from airflow_provider_mysqlcdc.protocol.sinks import DEFAULT_NAMESPACE
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.sinks.arrow_rows import CHUNK_COLUMN, arrow_schema
-from airflow_provider_mysqlcdc.sinks.iceberg.catalog import table_identifier
+from airflow_provider_mysqlcdc.sinks.base import SinkFormat
+from airflow_provider_mysqlcdc.sinks.factory import sink_format
 from airflow_provider_mysqlcdc.sinks.routing import sink_table_id
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
@@ -84,12 +84,13 @@ def sink_dataset_name(sink_root: str, table_id: TableId, location: str | None = 
     return f"{scheme}://{parts.netloc}", parts.path.lstrip("/")
 
 
-def pipeline_lineage(*, host: str, port: int, sink_root: str, tables: Iterable[LineageTable],
-                     sink_format: str = "delta", iceberg_namespace: str = DEFAULT_NAMESPACE,
+def pipeline_lineage(*, host: str, port: int, sink: SinkSpec, tables: Iterable[LineageTable],
                      locate: Callable[[TableId], str | None] | None = None) -> OperatorLineage:
-    """The task's inputs (source tables) and outputs (sink tables of ``sink_format``: one per routed
-    table, whatever its shards, with their rows summed and the column lineage of the first), each
-    at the location ``locate`` gives it (None, or no ``locate``: ``<sink_root>/<db>/<table>``)."""
+    """The task's inputs (source tables) and outputs (the tables of ``sink``: one per routed table,
+    whatever its shards, with their rows summed and the column lineage of the first), each at the
+    location ``locate`` gives it (None, or no ``locate``: ``<sink root>/<db>/<table>``), its types as
+    its format names them, and the name its catalog knows it by as a symlink."""
+    table_format = sink_format(sink)
     inputs: list[InputDataset] = []
     facets: dict[tuple[str, str], dict] = {}  # per sink dataset, in the order first met
     rows: dict[tuple[str, str], int | None] = {}
@@ -98,14 +99,14 @@ def pipeline_lineage(*, host: str, port: int, sink_root: str, tables: Iterable[L
                               f"{table.table_id.table}", facets=_source_facets(table.schema))
         inputs.append(source)
         target = sink_table_id(table.table_id, table.schema.table_rule if table.schema else None)
-        sink = sink_dataset_name(sink_root, target, locate(target) if locate else None)
-        if sink not in facets:
-            facets[sink], rows[sink] = _sink_facets(table, source, sink_format), table.rows
-            if sink_format == "iceberg":
-                facets[sink]["symlinks"] = SymlinksDatasetFacet(identifiers=[SymlinkIdentifier(
-                    namespace=sink[0], name=".".join(table_identifier(iceberg_namespace, target)), type="TABLE")])
+        dataset = sink_dataset_name(sink.root, target, locate(target) if locate else None)
+        if dataset not in facets:
+            facets[dataset], rows[dataset] = _sink_facets(table, source, table_format), table.rows
+            if (catalog_name := table_format.catalog_name(sink, target)) is not None:
+                facets[dataset]["symlinks"] = SymlinksDatasetFacet(identifiers=[SymlinkIdentifier(
+                    namespace=dataset[0], name=catalog_name, type="TABLE")])
         elif table.rows is not None:  # another shard of a routed table
-            rows[sink] = (rows[sink] or 0) + table.rows
+            rows[dataset] = (rows[dataset] or 0) + table.rows
     outputs = [OutputDataset(namespace=namespace, name=name, facets=facets[(namespace, name)], outputFacets={} if (
         count := rows[(namespace, name)]) is None else {"outputStatistics": OutputStatisticsOutputDatasetFacet(
             rowCount=count)}) for namespace, name in facets]
@@ -119,11 +120,9 @@ def _source_facets(schema: TableSchema | None) -> dict:
         SchemaDatasetFacetFields(name=c.name, type=c.column_type) for c in schema.columns])}
 
 
-def _sink_facets(table: LineageTable, source: InputDataset, sink_format: str) -> dict:
+def _sink_facets(table: LineageTable, source: InputDataset, table_format: SinkFormat) -> dict:
     if table.schema is None:
         return {}
-    delta_types = DeltaSchema.from_arrow(arrow_schema(table.schema)).fields
-    named = _ICEBERG_TYPES if sink_format == "iceberg" else {}
     copied = {c.name: _from(source, c.name, "IDENTITY", "copied as it is") if c.mask is None else
               _from(source, c.name, "TRANSFORMATION", _MASKS[c.mask.split(":")[0]].format(c.mask.partition(":")[2]),
                     masking=True) for c in table.schema.columns}
@@ -132,15 +131,10 @@ def _sink_facets(table: LineageTable, source: InputDataset, sink_format: str) ->
         copied[CHUNK_COLUMN] = _from(source, table.chunk_key, "TRANSFORMATION",
                                      "the shard's tag and the chunk key's order-preserving text" if routed
                                      else "the chunk key's order-preserving text")
-    return {"schema": SchemaDatasetFacet(fields=[SchemaDatasetFacetFields(name=f.name, type=named.get(f.type.type, f.type.type))
-                                                 for f in delta_types]),
+    return {"schema": SchemaDatasetFacet(fields=[SchemaDatasetFacetFields(name=name, type=type_name) for name, type_name
+                                                 in table_format.column_types(arrow_schema(table.schema))]),
             "columnLineage": ColumnLineageDatasetFacet(fields=copied)}
 
-
-#: the Iceberg names of the Delta types that differ (Iceberg's narrowest integer is int; its
-#: timestamp has no zone, timestamptz has one)
-_ICEBERG_TYPES = {"byte": "int", "short": "int", "integer": "int", "timestamp_ntz": "timestamp",
-                  "timestamp": "timestamptz"}
 
 #: how each mask of a column rule (cdc/source/rules.py) is described in the column lineage
 _MASKS = {"hash": "masked: HMAC-SHA-256 of the value, keyed by the pipeline's salt", "null": "masked: NULL",

@@ -11,6 +11,8 @@ from airflow.exceptions import AirflowProviderDeprecationWarning
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.source.selection import TablePattern, entry_text, parse_entries
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
+from airflow_provider_mysqlcdc.sinks.factory import check_sink_spec
 
 
 def state_location_of(state_location: str | None, state: str | None, operator: str) -> str:
@@ -55,3 +57,16 @@ def table_patterns(entries: Any) -> list[str]:
     """The patterns among table entries (a list, a comma-separated string or a rendered list; names
     left out), as given (cdc/source/selection.py)."""
     return [e.text for e in parse_entries(native(entries), "tables") if isinstance(e, TablePattern)]
+
+
+def sink_spec_of(sink_root: str, sink_format: str, iceberg_namespace: str,
+                 iceberg_catalog_conn_id: str | None) -> SinkSpec:
+    """The ``SinkSpec`` the operators' four sink arguments name (protocol/sinks.py), refused when its
+    format is unknown or its namespace malformed."""
+    return check_sink_spec(SinkSpec(sink_root, sink_format, iceberg_namespace, iceberg_catalog_conn_id))
+
+
+def sink_arguments(spec: SinkSpec) -> dict[str, Any]:
+    """The operators' sink arguments naming ``spec`` (``sink_spec_of`` reads them back)."""
+    return {"sink_root": spec.root, "sink_format": spec.format, "iceberg_namespace": spec.namespace,
+            "iceberg_catalog_conn_id": spec.catalog_conn_id}

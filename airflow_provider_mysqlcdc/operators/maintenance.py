@@ -34,18 +34,19 @@ from airflow_provider_mysqlcdc.protocol.maintenance import (
     MaintenanceReport,
     MaintenanceRequest,
 )
-from airflow_provider_mysqlcdc.protocol.sinks import DEFAULT_NAMESPACE, check_namespace, check_sink_format
-from airflow_provider_mysqlcdc.sinks.factory import open_sink
+from airflow_provider_mysqlcdc.protocol.sinks import DEFAULT_FORMAT, DEFAULT_NAMESPACE, SinkSpec
+from airflow_provider_mysqlcdc.sinks.factory import check_sink_spec, open_sink
 from airflow_provider_mysqlcdc.sinks.routing import sink_table_id
 from airflow_provider_mysqlcdc.state.lease import StreamLeases
 from airflow_provider_mysqlcdc.state.maintenance import MaintenanceRequests, new_request_id
 from airflow_provider_mysqlcdc.state.registry import PipelineState
+from airflow_provider_mysqlcdc.state.sink import recorded_sink, refuse_another_sink
 
 
 class MySqlCdcMaintenanceOperator(BaseOperator):
     """Maintain the pipeline's Delta tables (see the module doc).
 
-    :param sink_root: where the sink tables live (Delta tables, an Iceberg table's data unless its catalog places it)
+    :param sink_root: where the sink tables live (default: the pipeline's, as its first run recorded it)
     :param state_location: the pipeline's state location (``<state_dir>/<dag_id>``)
     :param tables: ``db.table`` names to maintain (default: every table the pipeline captures)
     :param compact: rewrite small and overlapping files in chunk-key order (changelogs: bin-packed)
@@ -58,18 +59,21 @@ class MySqlCdcMaintenanceOperator(BaseOperator):
     :param poll_interval_s: how often to look for its answer
     :param aws_conn_id: an ``aws`` connection whose credentials open the lake and the state location
         on an object store (hooks/object_store.py); none: the machine's own credentials
-    :param sink_format: the sink tables' format, ``delta`` (default) or ``iceberg``, as the pipeline's
-    :param iceberg_namespace: an Iceberg sink's namespace of each table, as the pipeline's
-    :param iceberg_catalog_conn_id: the Iceberg catalog's connection, as the pipeline's
+    :param sink_format: the sink tables' format, ``delta`` or ``iceberg`` (default: the pipeline's)
+    :param iceberg_namespace: an Iceberg sink's namespace of each table (default: the pipeline's)
+    :param iceberg_catalog_conn_id: the Iceberg catalog's connection (default: the pipeline's)
+
+    The sink settings default to those the pipeline's first run recorded in its state location
+    (state/sink.py); one given that differs from them is refused, naming both.
     """
 
     template_fields: Sequence[str] = ("sink_root", "state_location", "tables", "vacuum_retention_hours")
 
-    def __init__(self, *, sink_root: str, state_location: str | None = None, state: str | None = None,
+    def __init__(self, *, sink_root: str | None = None, state_location: str | None = None, state: str | None = None,
                  tables: Sequence[str] | None = None, compact: bool = True,
                  checkpoint: bool = True, vacuum_retention_hours: float | None = None, target_file_mb: int = 128,
                  stream_timeout_s: float = 1800.0, poll_interval_s: float = 5.0, aws_conn_id: str | None = None,
-                 sink_format: str = "delta", iceberg_namespace: str = DEFAULT_NAMESPACE,
+                 sink_format: str | None = None, iceberg_namespace: str | None = None,
                  iceberg_catalog_conn_id: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.sink_root = sink_root
@@ -82,9 +86,10 @@ class MySqlCdcMaintenanceOperator(BaseOperator):
         self.stream_timeout_s = stream_timeout_s
         self.poll_interval_s = poll_interval_s
         self.aws_conn_id = aws_conn_id
-        self.sink_format = check_sink_format(sink_format)
-        self.iceberg_namespace = check_namespace(iceberg_namespace)
+        self.sink_format = sink_format
+        self.iceberg_namespace = iceberg_namespace
         self.iceberg_catalog_conn_id = iceberg_catalog_conn_id
+        check_sink_spec(self._named_sink(SinkSpec(sink_root or "-")))  # a malformed setting is refused at parse time
         self._request: tuple[MaintenanceRequests, str] | None = None  # the request a running stream has
 
     def policy(self) -> MaintenancePolicy:
@@ -97,11 +102,31 @@ class MySqlCdcMaintenanceOperator(BaseOperator):
                                  target_file_bytes=int(self.target_file_mb * (1 << 20))
                                  if self.target_file_mb else DEFAULT_TARGET_FILE_BYTES)
 
+    def _named_sink(self, base: SinkSpec) -> SinkSpec:
+        """``base`` with the sink settings this task names."""
+        return SinkSpec(self.sink_root or base.root, self.sink_format or base.format,
+                        self.iceberg_namespace or base.namespace, self.iceberg_catalog_conn_id or base.catalog_conn_id)
+
+    def pipeline_sink(self, state: PipelineState) -> SinkSpec:
+        """The sink the pipeline's first run recorded; the settings this task names, for a pipeline that
+        recorded none (its last run predates the record). Refused when the task names another sink."""
+        recorded = recorded_sink(state)
+        if recorded is None:
+            if not self.sink_root:
+                raise ConfigurationError(f"The pipeline at {state.location} has recorded no sink yet (no run since "
+                                         "this version of the provider): give sink_root (and its sink_format, "
+                                         "iceberg_namespace and iceberg_catalog_conn_id when not the defaults).")
+            return check_sink_spec(self._named_sink(SinkSpec(self.sink_root, DEFAULT_FORMAT, DEFAULT_NAMESPACE)))
+        refuse_another_sink(state, recorded, self._named_sink(recorded))
+        return recorded
+
     def execute(self, context: Context) -> dict[str, Any]:
         policy = self.policy()  # refused before anything is touched
         tables = [TableId.parse(t) for t in self.tables or ()]
-        open_object_store(self.aws_conn_id, self.iceberg_catalog_conn_id)  # installed before the state location and the lake are touched
+        open_object_store(self.aws_conn_id)  # installed before the state location is touched
         state = PipelineState(self.state_location)
+        sink = self.pipeline_sink(state)
+        open_object_store(self.aws_conn_id, sink.catalog_conn_id)  # and the catalog's, before the lake is
         registered = state.load(state.latest_number()).tables
         captured = sorted(registered)
         routed = {t: sink_table_id(t, c.table_rule) for t, c in registered.items()}
@@ -119,7 +144,7 @@ class MySqlCdcMaintenanceOperator(BaseOperator):
         else:
             report = None
         if report is None:
-            report = self._maintain_here(policy, tables or sorted(set(routed.values())))
+            report = self._maintain_here(sink, policy, tables or sorted(set(routed.values())))
         for table in report.tables:
             self.log.info("%s", table)
         self.log.info("maintenance (%s) done by %s in %.1fs", policy, report.done_by, report.seconds)
@@ -157,10 +182,9 @@ class MySqlCdcMaintenanceOperator(BaseOperator):
             requests.withdraw(request.request_id)  # answered, or not wanted any more
             self._request = None
 
-    def _maintain_here(self, policy: MaintenancePolicy, wanted: list[TableId]) -> MaintenanceReport:
+    def _maintain_here(self, spec: SinkSpec, policy: MaintenancePolicy, wanted: list[TableId]) -> MaintenanceReport:
         started = time.monotonic()
-        sink = open_sink(self.sink_root, sink_format=self.sink_format,  # the credentials are installed (execute)
-                         iceberg_namespace=self.iceberg_namespace)
+        sink = open_sink(spec)  # the credentials are installed (execute)
         done = []
         for number, table_id in enumerate(wanted, 1):
             done += sink.maintain(table_id, policy)

@@ -51,12 +51,11 @@ class MySqlCdcSnapshotOperator(MySqlCdcSparkJobOperator):
     template_fields: Sequence[str] = ("chunk", "sink_root", "state_location", "spark_master", "spark_conn_id",
                                       "spark_conf", "snapshot_consistency")
 
-    def __init__(self, *, chunk: dict[str, Any], sink_root: str, state_location: str | None = None,
+    def __init__(self, *, chunk: dict[str, Any], state_location: str | None = None,
                  state: str | None = None, partitions_per_split: int = 0,
                  snapshot_consistency: str = "exactly-once", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.chunk = chunk
-        self.sink_root = sink_root
         self.state_location = state_location_of(state_location, state, "MySqlCdcSnapshotOperator")
         self.partitions_per_split = partitions_per_split
         if "{{" not in snapshot_consistency:  # a literal is refused when the DAG is parsed
@@ -66,17 +65,17 @@ class MySqlCdcSnapshotOperator(MySqlCdcSparkJobOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         self.object_store  # noqa: B018 - installed before the state location and the lake are touched
-        hook = self.hook
         chunk = self._chunk()
         table_id = chunk.table_id
         state = PipelineState(self.state_location)
+        sink = self.pipeline_sink(state)  # another sink than the pipeline's is refused before anything runs
+        hook = self.hook
         stage_to = state.staging_url(table_id) if state.needs_staging(table_id) else None
         job = ChunkJob(table=table_id.quoted, splits=list(chunk.splits),
-                       sink_root=self.sink_root, partitions_per_split=self.partitions_per_split,
+                       sink=sink, partitions_per_split=self.partitions_per_split,
                        server_id_range=hook.server_id_range(), stage_to=stage_to, retry_budget_s=hook.retry_budget_s(),
                        servers=state.servers(), table_rule=chunk.table_rule,
-                       snapshot_consistency=self.snapshot_consistency, sink_format=self.sink_format,
-                       iceberg_namespace=self.iceberg_namespace)
+                       snapshot_consistency=self.snapshot_consistency)
         self.log.info("snapshot %s: %d split(s)%s", chunk.label, len(chunk.splits),
                       "; captured before, so staged for the stream" if stage_to else "")
         output = self.run_spark_program("snapshot_chunk.py", job.to_json(), state, context)
@@ -108,7 +107,7 @@ class MySqlCdcSnapshotOperator(MySqlCdcSparkJobOperator):
 
     def _lineage(self, rows: int | None) -> Any:
         chunk = self._chunk()
-        return self.source_lineage(PipelineState(self.state_location), self.sink_root, {chunk.table_id: chunk.chunk_key},
+        return self.source_lineage(PipelineState(self.state_location), {chunk.table_id: chunk.chunk_key},
                                    None if rows is None else {chunk.table_id: rows})
 
     def _record_progress(self, state: PipelineState, context: Context, result: ChunkResult) -> None:

@@ -16,8 +16,9 @@ from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
 from airflow_provider_mysqlcdc.hooks.object_store import open_object_store
 from airflow_provider_mysqlcdc.hooks.spark import spark_target
 from airflow_provider_mysqlcdc.links.spark import SPARK_UI_XCOM_KEY, SparkUiLink
+from airflow_provider_mysqlcdc.operators.arguments import sink_spec_of
 from airflow_provider_mysqlcdc.protocol.results import DriverInfo
-from airflow_provider_mysqlcdc.protocol.sinks import DEFAULT_NAMESPACE, check_namespace, check_sink_format
+from airflow_provider_mysqlcdc.protocol.sinks import DEFAULT_FORMAT, DEFAULT_NAMESPACE, SinkSpec
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.spark.connect_runner import SparkConnectJobRunner
 from airflow_provider_mysqlcdc.spark.local_runner import LOCAL_SPARK_MODES, LocalSparkJobRunner
@@ -25,6 +26,7 @@ from airflow_provider_mysqlcdc.spark.local_server import DEFAULT_IDLE_S, LocalSp
 from airflow_provider_mysqlcdc.spark.submit import SparkJobRunner, program_conf, started_again
 from airflow_provider_mysqlcdc.state.credentials import ObjectStoreCredentials
 from airflow_provider_mysqlcdc.state.registry import PipelineState
+from airflow_provider_mysqlcdc.state.sink import settle_sink
 
 
 class MySqlCdcSparkJobOperator(BaseOperator):
@@ -37,30 +39,46 @@ class MySqlCdcSparkJobOperator(BaseOperator):
     :param spark_conf: extra Spark configuration (no secrets)
     :param aws_conn_id: an ``aws`` connection whose credentials open the lake and the state location on
         an object store (hooks/object_store.py); none: the machine's own credentials
+    :param sink_root: where the sink tables live (Delta tables, an Iceberg table's data unless its catalog
+        places it)
     :param sink_format: the sink tables' format, ``delta`` (default) or ``iceberg``
     :param iceberg_namespace: an Iceberg sink's namespace of each table, ``{database}`` (the source
         table's) by default
     :param iceberg_catalog_conn_id: a connection whose extras are the Iceberg catalog's properties
         (hooks/iceberg_catalog.py); none: the embedded SQLite catalog of a lake on a local path
+
+    The four sink settings make the pipeline's ``SinkSpec`` (protocol/sinks.py), recorded in its state
+    location by its first run (state/sink.py): a task naming another is refused before it writes.
     """
 
     operator_extra_links = (SparkUiLink(),)
     spark_ui_url = ""  # the running program's Spark UI (links/spark.py)
 
-    def __init__(self, *, mysqlcdc_conn_id: str = MySqlCdcHook.default_conn_name, spark_master: str = "local[2]",
-                 spark_conn_id: str | None = None, spark_conf: dict[str, Any] | None = None,
-                 aws_conn_id: str | None = None, sink_format: str = "delta",
-                 iceberg_namespace: str = DEFAULT_NAMESPACE, iceberg_catalog_conn_id: str | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(self, *, sink_root: str, mysqlcdc_conn_id: str = MySqlCdcHook.default_conn_name,
+                 spark_master: str = "local[2]", spark_conn_id: str | None = None,
+                 spark_conf: dict[str, Any] | None = None, aws_conn_id: str | None = None,
+                 sink_format: str = DEFAULT_FORMAT, iceberg_namespace: str = DEFAULT_NAMESPACE,
+                 iceberg_catalog_conn_id: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.mysqlcdc_conn_id = mysqlcdc_conn_id
         self.aws_conn_id = aws_conn_id
-        self.sink_format = check_sink_format(sink_format)
-        self.iceberg_namespace = check_namespace(iceberg_namespace)
+        self.sink_root = sink_root
+        self.sink_format = sink_format
+        self.iceberg_namespace = iceberg_namespace
         self.iceberg_catalog_conn_id = iceberg_catalog_conn_id
+        self.sink_spec()  # a malformed sink is refused when the DAG is parsed
         self.spark_master = spark_master
         self.spark_conn_id = spark_conn_id
         self.spark_conf = spark_conf
+
+    def sink_spec(self) -> SinkSpec:
+        """The sink this task's (rendered) arguments name."""
+        return sink_spec_of(self.sink_root, self.sink_format, self.iceberg_namespace, self.iceberg_catalog_conn_id)
+
+    def pipeline_sink(self, state: PipelineState) -> SinkSpec:
+        """The pipeline's sink: this task's, recorded at the pipeline's first run; refused when it differs
+        from the recorded one (state/sink.py)."""
+        return settle_sink(state, self.sink_spec())
 
     @cached_property
     def hook(self) -> MySqlCdcHook:
@@ -120,24 +138,24 @@ class MySqlCdcSparkJobOperator(BaseOperator):
 
         return driver_started
 
-    def source_lineage(self, state: PipelineState, sink_root: str, tables: Mapping[TableId, str | None],
+    def source_lineage(self, state: PipelineState, tables: Mapping[TableId, str | None],
                        rows: Mapping[TableId, int] | None) -> Any:
         """The OpenLineage of a task reading ``tables`` (with their chunk keys) from the source into
-        the sink at ``sink_root``, ``rows`` per table once it ended (lineage/openlineage.py)."""
+        its sink, ``rows`` per table once it ended (lineage/openlineage.py)."""
         from airflow_provider_mysqlcdc.lineage.openlineage import known_tables, pipeline_lineage
 
         self.object_store  # noqa: B018 - the state location may be on an object store
         source = self.hook.source_config()
-        return pipeline_lineage(host=source.host, port=source.port, sink_root=sink_root,
-                                tables=known_tables(state, tables, rows), sink_format=self.sink_format,
-                                iceberg_namespace=self.iceberg_namespace, locate=self._placed_location(sink_root))
+        sink = self.sink_spec()
+        return pipeline_lineage(host=source.host, port=source.port, sink=sink,
+                                tables=known_tables(state, tables, rows), locate=self._placed_location(sink))
 
-    def _placed_location(self, sink_root: str) -> Callable[[TableId], str | None] | None:
-        """Where the Iceberg catalog placed a table, for a catalog that places its tables; a catalog
-        that cannot answer now leaves the table named by ``sink_root`` (lineage never fails a task)."""
-        if self.sink_format != "iceberg" or not self.iceberg_catalog_conn_id:
+    def _placed_location(self, spec: SinkSpec) -> Callable[[TableId], str | None] | None:
+        """Where a catalog placed a table, for a catalog that places its tables; a catalog that cannot
+        answer now leaves the table named by the sink's root (lineage never fails a task)."""
+        if not spec.catalog_conn_id:
             return None
-        sink = open_sink(sink_root, sink_format="iceberg", iceberg_namespace=self.iceberg_namespace)
+        sink = open_sink(spec)
 
         def placed(table_id: TableId) -> str | None:
             try:

@@ -107,7 +107,7 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
     _result: StreamResult | None = None
 
     def __init__(self, *, state_location: str | None = None, state: str | None = None,
-                 sink_root: str, mode: str = "available-now", trigger_interval_s: float = 1.0,
+                 mode: str = "available-now", trigger_interval_s: float = 1.0,
                  changelog: bool = False, on_binlog_purged: str = "fail", max_batch_bytes: int | None = None,
                  max_batch_events: int | None = None, max_apply_changes: int | None = None,
                  cluster_after_files: int | None = None, maintenance_every_s: float | None = None,
@@ -129,7 +129,6 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
                                      f"{on_binlog_purged!r}.")
         self.on_binlog_purged = on_binlog_purged
         self.state_location = state_location_of(state_location, state, "MySqlCdcStreamOperator")
-        self.sink_root = sink_root
         self.mode = mode
         if isinstance(self.spark_conf, dict):  # refused at parse time when it is not a template
             checked_spark_conf(self.spark_conf)
@@ -154,17 +153,17 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
             self.log.info("stream mode 'skip': a stream running elsewhere picks up this run's registry changes")
             return encode(StreamResult("skip"))
         self.object_store  # noqa: B018 - installed before the state location and the lake are touched
+        state = PipelineState(self.state_location)
+        sink = self.pipeline_sink(state)  # another sink than the pipeline's is refused before anything runs
         hook = self.hook
         low, high = hook.server_id_range()
-        job = StreamJob(state=self.state_location, sink_root=self.sink_root, mode=self.mode,
+        job = StreamJob(state=self.state_location, sink=sink, mode=self.mode,
                         trigger_interval_s=self.trigger_interval_s, server_id_range=f"{low}-{high}",
                         changelog=self.changelog, retry_budget_s=hook.retry_budget_s(),
                         on_binlog_purged=self.on_binlog_purged, holder=_holder(context),
                         table_patterns=table_patterns(self.table_patterns),
                         exclude_tables=table_entries(self.exclude_tables, "exclude_tables"),
-                        schema_changes=self.schema_changes, sink_format=self.sink_format,
-                        iceberg_namespace=self.iceberg_namespace, **self.limits)
-        state = PipelineState(self.state_location)
+                        schema_changes=self.schema_changes, **self.limits)
         if self.mode != StreamMode.CONTINUOUS.value:
             with StreamMetricsFollower(state, self.poll_interval_s):
                 output = self.run_spark_program("binlog_stream.py", job.to_json(), state, context)
@@ -306,7 +305,7 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
         self.object_store  # noqa: B018 - the state location may be on an object store
         state = PipelineState(self.state_location)
         rows = None if result is None else {TableId.parse(t): n for t, n in result.table_changes.items()}
-        return self.source_lineage(state, self.sink_root, state.load(state.latest_number()).chunk_keys, rows)
+        return self.source_lineage(state, state.load(state.latest_number()).chunk_keys, rows)
 
 
 def _holder(context: Context) -> str:

@@ -27,7 +27,7 @@ from airflow_provider_mysqlcdc.protocol.actions import StreamMode
 from airflow_provider_mysqlcdc.protocol.envelope import RecordFormat, decode, encode
 from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy
 from airflow_provider_mysqlcdc.protocol.servers import ServerHistory
-from airflow_provider_mysqlcdc.protocol.sinks import DEFAULT_NAMESPACE, check_namespace, check_sink_format
+from airflow_provider_mysqlcdc.protocol.sinks import DEFAULT_NAMESPACE, SinkSpec
 
 #: ``StreamJob.schema_changes``, as Flink CDC's ``schema.change.behavior`` names them (its
 #: ``exception`` is ``fail`` here): what the stream does with a captured table's DDL
@@ -70,6 +70,11 @@ def check_schema_change_policy(policy: str) -> str:
     return policy
 
 
+def check_sink(sink: object) -> None:
+    if not isinstance(sink, SinkSpec):
+        raise ConfigurationError(f"a job's sink must be a SinkSpec (protocol/sinks.py), got {sink!r}.")
+
+
 class _JobFile:
     FORMAT: ClassVar[RecordFormat]
 
@@ -92,12 +97,13 @@ class _JobFile:
 class ChunkJob(_JobFile):
     """One spark-submit of the chunk job (spark/chunk_job.py): read ``splits`` of ``table``."""
 
-    #: 2: table_rule; 3: snapshot_consistency; 4: TableRule.route; 5: sink_format, iceberg_namespace
-    FORMAT: ClassVar[RecordFormat] = RecordFormat("chunk-job", 5)
+    #: 2: table_rule; 3: snapshot_consistency; 4: TableRule.route; 5: sink_format, iceberg_namespace;
+    #: 6: sink (the pipeline's SinkSpec) in place of sink_root, sink_format and iceberg_namespace
+    FORMAT: ClassVar[RecordFormat] = RecordFormat("chunk-job", 6)
 
     table: str  # db.table
     splits: list[SnapshotSplit]
-    sink_root: str
+    sink: SinkSpec  # which sink the rows go to (protocol/sinks.py)
     partitions_per_split: int = 0  # 0: Spark's default parallelism
     server_id_range: tuple[int, int] | None = None  # replica ids the job's binlog connections use
     stage_to: str | None = None  # stage the rows here for the stream instead of writing the sink
@@ -108,13 +114,10 @@ class ChunkJob(_JobFile):
     table_rule: TableRule | None = None
     #: SNAPSHOT_CONSISTENCIES: "at-least-once" positions each split at its low watermark, with no window
     snapshot_consistency: str = "exactly-once"
-    sink_format: str = "delta"  # protocol/sinks.py SINK_FORMATS
-    iceberg_namespace: str = DEFAULT_NAMESPACE  # an Iceberg sink's namespace template (sinks/iceberg/catalog.py)
 
     def __post_init__(self) -> None:
+        check_sink(self.sink)
         check_snapshot_consistency(self.snapshot_consistency)
-        check_sink_format(self.sink_format)
-        check_namespace(self.iceberg_namespace)
 
     @property
     def replays_windows(self) -> bool:
@@ -123,15 +126,16 @@ class ChunkJob(_JobFile):
 
     def to_body(self) -> dict[str, Any]:
         return {**super().to_body(), "splits": [s.to_dict() for s in self.splits], "servers": self.servers.to_body(),
-                "table_rule": rule_to(self.table_rule)}
+                "table_rule": rule_to(self.table_rule), "sink": self.sink.to_body()}
 
     @classmethod
     def from_body(cls, body: dict[str, Any], version: int) -> "ChunkJob":
         ids = body.get("server_id_range")
         servers = ServerHistory.from_body(body["servers"], 1) if body.get("servers") else ServerHistory()
+        body, sink = sink_of(body, version < 6)
         return cls(**{**body, "splits": [SnapshotSplit.from_dict(s) for s in body["splits"]],
                       "server_id_range": tuple(ids) if ids else None, "servers": servers,
-                      "table_rule": rule_from(body.get("table_rule"))})
+                      "table_rule": rule_from(body.get("table_rule")), "sink": sink})
 
 
 @dataclass
@@ -140,11 +144,12 @@ class StreamJob(_JobFile):
 
     #: 2: holder, report, lease_ttl_s; 3: cluster_after_files; 4: maintenance_every_s, vacuum_retention_s;
     #: 5: table_patterns, exclude_tables, schema_changes; 6: heartbeat_interval_s, heartbeat_query; 7:
-    #: sink_format, iceberg_namespace (an older file reads with the defaults)
-    FORMAT: ClassVar[RecordFormat] = RecordFormat("stream-job", 7)
+    #: sink_format, iceberg_namespace (an older file reads with the defaults); 8: sink (the pipeline's
+    #: SinkSpec) in place of sink_root, sink_format and iceberg_namespace
+    FORMAT: ClassVar[RecordFormat] = RecordFormat("stream-job", 8)
 
     state: str  # the pipeline's state location (registry, staged splits, progress)
-    sink_root: str
+    sink: SinkSpec  # which sink the changes go to (protocol/sinks.py)
     checkpoint: str = ""  # default: <state>/checkpoint, or a local folder for a state on an object store
     mode: str = StreamMode.AVAILABLE_NOW.value
     trigger_interval_s: float = 1.0
@@ -194,13 +199,10 @@ class StreamJob(_JobFile):
     #: finishes (e.g. an upsert into a heartbeat table), so a source that writes nothing else still
     #: moves the binlog on; "" for none (Debezium's heartbeat.action.query)
     heartbeat_query: str = ""
-    sink_format: str = "delta"  # protocol/sinks.py SINK_FORMATS
-    iceberg_namespace: str = DEFAULT_NAMESPACE  # an Iceberg sink's namespace template (sinks/iceberg/catalog.py)
 
     def __post_init__(self) -> None:
+        check_sink(self.sink)
         check_schema_change_policy(self.schema_changes)
-        check_sink_format(self.sink_format)
-        check_namespace(self.iceberg_namespace)
         TableSelection.parse(self.table_patterns, self.exclude_tables)  # a malformed entry is refused here
         if self.lease_ttl_s <= 0:
             raise ConfigurationError(f"lease_ttl_s must be a positive number of seconds, got {self.lease_ttl_s}.")
@@ -226,6 +228,25 @@ class StreamJob(_JobFile):
             raise ConfigurationError(f"max_apply_changes must be a positive number, got {self.max_apply_changes}.")
         if not self.checkpoint:
             self.checkpoint = default_checkpoint(self.state)
+
+
+    def to_body(self) -> dict[str, Any]:
+        return {**super().to_body(), "sink": self.sink.to_body()}
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any], version: int) -> "StreamJob":
+        body, sink = sink_of(body, version < 8)
+        return cls(**{**body, "sink": sink})
+
+
+def sink_of(body: dict[str, Any], loose: bool) -> tuple[dict[str, Any], SinkSpec]:
+    """A job file's body without its sink, and its sink: the ``sink`` record, or (``loose``: written
+    before the SinkSpec) the ``sink_root``, ``sink_format`` and ``iceberg_namespace`` it had instead."""
+    body = dict(body)
+    if not loose:
+        return body, SinkSpec.from_body(body.pop("sink"), SinkSpec.FORMAT.version)
+    return body, SinkSpec(body.pop("sink_root"), body.pop("sink_format", "delta"),
+                          body.pop("iceberg_namespace", DEFAULT_NAMESPACE))
 
 
 #: the file systems Spark writes to by itself; an object store needs Hadoop jars (S3A, GCS, ABFS) we do not ship

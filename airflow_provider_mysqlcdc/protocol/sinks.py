@@ -1,29 +1,88 @@
-"""Which sink a pipeline writes, as its job files and operators name it: the table format, and for
-Iceberg the namespace template of its tables (sinks/factory.py opens it, sinks/iceberg/catalog.py
-names the tables). Checked where they are given, so a wrong one fails the DAG's parse."""
+"""Which sink a pipeline writes: one value (``SinkSpec``) the builder makes, the job files carry to
+the Spark programs, and the pipeline's state records at its first run (state/sink.py), so that later
+runs and the maintenance DAG read it from there rather than repeat it.
+
+Which formats there are is the sinks' own business (sinks/factory.py holds their registry); this
+record only carries the format's name, checked where a sink is opened or a DAG is built.
+"""
 
 from __future__ import annotations
 
 import string
+from dataclasses import asdict, dataclass, fields
+from typing import Any, ClassVar
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
+from airflow_provider_mysqlcdc.protocol.envelope import RecordFormat
 
-#: the table formats a pipeline can write, the default first
-SINK_FORMATS = ("delta", "iceberg")
+#: the environment variable a task and its Spark programs hold a sink catalog's properties in (JSON;
+#: state/credentials.py installs it beside the object store's credentials, never in a job file)
+CATALOG_VARIABLE = "MYSQLCDC_SINK_CATALOG"
+#: the default table format
+DEFAULT_FORMAT = "delta"
 #: the default namespace template: a table's namespace is its source database
 DEFAULT_NAMESPACE = "{database}"
 
 
-def check_sink_format(sink_format: str) -> str:
-    if sink_format not in SINK_FORMATS:
-        raise ConfigurationError(f"unknown sink format {sink_format!r}: choose one of {', '.join(SINK_FORMATS)}")
-    return sink_format
-
-
 def check_namespace(template: str) -> str:
     """``template`` when it is a namespace template, else the error with the fix."""
-    fields = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
-    if not template.strip() or any(name != "database" for name in fields):
+    fields_ = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
+    if not template.strip() or any(name != "database" for name in fields_):
         raise ConfigurationError(f"iceberg_namespace must be a namespace, optionally holding {{database}} (the source "
                                  f"table's database), e.g. '{{database}}' or 'lake_{{database}}'; got {template!r}.")
     return template
+
+
+@dataclass(frozen=True)
+class SinkSpec:
+    """Which sink a pipeline writes, and where its tables are placed.
+
+    ``root`` is where the tables live (a local path or an object store URL: Delta tables, and an
+    Iceberg table's data unless its catalog places it); ``format`` the table format (a name of
+    sinks/factory.py's registry); ``namespace`` the template of an Iceberg table's namespace
+    (``{database}``: the source table's); ``catalog_conn_id`` the Airflow connection holding an
+    Iceberg catalog's properties (None: the embedded catalog of a local lake). Nothing in it is a
+    secret: the catalog's properties travel with the object store's credentials (state/credentials.py).
+    """
+
+    FORMAT: ClassVar[RecordFormat] = RecordFormat("sink-spec", 1)
+
+    root: str
+    format: str = DEFAULT_FORMAT
+    namespace: str = DEFAULT_NAMESPACE
+    catalog_conn_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.format, str) or not self.format:
+            raise ConfigurationError(f"sink_format must name a table format, e.g. 'delta' or 'iceberg'; got "
+                                     f"{self.format!r}.")
+        check_namespace(self.namespace)
+
+    def with_root(self, root: str) -> "SinkSpec":
+        """This spec with ``root`` (a task's rendered ``sink_root``)."""
+        return SinkSpec(root, self.format, self.namespace, self.catalog_conn_id)
+
+    def differences(self, other: "SinkSpec") -> list[str]:
+        """The settings in which ``other`` differs from this spec, each as ``name: ours != theirs``."""
+        return [f"{_SETTING[f.name]} {getattr(self, f.name)!r} != {getattr(other, f.name)!r}" for f in fields(self)
+                if _comparable(f.name, getattr(self, f.name)) != _comparable(f.name, getattr(other, f.name))]
+
+    def describe(self) -> str:
+        return ", ".join(f"{_SETTING[f.name]}={getattr(self, f.name)!r}" for f in fields(self))
+
+    def to_body(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any], version: int) -> "SinkSpec":
+        return cls(**body)
+
+
+#: how the operators and the builder name each setting of a spec (what an error tells the user to change)
+_SETTING = {"root": "sink_root", "format": "sink_format", "namespace": "iceberg_namespace",
+            "catalog_conn_id": "iceberg_catalog_conn_id"}
+
+
+def _comparable(name: str, value: Any) -> Any:
+    """A setting as two specs are compared: a root without its trailing slashes."""
+    return value.rstrip("/") if name == "root" and isinstance(value, str) else value

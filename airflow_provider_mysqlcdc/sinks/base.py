@@ -21,7 +21,9 @@ sink table, the ranges given are the shard's, and a ``StreamCommit`` names its s
 is kept apart from the others'.
 
 Two formats implement it: Delta Lake (sinks/delta/sink.py, the default) and Apache Iceberg
-(sinks/iceberg/sink.py). Callers open a sink with ``factory.open_sink`` and use only the methods below.
+(sinks/iceberg/sink.py). Each format is a ``SinkFormat`` in its own package, named in the factory's
+registry (sinks/factory.py); callers open a sink with ``factory.open_sink`` from the pipeline's
+``SinkSpec`` and use only the methods below.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from airflow_provider_mysqlcdc.protocol.maintenance import DEFAULT_TARGET_FILE_B
 
 if TYPE_CHECKING:
     from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy, TableMaintenance
+    from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
     from airflow_provider_mysqlcdc.sinks.clustering import ClusteringResult
     from airflow_provider_mysqlcdc.sinks.data_files import DataFile
 
@@ -66,6 +69,29 @@ class StreamCommit:
     batch_id: int
     position: Position
     shard: str = ""
+
+
+class SinkFormat(ABC):
+    """A table format as the rest of the package knows it without opening a sink: its name in the
+    factory's registry, how to open its sink, and how its tables and types are named to readers
+    (OpenLineage). Importing a format's module must not import another format's library."""
+
+    name: str
+
+    @abstractmethod
+    def open(self, spec: SinkSpec, storage_options: dict[str, str] | None = None, *,
+             catalog_properties: dict[str, str] | None = None) -> Sink:
+        """The sink of ``spec``; ``catalog_properties``: a catalog's, where the format has one (None: those
+        installed in this process, state/credentials.py)."""
+
+    @abstractmethod
+    def column_types(self, schema: pa.Schema) -> list[tuple[str, str]]:
+        """Each column of a sink table of ``schema`` (Arrow) with the format's name of its type."""
+
+    def catalog_name(self, spec: SinkSpec, table_id: TableId) -> str | None:
+        """The name a catalog knows the sink table ``table_id`` by (``namespace.table``); None for a
+        format whose tables are known by their location only."""
+        return None
 
 
 class Sink(ABC):

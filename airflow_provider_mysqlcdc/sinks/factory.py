@@ -1,26 +1,46 @@
-"""The one way to open a sink: from the lake's location, the object store's options and the table
-format. Nothing outside ``sinks/`` names a format's class, so a format is added here and in its own
-module, not at every caller."""
+"""The one way to open a sink: from the pipeline's ``SinkSpec`` and the object store's options.
+
+The registry below names each table format's ``SinkFormat`` (sinks/base.py) by its module, imported
+when the format is first asked for, so a lake of one format never imports another format's library.
+A third format is its own package under ``sinks/`` and one line here: nothing outside ``sinks/``
+names a format.
+"""
 
 from __future__ import annotations
 
-from airflow_provider_mysqlcdc.protocol.sinks import DEFAULT_NAMESPACE, SINK_FORMATS, check_sink_format
-from airflow_provider_mysqlcdc.sinks.base import Sink
+import importlib
 
-__all__ = ["SINK_FORMATS", "open_sink"]
+from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
+from airflow_provider_mysqlcdc.sinks.base import Sink, SinkFormat
+
+__all__ = ["SINK_FORMATS", "check_sink_spec", "open_sink", "sink_format"]
+
+#: the registry: each table format's name and the module whose ``FORMAT`` it is, the default first
+SINK_FORMATS: dict[str, str] = {
+    "delta": "airflow_provider_mysqlcdc.sinks.delta.format",
+    "iceberg": "airflow_provider_mysqlcdc.sinks.iceberg.format",
+}
 
 
-def open_sink(root: str, storage_options: dict[str, str] | None = None, *, sink_format: str = "delta",
-              iceberg_namespace: str = DEFAULT_NAMESPACE, iceberg_catalog: dict[str, str] | None = None) -> Sink:
-    """The sink whose tables live under ``root`` (a local path or an object store URL), reached with
-    ``storage_options`` (an object store's credentials and settings, as delta-rs takes them). An
-    Iceberg sink names its tables in the catalog of ``iceberg_catalog`` (pyiceberg's catalog
-    properties; None: the embedded one of a local lake) under ``iceberg_namespace``
-    (sinks/iceberg/catalog.py)."""
-    if check_sink_format(sink_format) == "iceberg":
-        from airflow_provider_mysqlcdc.sinks.iceberg.sink import IcebergSink
+def check_sink_spec(spec: SinkSpec) -> SinkSpec:
+    """``spec`` when the factory knows its format, else the error naming the formats there are."""
+    if spec.format not in SINK_FORMATS:
+        raise ConfigurationError(f"unknown sink format {spec.format!r}: choose one of {', '.join(SINK_FORMATS)} "
+                                 "(sink_format=...).")
+    return spec
 
-        return IcebergSink(root, storage_options, catalog_properties=iceberg_catalog, namespace=iceberg_namespace)
-    from airflow_provider_mysqlcdc.sinks.delta.sink import DeltaSink
 
-    return DeltaSink(root, storage_options)
+def sink_format(spec: SinkSpec) -> SinkFormat:
+    """The table format of ``spec``."""
+    format_: SinkFormat = importlib.import_module(SINK_FORMATS[check_sink_spec(spec).format]).FORMAT
+    return format_
+
+
+def open_sink(spec: SinkSpec, storage_options: dict[str, str] | None = None, *,
+              catalog_properties: dict[str, str] | None = None) -> Sink:
+    """The sink whose tables ``spec`` places (under ``spec.root``: a local path or an object store URL),
+    reached with ``storage_options`` (an object store's credentials and settings, as delta-rs takes
+    them). ``catalog_properties``: a catalog's properties for a format that has one (None: those
+    installed in this process from ``spec.catalog_conn_id``, or the embedded catalog of a local lake)."""
+    return sink_format(spec).open(spec, storage_options, catalog_properties=catalog_properties)

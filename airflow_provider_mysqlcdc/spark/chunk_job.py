@@ -46,6 +46,7 @@ from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from airflow_provider_mysqlcdc.protocol.envelope import encode
 from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob
 from airflow_provider_mysqlcdc.protocol.results import ChunkResult
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.sinks.arrow_rows import data_schema, merge_changes_into_table, rows_to_data_table
 from airflow_provider_mysqlcdc.sinks.data_files import DataFile, delete_data_file, read_data_file, write_data_file
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
@@ -77,7 +78,7 @@ def _read_partition_once(source: SourceConfig, schema: TableSchema, part: Snapsh
 class PartitionFiles:
     """Where and how the executors write their partitions' rows as data files (pickled to them)."""
 
-    sink_root: str
+    sink: SinkSpec
     file_schema: pa.Schema
     chunk_key: str
     #: the server epoch the executors' low watermarks are placed in (state of the pipeline's servers)
@@ -91,7 +92,7 @@ class PartitionFiles:
               rows: pa.Table) -> DataFile:
         """Stamp ``rows`` as read at ``low`` and write them into the table's folder."""
         install_from_private_file(source.password_file)  # the lake may be on an object store
-        sink = open_sink(self.sink_root)  # only to stamp the rows: the files go to data_folder
+        sink = open_sink(self.sink)  # only to stamp the rows: the files go to data_folder
         ordering = KeyOrdering(schema.column(self.chunk_key), source.connect)
         try:
             writer = SinkWriter(sink, schema, self.chunk_key, ordering)
@@ -186,7 +187,7 @@ def run_chunk_job(spark: Any, source: SourceConfig, job: ChunkJob,
     schema = captured_schema(source.run(lambda conn: load_table_schema(conn, table_id), f"reading the schema of {table_id}"),
                              job.table_rule, chunk_key=job.splits[0].chunk_key if job.splits else None)
     splits = job.splits
-    sink = open_sink(job.sink_root, sink_format=job.sink_format, iceberg_namespace=job.iceberg_namespace)
+    sink = open_sink(job.sink)
     file_schema = None
     if not job.stage_to:  # staged splits: the stream prepares the table when it applies them
         sink.prepare(schema)
@@ -256,7 +257,7 @@ class _SplitJob:
         sink = self.writer.sink
         uri = sink.data_folder(self.writer.target.table_id)
         epoch = self._epoch()
-        files = PartitionFiles(sink.root, file_schema, split.chunk_key, epoch, prefix=f"chunk-{split.index}",
+        files = PartitionFiles(self.job.sink, file_schema, split.chunk_key, epoch, prefix=f"chunk-{split.index}",
                                data_folder=uri)
         started = time.monotonic()
         results = read_partitions(self.spark, self.executor_source, self.schema, parts, files)

@@ -61,6 +61,7 @@ from airflow_provider_mysqlcdc.state.lease import LeaseKeeper, StreamLeases
 from airflow_provider_mysqlcdc.state.registry import STREAM_HISTORY, STREAM_OFFSET, STREAM_PROGRESS, PipelineState
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
 from airflow_provider_mysqlcdc.state.servers import ServerEpochs
+from airflow_provider_mysqlcdc.state.sink import settle_sink
 from airflow_provider_mysqlcdc.state.spill import remove_all_spill_folders, remove_spill_folder
 from airflow_provider_mysqlcdc.stream.applier import BatchApplier
 from airflow_provider_mysqlcdc.stream.events import reading_summary
@@ -87,7 +88,7 @@ class StreamBatchFunction:
         self.fence = fence  # raises when another stream took the pipeline over (state/lease.py)
         state = PipelineState(job.state)
         known = KnownSchemas(state)
-        self.sink = open_sink(job.sink_root, sink_format=job.sink_format, iceberg_namespace=job.iceberg_namespace)
+        self.sink = open_sink(job.sink)
         self.applier = BatchApplier(job, self.sink, state, ServerTables(source, state, known), known, fence)
         self.upkeep = StreamUpkeep(job, self.sink, state, fence)
         #: held while a batch is applied or the tables are maintained: never both at once
@@ -173,7 +174,7 @@ def record_processed_offset(state: PipelineState, job: StreamJob, progress: Any,
     lag = ours.lag_s if ours else 0.0
     if heartbeat:
         lag = idle_lag(behind, lag)
-    state.write_progress(STREAM_OFFSET, StreamOffsetProgress(end, now, job.sink_root, job.app_id, head, behind,
+    state.write_progress(STREAM_OFFSET, StreamOffsetProgress(end, now, job.sink.root, job.app_id, head, behind,
                                                              lag if measure is not None else None))
     if measure is not None:
         history = state.read_progress(StreamHistory, STREAM_HISTORY) or StreamHistory()
@@ -212,7 +213,7 @@ def resume_offset(state: PipelineState, job: StreamJob) -> StreamOffset | None:
     """Where a stream with a new checkpoint starts: the end of the last batch a stream of this
     pipeline committed into the same sink (every table holds every change up to it)."""
     progress = state.read_progress(StreamOffsetProgress, STREAM_OFFSET)
-    return progress.offset if progress and progress.sink_root == job.sink_root else None
+    return progress.offset if progress and progress.sink_root == job.sink.root else None
 
 
 def refuse_positions_beyond_the_head(source: SourceConfig, state: PipelineState, sink: Sink) -> None:
@@ -348,6 +349,7 @@ def run_stream_job(spark: Any, source: SourceConfig, job: StreamJob, *, source_f
     if not source_file:
         raise ValueError("the stream's Spark side needs source_file, the private credentials file it reads")
     state = PipelineState(job.state)
+    settle_sink(state, job.sink, outside_airflow=True)  # recorded if none was (a stream started by hand), or refused
     app_id, ui_url = application_of(spark)
     log.info("stream job started on Spark application %s; binlog rows decoded by the %s decoder here (executors "
              "without the compiled one use its Python twin), events framed %s", app_id, chosen_decoder(),
@@ -432,10 +434,8 @@ def _run_stream(spark: Any, source: SourceConfig, job: StreamJob, source_file: s
     # the query ended without error: its last batch is committed too
     end = progress_offset(progress, "endOffset")
     release_applied_staged_files(state, end)
-    if connect:
-        applied, table_changes = changes_applied_since(state, job, started_at)
-    else:
-        applied, table_changes = batches.applier.rows_applied, dict(batches.applier.table_changes)
+    applied, table_changes = (changes_applied_since(state, job, started_at) if connect else
+                              (batches.applier.rows_applied, dict(batches.applier.table_changes)))
     return encode(StreamResult(job.mode, applied, job.app_id, round(time.monotonic() - started, 3),
                                progress.get("batchId"), end, table_changes))
 

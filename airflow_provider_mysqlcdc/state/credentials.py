@@ -22,7 +22,7 @@ from typing import Any
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.source.connection import read_private_file
-from airflow_provider_mysqlcdc.sinks.iceberg.catalog import CATALOG_VARIABLE
+from airflow_provider_mysqlcdc.protocol.sinks import CATALOG_VARIABLE
 
 #: the key of the private credentials file that holds them (the rest is the source's settings)
 PRIVATE_FILE_KEY = "object_store"
@@ -64,7 +64,7 @@ class ObjectStoreCredentials:
             variables["AWS_ALLOW_HTTP"] = "true"  # delta-rs refuses a plain-HTTP endpoint otherwise
         return cls(variables)
 
-    def with_iceberg_catalog(self, properties: dict[str, str]) -> "ObjectStoreCredentials":
+    def with_catalog(self, properties: dict[str, str]) -> "ObjectStoreCredentials":
         """These and the Iceberg catalog's properties (sinks/iceberg/catalog.py reads them where the
         sink is opened), which may hold the catalog's own credentials."""
         return ObjectStoreCredentials({**self.variables, CATALOG_VARIABLE: json.dumps(properties)})

@@ -22,6 +22,7 @@ from airflow_provider_mysqlcdc.cdc.model.records import TableEventKind
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.state.drift import Drift, read_drift
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from devtools.snapshot import snapshot_tables
@@ -100,7 +101,7 @@ def history(mysql_server, cdc_user, tmp_path_factory, request):
         cur.execute(f"UPDATE {database}.reserved SET v = 4 WHERE id = 2")
         cur.execute(f"ALTER TABLE {database}.reserved ADD COLUMN _cdc_row INT DEFAULT 5")
         cur.execute(f"UPDATE {database}.reserved SET v = 5 WHERE id = 3")
-    job = StreamJob(state=state.location, sink_root=lake, sink_format=request.param)
+    job = StreamJob(state=state.location, sink=SinkSpec(lake, request.param))
     (tmp / "stream.json").write_text(job.to_json())
     SparkSubmit(master="local[2]", work_dir=tmp / "spark").run(
         "binlog_stream.py", ["--job", str(tmp / "stream.json")], cdc_user.to_private_file(tmp / "secrets" / "source.json"))

@@ -41,6 +41,7 @@ from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.progress import StreamOffsetProgress
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.sinks.iceberg.sink import IcebergSink
 from airflow_provider_mysqlcdc.state.registry import STREAM_OFFSET, PipelineState
@@ -95,8 +96,7 @@ def test_pipeline_lifecycle_adds_clears_resnapshots_and_stays_exact(mysql_server
     def step(name: str) -> None:
         print(f"[{time.monotonic() - started:5.0f}s] {name}", flush=True)
 
-    job = StreamJob(state=state.location, sink_root=str(lake), mode="continuous", trigger_interval_s=0.5,
-                    sink_format=sink_format)
+    job = StreamJob(state=state.location, sink=SinkSpec(str(lake), sink_format), mode="continuous", trigger_interval_s=0.5)
     (tmp_path / "stream.json").write_text(job.to_json())
 
     current: list[subprocess.Popen] = []
@@ -252,7 +252,7 @@ def test_pipeline_lifecycle_adds_clears_resnapshots_and_stays_exact(mysql_server
     catch_up_stream(cdc_user, state.location, lake, tmp_path / "catch-up", sink_format=sink_format)
     step("caught up")
     schemas = run_preflight(cdc_user, [a, b, c]).schemas  # B's column is called tag now
-    sink = open_sink(str(lake), sink_format=sink_format)
+    sink = open_sink(SinkSpec(str(lake), sink_format))
     assert "tag" in sink.column_names(b)
     for table in (a, b, c):
         assert_same_rows(table, source_rows(mysql_server.admin, schemas[table]),

@@ -19,6 +19,7 @@ from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.cdc.source.server import check_same_binlog, current_offset
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.registry import CapturedTable, stream_only_split
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from devtools.spark_submit import SparkSubmit
@@ -105,13 +106,13 @@ def test_a_stream_refuses_to_continue_on_a_reset_binlog_and_writes_nothing(serve
     state = PipelineState(str(tmp_path / "state"))
     state.commit({table: CapturedTable("id", [stream_only_split(table, "id", start)])})
     lake = str(tmp_path / "lake")
-    (tmp_path / "stream.json").write_text(StreamJob(state=state.location, sink_root=lake).to_json())
+    (tmp_path / "stream.json").write_text(StreamJob(state=state.location, sink=SinkSpec(lake)).to_json())
     source_file = server.root_config().to_private_file(tmp_path / "secrets" / "source.json")
     submit = SparkSubmit(master="local[1]", work_dir=tmp_path / "spark")
     submit.run("binlog_stream.py", ["--job", str(tmp_path / "stream.json")], source_file)
     processed = json.loads((tmp_path / "state" / "progress" / "stream-offset.json").read_text())["offset"]
     assert processed.get("gtid") and processed.get("server_id") is not None, processed
-    rows_before = open_sink(lake).read(table).num_rows
+    rows_before = open_sink(SinkSpec(lake)).read(table).num_rows
 
     with conn.cursor() as cur:
         cur.execute("RESET MASTER")
@@ -120,4 +121,4 @@ def test_a_stream_refuses_to_continue_on_a_reset_binlog_and_writes_nothing(serve
     assert current_offset(conn) > BinlogOffset(processed["file"], int(processed["pos"]))
     with pytest.raises(SparkJobFailed, match="RESET MASTER"):
         submit.run("binlog_stream.py", ["--job", str(tmp_path / "stream.json")], source_file)
-    assert open_sink(lake).read(table).num_rows == rows_before == 200
+    assert open_sink(SinkSpec(lake)).read(table).num_rows == rows_before == 200

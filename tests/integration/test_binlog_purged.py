@@ -19,6 +19,7 @@ from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitReader
 from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.registry import CapturedTable
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
 from airflow_provider_mysqlcdc.state.changes import decide_action
@@ -72,7 +73,7 @@ def _run_history(server: ThrowawayMariaDB, tmp) -> PurgeHistory:
             cur.executemany(f"INSERT INTO purging.{name} VALUES (%s, 'initial')", [(i,) for i in range(50)])
     schemas = {n: load_table_schema(conn, TableId("purging", n)) for n in "abc"}
     lake, state = str(tmp / "lake"), PipelineState(str(tmp / "state"))
-    sink = open_sink(lake)
+    sink = open_sink(SinkSpec(lake))
 
     def direct(name: str) -> FinishedSplit:
         finished, rows = _read(source, schemas[name])
@@ -108,7 +109,7 @@ def _run_history(server: ThrowawayMariaDB, tmp) -> PurgeHistory:
     job_file = tmp / "stream.json"
 
     def stream(on_binlog_purged: str) -> None:
-        job_file.write_text(StreamJob(state=state.location, sink_root=lake, on_binlog_purged=on_binlog_purged).to_json())
+        job_file.write_text(StreamJob(state=state.location, sink=SinkSpec(lake), on_binlog_purged=on_binlog_purged).to_json())
         submit.run("binlog_stream.py", ["--job", str(job_file)], source_file)
 
     with pytest.raises(SparkJobFailed) as failure:

@@ -20,6 +20,7 @@ from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.registry import CapturedTable, stream_only_split
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from devtools.spark_submit import SparkSubmit
 from devtools.verify import source_rows
@@ -98,8 +99,7 @@ def test_a_transaction_larger_than_every_limit_streams_in_pieces_and_survives_a_
     head = current_offset(conn)
     state = PipelineState(str(tmp_path / "state"))
     state.commit({table: CapturedTable("id", [stream_only_split(table, "id", start)])})
-    job = StreamJob(state=state.location, sink_root=str(tmp_path / "lake"), max_batch_bytes=256 << 10,
-                    inline_bytes=128 << 10, max_apply_changes=4000)
+    job = StreamJob(state=state.location, sink=SinkSpec(str(tmp_path / "lake")), max_batch_bytes=256 << 10, inline_bytes=128 << 10, max_apply_changes=4000)
     (tmp_path / "stream.json").write_text(job.to_json())
     source_file = cdc_user.to_private_file(tmp_path / "secrets" / "source.json")
     submit = SparkSubmit(master="local[2]", work_dir=tmp_path / "spark")

@@ -14,6 +14,7 @@ from airflow_provider_mysqlcdc.cdc.binlog.listing import binlog_events
 from airflow_provider_mysqlcdc.cdc.errors import BinlogPurgedError, SourceChangedError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset, gtid_sequences
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from devtools.throwaway_server import ThrowawayMariaDB
 
 pytestmark = pytest.mark.integration
@@ -128,7 +129,7 @@ class _Pipeline:
         self.tmp, self.lake = tmp_path, str(tmp_path / "lake")
         self.state = PipelineState(str(tmp_path / "state"))
         self.sink_format = sink_format
-        self.sink = open_sink(self.lake, sink_format=sink_format)
+        self.sink = open_sink(SinkSpec(self.lake, sink_format))
         self.submit = SparkSubmit(master="local[1]", work_dir=tmp_path / "spark")
         self.point_at(server)
 
@@ -164,7 +165,7 @@ class _Pipeline:
         from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 
         job_file = self.tmp / "stream.json"
-        job_file.write_text(StreamJob(state=self.state.location, sink_root=self.lake, sink_format=self.sink_format).to_json())
+        job_file.write_text(StreamJob(state=self.state.location, sink=SinkSpec(self.lake, self.sink_format)).to_json())
         self.submit.run("binlog_stream.py", ["--job", str(job_file)], self.source_file)
 
     def sink_equals_source(self, name: str) -> bool:

@@ -17,6 +17,7 @@ from airflow_provider_mysqlcdc.cdc.errors import SparkJobFailed
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.progress import StreamOffsetProgress
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.state.registry import STREAM_OFFSET, PipelineState
 from devtools.snapshot import snapshot_tables
 from devtools.spark_submit import SparkSubmit
@@ -63,8 +64,7 @@ def _follow_records(state: PipelineState, tmp_path, request, job: StreamJob, cdc
 def test_a_stream_over_a_quiet_source_records_its_position_again_caught_up_and_without_lag(
         mysql_server, cdc_user, database, tmp_path, request):
     state, lake, _ = _quiet_pipeline(mysql_server, cdc_user, database, tmp_path)
-    job = StreamJob(state=state.location, sink_root=lake, mode="continuous", trigger_interval_s=0.5,
-                    heartbeat_interval_s=1)
+    job = StreamJob(state=state.location, sink=SinkSpec(lake), mode="continuous", trigger_interval_s=0.5, heartbeat_interval_s=1)
     # nothing is written: after the first batch only heartbeats record, at the same position
     seen = _follow_records(state, tmp_path, request, job, cdc_user, lambda seen: len(seen) >= 4)
     assert len({p.offset.offset for p in seen}) == 1
@@ -77,8 +77,7 @@ def test_a_heartbeat_query_moves_the_position_of_a_stream_over_a_quiet_table_on(
     admin = mysql_server.connect()
     with admin.cursor() as cur:
         cur.execute(f"GRANT INSERT, UPDATE ON `{database}`.heartbeat TO %s@'%%'", (cdc_user.user,))
-    job = StreamJob(state=state.location, sink_root=lake, mode="continuous", trigger_interval_s=0.5,
-                    heartbeat_interval_s=1, heartbeat_query=query)
+    job = StreamJob(state=state.location, sink=SinkSpec(lake), mode="continuous", trigger_interval_s=0.5, heartbeat_interval_s=1, heartbeat_query=query)
     seen = _follow_records(state, tmp_path, request, job, cdc_user, lambda seen: len({p.offset.offset for p in seen}) >= 3)
     offsets = [p.offset.offset for p in seen]
     assert offsets == sorted(offsets)  # only the heartbeat table was written: it moved the position on
@@ -91,6 +90,5 @@ def test_a_heartbeat_query_the_cdc_user_may_not_run_is_refused_before_anything_i
         mysql_server, cdc_user, database, tmp_path):
     state, lake, query = _quiet_pipeline(mysql_server, cdc_user, database, tmp_path)
     with pytest.raises(SparkJobFailed, match=r"heartbeat_query .* cannot run on the source .*GRANT the CDC user"):
-        run_stream(cdc_user, tmp_path / "stream", StreamJob(state=state.location, sink_root=lake,
-                                                            heartbeat_query=query))
+        run_stream(cdc_user, tmp_path / "stream", StreamJob(state=state.location, sink=SinkSpec(lake), heartbeat_query=query))
     assert state.read_progress(StreamOffsetProgress, STREAM_OFFSET) is None

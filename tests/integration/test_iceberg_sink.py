@@ -23,6 +23,7 @@ import pytest
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_to_rows
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.sinks.iceberg.catalog import TABLE_LOCATION_PROPERTY
@@ -81,7 +82,7 @@ def both_readers_differ(cdc_user, lake: Path, table_id: TableId) -> tuple[str | 
     finally:
         conn.close()
     expected = source_rows(cdc_user, schema)
-    sink = open_sink(str(lake), sink_format="iceberg")
+    sink = open_sink(SinkSpec(str(lake), "iceberg"))
     assert isinstance(sink, IcebergSink)
     return (differences(expected, sink_rows(lake, schema, sink_format="iceberg")),
             differences(expected, duckdb_rows(sink, schema)))
@@ -115,11 +116,11 @@ def test_a_dag_run_and_streams_keep_an_iceberg_table_equal_to_its_source(mysql_s
         cur.execute(f"UPDATE {orders.quoted} SET extra = 'x' WHERE id % 7 = 0")
     conn.commit()
     state = PipelineState(str(state_dir / "mysqlcdc_example"))
-    job = StreamJob(state=state.location, sink_root=str(lake), sink_format="iceberg", changelog=True)
+    job = StreamJob(state=state.location, sink=SinkSpec(str(lake), "iceberg"), changelog=True)
     run_stream(cdc_user, tmp_path / "stream", job)
     assert both_readers_differ(cdc_user, lake, orders) == (None, None)
     assert read_drift(state).get(orders, []) == []  # the widening was followed, not re-snapshotted
-    sink = open_sink(str(lake), sink_format="iceberg")
+    sink = open_sink(SinkSpec(str(lake), "iceberg"))
     assert isinstance(sink, IcebergSink)
     assert sink.read(orders).schema.field("n").type == pa.int64()
     log = sink.read(TableId(database, "iceberg_orders__changelog")).to_pylist()
@@ -198,7 +199,7 @@ def test_an_iceberg_lake_on_s3_with_a_postgresql_catalog_is_reached_only_through
             _change(conn, orders)
             credentials = ObjectStoreCredentials.from_aws_connection(
                 conn_id="cdc_lake", login=ACCESS_KEY, password=SECRET_KEY,
-                extra=s3.connection(ACCESS_KEY, SECRET_KEY)["extra"]).with_iceberg_catalog(catalog)
+                extra=s3.connection(ACCESS_KEY, SECRET_KEY)["extra"]).with_catalog(catalog)
             catch_up_stream(cdc_user, f"{state_dir}/mysqlcdc_example", lake, tmp_path / "catch-up",
                             object_store=credentials, sink_format="iceberg")
         finally:
@@ -253,7 +254,7 @@ def test_an_iceberg_lake_in_a_rest_catalog_that_places_its_tables_is_exact_and_k
             aws = server.aws_connection()
             credentials = ObjectStoreCredentials.from_aws_connection(
                 conn_id="cdc_lake", login=aws["login"], password=aws["password"],
-                extra=aws["extra"]).with_iceberg_catalog(catalog)
+                extra=aws["extra"]).with_catalog(catalog)
             catch_up_stream(cdc_user, str(state_dir / "mysqlcdc_example"), lake, tmp_path / "catch-up",
                             object_store=credentials, sink_format="iceberg")
         finally:

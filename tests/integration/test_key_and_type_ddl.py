@@ -26,6 +26,7 @@ from airflow_provider_mysqlcdc.cdc.model.records import TableEventKind
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.state.drift import read_drift
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
@@ -133,7 +134,7 @@ def history(mysql_server, cdc_user, tmp_path_factory, request):
         cur.execute(f"INSERT INTO {collated.quoted} VALUES ('b1', 3)")
 
     # the stream's first run starts now: the server already says id2 and DECIMAL(10,4)
-    job = StreamJob(state=state.location, sink_root=lake, sink_format=request.param)
+    job = StreamJob(state=state.location, sink=SinkSpec(lake, request.param))
     run_stream(cdc_user, tmp, job)
     with conn.cursor() as cur:  # the next run streams on past the frozen tables
         cur.execute(f"UPDATE {other.quoted} SET v = 5 WHERE id % 5 = 0")

@@ -25,6 +25,7 @@ from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering, encode_s
 from airflow_provider_mysqlcdc.cdc.records.values import ValueNormalizer
 from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from devtools.snapshot import snapshot_tables
 from devtools.verify import source_rows
@@ -125,7 +126,7 @@ def key_tables(mysql_server, cdc_user, tmp_path_factory):
             (smallest,) = cur.fetchone()  # a zero date, where the type has them
             cur.execute(f"DELETE FROM {table.quoted} ORDER BY k LIMIT 2")
             cur.execute(f"INSERT INTO {table.quoted} VALUES (%s, -1)", (smallest,))
-    run_stream(cdc_user, tmp, StreamJob(state=state.location, sink_root=lake))
+    run_stream(cdc_user, tmp, StreamJob(state=state.location, sink=SinkSpec(lake)))
     yield KeyTables(database, tables, lake)
     with conn.cursor() as cur:
         cur.execute(f"DROP DATABASE `{database}`")

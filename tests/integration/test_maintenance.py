@@ -22,6 +22,7 @@ from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from airflow_provider_mysqlcdc.protocol.envelope import decode
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.maintenance import MaintenanceReport
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_to_rows
 from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SUFFIX
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
@@ -148,8 +149,7 @@ def _running_stream(tmp_path: Path, cdc_user, state: PipelineState, lake: Path, 
     """A continuous stream of the pipeline, with its changelog, its own clustering off (every batch
     leaves its files, for maintenance to compact); stopped through its lease at the end, which it must
     end cleanly on."""
-    job = StreamJob(state=state.location, sink_root=str(lake), sink_format=sink_format, mode="continuous",
-                    trigger_interval_s=0.3, changelog=True, cluster_after_files=0)
+    job = StreamJob(state=state.location, sink=SinkSpec(str(lake), sink_format), mode="continuous", trigger_interval_s=0.3, changelog=True, cluster_after_files=0)
     (tmp_path / "stream.json").write_text(job.to_json())
     log = tmp_path / "stream.log"
     proc = SparkSubmit(master="local[2]", work_dir=tmp_path / "spark").start(
@@ -174,7 +174,7 @@ def test_maintenance_while_a_stream_runs_bounds_files_keeps_the_sink_exact_and_t
     lake, state_dir = tmp_path / "lake", tmp_path / "state"
     state = PipelineState(str(state_dir / "mysqlcdc_example"))
     snapshot_tables(cdc_user, [table], str(lake), state, chunk_size=100)
-    uri = open_sink(str(lake)).table_uri(table)
+    uri = open_sink(SinkSpec(str(lake))).table_uri(table)
     with _running_stream(tmp_path, cdc_user, state, lake) as (proc, log):
         with VersionRecorder(uri, schema) as recorder, Inserter(mysql_server.connect(), table, 100_000) as writer:
             snapshot = DeltaTable(uri).version()
@@ -228,11 +228,11 @@ def test_maintenance_without_a_stream_is_done_by_the_task(mysql_server, cdc_user
     lake, state_dir = tmp_path / "lake", tmp_path / "state"
     state = PipelineState(str(state_dir / "mysqlcdc_example"))
     snapshot_tables(cdc_user, [table], str(lake), state, chunk_size=30)  # ten files
-    uri = open_sink(str(lake)).table_uri(table)
+    uri = open_sink(SinkSpec(str(lake))).table_uri(table)
     with conn.cursor() as cur:  # new keys, a transaction each: every batch's merge adds a file
         for i in range(40):
             cur.execute(f"INSERT INTO {table.quoted} (id, customer) VALUES (%s, 'new')", (200_000 + i,))
-    job = StreamJob(state=state.location, sink_root=str(lake), max_batch_events=20, cluster_after_files=0)
+    job = StreamJob(state=state.location, sink=SinkSpec(str(lake)), max_batch_events=20, cluster_after_files=0)
     (tmp_path / "stream.json").write_text(job.to_json())
     SparkSubmit(master="local[1]", work_dir=tmp_path / "spark").run(
         "binlog_stream.py", ["--job", str(tmp_path / "stream.json")],
@@ -255,7 +255,7 @@ def test_maintenance_of_an_iceberg_table_while_a_stream_runs_compacts_expires_sn
     lake, state_dir = tmp_path / "lake", tmp_path / "state"
     state = PipelineState(str(state_dir / "mysqlcdc_example"))
     snapshot_tables(cdc_user, [table], str(lake), state, chunk_size=100, sink_format="iceberg")
-    sink = open_sink(str(lake), sink_format="iceberg")
+    sink = open_sink(SinkSpec(str(lake), "iceberg"))
 
     def iceberg():
         return sink.open_table(table)  # type: ignore[attr-defined]

@@ -22,6 +22,7 @@ from deltalake import DeltaTable, write_deltalake
 from airflow_provider_mysqlcdc.cdc.errors import StreamAlreadyRunning
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.state.credentials import ObjectStoreCredentials
 from airflow_provider_mysqlcdc.state.lease import StreamLeases
@@ -173,7 +174,7 @@ def test_collects_racing_on_a_registry_on_an_object_store_leave_one_winner_per_g
 def test_chunk_commits_racing_into_one_delta_table_on_an_object_store_all_land(s3, bucket, credentials):
     """Four chunks of one table commit their key ranges at the same moment: each commit is a
     put-if-absent of the next log entry (delta-rs on S3), the losers retry, none is lost."""
-    sink = open_sink(f"s3://{bucket}/lake", credentials.variables)
+    sink = open_sink(SinkSpec(f"s3://{bucket}/lake"), credentials.variables)
     table_id = TableId("shop", "orders")
     empty = pa.table({"id": pa.array([], pa.int64()), "_cdc_chunk": pa.array([], pa.string())})
     write_deltalake(sink.table_uri(table_id), empty, storage_options=credentials.variables)

@@ -18,6 +18,7 @@ from airflow_provider_mysqlcdc.cdc.records.values import ValueNormalizer, select
 from airflow_provider_mysqlcdc.cdc.source.rules import TableRules
 from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from devtools.dag_runner import example_dag_env, run_dag
 from devtools.verify import differences, sink_rows
@@ -115,7 +116,7 @@ def test_the_sink_holds_exactly_the_rows_the_filter_keeps_as_rows_enter_and_leav
     assert state.latest().tables[table].table_rule.where == PREDICATE
 
     mutate(conn, table, rng, 400, next_key)
-    run_stream(cdc_user, tmp_path / "stream", StreamJob(state=state.location, sink_root=str(lake)))
+    run_stream(cdc_user, tmp_path / "stream", StreamJob(state=state.location, sink=SinkSpec(str(lake))))
     schema = TableRules.parse(None, {f"{database}.orders": PREDICATE}).captured(load_table_schema(conn, table), "id")
     expected = server_filtered(conn, table)
     assert 30 < len(expected) < 250, len(expected)  # the filter keeps some rows and leaves out others

@@ -16,6 +16,7 @@ from airflow_provider_mysqlcdc.cdc.errors import SparkJobFailed
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.state.ddl_log import read_ddl_log
 from airflow_provider_mysqlcdc.state.drift import read_drift
@@ -30,7 +31,7 @@ pytestmark = pytest.mark.integration
 
 def _delta_rows(lake: str, table: TableId) -> tuple[list[str], dict]:
     """The Delta table's source columns and rows by id, as delta-rs reads them (not our reader)."""
-    data = DeltaTable(open_sink(lake).table_uri(table)).to_pyarrow_table()
+    data = DeltaTable(open_sink(SinkSpec(lake)).table_uri(table)).to_pyarrow_table()
     return [n for n in data.column_names if not n.startswith("_cdc_")], {r["id"]: r for r in data.to_pylist()}
 
 
@@ -45,7 +46,7 @@ def test_a_failing_stream_leaves_the_sink_as_before_the_ddl_and_evolve_then_fill
     conn.commit()
     lake, state = str(tmp_path / "lake"), PipelineState(str(tmp_path / "state"))
     snapshot_tables(cdc_user, [table], lake, state, sink_format=sink_format)
-    sink = open_sink(lake, sink_format=sink_format)
+    sink = open_sink(SinkSpec(lake, sink_format))
     with conn.cursor() as cur:
         cur.execute(f"INSERT INTO {table.quoted} VALUES (3, 'c')")
         cur.execute(f"UPDATE {table.quoted} SET v = 'B' WHERE id = 2")
@@ -54,13 +55,12 @@ def test_a_failing_stream_leaves_the_sink_as_before_the_ddl_and_evolve_then_fill
     conn.commit()
 
     with pytest.raises(SparkJobFailed, match=r"SchemaChangeRefused.*ADD COLUMN n.*schema_changes='evolve'"):
-        run_stream(cdc_user, tmp_path / "first", StreamJob(state=state.location, sink_root=lake,
-                                                           sink_format=sink_format, schema_changes="fail"))
+        run_stream(cdc_user, tmp_path / "first", StreamJob(state=state.location, sink=SinkSpec(lake, sink_format), schema_changes="fail"))
     # the changes before the statement, and nothing of it: not even its column in the table's schema
     assert [n for n in sink.column_names(table) if not n.startswith("_cdc_")] == ["id", "v"]
     assert {r["id"]: r["v"] for r in sink.read(table).to_pylist()} == {1: "a", 2: "B", 3: "c"}
 
-    run_stream(cdc_user, tmp_path / "second", StreamJob(state=state.location, sink_root=lake, sink_format=sink_format))
+    run_stream(cdc_user, tmp_path / "second", StreamJob(state=state.location, sink=SinkSpec(lake, sink_format)))
     schema = load_table_schema(conn, table)
     assert differences(source_rows(cdc_user, schema), sink_rows(lake, schema, sink_format=sink_format)) is None
 
@@ -91,7 +91,7 @@ def _altered_pipeline(mysql_server, cdc_user, database, tmp_path, name: str):
 
 def test_lenient_follows_column_changes_without_a_resnapshot(mysql_server, cdc_user, database, tmp_path):
     table, lake, state = _altered_pipeline(mysql_server, cdc_user, database, tmp_path, "lenient")
-    run_stream(cdc_user, tmp_path / "stream", StreamJob(state=state.location, sink_root=lake, schema_changes="lenient"))
+    run_stream(cdc_user, tmp_path / "stream", StreamJob(state=state.location, sink=SinkSpec(lake), schema_changes="lenient"))
     assert read_drift(state) == {}
     _, rows = _delta_rows(lake, table)
     # dropped and renamed-away columns stay with the last values the binlog gave them (NULL in rows
@@ -112,7 +112,7 @@ def test_lenient_follows_column_changes_without_a_resnapshot(mysql_server, cdc_u
 
 def test_ignore_keeps_the_sinks_columns(mysql_server, cdc_user, database, tmp_path):
     table, lake, state = _altered_pipeline(mysql_server, cdc_user, database, tmp_path, "ignored")
-    run_stream(cdc_user, tmp_path / "stream", StreamJob(state=state.location, sink_root=lake, schema_changes="ignore"))
+    run_stream(cdc_user, tmp_path / "stream", StreamJob(state=state.location, sink=SinkSpec(lake), schema_changes="ignore"))
     assert read_drift(state) == {}
     columns, rows = _delta_rows(lake, table)
     assert columns == ["id", "v", "gone", "old"]

@@ -18,8 +18,8 @@ import pytest
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
-from airflow_provider_mysqlcdc.protocol.sinks import SINK_FORMATS
-from airflow_provider_mysqlcdc.sinks.factory import open_sink
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
+from airflow_provider_mysqlcdc.sinks.factory import SINK_FORMATS, open_sink
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from devtools.snapshot import snapshot_tables
 from devtools.verify import sink_rows, source_rows
@@ -51,7 +51,7 @@ class History:
 
     def read(self, table: TableId):
         """The sink table's rows, as its format's reader gives them (raw Arrow)."""
-        return open_sink(self.lake, sink_format=self.sink_format).read(table)
+        return open_sink(SinkSpec(self.lake, self.sink_format)).read(table)
 
 
 def _matrix_rows() -> list[dict]:
@@ -68,7 +68,7 @@ def _insert_matrix_row(cur, table: TableId, row_id: int, row: dict, time_zone: s
     cur.execute(f"INSERT INTO {table.quoted} (id, {', '.join(row)}) VALUES (%s, {', '.join(values)})", [row_id, *row.values()])
 
 
-@pytest.fixture(scope="module", params=SINK_FORMATS)
+@pytest.fixture(scope="module", params=list(SINK_FORMATS))
 def history(request, mysql_server, cdc_user, tmp_path_factory):
     sink_format = request.param
     tmp = tmp_path_factory.mktemp("sink-values")
@@ -115,7 +115,7 @@ def history(request, mysql_server, cdc_user, tmp_path_factory):
     with conn.cursor() as cur:
         cur.execute("SET sql_mode = ''")
         cur.execute(f"UPDATE {table.quoted} SET " + ", ".join(f"{n} = -{n}" for n in names) + " WHERE id < 5")
-    run_stream(cdc_user, tmp, StreamJob(state=state.location, sink_root=lake, changelog=True, sink_format=sink_format))
+    run_stream(cdc_user, tmp, StreamJob(state=state.location, sink=SinkSpec(lake, sink_format), changelog=True))
     with conn.cursor() as cur:
         cur.execute(f"SELECT id, {', '.join(f'CAST({n} AS CHAR)' for n in names)} FROM {table.quoted}")
         server_text = {row[0]: dict(zip(names, row[1:])) for row in cur.fetchall()}

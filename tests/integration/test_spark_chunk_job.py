@@ -23,6 +23,7 @@ from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_change_batch
 from devtools.spark_submit import SparkSubmit
@@ -52,9 +53,7 @@ def test_chunk_job_snapshot_then_binlog_equals_source(mysql_server, cdc_user, da
         for table_id, schema in report.schemas.items():
             splits = ChunkSplitter(cdc_user.connect(), schema, SplitOptions(chunk_size=700)).split()
             retried = rng.sample(splits, 1)  # one split per table is read twice
-            jobs.append(ChunkJob(table=f"`{table_id.database}`.`{table_id.table}`",
-                                 splits=splits + retried, sink_root=lake,
-                                 partitions_per_split=3))
+            jobs.append(ChunkJob(table=f"`{table_id.database}`.`{table_id.table}`", splits=splits + retried, sink=SinkSpec(lake), partitions_per_split=3))
         results = []
         for number, job in enumerate(jobs):
             job_file = tmp_path / f"job{number}.json"
@@ -84,7 +83,7 @@ def test_chunk_job_snapshot_then_binlog_equals_source(mysql_server, cdc_user, da
 def _stream(cdc_user, report, finished: list[FinishedSplit], lake: str, end) -> list[ChangeRecord]:
     """Apply the binlog up to ``end`` as the stream does (the finished-split rule, merges by key and
     version); the changes applied."""
-    sink = open_sink(lake)
+    sink = open_sink(SinkSpec(lake))
     writers_by_table = {}
     for table_id, schema in report.schemas.items():
         chunk_key = report.chunk_keys[table_id]
@@ -111,8 +110,7 @@ def test_an_at_least_once_chunk_job_reads_no_window_and_the_stream_from_its_low_
         report = run_preflight(cdc_user, tables)
         [(table_id, schema)] = report.schemas.items()
         splits = ChunkSplitter(cdc_user.connect(), schema, SplitOptions(chunk_size=700)).split()
-        job = ChunkJob(table=table_id.quoted, splits=splits, sink_root=lake, partitions_per_split=3,
-                       snapshot_consistency="at-least-once")
+        job = ChunkJob(table=table_id.quoted, splits=splits, sink=SinkSpec(lake), partitions_per_split=3, snapshot_consistency="at-least-once")
         (tmp_path / "job.json").write_text(job.to_json())
         result = submit.run("snapshot_chunk.py", ["--job", str(tmp_path / "job.json")],
                             cdc_user.to_private_file(tmp_path / "secrets" / "source.json"))
@@ -138,11 +136,10 @@ def test_the_executors_write_a_quiet_splits_data_files_and_one_commit_adds_them(
     schema = run_preflight(cdc_user, [table]).schemas[table]
     splits = ChunkSplitter(cdc_user.connect(), schema, SplitOptions(chunk_size=450)).split()
     lake = str(tmp_path / "lake")
-    (tmp_path / "job.json").write_text(ChunkJob(table=str(table), splits=splits, sink_root=lake,
-                                                partitions_per_split=3).to_json())
+    (tmp_path / "job.json").write_text(ChunkJob(table=str(table), splits=splits, sink=SinkSpec(lake), partitions_per_split=3).to_json())
     result = SparkSubmit(master="local[2]", work_dir=tmp_path / "spark").run(
         "snapshot_chunk.py", ["--job", str(tmp_path / "job.json")], cdc_user.to_private_file(tmp_path / "secrets" / "s.json"))
-    uri = open_sink(lake).table_uri(table)
+    uri = open_sink(SinkSpec(lake)).table_uri(table)
     history = DeltaTable(uri).history()
     commits = [h for h in history if h["operation"] == "WRITE"]
     assert len(commits) == len(splits) and result["binlog_events_merged"] == 0

@@ -22,6 +22,7 @@ from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
 from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob, StreamJob
 from airflow_provider_mysqlcdc.protocol.progress import StreamBatchProgress
 from airflow_provider_mysqlcdc.protocol.results import StreamPhase
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.spark.connect import CONNECT_MODE_VARIABLES
 from airflow_provider_mysqlcdc.spark.connect_runner import SparkConnectJobRunner
 from airflow_provider_mysqlcdc.spark.supervision import DetachedStream
@@ -83,7 +84,7 @@ def test_a_dag_run_on_spark_connect_alone_runs_chunks_and_stream_as_sessions_and
 
     # the next run's stream, as a session in this process: it applies what came after the DAG's stream
     runner = connect_runner(connect_server, cdc_user.password, monkeypatch)
-    job = StreamJob(state=str(state_dir / "mysqlcdc_example"), sink_root=str(lake))
+    job = StreamJob(state=str(state_dir / "mysqlcdc_example"), sink=SinkSpec(str(lake)))
     runner.run("binlog_stream.py", job.to_json(), source=cdc_user, report_folder="")
     assert_same_rows(table, source_rows(mysql_server.admin, schema), delta_rows(str(lake), schema))
 
@@ -100,7 +101,7 @@ def test_a_continuous_stream_on_spark_connect_runs_detached_without_a_jvm_and_st
     snapshot_tables(cdc_user, tables, lake, state, chunk_size=100)
     runner = connect_runner(connect_server, cdc_user.password, monkeypatch)
     report = str(tmp_path / "report")
-    job = StreamJob(state=state.location, sink_root=lake, mode="continuous", trigger_interval_s=0.5, report=report)
+    job = StreamJob(state=state.location, sink=SinkSpec(lake), mode="continuous", trigger_interval_s=0.5, report=report)
     stream = DetachedStream(state.location, report, submitted_at=time.time())
     watch = SecretWatch(cdc_user.password).start()
     with RandomWriters(mysql_server.admin, database, writers=1, seed=331, pause_s=0.01, tables=SAMPLE_TABLES[:1]):
@@ -118,7 +119,7 @@ def test_a_continuous_stream_on_spark_connect_runs_detached_without_a_jvm_and_st
     assert files_holding(cdc_user.password, tmp_path) == []  # nor a file of the pipeline
     assert files_holding(cdc_user.password, connect_server.work_dir) == []  # nor the server's log
 
-    runner.run("binlog_stream.py", StreamJob(state=state.location, sink_root=lake).to_json(), source=cdc_user,
+    runner.run("binlog_stream.py", StreamJob(state=state.location, sink=SinkSpec(lake)).to_json(), source=cdc_user,
                report_folder="")  # catch up to what the writers did after the stream's last batch
     for table in tables:
         assert_same_rows(table, source_rows(mysql_server.admin, schemas[table]), delta_rows(lake, schemas[table]))
@@ -134,8 +135,7 @@ def test_killing_a_chunk_task_interrupts_its_spark_job_on_the_connect_server(mys
     conn = mysql_server.connect()
     [table] = create_sample_tables(conn, database, rows_per_table=300, seed=32, tables=SAMPLE_TABLES[:1])
     schema = run_preflight(cdc_user, [table]).schemas[table]
-    job = ChunkJob(table=str(table), splits=[SnapshotSplit(table, 0, schema.key_columns[0])],
-                   sink_root=str(tmp_path / "lake"), partitions_per_split=1)
+    job = ChunkJob(table=str(table), splits=[SnapshotSplit(table, 0, schema.key_columns[0])], sink=SinkSpec(str(tmp_path / "lake")), partitions_per_split=1)
     runner = connect_runner(connect_server, cdc_user.password, monkeypatch)
     outcome: list[object] = []
 

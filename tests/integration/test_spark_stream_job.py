@@ -28,6 +28,7 @@ from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitReader
 from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.registry import CapturedTable, stream_only_split
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SUFFIX
 from airflow_provider_mysqlcdc.sinks.clustering import clustering_plan
 from airflow_provider_mysqlcdc.sinks.delta.clustering import CLUSTERING_COMMIT, held_files
@@ -48,7 +49,7 @@ TABLES = SAMPLE_TABLES[:3]
 
 
 def _snapshot(cdc_user, report, lake: str, state: Path, chunk_size: int = 400) -> PipelineState:
-    sink = open_sink(lake)
+    sink = open_sink(SinkSpec(lake))
     finished = []
     for table_id, schema in report.schemas.items():
         sink.prepare(schema)
@@ -92,8 +93,7 @@ def test_stream_survives_kill_9_and_stays_exact_and_refuses_a_second_stream(mysq
 
     with RandomWriters(mysql_server.admin, database, writers=2, seed=170, pause_s=0.01, tables=TABLES) as writers:
         _snapshot(cdc_user, report, lake, tmp_path / "state")
-        job = StreamJob(state=str(tmp_path / "state"), sink_root=lake,
-                        mode="continuous", trigger_interval_s=0.5, changelog=True)
+        job = StreamJob(state=str(tmp_path / "state"), sink=SinkSpec(lake), mode="continuous", trigger_interval_s=0.5, changelog=True)
         (tmp_path / "stream.json").write_text(job.to_json())
         log_file = tmp_path / "stream.log"
         # one kill here (the changelog across it); the lifecycle test (test_airflow_dag.py) kills a
@@ -125,7 +125,7 @@ def test_stream_survives_kill_9_and_stays_exact_and_refuses_a_second_stream(mysq
     _assert_sink_equals_source(mysql_server, report, lake)
     for table, versions in _committed_batches(Path(lake)).items():
         assert versions == sorted(set(versions)), f"{table}: a batch was committed twice: {versions}"
-    sink = open_sink(lake)
+    sink = open_sink(SinkSpec(lake))
     for table_id in report.schemas:
         changelog = DeltaTable(sink.table_uri(table_id) + CHANGELOG_SUFFIX).to_pyarrow_table().to_pylist()
         coordinates = [(c["version"], c["row_in_event"], c["part"]) for c in changelog]
@@ -147,7 +147,7 @@ def test_added_columns_evolve_delta_and_a_dropped_one_is_drift(mysql_server, cdc
     submit = SparkSubmit(master="local[1]", work_dir=tmp_path / "spark")
     report = run_preflight(cdc_user, tables)
     _snapshot(cdc_user, report, lake, tmp_path / "state")
-    job = StreamJob(state=str(tmp_path / "state"), sink_root=lake)
+    job = StreamJob(state=str(tmp_path / "state"), sink=SinkSpec(lake))
     (tmp_path / "stream.json").write_text(job.to_json())
     with conn.cursor() as cur:
         cur.execute(f"UPDATE {table.quoted} SET customer = 'before' WHERE id % 7 = 0")
@@ -156,7 +156,7 @@ def test_added_columns_evolve_delta_and_a_dropped_one_is_drift(mysql_server, cdc
         cur.execute(f"INSERT INTO {table.quoted} (id, customer, region) VALUES (100000, 'new', 'apac')")
     submit.run("binlog_stream.py", ["--job", str(tmp_path / "stream.json")], source_file)
     schema = load_table_schema(conn, table)
-    assert {"region", "score"} <= set(open_sink(lake).read(table).column_names)
+    assert {"region", "score"} <= set(open_sink(SinkSpec(lake)).read(table).column_names)
     # rows untouched since the ALTER got score's DEFAULT in Delta too (region has none: NULL is right)
     assert_same_rows(table, source_rows(mysql_server.admin, schema), delta_rows(lake, schema))
     assert table not in read_drift(PipelineState(str(tmp_path / "state")))
@@ -182,14 +182,14 @@ def test_the_stream_clusters_the_files_its_merges_leave_and_stays_exact(mysql_se
     report = run_preflight(cdc_user, tables)
     _snapshot(cdc_user, report, lake, state_dir, chunk_size=100)  # about 20 files a table
     RandomWriters(mysql_server.admin, database, tables=TABLES).write(300, seed=4)
-    job = StreamJob(state=str(state_dir), sink_root=lake, max_batch_events=60, cluster_after_files=2)
+    job = StreamJob(state=str(state_dir), sink=SinkSpec(lake), max_batch_events=60, cluster_after_files=2)
     (tmp_path / "stream.json").write_text(job.to_json())
     source_file = cdc_user.to_private_file(tmp_path / "secrets" / "source.json")
     SparkSubmit(master="local[1]", work_dir=tmp_path / "spark").run(
         "binlog_stream.py", ["--job", str(tmp_path / "stream.json")], source_file)
 
     _assert_sink_equals_source(mysql_server, report, lake)
-    sink = open_sink(lake)
+    sink = open_sink(SinkSpec(lake))
     for table_id in report.schemas:
         table = DeltaTable(sink.table_uri(table_id))
         clusterings = [c for c in table.history() if CLUSTERING_COMMIT in c]
@@ -211,7 +211,7 @@ def test_the_stream_is_exact_with_the_pure_python_row_decoder_and_the_library_fr
     report = run_preflight(cdc_user, tables)
     _snapshot(cdc_user, report, lake, state_dir)
     RandomWriters(mysql_server.admin, database, tables=TABLES).write(300, seed=5)
-    (tmp_path / "stream.json").write_text(StreamJob(state=str(state_dir), sink_root=lake, max_batch_events=200).to_json())
+    (tmp_path / "stream.json").write_text(StreamJob(state=str(state_dir), sink=SinkSpec(lake), max_batch_events=200).to_json())
     source_file = cdc_user.to_private_file(tmp_path / "secrets" / "source.json")
     submit = SparkSubmit(master="local[2]", work_dir=tmp_path / "spark")
     submit.run("binlog_stream.py", ["--job", str(tmp_path / "stream.json")], source_file)
@@ -240,7 +240,7 @@ def test_stream_only_table_starts_at_its_offset_with_state_at_a_url(mysql_server
     head = current_offset(conn)
     state = "file://" + str(tmp_path / "state")
     PipelineState(state).commit({table: CapturedTable("id", [stream_only_split(table, "id", start)])})
-    job = StreamJob(state=state, sink_root=str(tmp_path / "lake"))
+    job = StreamJob(state=state, sink=SinkSpec(str(tmp_path / "lake")))
     (tmp_path / "stream.json").write_text(job.to_json())
     source_file = cdc_user.to_private_file(tmp_path / "secrets" / "source.json")
     SparkSubmit(master="local[1]", work_dir=tmp_path / "spark").run(
@@ -269,7 +269,7 @@ def test_each_batch_logs_how_its_decoding_tasks_spent_its_reading(mysql_server, 
     with conn.cursor() as cur:
         changed = cur.execute(f"UPDATE {table.quoted} SET customer = 'read' WHERE id % 2 = 0")
     conn.commit()
-    (tmp_path / "stream.json").write_text(StreamJob(state=str(tmp_path / "state"), sink_root=str(tmp_path / "lake")).to_json())
+    (tmp_path / "stream.json").write_text(StreamJob(state=str(tmp_path / "state"), sink=SinkSpec(str(tmp_path / "lake"))).to_json())
     submit = SparkSubmit(master="local[1]", work_dir=tmp_path / "spark")
     result = submit.run("binlog_stream.py", ["--job", str(tmp_path / "stream.json")],
                         cdc_user.to_private_file(tmp_path / "secrets" / "source.json"))
@@ -293,7 +293,7 @@ def test_an_older_checkpoint_put_back_resumes_exactly_from_the_sink(mysql_server
     lake, state_dir = str(tmp_path / "lake"), tmp_path / "state"
     report = run_preflight(cdc_user, tables)
     _snapshot(cdc_user, report, lake, state_dir)
-    job = StreamJob(state=str(state_dir), sink_root=lake)
+    job = StreamJob(state=str(state_dir), sink=SinkSpec(lake))
     (tmp_path / "stream.json").write_text(job.to_json())
     source_file = cdc_user.to_private_file(tmp_path / "secrets" / "source.json")
     submit = SparkSubmit(master="local[1]", work_dir=tmp_path / "spark")

@@ -15,6 +15,7 @@ from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import binlog_files, current_offset
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.state.changes import next_tables
 from airflow_provider_mysqlcdc.state.planner import Planner, PlanSettings
 from airflow_provider_mysqlcdc.state.registry import PipelineState
@@ -82,7 +83,7 @@ def test_timestamp_mode_streams_a_new_table_from_the_first_transaction_at_or_aft
 
     state.commit(next_tables(state.latest(), [plan], [], exact=True))
     lake = tmp_path / "lake"
-    run_stream(cdc_user, tmp_path, StreamJob(state=state.location, sink_root=str(lake)))
+    run_stream(cdc_user, tmp_path, StreamJob(state=state.location, sink=SinkSpec(str(lake))))
     rows = sink_rows(lake, load_table_schema(conn, table))
     # the changes from base + 200 on: row 3 inserted and deleted, row 1 updated, row 4 inserted
     assert {key: row["v"] for key, row in rows.items()} == {(1,): "a2", (4,): "d"}

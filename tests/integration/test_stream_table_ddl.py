@@ -28,6 +28,7 @@ from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitReader
 from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema, table_exists
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.registry import CapturedTable
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.sinks.base import Sink
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
@@ -102,7 +103,7 @@ def history(mysql_server, cdc_user, tmp_path_factory, request) -> History:
     known = KnownSchemas(h.state)
     for schema in schemas.values():
         known.remember(schema)  # what the plan does for every table it plans
-    sink = open_sink(h.lake, sink_format=h.sink_format)
+    sink = open_sink(SinkSpec(h.lake, h.sink_format))
 
     # generation 1; trunc_hw's first split is read before a TRUNCATE, its second after it
     finished = [_write_direct(sink, cdc_user, schemas[n], SnapshotSplit(h.table(n), 0, "id"))
@@ -142,7 +143,7 @@ def history(mysql_server, cdc_user, tmp_path_factory, request) -> History:
 
     submit = SparkSubmit(master="local[1]", work_dir=tmp / "spark")
     source_file = cdc_user.to_private_file(tmp / "secrets" / "source.json")
-    (tmp / "stream.json").write_text(StreamJob(state=h.state.location, sink_root=h.lake, sink_format=h.sink_format).to_json())
+    (tmp / "stream.json").write_text(StreamJob(state=h.state.location, sink=SinkSpec(h.lake, h.sink_format)).to_json())
 
     def run_stream() -> None:
         submit.run("binlog_stream.py", ["--job", str(tmp / "stream.json")], source_file)
@@ -256,5 +257,5 @@ def test_a_table_left_out_of_the_registry_keeps_its_sink_as_it_was(history):
 def test_schemas_of_tables_gone_from_the_server_are_remembered(history):
     remembered = KnownSchemas(history.state).remembered(history.table("dropped"))
     assert remembered == history.schemas["dropped"]
-    sink = open_sink(history.lake, sink_format=history.sink_format)
+    sink = open_sink(SinkSpec(history.lake, history.sink_format))
     assert sink.read(history.table("dropped")).num_rows == len(history.last_state["dropped"])

@@ -26,6 +26,7 @@ from airflow_provider_mysqlcdc.cdc.model.records import TableEventKind
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.state.drift import read_drift
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from airflow_provider_mysqlcdc.status import pipeline_status
@@ -79,7 +80,7 @@ def history(mysql_server, cdc_user, tmp_path_factory):
     run(f"INSERT INTO {refused.quoted} VALUES (103, -1)",  # the sink refuses it: refused stops here
         f"INSERT INTO {good.quoted} VALUES (1002, 2)", f"INSERT INTO {refused.quoted} VALUES (104, 4)",
         f"UPDATE {good.quoted} SET v = v + 10", f"DELETE FROM {good.quoted} WHERE id = 2")
-    run_stream(cdc_user, tmp, StreamJob(state=state.location, sink_root=lake, max_apply_changes=2))
+    run_stream(cdc_user, tmp, StreamJob(state=state.location, sink=SinkSpec(lake), max_apply_changes=2))
     yield History(lake, state, good, refused, expected)
     run(f"DROP DATABASE IF EXISTS `{database}`")
 
@@ -122,7 +123,7 @@ def test_a_table_removed_from_the_pipeline_stops_blocking_a_failed_batch(mysql_s
     with conn.cursor() as cur:
         cur.execute(f"INSERT INTO {good.quoted} VALUES (2, 2)")
         cur.execute(f"UPDATE {broken.quoted} SET v = 2 WHERE id = 1")  # its merge reads the file
-    job = StreamJob(state=state.location, sink_root=lake)
+    job = StreamJob(state=state.location, sink=SinkSpec(lake))
     with pytest.raises(SparkJobFailed, match="Is a directory"):
         run_stream(cdc_user, tmp_path, job)
 

@@ -11,6 +11,7 @@ from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.progress import RunPlanProgress
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.state.new_tables import pending_new_tables
 from airflow_provider_mysqlcdc.state.registry import PipelineState, run_folder
 from devtools.dag_runner import example_dag_env, run_dag
@@ -63,9 +64,7 @@ def test_a_pattern_captures_its_matches_less_the_excluded_and_named_and_a_later_
 
     # created while the pipeline streams: the stream records what the pattern now matches
     order_3, excluded_too = create_shards(conn, database, ["order_3", "order_19"])
-    run_stream(cdc_user, tmp_path / "stream", StreamJob(state=state.location, sink_root=str(lake),
-                                                        table_patterns=conf["tables"],
-                                                        exclude_tables=conf["exclude_tables"]))
+    run_stream(cdc_user, tmp_path / "stream", StreamJob(state=state.location, sink=SinkSpec(str(lake)), table_patterns=conf["tables"], exclude_tables=conf["exclude_tables"]))
     assert [TableId.parse(t.table) for t in pending_new_tables(state, set(state.latest().tables))] == [order_3]
 
     second = run_dag("mysqlcdc_example", env, conf=conf)

@@ -19,6 +19,7 @@ from airflow_provider_mysqlcdc.cdc.source.rules import TableRules
 from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from airflow_provider_mysqlcdc.protocol.actions import PlanAction
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.state.planner import Planner, PlanSettings
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from devtools.dag_runner import example_dag_env, run_dag
@@ -77,7 +78,7 @@ def test_two_shards_with_the_same_keys_stream_into_one_sink_table_each_exact(mys
         cur.execute(f"DELETE FROM {second.quoted} WHERE id = 1")
     conn.commit()
     state = PipelineState(str(state_dir / "mysqlcdc_example"))
-    run_stream(cdc_user, tmp_path / "stream", StreamJob(state=state.location, sink_root=str(lake), changelog=True))
+    run_stream(cdc_user, tmp_path / "stream", StreamJob(state=state.location, sink=SinkSpec(str(lake)), changelog=True))
     assert shard_differences(cdc_user, lake, [first, second], route) == {str(first): None, str(second): None}
     sink = DeltaTable(str(lake / database / "orders")).to_pyarrow_table()
     assert sink.num_rows == 3 + 40 - 5 + 1 - 1

@@ -17,6 +17,7 @@ from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.cdc.source.rules import TableRules
 from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from devtools.dag_runner import example_dag_env, run_dag
 from devtools.spark_submit import SparkSubmit
@@ -107,7 +108,7 @@ def test_left_out_and_masked_columns_never_reach_a_file_on_either_path_and_a_cha
     state = PipelineState(str(state_dir / "mysqlcdc_example"))
     work = tmp_path / "stream"
     work.mkdir()
-    (work / "stream.json").write_text(StreamJob(state=state.location, sink_root=str(lake), changelog=True).to_json())
+    (work / "stream.json").write_text(StreamJob(state=state.location, sink=SinkSpec(str(lake)), changelog=True).to_json())
     SparkSubmit(master="local[2]", work_dir=work / "spark",
                 conf={"spark.eventLog.enabled": "true", "spark.eventLog.dir": str(events)}).run(
         "binlog_stream.py", ["--job", str(work / "stream.json")], salted.to_private_file(work / "secrets" / "source.json"))

@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from airflow_provider_mysqlcdc.protocol.sinks import SINK_FORMATS
+from airflow_provider_mysqlcdc.sinks.factory import SINK_FORMATS
 from devtools.torture import Torture
 
 pytestmark = pytest.mark.integration
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.integration
 SEED = int(os.environ.get("MYSQLCDC_TORTURE_SEED", "1"))
 
 
-@pytest.mark.parametrize("sink_format", SINK_FORMATS)
+@pytest.mark.parametrize("sink_format", list(SINK_FORMATS))
 def test_a_random_history_with_faults_ends_exact_or_named_and_re_snapshotted(tmp_path, sink_format):
     report = Torture(SEED, tmp_path, rounds=20, sink_format=sink_format).run()  # four faults, each kind once
     print("\n" + "\n".join(report.script) + "\n" + report.summary())

@@ -20,6 +20,7 @@ from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from devtools.throwaway_server import ThrowawayMariaDB
 from devtools.verify import source_rows
 
@@ -120,14 +121,13 @@ def stream_outages(own_server, tmp_path_factory) -> Outages:
     table = TableId("outage", "t")
     schema = load_table_schema(conn, table)
     conn.close()
-    lake, sink = str(tmp / "lake"), open_sink(str(tmp / "lake"))
+    lake, sink = str(tmp / "lake"), open_sink(SinkSpec(str(tmp / "lake")))
     sink.prepare(schema)
     with SplitReader(source, schema) as reader:
         result = reader.read(SnapshotSplit(table, 0, "id"))
         SinkWriter(sink, schema, "id", reader.ordering("id")).write_split(result.finished, result.rows)
     PipelineState(str(tmp / "state")).commit(captured_tables([result.finished]))
-    job = StreamJob(state=str(tmp / "state"), sink_root=lake, mode="continuous", trigger_interval_s=0.5,
-                    retry_budget_s=20)
+    job = StreamJob(state=str(tmp / "state"), sink=SinkSpec(lake), mode="continuous", trigger_interval_s=0.5, retry_budget_s=20)
     (tmp / "stream.json").write_text(job.to_json())
     log_file = tmp / "stream.log"
     submit = SparkSubmit(master="local[1]", work_dir=tmp / "spark")

@@ -23,6 +23,7 @@ from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from devtools.snapshot import snapshot_tables
 from devtools.verify import source_rows
@@ -204,7 +205,7 @@ class History:
 
 
 def _run_stream(cdc_user, tmp, state: PipelineState, lake: str) -> dict:
-    return run_stream(cdc_user, tmp, StreamJob(state=state.location, sink_root=lake, changelog=True))
+    return run_stream(cdc_user, tmp, StreamJob(state=state.location, sink=SinkSpec(lake), changelog=True))
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,7 @@ from deltalake import DeltaTable
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from devtools.snapshot import snapshot_tables
 from devtools.verify import source_rows
@@ -70,7 +71,7 @@ def history(mysql_server, cdc_user, tmp_path_factory):
             f"UPDATE {table.quoted} SET k = '{real}' WHERE k = '{zero}' AND id = 0",  # from a zero date to a real one
             f"UPDATE {table.quoted} SET k = '{zero}' WHERE k = '{values[1]}' AND id = 1",  # a partial one to zero
             f"DELETE FROM {table.quoted} WHERE id = 200 AND k = '{values[1]}'")
-    run_stream(cdc_user, tmp, StreamJob(state=state.location, sink_root=lake))
+    run_stream(cdc_user, tmp, StreamJob(state=state.location, sink=SinkSpec(lake)))
     yield History(lake, tables)
     run(f"DROP DATABASE IF EXISTS `{database}`")
 

@@ -25,13 +25,13 @@ from pyiceberg.exceptions import CommitFailedException
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId
+from airflow_provider_mysqlcdc.protocol.sinks import CATALOG_VARIABLE
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
 
 #: the environment variable holding a configured catalog's properties (JSON), installed with the
 #: object store's credentials in every process that opens the sink (state/credentials.py)
-CATALOG_VARIABLE = "MYSQLCDC_ICEBERG_CATALOG"
 #: the embedded catalog's SQLite file, at the lake's root
 EMBEDDED_CATALOG_FILE = "iceberg_catalog.db"
 #: the name the sink gives its catalog, unless its properties name it (``name``): a SQL catalog keeps

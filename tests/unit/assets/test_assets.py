@@ -14,6 +14,7 @@ from airflow_provider_mysqlcdc.assets.sink_tables import (
 )
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.triggers.table_changes import table_watcher
 
@@ -23,7 +24,7 @@ def test_a_local_table_asset_is_the_file_uri_of_the_delta_table_the_sink_writes(
     uri = table_asset_uri(str(tmp_path / "lake") + "/", table)
 
     assert uri.startswith("file:///")
-    assert urllib.parse.unquote(urllib.parse.urlsplit(uri).path) == open_sink(str(tmp_path / "lake")).table_uri(table)
+    assert urllib.parse.unquote(urllib.parse.urlsplit(uri).path) == open_sink(SinkSpec(str(tmp_path / "lake"))).table_uri(table)
 
 
 def test_an_object_store_table_asset_keeps_its_scheme_and_bucket():

@@ -13,8 +13,8 @@ from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.hooks.iceberg_catalog import IcebergCatalogHook
 from airflow_provider_mysqlcdc.hooks.object_store import open_object_store
+from airflow_provider_mysqlcdc.protocol.sinks import CATALOG_VARIABLE, SinkSpec
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
-from airflow_provider_mysqlcdc.sinks.iceberg.catalog import CATALOG_VARIABLE
 from airflow_provider_mysqlcdc.state.credentials import ObjectStoreCredentials, install_from_private_file
 
 
@@ -48,6 +48,6 @@ def test_the_properties_reach_a_spark_programs_sink_through_the_private_file_and
     credentials.add_to_private_file(private)
     os.environ.pop(CATALOG_VARIABLE)
     install_from_private_file(private)  # a Spark program's side
-    sink = open_sink(str(tmp_path / "lake"), sink_format="iceberg")
+    sink = open_sink(SinkSpec(str(tmp_path / "lake"), "iceberg"))
     assert sink.catalog.name == "lake" and sink.catalog.properties["uri"] == catalog_connection
     assert ObjectStoreCredentials.from_private_file(private).variables[CATALOG_VARIABLE]

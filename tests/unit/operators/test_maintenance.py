@@ -22,10 +22,12 @@ from airflow_provider_mysqlcdc.operators.maintenance import MySqlCdcMaintenanceO
 from airflow_provider_mysqlcdc.protocol.envelope import decode
 from airflow_provider_mysqlcdc.protocol.maintenance import MaintenanceReport, MaintenanceRequest, TableMaintenance
 from airflow_provider_mysqlcdc.protocol.registry import CapturedTable
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.state.lease import StreamLeases
 from airflow_provider_mysqlcdc.state.maintenance import MaintenanceRequests
 from airflow_provider_mysqlcdc.state.registry import PipelineState
+from airflow_provider_mysqlcdc.state.sink import settle_sink
 
 T = TableId("db", "t")
 CONTEXT = {"ti": SimpleNamespace(dag_id="orders_cdc", task_id="maintain"), "run_id": "manual__1"}
@@ -39,7 +41,7 @@ def pipeline(tmp_path) -> tuple[PipelineState, str]:
     state.commit({T: CapturedTable("id", [FinishedSplit(SnapshotSplit(T, 0, "id"), at, at)])})
     lake = str(tmp_path / "lake")
     for i in range(6):
-        write_deltalake(open_sink(lake).table_uri(T),
+        write_deltalake(open_sink(SinkSpec(lake)).table_uri(T),
                         pa.table({"id": pa.array([i], pa.int64()), "_cdc_chunk": [f"k{i:04d}"]}), mode="append")
     return state, lake
 
@@ -50,7 +52,7 @@ def operator(state: PipelineState, lake: str, **kwargs) -> MySqlCdcMaintenanceOp
 
 
 def files(lake: str) -> int:
-    return len(DeltaTable(open_sink(lake).table_uri(T)).file_uris())
+    return len(DeltaTable(open_sink(SinkSpec(lake)).table_uri(T)).file_uris())
 
 
 def pending_request(state: PipelineState, timeout_s: float = 60) -> MaintenanceRequest:
@@ -88,8 +90,32 @@ def test_without_a_stream_the_operator_maintains_every_captured_table_itself(pip
 
     assert report.done_by == "this task"
     assert [(t.table, t.files_before, t.files_after) for t in report.tables
-            if not t.table.endswith("_changelog")] == [(open_sink(lake).table_uri(T), 6, 1)]
+            if not t.table.endswith("_changelog")] == [(open_sink(SinkSpec(lake)).table_uri(T), 6, 1)]
     assert files(lake) == 1
+
+
+def test_the_operator_maintains_the_sink_the_pipeline_recorded_when_it_names_none(pipeline):
+    state, lake = pipeline
+    settle_sink(state, SinkSpec(lake))  # the pipeline's first run
+    maintain = MySqlCdcMaintenanceOperator(task_id="maintain", state_location=state.location, poll_interval_s=0.01)
+    report = decode(MaintenanceReport, maintain.execute(context=CONTEXT), "xcom")
+    assert report.done_by == "this task" and files(lake) == 1
+
+
+def test_the_operator_refuses_another_sink_than_the_pipelines_before_touching_the_lake(pipeline):
+    state, lake = pipeline
+    settle_sink(state, SinkSpec(lake))
+    with pytest.raises(ConfigurationError, match="sink_format 'delta' != 'iceberg'.*new state location"):
+        operator(state, lake, sink_format="iceberg").execute(context=CONTEXT)
+    assert files(lake) == 6
+
+
+def test_the_operator_of_a_pipeline_that_recorded_no_sink_needs_sink_root(pipeline):
+    state, lake = pipeline
+    maintain = MySqlCdcMaintenanceOperator(task_id="maintain", state_location=state.location, poll_interval_s=0.01)
+    with pytest.raises(ConfigurationError, match="has recorded no sink yet.*give sink_root"):
+        maintain.execute(context=CONTEXT)
+    assert files(lake) == 6
 
 
 def test_with_a_live_stream_the_operator_hands_the_work_over_and_returns_the_streams_report(pipeline):

@@ -5,14 +5,19 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
+
+from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.operators.stream import STOPPED_BY_ITS_TASK, MySqlCdcStreamOperator
 from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.results import DetachedStreamRef
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.spark.report import JobReport
 from airflow_provider_mysqlcdc.spark.supervision import DetachedStream
 from airflow_provider_mysqlcdc.state.lease import StreamLeases
 from airflow_provider_mysqlcdc.state.registry import PipelineState
+from airflow_provider_mysqlcdc.state.sink import recorded_sink, settle_sink
 
 
 def test_a_retry_starts_anew_instead_of_reconnecting_to_a_stream_its_task_asked_to_stop(where):
@@ -50,7 +55,7 @@ def test_the_stream_id_is_in_the_task_state_store_before_the_stream_starts(where
     state, _ = where
     events: list[str] = []
     operator = MySqlCdcStreamOperator(task_id="stream", state_location=state, sink_root="/lake", mode="continuous")
-    operator._job = StreamJob(state=state, sink_root="/lake", mode="continuous")
+    operator._job = StreamJob(state=state, sink=SinkSpec("/lake"), mode="continuous")
     monkeypatch.setattr(operator, "start_spark_program", lambda *args: events.append("start"))
     ti = SimpleNamespace(dag_id="d", task_id="stream", map_index=-1, try_number=1)
     store = RecordingStore(events)
@@ -58,3 +63,15 @@ def test_the_stream_id_is_in_the_task_state_store_before_the_stream_starts(where
     assert events == [f"set {operator.external_id_key}", "start"]
     stored = decode(DetachedStreamRef, store.values[operator.external_id_key], "stored")
     assert stored.report == operator._follow(None).folder
+
+
+def test_a_stream_naming_another_sink_than_the_pipelines_is_refused_before_its_program_starts(tmp_path, monkeypatch):
+    state = PipelineState(str(tmp_path / "state"))
+    settle_sink(state, SinkSpec(str(tmp_path / "lake")))  # the pipeline's first run
+    started: list[str] = []
+    operator = MySqlCdcStreamOperator(task_id="stream", state_location=state.location, sink_root=str(tmp_path / "lake"),
+                                      sink_format="iceberg")
+    monkeypatch.setattr(operator, "run_spark_program", lambda *args: started.append("run"))
+    with pytest.raises(ConfigurationError, match="sink_format 'delta' != 'iceberg'"):
+        operator.execute(context={})
+    assert started == [] and recorded_sink(state) == SinkSpec(str(tmp_path / "lake"))

@@ -44,6 +44,7 @@ from airflow_provider_mysqlcdc.protocol.results import (
     StreamStatus,
 )
 from airflow_provider_mysqlcdc.protocol.servers import ServerEpoch, ServerHistory
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.state.drift import DRIFT, read_drift
 from airflow_provider_mysqlcdc.state.registry import GENERATIONS, PipelineState
 
@@ -67,9 +68,9 @@ RECORDS = [
     ChunkResult(str(T), [SPLIT], 99, 3, 2.5, "shop.orders chunk 1/2"),
     CollectResult("/state", 2, [str(T)], 1, 1, ["shop.gone"], AT),
     StreamResult("available-now", 12, "mysqlcdc-1", 3.5, 4, StreamOffset(AT, 2), {T.quoted: 12}),
-    ChunkJob(str(T), [SPLIT.split], "/lake", 2, (5400, 5499), "/state/staged/x", 60.0,
+    ChunkJob(str(T), [SPLIT.split], SinkSpec("/lake"), 2, (5400, 5499), "/state/staged/x", 60.0,
              ServerHistory((ServerEpoch(0, 1, None, "x"),))),
-    StreamJob("/state", "/lake", mode="continuous", on_binlog_purged="resnapshot", max_batch_events=10,
+    StreamJob("/state", SinkSpec("/lake"), mode="continuous", on_binlog_purged="resnapshot", max_batch_events=10,
               holder="Airflow task d.stream of run r, try 1", report="/state/runs/r/spark/stream--1-1", lease_ttl_s=30,
               table_patterns=["shop.order_\\d+"], exclude_tables=["`shop`.`order_9`"]),
     NewTables((NewTable(T.quoted, AT, "CREATE TABLE orders (id INT PRIMARY KEY)", 1.0),)),
@@ -83,10 +84,11 @@ RECORDS = [
     StreamOffset(AT.in_epoch(2), 3),
     ServerHistory((ServerEpoch(0, 1, None, "2026-11-23T00:00:00+00:00"), ServerEpoch(1, 2, "0-1-42", "x"))),
     ChunkPlan("shop.orders chunk 1/2", T, (SPLIT.split,)),
+    SinkSpec("s3://b/lake", "iceberg", "lake_{database}", "lake_catalog"),
     # a column rule travels with the plan, the job, the registry and the remembered schema
     ChunkPlan("shop.orders chunk 1/2", T, (SPLIT.split,), RULE),
-    ChunkJob(str(T), [SPLIT.split], "/lake", table_rule=RULE),
-    ChunkJob(str(T), [SPLIT.split], "/lake", snapshot_consistency="at-least-once"),
+    ChunkJob(str(T), [SPLIT.split], SinkSpec("/lake"), table_rule=RULE),
+    ChunkJob(str(T), [SPLIT.split], SinkSpec("/lake"), snapshot_consistency="at-least-once"),
     Generation(3, {T: CapturedTable("id", [SPLIT], RULE)}, {T}, "2026-11-23T00:00:00+00:00"),
     RememberedSchema(TableSchema(T, (Column("id", "int", "int(11)", False), Column("e", "varchar", "varchar(9)", True,
                                                                                   mask="hash")), ("id",), (), RULE)),
@@ -178,9 +180,24 @@ def test_a_job_file_from_a_newer_provider_is_refused_before_the_job_starts():
         StreamJob.from_json(text)
 
 
+def _before_the_sink_spec(body: dict) -> dict:
+    """A job file's body as a provider before the SinkSpec wrote it: the sink's loose fields."""
+    sink = body.pop("sink")
+    return {**body, "sink_root": sink["root"], "sink_format": sink["format"], "iceberg_namespace": sink["namespace"]}
+
+
 def test_a_stream_job_file_of_version_2_reads_with_the_default_clustering():
-    body = {k: v for k, v in encode(StreamJob(state="/s", sink_root="/l")).items() if k != "cluster_after_files"}
-    assert StreamJob.from_json(json.dumps({**body, "format_version": 2})).cluster_after_files == 16
+    body = {k: v for k, v in encode(StreamJob(state="/s", sink=SinkSpec("/l"))).items() if k != "cluster_after_files"}
+    assert StreamJob.from_json(json.dumps({**_before_the_sink_spec(body), "format_version": 2})).cluster_after_files == 16
+
+
+@pytest.mark.parametrize("job, version", [
+    (StreamJob("/s", SinkSpec("/lake", "iceberg", "lake_{database}")), 7),
+    (ChunkJob(str(T), [SPLIT.split], SinkSpec("/lake", "iceberg", "lake_{database}")), 5),
+])
+def test_a_job_file_written_before_the_sink_spec_reads_its_sink_from_the_loose_fields(job, version):
+    body = _before_the_sink_spec(encode(job))
+    assert type(job).from_json(json.dumps({**body, "format_version": version})).sink == job.sink
 
 
 def test_a_chunk_from_before_the_envelope_reads_as_the_same_chunk():
@@ -193,10 +210,10 @@ def test_a_chunk_from_before_the_envelope_reads_as_the_same_chunk():
 def test_a_chunk_job_of_an_unknown_snapshot_consistency_is_refused_naming_the_choices():
     with pytest.raises(ConfigurationError, match="snapshot_consistency must be one of exactly-once, at-least-once, "
                                                  "got 'eventually'"):
-        ChunkJob(str(T), [SPLIT.split], "/lake", snapshot_consistency="eventually")
+        ChunkJob(str(T), [SPLIT.split], SinkSpec("/lake"), snapshot_consistency="eventually")
 
 
 def test_a_chunk_job_file_of_version_2_reads_as_exactly_once():
-    body = {k: v for k, v in encode(ChunkJob(str(T), [SPLIT.split], "/lake")).items() if k != "snapshot_consistency"}
-    job = ChunkJob.from_json(json.dumps({**body, "format_version": 2}))
+    body = {k: v for k, v in encode(ChunkJob(str(T), [SPLIT.split], SinkSpec("/lake"))).items() if k != "snapshot_consistency"}
+    job = ChunkJob.from_json(json.dumps({**_before_the_sink_spec(body), "format_version": 2}))
     assert job.snapshot_consistency == "exactly-once" and job.replays_windows

@@ -9,8 +9,8 @@ import pytest
 from airflow_provider_mysqlcdc.cdc.model.schema import Column, TableId, TableSchema
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
-from airflow_provider_mysqlcdc.protocol.sinks import SINK_FORMATS
-from airflow_provider_mysqlcdc.sinks.factory import open_sink
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
+from airflow_provider_mysqlcdc.sinks.factory import SINK_FORMATS, open_sink
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_change_batch
 from tests.unit.stream.harness import delete, insert, off, update
 
@@ -20,9 +20,9 @@ V = Column("v", "varchar", "varchar(20)", True, charset="utf8mb4", collation="ut
 SCHEMA = TableSchema(T, (ID, V), ("id",))
 
 
-@pytest.fixture(params=SINK_FORMATS)
+@pytest.fixture(params=list(SINK_FORMATS))
 def writer(request, tmp_path) -> SinkWriter:
-    sink = open_sink(str(tmp_path / "lake"), sink_format=request.param)
+    sink = open_sink(SinkSpec(str(tmp_path / "lake"), request.param))
     sink.prepare(SCHEMA)
     w = SinkWriter(sink, SCHEMA, "id", KeyOrdering(ID))
     w.write_split(FinishedSplit(SnapshotSplit(T, 0, "id", None, 10), off(50)), [{"id": 1, "v": "a"}, {"id": 2, "v": "a"}])

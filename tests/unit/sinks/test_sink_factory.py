@@ -1,4 +1,4 @@
-"""Opening a sink (sinks/factory.py): the one place that names a table format's class."""
+"""Opening a sink (sinks/factory.py): the registry of table formats, the one place that names them."""
 
 from __future__ import annotations
 
@@ -9,22 +9,47 @@ import pytest
 
 import airflow_provider_mysqlcdc
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.sinks.base import Sink
-from airflow_provider_mysqlcdc.sinks.factory import SINK_FORMATS, open_sink
+from airflow_provider_mysqlcdc.sinks.factory import SINK_FORMATS, open_sink, sink_format
 
 PACKAGE = Path(airflow_provider_mysqlcdc.__file__).parent
 
 
 def test_the_default_format_opens_a_sink_at_the_location_with_its_options(tmp_path):
-    sink = open_sink(str(tmp_path / "lake") + "/", {"timeout": "30s"})
+    sink = open_sink(SinkSpec(str(tmp_path / "lake") + "/"), {"timeout": "30s"})
     assert isinstance(sink, Sink)
     assert sink.root == str(tmp_path / "lake") and sink.storage_options == {"timeout": "30s"}
 
 
 def test_an_unknown_format_is_refused_naming_the_formats_there_are(tmp_path):
     with pytest.raises(ConfigurationError, match="unknown sink format 'parquet'.*delta"):
-        open_sink(str(tmp_path), sink_format="parquet")
-    assert SINK_FORMATS[0] == "delta"
+        open_sink(SinkSpec(str(tmp_path), "parquet"))
+    assert next(iter(SINK_FORMATS)) == "delta"
+
+
+def test_every_registered_format_opens_its_sink_and_is_named_as_registered(tmp_path):
+    for name in SINK_FORMATS:
+        spec = SinkSpec(str(tmp_path / name), name)
+        assert sink_format(spec).name == name
+        assert isinstance(open_sink(spec), Sink)
+
+
+def test_nothing_outside_sinks_branches_on_a_formats_name():
+    """A format is added in sinks/<format>/ and the registry: no operator, record or lineage compares a
+    format's name (``sink_format == "iceberg"``) or imports a format's module."""
+    found = {}
+    for module in PACKAGE.rglob("*.py"):
+        if module.relative_to(PACKAGE).parts[0] == "sinks":
+            continue
+        tree = ast.parse(module.read_text())
+        compared = {node.value for compare in ast.walk(tree) if isinstance(compare, ast.Compare)
+                    for node in ast.walk(compare) if isinstance(node, ast.Constant) and node.value in SINK_FORMATS}
+        imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module
+                    and any(node.module.startswith(f"airflow_provider_mysqlcdc.sinks.{name}") for name in SINK_FORMATS)}
+        if compared | imported:
+            found[str(module.relative_to(PACKAGE))] = compared | imported
+    assert found == {}
 
 
 def test_nothing_outside_sinks_names_a_formats_class():
@@ -36,6 +61,6 @@ def test_nothing_outside_sinks_names_a_formats_class():
         names = {node.id for node in ast.walk(ast.parse(module.read_text())) if isinstance(node, ast.Name)}
         imported = {alias.name for node in ast.walk(ast.parse(module.read_text()))
                     if isinstance(node, ast.ImportFrom) for alias in node.names}
-        if found := {"DeltaSink"} & (names | imported):
+        if found := {"DeltaSink", "IcebergSink", "DeltaFormat", "IcebergFormat"} & (names | imported):
             named[str(module.relative_to(PACKAGE))] = found
     assert named == {}

@@ -12,6 +12,7 @@ from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.schema import Column, TableId, TableSchema
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
 from airflow_provider_mysqlcdc.protocol.registry import stream_only_split
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.spark.stream_job import refuse_missing_sink_tables
 from airflow_provider_mysqlcdc.state.registry import PipelineState, captured_tables
@@ -30,7 +31,7 @@ def state(tmp_path) -> PipelineState:
 
 
 def prepared(lake: str, sink_format: str, *tables: TableId):
-    sink = open_sink(lake, sink_format=sink_format)
+    sink = open_sink(SinkSpec(lake, sink_format))
     for table in tables:
         sink.prepare(TableSchema(table, (Column("id", "int", "int(11)", False),), ("id",)))
     return sink
@@ -38,10 +39,10 @@ def prepared(lake: str, sink_format: str, *tables: TableId):
 
 def test_the_tables_captured_into_one_format_are_not_in_the_other(state, tmp_path):
     prepared(str(tmp_path / "lake"), "delta", T, U)
-    refuse_missing_sink_tables(state.latest().tables, open_sink(str(tmp_path / "lake")))  # the sink they were captured into
+    refuse_missing_sink_tables(state.latest().tables, open_sink(SinkSpec(str(tmp_path / "lake"))))  # the sink they were captured into
     with pytest.raises(ConfigurationError, match=r"The sink tables of 2 captured table\(s\) are not in this sink "
                                                  r"\(IcebergSink at .*\): shop.t, shop.u\. .*sink_format.*resnapshot"):
-        refuse_missing_sink_tables(state.latest().tables, open_sink(str(tmp_path / "lake"), sink_format="iceberg"))
+        refuse_missing_sink_tables(state.latest().tables, open_sink(SinkSpec(str(tmp_path / "lake"), "iceberg")))
 
 
 def test_a_deleted_sink_table_is_named_and_a_table_streamed_without_a_snapshot_is_not(state, tmp_path):

@@ -11,6 +11,7 @@ import pytest
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.spark.connect import ConnectSession, main, server_address, write_server_credentials_file
 from airflow_provider_mysqlcdc.state.credentials import ObjectStoreCredentials, install_from_private_file
 
@@ -73,7 +74,7 @@ def test_the_stream_needs_the_private_file_its_spark_side_reads():
     from airflow_provider_mysqlcdc.spark.stream_job import run_stream_job
 
     with pytest.raises(ValueError, match="needs source_file"):
-        run_stream_job(None, SOURCE, StreamJob(state="/tmp/s", sink_root="/tmp/l"), source_file="")
+        run_stream_job(None, SOURCE, StreamJob(state="/tmp/s", sink=SinkSpec("/tmp/l")), source_file="")
 
 
 @pytest.mark.parametrize("sink_format", ["delta", "iceberg"])
@@ -88,7 +89,7 @@ def test_the_batch_function_pickles_for_the_server_after_its_sink_was_used_witho
     from airflow_provider_mysqlcdc.spark.stream_job import StreamBatchFunction
 
     batches = StreamBatchFunction(SOURCE.for_executors(str(tmp_path / "source.json")),
-                                  StreamJob(str(tmp_path / "state"), str(tmp_path / "lake"), sink_format=sink_format))
+                                  StreamJob(str(tmp_path / "state"), SinkSpec(str(tmp_path / "lake"), sink_format)))
     table = TableId("shop", "t")
     batches.sink.prepare(TableSchema(table, (Column("id", "int", "int", False),), ("id",)))
     copy = cloudpickle.loads(cloudpickle.dumps(batches))

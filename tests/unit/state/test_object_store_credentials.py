@@ -11,6 +11,7 @@ import pytest
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob, default_checkpoint
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.state import credentials
 from airflow_provider_mysqlcdc.state.credentials import ObjectStoreCredentials, install_from_private_file
 
@@ -88,5 +89,5 @@ def test_the_stream_checkpoint_of_a_state_on_an_object_store_is_a_folder_of_the_
     local = default_checkpoint("s3://bucket/state/p")
     assert local.startswith("/") and "mysqlcdc-checkpoints" in local
     assert local == default_checkpoint("s3://bucket/state/p/") != default_checkpoint("s3://bucket/state/q")
-    assert StreamJob(state="gs://bucket/state/p", sink_root="gs://bucket/lake").checkpoint == \
+    assert StreamJob(state="gs://bucket/state/p", sink=SinkSpec("gs://bucket/lake")).checkpoint == \
         default_checkpoint("gs://bucket/state/p")

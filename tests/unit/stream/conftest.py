@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_mysqlcdc.protocol.sinks import SINK_FORMATS
+from airflow_provider_mysqlcdc.sinks.factory import SINK_FORMATS
 from tests.unit.stream.harness import SINK_FORMAT
 
 
-@pytest.fixture(autouse=True, params=SINK_FORMATS)
+@pytest.fixture(autouse=True, params=list(SINK_FORMATS))
 def sink_format(request):
     SINK_FORMAT.value = request.param
     yield request.param

@@ -25,6 +25,7 @@ from airflow_provider_mysqlcdc.cdc.model.schema import Column, TableId, TableSch
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.sinks.change_columns import TableChanges, change_columns
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
@@ -96,14 +97,12 @@ class Pipeline:
 
     def __init__(self, tmp: Path, *schemas: TableSchema, max_apply_changes: int = 100_000):
         self.state = PipelineState(str(tmp / "state"))
-        self.sink = open_sink(str(tmp / "lake"), sink_format=SINK_FORMAT.value)
+        self.sink = open_sink(SinkSpec(str(tmp / "lake"), SINK_FORMAT.value))
         self.known = KnownSchemas(self.state)
         for planned in schemas:  # as the plan remembers them
             self.known.remember(planned)
         self.tables = TestTables({s.table_id: s for s in schemas}, self.known)
-        self.job = StreamJob(state=self.state.location, sink_root=str(tmp / "lake"), sink_format=SINK_FORMAT.value,
-                             app_id="test-stream",
-                             max_apply_changes=max_apply_changes)
+        self.job = StreamJob(state=self.state.location, sink=SinkSpec(str(tmp / "lake"), SINK_FORMAT.value), app_id="test-stream", max_apply_changes=max_apply_changes)
         self.splits = [FinishedSplit(SnapshotSplit(s.table_id, 0, "id"), off(0)) for s in schemas]
         self.generation = self.state.commit(captured_tables(self.splits)).number
         self.applier = self.new_applier()

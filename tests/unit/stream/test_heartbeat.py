@@ -10,6 +10,7 @@ from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
 from airflow_provider_mysqlcdc.protocol.progress import StreamHistory, StreamOffsetProgress
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.spark.stream_job import BatchFollower
 from airflow_provider_mysqlcdc.state.registry import STREAM_HISTORY, STREAM_OFFSET, PipelineState
 from airflow_provider_mysqlcdc.stream.heartbeat import Heartbeat, idle_lag
@@ -58,7 +59,7 @@ def test_a_stream_caught_up_with_the_head_has_no_lag_and_one_behind_keeps_its_la
 ])
 def test_heartbeat_settings_that_cannot_be_right_are_refused(tmp_path, settings, message):
     with pytest.raises(ConfigurationError, match=message):
-        StreamJob(str(tmp_path / "state"), str(tmp_path / "lake"), **settings)
+        StreamJob(str(tmp_path / "state"), SinkSpec(str(tmp_path / "lake")), **settings)
 
 
 class Query:
@@ -80,7 +81,7 @@ def progress(batch: int, end: BinlogOffset) -> dict:
 
 def test_a_quiet_stream_records_its_position_measured_again_runs_the_query_and_has_no_lag(tmp_path):
     state = PipelineState(str(tmp_path / "state"))
-    job = StreamJob(state.location, str(tmp_path / "lake"), heartbeat_interval_s=30, heartbeat_query="UPDATE hb SET x = 1")
+    job = StreamJob(state.location, SinkSpec(str(tmp_path / "lake")), heartbeat_interval_s=30, heartbeat_query="UPDATE hb SET x = 1")
     ran: list[str] = []
     measured = iter([(BinlogOffset("bin.000003", 9000), 5000), (END, 0)])
     follower = BatchFollower(state, job, lambda: None, measure=lambda end: next(measured), run_query=ran.append)
@@ -105,7 +106,7 @@ def test_a_quiet_stream_records_its_position_measured_again_runs_the_query_and_h
 
 def test_before_its_first_batch_a_heartbeat_only_runs_the_query(tmp_path):
     state = PipelineState(str(tmp_path / "state"))
-    job = StreamJob(state.location, str(tmp_path / "lake"), heartbeat_query="UPDATE hb SET x = 1")
+    job = StreamJob(state.location, SinkSpec(str(tmp_path / "lake")), heartbeat_query="UPDATE hb SET x = 1")
     ran: list[str] = []
     follower = BatchFollower(state, job, lambda: None, measure=lambda end: (end, 0), run_query=ran.append)
     clock = Clock()

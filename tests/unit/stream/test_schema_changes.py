@@ -8,6 +8,7 @@ import pytest
 
 from airflow_provider_mysqlcdc.cdc.model.records import TableEventKind as Kind
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 
 from .harness import (
     Pipeline,
@@ -247,7 +248,7 @@ def test_an_unknown_schema_change_policy_is_refused_naming_the_choices(tmp_path)
 
     with pytest.raises(ConfigurationError, match="schema_changes must be one of evolve, lenient, ignore, fail, got "
                                                  "'exception'"):
-        StreamJob(str(tmp_path / "state"), str(tmp_path / "lake"), schema_changes="exception")
+        StreamJob(str(tmp_path / "state"), SinkSpec(str(tmp_path / "lake")), schema_changes="exception")
 
 
 def sink_columns(p: Pipeline, table: TableId) -> set[str]:

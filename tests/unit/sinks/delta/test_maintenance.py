@@ -19,6 +19,7 @@ from airflow_provider_mysqlcdc.protocol.maintenance import (
     MaintenanceRequest,
     TableMaintenance,
 )
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SUFFIX
 from airflow_provider_mysqlcdc.sinks.delta.maintenance import RETENTION, maintain_table
 from airflow_provider_mysqlcdc.sinks.delta.sink import DeltaSink
@@ -97,7 +98,7 @@ def test_a_bad_policy_is_refused_naming_the_setting(kwargs, message):
 
 def test_a_stream_job_refuses_a_negative_maintenance_interval():
     with pytest.raises(ConfigurationError, match="maintenance_every_s must be 0"):
-        StreamJob("/state", "/lake", maintenance_every_s=-1)
+        StreamJob("/state", SinkSpec("/lake"), maintenance_every_s=-1)
 
 
 def test_requests_are_pending_until_answered_oldest_first_and_reports_are_kept(tmp_path):

@@ -26,7 +26,7 @@ from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSpl
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy
-from airflow_provider_mysqlcdc.protocol.sinks import check_namespace
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec, check_namespace
 from airflow_provider_mysqlcdc.sinks.base import StreamCommit
 from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SCHEMA
 from airflow_provider_mysqlcdc.sinks.data_files import write_data_file
@@ -58,7 +58,7 @@ def table_schema(*extra: Column) -> TableSchema:
 
 @pytest.fixture
 def sink(tmp_path) -> IcebergSink:
-    sink = open_sink(str(tmp_path / "lake"), sink_format="iceberg")
+    sink = open_sink(SinkSpec(str(tmp_path / "lake"), "iceberg"))
     assert isinstance(sink, IcebergSink)
     return sink
 
@@ -121,7 +121,7 @@ def test_a_stream_commit_records_its_position_in_the_tables_properties_and_its_s
     summary = table.current_snapshot().summary.additional_properties
     assert summary[POSITION_PROPERTY] == position and summary["mysqlcdc.batch-id"] == "3"
     assert summary[OPERATION_SUMMARY] == "merge"
-    fresh = open_sink(sink.root, sink_format="iceberg")  # another process
+    fresh = open_sink(SinkSpec(sink.root, "iceberg"))  # another process
     assert fresh.applied_position(T) == tuple(int(n) for n in position.split(","))
 
 
@@ -131,7 +131,7 @@ def test_a_replayed_batch_is_recognised_and_applies_nothing(sink):
     batch = [update(T, 7, {"id": 1, "v": "a"}, {"id": 1, "v": "x"})]
     apply_change_batch({T: w}, batch, app_id="app", batch_id=1)
     snapshots = len(sink.open_table(T).snapshots())
-    again = SinkWriter(open_sink(sink.root, sink_format="iceberg"), table_schema(), "id", KeyOrdering(ID))
+    again = SinkWriter(open_sink(SinkSpec(sink.root, "iceberg")), table_schema(), "id", KeyOrdering(ID))
     assert apply_change_batch({T: again}, batch, app_id="app", batch_id=1) == {}
     assert len(sink.open_table(T).snapshots()) == snapshots and held(sink) == {1: "x", 2: "a"}
 
@@ -163,7 +163,7 @@ def test_a_merge_filter_of_as_many_chunk_keys_as_a_batch_merges_at_once_reads_it
     (500 deep) overflowed Python's stack when pyiceberg bound it (the 200,000-row UPDATE benchmark)."""
     w = writer(sink)
     split(w, None, None, range(0, 10), "a")
-    most = StreamJob(state="state", sink_root="lake").max_apply_changes
+    most = StreamJob(state="state", sink=SinkSpec("lake")).max_apply_changes
     chunks = w.stamped(pa.table({"id": pa.array(range(0, most * 2, 2), pa.int32()), "v": pa.array(["a"] * most)}),
                        AT).column("_cdc_chunk").to_pylist()
     read = sink.open_table(T).scan(row_filter=chunk_filter(sorted(chunks))).to_arrow()
@@ -266,13 +266,13 @@ def test_truncate_and_fill_each_commit_once_with_their_position(sink):
 
 
 def test_a_lake_on_an_object_store_without_a_catalog_is_refused_naming_the_setting(tmp_path):
-    sink = open_sink("s3://bucket/lake", sink_format="iceberg")
+    sink = open_sink(SinkSpec("s3://bucket/lake", "iceberg"))
     with pytest.raises(ConfigurationError, match="iceberg_catalog_conn_id"):
         sink.prepare(table_schema())
 
 
 def test_catalog_settings_that_do_not_open_a_catalog_are_refused_with_the_fix(tmp_path):
-    sink = open_sink(str(tmp_path), sink_format="iceberg", iceberg_catalog={"type": "no-such-kind"})
+    sink = open_sink(SinkSpec(str(tmp_path), "iceberg"), catalog_properties={"type": "no-such-kind"})
     with pytest.raises(ConfigurationError, match="could not be opened.*pyiceberg's catalog properties"):
         sink.prepare(table_schema())
 
@@ -281,7 +281,7 @@ def test_a_catalog_that_places_its_tables_gets_them_where_it_places_them(tmp_pat
     warehouse = tmp_path / "catalog-warehouse"
     catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{warehouse}",
                TABLE_LOCATION_PROPERTY: "catalog"}
-    sink = open_sink(str(tmp_path / "lake"), sink_format="iceberg", iceberg_catalog=catalog)
+    sink = open_sink(SinkSpec(str(tmp_path / "lake"), "iceberg"), catalog_properties=catalog)
     assert isinstance(sink, IcebergSink)
     split(writer(sink), None, None, range(1, 4), "a")
     location = sink.open_table(T).location()
@@ -293,7 +293,7 @@ def test_a_catalog_that_places_its_tables_gets_them_where_it_places_them(tmp_pat
 
 def test_a_sql_catalog_asked_to_place_tables_without_a_warehouse_is_refused_with_the_fix(tmp_path):
     catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", TABLE_LOCATION_PROPERTY: "catalog"}
-    sink = open_sink(str(tmp_path / "lake"), sink_format="iceberg", iceberg_catalog=catalog)
+    sink = open_sink(SinkSpec(str(tmp_path / "lake"), "iceberg"), catalog_properties=catalog)
     with pytest.raises(ConfigurationError, match="without a 'warehouse' property.*give it a warehouse"):
         sink.prepare(table_schema())
     assert not (tmp_path / "lake").exists()
@@ -301,7 +301,7 @@ def test_a_sql_catalog_asked_to_place_tables_without_a_warehouse_is_refused_with
 
 def test_an_unknown_table_location_setting_is_refused_before_anything_is_written(tmp_path):
     catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", TABLE_LOCATION_PROPERTY: "warehouse"}
-    sink = open_sink(str(tmp_path / "lake"), sink_format="iceberg", iceberg_catalog=catalog)
+    sink = open_sink(SinkSpec(str(tmp_path / "lake"), "iceberg"), catalog_properties=catalog)
     with pytest.raises(ConfigurationError, match=f"{TABLE_LOCATION_PROPERTY} is 'warehouse'.*'catalog'"):
         sink.prepare(table_schema())
     assert not (tmp_path / "lake").exists()
@@ -314,7 +314,7 @@ def test_a_namespace_template_naming_more_than_the_database_is_refused(template)
 
 
 def test_the_namespace_template_names_each_tables_namespace(tmp_path):
-    sink = open_sink(str(tmp_path / "lake"), sink_format="iceberg", iceberg_namespace="lake_{database}")
+    sink = open_sink(SinkSpec(str(tmp_path / "lake"), "iceberg", "lake_{database}"))
     split(writer(sink), None, None, range(1, 3), "a")
     assert sink.catalog.load_table("lake_shop.t").scan().to_arrow().num_rows == 2
     assert StreamCommit("a", 1, (1, 2, 3, 4)).shard == ""
@@ -534,7 +534,7 @@ def test_a_snapshot_expires_once_it_stopped_being_current_longer_ago_than_the_re
 
 def test_a_catalog_that_does_not_open_is_refused_without_the_values_of_its_properties(tmp_path):
     secret_uri = "thrift://user:hunter2-secret@127.0.0.1:1"
-    sink = open_sink(str(tmp_path), sink_format="iceberg", iceberg_catalog={"type": "hive", "uri": secret_uri})
+    sink = open_sink(SinkSpec(str(tmp_path), "iceberg"), catalog_properties={"type": "hive", "uri": secret_uri})
     with pytest.raises(ConfigurationError) as refused:
         sink.prepare(table_schema())
     assert "hunter2-secret" not in str(refused.value) and refused.value.__cause__ is None
