@@ -25,7 +25,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId
-from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
+from airflow_provider_mysqlcdc.cdc.planning.splitter import SplitOptions, TableSplitter
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob
@@ -53,7 +53,7 @@ def bench_fixed_cost(server: ThrowawayMariaDB, work: Path, secrets: Path) -> dic
         cur.execute(f"INSERT INTO {table.quoted} SELECT seq, CONCAT('name ', seq), seq * 1.5 FROM `{table.database}`.seq_1_to_{ROWS}")
     conn.commit()
     schema = load_table_schema(conn, table)
-    splits = ChunkSplitter(conn, schema, SplitOptions(chunk_size=ROWS)).split()
+    splits = TableSplitter(conn, schema, SplitOptions(split_rows=ROWS)).split()
 
     def job(lake: str) -> ChunkJob:
         return ChunkJob(table=str(table), splits=splits, sink=SinkSpec(str(work / lake)), partitions_per_split=1)

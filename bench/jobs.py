@@ -11,7 +11,7 @@ from typing import Any
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId
-from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
+from airflow_provider_mysqlcdc.cdc.planning.splitter import SplitOptions, TableSplitter
 from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob, StreamJob
 from airflow_provider_mysqlcdc.protocol.registry import CapturedTable, stream_only_split
@@ -42,7 +42,7 @@ def run_chunk_job(conn: Any, table: TableId, work: Path, secrets: Path, lake: st
     """Our chunk job over the whole table into ``work / lake`` in one spark-submit: seconds, window
     changes merged, and peak RSS per role."""
     schema = load_table_schema(conn, table)
-    splits = ChunkSplitter(conn, schema, SplitOptions(chunk_size=SPLIT_ROWS)).split()
+    splits = TableSplitter(conn, schema, SplitOptions(split_rows=SPLIT_ROWS)).split()
     job = ChunkJob(table=str(table), splits=splits, sink=SinkSpec(str(work / lake), sink_format), partitions_per_split=4, snapshot_consistency=consistency)
     (work / f"{lake}.json").write_text(job.to_json())
     submit = SparkSubmit(master="local[2]", work_dir=work / "spark")

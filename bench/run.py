@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId
-from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
+from airflow_provider_mysqlcdc.cdc.planning.splitter import SplitOptions, TableSplitter
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob
@@ -157,7 +157,7 @@ def _warm_chunk_job(runner: Any, conn: Any, table: TableId, work: Path, secrets:
     """The chunk job over the whole table run twice by ``runner`` (the first warms it up): the second
     run's end-to-end and work seconds."""
     source = SourceConfig.from_private_file(secrets)
-    splits = ChunkSplitter(conn, load_table_schema(conn, table), SplitOptions(chunk_size=SPLIT_ROWS)).split()
+    splits = TableSplitter(conn, load_table_schema(conn, table), SplitOptions(split_rows=SPLIT_ROWS)).split()
     for lake in (f"lake-{name}-warm-up", f"lake-{name}"):
         job = ChunkJob(table=str(table), splits=splits, sink=SinkSpec(str(work / lake)), partitions_per_split=4)
         total, result = timed(lambda: runner.run(

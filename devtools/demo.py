@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.cdc.model.split import SnapshotSplit
-from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
+from airflow_provider_mysqlcdc.cdc.planning.splitter import SplitOptions, TableSplitter
 from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitReader, SplitReadResult
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
@@ -74,7 +74,7 @@ def run_dag_demo(source: SourceConfig, args: argparse.Namespace) -> int:
     conn = source.connect()
     tables = create_sample_tables(conn, args.database, rows_per_table=args.rows, tables=samples)
     env = example_dag_env(work / "airflow", source, tables, sink_root=work / "lake", state_dir=work / "state",
-                          split_rows=args.chunk_size, chunk_rows=2 * args.chunk_size)
+                          split_rows=args.split_rows, chunk_rows=2 * args.split_rows)
     # the shared local Spark server the DAG's tasks start (the default): the demo's own, stopped at its end
     env[LOCAL_SPARK_DIR_VARIABLE] = str(work / "local-spark")
     try:
@@ -124,7 +124,7 @@ def run_core(source: SourceConfig, args: argparse.Namespace) -> int:
         report = run_preflight(source, tables)
         plans: dict[TableId, list[SnapshotSplit]] = {}
         for table_id, schema in report.schemas.items():
-            plans[table_id] = ChunkSplitter(conn, schema, SplitOptions(chunk_size=args.chunk_size)).split()
+            plans[table_id] = TableSplitter(conn, schema, SplitOptions(split_rows=args.split_rows)).split()
         results = read_splits_in_parallel(source, report.schemas, plans, args.readers)
         stats = writers.stop()
     end = current_offset(conn)

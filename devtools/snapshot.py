@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
-from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
+from airflow_provider_mysqlcdc.cdc.planning.splitter import SplitOptions, TableSplitter
 from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitReader
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.rules import TableRules, captured_schema
@@ -31,9 +31,9 @@ from airflow_provider_mysqlcdc.state.staged import write_staged
 
 
 def snapshot_tables(source: SourceConfig, tables: Sequence[TableId], lake: str, state: PipelineState, *,
-                    chunk_size: int = 20, chunk_key: str = "id", rules: TableRules | None = None,
+                    split_rows: int = 20, chunk_key: str = "id", rules: TableRules | None = None,
                     adding: bool = False, sink_format: str = "delta") -> None:
-    """Each table in splits of ``chunk_size`` rows into the sink (of ``sink_format``), registered and
+    """Each table in splits of ``split_rows`` rows into the sink (of ``sink_format``), registered and
     remembered, each under its rule of ``rules`` (its columns and rows, as a plan captures them).
     ``adding``: the tables join those captured already (a later run's new tables) instead of
     replacing them."""
@@ -46,8 +46,8 @@ def snapshot_tables(source: SourceConfig, tables: Sequence[TableId], lake: str, 
             sink.prepare(schema)
             with SplitReader(source, schema) as reader:
                 writer = SinkWriter(sink, schema, chunk_key, reader.ordering(chunk_key))
-                options = SplitOptions(chunk_size=chunk_size, chunk_key_column=chunk_key)
-                for split in ChunkSplitter(conn, schema, options).split():
+                options = SplitOptions(split_rows=split_rows, chunk_key_column=chunk_key)
+                for split in TableSplitter(conn, schema, options).split():
                     result = reader.read(split)
                     writer.write_split(result.finished, result.rows)
                     finished.append(result.finished)

@@ -178,7 +178,7 @@ class Torture:
             cur.execute(f"CREATE DATABASE {DATABASE}")
         for table in self.tables:
             self._create(table)
-        snapshot_tables(self._source(), self.tables, self.lake, self.state, chunk_size=self.rows // 3, rules=self.rules,
+        snapshot_tables(self._source(), self.tables, self.lake, self.state, split_rows=self.rows // 3, rules=self.rules,
                         sink_format=self.sink_format)
 
     def _create(self, table: TableId) -> None:
@@ -419,7 +419,7 @@ class Torture:
         names, in a new generation; then the tables created under the pattern, snapshotted into the
         sink and added in another."""
         resnapshot_whole_tables(self._source(), self.state, self._pending())
-        snapshot_tables(self._source(), self.created, self.lake, self.state, chunk_size=self.rows // 3, adding=True,
+        snapshot_tables(self._source(), self.created, self.lake, self.state, split_rows=self.rows // 3, adding=True,
                         sink_format=self.sink_format)
         self.tables += self.created
         self.report.new_tables = [str(t) for t in self.created]

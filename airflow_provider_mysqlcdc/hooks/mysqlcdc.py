@@ -10,7 +10,7 @@ from airflow.sdk.log import mask_secret
 from airflow_provider_mysqlcdc.cdc.errors import CdcError, ConfigurationError
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig, parse_server_id_range
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset, server_info
-from airflow_provider_mysqlcdc.state.planner import Planner
+from airflow_provider_mysqlcdc.planning.planner import Planner
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 
 DEFAULT_RETRY_BUDGET_S = 300.0
@@ -53,7 +53,7 @@ class MySqlCdcHook(BaseHook):
                             password=conn.password or "", database=conn.schema or None, ssl=ssl, mask_salt=salt)
 
     def planner(self, state: PipelineState, *, log: Any = None) -> Planner:
-        """What a plan task decides, against this connection's server (state/planner.py)."""
+        """What a plan task decides, against this connection's server (planning/planner.py)."""
         return Planner(self.source_config(), state, log)
 
     def retry_budget_s(self) -> float:

@@ -2,7 +2,7 @@
 
 It reads every group's plan (XCom key ``tables``) and the latest result of every chunk task (a
 cleared and re-run chunk's new high watermark included), checks that every planned split finished,
-and commits the next generation to the state location (state/changes.py decides what lands). A
+and commits the next generation to the state location (planning/changes.py decides what lands). A
 running stream picks the new generation up at its next micro-batch.
 
 It pulls only XComs that exist: a group with nothing to read maps to zero chunk tasks, and asking
@@ -27,11 +27,11 @@ from airflow_provider_mysqlcdc.cdc.errors import PlanNotFinished
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.hooks.object_store import open_object_store
 from airflow_provider_mysqlcdc.operators.arguments import state_location_of
+from airflow_provider_mysqlcdc.planning.changes import next_tables
 from airflow_provider_mysqlcdc.protocol.actions import PlanAction
 from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
 from airflow_provider_mysqlcdc.protocol.plans import ChunkPlan, TablePlan, TablePlans
 from airflow_provider_mysqlcdc.protocol.results import ChunkResult, CollectResult
-from airflow_provider_mysqlcdc.state.changes import next_tables
 from airflow_provider_mysqlcdc.state.epochs import place_split
 from airflow_provider_mysqlcdc.state.generations import added_since, start_offset
 from airflow_provider_mysqlcdc.state.registry import PipelineState

@@ -1,8 +1,8 @@
 """``MySqlCdcPlanOperator``: preflight, then what this run reads, as chunks for the mapped snapshot task.
 
-The operator checks its arguments and the run's tables; its hook's planner (state/planner.py) does
+The operator checks its arguments and the run's tables; its hook's planner (planning/planner.py) does
 the rest: preflight checks every table and the server at once and fails before any Spark job
-starts; then each table gets an action against the registry (state/changes.py): new tables are
+starts; then each table gets an action against the registry (planning/changes.py): new tables are
 planned split by split and grouped into chunks (one spark-submit each); captured tables are not
 read again unless a re-snapshot asks for it. The chunks (``ChunkPlan`` records) are the return
 value, what ``MySqlCdcSnapshotOperator`` is mapped over; the per-table plans go to the XCom key
@@ -25,14 +25,14 @@ from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
 from airflow_provider_mysqlcdc.hooks.object_store import open_object_store
 from airflow_provider_mysqlcdc.metrics.pipeline_metrics import PipelineMetrics, pipeline_name
 from airflow_provider_mysqlcdc.operators.arguments import native, state_location_of
+from airflow_provider_mysqlcdc.planning.changes import (
+    ResnapshotRequest,
+)
+from airflow_provider_mysqlcdc.planning.planner import PlanSettings
 from airflow_provider_mysqlcdc.protocol.actions import PlanAction
 from airflow_provider_mysqlcdc.protocol.envelope import encode
 from airflow_provider_mysqlcdc.protocol.plans import TablePlans
 from airflow_provider_mysqlcdc.protocol.progress import RunPlanProgress
-from airflow_provider_mysqlcdc.state.changes import (
-    ResnapshotRequest,
-)
-from airflow_provider_mysqlcdc.state.planner import PlanSettings
 from airflow_provider_mysqlcdc.state.registry import PipelineState, run_folder
 
 #: Rows per split (one atomic replace in the sink) and per chunk (one spark-submit). A spark-submit

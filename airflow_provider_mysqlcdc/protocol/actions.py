@@ -8,7 +8,7 @@ from airflow_provider_mysqlcdc.cdc.errors import ProtocolError
 
 
 class PlanAction(enum.StrEnum):
-    """What one DAG run does for one table (state/changes.py ``decide_action``)."""
+    """What one DAG run does for one table (planning/changes.py ``decide_action``)."""
 
     SNAPSHOT = "snapshot"  # never captured (or removed and named again): read every split
     STREAM_ONLY = "stream-only"  # never captured, startup mode latest/offset: stream from there

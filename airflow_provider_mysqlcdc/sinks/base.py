@@ -137,7 +137,7 @@ class Sink(ABC):
     @abstractmethod
     def commit_range(self, table_id: TableId, start: str | None, end: str | None, files: Sequence[DataFile], *,
                      file_schema: pa.Schema) -> None:
-        """Replace the rows of the chunk range ``[start, end)`` by data ``files`` already written
+        """Replace the rows of the key range ``[start, end)`` by data ``files`` already written
         under ``data_folder`` (sinks/data_files.py), in one commit."""
 
     @abstractmethod

@@ -107,7 +107,7 @@ def chunk_bounds(stats: dict[str, Any]) -> tuple[str | None, str | None]:
 
 
 def rows_outside(data: pa.Table, start: str | None, end: str | None) -> pa.Table:
-    """The rows of ``data`` outside the chunk range ``[start, end)`` (compared as strings, byte by
+    """The rows of ``data`` outside the key range ``[start, end)`` (compared as strings, byte by
     byte, as delta-rs compares them in a predicate)."""
     chunk = data.column(CHUNK_COLUMN)
     inside = pc.is_valid(chunk)

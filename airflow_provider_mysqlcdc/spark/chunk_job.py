@@ -35,7 +35,7 @@ from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, TableTruncated, WindowChange
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
-from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
+from airflow_provider_mysqlcdc.cdc.planning.splitter import SplitOptions, TableSplitter
 from airflow_provider_mysqlcdc.cdc.reading.arrow_select import fast_select_supported, select_arrow
 from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitRangeChecker, SplitReader
 from airflow_provider_mysqlcdc.cdc.records.apply import KeyedRows
@@ -166,12 +166,12 @@ def default_parallelism(spark: Any) -> int:
 
 def plan_partitions(source: SourceConfig, schema: TableSchema, split: SnapshotSplit, partitions: int) -> list[SnapshotSplit]:
     def plan(conn: Any) -> list[SnapshotSplit]:
-        even = ChunkSplitter(conn, schema, SplitOptions(chunk_key_column=split.chunk_key)).cut_evenly(split, partitions)
+        even = TableSplitter(conn, schema, SplitOptions(chunk_key_column=split.chunk_key)).cut_evenly(split, partitions)
         if even is not None:
             return even
-        rows = ChunkSplitter(conn, schema, SplitOptions(chunk_key_column=split.chunk_key)).count_rows(split)
+        rows = TableSplitter(conn, schema, SplitOptions(chunk_key_column=split.chunk_key)).count_rows(split)
         size = max(1, math.ceil(rows / max(1, partitions)))
-        return ChunkSplitter(conn, schema, SplitOptions(chunk_size=size, chunk_key_column=split.chunk_key)).split(within=split)
+        return TableSplitter(conn, schema, SplitOptions(split_rows=size, chunk_key_column=split.chunk_key)).split(within=split)
 
     return source.run(plan, f"planning the partitions of {split.split_id}")
 

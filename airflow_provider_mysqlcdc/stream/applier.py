@@ -69,7 +69,7 @@ class AppliedBatch:
     merged_tables: set[TableId] = field(default_factory=set)  # tables a merge wrote into
 
 
-class BatchApplier(SchemaChangeRules):
+class BatchApplier:
     """A micro-batch's items applied to ``sink`` (module doc). ``tables`` answers what the rules ask
     the source; ``fence`` raises when another stream took the pipeline over (state/lease.py)."""
 
@@ -98,6 +98,8 @@ class BatchApplier(SchemaChangeRules):
         self.removed: set[TableId] = set()
         #: the tables whose changes carried columns their writer lacks (drift noted) in the current batch
         self.unknown_noted: set[TableId] = set()
+        #: DDL, purge gaps, drift and freezing of this batch's tables (schema_changes.py)
+        self.rules = SchemaChangeRules(self)
 
     def apply_batch(self, generation: int | None, items: Iterable[BatchItem], batch_id: int) -> AppliedBatch:
         """Apply a batch's items (in binlog order) under the registry ``generation`` it was planned
@@ -140,13 +142,13 @@ class BatchApplier(SchemaChangeRules):
             if isinstance(item, TablesActivated):
                 self._activate(item)
             elif isinstance(item, BinlogPurged):
-                self._purged(item)
+                self.rules.purged(item)
             elif isinstance(item, TableFailed):
                 self._failed(item.table_id, item.offset, item.reason)
             elif isinstance(item, StagedSplitReady):
                 self._apply_staged(item, batch_id * SEGMENTS + unit, staged)
                 unit, staged = unit + 1, staged + 1
-            elif self._schema_changed(item, batch_id * SEGMENTS + unit):
+            elif self.rules.schema_changed(item, batch_id * SEGMENTS + unit):
                 unit += 1
         done.merged_tables |= self._apply(segment, batch_id * SEGMENTS + unit)
         done.units = unit + 1
@@ -218,18 +220,18 @@ class BatchApplier(SchemaChangeRules):
                 keyed.column(chunk_key), schema.column(chunk_key))):
             # a key change no DDL here decided on (one met behind another DDL of the table): the sink's
             # rows cannot be matched to these changes
-            self._drifted(table_id, TableEventKind.KEY_CHANGED, offset,
+            self.rules.drifted(table_id, TableEventKind.KEY_CHANGED, offset,
                           f"changes at {offset} were written under the key ({', '.join(schema.key_columns)}), the "
                           f"sink's rows under ({', '.join(keyed.key_columns)}); the sink keeps the table's last state")
-            self._refreeze(table_id)
+            self.rules.refreeze(table_id)
             return None
         try:
             self._make_writer(schema, chunk_key)
         except SchemaChangedError as exc:
-            self._drifted(table_id, TableEventKind.TYPE_CHANGED, offset,
+            self.rules.drifted(table_id, TableEventKind.TYPE_CHANGED, offset,
                           f"{exc} (changes at {offset} were written under that type; the sink keeps the table's "
                           "last state)")
-            self._refreeze(table_id)
+            self.rules.refreeze(table_id)
             return None
         return self.writers[table_id]
 
@@ -250,7 +252,7 @@ class BatchApplier(SchemaChangeRules):
         self.unknown_noted = set()
         self.frozen = {}
         for table_id in self.generation.tables:
-            self._refreeze(table_id)
+            self.rules.refreeze(table_id)
         latest = self.state.latest_number()
         self.removed = set() if latest == generation else \
             set(self.generation.tables) - set(self.state.load(latest).tables)
@@ -307,8 +309,8 @@ class BatchApplier(SchemaChangeRules):
         as_of = dataclasses.replace(staged.split, high_watermark=max(staged.as_of, staged.split.high_watermark))
         assert staged.split.staged is not None  # a staged split names its rows' file
         data, unknown = conform_to(read_staged(staged.split.staged), writer.data_schema)
-        if unknown and self._follows_columns:  # read before a DDL this stream's schema already reflects
-            self._drifted(table_id, TableEventKind.ALTERED, as_of.high_watermark,
+        if unknown and self.rules.follows_columns:  # read before a DDL this stream's schema already reflects
+            self.rules.drifted(table_id, TableEventKind.ALTERED, as_of.high_watermark,
                           f"staged rows carry column(s) {', '.join(unknown)} the table no longer has")
         names = set(writer.schema.column_names)
         for record in staged.changes:
@@ -409,17 +411,17 @@ class BatchApplier(SchemaChangeRules):
         since = self.frozen.get(table_id)
         if table_id not in self.generation.tables or table_id in self.removed or (since is not None and since <= offset):
             return
-        self._drifted(table_id, TableEventKind.FAILED, offset, f"{reason}; the sink keeps the table's changes before "
+        self.rules.drifted(table_id, TableEventKind.FAILED, offset, f"{reason}; the sink keeps the table's changes before "
                                                                "it and the other tables go on")
-        self._refreeze(table_id)
+        self.rules.refreeze(table_id)
 
     def _note_unknown_columns(self, table_id: TableId, unknown: Iterable[str], offset: BinlogOffset) -> None:
         """Changes written before a DDL the loaded schema already reflects carry names it lacks (noted
         once per table and batch)."""
-        if table_id in self.unknown_noted or not self._follows_columns:  # lenient, ignore: left out, not drift
+        if table_id in self.unknown_noted or not self.rules.follows_columns:  # lenient, ignore: left out, not drift
             return
         self.unknown_noted.add(table_id)
-        self._drifted(table_id, TableEventKind.ALTERED, offset,
+        self.rules.drifted(table_id, TableEventKind.ALTERED, offset,
                       f"changes carry column(s) {', '.join(sorted(unknown))} the table no longer has")
 
     def record_progress(self, batch_id: int, done: AppliedBatch, spill_files: int, read_s: float,

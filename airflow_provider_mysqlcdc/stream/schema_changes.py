@@ -3,14 +3,15 @@ docs/events-and-types.md ("Event -> what happens to the sink") beyond row change
 
 "Drift" means the stream goes on, records the event (state/drift.py) and the next DAG run
 re-snapshots the table; "frozen" means in addition that from that offset none of the table's
-changes apply. ``SchemaChangeRules`` is the part of ``BatchApplier`` (applier.py) that follows
-them; the applier holds the batch's state it reads and writes.
+changes apply. ``SchemaChangeRules`` follows them for ``BatchApplier`` (applier.py), its
+collaborator: the applier holds the batch's state (``AppliedTables``) the rules read and write.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
+from typing import Protocol
 
 from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError, SchemaChangeRefused
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
@@ -34,8 +35,8 @@ from airflow_provider_mysqlcdc.stream.tables import TableSource
 log = logging.getLogger(__name__)
 
 
-class SchemaChangeRules:
-    """DDL, purge gaps and drift, for ``BatchApplier`` (which sets these attributes and the writers)."""
+class AppliedTables(Protocol):
+    """What the schema-change rules read and change of the batch being applied (``BatchApplier``)."""
 
     job: StreamJob
     sink: Sink
@@ -48,22 +49,28 @@ class SchemaChangeRules:
     drift: Drift
     frozen: dict[TableId, BinlogOffset]
     removed: set[TableId]
-    #: while a DDL is followed: what the policy did to each table (``_say``), for ``_report``
-    _said: dict[TableId, list[str]] | None = None
 
-    def _writer(self, table_id: TableId) -> SinkWriter:
-        raise NotImplementedError
+    def _writer(self, table_id: TableId) -> SinkWriter: ...
 
-    def _make_writer(self, schema: TableSchema, chunk_key: str, *, replace: bool = False) -> None:
-        raise NotImplementedError
+    def _make_writer(self, schema: TableSchema, chunk_key: str, *, replace: bool = False) -> None: ...
 
-    def _schema_changed(self, event: SchemaChangeEvent, version: int) -> bool:
+
+class SchemaChangeRules:
+    """DDL, purge gaps, drift and freezing, applied to the tables of ``batch`` (a ``BatchApplier``,
+    which holds the batch's state and uses these rules as a collaborator)."""
+
+    def __init__(self, batch: AppliedTables):
+        self.batch = batch
+        #: while a DDL is followed: what the policy did to each table (``_say``), for ``_report``
+        self._said: dict[TableId, list[str]] | None = None
+
+    def schema_changed(self, event: SchemaChangeEvent, version: int) -> bool:
         """Follow a DDL statement table by table (docs/events-and-types.md, "Event -> what happens to the
         sink"); True when it committed something to the sink under ``version``. What the policy did
         with it is one line of the stream's log, and each captured table's entry in the DDL log."""
         self._said = {}
         try:
-            if self.job.schema_changes == "fail":
+            if self.batch.job.schema_changes == "fail":
                 self._refuse_if_captured(event)
             committed = self._follow(event, version)
         except SchemaChangeRefused:
@@ -83,9 +90,9 @@ class SchemaChangeRules:
         said, self._said = {t: "; ".join(o) for t, o in (self._said or {}).items()}, None
         log.warning("schema change at %s: %s (%s)%s", event.offset, event.statement[:300],
                     ", ".join(f"{c.table} {c.kind.value}" for c in event.changes),
-                    f" -- schema_changes={self.job.schema_changes}: " + "; ".join(f"{t}: {o}" for t, o in sorted(said.items()))
+                    f" -- schema_changes={self.batch.job.schema_changes}: " + "; ".join(f"{t}: {o}" for t, o in sorted(said.items()))
                     if said else "")
-        record_ddl(self.state, event.offset, event.statement, self.job.schema_changes, said)
+        record_ddl(self.batch.state, event.offset, event.statement, self.batch.job.schema_changes, said)
 
     def _follow(self, event: SchemaChangeEvent, version: int) -> bool:
         committed = False
@@ -97,9 +104,9 @@ class SchemaChangeRules:
             if not self._captured(table_id):
                 continue
             if self._frozen_at(table_id, event.offset):
-                self._say(table_id, f"not applied: the table is frozen since {self.frozen[table_id]}")
+                self._say(table_id, f"not applied: the table is frozen since {self.batch.frozen[table_id]}")
                 if kind in (TableEventKind.CREATED, TableEventKind.REPLACED):
-                    self._drifted(table_id, TableEventKind.CREATED, event.offset,
+                    self.drifted(table_id, TableEventKind.CREATED, event.offset,
                                   f"created again by {event.statement[:300]!r}")
                 continue  # the name holds another table than the sink's: nothing of it applies
             if kind is TableEventKind.TRUNCATED:
@@ -108,11 +115,11 @@ class SchemaChangeRules:
                 committed = True
             elif kind.ends_table:
                 what = f"{kind.value}{f' (now {change.other})' if kind is TableEventKind.RENAMED else ''}"
-                self._drifted(table_id, kind, event.offset, f"{what} by {event.statement[:300]!r}; the sink keeps its "
+                self.drifted(table_id, kind, event.offset, f"{what} by {event.statement[:300]!r}; the sink keeps its "
                                                             "last state")
-                self._refreeze(table_id)
+                self.refreeze(table_id)
             elif kind is TableEventKind.ROWS_CHANGED:
-                self._drifted(table_id, kind, event.offset, f"rows removed or exchanged without row events by "
+                self.drifted(table_id, kind, event.offset, f"rows removed or exchanged without row events by "
                                                             f"{event.statement[:300]!r}")
             elif kind is TableEventKind.ALTERED:
                 altered.append(table_id)
@@ -120,11 +127,11 @@ class SchemaChangeRules:
 
     def _captured(self, table_id: TableId) -> bool:
         """The batch's generation captures the table, and it was not removed since."""
-        return table_id in self.generation.tables and table_id not in self.removed
+        return table_id in self.batch.generation.tables and table_id not in self.batch.removed
 
     def _frozen_at(self, table_id: TableId, offset: BinlogOffset) -> bool:
         """None of the table's changes at ``offset`` apply: it is frozen before it."""
-        since = self.frozen.get(table_id)
+        since = self.batch.frozen.get(table_id)
         return since is not None and offset > since
 
     def _refuse_if_captured(self, event: SchemaChangeEvent) -> None:
@@ -142,30 +149,30 @@ class SchemaChangeRules:
 
     def _new_table_seen(self, table_id: TableId | None, event: SchemaChangeEvent) -> None:
         """A table took a name a pattern of the pipeline matches: the next run captures it (state/new_tables.py)."""
-        if table_id is None or table_id in self.generation.tables or not self.job.table_patterns:
+        if table_id is None or table_id in self.batch.generation.tables or not self.batch.job.table_patterns:
             return
-        selection = TableSelection.parse(self.job.table_patterns, self.job.exclude_tables)
-        if selection.pattern_matches(table_id) and record_new_table(self.state, table_id, event.offset, event.statement):
+        selection = TableSelection.parse(self.batch.job.table_patterns, self.batch.job.exclude_tables)
+        if selection.pattern_matches(table_id) and record_new_table(self.batch.state, table_id, event.offset, event.statement):
             log.warning("%s now matches a table pattern of the pipeline (%s at %s): the next DAG run captures it",
                         table_id, event.statement[:300], event.offset)
 
-    def _purged(self, gap: BinlogPurged) -> None:
+    def purged(self, gap: BinlogPurged) -> None:
         """Binlog this batch needed was purged: freeze exactly the tables that needed it."""
         tables = gap.tables if gap.tables is not None else \
-            [t for t, c in sorted(self.generation.tables.items()) if first_high_watermark(c) < gap.resumed_at]
+            [t for t, c in sorted(self.batch.generation.tables.items()) if first_high_watermark(c) < gap.resumed_at]
         log.warning("binlog from %s to %s was purged before the stream read it (on_binlog_purged='resnapshot'): %s",
                     gap.lost_from, gap.resumed_at, ", ".join(map(str, tables)) or "no table needed it")
         for table_id in tables:
-            self._drifted(table_id, TableEventKind.BINLOG_PURGED, gap.resumed_at,
+            self.drifted(table_id, TableEventKind.BINLOG_PURGED, gap.resumed_at,
                           f"binlog from {gap.lost_from} to {gap.resumed_at} was purged before the stream read it; the "
                           "sink keeps the table as it was")
-            self._refreeze(table_id)
+            self.refreeze(table_id)
 
     def _truncate(self, table_id: TableId, event: SchemaChangeEvent, version: int) -> None:
         """Remove the rows older than the TRUNCATE; a split read after it keeps its rows."""
-        if self._writer(table_id).truncate_before(event.offset, event.timestamp_ms, app_id=self.job.app_id,
-                                                  batch_id=version, changelog=self.job.changelog):
-            self.table_changes[table_id.quoted] += 0  # changed, by no count of rows
+        if self.batch._writer(table_id).truncate_before(event.offset, event.timestamp_ms, app_id=self.batch.job.app_id,
+                                                  batch_id=version, changelog=self.batch.job.changelog):
+            self.batch.table_changes[table_id.quoted] += 0  # changed, by no count of rows
 
     def _reload_altered(self, altered: list[TableId], event: SchemaChangeEvent, version: int) -> bool:
         """Reload the altered tables' schemas; True when it committed something under ``version``.
@@ -177,24 +184,24 @@ class SchemaChangeRules:
         # first the statements the server's schema is not the result of (a later DDL of the table lies
         # ahead): nothing of the server's schema is read or given to the sink for them
         changes = {c.table: c for c in event.changes if c.kind is TableEventKind.ALTERED}
-        ahead = [t for t in altered if not self.tables.schema_is_after(t, event.offset)]
+        ahead = [t for t in altered if not self.batch.tables.schema_is_after(t, event.offset)]
         for table_id in ahead:
             self._ahead_of(table_id, event, changes[table_id])
         altered = [t for t in altered if t not in ahead]
         # the columns before: this stream's schema, or (first time it meets the table) the sink's; a
         # shard's sink table has every shard's columns, so there the schema the stream remembers
         # remembered schema (read before a writer is made, which may remember the server's)
-        met = {t for t in altered if t in self.writers}
-        remembered = {t: self.known.remembered(t) for t in altered if t not in met}
+        met = {t for t in altered if t in self.batch.writers}
+        remembered = {t: self.batch.known.remembered(t) for t in altered if t not in met}
         # read before a writer is made here: making one prepares the sink table, which may give it the
         # server's columns of now (Iceberg evolves its schema there)
-        in_sink = {t: set(self.sink.column_names(captured_target(t, self.generation.table_rule(t)).table_id))
+        in_sink = {t: set(self.batch.sink.column_names(captured_target(t, self.batch.generation.table_rule(t)).table_id))
                    - set(METADATA_COLUMNS) for t in altered if t not in met}
-        old = {t: self._writer(t) for t in altered}  # the schema the table's changes so far were written under
+        old = {t: self.batch._writer(t) for t in altered}  # the schema the table's changes so far were written under
         before = {t: set(w.schema.column_names) if t in met else
                   set(known.column_names) if w.target.shard and (known := remembered[t]) is not None else
                   in_sink[t] for t, w in old.items()}
-        schemas = self.tables.current_schemas(altered)
+        schemas = self.batch.tables.current_schemas(altered)
         added = {t: c.added_columns for t, c in changes.items()}
         for table_id, schema in zip(altered, schemas):
             keys, chunk_key = old[table_id].schema.key_columns, old[table_id].chunk_key
@@ -202,22 +209,22 @@ class SchemaChangeRules:
                     old[table_id].schema.column(chunk_key), schema.column(chunk_key)):
                 # the sink's rows cannot be matched to the changes from here on: the old writer (and
                 # the remembered schema, which a replay of the changes before this DDL needs) stay
-                self._drifted(table_id, TableEventKind.KEY_CHANGED, event.offset,
+                self.drifted(table_id, TableEventKind.KEY_CHANGED, event.offset,
                               f"key ({', '.join(keys)}; chunk key {chunk_key}) changed by {event.statement[:300]!r} "
                               f"to ({', '.join(schema.key_columns)}{_collated(schema, chunk_key)}); the sink keeps "
                               "the table's last state")
-                self._refreeze(table_id)
+                self.refreeze(table_id)
                 continue
             try:
-                self._make_writer(schema, chunk_key)
+                self.batch._make_writer(schema, chunk_key)
             except SchemaChangedError as exc:  # a type the sink's table cannot take: this table only stops
-                self._drifted(table_id, TableEventKind.TYPE_CHANGED, event.offset,
+                self.drifted(table_id, TableEventKind.TYPE_CHANGED, event.offset,
                               f"{exc} (changed by {event.statement[:300]!r}; the sink keeps the table's last state)")
-                self._refreeze(table_id)
+                self.refreeze(table_id)
                 continue
-            self.known.remember(schema)
+            self.batch.known.remember(schema)
             self._say_columns(table_id, old[table_id].schema, before[table_id], schema)
-            if not self._follows_columns:  # lenient, ignore: a column change is never drift
+            if not self.follows_columns:  # lenient, ignore: a column change is never drift
                 unfilled, wrote = self._fill_added(table_id, self._fillable(table_id, added), event, version)
                 if unfilled:
                     self._say(table_id, f"rows before it hold NULL in {', '.join(unfilled)} (no constant DEFAULT "
@@ -226,12 +233,12 @@ class SchemaChangeRules:
                 continue
             vanished = before[table_id] - set(schema.column_names)
             if vanished:
-                self._drifted(table_id, TableEventKind.ALTERED, event.offset,
+                self.drifted(table_id, TableEventKind.ALTERED, event.offset,
                               f"column(s) {', '.join(sorted(vanished))} dropped or renamed by {event.statement[:300]!r}")
             unfilled, wrote = self._fill_added(table_id, self._fillable(table_id, added), event, version)
             committed = committed or wrote
             if unfilled:
-                self._drifted(table_id, TableEventKind.ALTERED, event.offset,
+                self.drifted(table_id, TableEventKind.ALTERED, event.offset,
                               f"column(s) {', '.join(unfilled)} added by {event.statement[:300]!r} hold a default (or "
                               "generated) value in rows written before, which the binlog does not carry")
         return committed
@@ -246,14 +253,14 @@ class SchemaChangeRules:
         index) need nothing more."""
         self._say(table_id, "its changes bring their columns (a later DDL of the table lies ahead, so the server's "
                             "schema is not this statement's)")
-        if self._follows_columns and (change.removes_columns or change.added_columns):
-            self._drifted(table_id, TableEventKind.ALTERED, event.offset,
+        if self.follows_columns and (change.removes_columns or change.added_columns):
+            self.drifted(table_id, TableEventKind.ALTERED, event.offset,
                           f"the columns {event.statement[:300]!r} left are not known here: a later DDL of the table "
                           "lies between it and the server's binlog head")
 
     def _say_columns(self, table_id: TableId, old: TableSchema, before: set[str], schema: TableSchema) -> None:
         """What the statement did to the sink table's columns (the writer of ``schema`` made)."""
-        written = set(self.writers[table_id].schema.column_names)
+        written = set(self.batch.writers[table_id].schema.column_names)
         new, gone = [n for n in schema.column_names if n not in before], sorted(before - set(schema.column_names))
         was = {c.name: c.column_type for c in old.columns}
         retyped = [c.name for c in schema.columns if c.name in was and was[c.name].lower() != c.column_type.lower()]
@@ -265,20 +272,20 @@ class SchemaChangeRules:
                          "its columns)")
         if gone:
             parts.append(f"column(s) {', '.join(gone)} gone from the source" + (
-                "" if self._follows_columns else ", kept in the sink with their last values"))
+                "" if self.follows_columns else ", kept in the sink with their last values"))
         if retyped:
             parts.append(f"the type of {', '.join(retyped)} followed")
         self._say(table_id, "; ".join(parts) or "no column change for the sink")
 
     @property
-    def _follows_columns(self) -> bool:
+    def follows_columns(self) -> bool:
         """Whether a column change the sink cannot follow exactly is drift (``evolve``, ``fail``); under
         ``lenient`` and ``ignore`` the sink goes on without it (docs/events-and-types.md)."""
-        return self.job.schema_changes in FOLLOWS_COLUMNS
+        return self.batch.job.schema_changes in FOLLOWS_COLUMNS
 
     def _fillable(self, table_id: TableId, added: dict[TableId, tuple[str, ...]]) -> tuple[str, ...]:
         """The columns the statement added that the table's writer writes and older rows hold a value in."""
-        present = {c.name: c for c in self.writers[table_id].schema.columns}
+        present = {c.name: c for c in self.batch.writers[table_id].schema.columns}
         return tuple(n for n in added.get(table_id, ()) if n in present and present[n].fills_existing_rows)
 
     def _fill_added(self, table_id: TableId, names: tuple[str, ...], event: SchemaChangeEvent,
@@ -287,11 +294,11 @@ class SchemaChangeRules:
         the server evaluates it now (``DEFAULT(col)``), provided no later DDL changed the table (the
         default would not be the one those rows got) within ``tables.FILL_LOOKAHEAD_EVENTS`` events.
         Returns the columns it could not fill, and whether it committed."""
-        writer = self.writers[table_id]
+        writer = self.batch.writers[table_id]
         constant = tuple(n for n in names if writer.schema.column(n).default_constant)
         if not constant:
             return names, False
-        values = self.tables.added_defaults(writer.schema, constant, event.offset)
+        values = self.batch.tables.added_defaults(writer.schema, constant, event.offset)
         rest = tuple(n for n in names if n not in constant)
         if values is False:
             log.info("%s: not filling %s from DEFAULT: a later DDL changed the table, or it lies too far ahead",
@@ -300,9 +307,9 @@ class SchemaChangeRules:
         if values is None:  # no row now: every row older than the ALTER is deleted by a later change
             return rest, False
         try:
-            wrote = writer.fill_before(event.offset, values, app_id=self.job.app_id, batch_id=version)
+            wrote = writer.fill_before(event.offset, values, app_id=self.batch.job.app_id, batch_id=version)
             if wrote:
-                self.table_changes[table_id.quoted] += 0
+                self.batch.table_changes[table_id.quoted] += 0
         except ValueError as exc:  # a type without an SQL literal: re-snapshot instead
             log.warning("%s: cannot fill %s in place (%s)", table_id, ", ".join(constant), exc)
             return names, False
@@ -311,16 +318,16 @@ class SchemaChangeRules:
         self._say(table_id, f"rows before it given the DEFAULT of {', '.join(constant)}")
         return rest, wrote
 
-    def _refreeze(self, table_id: TableId) -> None:
+    def refreeze(self, table_id: TableId) -> None:
         """Whether (from where) the table is frozen, by its drift under this batch's generation."""
-        since = frozen_since(self.drift, table_id, self.generation.tables.get(table_id))
+        since = frozen_since(self.batch.drift, table_id, self.batch.generation.tables.get(table_id))
         if since is not None:
-            self.frozen[table_id] = since
+            self.batch.frozen[table_id] = since
 
-    def _drifted(self, table_id: TableId, kind: TableEventKind, offset: BinlogOffset, reason: str) -> None:
+    def drifted(self, table_id: TableId, kind: TableEventKind, offset: BinlogOffset, reason: str) -> None:
         self._say(table_id, f"{'frozen' if kind.freezes else 'drift'} ({kind.value}): the next DAG run re-snapshots "
                             "the table")
-        if record_drift(self.state, self.drift, table_id, kind, offset, reason):
+        if record_drift(self.batch.state, self.batch.drift, table_id, kind, offset, reason):
             log.warning("%s at %s: %s. The sink cannot follow this exactly by itself: the next DAG run re-snapshots "
                         "the table if it exists on the source (state/drift.py)", table_id, offset, reason)
 

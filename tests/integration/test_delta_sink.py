@@ -9,7 +9,7 @@ import pytest
 from airflow_provider_mysqlcdc.cdc.binlog.reader import BinlogReader
 from airflow_provider_mysqlcdc.cdc.binlog.split_filter import FinishedSplitFilter
 from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord
-from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
+from airflow_provider_mysqlcdc.cdc.planning.splitter import SplitOptions, TableSplitter
 from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitReader
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
@@ -38,7 +38,7 @@ def test_snapshot_and_stream_into_delta_equal_the_source(mysql_server, cdc_user,
             chunk_key = report.chunk_keys[table_id]
             sink.prepare(schema)
             sink_writers[table_id] = SinkWriter(sink, schema, chunk_key, KeyOrdering(schema.column(chunk_key), cdc_user.connect))
-            splits = ChunkSplitter(cdc_user.connect(), schema, SplitOptions(chunk_size=120)).split()
+            splits = TableSplitter(cdc_user.connect(), schema, SplitOptions(split_rows=120)).split()
             with SplitReader(cdc_user, schema) as reader:
                 for split in splits:
                     for _ in range(rng.randint(1, 2)):  # a retried split replaces itself

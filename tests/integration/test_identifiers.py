@@ -69,7 +69,7 @@ def test_hazardous_names_are_snapshotted_and_streamed_exactly_inside_the_sink_ro
     _create_with_rows(conn, tables)
     schemas = run_preflight(cdc_user, tables).schemas
     lake, state = tmp_path / "sink root" / "lake", PipelineState(str(tmp_path / "state"))
-    snapshot_tables(cdc_user, tables, str(lake), state, chunk_size=10)
+    snapshot_tables(cdc_user, tables, str(lake), state, split_rows=10)
     for table in tables:
         _write(conn, table, 100, 5)  # after the snapshot: the stream brings these
 

@@ -117,7 +117,7 @@ def key_tables(mysql_server, cdc_user, tmp_path_factory):
                 cur.execute(f"INSERT IGNORE INTO {table.quoted} VALUES (%s, %s)", (value, number))
             tables[name] = table
     state, lake = PipelineState(str(tmp / "state")), str(tmp / "lake")
-    snapshot_tables(cdc_user, list(tables.values()), lake, state, chunk_size=4, chunk_key="k")
+    snapshot_tables(cdc_user, list(tables.values()), lake, state, split_rows=4, chunk_key="k")
     with conn.cursor() as cur:  # the stream: updates of every row, deletes and inserts
         cur.execute("SET sql_mode = 'ALLOW_INVALID_DATES'")
         for table in tables.values():

@@ -173,7 +173,7 @@ def test_maintenance_while_a_stream_runs_bounds_files_keeps_the_sink_exact_and_t
     schema = load_table_schema(conn, table)
     lake, state_dir = tmp_path / "lake", tmp_path / "state"
     state = PipelineState(str(state_dir / "mysqlcdc_example"))
-    snapshot_tables(cdc_user, [table], str(lake), state, chunk_size=100)
+    snapshot_tables(cdc_user, [table], str(lake), state, split_rows=100)
     uri = open_sink(SinkSpec(str(lake))).table_uri(table)
     with _running_stream(tmp_path, cdc_user, state, lake) as (proc, log):
         with VersionRecorder(uri, schema) as recorder, Inserter(mysql_server.connect(), table, 100_000) as writer:
@@ -227,7 +227,7 @@ def test_maintenance_without_a_stream_is_done_by_the_task(mysql_server, cdc_user
     schema = load_table_schema(conn, table)
     lake, state_dir = tmp_path / "lake", tmp_path / "state"
     state = PipelineState(str(state_dir / "mysqlcdc_example"))
-    snapshot_tables(cdc_user, [table], str(lake), state, chunk_size=30)  # ten files
+    snapshot_tables(cdc_user, [table], str(lake), state, split_rows=30)  # ten files
     uri = open_sink(SinkSpec(str(lake))).table_uri(table)
     with conn.cursor() as cur:  # new keys, a transaction each: every batch's merge adds a file
         for i in range(40):
@@ -254,7 +254,7 @@ def test_maintenance_of_an_iceberg_table_while_a_stream_runs_compacts_expires_sn
     schema = load_table_schema(conn, table)
     lake, state_dir = tmp_path / "lake", tmp_path / "state"
     state = PipelineState(str(state_dir / "mysqlcdc_example"))
-    snapshot_tables(cdc_user, [table], str(lake), state, chunk_size=100, sink_format="iceberg")
+    snapshot_tables(cdc_user, [table], str(lake), state, split_rows=100, sink_format="iceberg")
     sink = open_sink(SinkSpec(str(lake), "iceberg"))
 
     def iceberg():

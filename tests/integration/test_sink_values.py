@@ -100,7 +100,7 @@ def history(request, mysql_server, cdc_user, tmp_path_factory):
             if number % 2 == 0:
                 _insert_matrix_row(cur, matrix, number, row, "+05:30")
     state, lake = PipelineState(str(tmp / "state")), str(tmp / "lake")
-    snapshot_tables(cdc_user, [table, matrix], lake, state, chunk_size=4, sink_format=sink_format)
+    snapshot_tables(cdc_user, [table, matrix], lake, state, split_rows=4, sink_format=sink_format)
     with conn.cursor() as cur:  # the stream writes the second half, and updates and deletes rows of the first
         cur.execute("SET sql_mode = ''")
         for number, row in enumerate(rows):

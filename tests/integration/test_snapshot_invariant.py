@@ -16,7 +16,7 @@ import random
 
 import pytest
 
-from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
+from airflow_provider_mysqlcdc.cdc.planning.splitter import SplitOptions, TableSplitter
 from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitReader
 from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
@@ -43,7 +43,7 @@ def test_snapshot_plus_filtered_binlog_equals_source_under_concurrent_writes(mys
         for table_id, schema in report.schemas.items():
             plan_conn = cdc_user.connect()
             try:
-                plans[table_id] = ChunkSplitter(plan_conn, schema, SplitOptions(chunk_size=rng.choice([60, 97, 150]))).split()
+                plans[table_id] = TableSplitter(plan_conn, schema, SplitOptions(split_rows=rng.choice([60, 97, 150]))).split()
             finally:
                 plan_conn.close()
         work = [(t, s) for t, splits in plans.items() for s in splits for _ in range(rng.randint(2, 3))]

@@ -18,7 +18,7 @@ from airflow_provider_mysqlcdc.cdc.binlog.reader import BinlogReader
 from airflow_provider_mysqlcdc.cdc.binlog.split_filter import FinishedSplitFilter
 from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit
-from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
+from airflow_provider_mysqlcdc.cdc.planning.splitter import SplitOptions, TableSplitter
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
@@ -51,7 +51,7 @@ def test_chunk_job_snapshot_then_binlog_equals_source(mysql_server, cdc_user, da
         report = run_preflight(cdc_user, tables)
         jobs = []
         for table_id, schema in report.schemas.items():
-            splits = ChunkSplitter(cdc_user.connect(), schema, SplitOptions(chunk_size=700)).split()
+            splits = TableSplitter(cdc_user.connect(), schema, SplitOptions(split_rows=700)).split()
             retried = rng.sample(splits, 1)  # one split per table is read twice
             jobs.append(ChunkJob(table=f"`{table_id.database}`.`{table_id.table}`", splits=splits + retried, sink=SinkSpec(lake), partitions_per_split=3))
         results = []
@@ -109,7 +109,7 @@ def test_an_at_least_once_chunk_job_reads_no_window_and_the_stream_from_its_low_
     with RandomWriters(mysql_server.admin, database, writers=2, seed=51, pause_s=0.002, tables=CHUNKED[:1]) as writers:
         report = run_preflight(cdc_user, tables)
         [(table_id, schema)] = report.schemas.items()
-        splits = ChunkSplitter(cdc_user.connect(), schema, SplitOptions(chunk_size=700)).split()
+        splits = TableSplitter(cdc_user.connect(), schema, SplitOptions(split_rows=700)).split()
         job = ChunkJob(table=table_id.quoted, splits=splits, sink=SinkSpec(lake), partitions_per_split=3, snapshot_consistency="at-least-once")
         (tmp_path / "job.json").write_text(job.to_json())
         result = submit.run("snapshot_chunk.py", ["--job", str(tmp_path / "job.json")],
@@ -134,7 +134,7 @@ def test_the_executors_write_a_quiet_splits_data_files_and_one_commit_adds_them(
     by the executor that wrote it, is what the split's commit adds."""
     [table] = create_sample_tables(mysql_server.connect(), database, rows_per_table=900, seed=6, tables=CHUNKED[:1])
     schema = run_preflight(cdc_user, [table]).schemas[table]
-    splits = ChunkSplitter(cdc_user.connect(), schema, SplitOptions(chunk_size=450)).split()
+    splits = TableSplitter(cdc_user.connect(), schema, SplitOptions(split_rows=450)).split()
     lake = str(tmp_path / "lake")
     (tmp_path / "job.json").write_text(ChunkJob(table=str(table), splits=splits, sink=SinkSpec(lake), partitions_per_split=3).to_json())
     result = SparkSubmit(master="local[2]", work_dir=tmp_path / "spark").run(

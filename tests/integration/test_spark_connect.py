@@ -98,7 +98,7 @@ def test_a_continuous_stream_on_spark_connect_runs_detached_without_a_jvm_and_st
     tables = create_sample_tables(conn, database, rows_per_table=200, seed=33, tables=SAMPLE_TABLES[:1])
     schemas = run_preflight(cdc_user, tables).schemas
     lake, state = str(tmp_path / "lake"), PipelineState(str(tmp_path / "state"))
-    snapshot_tables(cdc_user, tables, lake, state, chunk_size=100)
+    snapshot_tables(cdc_user, tables, lake, state, split_rows=100)
     runner = connect_runner(connect_server, cdc_user.password, monkeypatch)
     report = str(tmp_path / "report")
     job = StreamJob(state=state.location, sink=SinkSpec(lake), mode="continuous", trigger_interval_s=0.5, report=report)

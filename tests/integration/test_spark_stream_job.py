@@ -23,7 +23,7 @@ from airflow_provider_mysqlcdc.cdc.binlog.framing import FRAMING_VARIABLE
 from airflow_provider_mysqlcdc.cdc.binlog.row_decoder import DECODER_VARIABLE
 from airflow_provider_mysqlcdc.cdc.errors import SparkJobFailed
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
-from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
+from airflow_provider_mysqlcdc.cdc.planning.splitter import SplitOptions, TableSplitter
 from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitReader
 from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
@@ -48,12 +48,12 @@ pytestmark = pytest.mark.integration
 TABLES = SAMPLE_TABLES[:3]
 
 
-def _snapshot(cdc_user, report, lake: str, state: Path, chunk_size: int = 400) -> PipelineState:
+def _snapshot(cdc_user, report, lake: str, state: Path, split_rows: int = 400) -> PipelineState:
     sink = open_sink(SinkSpec(lake))
     finished = []
     for table_id, schema in report.schemas.items():
         sink.prepare(schema)
-        splits = ChunkSplitter(cdc_user.connect(), schema, SplitOptions(chunk_size=chunk_size)).split()
+        splits = TableSplitter(cdc_user.connect(), schema, SplitOptions(split_rows=split_rows)).split()
         with SplitReader(cdc_user, schema) as reader:
             writer = SinkWriter(sink, schema, report.chunk_keys[table_id], reader.ordering(report.chunk_keys[table_id]))
             for split in splits:
@@ -180,7 +180,7 @@ def test_the_stream_clusters_the_files_its_merges_leave_and_stays_exact(mysql_se
     tables = create_sample_tables(conn, database, rows_per_table=2000, seed=23, tables=TABLES)
     lake, state_dir = str(tmp_path / "lake"), tmp_path / "state"
     report = run_preflight(cdc_user, tables)
-    _snapshot(cdc_user, report, lake, state_dir, chunk_size=100)  # about 20 files a table
+    _snapshot(cdc_user, report, lake, state_dir, split_rows=100)  # about 20 files a table
     RandomWriters(mysql_server.admin, database, tables=TABLES).write(300, seed=4)
     job = StreamJob(state=str(state_dir), sink=SinkSpec(lake), max_batch_events=60, cluster_after_files=2)
     (tmp_path / "stream.json").write_text(job.to_json())

@@ -14,10 +14,10 @@ from airflow_provider_mysqlcdc.cdc.binlog.listing import binlog_events
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import binlog_files, current_offset
+from airflow_provider_mysqlcdc.planning.changes import next_tables
+from airflow_provider_mysqlcdc.planning.planner import Planner, PlanSettings
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
-from airflow_provider_mysqlcdc.state.changes import next_tables
-from airflow_provider_mysqlcdc.state.planner import Planner, PlanSettings
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from devtools.verify import sink_rows
 

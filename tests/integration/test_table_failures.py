@@ -67,7 +67,7 @@ def history(mysql_server, cdc_user, tmp_path_factory):
         f"INSERT INTO {good.quoted} VALUES (1, 1), (2, 2)",
         f"INSERT INTO {refused.quoted} VALUES (1, 1), (2, 2)")
     state, lake = PipelineState(str(tmp / "state")), str(tmp / "lake")
-    snapshot_tables(cdc_user, [good, refused], lake, state, chunk_size=4)
+    snapshot_tables(cdc_user, [good, refused], lake, state, split_rows=4)
     DeltaTable(_table_uri(lake, refused)).alter.add_constraint({"v_not_negative": "v >= 0"})
 
     def rows_now(table: TableId):

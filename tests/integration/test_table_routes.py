@@ -17,10 +17,10 @@ from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.cdc.source.rules import TableRules
 from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
+from airflow_provider_mysqlcdc.planning.planner import Planner, PlanSettings
 from airflow_provider_mysqlcdc.protocol.actions import PlanAction
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
-from airflow_provider_mysqlcdc.state.planner import Planner, PlanSettings
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from devtools.dag_runner import example_dag_env, run_dag
 from devtools.snapshot import snapshot_tables

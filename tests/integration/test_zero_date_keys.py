@@ -62,7 +62,7 @@ def history(mysql_server, cdc_user, tmp_path_factory):
         run(*(f"INSERT INTO {table.quoted} VALUES ('{value}', {i}, {i})" for i, value in enumerate(values)))
         run(*(f"INSERT INTO {table.quoted} VALUES ('{value}', 100, 100)" for value in values))  # one id, every k
     state, lake = PipelineState(str(tmp / "state")), str(tmp / "lake")
-    snapshot_tables(cdc_user, list(tables.values()), lake, state, chunk_size=2, chunk_key="k")
+    snapshot_tables(cdc_user, list(tables.values()), lake, state, split_rows=2, chunk_key="k")
     for name, (_, values) in KEY_TYPES.items():
         table = tables[name]
         zero, real = values[0], values[-1]

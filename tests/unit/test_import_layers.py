@@ -28,7 +28,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("protocol",),
     ("sinks",),
     ("state",),
-    ("stream",),
+    ("planning", "stream"),
     ("spark",),
     ("hooks", "assets", "metrics", "lineage", "links", "status"),
     ("triggers",),

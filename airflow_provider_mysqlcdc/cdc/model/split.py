@@ -1,4 +1,4 @@
-"""Snapshot splits (chunks) of a table, and the metadata of a finished split.
+"""Snapshot splits of a table (its key ranges), and the metadata of a finished split.
 
 A split covers chunk-key values ``start <= k < end``; ``start`` is None for the first split
 (open below) and ``end`` None for the last (open above). Boundaries are values of the chunk key as

@@ -3,9 +3,9 @@
 - The chunk key is the configured column, else the first column of the row key.
 - Integral and DECIMAL keys whose distribution factor ``(max - min + 1) / rows`` lies within
   ``[distribution_factor_lower, distribution_factor_upper]`` are cut arithmetically, with a step of
-  ``factor * chunk_size``: no query per split.
+  ``factor * split_rows``: no query per split.
 - Other keys are cut at boundaries the database returns:
-  ``SELECT MAX(k) FROM (SELECT k FROM t WHERE k >= ? ORDER BY k LIMIT chunk_size)``; when that
+  ``SELECT MAX(k) FROM (SELECT k FROM t WHERE k >= ? ORDER BY k LIMIT split_rows)``; when that
   returns the previous boundary (a run of equal values, e.g. the first column of a composite key),
   the next distinct value is taken.
 - The first split is open below, the last open above, so rows inserted beyond the current
@@ -42,14 +42,14 @@ EXACT_COUNT_BELOW_ROWS = 200_000
 
 @dataclass(frozen=True)
 class SplitOptions:
-    chunk_size: int = 8096
+    split_rows: int = 8096
     distribution_factor_lower: float = 0.05
     distribution_factor_upper: float = 1000.0
     chunk_key_column: str | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.chunk_size, int) or self.chunk_size < 1:
-            raise ConfigurationError(f"chunk_size must be a positive integer, got {self.chunk_size!r}")
+        if not isinstance(self.split_rows, int) or self.split_rows < 1:
+            raise ConfigurationError(f"split_rows must be a positive integer, got {self.split_rows!r}")
         if not 0 < self.distribution_factor_lower <= self.distribution_factor_upper:
             raise ConfigurationError(
                 "distribution factor bounds must satisfy 0 < lower <= upper, got "
@@ -57,7 +57,7 @@ class SplitOptions:
             )
 
 
-class ChunkSplitter:
+class TableSplitter:
     """Plans the splits of one table. Reads only aggregates and boundaries, never whole rows."""
 
     def __init__(
@@ -168,11 +168,11 @@ class ChunkSplitter:
             return "", ()
         return f" AND {self._key_name} < %s", (self._within.end,)
 
-    def _next_chunk_max(self, start: Any) -> Any:
+    def _next_split_max(self, start: Any) -> Any:
         upper, upper_args = self._upper_bound()
         return self._query_value(
             f"SELECT MAX(k) FROM (SELECT {self._key_sql} AS k FROM {self._table_sql} "
-            f"WHERE {self._key_name} >= %s{upper} ORDER BY {self._key_name} LIMIT {int(self.options.chunk_size)}) t",
+            f"WHERE {self._key_name} >= %s{upper} ORDER BY {self._key_name} LIMIT {int(self.options.split_rows)}) t",
             (start, *upper_args),
         )
 
@@ -193,9 +193,9 @@ class ChunkSplitter:
         return factor if factor is not None and lower <= factor <= upper else None
 
     def _even_bounds(self, low: Any, high: Any, rows: int, factor: decimal.Decimal) -> list[tuple[Any, Any]]:
-        if rows <= self.options.chunk_size:
+        if rows <= self.options.split_rows:
             return [(None, None)]
-        return even_bounds(low, high, even_step(factor, self.options.chunk_size, self.column.numeric_scale
+        return even_bounds(low, high, even_step(factor, self.options.split_rows, self.column.numeric_scale
                                                 if self.column.data_type == "decimal" else None))
 
     def _queried_bounds(self, low: Any, high: Any) -> Iterator[tuple[Any, Any]]:
@@ -209,7 +209,7 @@ class ChunkSplitter:
 
     def _next_end(self, previous: Any, high_key: Any) -> Any:
         """The next boundary after ``previous``, or None when the rest fits in the last split."""
-        end = self._next_chunk_max(previous)
+        end = self._next_split_max(previous)
         if end is not None and self.ordering.sort_key(end) == self.ordering.sort_key(previous):
             end = self._next_distinct(end)
         if end is None or self.ordering.sort_key(end) >= high_key:
@@ -224,16 +224,16 @@ def distribution_factor(low: Any, high: Any, rows: int) -> decimal.Decimal | Non
     return (decimal.Decimal(high) - decimal.Decimal(low) + 1) / decimal.Decimal(rows)
 
 
-def even_step(factor: decimal.Decimal, chunk_size: int, decimal_scale: int | None) -> Any:
-    """Key distance covering about ``chunk_size`` rows: an int, or a Decimal of the column's scale."""
+def even_step(factor: decimal.Decimal, split_rows: int, decimal_scale: int | None) -> Any:
+    """Key distance covering about ``split_rows`` rows: an int, or a Decimal of the column's scale."""
     if decimal_scale is None:
-        return max(int(factor * chunk_size), 1)
+        return max(int(factor * split_rows), 1)
     quantum = decimal.Decimal(1).scaleb(-decimal_scale)
-    return max((factor * chunk_size).quantize(quantum, rounding=decimal.ROUND_DOWN), quantum)
+    return max((factor * split_rows).quantize(quantum, rounding=decimal.ROUND_DOWN), quantum)
 
 
 def even_bounds(low: Any, high: Any, step: Any) -> list[tuple[Any, Any]]:
-    """Flink CDC's evenly sized chunks: ``[None, low+step), [low+step, low+2*step), ..., [.., None)``."""
+    """Flink CDC's evenly sized splits: ``[None, low+step), [low+step, low+2*step), ..., [.., None)``."""
     bounds: list[tuple[Any, Any]] = []
     start, end = None, low + step
     while end <= high:

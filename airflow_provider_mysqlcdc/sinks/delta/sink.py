@@ -174,7 +174,7 @@ class DeltaSink(Sink):
 
     def commit_range(self, table_id: TableId, start: str | None, end: str | None, files: Sequence[DataFile], *,
                      file_schema: pa.Schema) -> None:
-        """Replace the rows of the chunk range ``[start, end)`` by the data ``files`` already in the
+        """Replace the rows of the key range ``[start, end)`` by the data ``files`` already in the
         table's folder (``write_data_file``), in one commit: it adds them and removes every file the
         range held. A file that also holds rows outside the range is rewritten without the range's
         rows, in the same commit. Retried on a conflicting commit; done at once when ``files`` are in

@@ -271,7 +271,7 @@ class IcebergSink(Sink):
 
     def commit_range(self, table_id: TableId, start: str | None, end: str | None, files: Sequence[DataFile], *,
                      file_schema: pa.Schema) -> None:
-        """Replace the rows of the chunk range ``[start, end)`` by the executors' data ``files`` (in
+        """Replace the rows of the key range ``[start, end)`` by the executors' data ``files`` (in
         ``data_folder``) in one commit: the range's rows deleted (files inside it dropped, a file
         partly inside rewritten without them) and the files added as they are. Done at once when the
         files are in the table already (a commit that landed before its caller heard of it)."""

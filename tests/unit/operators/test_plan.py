@@ -15,11 +15,11 @@ from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.source.selection import TableSelection
 from airflow_provider_mysqlcdc.operators.plan import MySqlCdcPlanOperator
+from airflow_provider_mysqlcdc.planning.planner import PlanSettings, RunPlan
 from airflow_provider_mysqlcdc.protocol.actions import PlanAction
 from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
 from airflow_provider_mysqlcdc.protocol.plans import ChunkPlan, TablePlan, TablePlans
 from airflow_provider_mysqlcdc.protocol.progress import RunPlanProgress
-from airflow_provider_mysqlcdc.state.planner import PlanSettings, RunPlan
 from airflow_provider_mysqlcdc.state.registry import PipelineState, captured_tables, run_folder
 
 A, B = TableId("shop", "a"), TableId("shop", "b")

@@ -64,8 +64,8 @@ def test_a_table_named_twice_in_one_run_is_refused():
 
 
 def _requests_checked(registry_tables, run_tables, resnapshot, tables=("shop.orders",)):
+    from airflow_provider_mysqlcdc.planning.changes import ResnapshotRequest
     from airflow_provider_mysqlcdc.protocol.registry import CapturedTable, Generation
-    from airflow_provider_mysqlcdc.state.changes import ResnapshotRequest
 
     operator = MySqlCdcPlanOperator(task_id="plan", tables=list(tables), state_location="/tmp/unused", run_tables=run_tables)
     registry = Generation(1, {TableId.parse(t): CapturedTable("id", []) for t in registry_tables})
@@ -93,7 +93,7 @@ def test_a_resnapshot_of_a_table_this_run_stops_capturing_is_refused():
 
 def test_a_resnapshot_range_must_fit_the_chunk_key_type():
     from airflow_provider_mysqlcdc.cdc.model.schema import Column
-    from airflow_provider_mysqlcdc.state.changes import ResnapshotRequest, check_request_bounds
+    from airflow_provider_mysqlcdc.planning.changes import ResnapshotRequest, check_request_bounds
 
     int_key = Column(name="id", data_type="int", column_type="int(11)", nullable=False)
     [request] = ResnapshotRequest.parse_all([{"table": "shop.orders", "from": "abc", "to": 2.5}])

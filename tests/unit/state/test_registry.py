@@ -9,9 +9,9 @@ from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import TableEventKind
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
+from airflow_provider_mysqlcdc.planning.changes import ResnapshotRequest, decide_action, next_tables, parse_offset
 from airflow_provider_mysqlcdc.protocol.plans import TablePlan
 from airflow_provider_mysqlcdc.protocol.registry import CapturedTable, Generation
-from airflow_provider_mysqlcdc.state.changes import ResnapshotRequest, decide_action, next_tables, parse_offset
 from airflow_provider_mysqlcdc.state.generations import added_since, start_offset
 from airflow_provider_mysqlcdc.state.registry import PipelineState, captured_tables
 

@@ -43,10 +43,10 @@ def test_a_generation_is_loaded_with_its_high_watermarks_placed_among_the_server
 
 
 def test_a_resnapshot_read_on_the_new_primary_replaces_splits_read_on_the_old_one_once_placed():
+    from airflow_provider_mysqlcdc.planning.changes import next_tables
     from airflow_provider_mysqlcdc.protocol.actions import PlanAction
     from airflow_provider_mysqlcdc.protocol.plans import TablePlan
     from airflow_provider_mysqlcdc.protocol.registry import CapturedTable, Generation
-    from airflow_provider_mysqlcdc.state.changes import next_tables
 
     split = SnapshotSplit(T, 0, "id")
     old = FinishedSplit(split, BinlogOffset("binlog.000900", 4, gtid_set="0-1-90", server_id=1))

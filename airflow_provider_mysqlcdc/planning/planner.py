@@ -24,7 +24,7 @@ from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.rules import route_of
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId, TableSchema
-from airflow_provider_mysqlcdc.cdc.planning.splitter import ChunkSplitter, SplitOptions
+from airflow_provider_mysqlcdc.cdc.planning.splitter import SplitOptions, TableSplitter
 from airflow_provider_mysqlcdc.cdc.records.masking import missing_salt_error
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
@@ -33,11 +33,7 @@ from airflow_provider_mysqlcdc.cdc.source.rules import TableRules
 from airflow_provider_mysqlcdc.cdc.source.schema import base_tables, table_exists
 from airflow_provider_mysqlcdc.cdc.source.selection import TableSelection
 from airflow_provider_mysqlcdc.cdc.source.server import check_offset_available, current_offset
-from airflow_provider_mysqlcdc.protocol.actions import PlanAction
-from airflow_provider_mysqlcdc.protocol.plans import ChunkPlan, TablePlan
-from airflow_provider_mysqlcdc.protocol.registry import CapturedTable, Generation
-from airflow_provider_mysqlcdc.sinks.routing import fit_shards, sink_table_id
-from airflow_provider_mysqlcdc.state.changes import (
+from airflow_provider_mysqlcdc.planning.changes import (
     ResnapshotRequest,
     check_request_bounds,
     decide_action,
@@ -45,6 +41,10 @@ from airflow_provider_mysqlcdc.state.changes import (
     parse_startup_mode,
     splits_overlapping,
 )
+from airflow_provider_mysqlcdc.protocol.actions import PlanAction
+from airflow_provider_mysqlcdc.protocol.plans import ChunkPlan, TablePlan
+from airflow_provider_mysqlcdc.protocol.registry import CapturedTable, Generation
+from airflow_provider_mysqlcdc.sinks.routing import fit_shards, sink_table_id
 from airflow_provider_mysqlcdc.state.drift import Drift, pending_drift, read_drift
 from airflow_provider_mysqlcdc.state.epochs import place
 from airflow_provider_mysqlcdc.state.registry import PipelineState
@@ -278,8 +278,8 @@ class Planner:
         if action == PlanAction.STREAM_ONLY:
             plan.stream_from = stream_from
         elif action in (PlanAction.SNAPSHOT, PlanAction.RESNAPSHOT):
-            options = SplitOptions(chunk_size=settings.split_rows, chunk_key_column=chunk_key)
-            plan.splits = ChunkSplitter(conn, report.schemas[table_id], options).split()
+            options = SplitOptions(split_rows=settings.split_rows, chunk_key_column=chunk_key)
+            plan.splits = TableSplitter(conn, report.schemas[table_id], options).split()
         elif action == PlanAction.RESNAPSHOT_SPLITS:
             assert request is not None and registered is not None  # decide_action gives the request it re-snapshots
             check_request_bounds(request, report.schemas[table_id].column(chunk_key))
