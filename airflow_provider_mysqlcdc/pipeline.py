@@ -122,7 +122,7 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
     Spark: ``spark_conn_id`` names an Airflow ``spark`` connection (master, queue, namespace, Kerberos;
     hooks/spark.py), else ``spark_master`` is used; ``spark_conf`` is added to every job. A
     ``spark_connect`` connection runs the chunk tasks and the stream as Spark Connect sessions
-    (spark/connect_runner.py). ``stream_spark_conn_id`` gives the stream a connection of its own
+    (launch/connect_runner.py). ``stream_spark_conn_id`` gives the stream a connection of its own
     (default: ``spark_conn_id``), e.g. chunks on a Connect server and the stream on a cluster.
 
     Object stores: ``sink_root`` and ``state_dir`` may be ``s3://`` (``gs://``, ``abfss://``) URLs;

@@ -5,10 +5,10 @@ side in one run, three times each way:
 
 - through spark-submit in local mode, end to end, as a chunk task with a ``spark`` connection runs
   it: a JVM start, Spark's start-up and planning, then the work;
-- as a Spark Connect session (spark/connect_runner.py) on a server started once beforehand (a
+- as a Spark Connect session (launch/connect_runner.py) on a server started once beforehand (a
   long-running server is the point of Connect: its start is not a task's cost), end to end, as a
   chunk task with a ``spark_connect`` connection runs it in its own process;
-- as a session on the worker's shared local server (spark/local_server.py, ``local_spark =
+- as a session on the worker's shared local server (launch/local_server.py, ``local_spark =
   shared``), the first time with the server's start (a worker's first task pays it), then with the
   server up.
 
@@ -28,12 +28,12 @@ from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.cdc.planning.splitter import SplitOptions, TableSplitter
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
+from airflow_provider_mysqlcdc.launch.connect_runner import SparkConnectJobRunner
+from airflow_provider_mysqlcdc.launch.local_runner import LocalSparkJobRunner
+from airflow_provider_mysqlcdc.launch.local_server import LocalSparkServer, ServerKind
+from airflow_provider_mysqlcdc.launch.submit import SparkJobRunner, SparkTarget
 from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob
 from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
-from airflow_provider_mysqlcdc.spark.connect_runner import SparkConnectJobRunner
-from airflow_provider_mysqlcdc.spark.local_runner import LocalSparkJobRunner
-from airflow_provider_mysqlcdc.spark.local_server import LocalSparkServer, ServerKind
-from airflow_provider_mysqlcdc.spark.submit import SparkJobRunner, SparkTarget
 from devtools.spark_connect_server import SparkConnectServer
 from devtools.spark_submit import SparkSubmit
 from devtools.throwaway_server import ThrowawayMariaDB

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId
-from airflow_provider_mysqlcdc.spark.local_server import stop_all
+from airflow_provider_mysqlcdc.launch.local_server import stop_all
 from bench.memory import CpuSampler, spark_role
 from devtools.airflow_standalone import AirflowStandalone
 from devtools.dag_runner import example_dag_env

@@ -48,9 +48,9 @@ from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.cdc.planning.splitter import SplitOptions, TableSplitter
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
+from airflow_provider_mysqlcdc.launch.submit import spark_home
 from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob
 from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
-from airflow_provider_mysqlcdc.spark.submit import spark_home
 from bench.binlog_baselines import mariadb_binlog_seconds, python_replication_seconds, reader_rows, reader_seconds
 from bench.customer_table import create_customer_table, update_burst
 from bench.fixed_cost import bench_fixed_cost, connect_runner, fixed_cost_report
@@ -140,8 +140,8 @@ def _shared_chunk_job(conn: Any, table: TableId, work: Path, secrets: Path) -> t
     """The same chunk job the way a chunk task runs it by default: the snapshot operator's runner, a
     session on the worker's shared local server (started and warmed by a first run): its end-to-end
     and work seconds."""
+    from airflow_provider_mysqlcdc.launch.local_server import LOCAL_SPARK_DIR_VARIABLE, stop_all
     from airflow_provider_mysqlcdc.operators.snapshot import MySqlCdcSnapshotOperator
-    from airflow_provider_mysqlcdc.spark.local_server import LOCAL_SPARK_DIR_VARIABLE, stop_all
 
     os.environ[LOCAL_SPARK_DIR_VARIABLE] = str(work / "local-spark")
     try:

@@ -62,9 +62,9 @@ def run_dag_demo(source: SourceConfig, args: argparse.Namespace) -> int:
     import tempfile
     from pathlib import Path
 
+    from airflow_provider_mysqlcdc.launch.local_server import LOCAL_SPARK_DIR_VARIABLE, stop_all
     from airflow_provider_mysqlcdc.sinks.arrow_rows import arrow_to_rows
     from airflow_provider_mysqlcdc.sinks.factory import open_sink
-    from airflow_provider_mysqlcdc.spark.local_server import LOCAL_SPARK_DIR_VARIABLE, stop_all
     from airflow_provider_mysqlcdc.status import print_status
     from devtools.dag_runner import catch_up_stream, example_dag_env, run_dag
     from devtools.workload import SAMPLE_TABLES

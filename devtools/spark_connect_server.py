@@ -46,7 +46,7 @@ class SparkConnectServer:
                 "extra": {SERVER_FILE_EXTRA: str(self.credentials_file)}}
 
     def start(self, timeout_s: float = 120) -> "SparkConnectServer":
-        from airflow_provider_mysqlcdc.spark.submit import spark_home
+        from airflow_provider_mysqlcdc.launch.submit import spark_home
 
         home = spark_home()
         self.work_dir.mkdir(parents=True, exist_ok=True)

@@ -31,7 +31,7 @@ class StandaloneCluster:
         return f"spark://127.0.0.1:{self.port}"
 
     def start(self, timeout_s: float = 60) -> "StandaloneCluster":
-        from airflow_provider_mysqlcdc.spark.submit import spark_home
+        from airflow_provider_mysqlcdc.launch.submit import spark_home
 
         home = spark_home()
         env = dict(os.environ, SPARK_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1")

@@ -1,7 +1,7 @@
 """The programs of ``spark/jobs/`` run the way the operators run them, without an Airflow task: the
 tests, the demo, the torture run and the benchmarks use this.
 
-``SparkSubmit`` is the operators' own runner (spark/submit.py ``SparkJobRunner``: the apache-spark
+``SparkSubmit`` is the operators' own runner (launch/submit.py ``SparkJobRunner``: the apache-spark
 provider's ``SparkSubmitHook``, the package zip, the private credentials file, the report folder)
 on a local master that hooks/spark.py turns into a ``spark`` connection, as it does for an operator
 given ``spark_master``. What it adds is what a test needs around it: the job read from a job file,
@@ -28,14 +28,14 @@ import structlog
 from airflow_provider_mysqlcdc.cdc.errors import SparkJobFailed
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.hooks.spark import spark_target
-from airflow_provider_mysqlcdc.spark.packaging import build_py_files_zip, spark_job_script
-from airflow_provider_mysqlcdc.spark.submit import (
+from airflow_provider_mysqlcdc.launch.submit import (
     SparkJobRunner,
     SparkTarget,
     program_conf,
     spark_environment,
     spark_home,
 )
+from airflow_provider_mysqlcdc.spark.packaging import build_py_files_zip, spark_job_script
 from airflow_provider_mysqlcdc.state.credentials import ObjectStoreCredentials
 
 log = logging.getLogger(__name__)
@@ -153,7 +153,7 @@ class SparkSubmit:
         Not through the runner: a detached program the runner starts reports its lines through its
         report folder, about once a second, and the tests that kill a stream the moment it logs a line
         (in the middle of a micro-batch) need each line when it is written. The program gets the same
-        command line, environment and conf as under the runner (spark/submit.py's helpers), with no
+        command line, environment and conf as under the runner (launch/submit.py's helpers), with no
         report folder, so it logs to its stderr."""
         target = self.target()
         py_files = build_py_files_zip(self.work_dir / "airflow_provider_mysqlcdc.zip")

@@ -100,10 +100,10 @@ def installed_wheel(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="session", autouse=True)
 def local_spark_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    """The shared local Spark servers (spark/local_server.py) that the suite's DAG runs start, as a
+    """The shared local Spark servers (launch/local_server.py) that the suite's DAG runs start, as a
     worker's tasks do by default: in a folder of this session's, shared by its tests, all stopped at the
     end (a test of the servers themselves uses a folder of its own)."""
-    from airflow_provider_mysqlcdc.spark.local_server import LOCAL_SPARK_DIR_VARIABLE, stop_all
+    from airflow_provider_mysqlcdc.launch.local_server import LOCAL_SPARK_DIR_VARIABLE, stop_all
 
     root = tmp_path_factory.mktemp("local-spark")
     os.environ[LOCAL_SPARK_DIR_VARIABLE] = str(root)

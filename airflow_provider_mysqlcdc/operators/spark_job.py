@@ -3,27 +3,23 @@ stopping it when the task is killed (marked failed, cleared, or past its ``execu
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Mapping
 from functools import cached_property
 from typing import Any
 
-from airflow.sdk import BaseOperator, Context, conf
+from airflow.sdk import BaseOperator, Context
 
-from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
 from airflow_provider_mysqlcdc.hooks.object_store import open_object_store
-from airflow_provider_mysqlcdc.hooks.spark import spark_target
+from airflow_provider_mysqlcdc.hooks.spark import MySqlCdcSparkHook
+from airflow_provider_mysqlcdc.launch.connect_runner import SparkConnectJobRunner
+from airflow_provider_mysqlcdc.launch.submit import SparkJobRunner, started_again
 from airflow_provider_mysqlcdc.links.spark import SPARK_UI_XCOM_KEY, SparkUiLink
 from airflow_provider_mysqlcdc.operators.arguments import sink_spec_of
 from airflow_provider_mysqlcdc.protocol.results import DriverInfo
 from airflow_provider_mysqlcdc.protocol.sinks import DEFAULT_FORMAT, DEFAULT_NAMESPACE, SinkSpec
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
-from airflow_provider_mysqlcdc.spark.connect_runner import SparkConnectJobRunner
-from airflow_provider_mysqlcdc.spark.local_runner import LOCAL_SPARK_MODES, LocalSparkJobRunner
-from airflow_provider_mysqlcdc.spark.local_server import DEFAULT_IDLE_S, LocalSparkServer, ServerKind
-from airflow_provider_mysqlcdc.spark.submit import SparkJobRunner, program_conf, started_again
 from airflow_provider_mysqlcdc.state.credentials import ObjectStoreCredentials
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from airflow_provider_mysqlcdc.state.sink import settle_sink
@@ -35,7 +31,7 @@ class MySqlCdcSparkJobOperator(BaseOperator):
     :param mysqlcdc_conn_id: the ``mysqlcdc`` connection of the source
     :param spark_master: Spark master when no ``spark_conn_id`` is given
     :param spark_conn_id: an Airflow ``spark`` connection to submit through (hooks/spark.py), or a
-        ``spark_connect`` one whose server runs the program as a session (spark/connect_runner.py)
+        ``spark_connect`` one whose server runs the program as a session (launch/connect_runner.py)
     :param spark_conf: extra Spark configuration (no secrets)
     :param aws_conn_id: an ``aws`` connection whose credentials open the lake and the state location on
         an object store (hooks/object_store.py); none: the machine's own credentials
@@ -90,24 +86,15 @@ class MySqlCdcSparkJobOperator(BaseOperator):
         return open_object_store(self.aws_conn_id, self.iceberg_catalog_conn_id)
 
     @cached_property
+    def spark_hook(self) -> MySqlCdcSparkHook:
+        return MySqlCdcSparkHook(self.spark_conn_id, spark_master=self.spark_master, spark_conf=self.spark_conf)
+
+    @cached_property
     def spark_runner(self) -> SparkJobRunner | SparkConnectJobRunner:
-        """spark-submit through a ``spark`` connection, a session on a ``spark_connect`` one; with a local
-        master and no ``spark_conn_id``, a session on the worker's shared local Spark Connect server
-        (spark/local_runner.py; the default, ``[mysqlcdc] local_spark = shared``) or a spark-submit
-        (``local_spark = submit``)."""
-        target = spark_target(spark_conn_id=self.spark_conn_id, spark_master=self.spark_master,
-                              spark_conf=self.spark_conf)
-        if target.connect:
-            return SparkConnectJobRunner(target.conn_id, conf=target.conf, log=self.log,
-                                         server_credentials_file=target.server_credentials_file)
-        submit = SparkJobRunner(target, name=f"mysqlcdc {self.dag_id}.{self.task_id}", log=self.log)
-        if self.spark_conn_id or not target.local or local_spark_setting() == "submit":
-            return submit
-        kind = ServerKind(target.master, tuple(sorted(program_conf(target, sys.executable).items())))
-        idle_s = conf.getfloat("mysqlcdc", "local_spark_idle_s", fallback=DEFAULT_IDLE_S)
-        # the server outlives this task: it must not keep this task's object-store credentials
-        server = LocalSparkServer(kind, idle_s=idle_s, private=tuple(self.object_store.variables))
-        return LocalSparkJobRunner(server, submit, log=self.log)
+        """What starts this task's program (hooks/spark.py ``MySqlCdcSparkHook.runner``); the shared local
+        server outlives this task, so it must not keep this task's object-store credentials."""
+        return self.spark_hook.runner(name=f"mysqlcdc {self.dag_id}.{self.task_id}", log=self.log,
+                                      private=tuple(self.object_store.variables))
 
     def report_folder(self, state: PipelineState, context: Context) -> str:
         """Where this try's Spark program reports (spark/report.py), in the run's folder of ``state``."""
@@ -116,7 +103,7 @@ class MySqlCdcSparkJobOperator(BaseOperator):
 
     def run_spark_program(self, script: str, job_json: str, state: PipelineState, context: Context) -> dict[str, Any]:
         """Run ``script`` with ``job_json`` to its end; its result. Started again when Spark's Python
-        workers fail to start (spark/submit.py ``started_again``)."""
+        workers fail to start (launch/submit.py ``started_again``)."""
         return started_again(lambda: self.spark_runner.run(
             script, job_json, source=self.hook.source_config(), object_store=self.object_store,
             report_folder=self.report_folder(state, context), on_driver=self._driver_started(context)),
@@ -169,14 +156,3 @@ class MySqlCdcSparkJobOperator(BaseOperator):
     def on_kill(self) -> None:
         if "spark_runner" in self.__dict__:  # a Spark program was started (or is starting)
             self.spark_runner.on_kill()
-
-
-def local_spark_setting() -> str:
-    """``[mysqlcdc] local_spark`` (``AIRFLOW__MYSQLCDC__LOCAL_SPARK``): how programs run on a local
-    master without a ``spark_conn_id``: ``shared`` (the default: sessions on the worker's shared local
-    Spark Connect server) or ``submit`` (a spark-submit, so a JVM, per task)."""
-    mode = conf.get("mysqlcdc", "local_spark", fallback="shared").strip().lower()
-    if mode not in LOCAL_SPARK_MODES:
-        raise ConfigurationError(f"[mysqlcdc] local_spark is {mode!r}: give 'submit' (a spark-submit per task) or "
-                                 "'shared' (sessions on one local Spark Connect server the worker's tasks share).")
-    return mode

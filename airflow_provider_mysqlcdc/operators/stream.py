@@ -31,6 +31,7 @@ from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError, SparkJobFai
 from airflow_provider_mysqlcdc.cdc.model.records import ON_BINLOG_PURGED
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.hooks.spark import checked_spark_conf
+from airflow_provider_mysqlcdc.launch.supervision import DetachedStream, wait_for_a_stopping_stream
 from airflow_provider_mysqlcdc.metrics.pipeline_metrics import StreamMetricsFollower
 from airflow_provider_mysqlcdc.operators.arguments import state_location_of, table_entries, table_patterns
 from airflow_provider_mysqlcdc.operators.spark_job import MySqlCdcSparkJobOperator
@@ -40,7 +41,6 @@ from airflow_provider_mysqlcdc.protocol.jobs import StreamJob, check_heartbeat, 
 from airflow_provider_mysqlcdc.protocol.results import DetachedStreamRef, StreamPhase, StreamResult, StreamStatus
 from airflow_provider_mysqlcdc.sinks.routing import sink_table_id
 from airflow_provider_mysqlcdc.spark.report import ReportWatcher
-from airflow_provider_mysqlcdc.spark.supervision import DetachedStream, wait_for_a_stopping_stream
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from airflow_provider_mysqlcdc.triggers.stream import STOP_REASON, MySqlCdcStreamTrigger
 

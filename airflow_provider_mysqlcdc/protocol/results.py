@@ -160,7 +160,7 @@ class JobFailure:
 
 
 class StreamPhase(str, Enum):
-    """Where a detached stream is (spark/supervision.py)."""
+    """Where a detached stream is (launch/supervision.py)."""
 
     STARTING = "starting"  # submitted; its lease not taken yet
     RUNNING = "running"  # holds the pipeline's lease and sends heartbeats

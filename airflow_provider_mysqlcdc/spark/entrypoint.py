@@ -1,13 +1,13 @@
 """What every program in ``spark/jobs/`` does around its work: arguments, logging, the Spark
 session, and reporting the result or the failure.
 
-With ``--report-to`` (what the operators and ``spark/submit.py`` pass) the job, its log lines, its
+With ``--report-to`` (what the operators and ``launch/submit.py`` pass) the job, its log lines, its
 driver's address and its result travel through that report folder (spark/report.py), so the driver
 may run on the cluster. Without it (a person running a program by hand) the log goes to stderr and
 the result is printed on stdout.
 
 With ``--spark-connect`` the program is the client of a Spark Connect session (a detached stream
-started by spark/connect_runner.py): a plain Python process, no spark-submit. Its session's URL is in
+started by launch/connect_runner.py): a plain Python process, no spark-submit. Its session's URL is in
 the private credentials file, and ``prepare`` is given the source's settings and the object store's
 credentials to carry to the server's Python workers (spark/connect.py).
 """

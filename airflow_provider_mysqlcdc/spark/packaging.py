@@ -31,7 +31,7 @@ def spark_job_script(name: str) -> Path:
 
 def launcher_jar(destination: Path) -> Path:
     """An empty jar: the application resource when Spark's ``PythonRunner`` is the driver's main class
-    (a standalone cluster runs a Python program only that way; spark/submit.py)."""
+    (a standalone cluster runs a Python program only that way; launch/submit.py)."""
     destination.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(destination, "w") as archive:
         archive.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\n")

@@ -7,7 +7,7 @@ are installed into the environment of each process that needs them, and nothing 
 them: no storage options through every call, nothing in a job file, a Spark conf or an argument.
 
 They reach a Spark program in the private credentials file its task writes (the source's password
-travels there too: spark/submit.py), and the program installs them on its driver and wherever an
+travels there too: launch/submit.py), and the program installs them on its driver and wherever an
 executor reads that file. ``repr`` never shows them.
 """
 
@@ -111,7 +111,7 @@ def put_in_private_file(path: Path, key: str, value: Any) -> None:
 
 
 #: what the last ``install_from_private_file`` of this process installed: a Python worker of a shared
-#: server (spark/local_server.py) runs the sessions of several pipelines one after another
+#: server (launch/local_server.py) runs the sessions of several pipelines one after another
 _installed: set[str] = set()
 
 

@@ -1,7 +1,7 @@
 """``MySqlCdcStreamTrigger``: a deferred stream task's watch over its detached stream.
 
 It runs in Airflow's triggerer, so the stream holds no worker slot. Every ``poll_interval_s`` it
-reads the stream's report folder and the pipeline's lease (spark/supervision.py), puts the stream's
+reads the stream's report folder and the pipeline's lease (launch/supervision.py), puts the stream's
 new log lines in the task log, and fires once the stream has ended (its result), failed (its own
 error) or was lost (no heartbeat, driver gone, lease taken over). It sends the stream's metrics
 meanwhile, as a task that follows its stream does (metrics/pipeline_metrics.py). Marking the task failed or
@@ -18,10 +18,10 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from asgiref.sync import sync_to_async
 
 from airflow_provider_mysqlcdc.hooks.object_store import storage_options_for
+from airflow_provider_mysqlcdc.launch.supervision import DetachedStream
 from airflow_provider_mysqlcdc.metrics.pipeline_metrics import StreamMetrics
 from airflow_provider_mysqlcdc.protocol.envelope import encode
 from airflow_provider_mysqlcdc.protocol.results import StreamPhase
-from airflow_provider_mysqlcdc.spark.supervision import DetachedStream
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 
 STOP_REASON = "its Airflow task was marked failed, cleared or timed out"

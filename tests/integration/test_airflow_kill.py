@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_mysqlcdc.launch.local_server import LOCAL_SPARK_DIR_VARIABLE, live_leases, read_record
 from airflow_provider_mysqlcdc.pipeline import group_id_for
-from airflow_provider_mysqlcdc.spark.local_server import LOCAL_SPARK_DIR_VARIABLE, live_leases, read_record
 from airflow_provider_mysqlcdc.state.lease import StreamLeases
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from devtools.airflow_standalone import AirflowStandalone

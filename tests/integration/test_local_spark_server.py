@@ -1,4 +1,4 @@
-"""The worker's shared local Spark Connect server (spark/local_server.py, ``[mysqlcdc] local_spark =
+"""The worker's shared local Spark Connect server (launch/local_server.py, ``[mysqlcdc] local_spark =
 shared``): a DAG's chunk tasks and its available-now stream run as sessions on one server their first
 task started, exact and without a JVM of their own; the server is shared by processes at once, stops
 once no live process holds a lease for its idle time (a killed task's lease included), and is started
@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
-from airflow_provider_mysqlcdc.pipeline import group_id_for
-from airflow_provider_mysqlcdc.spark.local_server import (
+from airflow_provider_mysqlcdc.launch.local_server import (
     SERVER_CLASS,
     SUPERVISOR_FILE,
     LocalSparkServer,
@@ -25,6 +24,7 @@ from airflow_provider_mysqlcdc.spark.local_server import (
     read_record,
     stop_all,
 )
+from airflow_provider_mysqlcdc.pipeline import group_id_for
 from devtools.dag_runner import example_dag_env, run_dag
 from devtools.verify import source_rows
 from devtools.workload import SAMPLE_TABLES, RandomWriters, create_sample_tables
@@ -38,7 +38,7 @@ HOLDER = """
 import sys
 from pathlib import Path
 from pyspark.sql import SparkSession
-from airflow_provider_mysqlcdc.spark.local_server import LocalSparkServer, ServerKind
+from airflow_provider_mysqlcdc.launch.local_server import LocalSparkServer, ServerKind
 server = LocalSparkServer(ServerKind("local[2]"), Path(sys.argv[1]), idle_s=float(sys.argv[2]))
 with server.lease() as lease:
     record = lease.record

@@ -19,13 +19,13 @@ import pytest
 
 from airflow_provider_mysqlcdc.cdc.model.split import SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
+from airflow_provider_mysqlcdc.launch.connect_runner import SparkConnectJobRunner
+from airflow_provider_mysqlcdc.launch.supervision import DetachedStream
 from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob, StreamJob
 from airflow_provider_mysqlcdc.protocol.progress import StreamBatchProgress
 from airflow_provider_mysqlcdc.protocol.results import StreamPhase
 from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.spark.connect import CONNECT_MODE_VARIABLES
-from airflow_provider_mysqlcdc.spark.connect_runner import SparkConnectJobRunner
-from airflow_provider_mysqlcdc.spark.supervision import DetachedStream
 from airflow_provider_mysqlcdc.state.lease import StreamLeases
 from airflow_provider_mysqlcdc.state.registry import STREAM_PROGRESS, PipelineState
 from devtools.dag_runner import example_dag_env, run_dag

@@ -30,6 +30,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("state",),
     ("planning", "stream"),
     ("spark",),
+    ("launch",),
     ("hooks", "assets", "metrics", "lineage", "links", "status"),
     ("triggers",),
     ("operators",),

@@ -13,8 +13,8 @@ from airflow.triggers.base import BaseTrigger
 
 import airflow_provider_mysqlcdc
 from airflow_provider_mysqlcdc.get_provider_info import get_provider_info
-from airflow_provider_mysqlcdc.operators.spark_job import local_spark_setting
-from airflow_provider_mysqlcdc.spark.local_server import DEFAULT_IDLE_S
+from airflow_provider_mysqlcdc.hooks.spark import local_spark_setting
+from airflow_provider_mysqlcdc.launch.local_server import DEFAULT_IDLE_S
 
 
 def test_the_provider_info_is_valid_for_airflows_schema():

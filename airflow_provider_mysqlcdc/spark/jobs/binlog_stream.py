@@ -6,7 +6,7 @@
 The job file (``StreamJob``) names the seed (finished splits), the sink, the checkpoint location and
 the mode (``available-now`` or ``continuous``). Credentials: ``MYSQLCDC_SOURCE_FILE``, a private file
 that driver and executors read (never argv or Spark conf). On a Spark Connect session (``--spark-connect``,
-or in an Airflow task's process: spark/connect_runner.py) the server's Python workers read a private
+or in an Airflow task's process: launch/connect_runner.py) the server's Python workers read a private
 file of the server's own instead (spark/connect.py).
 """
 

@@ -16,7 +16,7 @@ import sys
 
 def prepare(job_json: str, source=None, server_file=None):
     """The program's name and work; ``source``: the source's settings when the caller has them (a
-    Spark Connect session: spark/connect_runner.py, whose executors read the password from
+    Spark Connect session: launch/connect_runner.py, whose executors read the password from
     ``server_file`` on the server), else from the environment."""
     import os
 

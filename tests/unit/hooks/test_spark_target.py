@@ -4,12 +4,15 @@ apache-spark provider's own hook, from a real Airflow connection in the environm
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
-from airflow_provider_mysqlcdc.hooks.spark import checked_spark_conf, spark_target
-from airflow_provider_mysqlcdc.spark.submit import SparkTarget
+from airflow_provider_mysqlcdc.hooks.spark import MySqlCdcSparkHook, checked_spark_conf, spark_target
+from airflow_provider_mysqlcdc.launch.connect_runner import SparkConnectJobRunner
+from airflow_provider_mysqlcdc.launch.local_runner import LocalSparkJobRunner
+from airflow_provider_mysqlcdc.launch.submit import SparkJobRunner, SparkTarget
 
 
 def test_without_a_connection_the_master_becomes_a_spark_connection():
@@ -79,8 +82,8 @@ def test_a_spark_submit_program_never_inherits_a_spark_connect_mode(monkeypatch,
     classic programs it submits afterwards must not take themselves for one."""
     import sys
 
+    from airflow_provider_mysqlcdc.launch.submit import spark_environment
     from airflow_provider_mysqlcdc.spark.connect import CONNECT_MODE_VARIABLES
-    from airflow_provider_mysqlcdc.spark.submit import spark_environment
 
     for name in CONNECT_MODE_VARIABLES:
         monkeypatch.setenv(name, "1")
@@ -106,7 +109,7 @@ def test_ordinary_spark_conf_is_not_taken_for_a_secret():
 def test_spark_redacts_our_secrets_in_its_ui_and_event_logs():
     import re
 
-    from airflow_provider_mysqlcdc.spark.submit import DEFAULT_CONF
+    from airflow_provider_mysqlcdc.launch.submit import DEFAULT_CONF
 
     keys = re.compile(DEFAULT_CONF["spark.redaction.regex"])
     assert keys.search("spark.hadoop.fs.azure.account.key.acct.dfs.core.windows.net")
@@ -114,3 +117,25 @@ def test_spark_redacts_our_secrets_in_its_ui_and_event_logs():
     values = re.compile(DEFAULT_CONF["spark.redaction.string.regex"])
     assert values.sub("*", "mysql://cdc:pw123@db:3306/shop") == "mysql*@db:3306/shop"
     assert "abc" not in values.sub("*", "connect with password=abc")
+
+
+def test_a_connection_of_another_type_is_refused_naming_the_types_the_hook_takes(monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_CDC_MYSQL", json.dumps({"conn_type": "mysql", "host": "db.example"}))
+    with pytest.raises(ConfigurationError, match="is of type 'mysql'.*spark or spark_connect"):
+        MySqlCdcSparkHook("cdc_mysql").target  # noqa: B018
+
+
+@pytest.mark.parametrize("conn, setting, runner", [
+    ({"conn_type": "spark_connect", "host": "connect.example", "port": 15002,
+      "extra": {"server_credentials_file": "/etc/mysqlcdc/server.json"}}, "shared", SparkConnectJobRunner),
+    ({"conn_type": "spark", "host": "spark://master.example", "port": 7077}, "shared", SparkJobRunner),
+    (None, "shared", LocalSparkJobRunner),
+    (None, "submit", SparkJobRunner),
+])
+def test_the_hook_chooses_the_runner_by_connection_and_local_spark_setting(monkeypatch, conn, setting, runner):
+    monkeypatch.setenv("AIRFLOW__MYSQLCDC__LOCAL_SPARK", setting)
+    if conn:
+        monkeypatch.setenv("AIRFLOW_CONN_CDC_SPARK", json.dumps(conn))
+    hook = MySqlCdcSparkHook("cdc_spark" if conn else None, spark_master="local[2]")
+    chosen = hook.runner(name="mysqlcdc d.t", log=logging.getLogger("test"))
+    assert type(chosen) is runner

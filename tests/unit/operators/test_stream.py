@@ -8,13 +8,13 @@ from types import SimpleNamespace
 import pytest
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
+from airflow_provider_mysqlcdc.launch.supervision import DetachedStream
 from airflow_provider_mysqlcdc.operators.stream import STOPPED_BY_ITS_TASK, MySqlCdcStreamOperator
 from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.results import DetachedStreamRef
 from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.spark.report import JobReport
-from airflow_provider_mysqlcdc.spark.supervision import DetachedStream
 from airflow_provider_mysqlcdc.state.lease import StreamLeases
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from airflow_provider_mysqlcdc.state.sink import recorded_sink, settle_sink

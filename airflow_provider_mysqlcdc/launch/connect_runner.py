@@ -11,7 +11,7 @@ gets the package as a session artifact (spark/connect.py):
   everything the session runs.
 - ``start`` (the ``continuous`` stream) starts the program detached, as its own Python process
   (``--spark-connect``) that outlives the task and reports through its report folder like a
-  spark-submit driver (spark/report.py); it is stopped through that folder (spark/supervision.py).
+  spark-submit driver (spark/report.py); it is stopped through that folder (launch/supervision.py).
 
 What travels to the server: the job (splits, locations) and the source's settings without the
 password inside the Python objects that run there. The server's workers read the password, and the
@@ -85,15 +85,15 @@ class SparkConnectJobRunner:
               object_store: ObjectStoreCredentials | None = None) -> None:
         """Start ``script`` detached, as a Python process of its own holding its session: return once
         it is up. It removes its private folder (the credentials file) when it ends."""
-        from airflow_provider_mysqlcdc.spark.packaging import spark_job_script
-        from airflow_provider_mysqlcdc.spark.report import ReportWatcher
-        from airflow_provider_mysqlcdc.spark.submit import (
+        from airflow_provider_mysqlcdc.launch.submit import (
             job_arguments,
             output_tail,
             prepare_program,
             program_environment,
             wait_for_driver,
         )
+        from airflow_provider_mysqlcdc.spark.packaging import spark_job_script
+        from airflow_provider_mysqlcdc.spark.report import ReportWatcher
 
         work = Path(tempfile.mkdtemp(prefix="mysqlcdc-"))  # 0700: the credentials file lives here
         report = ReportWatcher(report_folder)

@@ -1,5 +1,5 @@
-"""The supervisor of a shared local Spark Connect server (spark/local_server.py says how the tasks
-use it): ``python -m airflow_provider_mysqlcdc.spark.local_supervisor --serve FOLDER --idle-s N``, started
+"""The supervisor of a shared local Spark Connect server (launch/local_server.py says how the tasks
+use it): ``python -m airflow_provider_mysqlcdc.launch.local_supervisor --serve FOLDER --idle-s N``, started
 detached by the first task that needs the server.
 
 It starts the JVM (Spark's ``SparkConnectServer`` on loopback, asking for a token only the folder's
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
-from airflow_provider_mysqlcdc.spark.local_server import (
+from airflow_provider_mysqlcdc.launch.local_server import (
     DEFAULT_IDLE_S,
     RECORD_FILE,
     SERVER_CLASS,
@@ -37,7 +37,7 @@ from airflow_provider_mysqlcdc.spark.local_server import (
     stop_server,
     write_pid,
 )
-from airflow_provider_mysqlcdc.spark.submit import program_environment, spark_home
+from airflow_provider_mysqlcdc.launch.submit import program_environment, spark_home
 
 READY_LINE = "Spark Connect server started"
 #: the server's log is emptied when it grows past this (the JVM appends to it)

@@ -1,9 +1,9 @@
 """Running a pipeline's programs as sessions on the worker's shared local Spark Connect server
-(spark/local_server.py): ``[mysqlcdc] local_spark = shared`` with a local master and no
+(launch/local_server.py): ``[mysqlcdc] local_spark = shared`` with a local master and no
 ``spark_conn_id``.
 
 A program that runs to its end in the task (chunk tasks, the ``available-now`` stream) holds a lease
-on the server while it runs, as a Spark Connect session (spark/connect_runner.py): no JVM of its
+on the server while it runs, as a Spark Connect session (launch/connect_runner.py): no JVM of its
 own. The server's Python workers read the source's password, and the object store's credentials,
 from a private file the task writes next to the server for the time of its session (0600, in the
 server's 0700 folder) and deletes after; only its path travels in the functions they run. A program
@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
+from airflow_provider_mysqlcdc.launch.connect_runner import SparkConnectJobRunner
+from airflow_provider_mysqlcdc.launch.local_server import LocalSparkServer, ServerRecord
+from airflow_provider_mysqlcdc.launch.submit import SparkJobRunner
 from airflow_provider_mysqlcdc.protocol.results import DriverInfo
-from airflow_provider_mysqlcdc.spark.connect_runner import SparkConnectJobRunner
-from airflow_provider_mysqlcdc.spark.local_server import LocalSparkServer, ServerRecord
-from airflow_provider_mysqlcdc.spark.submit import SparkJobRunner
 from airflow_provider_mysqlcdc.state.credentials import ObjectStoreCredentials
 
 #: the ways programs run on a local master without a ``spark_conn_id`` (``[mysqlcdc] local_spark``)

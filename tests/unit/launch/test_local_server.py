@@ -1,4 +1,4 @@
-"""The shared local Spark Connect server's decisions (spark/local_server.py): which tasks share a
+"""The shared local Spark Connect server's decisions (launch/local_server.py): which tasks share a
 server, which leases are live, which record is usable; and how the operators choose it."""
 
 from __future__ import annotations
@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
-from airflow_provider_mysqlcdc.operators.snapshot import MySqlCdcSnapshotOperator
-from airflow_provider_mysqlcdc.spark.local_runner import LocalSparkJobRunner
-from airflow_provider_mysqlcdc.spark.local_server import (
+from airflow_provider_mysqlcdc.launch.local_runner import LocalSparkJobRunner
+from airflow_provider_mysqlcdc.launch.local_server import (
     RECORD_FILE,
     SUPERVISOR_MODULE,
     LocalSparkServer,
@@ -24,7 +23,8 @@ from airflow_provider_mysqlcdc.spark.local_server import (
     live_leases,
     read_record,
 )
-from airflow_provider_mysqlcdc.spark.submit import REDACTION_REGEX, SparkJobRunner
+from airflow_provider_mysqlcdc.launch.submit import REDACTION_REGEX, SparkJobRunner
+from airflow_provider_mysqlcdc.operators.snapshot import MySqlCdcSnapshotOperator
 
 
 def test_tasks_with_other_spark_settings_get_a_server_of_their_own():
@@ -52,7 +52,7 @@ def test_a_lease_is_live_while_its_holder_lives_and_a_dead_holders_lease_goes_wi
 
 def test_a_lease_held_by_another_process_is_live(tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", "import sys; from pathlib import Path; "
-                               "from airflow_provider_mysqlcdc.spark.local_server import _take_lease; "
+                               "from airflow_provider_mysqlcdc.launch.local_server import _take_lease; "
                                f"held = _take_lease(Path({str(tmp_path)!r})); print('held', flush=True); sys.stdin.read()"],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert holder.stdout is not None and holder.stdout.readline() == "held\n"

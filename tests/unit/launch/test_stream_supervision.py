@@ -1,4 +1,4 @@
-"""Watching a detached stream (spark/supervision.py) through real report folders and leases in a state
+"""Watching a detached stream (launch/supervision.py) through real report folders and leases in a state
 folder: what the watch finds in each way a stream can end (the trigger and the operator over it:
 tests/unit/triggers/test_stream.py, tests/unit/operators/test_stream.py)."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import threading
 import time
 
+from airflow_provider_mysqlcdc.launch.supervision import ENDING_GRACE_S, DetachedStream, wait_for_a_stopping_stream
 from airflow_provider_mysqlcdc.protocol.results import StreamPhase
 from airflow_provider_mysqlcdc.spark.report import JobReport, stop_request
-from airflow_provider_mysqlcdc.spark.supervision import ENDING_GRACE_S, DetachedStream, wait_for_a_stopping_stream
 from airflow_provider_mysqlcdc.state.lease import StreamLeases
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 

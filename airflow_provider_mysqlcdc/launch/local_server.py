@@ -1,5 +1,5 @@
 """A Spark Connect server on the Airflow worker itself, shared by the tasks that run there: how the
-pipeline's programs run with ``local_spark="shared"`` and no ``spark_conn_id`` (spark/local_runner.py).
+pipeline's programs run with ``local_spark="shared"`` and no ``spark_conn_id`` (launch/local_runner.py).
 
 Why: a chunk task that starts its own JVM with spark-submit pays half a minute or more on a busy
 two-core worker before it reads a row; a session on a running server costs a second or two. So the
@@ -11,7 +11,7 @@ How, with files and processes only (nothing to install as a service):
 - **A folder per kind of server**, ``<MYSQLCDC_LOCAL_SPARK_DIR or ~/.cache/mysqlcdc/local-spark>/<key>``
   (0700), the key a hash of what the server is (``ServerKind``: master, static Spark conf, the Python
   its workers run, the Spark version). A task with other settings gets a server of its own.
-- **A supervisor** (spark/local_supervisor.py), detached from the task that started it, starts the
+- **A supervisor** (launch/local_supervisor.py), detached from the task that started it, starts the
   JVM (Spark's ``SparkConnectServer`` on loopback, asking for a token only the folder's owner can
   read; the JVM dies with it), writes ``server.json`` (0600) once it accepts sessions, and watches
   it: the JVM ended, the record goes and the supervisor with it (the next task starts a new server);
@@ -48,15 +48,15 @@ from pathlib import Path
 from typing import IO
 
 from airflow_provider_mysqlcdc.cdc.errors import SparkJobFailed
-from airflow_provider_mysqlcdc.spark.submit import output_tail, program_environment
+from airflow_provider_mysqlcdc.launch.submit import output_tail, program_environment
 
 #: where the servers' folders are (default ``~/.cache/mysqlcdc/local-spark``)
 LOCAL_SPARK_DIR_VARIABLE = "MYSQLCDC_LOCAL_SPARK_DIR"
 #: a server no task used for this long is stopped
 DEFAULT_IDLE_S = 300.0
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
-#: the supervisor's module (spark/local_supervisor.py), run with ``python -m``
-SUPERVISOR_MODULE = "airflow_provider_mysqlcdc.spark.local_supervisor"
+#: the supervisor's module (launch/local_supervisor.py), run with ``python -m``
+SUPERVISOR_MODULE = "airflow_provider_mysqlcdc.launch.local_supervisor"
 RECORD_FILE = "server.json"
 #: the pid of the folder's supervisor, written before it starts the JVM
 SUPERVISOR_FILE = "supervisor.pid"

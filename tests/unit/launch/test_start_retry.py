@@ -1,4 +1,4 @@
-"""A Spark program whose Python workers fail to start is started again (spark/submit.py
+"""A Spark program whose Python workers fail to start is started again (launch/submit.py
 ``started_again``); any other failure ends the task at once."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from airflow_provider_mysqlcdc.cdc.errors import SparkJobFailed
-from airflow_provider_mysqlcdc.spark.submit import START_ATTEMPTS, started_again
+from airflow_provider_mysqlcdc.launch.submit import START_ATTEMPTS, started_again
 
 log = logging.getLogger(__name__)
 WORKERS_LATE = ("Spark program binlog_stream.py failed: StreamingQueryException: ... org.apache.spark.SparkException: "

@@ -1,6 +1,6 @@
 """Running the programs of ``spark/jobs/`` with spark-submit, through the apache-spark provider's
 ``SparkSubmitHook`` (``SparkJobRunner``), and what every runner shares (the Spark Connect one is
-spark/connect_runner.py): the programs' environment, their private credentials file, their outcome.
+launch/connect_runner.py): the programs' environment, their private credentials file, their outcome.
 
 Where a program runs is a ``SparkTarget`` (resolved from Airflow connections by hooks/spark.py).
 Killing goes through the hook's ``on_kill`` (the driver on the cluster too). The installed pyspark's
@@ -179,7 +179,7 @@ class SparkTarget:
     master: str
     deploy_mode: str = "client"
     conf: dict[str, str] = field(default_factory=dict)
-    #: a ``spark_connect`` connection: programs run as Spark Connect sessions (spark/connect_runner.py)
+    #: a ``spark_connect`` connection: programs run as Spark Connect sessions (launch/connect_runner.py)
     connect: bool = False
     #: on Spark Connect, the private credentials file on the server its Python workers read (spark/connect.py)
     server_credentials_file: str = ""
@@ -248,7 +248,7 @@ class SparkJobRunner:
               on_driver: Callable[[DriverInfo], None] | None = None, start_timeout_s: float = 600,
               object_store: ObjectStoreCredentials | None = None) -> None:
         """Submit ``script`` detached: return once its driver is up, and leave it running on its own
-        (the caller watches its report folder: spark/supervision.py). In client mode spark-submit is
+        (the caller watches its report folder: launch/supervision.py). In client mode spark-submit is
         the driver: it runs in a session of its own and outlives the task's process. The program
         removes the task's private folder (its credentials file) when it ends; a driver killed with
         -9 leaves that folder in the temporary directory. Raises ``SparkJobFailed`` when it fails before its driver is up."""
