@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from airflow_provider_mysqlcdc.hooks.iceberg_catalog import IcebergCatalogHook
     from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
     from airflow_provider_mysqlcdc.hooks.object_store import ObjectStoreHook
+    from airflow_provider_mysqlcdc.hooks.spark import MySqlCdcSparkHook
     from airflow_provider_mysqlcdc.operators.collect import MySqlCdcCollectSplitsOperator
     from airflow_provider_mysqlcdc.operators.maintenance import MySqlCdcMaintenanceOperator
     from airflow_provider_mysqlcdc.operators.plan import MySqlCdcPlanOperator
@@ -75,6 +76,7 @@ _LAZY: dict[str, str] = {
     "MySqlCdcHook": "airflow_provider_mysqlcdc.hooks.mysqlcdc",
     "IcebergCatalogHook": "airflow_provider_mysqlcdc.hooks.iceberg_catalog",
     "ObjectStoreHook": "airflow_provider_mysqlcdc.hooks.object_store",
+    "MySqlCdcSparkHook": "airflow_provider_mysqlcdc.hooks.spark",
     "MySqlCdcStreamTrigger": "airflow_provider_mysqlcdc.triggers.stream",
     "MySqlCdcTableChangedTrigger": "airflow_provider_mysqlcdc.triggers.table_changes",
     "table_watcher": "airflow_provider_mysqlcdc.triggers.table_changes",
@@ -95,6 +97,7 @@ __all__ = [
     "MySqlCdcHook",
     "IcebergCatalogHook",
     "ObjectStoreHook",
+    "MySqlCdcSparkHook",
     # triggers and assets
     "MySqlCdcStreamTrigger",
     "MySqlCdcTableChangedTrigger",
