@@ -22,7 +22,7 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -38,7 +38,6 @@ from airflow_provider_mysqlcdc.sinks.data_files import (
 if TYPE_CHECKING:
     from airflow_provider_mysqlcdc.cdc.model.schema import TableId
     from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy
-    from airflow_provider_mysqlcdc.sinks.base import Sink
 
 log = logging.getLogger(__name__)
 
@@ -214,7 +213,14 @@ def rewrite_in_key_order(uri: str, group: list[HeldFile], file_schema: pa.Schema
             for start, end in zip(cuts, cuts[1:]) if end > start]
 
 
-def compact_by_clustering(sink: Sink, table_id: TableId, policy: MaintenancePolicy) -> tuple[int, str]:
+class Clusters(Protocol):
+    """A sink, as far as compacting by clustering needs it (``Sink.cluster``)."""
+
+    def cluster(self, table_id: TableId, *, min_files: int = 2,
+                target_bytes: int = TARGET_BYTES) -> ClusteringResult | None: ...
+
+
+def compact_by_clustering(sink: Clusters, table_id: TableId, policy: MaintenancePolicy) -> tuple[int, str]:
     """Cluster a mirror table (of any format) until nothing is left to rewrite (or ``COMPACT_ROUNDS``
     runs); files rewritten, and what was left."""
     rewritten = 0
