@@ -22,8 +22,9 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import fsspec
@@ -32,8 +33,7 @@ from airflow_provider_mysqlcdc.cdc.binlog.framing import chosen_framing
 from airflow_provider_mysqlcdc.cdc.binlog.row_decoder import chosen_decoder
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError, LeaseLost
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
-from airflow_provider_mysqlcdc.cdc.model.schema import TableId
-from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
+from airflow_provider_mysqlcdc.cdc.source.connection import ENV_PREFIX, SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.preflight import check_heartbeat_query, run_heartbeat_query
 from airflow_provider_mysqlcdc.cdc.source.server import binlog_changed_error
 from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
@@ -46,7 +46,6 @@ from airflow_provider_mysqlcdc.protocol.progress import (
     StreamHistory,
     StreamOffsetProgress,
 )
-from airflow_provider_mysqlcdc.protocol.registry import CapturedTable
 from airflow_provider_mysqlcdc.protocol.results import StreamResult
 from airflow_provider_mysqlcdc.sinks.base import Sink
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
@@ -54,14 +53,15 @@ from airflow_provider_mysqlcdc.sinks.routing import captured_target
 from airflow_provider_mysqlcdc.spark.batch_rows import batch_items, piece_rows, row_key, spill_urls
 from airflow_provider_mysqlcdc.spark.binlog_source import SOURCE_NAME, BinlogDataSource
 from airflow_provider_mysqlcdc.spark.connect import application_of, is_connect
+from airflow_provider_mysqlcdc.spark.entrypoint import job_main
 from airflow_provider_mysqlcdc.spark.report import stop_request
-from airflow_provider_mysqlcdc.state.cleanup import release_staged_files
+from airflow_provider_mysqlcdc.state.cleanup import release_applied_staged_files
 from airflow_provider_mysqlcdc.state.credentials import install_from_private_file
 from airflow_provider_mysqlcdc.state.lease import LeaseKeeper, StreamLeases
 from airflow_provider_mysqlcdc.state.registry import STREAM_HISTORY, STREAM_OFFSET, STREAM_PROGRESS, PipelineState
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
 from airflow_provider_mysqlcdc.state.servers import ServerEpochs
-from airflow_provider_mysqlcdc.state.sink import settle_sink
+from airflow_provider_mysqlcdc.state.sink import refuse_missing_sink_tables, settle_sink
 from airflow_provider_mysqlcdc.state.spill import remove_all_spill_folders, remove_spill_folder
 from airflow_provider_mysqlcdc.stream.applier import BatchApplier
 from airflow_provider_mysqlcdc.stream.events import reading_summary
@@ -232,39 +232,6 @@ def refuse_positions_beyond_the_head(source: SourceConfig, state: PipelineState,
             raise binlog_changed_error(f"The sink table of {table_id} holds changes up to binlog file number "
                                        f"{position[0]} position {position[1]}, beyond the server's binlog head {head}")
     refuse_missing_sink_tables({t: captured_tables[t] for t in unrecorded}, sink)
-
-
-def refuse_missing_sink_tables(tables: Mapping[TableId, CapturedTable], sink: Sink) -> None:
-    """Of ``tables`` (captured, as the registry holds them), those whose snapshot was written into the sink (not staged for the
-    stream to apply, not streamed without one) must have their sink table: a stream would otherwise
-    fill a new, empty table with later changes only. It is missing when the sink changed under the
-    pipeline (another ``sink_format``, ``sink_root`` or ``iceberg_namespace`` than the tables were
-    captured into) or the table was deleted."""
-    missing = []
-    for table_id, entry in tables.items():
-        if entry.stream_only or any(f.staged for f in entry.splits):
-            continue
-        target = captured_target(table_id, entry.table_rule)
-        if not sink.column_names(target.table_id):
-            missing.append(table_id)
-    if missing:
-        names = [str(t) for t in missing]
-        raise ConfigurationError(
-            f"The sink tables of {len(names)} captured table(s) are not in this sink ({type(sink).__name__} at "
-            f"{sink.root}): {', '.join(names[:10])}{' ...' if len(names) > 10 else ''}. The pipeline wrote them into "
-            "another sink (its sink_format, sink_root or iceberg_namespace changed since), or they were deleted. Go back "
-            "to the sink they were captured into, or re-snapshot them into this one (trigger a run with "
-            f'{{"resnapshot": {json.dumps(names[:3])}}}), or start a new pipeline (a new state location).')
-
-
-def release_applied_staged_files(state: PipelineState, committed: StreamOffset | None) -> None:
-    """Delete staged files no restart from a checkpoint at ``committed`` can read (state/cleanup.py)."""
-    if not committed:
-        return
-    try:
-        release_staged_files(state, committed.generation)
-    except Exception as exc:  # never stop the stream for housekeeping: the files stay until the next batch
-        log.warning("could not release staged split files yet: %s", exc)
 
 
 class BatchFollower:
@@ -447,3 +414,23 @@ def changes_applied_since(state: PipelineState, job: StreamJob, since: float) ->
     if progress is None or progress.app_id != job.app_id or progress.finished_at < since:
         return 0, {}
     return progress.changes_total, progress.table_changes
+
+
+def prepare(job_json: str, source: SourceConfig | None = None,
+            server_file: str | None = None) -> tuple[str, Callable[[Any], dict[str, Any]]]:
+    """The program's name and work; ``source`` given: a Spark Connect session, whose server-side parts
+    read the password (and the object store's credentials) from ``server_file``, a private file on
+    the server; else the settings come from the private file ``MYSQLCDC_SOURCE_FILE``, which the
+    executors read too."""
+    job = StreamJob.from_json(job_json)
+    if source is None:
+        server_file = os.environ.get(f"{ENV_PREFIX}FILE")
+        if not server_file:
+            raise ConfigurationError(f"{ENV_PREFIX}FILE must name the private credentials file (executors read it too)")
+        source = SourceConfig.from_private_file(Path(server_file))
+    return "mysqlcdc-stream", lambda spark: run_stream_job(spark, source, job, source_file=server_file or "")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The program (spark/jobs/binlog_stream.py): its arguments, session and report around ``prepare``'s work."""
+    return job_main(argv, description="MySQL CDC binlog stream", prepare=prepare)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 
+from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
 from airflow_provider_mysqlcdc.protocol.progress import StagedRelease
 from airflow_provider_mysqlcdc.state.generations import added_since
 from airflow_provider_mysqlcdc.state.registry import PipelineState
@@ -53,3 +54,13 @@ def _staged_added(state: PipelineState, first: int, last: int) -> set[str]:
         urls.update(f.staged for f in added_since(current, previous) if f.staged)
         previous = current
     return urls
+
+
+def release_applied_staged_files(state: PipelineState, committed: StreamOffset | None) -> None:
+    """Delete staged files no restart from a checkpoint at ``committed`` can read."""
+    if not committed:
+        return
+    try:
+        release_staged_files(state, committed.generation)
+    except Exception as exc:  # never stop the stream for housekeeping: the files stay until the next batch
+        log.warning("could not release staged split files yet: %s", exc)

@@ -12,31 +12,11 @@ file of the server's own instead (spark/connect.py).
 
 from __future__ import annotations
 
-import os
 import sys
-from pathlib import Path
 
+from airflow_provider_mysqlcdc.spark.stream_job import main, prepare
 
-def prepare(job_json: str, source=None, server_file=None):
-    """The program's name and work; ``source`` given: a Spark Connect session, whose server-side parts
-    read the password (and the object store's credentials) from ``server_file``, a private file on
-    the server; else the settings come from the private file ``MYSQLCDC_SOURCE_FILE``, which the
-    executors read too."""
-    from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
-    from airflow_provider_mysqlcdc.cdc.source.connection import ENV_PREFIX, SourceConfig
-    from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
-    from airflow_provider_mysqlcdc.spark.stream_job import run_stream_job
-
-    job = StreamJob.from_json(job_json)
-    if source is None:
-        server_file = os.environ.get(f"{ENV_PREFIX}FILE")
-        if not server_file:
-            raise ConfigurationError(f"{ENV_PREFIX}FILE must name the private credentials file (executors read it too)")
-        source = SourceConfig.from_private_file(Path(server_file))
-    return "mysqlcdc-stream", lambda spark: run_stream_job(spark, source, job, source_file=server_file)
-
+__all__ = ["main", "prepare"]  # prepare: the work a Spark Connect session runs (launch/connect_runner.py)
 
 if __name__ == "__main__":
-    from airflow_provider_mysqlcdc.spark.entrypoint import job_main
-
-    sys.exit(job_main(None, description="MySQL CDC binlog stream", prepare=prepare))
+    sys.exit(main())

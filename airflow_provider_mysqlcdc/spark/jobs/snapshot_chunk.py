@@ -13,27 +13,9 @@ from __future__ import annotations
 
 import sys
 
+from airflow_provider_mysqlcdc.spark.chunk_job import main, prepare
 
-def prepare(job_json: str, source=None, server_file=None):
-    """The program's name and work; ``source``: the source's settings when the caller has them (a
-    Spark Connect session: launch/connect_runner.py, whose executors read the password from
-    ``server_file`` on the server), else from the environment."""
-    import os
-
-    from airflow_provider_mysqlcdc.cdc.source.connection import ENV_PREFIX, SourceConfig
-    from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob
-    from airflow_provider_mysqlcdc.spark.chunk_job import run_chunk_job
-
-    job = ChunkJob.from_json(job_json)
-    if source is None:
-        source = SourceConfig.from_env()
-        server_file = os.environ.get(f"{ENV_PREFIX}FILE")
-    # executors read the password from a private file, so the function Spark ships them holds its path
-    executors = source.for_executors(server_file) if server_file else source
-    return f"mysqlcdc-chunk {job.table}", lambda spark: run_chunk_job(spark, source, job, executors)
-
+__all__ = ["main", "prepare"]  # prepare: the work a Spark Connect session runs (launch/connect_runner.py)
 
 if __name__ == "__main__":
-    from airflow_provider_mysqlcdc.spark.entrypoint import job_main
-
-    sys.exit(job_main(None, description="MySQL CDC chunk job", prepare=prepare))
+    sys.exit(main())

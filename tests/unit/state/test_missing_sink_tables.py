@@ -1,5 +1,5 @@
 """A stream refuses to start when a table the pipeline captured into the sink has no sink table
-there (spark/stream_job.py ``refuse_missing_sink_tables``): the sink changed under the pipeline
+there (state/sink.py ``refuse_missing_sink_tables``): the sink changed under the pipeline
 (another format, root or namespace) or the table was deleted, and the stream would otherwise fill a
 new, empty table with later changes only. On a real state location and real sinks of each format."""
 
@@ -14,7 +14,7 @@ from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSpl
 from airflow_provider_mysqlcdc.protocol.registry import stream_only_split
 from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
-from airflow_provider_mysqlcdc.spark.stream_job import refuse_missing_sink_tables
+from airflow_provider_mysqlcdc.state.sink import refuse_missing_sink_tables
 from airflow_provider_mysqlcdc.state.registry import PipelineState, captured_tables
 
 T, U, V = TableId("shop", "t"), TableId("shop", "u"), TableId("shop", "v")
