@@ -14,8 +14,8 @@ from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSpl
 from airflow_provider_mysqlcdc.protocol.registry import stream_only_split
 from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
-from airflow_provider_mysqlcdc.state.sink import refuse_missing_sink_tables
 from airflow_provider_mysqlcdc.state.registry import PipelineState, captured_tables
+from airflow_provider_mysqlcdc.state.sink import refuse_missing_sink_tables
 
 T, U, V = TableId("shop", "t"), TableId("shop", "u"), TableId("shop", "v")
 AT = BinlogOffset("bin.000001", 400)
