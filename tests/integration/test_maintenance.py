@@ -140,6 +140,13 @@ def _expirable_now(table) -> list[int]:
                      (time.time() - RETENTION_S - 1) * 1000)
 
 
+def _first_removal(uri: str) -> float | None:
+    """When the first commit that removed a data file from the table landed (seconds), None before one."""
+    removals = [c["timestamp"] / 1000 for c in DeltaTable(uri).history()
+                if int((c.get("operationMetrics") or {}).get("num_target_files_removed", 0)) > 0]
+    return min(removals, default=None)
+
+
 def _files(uri: str) -> int:
     return len(DeltaTable(uri).file_uris())
 
@@ -177,12 +184,16 @@ def test_maintenance_while_a_stream_runs_bounds_files_keeps_the_sink_exact_and_t
     uri = open_sink(SinkSpec(str(lake))).table_uri(table)
     with _running_stream(tmp_path, cdc_user, state, lake) as (proc, log):
         with VersionRecorder(uri, schema) as recorder, Inserter(mysql_server.connect(), table, 100_000) as writer:
-            snapshot = DeltaTable(uri).version()
+            # a change to a row of the snapshot: its batch's merge rewrites the file holding it, and the file
+            # it removes is what the vacuum below must delete (inserts alone may only ever add files)
+            with conn.cursor() as cur:
+                cur.execute(f"UPDATE {table.quoted} SET customer = 'rewritten' ORDER BY id LIMIT 1")
+            removed_at = _wait(lambda: _first_removal(uri), "a batch to rewrite a file of the snapshot", proc=proc,
+                               log=log)
             # a batch may rewrite the file holding the newest keys instead of adding one: wait for the files
             before = _wait(lambda: (n := _files(uri)) >= 8 and n, "eight files or more", proc=proc, log=log)
-            # the first batches' files must have left the table longer ago than the retention
-            first_at = {c["version"]: c for c in DeltaTable(uri).history()}[snapshot + 1]["timestamp"] / 1000
-            _wait(lambda: time.time() > first_at + RETENTION_S + 1, "the first batches to age past the retention")
+            # that file must have left the table longer ago than the retention
+            _wait(lambda: time.time() > removed_at + RETENTION_S + 1, "the rewritten file to age past the retention")
             report = _maintain(airflow_home, cdc_user, table, lake, state_dir)  # the writer and the stream go on
             after = DeltaTable(uri).version()
             _wait(lambda: DeltaTable(uri).version() > after + 2, "batches after maintenance", proc=proc, log=log)
