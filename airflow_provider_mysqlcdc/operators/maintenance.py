@@ -26,7 +26,7 @@ from airflow.sdk import BaseOperator, Context
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError, MaintenanceNotAnswered
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.hooks.object_store import open_object_store
-from airflow_provider_mysqlcdc.operators.arguments import state_location_of
+from airflow_provider_mysqlcdc.operators.arguments import sink_spec_of, state_location_of
 from airflow_provider_mysqlcdc.protocol.envelope import encode
 from airflow_provider_mysqlcdc.protocol.maintenance import (
     DEFAULT_TARGET_FILE_BYTES,
@@ -34,8 +34,8 @@ from airflow_provider_mysqlcdc.protocol.maintenance import (
     MaintenanceReport,
     MaintenanceRequest,
 )
-from airflow_provider_mysqlcdc.protocol.sinks import DEFAULT_FORMAT, DEFAULT_NAMESPACE, SinkSpec
-from airflow_provider_mysqlcdc.sinks.factory import check_sink_spec, open_sink
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
+from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.sinks.routing import sink_table_id
 from airflow_provider_mysqlcdc.state.lease import StreamLeases
 from airflow_provider_mysqlcdc.state.maintenance import MaintenanceRequests, new_request_id
@@ -89,7 +89,7 @@ class MySqlCdcMaintenanceOperator(BaseOperator):
         self.sink_format = sink_format
         self.iceberg_namespace = iceberg_namespace
         self.iceberg_catalog_conn_id = iceberg_catalog_conn_id
-        check_sink_spec(self._named_sink(SinkSpec(sink_root or "-")))  # a malformed setting is refused at parse time
+        self._named_sink(SinkSpec(sink_root or "-"))  # a malformed setting is refused when the DAG is parsed
         self._request: tuple[MaintenanceRequests, str] | None = None  # the request a running stream has
 
     def policy(self) -> MaintenancePolicy:
@@ -103,9 +103,9 @@ class MySqlCdcMaintenanceOperator(BaseOperator):
                                  if self.target_file_mb else DEFAULT_TARGET_FILE_BYTES)
 
     def _named_sink(self, base: SinkSpec) -> SinkSpec:
-        """``base`` with the sink settings this task names."""
-        return SinkSpec(self.sink_root or base.root, self.sink_format or base.format,
-                        self.iceberg_namespace or base.namespace, self.iceberg_catalog_conn_id or base.catalog_conn_id)
+        """``base`` with the sink settings this task names (refused when malformed)."""
+        return sink_spec_of(self.sink_root or base.root, self.sink_format or base.format,
+                            self.iceberg_namespace or base.namespace, self.iceberg_catalog_conn_id or base.catalog_conn_id)
 
     def pipeline_sink(self, state: PipelineState) -> SinkSpec:
         """The sink the pipeline's first run recorded; the settings this task names, for a pipeline that
@@ -116,7 +116,7 @@ class MySqlCdcMaintenanceOperator(BaseOperator):
                 raise ConfigurationError(f"The pipeline at {state.location} has recorded no sink yet (no run since "
                                          "this version of the provider): give sink_root (and its sink_format, "
                                          "iceberg_namespace and iceberg_catalog_conn_id when not the defaults).")
-            return check_sink_spec(self._named_sink(SinkSpec(self.sink_root, DEFAULT_FORMAT, DEFAULT_NAMESPACE)))
+            return self._named_sink(SinkSpec(self.sink_root))
         refuse_another_sink(state, recorded, self._named_sink(recorded))
         return recorded
 
@@ -126,7 +126,8 @@ class MySqlCdcMaintenanceOperator(BaseOperator):
         open_object_store(self.aws_conn_id)  # installed before the state location is touched
         state = PipelineState(self.state_location)
         sink = self.pipeline_sink(state)
-        open_object_store(self.aws_conn_id, sink.catalog_conn_id)  # and the catalog's, before the lake is
+        if sink.catalog_conn_id:  # and the catalog's, before the lake is
+            open_object_store(self.aws_conn_id, sink.catalog_conn_id)
         registered = state.load(state.latest_number()).tables
         captured = sorted(registered)
         routed = {t: sink_table_id(t, c.table_rule) for t, c in registered.items()}

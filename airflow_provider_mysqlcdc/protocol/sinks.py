@@ -58,10 +58,6 @@ class SinkSpec:
                                      f"{self.format!r}.")
         check_namespace(self.namespace)
 
-    def with_root(self, root: str) -> "SinkSpec":
-        """This spec with ``root`` (a task's rendered ``sink_root``)."""
-        return SinkSpec(root, self.format, self.namespace, self.catalog_conn_id)
-
     def differences(self, other: "SinkSpec") -> list[str]:
         """The settings in which ``other`` differs from this spec, each as ``name: ours != theirs``."""
         return [f"{_SETTING[f.name]} {getattr(self, f.name)!r} != {getattr(other, f.name)!r}" for f in fields(self)

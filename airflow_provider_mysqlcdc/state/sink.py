@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId
@@ -43,7 +44,7 @@ def settle_sink(state: PipelineState, spec: SinkSpec, *, outside_airflow: bool =
         recorded = recorded_sink(state)  # another task of the first run recorded it meanwhile
         assert recorded is not None
     if outside_airflow and spec.catalog_conn_id is None:
-        spec = SinkSpec(spec.root, spec.format, spec.namespace, recorded.catalog_conn_id)
+        spec = replace(spec, catalog_conn_id=recorded.catalog_conn_id)
     refuse_another_sink(state, recorded, spec)
     return recorded
 
