@@ -27,7 +27,7 @@ from airflow_provider_mysqlcdc.protocol.actions import StreamMode
 from airflow_provider_mysqlcdc.protocol.envelope import RecordFormat, decode, encode
 from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy
 from airflow_provider_mysqlcdc.protocol.servers import ServerHistory
-from airflow_provider_mysqlcdc.protocol.sinks import DEFAULT_NAMESPACE, SinkSpec
+from airflow_provider_mysqlcdc.protocol.sinks import DEFAULT_FORMAT, DEFAULT_NAMESPACE, SinkSpec
 
 #: ``StreamJob.schema_changes``, as Flink CDC's ``schema.change.behavior`` names them (its
 #: ``exception`` is ``fail`` here): what the stream does with a captured table's DDL
@@ -245,7 +245,7 @@ def sink_of(body: dict[str, Any], loose: bool) -> tuple[dict[str, Any], SinkSpec
     body = dict(body)
     if not loose:
         return body, SinkSpec.from_body(body.pop("sink"), SinkSpec.FORMAT.version)
-    return body, SinkSpec(body.pop("sink_root"), body.pop("sink_format", "delta"),
+    return body, SinkSpec(body.pop("sink_root"), body.pop("sink_format", DEFAULT_FORMAT),
                           body.pop("iceberg_namespace", DEFAULT_NAMESPACE))
 
 
