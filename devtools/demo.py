@@ -36,7 +36,8 @@ log = logging.getLogger("mysqlcdc.demo")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=20_000, help="rows per sample table (default 20000)")
-    parser.add_argument("--chunk-size", type=int, default=5_000, help="rows per split (default 5000)")
+    parser.add_argument("--split-rows", "--chunk-size", dest="split_rows", type=int, default=5_000,
+                        help="rows per split (default 5000; --chunk-size is its old name)")
     parser.add_argument("--readers", type=int, default=2, help="parallel split readers (default 2)")
     parser.add_argument("--writers", type=int, default=2, help="concurrent writer threads (default 2)")
     parser.add_argument("--dsn", help="use this server (mysql://user:pw@host:port) instead of a throwaway one")
