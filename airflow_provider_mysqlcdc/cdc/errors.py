@@ -12,6 +12,7 @@ the problem and the fix.
     ├── SchemaChangedError      a schema change that cannot be followed (a table's fault)
     ├── SourceUnavailableError  the source stayed unreachable past the retry budget
     ├── ConcurrentStateChange   two writers raced for one registry generation (state/)
+    ├── ConcurrentCommit        another writer took the table version a sink commit was to be (retried)
     ├── StreamAlreadyRunning    another live stream holds the pipeline's lease (state/lease.py)
     ├── LeaseLost               this stream's lease was taken over (state/lease.py)
     ├── SparkJobFailed          a Spark program failed (spark/, hooks/)
@@ -87,6 +88,11 @@ class ProtocolVersionError(ProtocolError):
 
 class ConcurrentStateChange(CdcError):
     """Two writers raced for the same generation number."""
+
+
+class ConcurrentCommit(CdcError):
+    """Another writer committed the table version a sink's commit was to be: nothing of this commit
+    is in the table, and its writer plans it again (sinks/delta/log.py)."""
 
 
 class StreamAlreadyRunning(CdcError):

@@ -22,6 +22,10 @@ CATALOG_VARIABLE = "MYSQLCDC_SINK_CATALOG"
 DEFAULT_FORMAT = "delta"
 #: the default namespace template: a table's namespace is its source database
 DEFAULT_NAMESPACE = "{database}"
+#: how a batch of changes reaches a table's files: by marking replaced rows deleted and appending
+#: their new images (merge-on-read: Delta deletion vectors), or by rewriting every file holding a
+#: changed key (copy-on-write); None: the format's default
+MERGE_MODES = ("merge-on-read", "copy-on-write")
 
 
 def check_namespace(template: str) -> str:
@@ -41,27 +45,34 @@ class SinkSpec:
     Iceberg table's data unless its catalog places it); ``format`` the table format (a name of
     sinks/factory.py's registry); ``namespace`` the template of an Iceberg table's namespace
     (``{database}``: the source table's); ``catalog_conn_id`` the Airflow connection holding an
-    Iceberg catalog's properties (None: the embedded catalog of a local lake). Nothing in it is a
-    secret: the catalog's properties travel with the object store's credentials (state/credentials.py).
+    Iceberg catalog's properties (None: the embedded catalog of a local lake); ``merge_mode`` one of
+    ``MERGE_MODES`` (None: the format's default), which a pipeline may change between runs (both
+    modes write the same tables). Nothing in it is a secret: the catalog's properties travel with
+    the object store's credentials (state/credentials.py).
     """
 
-    FORMAT: ClassVar[RecordFormat] = RecordFormat("sink-spec", 1)
+    FORMAT: ClassVar[RecordFormat] = RecordFormat("sink-spec", 2)
 
     root: str
     format: str = DEFAULT_FORMAT
     namespace: str = DEFAULT_NAMESPACE
     catalog_conn_id: str | None = None
+    merge_mode: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.format, str) or not self.format:
             raise ConfigurationError(f"sink_format must name a table format, e.g. 'delta' or 'iceberg'; got "
                                      f"{self.format!r}.")
         check_namespace(self.namespace)
+        if self.merge_mode is not None and self.merge_mode not in MERGE_MODES:
+            raise ConfigurationError(f"merge_mode must be one of {', '.join(MERGE_MODES)} (or None: the format's "
+                                     f"default); got {self.merge_mode!r}.")
 
     def differences(self, other: "SinkSpec") -> list[str]:
         """The settings in which ``other`` differs from this spec, each as ``name: ours != theirs``."""
         return [f"{_SETTING[f.name]} {getattr(self, f.name)!r} != {getattr(other, f.name)!r}" for f in fields(self)
-                if _comparable(f.name, getattr(self, f.name)) != _comparable(f.name, getattr(other, f.name))]
+                if f.name not in _CHANGEABLE
+                and _comparable(f.name, getattr(self, f.name)) != _comparable(f.name, getattr(other, f.name))]
 
     def describe(self) -> str:
         return ", ".join(f"{_SETTING[f.name]}={getattr(self, f.name)!r}" for f in fields(self))
@@ -76,7 +87,9 @@ class SinkSpec:
 
 #: how the operators and the builder name each setting of a spec (what an error tells the user to change)
 _SETTING = {"root": "sink_root", "format": "sink_format", "namespace": "iceberg_namespace",
-            "catalog_conn_id": "iceberg_catalog_conn_id"}
+            "catalog_conn_id": "iceberg_catalog_conn_id", "merge_mode": "merge_mode"}
+#: settings a pipeline may change between runs: they do not name another sink
+_CHANGEABLE = {"merge_mode"}
 
 
 def _comparable(name: str, value: Any) -> Any:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import time
 import uuid
 from dataclasses import asdict, dataclass
@@ -20,6 +21,7 @@ import fsspec
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from fsspec.implementations.local import LocalFileSystem
 
 from airflow_provider_mysqlcdc.sinks.arrow_rows import CHUNK_COLUMN, conform_to
 
@@ -60,9 +62,14 @@ def write_data_file(table_uri: str, data: pa.Table, file_schema: pa.Schema, *, p
 
 
 def read_data_file(table_uri: str, path: str) -> pa.Table:
-    fs, root = fsspec.core.url_to_fs(table_uri)
-    with fs.open(f"{root.rstrip('/')}/{path}", "rb") as handle:
+    with open_data_file(table_uri, path) as handle:
         return pq.read_table(handle)
+
+
+def open_data_file(table_uri: str, path: str) -> Any:
+    """The data file at ``path`` (relative to the table's folder), open for reading."""
+    fs, root = fsspec.core.url_to_fs(table_uri)
+    return fs.open(f"{root.rstrip('/')}/{path}", "rb")
 
 
 def delete_data_file(table_uri: str, path: str) -> None:
@@ -72,6 +79,29 @@ def delete_data_file(table_uri: str, path: str) -> None:
         fs.rm(f"{root.rstrip('/')}/{path}")
     except FileNotFoundError:
         pass
+
+
+def put_if_absent(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> bool:
+    """Write ``data`` at ``path`` only if nothing is there yet, atomically and whole: False when
+    something was (another writer won). A hard link on a local disk; a conditional put
+    (put-if-absent) on an object store. The folder must exist."""
+    if isinstance(fs, LocalFileSystem):
+        temporary = f"{path}.{uuid.uuid4().hex}.tmp"
+        with open(temporary, "wb") as f:
+            f.write(data)
+        try:
+            os.link(temporary, path)
+        except FileExistsError:
+            return False
+        finally:
+            os.remove(temporary)
+        return True
+    try:
+        with fs.open(path, "xb") as f:
+            f.write(data)
+    except FileExistsError:
+        return False
+    return True
 
 
 def file_stats(data: pa.Table) -> str:

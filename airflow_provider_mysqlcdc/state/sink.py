@@ -32,7 +32,8 @@ def recorded_sink(state: PipelineState) -> SinkSpec | None:
 
 def settle_sink(state: PipelineState, spec: SinkSpec, *, outside_airflow: bool = False) -> SinkSpec:
     """The pipeline's sink: ``spec``, recorded now when the pipeline has none yet; the recorded one
-    when ``spec`` agrees with it; refused, before anything is written, when it does not.
+    (with ``spec``'s merge mode, which each run may change) when ``spec`` agrees with it; refused,
+    before anything is written, when it does not.
 
     ``outside_airflow``: ``spec`` is a Spark program's, which may have been started by hand: it cannot
     name an Airflow connection (its caller installed the catalog's properties, if any), so a spec
@@ -46,7 +47,7 @@ def settle_sink(state: PipelineState, spec: SinkSpec, *, outside_airflow: bool =
     if outside_airflow and spec.catalog_conn_id is None:
         spec = replace(spec, catalog_conn_id=recorded.catalog_conn_id)
     refuse_another_sink(state, recorded, spec)
-    return recorded
+    return replace(recorded, merge_mode=spec.merge_mode)  # a setting each run may change
 
 
 def refuse_another_sink(state: PipelineState, recorded: SinkSpec, spec: SinkSpec) -> None:

@@ -8,14 +8,13 @@ then moved, so a reader never sees half a file on a local disk.
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from typing import Any, TypeVar
 
 import fsspec
-from fsspec.implementations.local import LocalFileSystem
 
 from airflow_provider_mysqlcdc.protocol.envelope import Record, decode, encode
+from airflow_provider_mysqlcdc.sinks.data_files import put_if_absent
 
 R = TypeVar("R")
 
@@ -59,27 +58,10 @@ class StateStorage:
 
     def create_exclusive(self, text: str, *parts: str) -> bool:
         """Write ``text`` at ``parts`` only if nothing is there yet, atomically and whole: False when
-        something was (another writer won). A hard link on a local disk; a conditional put
-        (put-if-absent) on an object store."""
+        something was (another writer won): ``put_if_absent``."""
         target = self.path(*parts)
         self.fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
-        if isinstance(self.fs, LocalFileSystem):
-            temporary = f"{target}.{uuid.uuid4().hex}.tmp"
-            with open(temporary, "w") as f:
-                f.write(text)
-            try:
-                os.link(temporary, target)
-            except FileExistsError:
-                return False
-            finally:
-                os.remove(temporary)
-            return True
-        try:
-            with self.fs.open(target, "xb") as f:
-                f.write(text.encode())
-        except FileExistsError:
-            return False
-        return True
+        return put_if_absent(self.fs, target, text.encode())
 
     def read_record(self, cls: type[R], *parts: str) -> R | None:
         """The ``cls`` record (protocol/) stored at ``parts``, None when there is none."""

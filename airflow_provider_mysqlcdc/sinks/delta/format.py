@@ -13,9 +13,9 @@ class DeltaFormat(SinkFormat):
 
     def open(self, spec: SinkSpec, storage_options: dict[str, str] | None = None, *,
              catalog_properties: dict[str, str] | None = None) -> Sink:
-        from airflow_provider_mysqlcdc.sinks.delta.sink import DeltaSink
+        from airflow_provider_mysqlcdc.sinks.delta.sink import DEFAULT_MERGE_MODE, DeltaSink
 
-        return DeltaSink(spec.root, storage_options)
+        return DeltaSink(spec.root, storage_options, merge_mode=spec.merge_mode or DEFAULT_MERGE_MODE)
 
     def column_types(self, schema: pa.Schema) -> list[tuple[str, str]]:
         """Delta's own names (``long``, ``timestamp_ntz``, ``decimal(10,2)``), as delta-rs converts them."""

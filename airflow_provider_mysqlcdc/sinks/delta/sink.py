@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
@@ -19,10 +20,11 @@ from deltalake.exceptions import CommitFailedError, DeltaError, SchemaMismatchEr
 from deltalake.schema import Field as DeltaField
 from deltalake.transaction import AddAction, RemoveAction
 
-from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError, is_table_fault
+from airflow_provider_mysqlcdc.cdc.errors import ConcurrentCommit, SchemaChangedError, is_table_fault
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy, TableMaintenance
-from airflow_provider_mysqlcdc.sinks.arrow_rows import CHUNK_COLUMN, arrow_schema, row_key_columns, zero_date_columns
+from airflow_provider_mysqlcdc.protocol.sinks import MERGE_MODES
+from airflow_provider_mysqlcdc.sinks.arrow_rows import CHUNK_COLUMN, arrow_schema
 from airflow_provider_mysqlcdc.sinks.base import (
     Position,
     Sink,
@@ -41,11 +43,13 @@ from airflow_provider_mysqlcdc.sinks.data_files import (
     write_data_file,
 )
 from airflow_provider_mysqlcdc.sinks.delta.clustering import cluster_table
+from airflow_provider_mysqlcdc.sinks.delta.copy_on_write import merge_by_rewrite
 from airflow_provider_mysqlcdc.sinks.delta.data_files import add_action
+from airflow_provider_mysqlcdc.sinks.delta.log import DeltaLog, is_writable
+from airflow_provider_mysqlcdc.sinks.delta.merge_on_read import merge_into
 from airflow_provider_mysqlcdc.sinks.delta.predicates import (
     chunk_range_predicate,
     file_placement,
-    files_holding,
     sql_identifier,
     sql_literal,
 )
@@ -65,13 +69,39 @@ _ORDER_BITS = 24
 STATS_COLUMNS = "delta.dataSkippingStatsColumns"
 
 
+#: how a batch of changes reaches a table's files (``DeltaSink.merge_mode``)
+MERGE_ON_READ, COPY_ON_WRITE = MERGE_MODES
+DEFAULT_MERGE_MODE = COPY_ON_WRITE
+
+
 class DeltaSink(Sink):
     #: delta-rs merges in Rust, without Python's lock, and every merge opens its own ``DeltaTable``
     concurrent_tables = True
 
-    def __init__(self, root: str, storage_options: dict[str, str] | None = None):
+    def __init__(self, root: str, storage_options: dict[str, str] | None = None, *,
+                 merge_mode: str = DEFAULT_MERGE_MODE):
+        """:param merge_mode: ``merge-on-read``: a batch marks the rows it replaces deleted in deletion
+            vectors and appends their new images (sinks/delta/merge_on_read.py), the table gets the
+            ``deletionVectors`` feature; ``copy-on-write``: delta-rs's MERGE rewrites every file
+            holding a changed key."""
+        if merge_mode not in MERGE_MODES:
+            raise ValueError(f"merge_mode {merge_mode!r} is not one of {', '.join(MERGE_MODES)}")
         self.root = root.rstrip("/")
         self.storage_options = storage_options
+        self.merge_mode = merge_mode
+        #: each table's log as the merge-on-read writer replayed it, kept between batches
+        self._logs: dict[str, DeltaLog] = {}
+        self._logs_lock = threading.Lock()
+        #: tables whose merges fall back to copy-on-write, and why (logged once)
+        self._copying: dict[str, str] = {}
+
+    def __getstate__(self) -> dict[str, object]:
+        """What a Spark Connect server unpickles: the settings, not the logs replayed here nor their lock."""
+        return {**self.__dict__, "_logs": {}, "_logs_lock": None}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self._logs_lock = threading.Lock()
 
     def table_uri(self, table_id: TableId) -> str:
         return "/".join([self.root, *table_id.path_segments])
@@ -204,57 +234,34 @@ class DeltaSink(Sink):
 
     def merge_changes(self, schema: TableSchema, changes: pa.Table, *, commit: StreamCommit) -> None:
         uri = self.table_uri(sink_target(schema).table_id)
-        zeros = zero_date_columns(schema)
-        nullable = set(zeros) | set(zeros.values())
-        # a temporal key column is NULL where its companion holds a ZeroDate's text (arrow_rows.py): both
-        # match NULL-safely; every other key column is never NULL
-        keys = " AND ".join(f"(t.{sql_identifier(k)} IS NOT DISTINCT FROM s.{sql_identifier(k)})" if k in nullable
-                            else f"t.{sql_identifier(k)} = s.{sql_identifier(k)}" for k in row_key_columns(schema))
-        if commit.shard:  # a shard's key matches only its own rows: another shard may hold the same key
-            keys += " AND " + str(chunk_range_predicate(*shard_bounds(commit.shard), alias="t"))
-        integer_keys = all(pa.types.is_integer(changes.schema.field(k).type) for k in schema.key_columns)
-        # every column by name, quoted here: delta-rs's update_all/insert_all wrap names in backticks
-        # without escaping them, which a column named with a backtick breaks
-        assignments = {sql_identifier(n): f"s.{sql_identifier(n)}" for n in changes.column_names}
+        if self.merge_mode == MERGE_ON_READ and self._writable(uri, schema.table_id):
+            result = retry_conflicts(lambda: merge_into(uri, self.storage_options, self.delta_log(uri), schema, changes,
+                                                        shard=commit.shard, transactions=_transactions(commit)),
+                                     f"merge batch {commit.batch_id} into {schema.table_id}")
+            log.debug("merge of batch %d into %s: %s", commit.batch_id, schema.table_id, result)
+        else:
+            self._merge_copying(uri, schema, changes, commit)
 
-        def merge() -> None:
-            table = DeltaTable(uri, storage_options=self.storage_options)
-            # only the files whose chunk range holds a changed key are read and rewritten: a merge's
-            # cost follows the changes, not the table (every target row of a changed key lies in them)
-            files = files_holding(table, changes.column(CHUNK_COLUMN))  # None: every file
-            # columns the source dropped since the table took them: an update keeps a row's value there,
-            # an insert of a key the table holds (deleted and inserted again in this batch) holds NULL
-            # there, as any insert. delta-rs assigns no column the source lacks while it merges schemas,
-            # so then the changes' new columns are added first, in a commit of their own
-            current = pa.schema(table.schema().to_arrow())
-            absent = [n for n in current.names if n not in changes.column_names]
-            added = [f.with_nullable(True) for f in changes.schema if f.name not in current.names]
-            if absent and added:
-                retry_conflicts(lambda: DeltaTable(uri, storage_options=self.storage_options).alter.add_columns(
-                    [DeltaField.from_arrow(f) for f in added]), f"add columns {[f.name for f in added]} to {uri}")
-                table = DeltaTable(uri, storage_options=self.storage_options)
-            merger = table.merge(changes, predicate=f"{keys} AND ({files})" if files else keys, source_alias="s",
-                                 target_alias="t", merge_schema=not absent, streamed_exec=not integer_keys,
-                                 commit_properties=_commit_properties(commit))
-            if absent:
-                merger = merger.when_matched_update(
-                    {**assignments, **{sql_identifier(n): "NULL" for n in absent}},
-                    predicate="s._cdc_op = 'c' AND s._cdc_version > t._cdc_version")
-            (
-                # the changes are a bounded in-memory table (the stream merges at most max_apply_changes at
-                # once), so delta-rs may derive a pruning predicate from their key ranges and skip the
-                # target files outside them, which keeps a merge's memory from growing with the table
-                # (its streamed execution gives that up, and the files predicate above stands in). Only for
-                # integer keys: with a DECIMAL(20,0) key (BIGINT UNSIGNED) the pruned merge inserted rows it
-                # should have updated (deltalake 1.6.6)
-                merger
-                .when_matched_delete(predicate="s._cdc_op = 'd' AND s._cdc_version > t._cdc_version")
-                .when_matched_update(assignments, predicate="s._cdc_op <> 'd' AND s._cdc_version > t._cdc_version")
-                .when_not_matched_insert(assignments, predicate="s._cdc_op <> 'd'")
-                .execute()
-            )
+    def _writable(self, uri: str, table_id: TableId) -> bool:
+        """Whether merges into the table may go by deletion vectors (else: copy-on-write, logged once)."""
+        why = is_writable(DeltaTable(uri, storage_options=self.storage_options))
+        if why and self._copying.get(uri) != why:
+            log.warning("%s has %s, which deletion-vector commits would not keep: its merges copy on write",
+                        table_id, why)
+        if why:
+            self._copying[uri] = why
+        return why is None
 
-        retry_conflicts(merge, f"merge batch {commit.batch_id} into {schema.table_id}")
+    def delta_log(self, uri: str) -> DeltaLog:
+        with self._logs_lock:
+            if uri not in self._logs:
+                self._logs[uri] = DeltaLog(uri)
+            return self._logs[uri]
+
+    def _merge_copying(self, uri: str, schema: TableSchema, changes: pa.Table, commit: StreamCommit) -> None:
+        retry_conflicts(lambda: merge_by_rewrite(uri, self.storage_options, schema, changes, shard=commit.shard,
+                                                 commit_properties=_commit_properties(commit)),
+                        f"merge batch {commit.batch_id} into {schema.table_id}")
 
     def cluster(self, table_id: TableId, *, min_files: int = 2, target_bytes: int = TARGET_BYTES,
                 max_rewrite_bytes: int = MAX_REWRITE_BYTES) -> ClusteringResult | None:
@@ -342,7 +349,10 @@ class DeltaSink(Sink):
         return [] if table is None else [f.name for f in table.schema().fields]
 
     def read(self, table_id: TableId) -> pa.Table:
-        return DeltaTable(self.table_uri(table_id), storage_options=self.storage_options).to_pyarrow_table()
+        """Through delta-rs's own engine, which applies deletion vectors (its pyarrow dataset refuses
+        a table that has them), in the table's column types."""
+        table = DeltaTable(self.table_uri(table_id), storage_options=self.storage_options)
+        return pa.table(table.scan()).cast(pa.schema(table.schema().to_arrow()))
 
     def maintain(self, table_id: TableId, policy: MaintenancePolicy) -> list[TableMaintenance]:
         from airflow_provider_mysqlcdc.sinks.delta.maintenance import maintain_table
@@ -361,10 +371,6 @@ class DeltaSink(Sink):
             return False
         message = str(exc)
         return any(s in message for s in _REFUSALS) and not any(s in message for s in _STORAGE_FAILURES)
-        try:
-            return self.open_table(self.table_uri(table_id)) is not None
-        except Exception:  # noqa: BLE001 - the storage does not answer: not the table's
-            return False
 
 
 #: what delta-rs says when a table refuses rows: its constraints or invariants (``InvalidData``), or a
@@ -400,12 +406,15 @@ def _commit_properties(commit: StreamCommit | None) -> CommitProperties | None:
     checkpoint identity and batch) shows which stream wrote the commit."""
     if commit is None:
         return None
+    return CommitProperties(app_transactions=[Transaction(app_id, version) for app_id, version in _transactions(commit)])
+
+
+def _transactions(commit: StreamCommit) -> list[tuple[str, int]]:
+    """The ``txn`` actions (app id, version) of a stream commit (``_commit_properties``)."""
     file_number, position, row, part = commit.position
     offset_id, order_id = _position_ids(commit.shard)
-    return CommitProperties(app_transactions=[
-        Transaction(offset_id, (file_number << 32) | position),
-        Transaction(order_id, ((row + 1) << _ORDER_BITS) | part),
-        Transaction(commit.app_id, commit.batch_id)])
+    return [(offset_id, (file_number << 32) | position), (order_id, ((row + 1) << _ORDER_BITS) | part),
+            (commit.app_id, commit.batch_id)]
 
 
 def _position_ids(shard: str) -> tuple[str, str]:
@@ -423,7 +432,7 @@ def _older_than(version: int, commit: StreamCommit) -> str:
 def retry_conflicts(operation: Callable[[], T], what: str, *, attempts: int = _MAX_ATTEMPTS) -> T:
     """Run ``operation`` (which loads the table afresh) again when a concurrent Delta commit made its
     own fail, up to ``attempts`` times (sinks/base.py)."""
-    return retry_commits(operation, what, conflicts=(CommitFailedError,), attempts=attempts)
+    return retry_commits(operation, what, conflicts=(CommitFailedError, ConcurrentCommit), attempts=attempts)
 
 
 def _safe_widening(old: pa.DataType, new: pa.DataType) -> bool:

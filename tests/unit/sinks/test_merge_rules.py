@@ -1,6 +1,7 @@
 """The merge's rules, which every sink format must keep (sinks/base.py): a change applies to its
 row only when it is newer than the row (a split read after the change holds it already), a delete
-removes the row, and rows of other keys stay as they are. On a real table of each format."""
+removes the row, and rows of other keys stay as they are. On a real table of each format (and each
+merge mode of a format that has several)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from airflow_provider_mysqlcdc.cdc.model.schema import Column, TableId, TableSch
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
-from airflow_provider_mysqlcdc.sinks.factory import SINK_FORMATS, open_sink
+from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_change_batch
-from tests.unit.stream.harness import delete, insert, off, update
+from tests.unit.stream.harness import SINK_VARIANTS, delete, insert, off, update
 
 T = TableId("shop", "t")
 ID = Column("id", "int", "int(11)", False)
@@ -20,9 +21,10 @@ V = Column("v", "varchar", "varchar(20)", True, charset="utf8mb4", collation="ut
 SCHEMA = TableSchema(T, (ID, V), ("id",))
 
 
-@pytest.fixture(params=list(SINK_FORMATS))
+@pytest.fixture(params=SINK_VARIANTS)
 def writer(request, tmp_path) -> SinkWriter:
-    sink = open_sink(SinkSpec(str(tmp_path / "lake"), request.param))
+    name, _, mode = request.param.partition("/")
+    sink = open_sink(SinkSpec(str(tmp_path / "lake"), name, merge_mode=mode or None))
     sink.prepare(SCHEMA)
     w = SinkWriter(sink, SCHEMA, "id", KeyOrdering(ID))
     w.write_split(FinishedSplit(SnapshotSplit(T, 0, "id", None, 10), off(50)), [{"id": 1, "v": "a"}, {"id": 2, "v": "a"}])

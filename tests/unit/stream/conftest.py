@@ -1,14 +1,14 @@
-"""Every test of the stream's rules runs on each sink format: the rules are the format's contract."""
+"""Every test of the stream's rules runs on each sink format, and each merge mode of a format that has
+several: the rules are the format's contract."""
 
 from __future__ import annotations
 
 import pytest
 
-from airflow_provider_mysqlcdc.sinks.factory import SINK_FORMATS
-from tests.unit.stream.harness import SINK_FORMAT
+from tests.unit.stream.harness import SINK_FORMAT, SINK_VARIANTS
 
 
-@pytest.fixture(autouse=True, params=list(SINK_FORMATS))
+@pytest.fixture(autouse=True, params=SINK_VARIANTS)
 def sink_format(request):
     SINK_FORMAT.value = request.param
     yield request.param

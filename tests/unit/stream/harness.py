@@ -38,8 +38,16 @@ from airflow_provider_mysqlcdc.stream.tables import Defaults
 from devtools.verify import sink_commits
 
 T, U = TableId("shop", "t"), TableId("shop", "u")
-#: the sink format of the test running (set by conftest.py's fixture)
+#: the sink format of the test running, and its merge mode after a slash (set by conftest.py's fixture)
 SINK_FORMAT = types.SimpleNamespace(value="delta")
+#: every sink format, and each merge mode of a format that has several (conftest.py runs each test on each)
+SINK_VARIANTS = ["delta/merge-on-read", "delta/copy-on-write", "iceberg"]
+
+
+def sink_spec(root: str) -> SinkSpec:
+    """The spec of the sink format (and merge mode) of the test running, at ``root``."""
+    name, _, mode = SINK_FORMAT.value.partition("/")
+    return SinkSpec(root, name, merge_mode=mode or None)
 
 
 def off(n: int) -> BinlogOffset:
@@ -97,12 +105,12 @@ class Pipeline:
 
     def __init__(self, tmp: Path, *schemas: TableSchema, max_apply_changes: int = 100_000):
         self.state = PipelineState(str(tmp / "state"))
-        self.sink = open_sink(SinkSpec(str(tmp / "lake"), SINK_FORMAT.value))
+        self.sink = open_sink(sink_spec(str(tmp / "lake")))
         self.known = KnownSchemas(self.state)
         for planned in schemas:  # as the plan remembers them
             self.known.remember(planned)
         self.tables = TestTables({s.table_id: s for s in schemas}, self.known)
-        self.job = StreamJob(state=self.state.location, sink=SinkSpec(str(tmp / "lake"), SINK_FORMAT.value), app_id="test-stream", max_apply_changes=max_apply_changes)
+        self.job = StreamJob(state=self.state.location, sink=sink_spec(str(tmp / "lake")), app_id="test-stream", max_apply_changes=max_apply_changes)
         self.splits = [FinishedSplit(SnapshotSplit(s.table_id, 0, "id"), off(0)) for s in schemas]
         self.generation = self.state.commit(captured_tables(self.splits)).number
         self.applier = self.new_applier()

@@ -39,7 +39,7 @@ class Form:
     drift_under_evolve: bool = False  # a column change the sink cannot follow exactly: drift under evolve, fail
 
     def frozen(self) -> bool:
-        return self.freezes is not None and (not self.freezes_delta_only or SINK_FORMAT.value == "delta")
+        return self.freezes is not None and (not self.freezes_delta_only or SINK_FORMAT.value.startswith("delta"))
 
 
 def _retyped(name: str, data_type: str, column_type: str, **kwargs: Any) -> TableSchema:

@@ -116,7 +116,7 @@ def test_int_to_bigint_widens_an_iceberg_column_in_place_and_freezes_a_delta_tab
     p.alter(T, schema(T, column("w", "bigint")))
     p.batch(ddl(1, "ALTER TABLE t MODIFY w BIGINT", table_change(Kind.ALTERED, T)),
             changes(p.tables.server[T], insert(T, 3, id=2, v="b", w=2**40)))
-    if sink_format == "delta":
+    if sink_format.startswith("delta"):
         assert p.drift(T) == [(Kind.TYPE_CHANGED, off(1))] and p.rows(T) == {1: {"id": 1, "v": "a", "w": 1}}
     else:
         assert p.drift(T) == [] and p.rows(T) == {1: {"id": 1, "v": "a", "w": 1}, 2: {"id": 2, "v": "b", "w": 2**40}}

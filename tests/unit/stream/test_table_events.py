@@ -45,7 +45,7 @@ def test_a_table_that_failed_on_the_executors_keeps_its_changes_before_and_the_o
 def test_a_change_the_sink_refuses_freezes_its_table_at_that_change_after_the_ones_before(tmp_path, sink_format):
     """A CHECK constraint of the sink table refuses one change of a unit: the unit's changes before it
     are merged (by halving), the table stops there, and the other table's changes land."""
-    if sink_format != "delta":
+    if not sink_format.startswith("delta"):
         pytest.skip("CHECK constraints are Delta's: an Iceberg table has none to refuse a row by")
     p = Pipeline(tmp_path, schema(T), schema(U))
     p.snapshot(T, {"id": 1, "v": "a"})

@@ -1,0 +1,236 @@
+"""A Delta table's log as the merge-on-read writer needs it: the live data files with their deletion
+vectors, and commits written straight into the log.
+
+delta-rs reads deletion vectors and keeps them through its own writes, but neither lists a file's
+descriptor nor commits one (its ``AddAction`` has no such field). So this module replays the log
+itself (the last checkpoint, then the commits after it), kept per table and brought up to date
+commit by commit, and writes a commit as the protocol says: the next version's JSON file, created
+only if no other writer created it first (put-if-absent), which is the same atomic step delta-rs
+takes. A writer that loses the race deletes what it wrote and plans again (``ConcurrentCommit``).
+
+Every replay is checked against delta-rs's own list of the version's files: a difference stops the
+write (an ``InternalError``) instead of committing vectors against files the table does not hold.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.parse
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import DeltaTable
+
+from airflow_provider_mysqlcdc.cdc.errors import ConcurrentCommit, InternalError
+from airflow_provider_mysqlcdc.sinks.arrow_rows import CHUNK_COLUMN
+from airflow_provider_mysqlcdc.sinks.data_files import put_if_absent
+from airflow_provider_mysqlcdc.sinks.delta.deletion_vectors import DeletionVector
+
+#: the writer features a commit of this module keeps right (any other: delta-rs writes the table)
+WRITABLE_FEATURES = frozenset({"deletionVectors", "timestampNtz", "appendOnly", "invariants"})
+#: the protocol's default checkpoint interval (``delta.checkpointInterval``)
+CHECKPOINT_INTERVAL = 100
+ENGINE = "airflow-provider-mysqlcdc"
+
+
+@dataclass(frozen=True)
+class LiveFile:
+    """A data file in the table at some version: its ``add`` action as the log holds it."""
+
+    action: Mapping[str, Any]
+
+    @property
+    def path(self) -> str:
+        """As the log names it (relative to the table, URL-encoded)."""
+        return str(self.action["path"])
+
+    @property
+    def relative_path(self) -> str:
+        """As the file system names it, relative to the table's folder."""
+        return urllib.parse.unquote(self.path)
+
+    @property
+    def vector(self) -> DeletionVector | None:
+        found = self.action.get("deletionVector")
+        return None if not found else DeletionVector.from_json(found)
+
+    @property
+    def deleted(self) -> int:
+        vector = self.vector
+        return 0 if vector is None else vector.cardinality
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        text = self.action.get("stats")
+        return json.loads(text) if text else {}
+
+    @property
+    def rows(self) -> int | None:
+        """The file's physical rows (its deleted ones included), when its statistics say."""
+        found = self.stats.get("numRecords")
+        return None if found is None else int(found)
+
+    @property
+    def chunk_bounds(self) -> tuple[str | None, str | None]:
+        stats = self.stats
+        return stats.get("minValues", {}).get(CHUNK_COLUMN), stats.get("maxValues", {}).get(CHUNK_COLUMN)
+
+    def with_vector(self, vector: DeletionVector, now_ms: int) -> dict[str, Any]:
+        """The ``add`` action of this file under ``vector``: its statistics no longer tight (they
+        describe rows the vector deletes too)."""
+        stats = {**self.stats, "tightBounds": False}
+        return {"add": {**self.action, "modificationTime": int(self.action.get("modificationTime", now_ms)),
+                        "dataChange": True, "stats": json.dumps(stats), "deletionVector": vector.to_json()}}
+
+    def removal(self, now_ms: int, *, data_change: bool = True) -> dict[str, Any]:
+        """The ``remove`` action of this file, its vector's descriptor included (a reader keys the
+        table's files by path and vector)."""
+        action: dict[str, Any] = {"path": self.path, "deletionTimestamp": now_ms, "dataChange": data_change,
+                                  "extendedFileMetadata": True, "partitionValues": self.action.get("partitionValues") or {},
+                                  "size": int(self.action["size"])}
+        if self.action.get("deletionVector"):
+            action["deletionVector"] = self.action["deletionVector"]
+        return {"remove": action}
+
+
+@dataclass
+class _Replay:
+    version: int
+    files: dict[str, LiveFile] = field(default_factory=dict)
+
+
+class DeltaLog:
+    """The log of the Delta table at ``uri`` (the sink's form of its location), replayed on demand."""
+
+    def __init__(self, uri: str):
+        self.uri = uri.rstrip("/")
+        self.fs, root = fsspec.core.url_to_fs(self.uri)
+        self._folder = f"{root.rstrip('/')}/_delta_log"
+        self._replay: _Replay | None = None
+        self._lock = threading.Lock()
+
+    def files(self, table: DeltaTable) -> dict[str, LiveFile]:
+        """The live files of ``table`` (as loaded) by path, checked against delta-rs's list of them."""
+        version = table.version()
+        with self._lock:
+            replay = self._replay
+            if replay is None or replay.version > version:
+                replay = self._from_checkpoint(version)
+            for number in range(replay.version + 1, version + 1):
+                _apply(replay.files, self._commit_actions(number))
+                replay.version = number
+            self._replay = replay
+            files = dict(replay.files)
+        listed = set(pa.table(table.get_add_actions(flatten=True)).column("path").to_pylist())
+        replayed = {f.relative_path for f in files.values()}
+        if listed != replayed and {urllib.parse.unquote(p) for p in listed} != replayed:
+            self._replay = None
+            raise InternalError(f"{self.uri} at version {version}: the log's replay holds {len(replayed)} files, "
+                              f"delta-rs lists {len(listed)} (e.g. {sorted(listed ^ replayed)[:3]})")
+        return files
+
+    def commit(self, read_version: int, actions: Iterable[Mapping[str, Any]], *, operation: str,
+               parameters: Mapping[str, Any] | None = None) -> int:
+        """Write ``actions`` as the version after ``read_version`` (the version they were planned on),
+        atomically; raises ``ConcurrentCommit`` when another writer took that version."""
+        version = read_version + 1
+        info = {"timestamp": int(time.time() * 1000), "operation": operation,
+                "operationParameters": {k: str(v) for k, v in (parameters or {}).items()},
+                "readVersion": read_version, "isolationLevel": "Serializable", "isBlindAppend": False,
+                "engineInfo": ENGINE, "clientVersion": ENGINE}
+        lines = [json.dumps({"commitInfo": info})] + [json.dumps(a, separators=(",", ":")) for a in actions]
+        if not put_if_absent(self.fs, self._commit_file(version), ("\n".join(lines) + "\n").encode()):
+            raise ConcurrentCommit(f"version {version} of {self.uri} was committed by another writer")
+        return version
+
+    # --- replay ----------------------------------------------------------------------------------
+    def _commit_file(self, version: int) -> str:
+        return f"{self._folder}/{version:020d}.json"
+
+    def _commit_actions(self, version: int) -> list[dict[str, Any]]:
+        with self.fs.open(self._commit_file(version), "rb") as handle:
+            return [json.loads(line) for line in handle.read().decode().splitlines() if line.strip()]
+
+    def _from_checkpoint(self, version: int) -> _Replay:
+        """The files as of the latest checkpoint at or before ``version`` (none: version -1, empty)."""
+        checkpoint = self._checkpoint_at_most(version)
+        if checkpoint is None:
+            return _Replay(-1)
+        number, parts = checkpoint
+        files: dict[str, LiveFile] = {}
+        for part in parts:
+            with self.fs.open(part, "rb") as handle:
+                adds = pq.read_table(handle, columns=["add"]).column("add").to_pylist()
+            for add in adds:
+                if add is not None:
+                    action = _json_form(add)
+                    files[action["path"]] = LiveFile(action)
+        return _Replay(number, files)
+
+    def _checkpoint_at_most(self, version: int) -> tuple[int, list[str]] | None:
+        names = [p.rsplit("/", 1)[-1] for p in self.fs.ls(self._folder, detail=False)]
+        checkpoints: dict[int, list[str]] = {}
+        for name in names:
+            if ".checkpoint." in name and name.endswith(".parquet"):
+                checkpoints.setdefault(int(name.split(".", 1)[0]), []).append(f"{self._folder}/{name}")
+        usable = [n for n in checkpoints if n <= version]
+        if not usable:
+            return None
+        number = max(usable)
+        return number, sorted(checkpoints[number])
+
+
+def _apply(files: dict[str, LiveFile], actions: list[dict[str, Any]]) -> None:
+    """One commit's adds and removes (a remove first: a commit re-adds a file under a new vector)."""
+    for action in actions:
+        if "remove" in action:
+            removed = action["remove"]
+            held = files.get(removed["path"])
+            if held is not None and _vector_id(held.action) == _vector_id(removed):
+                del files[removed["path"]]
+    for action in actions:
+        if "add" in action:
+            files[action["add"]["path"]] = LiveFile(action["add"])
+
+
+def _vector_id(action: Mapping[str, Any]) -> str | None:
+    found = action.get("deletionVector")
+    return None if not found else DeletionVector.from_json(found).unique_id
+
+
+def _json_form(value: Any) -> Any:
+    """A checkpoint's action (Parquet, read as Python) as the JSON log has it: maps as objects, no
+    missing fields, no parsed statistics."""
+    if isinstance(value, dict):
+        return {k: _json_form(v) for k, v in value.items() if v is not None and k != "stats_parsed"}
+    if isinstance(value, list) and all(isinstance(i, tuple) and len(i) == 2 for i in value):
+        return {k: v for k, v in value}
+    return value
+
+
+def is_writable(table: DeltaTable) -> str | None:
+    """Why commits of this module would not keep ``table`` right (None: they would): a writer feature
+    it does not know, CHECK constraints (which only delta-rs's writes check), or a change data feed."""
+    protocol = table.protocol()
+    unknown = set(protocol.writer_features or ()) - WRITABLE_FEATURES
+    if unknown:
+        return f"writer feature(s) {', '.join(sorted(unknown))}"
+    configuration = table.metadata().configuration
+    if any(k.startswith("delta.constraints.") for k in configuration):
+        return "CHECK constraints"
+    if str(configuration.get("delta.enableChangeDataFeed", "false")).lower() == "true":
+        return "a change data feed"
+    return None
+
+
+def checkpoint_due(table: DeltaTable, version: int) -> bool:
+    """Whether ``version`` (a commit of this module) is one the table checkpoints at, as delta-rs does
+    after its own commits."""
+    interval = int(table.metadata().configuration.get("delta.checkpointInterval") or CHECKPOINT_INTERVAL)
+    return version > 0 and version % interval == 0

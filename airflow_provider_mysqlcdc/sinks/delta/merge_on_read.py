@@ -1,0 +1,281 @@
+"""A batch of changes merged into a Delta table by deletion vectors (merge-on-read): it costs what it
+changes, not the size of the files it touches.
+
+A copy-on-write MERGE rewrites every file that holds a changed key, whole: 1,000 updates of random
+keys rewrite nearly all of a table. Here a batch
+
+1. finds where each changed key's row lives: reading only the key columns and ``_cdc_version`` of
+   the files whose ``_cdc_chunk`` range holds a changed key, skipping rows their vectors delete;
+2. decides per key as the MERGE does: a change newer than the row replaces it (a delete removes it),
+   an older one is dropped, a key no file holds is inserted unless the change deletes it;
+3. marks the replaced rows deleted, in one new deletion vector file (each touched file's vector is
+   its old rows and the new ones), and writes the new row images, in chunk-key order, as one new
+   data file; a file whose live rows the batch mostly deletes is rewritten instead (copying its few
+   survivors costs less than keeping a mostly deleted file), one whose rows it all deletes removed;
+4. commits all of it with the stream's position records (``txn``) in one commit (sinks/delta/log.py):
+   the batch lands whole, exactly once, or not at all, and then its files are deleted.
+
+Columns the table has and the changes lack (the source dropped them) keep the row's value in an
+update and are NULL in an insert, as in the copy-on-write MERGE.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from deltalake import DeltaTable, TableFeatures
+from deltalake.schema import Field as DeltaField
+from pyroaring import BitMap64
+
+from airflow_provider_mysqlcdc.cdc.errors import ConcurrentCommit
+from airflow_provider_mysqlcdc.cdc.model.schema import TableSchema
+from airflow_provider_mysqlcdc.sinks.arrow_rows import CHUNK_COLUMN, conform_to, row_key_columns, zero_date_columns
+from airflow_provider_mysqlcdc.sinks.data_files import delete_data_file, open_data_file, write_data_file
+from airflow_provider_mysqlcdc.sinks.delta.data_files import add_json
+from airflow_provider_mysqlcdc.sinks.delta.deletion_vectors import kept_mask, read_vector, write_vectors
+from airflow_provider_mysqlcdc.sinks.delta.log import DeltaLog, LiveFile, checkpoint_due
+from airflow_provider_mysqlcdc.sinks.routing import shard_bounds
+
+log = logging.getLogger(__name__)
+
+#: a file whose live rows one batch deletes at least this share of is rewritten, not given a vector
+REWRITE_SHARE = 0.5
+_VERSION = "_cdc_version"
+_POS, _ROW = "__mysqlcdc_pos", "__mysqlcdc_row"
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    """What one merge-on-read commit did."""
+
+    version: int
+    rows_deleted: int  # rows marked deleted by vectors
+    files_with_vectors: int
+    files_rewritten: int  # rewritten or removed whole
+    rows_written: int  # new row images, and the survivors of rewritten files
+    files_read: int  # files whose key columns were read to find the rows
+
+
+def merge_into(uri: str, storage_options: dict[str, str] | None, delta_log: DeltaLog, schema: TableSchema,
+               changes: pa.Table, *, shard: str, transactions: Sequence[tuple[str, int]]) -> MergeResult:
+    """Merge ``changes`` of ``schema``'s table into the Delta table at ``uri`` (of ``shard`` only in a
+    routed table) by deletion vectors: a table made before merge-on-read gets the ``deletionVectors``
+    feature first, and columns the changes add are added first, each in a commit of its own; a
+    checkpoint follows where delta-rs's own commits would write one. One attempt: the caller retries
+    on a conflicting commit."""
+    table = DeltaTable(uri, storage_options=storage_options)
+    if "deletionVectors" not in (table.protocol().writer_features or ()):
+        table.alter.add_feature(TableFeatures.DeletionVectors, allow_protocol_versions_increase=True)
+        table = DeltaTable(uri, storage_options=storage_options)
+    current = pa.schema(table.schema().to_arrow())
+    added = [f.with_nullable(True) for f in changes.schema if f.name not in current.names]
+    if added:
+        table.alter.add_columns([DeltaField.from_arrow(f) for f in added])
+        table = DeltaTable(uri, storage_options=storage_options)
+        current = pa.schema(table.schema().to_arrow())
+    zeros = zero_date_columns(schema)
+    result = merge_by_vectors(table, uri, delta_log, changes, key_columns=row_key_columns(schema),
+                              nullable_keys=set(zeros) | set(zeros.values()),
+                              shard_range=shard_bounds(shard) if shard else None, file_schema=current,
+                              transactions=transactions)
+    if checkpoint_due(table, result.version):
+        DeltaTable(uri, storage_options=storage_options).create_checkpoint()
+    return result
+
+
+def read_live(uri: str, live: LiveFile, columns: Sequence[str] | None = None) -> pa.Table:
+    """The rows of a data file the table holds (of ``columns`` that the file has), without those its
+    deletion vector deletes."""
+    rows = _read(uri, live, columns)
+    if live.vector is None:
+        return rows
+    return rows.filter(pa.array(kept_mask(read_vector(uri, live.vector), rows.num_rows)))
+
+
+def merge_by_vectors(table: DeltaTable, uri: str, delta_log: DeltaLog, changes: pa.Table, *,
+                     key_columns: Sequence[str], nullable_keys: set[str], shard_range: tuple[str | None, str | None] | None,
+                     file_schema: pa.Schema, transactions: Sequence[tuple[str, int]]) -> MergeResult:
+    """Merge ``changes`` (the last change per key, with their change columns) into ``table`` (as
+    loaded, at the folder ``uri``) in one commit carrying ``transactions`` (app id, version). Raises
+    ``ConcurrentCommit`` when another writer committed first, after deleting what it wrote."""
+    files = delta_log.files(table)
+    candidates = _holding(files.values(), changes.column(CHUNK_COLUMN))
+    matches = _locate(uri, candidates, changes, key_columns, nullable_keys, shard_range)
+    change_versions = changes.column(_VERSION).to_numpy()
+    ops = changes.column("_cdc_op").to_numpy(zero_copy_only=False)
+    newer = change_versions[matches.rows] > matches.versions
+    stale_rows = set(matches.rows[~newer].tolist())  # a row newer than the change: the change is dropped
+    deleted: dict[str, list[int]] = defaultdict(list)
+    replaced: dict[int, tuple[str, int]] = {}
+    for path, position, row in zip(matches.paths[newer], matches.positions[newer], matches.rows[newer]):
+        if int(row) in stale_rows:
+            continue
+        deleted[str(path)].append(int(position))
+        replaced[int(row)] = (str(path), int(position))
+    image_rows = [i for i in range(changes.num_rows) if ops[i] != "d" and i not in stale_rows]
+    images = _with_kept_columns(uri, files, changes.take(pa.array(image_rows, pa.int64())), image_rows, replaced,
+                                ops, file_schema)
+
+    now = int(time.time() * 1000)
+    vectors: dict[str, BitMap64] = {}
+    actions: list[dict] = []
+    survivors: list[pa.Table] = []
+    rewritten = 0
+    for path, positions in deleted.items():
+        live = files[path]
+        old = read_vector(uri, live.vector) if live.vector is not None else BitMap64()
+        now_deleted = old | BitMap64(positions)
+        physical = live.rows if live.rows is not None else _read(uri, live, [_VERSION]).num_rows
+        live_rows = physical - len(old)
+        if len(now_deleted) >= physical or len(now_deleted) - len(old) >= REWRITE_SHARE * live_rows:
+            rows = _read(uri, live, None)
+            kept = rows.filter(pa.array(kept_mask(now_deleted, rows.num_rows)))
+            if kept.num_rows:
+                survivors.append(conform_to(kept, file_schema)[0])
+            actions.append(live.removal(now))
+            rewritten += 1
+        else:
+            vectors[path] = now_deleted
+    written: list[str] = []
+    try:
+        new_rows = pa.concat_tables([images, *survivors]) if survivors else images
+        if new_rows.num_rows:
+            new_rows = new_rows.take(pc.sort_indices(new_rows, sort_keys=[(CHUNK_COLUMN, "ascending")]))
+            data_file = write_data_file(uri, new_rows, file_schema, prefix="merged")
+            written.append(data_file.path)
+            actions.append(add_json(data_file))
+        if vectors:
+            vector_file, descriptors = write_vectors(uri, vectors)
+            written.append(vector_file)
+            for path, descriptor in descriptors.items():
+                actions += [files[path].removal(now), files[path].with_vector(descriptor, now)]
+        actions += [{"txn": {"appId": app_id, "version": version, "lastUpdated": now}}
+                    for app_id, version in transactions]
+        version = delta_log.commit(table.version(), actions, operation="MERGE",
+                                   parameters={"mode": "merge-on-read", "rows": changes.num_rows})
+    except BaseException as exc:
+        if not isinstance(exc, ConcurrentCommit):
+            log.warning("merge into %s failed before its commit was known to land; its files stay until vacuum",
+                        uri)
+            raise
+        for path in written:
+            delete_data_file(uri, path)
+        raise
+    return MergeResult(version, sum(len(v) - files[p].deleted for p, v in vectors.items()), len(vectors), rewritten,
+                       new_rows.num_rows, len(candidates))
+
+
+@dataclass(frozen=True)
+class _Matches:
+    """Rows of the table that hold a changed key: the change's row, the file, the position in it and
+    the row's ``_cdc_version``."""
+
+    rows: np.ndarray
+    paths: np.ndarray
+    positions: np.ndarray
+    versions: np.ndarray
+
+
+def _holding(files: Iterable[LiveFile], chunks: pa.ChunkedArray) -> list[LiveFile]:
+    """The files whose ``_cdc_chunk`` range holds one of ``chunks`` (unknown bounds: held)."""
+    keys = sorted({k for k in chunks.to_pylist() if k is not None})
+    held = []
+    for live in files:
+        low, high = live.chunk_bounds
+        if low is None or high is None or bisect.bisect_left(keys, low) < bisect.bisect_right(keys, high):
+            held.append(live)
+    return held
+
+
+def _join_keys(table: pa.Table, key_columns: Sequence[str], nullable_keys: set[str]) -> pa.Table:
+    """The key columns to join on: a nullable key column (a temporal key and its zero-date companion,
+    never both NULL) with its NULL replaced, so that NULL matches NULL as in the MERGE."""
+    columns = []
+    for name in key_columns:
+        column = table.column(name)
+        if name in nullable_keys:
+            column = pc.fill_null(column, pa.scalar("" if pa.types.is_string(column.type) else 0, column.type))
+        columns.append(column)
+    return pa.Table.from_arrays(columns, names=list(key_columns))
+
+
+def _locate(uri: str, candidates: Sequence[LiveFile], changes: pa.Table, key_columns: Sequence[str],
+            nullable_keys: set[str], shard_range: tuple[str | None, str | None] | None) -> _Matches:
+    keys = _join_keys(changes, key_columns, nullable_keys)
+    keys = keys.append_column(_ROW, pa.array(np.arange(changes.num_rows, dtype=np.int64)))
+    found = []
+    wanted = [*key_columns, _VERSION, *([CHUNK_COLUMN] if shard_range else [])]
+    for live in candidates:
+        rows = _read(uri, live, wanted)
+        keep = kept_mask(read_vector(uri, live.vector), rows.num_rows) if live.vector is not None else None
+        target = _join_keys(rows, key_columns, nullable_keys)
+        target = pa.Table.from_arrays([target.column(k).cast(keys.schema.field(k).type) for k in key_columns]
+                                      + [rows.column(_VERSION), pa.array(np.arange(rows.num_rows, dtype=np.int64))],
+                                      names=[*key_columns, _VERSION, _POS])
+        mask = None if keep is None else pa.array(keep)
+        if shard_range is not None:
+            inside = _in_range(rows.column(CHUNK_COLUMN), *shard_range)
+            mask = inside if mask is None else pc.and_(mask, inside)
+        if mask is not None:
+            target = target.filter(mask)
+        joined = target.join(keys, keys=list(key_columns), join_type="inner", use_threads=False)
+        if joined.num_rows:
+            found.append((live.path, joined))
+    if not found:
+        empty = np.array([], dtype=np.int64)
+        return _Matches(empty, np.array([], dtype=object), empty, empty)
+    return _Matches(np.concatenate([j.column(_ROW).to_numpy() for _, j in found]),
+                    np.concatenate([np.full(j.num_rows, p, dtype=object) for p, j in found]),
+                    np.concatenate([j.column(_POS).to_numpy() for _, j in found]),
+                    np.concatenate([j.column(_VERSION).to_numpy() for _, j in found]))
+
+
+def _in_range(chunks: pa.ChunkedArray, start: str | None, end: str | None) -> pa.ChunkedArray:
+    inside = pc.is_valid(chunks)
+    if start is not None:
+        inside = pc.and_(inside, pc.greater_equal(chunks, pa.scalar(start)))
+    if end is not None:
+        inside = pc.and_(inside, pc.less(chunks, pa.scalar(end)))
+    return inside
+
+
+def _with_kept_columns(uri: str, files: dict[str, LiveFile], images: pa.Table, image_rows: list[int],
+                       replaced: dict[int, tuple[str, int]], ops: np.ndarray, file_schema: pa.Schema) -> pa.Table:
+    """The images as rows of the table: the table's columns the changes lack take, in an update of a
+    row the table held, that row's value (NULL elsewhere, as in an insert: ``conform_to``)."""
+    absent = [f for f in file_schema if f.name not in images.column_names]
+    if not absent or not images.num_rows:
+        return conform_to(images, file_schema)[0]
+    carried: dict[str, list[tuple[int, int]]] = defaultdict(list)  # file: (image index, position)
+    for index, row in enumerate(image_rows):
+        if row in replaced and ops[row] != "c":
+            path, position = replaced[row]
+            carried[path].append((index, position))
+    values = {f.name: [None] * images.num_rows for f in absent}
+    for path, pairs in carried.items():
+        old = _read(uri, files[path], [f.name for f in absent])
+        taken = old.take(pa.array([p for _, p in pairs], pa.int64()))
+        for name in taken.column_names:
+            for (index, _), value in zip(pairs, taken.column(name).to_pylist()):
+                values[name][index] = value
+    for field in absent:
+        images = images.append_column(field.with_nullable(True), pa.array(values[field.name], field.type))
+    return conform_to(images, file_schema)[0]
+
+
+def _read(uri: str, live: LiveFile, columns: Sequence[str] | None) -> pa.Table:
+    """A data file's physical rows (of ``columns`` the file has; None: all)."""
+    with open_data_file(uri, live.relative_path) as handle:
+        parquet = pq.ParquetFile(handle)
+        names = None if columns is None else [c for c in columns if c in parquet.schema_arrow.names]
+        return parquet.read(columns=names)
+
