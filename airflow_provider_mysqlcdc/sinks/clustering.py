@@ -48,6 +48,8 @@ TARGET_BYTES = DEFAULT_TARGET_FILE_BYTES
 MAX_REWRITE_BYTES = 128 << 20
 #: clustering runs per table and maintenance run (each rewrites at most MAX_REWRITE_BYTES)
 COMPACT_ROUNDS = 8
+#: a file whose deletion vector deletes this share of its rows is rewritten without them (folded)
+FOLD_SHARE = 0.2
 
 
 @dataclass(frozen=True)
@@ -56,9 +58,14 @@ class HeldFile:
 
     path: str
     size: int
-    rows: int
+    rows: int  # live rows (those a deletion vector deletes left out)
     low: str
     high: str  # the file's smallest and largest _cdc_chunk
+    deleted: int = 0  # rows of the file a deletion vector deletes
+
+    @property
+    def deleted_share(self) -> float:
+        return self.deleted / max(1, self.rows + self.deleted)
 
 
 @dataclass(frozen=True)
@@ -75,12 +82,13 @@ class ClusteringResult:
         return f"{self.files_read} file(s) rewritten as {self.files_written} ({self.rows:,} rows){left}"
 
 
-def candidate_groups(files: list[HeldFile], *,
-                     target_bytes: int = TARGET_BYTES) -> tuple[list[list[HeldFile]], list[list[HeldFile]]]:
+def candidate_groups(files: list[HeldFile], *, target_bytes: int = TARGET_BYTES,
+                     fold_share: float = FOLD_SHARE) -> tuple[list[list[HeldFile]], list[list[HeldFile]]]:
     """The groups of files whose ranges overlap, and the runs of small neighbours, in key order: what
     clustering would rewrite, before any bound (nothing is read). A file is small under
     ``target_bytes / 32`` (4 MiB by default): the snapshot's files, one per partition, are larger and
-    already apart."""
+    already apart. A file whose deletion vector deletes at least ``fold_share`` of its rows, and that
+    is in no group or run, is a group of its own: rewriting it folds its vector in."""
     overlapping: list[list[HeldFile]] = []
     reach = ""
     for held in sorted(files, key=lambda f: (f.low, f.high)):
@@ -102,6 +110,9 @@ def candidate_groups(files: list[HeldFile], *,
 
     for group in overlapping:
         if len(group) > 1:
+            end_run()
+            groups.append(group)
+        elif group[0].deleted and group[0].deleted_share >= fold_share:
             end_run()
             groups.append(group)
         elif group[0].size < small:
@@ -165,8 +176,11 @@ class FileRows:
     """Data files' rows, read once, conformed to the table's columns, with what they take in memory:
     the plan reads a file to know that, and the rewrite uses what the plan read."""
 
-    def __init__(self, uri: str, file_schema: pa.Schema):
+    def __init__(self, uri: str, file_schema: pa.Schema, read: Callable[[HeldFile], pa.Table] | None = None):
+        """:param read: a file's rows (by default its Parquet rows: a format whose files hold rows a
+            deletion vector deletes passes its own reader)."""
         self.uri, self.file_schema = uri, file_schema
+        self._read_file = read or (lambda held: read_data_file(uri, held.path))
         self.read: dict[str, pa.Table] = {}
 
     def memory_of(self, held: HeldFile) -> int:
@@ -174,7 +188,7 @@ class FileRows:
 
     def rows_of(self, held: HeldFile) -> pa.Table:
         if held.path not in self.read:
-            self.read[held.path] = conform_to(read_data_file(self.uri, held.path), self.file_schema)[0]
+            self.read[held.path] = conform_to(self._read_file(held), self.file_schema)[0]
         return self.read[held.path]
 
     def keep_only(self, plan: list[list[HeldFile]]) -> None:

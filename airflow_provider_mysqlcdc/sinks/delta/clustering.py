@@ -4,22 +4,26 @@ What clustering is and how a run is planned and rewritten: sinks/clustering.py, 
 This is its Delta side: the files a table's log holds, and the commit of a run.
 
 The rewrite changes no row: its commit adds and removes files with ``dataChange = false``, as Delta's
-OPTIMIZE does, so a streaming reader of the table sees nothing new. Its snapshot is the one it planned
-from: when another writer removed one of its files meanwhile (a merge that rewrote it, a chunk
-commit), the commit fails, the new files are deleted, and the caller plans again.
+OPTIMIZE does, so a streaming reader of the table sees nothing new. A file's rows are its live rows,
+so rewriting a file folds its deletion vector in (and a file whose vector deletes much of it is
+rewritten for that alone). The commit is written into the log (sinks/delta/log.py) with the removed
+files' vector descriptors; it lands beside other writers' commits that did not touch its files, and
+when another writer removed or re-vectored one of them meanwhile (a merge, a chunk commit), it fails,
+the new files are deleted, and the caller plans again.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+import urllib.parse
 
 import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable
-from deltalake.exceptions import CommitFailedError
-from deltalake.transaction import AddAction, RemoveAction
+from deltalake import DeltaTable
 
+from airflow_provider_mysqlcdc.cdc.errors import ConcurrentCommit
 from airflow_provider_mysqlcdc.sinks.clustering import (
+    FOLD_SHARE,
     MAX_REWRITE_BYTES,
     TARGET_BYTES,
     ClusteringResult,
@@ -29,8 +33,10 @@ from airflow_provider_mysqlcdc.sinks.clustering import (
     candidate_groups,
     rewrite_in_key_order,
 )
-from airflow_provider_mysqlcdc.sinks.data_files import DataFile, chunk_bounds, delete_data_file
-from airflow_provider_mysqlcdc.sinks.delta.data_files import add_action
+from airflow_provider_mysqlcdc.sinks.data_files import DataFile, delete_data_file
+from airflow_provider_mysqlcdc.sinks.delta.data_files import add_json
+from airflow_provider_mysqlcdc.sinks.delta.log import DeltaLog, LiveFile
+from airflow_provider_mysqlcdc.sinks.delta.merge_on_read import read_live
 
 log = logging.getLogger(__name__)
 
@@ -38,45 +44,53 @@ log = logging.getLogger(__name__)
 CLUSTERING_COMMIT = "mysqlcdc.clustering"
 
 
-def held_files(table: DeltaTable) -> list[HeldFile]:
-    """The table's data files with their chunk ranges. A file without statistics of ``_cdc_chunk``
-    (written before the table kept them) is left out: reading it to place it would cost every check,
-    and leaving it where it is only costs the merges that read it."""
+def held_files(table: DeltaTable, delta_log: DeltaLog | None = None) -> list[HeldFile]:
+    """The table's data files with their chunk ranges and the rows their deletion vectors delete (from
+    ``delta_log``, the table's log as replayed so far, by default replayed afresh). A file without
+    statistics of ``_cdc_chunk`` (written before the table kept them) is left out: reading it to place
+    it would cost every check, and leaving it where it is only costs the merges that read it."""
+    return [held for held, _ in _held(table, delta_log or DeltaLog(_folder(table)))]
+
+
+def _held(table: DeltaTable, delta_log: DeltaLog) -> list[tuple[HeldFile, LiveFile]]:
     held = []
-    for action in pa.table(table.get_add_actions(flatten=True)).to_pylist():
-        low, high = chunk_bounds(action)
-        if low is not None and high is not None:
-            held.append(HeldFile(action["path"], int(action["size_bytes"]), int(action["num_records"]), low, high))
+    for live in delta_log.files(table).values():
+        low, high = live.chunk_bounds
+        rows = live.rows
+        if low is not None and high is not None and rows is not None:
+            held.append((HeldFile(live.relative_path, int(live.action["size"]), rows - live.deleted, low, high,
+                                  live.deleted), live))
     return held
 
+
+def _folder(table: DeltaTable) -> str:
+    return urllib.parse.unquote(table.table_uri.removeprefix("file://"))
 
 
 #: tables whose overlapping groups too large to rewrite were logged already (once per table and count)
 _WARNED: set[tuple[str, int]] = set()
-#: table features under which a data file's Parquet rows are not the table's rows
-_UNSUPPORTED_FEATURES = {"deletionVectors", "columnMapping"}
 
 
 def cluster_table(table: DeltaTable, uri: str, *, min_files: int = 2, target_bytes: int = TARGET_BYTES,
-                  max_rewrite_bytes: int = MAX_REWRITE_BYTES) -> ClusteringResult | None:
-    """One clustering run on ``table`` as loaded (its version is the one the commit checks against),
+                  max_rewrite_bytes: int = MAX_REWRITE_BYTES, delta_log: DeltaLog | None = None,
+                  fold_share: float = FOLD_SHARE) -> ClusteringResult | None:
+    """One clustering run on ``table`` as loaded (its version is the one the commit is planned on),
     whose folder is ``uri`` (the sink's form: delta-rs's ``table_uri`` escapes characters a file system
-    path keeps). None when fewer than ``min_files`` files need it (however many one run may take),
-    when nothing fits a run, or when the table uses deletion vectors or column mapping (its files'
-    rows are not its rows). Raises delta-rs's CommitFailedError
-    when another writer removed one of its files meanwhile, after deleting the files it wrote; after
-    any other failure of the commit itself they stay (it may have landed), invisible if it did not,
-    until ``vacuum`` removes them."""
-    protocol = table.protocol()
-    features = set(protocol.reader_features or ()) | set(protocol.writer_features or ())
-    if features & _UNSUPPORTED_FEATURES:
-        log.info("%s uses %s: not clustered", table.table_uri, ", ".join(sorted(features & _UNSUPPORTED_FEATURES)))
-        return None
-    groups, runs = candidate_groups(held_files(table), target_bytes=target_bytes)
-    if sum(len(group) for group in groups + runs) < max(min_files, 2):
+    path keeps), its log as ``delta_log`` replayed it. None when fewer than ``min_files`` files need
+    it (however many one run may take; a file whose deletion vector deletes ``fold_share`` of its rows
+    needs it alone) or when nothing fits a run. A file's rows are its live rows: rewriting it folds
+    its vector in. Raises ``ConcurrentCommit`` when another writer removed one of its files meanwhile,
+    after deleting the files it wrote; after any other failure of the commit itself they stay (it may
+    have landed), invisible if it did not, until ``vacuum`` removes them."""
+    delta_log = delta_log or DeltaLog(uri)
+    held = _held(table, delta_log)
+    live_of = {h.path: live for h, live in held}
+    groups, runs = candidate_groups([h for h, _ in held], target_bytes=target_bytes, fold_share=fold_share)
+    folds = any(len(group) == 1 for group in groups)
+    if sum(len(group) for group in groups + runs) < max(min_files, 2) and not folds:
         return None
     file_schema = pa.schema(table.schema().to_arrow())
-    rows = FileRows(uri, file_schema)
+    rows = FileRows(uri, file_schema, read=lambda h: read_live(uri, live_of[h.path]))
     plan, left = bounded(groups, runs, max_rewrite_bytes=max_rewrite_bytes, memory_of=rows.memory_of)
     rows.keep_only(plan)
     if left and (uri, left) not in _WARNED:
@@ -93,14 +107,13 @@ def cluster_table(table: DeltaTable, uri: str, *, min_files: int = 2, target_byt
         _delete(uri, written)
         raise
     now = int(time.time() * 1000)
-    removed = [f for group in plan for f in group]
-    actions: list[AddAction | RemoveAction] = [add_action(f, data_change=False) for f in written]
-    actions += [RemoveAction(f.path, False, now, f.size, {}) for f in removed]
-    result = ClusteringResult(len(removed), len(written), sum(f.rows for f in removed), left)
+    removed = [live_of[f.path] for group in plan for f in group]
+    actions = [add_json(f, data_change=False) for f in written] + [f.removal(now, data_change=False) for f in removed]
+    result = ClusteringResult(len(removed), len(written), sum(f.rows for group in plan for f in group), left)
     try:
-        table.create_write_transaction(actions, "append", file_schema, commit_properties=CommitProperties(
-            custom_metadata={CLUSTERING_COMMIT: str(result)}))
-    except CommitFailedError:  # refused: nothing of it is in the table
+        delta_log.commit(table.version(), actions, operation="OPTIMIZE", info={CLUSTERING_COMMIT: str(result)},
+                         rebase_over={f.path for f in removed})
+    except ConcurrentCommit:  # refused: nothing of it is in the table
         _delete(uri, written)
         raise
     return result
@@ -109,5 +122,3 @@ def cluster_table(table: DeltaTable, uri: str, *, min_files: int = 2, target_byt
 def _delete(uri: str, files: list[DataFile]) -> None:
     for data_file in files:
         delete_data_file(uri, data_file.path)
-
-

@@ -18,7 +18,7 @@ import json
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,17 +136,27 @@ class DeltaLog:
         return files
 
     def commit(self, read_version: int, actions: Iterable[Mapping[str, Any]], *, operation: str,
-               parameters: Mapping[str, Any] | None = None) -> int:
+               parameters: Mapping[str, Any] | None = None, info: Mapping[str, Any] | None = None,
+               rebase_over: Collection[str] | None = None) -> int:
         """Write ``actions`` as the version after ``read_version`` (the version they were planned on),
-        atomically; raises ``ConcurrentCommit`` when another writer took that version."""
+        atomically, with ``info`` in its ``commitInfo``; the version it landed as. Raises
+        ``ConcurrentCommit`` when another writer took that version, unless ``rebase_over`` names the
+        paths (as the log names them) the commit removes: then it lands at the next free version when
+        no commit since ``read_version`` removed one of them or changed the table's schema or protocol,
+        as delta-rs lets a compaction or a range commit land beside another writer's appends."""
+        commit_info = {"timestamp": int(time.time() * 1000), "operation": operation,
+                       "operationParameters": {k: str(v) for k, v in (parameters or {}).items()},
+                       "readVersion": read_version, "isolationLevel": "Serializable", "isBlindAppend": False,
+                       "engineInfo": ENGINE, "clientVersion": ENGINE, **(info or {})}
+        lines = [json.dumps({"commitInfo": commit_info})] + [json.dumps(a, separators=(",", ":")) for a in actions]
+        data = ("\n".join(lines) + "\n").encode()
         version = read_version + 1
-        info = {"timestamp": int(time.time() * 1000), "operation": operation,
-                "operationParameters": {k: str(v) for k, v in (parameters or {}).items()},
-                "readVersion": read_version, "isolationLevel": "Serializable", "isBlindAppend": False,
-                "engineInfo": ENGINE, "clientVersion": ENGINE}
-        lines = [json.dumps({"commitInfo": info})] + [json.dumps(a, separators=(",", ":")) for a in actions]
-        if not put_if_absent(self.fs, self._commit_file(version), ("\n".join(lines) + "\n").encode()):
-            raise ConcurrentCommit(f"version {version} of {self.uri} was committed by another writer")
+        while not put_if_absent(self.fs, self._commit_file(version), data):
+            clash = None if rebase_over is None else _clash(self._commit_actions(version), rebase_over)
+            if rebase_over is None or clash:
+                raise ConcurrentCommit(f"version {version} of {self.uri} was committed by another writer"
+                                       + (f" ({clash})" if clash else ""))
+            version += 1
         return version
 
     # --- replay ----------------------------------------------------------------------------------
@@ -197,6 +207,17 @@ def _apply(files: dict[str, LiveFile], actions: list[dict[str, Any]]) -> None:
     for action in actions:
         if "add" in action:
             files[action["add"]["path"]] = LiveFile(action["add"])
+
+
+def _clash(actions: list[dict[str, Any]], paths: Collection[str]) -> str | None:
+    """What in another writer's commit keeps a commit removing ``paths`` from landing after it."""
+    for action in actions:
+        if "metaData" in action or "protocol" in action:
+            return "it changed the table's schema or protocol"
+        for kind in ("remove", "add"):
+            if kind in action and action[kind]["path"] in paths:
+                return f"it changed {action[kind]['path']}"
+    return None
 
 
 def _vector_id(action: Mapping[str, Any]) -> str | None:

@@ -39,10 +39,17 @@ from pyroaring import BitMap64
 from airflow_provider_mysqlcdc.cdc.errors import ConcurrentCommit
 from airflow_provider_mysqlcdc.cdc.model.schema import TableSchema
 from airflow_provider_mysqlcdc.sinks.arrow_rows import CHUNK_COLUMN, conform_to, row_key_columns, zero_date_columns
-from airflow_provider_mysqlcdc.sinks.data_files import delete_data_file, open_data_file, write_data_file
+from airflow_provider_mysqlcdc.sinks.data_files import (
+    DataFile,
+    delete_data_file,
+    open_data_file,
+    rows_outside,
+    write_data_file,
+)
 from airflow_provider_mysqlcdc.sinks.delta.data_files import add_json
 from airflow_provider_mysqlcdc.sinks.delta.deletion_vectors import kept_mask, read_vector, write_vectors
 from airflow_provider_mysqlcdc.sinks.delta.log import DeltaLog, LiveFile, checkpoint_due
+from airflow_provider_mysqlcdc.sinks.delta.predicates import file_placement
 from airflow_provider_mysqlcdc.sinks.routing import shard_bounds
 
 log = logging.getLogger(__name__)
@@ -90,6 +97,33 @@ def merge_into(uri: str, storage_options: dict[str, str] | None, delta_log: Delt
     if checkpoint_due(table, result.version):
         DeltaTable(uri, storage_options=storage_options).create_checkpoint()
     return result
+
+
+def commit_range_by_log(table: DeltaTable, uri: str, delta_log: DeltaLog, start: str | None, end: str | None,
+                        files: Sequence[DataFile], *, file_schema: pa.Schema) -> None:
+    """``DeltaSink.commit_range`` on a table with deletion vectors: the files that held the range
+    leave with their vectors' descriptors, and the rows a file partly in the range keeps outside it
+    are its live rows (its vector applied). Lands beside other writers' commits that did not touch
+    the files it removes (``DeltaLog.commit``); done at once when ``files`` are in the table already."""
+    held = delta_log.files(table)
+    ours = {f.path for f in files}
+    if ours and ours <= {live.relative_path for live in held.values()}:
+        return
+    now = int(time.time() * 1000)
+    actions = [add_json(f) for f in files]
+    removed = set()
+    for live in held.values():
+        placement = file_placement(live.chunk_bounds, start, end)
+        if live.relative_path in ours or placement == "outside":
+            continue
+        if placement == "partial":
+            kept = rows_outside(read_live(uri, live), start, end)
+            if kept.num_rows:
+                actions.append(add_json(write_data_file(uri, kept, file_schema, prefix="rewritten")))
+        actions.append(live.removal(now))
+        removed.add(live.path)
+    delta_log.commit(table.version(), actions, operation="WRITE", parameters={"range": f"[{start}, {end})"},
+                     rebase_over=removed)
 
 
 def read_live(uri: str, live: LiveFile, columns: Sequence[str] | None = None) -> pa.Table:

@@ -46,7 +46,7 @@ from airflow_provider_mysqlcdc.sinks.delta.clustering import cluster_table
 from airflow_provider_mysqlcdc.sinks.delta.copy_on_write import merge_by_rewrite
 from airflow_provider_mysqlcdc.sinks.delta.data_files import add_action
 from airflow_provider_mysqlcdc.sinks.delta.log import DeltaLog, is_writable
-from airflow_provider_mysqlcdc.sinks.delta.merge_on_read import merge_into
+from airflow_provider_mysqlcdc.sinks.delta.merge_on_read import commit_range_by_log, merge_into
 from airflow_provider_mysqlcdc.sinks.delta.predicates import (
     chunk_range_predicate,
     file_placement,
@@ -214,9 +214,11 @@ class DeltaSink(Sink):
 
         def commit() -> None:
             table = DeltaTable(uri, storage_options=self.storage_options)
+            if "deletionVectors" in (table.protocol().writer_features or ()):
+                return commit_range_by_log(table, uri, self.delta_log(uri), start, end, files, file_schema=file_schema)
             existing = pa.table(table.get_add_actions(flatten=True)).to_pylist()
             if ours and ours <= {e["path"] for e in existing}:
-                return
+                return None
             now = int(time.time() * 1000)
             actions: list[AddAction | RemoveAction] = [add_action(f) for f in files]
             for held in existing:
@@ -229,6 +231,7 @@ class DeltaSink(Sink):
                         actions.append(add_action(write_data_file(uri, kept, file_schema, prefix="rewritten")))
                 actions.append(RemoveAction(held["path"], True, now, held["size_bytes"], {}))
             table.create_write_transaction(actions, "append", file_schema)
+            return None
 
         retry_conflicts(commit, f"commit {len(files)} data files into {table_id} [{start}, {end})")
 
@@ -274,9 +277,10 @@ class DeltaSink(Sink):
         try:
             return retry_conflicts(lambda: cluster_table(DeltaTable(uri, storage_options=self.storage_options), uri,
                                                           min_files=min_files, target_bytes=target_bytes,
-                                                          max_rewrite_bytes=max_rewrite_bytes),
+                                                          max_rewrite_bytes=max_rewrite_bytes,
+                                                          delta_log=self.delta_log(uri)),
                                     f"cluster {table_id}", attempts=_CLUSTER_ATTEMPTS)
-        except CommitFailedError as exc:
+        except (CommitFailedError, ConcurrentCommit) as exc:
             log.warning("clustering %s gave way to %d concurrent commits and is left for its next run (%s)",
                         table_id, _CLUSTER_ATTEMPTS, exc)
             return None

@@ -10,9 +10,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
-from deltalake.exceptions import CommitFailedError
 from deltalake.schema import Field as DeltaField
 
+from airflow_provider_mysqlcdc.cdc.errors import ConcurrentCommit
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.sinks.clustering import HeldFile, clustering_plan
 from airflow_provider_mysqlcdc.sinks.delta.clustering import CLUSTERING_COMMIT, cluster_table, held_files
@@ -122,7 +122,7 @@ def test_a_commit_that_rewrote_a_file_meanwhile_fails_the_clustering_which_leave
     planned = DeltaTable(uri)
     DeltaTable(uri).merge(rows(3, v="b"), predicate="t.id = s.id", source_alias="s",
                           target_alias="t").when_matched_update_all().execute()
-    with pytest.raises(CommitFailedError):
+    with pytest.raises(ConcurrentCommit, match="it changed"):
         cluster_table(planned, uri)
     assert not list(Path(uri).glob("clustered-*"))
     assert sink.cluster(T) is not None  # planned again from the merge's version

@@ -209,3 +209,48 @@ def _change_columns(writer: SinkWriter, records: list) -> pa.Table:
     from airflow_provider_mysqlcdc.sinks.change_columns import change_columns, conform_changes
 
     return conform_changes(change_columns(SCHEMA, records), writer.data_schema)[0]
+
+
+def test_clustering_folds_the_vectors_into_rewritten_files_and_changes_no_row(tmp_path):
+    writer = snapshotted(tmp_path / "lake", "merge-on-read")
+    uri = writer.sink.table_uri(T)
+    batches, rows = random_batches(seed=11, batches=6, per_batch=120)
+    for batch_id, batch in enumerate(batches):
+        apply_change_batch({T: writer}, batch, app_id="app", batch_id=batch_id)
+    assert any(f.vector is not None for f in DeltaLog(uri).files(DeltaTable(uri)).values())
+    while writer.sink.cluster(T) is not None:
+        pass
+    files = DeltaLog(uri).files(DeltaTable(uri))
+    assert all(f.vector is None for f in files.values())
+    assert held(writer) == rows and {r["id"]: r["v"] for r in duckdb_rows(uri)} == rows
+
+
+def test_a_range_commit_keeps_what_a_vector_deleted_outside_its_range_deleted(tmp_path):
+    """A split re-read over part of a file whose vector deletes rows outside the split: the rows the
+    file keeps outside the range are its live rows, not its Parquet rows."""
+    writer = snapshotted(tmp_path / "lake", "merge-on-read")
+    sink = writer.sink
+    apply_change_batch({T: writer}, [delete(T, 20, id=5, v="a"), delete(T, 21, id=700, v="a")], app_id="app",
+                       batch_id=1)
+    split = FinishedSplit(SnapshotSplit(T, 0, "id", 600, 800), off(30))
+    start, end = writer.split_range(split.split)
+    data = writer.stamped(pa.table({"id": pa.array(range(600, 800), pa.int32()), "v": ["r"] * 200}), off(30))
+    file_schema = sink.file_schema(SCHEMA)
+    from airflow_provider_mysqlcdc.sinks.data_files import write_data_file
+
+    sink.commit_range(T, start, end, [write_data_file(sink.data_folder(T), data, file_schema, prefix="split")],
+                      file_schema=file_schema)
+    rows = held(writer)
+    assert 5 not in rows and rows[700] == "r" and rows[599] == "a" and len(rows) == ROWS - 1
+
+
+def test_vacuum_keeps_the_vectors_the_table_names_and_deletes_the_files_it_left(tmp_path):
+    writer = snapshotted(tmp_path / "lake", "merge-on-read")
+    uri = writer.sink.table_uri(T)
+    batches, rows = random_batches(seed=5, batches=3, per_batch=50)
+    for batch_id, batch in enumerate(batches):
+        apply_change_batch({T: writer}, batch, app_id="app", batch_id=batch_id)
+    DeltaTable(uri).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+    named = {f.vector.file_path(uri) for f in DeltaLog(uri).files(DeltaTable(uri)).values() if f.vector}
+    assert named and all(Path(p).exists() for p in named)
+    assert held(writer) == rows and {r["id"]: r["v"] for r in duckdb_rows(uri)} == rows
