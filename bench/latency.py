@@ -29,6 +29,7 @@ from airflow_provider_mysqlcdc.state.registry import PipelineState
 from bench.customer_table import fresh_table
 from devtools.spark_submit import SparkSubmit
 from devtools.throwaway_server import ThrowawayMariaDB
+from devtools.verify import read_delta
 
 RATES = (1_000, 10_000)
 #: each row is stamped again only after every other row was: 10 s later at the highest rate, so no
@@ -57,7 +58,7 @@ def bench_latency(server: ThrowawayMariaDB, work: Path, secrets: Path, seconds: 
             cur.execute(f"UPDATE {table.quoted} SET t_ms = 1 WHERE id = 1")
         conn.commit()
         deadline = time.time() + 180
-        while 1 not in DeltaTable(uri).to_pyarrow_table(columns=["t_ms"]).column(0).to_pylist():
+        while 1 not in read_delta(uri, columns=["t_ms"]).column(0).to_pylist():
             if time.time() > deadline or proc.poll() is not None:
                 raise RuntimeError("the latency stream applied nothing:\n" + (work / "latency.log").read_text()[-3000:])
             time.sleep(0.2)
@@ -99,7 +100,7 @@ def _at_rate(server: ThrowawayMariaDB, table: TableId, uri: str, rate: int, seco
         if handle.version() != version:
             version = handle.version()
             now = time.time() * 1000
-            for stamp in handle.to_pyarrow_table(columns=["t_ms"]).column(0).to_pylist():
+            for stamp in read_delta(uri, version=version, columns=["t_ms"]).column(0).to_pylist():
                 if stamp and stamp > started * 1000 and stamp not in seen:
                     seen.add(stamp)
                     latencies.append((now - stamp) / 1000)

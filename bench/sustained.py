@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import pymysql
-from deltalake import DeltaTable
 
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
@@ -46,6 +45,7 @@ from bench.memory import machine_busy_seconds, tree_cpu_seconds
 from bench.mixed_workload import NARROW, WIDE, MixedTransactions, batch_times, create_tables
 from devtools.spark_submit import SparkSubmit
 from devtools.throwaway_server import ThrowawayMariaDB
+from devtools.verify import read_delta
 
 RATES = (2_000, 5_000, 10_000, 20_000, 30_000)
 #: issue 31's targets: the highest steady rate with p99 lag under LAG_S, at least TARGET_RATE
@@ -108,7 +108,7 @@ class Stamps:
         return now
 
     def visible(self) -> set[int]:
-        return set(DeltaTable(self.uri).to_pyarrow_table(columns=["t_ms"]).column(0).to_pylist())
+        return set(read_delta(self.uri, columns=["t_ms"]).column(0).to_pylist())
 
     def wait_visible(self, stamp: int, timeout_s: float, stream: Any, what: str) -> None:
         """Until ``stamp`` is visible; raises once ``timeout_s`` passed or the stream ended."""

@@ -9,6 +9,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+
 from airflow_provider_mysqlcdc.cdc.binlog.reader import BinlogReader
 from airflow_provider_mysqlcdc.cdc.binlog.split_filter import FinishedSplitFilter
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
@@ -127,6 +129,20 @@ def sink_rows(lake: object, schema: TableSchema, storage_options: dict[str, str]
     if len(by_key) != len(rows):
         raise AssertionError(f"{schema.table_id}: {len(rows) - len(by_key)} duplicated key(s) in the {sink_format} table")
     return by_key
+
+
+def read_delta(uri: str, *, version: int | None = None, columns: list[str] | None = None,
+               storage_options: dict[str, str] | None = None) -> pa.Table:
+    """A Delta table's rows (at ``version``; of ``columns``) as delta-rs's own engine reads them,
+    deletion vectors applied (its pyarrow dataset refuses a table that has them), in the table's
+    column types."""
+    from deltalake import DeltaTable
+
+    table = DeltaTable(uri, version=version, storage_options=storage_options)
+    schema = pa.schema(table.schema().to_arrow())
+    if columns is not None:
+        schema = pa.schema([schema.field(c) for c in columns])
+    return pa.table(table.scan(columns=columns)).cast(schema)
 
 
 def sink_commits(sink: Sink, table_id: TableId, kind: str) -> int:

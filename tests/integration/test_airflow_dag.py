@@ -48,7 +48,7 @@ from airflow_provider_mysqlcdc.state.registry import STREAM_OFFSET, PipelineStat
 from airflow_provider_mysqlcdc.status import pipeline_status
 from devtools.dag_runner import catch_up_stream, clear_and_resume, example_dag_env, mark_running, run_dag
 from devtools.spark_submit import SparkSubmit
-from devtools.verify import source_rows
+from devtools.verify import read_delta, source_rows
 from devtools.workload import SAMPLE_TABLES, RandomWriters, create_sample_tables
 
 from .helpers import SecretWatch, assert_same_rows, delta_rows, files_holding, transactions_between
@@ -307,7 +307,7 @@ def _every_commit(sink, table_id: TableId, columns: list[str]):
         return
     uri = sink.table_uri(table_id)
     for version in range(DeltaTable(uri).version() + 1):
-        yield version, DeltaTable(uri, version=version).to_pyarrow_table(columns=columns)
+        yield version, read_delta(uri, version=version, columns=columns)
 
 
 def test_bad_table_fails_the_plan_task_before_any_spark_job(mysql_server, cdc_user, database, tmp_path):

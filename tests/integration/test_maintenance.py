@@ -32,7 +32,7 @@ from airflow_provider_mysqlcdc.state.registry import PipelineState
 from devtools.dag_runner import example_dag_env, run_dag
 from devtools.snapshot import snapshot_tables
 from devtools.spark_submit import SparkSubmit
-from devtools.verify import differences, source_rows
+from devtools.verify import differences, read_delta, source_rows
 from devtools.workload import SAMPLE_TABLES, create_sample_tables
 
 from .helpers import assert_same_rows, delta_rows
@@ -98,7 +98,7 @@ class VersionRecorder:
             try:
                 version = DeltaTable(self.uri).version()
                 if version not in self.rows:
-                    rows = arrow_to_rows(DeltaTable(self.uri, version=version).to_pyarrow_table(), self.schema)
+                    rows = arrow_to_rows(read_delta(self.uri, version=version), self.schema)
                     self.rows[version] = {self.schema.key_of(r): r for r in rows}
             except Exception:  # noqa: BLE001 - a version vacuum removed meanwhile: not recorded
                 continue
@@ -218,14 +218,14 @@ def test_maintenance_while_a_stream_runs_bounds_files_keeps_the_sink_exact_and_t
             < vacuumed_at - RETENTION_S - 1]
     assert kept and gone, (kept, gone)
     for version in kept:
-        rows = arrow_to_rows(DeltaTable(uri, version=version).to_pyarrow_table(), schema)
+        rows = arrow_to_rows(read_delta(uri, version=version), schema)
         assert {schema.key_of(r): r for r in rows} == recorder.rows[version], version
     assert any(not _readable(uri, version) for version in gone), gone
 
 
 def _readable(uri: str, version: int) -> bool:
     try:
-        DeltaTable(uri, version=version).to_pyarrow_table()
+        read_delta(uri, version=version)
     except Exception as exc:  # noqa: BLE001 - delta-rs names the missing data file
         assert "not found" in str(exc).lower() or "no such file" in str(exc).lower(), exc
         return False

@@ -10,7 +10,6 @@ sink keeps its columns, with the same values."""
 from __future__ import annotations
 
 import pytest
-from deltalake import DeltaTable
 
 from airflow_provider_mysqlcdc.cdc.errors import SparkJobFailed
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId
@@ -22,7 +21,7 @@ from airflow_provider_mysqlcdc.state.ddl_log import read_ddl_log
 from airflow_provider_mysqlcdc.state.drift import read_drift
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from devtools.snapshot import snapshot_tables
-from devtools.verify import differences, sink_rows, source_rows
+from devtools.verify import differences, read_delta, sink_rows, source_rows
 
 from .helpers import run_stream
 
@@ -31,7 +30,7 @@ pytestmark = pytest.mark.integration
 
 def _delta_rows(lake: str, table: TableId) -> tuple[list[str], dict]:
     """The Delta table's source columns and rows by id, as delta-rs reads them (not our reader)."""
-    data = DeltaTable(open_sink(SinkSpec(lake)).table_uri(table)).to_pyarrow_table()
+    data = read_delta(open_sink(SinkSpec(lake)).table_uri(table))
     return [n for n in data.column_names if not n.startswith("_cdc_")], {r["id"]: r for r in data.to_pylist()}
 
 

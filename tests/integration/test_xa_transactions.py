@@ -26,7 +26,7 @@ from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from devtools.snapshot import snapshot_tables
-from devtools.verify import source_rows
+from devtools.verify import read_delta, source_rows
 
 from .helpers import assert_same_rows, delta_rows, run_stream
 
@@ -253,10 +253,9 @@ def test_the_stream_applies_committed_xa_transactions_and_never_rolled_back_ones
 def test_the_changelog_records_an_xa_transactions_changes_at_its_commit_and_none_rolled_back(history):
     import json
 
-    from deltalake import DeltaTable
 
     t = history.tables[0]
-    log = DeltaTable(f"{history.lake}/{t.database}/{t.table}__changelog").to_pyarrow_table().to_pylist()
+    log = read_delta(f"{history.lake}/{t.database}/{t.table}__changelog").to_pylist()
     images = [json.loads(row["after"] or row["before"]) for row in log]
     assert not [i for i in images if i["id"] == 1001 or i["v"] == -1], "a rolled-back change reached the changelog"
     committed = [row for row, image in zip(log, images) if image["v"] == -2 or image["id"] == 1002]

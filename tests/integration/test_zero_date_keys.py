@@ -14,7 +14,6 @@ import uuid
 from dataclasses import dataclass
 
 import pytest
-from deltalake import DeltaTable
 
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
@@ -22,7 +21,7 @@ from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from devtools.snapshot import snapshot_tables
-from devtools.verify import source_rows
+from devtools.verify import read_delta, source_rows
 
 from .helpers import assert_same_rows, delta_rows, run_statements, run_stream
 
@@ -85,7 +84,7 @@ def test_zero_and_partial_dates_in_a_key_keep_their_rows_through_the_snapshot_an
 
 
 def test_a_key_with_no_calendar_date_is_null_in_its_column_and_the_servers_text_in_its_companion(history):
-    rows = DeltaTable(f"{history.lake}/{history.tables['datetime'].database}/datetime").to_pyarrow_table() \
+    rows = read_delta(f"{history.lake}/{history.tables['datetime'].database}/datetime") \
         .select(["k", "_cdc_zero_k", "id"]).to_pylist()
     zero = {(r["_cdc_zero_k"], r["id"]) for r in rows if r["k"] is None}
     assert ("0000-00-00 00:00:00", 100) in zero and ("2024-05-00 01:02:03", 100) in zero

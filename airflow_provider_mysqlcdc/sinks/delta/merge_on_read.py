@@ -194,8 +194,13 @@ def merge_by_vectors(table: DeltaTable, uri: str, delta_log: DeltaLog, changes: 
                 actions += [files[path].removal(now), files[path].with_vector(descriptor, now)]
         actions += [{"txn": {"appId": app_id, "version": version, "lastUpdated": now}}
                     for app_id, version in transactions]
+        deleted_rows = sum(len(v) - files[p].deleted for p, v in vectors.items())
+        metrics = {"num_source_rows": changes.num_rows, "num_target_files_scanned": len(candidates),
+                   "num_target_files_added": 1 if new_rows.num_rows else 0, "num_target_files_removed": rewritten,
+                   "num_target_files_with_deletion_vectors": len(vectors),
+                   "num_target_rows_deleted_by_vectors": deleted_rows, "num_output_rows": new_rows.num_rows}
         version = delta_log.commit(table.version(), actions, operation="MERGE",
-                                   parameters={"mode": "merge-on-read", "rows": changes.num_rows})
+                                   parameters={"mode": "merge-on-read"}, info={"operationMetrics": metrics})
     except BaseException as exc:
         if not isinstance(exc, ConcurrentCommit):
             log.warning("merge into %s failed before its commit was known to land; its files stay until vacuum",
@@ -204,8 +209,7 @@ def merge_by_vectors(table: DeltaTable, uri: str, delta_log: DeltaLog, changes: 
         for path in written:
             delete_data_file(uri, path)
         raise
-    return MergeResult(version, sum(len(v) - files[p].deleted for p, v in vectors.items()), len(vectors), rewritten,
-                       new_rows.num_rows, len(candidates))
+    return MergeResult(version, deleted_rows, len(vectors), rewritten, new_rows.num_rows, len(candidates))
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable, TableFeatures, Transaction, write_deltalake
+from deltalake import DeltaTable, TableFeatures, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, SchemaMismatchError, TableNotFoundError
 from deltalake.schema import Field as DeltaField
 from deltalake.transaction import AddAction, RemoveAction
@@ -43,6 +43,7 @@ from airflow_provider_mysqlcdc.sinks.data_files import (
     write_data_file,
 )
 from airflow_provider_mysqlcdc.sinks.delta.clustering import cluster_table
+from airflow_provider_mysqlcdc.sinks.delta.commits import applied_position, commit_properties, transactions
 from airflow_provider_mysqlcdc.sinks.delta.copy_on_write import merge_by_rewrite
 from airflow_provider_mysqlcdc.sinks.delta.data_files import add_action
 from airflow_provider_mysqlcdc.sinks.delta.log import DeltaLog, is_writable
@@ -61,9 +62,6 @@ T = TypeVar("T")
 
 _MAX_ATTEMPTS = 50
 _CLUSTER_ATTEMPTS = 5
-#: txn app ids holding the position of the last change a stream committed (sinks/base.py)
-_POSITION, _POSITION_ORDER = "mysqlcdc.position", "mysqlcdc.position.order"
-_ORDER_BITS = 24
 #: the Delta setting naming the columns whose statistics a table keeps: by default only its first 32
 #: columns', so a wide table would keep none of ``_cdc_chunk``, which every range commit reads
 STATS_COLUMNS = "delta.dataSkippingStatsColumns"
@@ -119,10 +117,12 @@ class DeltaSink(Sink):
                                   configuration={"delta.appendOnly": "false", STATS_COLUMNS: _stats_columns(schema)})
             except CommitFailedError:
                 pass  # created concurrently by another writer
+            self._enable_vectors(uri, schema.table_id)
             return
         current = pa.schema(table.schema().to_arrow())
         self._check_evolution(schema.table_id, current, target)
         self._enable_features(table, schema.table_id, target)
+        self._enable_vectors(uri, schema.table_id)
         self._relax_nullability(table, schema.table_id, current, target)
         if STATS_COLUMNS not in table.metadata().configuration:  # a table created before this setting
             retry_conflicts(lambda: DeltaTable(uri, storage_options=self.storage_options).alter.set_table_properties(
@@ -147,6 +147,21 @@ class DeltaSink(Sink):
         retry_conflicts(lambda: DeltaTable(table.table_uri, storage_options=self.storage_options).alter.add_feature(
             TableFeatures.TimestampWithoutTimezone, allow_protocol_versions_increase=True),
             f"enable TIMESTAMP_NTZ on {table_id}")
+
+    def _enable_vectors(self, uri: str, table_id: TableId) -> None:
+        """A table merged into by deletion vectors has the ``deletionVectors`` reader and writer
+        feature: given in a commit of its own, right after the table is created, or when a table made
+        copy-on-write is first prepared for merge-on-read (its readers must read deletion vectors from
+        then on; a table that stays copy-on-write never gets it)."""
+        if self.merge_mode != MERGE_ON_READ:
+            return
+
+        def enable() -> None:
+            table = DeltaTable(uri, storage_options=self.storage_options)
+            if "deletionVectors" not in (table.protocol().writer_features or ()) and is_writable(table) is None:
+                table.alter.add_feature(TableFeatures.DeletionVectors, allow_protocol_versions_increase=True)
+
+        retry_conflicts(enable, f"enable deletion vectors on {table_id}")
 
     def _relax_nullability(self, table: DeltaTable, table_id: TableId, current: pa.Schema, target: pa.Schema) -> None:
         """A column the table has as NOT NULL that ``target`` lets be NULL (a temporal key column, which a
@@ -181,7 +196,7 @@ class DeltaSink(Sink):
         def write() -> None:
             write_deltalake(uri, _with_dropped_columns(rows, self.open_table(uri)), mode="overwrite", predicate=predicate,
                             schema_mode="merge", storage_options=self.storage_options,
-                            commit_properties=_commit_properties(commit))
+                            commit_properties=commit_properties(commit))
 
         retry_conflicts(write, f"replace {table_id} [{start}, {end})")
 
@@ -239,7 +254,7 @@ class DeltaSink(Sink):
         uri = self.table_uri(sink_target(schema).table_id)
         if self.merge_mode == MERGE_ON_READ and self._writable(uri, schema.table_id):
             result = retry_conflicts(lambda: merge_into(uri, self.storage_options, self.delta_log(uri), schema, changes,
-                                                        shard=commit.shard, transactions=_transactions(commit)),
+                                                        shard=commit.shard, transactions=transactions(commit)),
                                      f"merge batch {commit.batch_id} into {schema.table_id}")
             log.debug("merge of batch %d into %s: %s", commit.batch_id, schema.table_id, result)
         else:
@@ -263,7 +278,7 @@ class DeltaSink(Sink):
 
     def _merge_copying(self, uri: str, schema: TableSchema, changes: pa.Table, commit: StreamCommit) -> None:
         retry_conflicts(lambda: merge_by_rewrite(uri, self.storage_options, schema, changes, shard=commit.shard,
-                                                 commit_properties=_commit_properties(commit)),
+                                                 commit_properties=commit_properties(commit)),
                         f"merge batch {commit.batch_id} into {schema.table_id}")
 
     def cluster(self, table_id: TableId, *, min_files: int = 2, target_bytes: int = TARGET_BYTES,
@@ -291,7 +306,7 @@ class DeltaSink(Sink):
 
         def delete_older() -> None:
             DeltaTable(uri, storage_options=self.storage_options).delete(
-                _older_than(version, commit), commit_properties=_commit_properties(commit))
+                _older_than(version, commit), commit_properties=commit_properties(commit))
 
         retry_conflicts(delete_older, f"truncate {table_id} before version {version}")
 
@@ -316,7 +331,7 @@ class DeltaSink(Sink):
             DeltaTable(uri, storage_options=self.storage_options).update(
                 updates={sql_identifier(n): u for n, u in literals.items() if u is not None},
                 predicate=_older_than(version, commit),
-                commit_properties=_commit_properties(commit))
+                commit_properties=commit_properties(commit))
 
         retry_conflicts(update, f"fill {', '.join(values)} of {table_id} before version {version}")
 
@@ -326,7 +341,7 @@ class DeltaSink(Sink):
 
         def append() -> None:
             write_deltalake(uri, changes, mode="append", storage_options=self.storage_options,
-                            commit_properties=_commit_properties(commit))
+                            commit_properties=commit_properties(commit))
 
         retry_conflicts(append, f"changelog batch {commit.batch_id} of {table_id}")
 
@@ -334,11 +349,7 @@ class DeltaSink(Sink):
         table = self.open_table(self.table_uri(table_id) + (CHANGELOG_SUFFIX if changelog else ""))
         if table is None:
             return None
-        offset_id, order_id = _position_ids(shard)
-        offset, order = table.transaction_version(offset_id), table.transaction_version(order_id)
-        if offset is None or order is None:
-            return None
-        return (offset >> 32, offset & 0xFFFFFFFF, (order >> _ORDER_BITS) - 1, order & ((1 << _ORDER_BITS) - 1))
+        return applied_position(table, shard)
 
     def open_table(self, uri: str) -> DeltaTable | None:
         """The Delta table at ``uri`` (one of ``table_uri``'s, or its changelog's), None when there is none."""
@@ -401,30 +412,6 @@ def _with_dropped_columns(rows: pa.Table, table: DeltaTable | None) -> pa.Table:
     for field in missing:
         rows = rows.append_column(field.with_nullable(True), pa.nulls(rows.num_rows, field.type))
     return rows
-
-
-def _commit_properties(commit: StreamCommit | None) -> CommitProperties | None:
-    """A stream commit's position, as two Delta ``txn`` actions in the same commit as its data: Delta
-    keeps the latest ``txn`` of every app id in its snapshot state (checkpoints included), so the
-    position is read back in O(1) and never lost to log clean-up. The stream's own ``txn`` (its
-    checkpoint identity and batch) shows which stream wrote the commit."""
-    if commit is None:
-        return None
-    return CommitProperties(app_transactions=[Transaction(app_id, version) for app_id, version in _transactions(commit)])
-
-
-def _transactions(commit: StreamCommit) -> list[tuple[str, int]]:
-    """The ``txn`` actions (app id, version) of a stream commit (``_commit_properties``)."""
-    file_number, position, row, part = commit.position
-    offset_id, order_id = _position_ids(commit.shard)
-    return [(offset_id, (file_number << 32) | position), (order_id, ((row + 1) << _ORDER_BITS) | part),
-            (commit.app_id, commit.batch_id)]
-
-
-def _position_ids(shard: str) -> tuple[str, str]:
-    """The ``txn`` app ids of the position of a table, or of one shard of a routed table (each shard
-    has its own: shards commit apart, so one shard's position says nothing of another's)."""
-    return (_POSITION, _POSITION_ORDER) if not shard else (f"{_POSITION}:{shard}", f"{_POSITION_ORDER}:{shard}")
 
 
 def _older_than(version: int, commit: StreamCommit) -> str:

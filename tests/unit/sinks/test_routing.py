@@ -26,6 +26,7 @@ from airflow_provider_mysqlcdc.sinks.data_files import write_data_file
 from airflow_provider_mysqlcdc.sinks.delta.sink import DeltaSink
 from airflow_provider_mysqlcdc.sinks.routing import fit_shards, shard_bounds, shard_id, sink_target
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_change_batch
+from devtools.verify import read_delta
 
 A, B = TableId("shop_1", "orders"), TableId("shop_2", "orders")
 ROUTE = Route("shop", "orders")
@@ -59,7 +60,7 @@ def snapshot(writer: SinkWriter, ids: range, value: str, start: int | None = Non
 
 def held(sink: DeltaSink) -> dict[tuple[str, int], str | None]:
     """The sink table's rows: (source database, id) to v."""
-    rows = DeltaTable(sink.table_uri(SINK)).to_pyarrow_table().to_pylist()
+    rows = read_delta(sink.table_uri(SINK)).to_pylist()
     assert len({(r["_cdc_source_database"], r["id"]) for r in rows}) == len(rows), "a shard's key twice"
     return {(r["_cdc_source_database"], r["id"]): r["v"] for r in rows}
 
@@ -74,7 +75,7 @@ def both(sink: DeltaSink) -> tuple[SinkWriter, SinkWriter]:
 
 def test_both_shards_land_in_the_one_sink_table_with_their_source_names_and_tagged_chunks(sink):
     both(sink)
-    table = DeltaTable(sink.table_uri(SINK)).to_pyarrow_table()
+    table = read_delta(sink.table_uri(SINK))
     assert table.num_rows == 10
     assert {tuple(r[c] for c in SHARD_COLUMNS) for r in table.to_pylist()} == {("shop_1", "orders"), ("shop_2", "orders")}
     for row in table.to_pylist():
@@ -120,7 +121,7 @@ def test_a_default_filled_in_one_shard_fills_only_its_rows(sink):
     a, _ = both(sink)
     a = writer_of(sink, A, w)
     assert a.fill_before(LATER, {"w": 7}, app_id="test", batch_id=1)
-    rows = DeltaTable(sink.table_uri(SINK)).to_pyarrow_table().to_pylist()
+    rows = read_delta(sink.table_uri(SINK)).to_pylist()
     assert {(r["_cdc_source_database"], r["w"]) for r in rows} == {("shop_1", 7), ("shop_2", None)}
 
 
@@ -161,7 +162,7 @@ def test_the_changelog_of_a_routed_table_names_each_changes_source(sink):
                                       ChangeRecord(Operation.DELETE, B, {"id": 2, "v": "b"}, None, LATER)],
                        app_id="test", batch_id=1, changelog=True)
     assert b.truncate_before(BinlogOffset("mysql-bin.000001", 900), 0, app_id="test", batch_id=2, changelog=True)
-    log = DeltaTable(sink.table_uri(SINK) + CHANGELOG_SUFFIX).to_pyarrow_table().to_pylist()
+    log = read_delta(sink.table_uri(SINK) + CHANGELOG_SUFFIX).to_pylist()
     assert sorted((r["op"], r["source_database"], r["source_table"]) for r in log) == [
         ("d", "shop_2", "orders"), ("t", "shop_2", "orders"), ("u", "shop_1", "orders")]
     assert sink.applied_position(SINK, changelog=True, shard=shard_id(A)) is not None

@@ -17,6 +17,7 @@ from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.sinks.clustering import HeldFile, clustering_plan
 from airflow_provider_mysqlcdc.sinks.delta.clustering import CLUSTERING_COMMIT, cluster_table, held_files
 from airflow_provider_mysqlcdc.sinks.delta.sink import DeltaSink
+from devtools.verify import read_delta
 
 T = TableId("db", "line items")  # a name its folder keeps and a URI escapes
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("v", pa.string()), pa.field("_cdc_chunk", pa.string())])
@@ -81,10 +82,10 @@ def test_a_clustered_table_keeps_every_row_in_files_whose_ranges_are_apart(sink)
     uri = sink.table_uri(T)
     for ids in [range(0, 400, 2), range(1, 400, 2), range(1000, 1010)]:  # evens and odds overlap
         write_deltalake(uri, rows(*ids), mode="append")
-    before = DeltaTable(uri).to_pyarrow_table().sort_by("id")
+    before = read_delta(uri).sort_by("id")
     result = sink.cluster(T, target_bytes=2048)
     table = DeltaTable(uri)
-    assert table.to_pyarrow_table().sort_by("id").equals(before)
+    assert read_delta(uri).sort_by("id").equals(before)
     ranges = sorted((f.low, f.high) for f in held_files(table))
     assert all(high < low for (_, high), (low, _) in zip(ranges, ranges[1:])), ranges
     assert result is not None and (result.files_read, result.rows) == (2, 400)
@@ -126,7 +127,7 @@ def test_a_commit_that_rewrote_a_file_meanwhile_fails_the_clustering_which_leave
         cluster_table(planned, uri)
     assert not list(Path(uri).glob("clustered-*"))
     assert sink.cluster(T) is not None  # planned again from the merge's version
-    values = {r["id"]: r["v"] for r in DeltaTable(uri).to_pyarrow_table().to_pylist()}
+    values = {r["id"]: r["v"] for r in read_delta(uri).to_pylist()}
     assert values == {1: "a", 3: "b", 5: "a", 7: "a"}
 
 
@@ -174,7 +175,7 @@ def test_files_written_before_a_column_was_added_are_clustered_with_it_empty(sin
     DeltaTable(uri).alter.add_columns([DeltaField("w", "long", nullable=True)])
     write_deltalake(uri, rows(3, 7).append_column("w", pa.array([30, 70], pa.int64())), mode="append")
     assert sink.cluster(T).files_read == 2
-    values = {r["id"]: r["w"] for r in DeltaTable(uri).to_pyarrow_table().to_pylist()}
+    values = {r["id"]: r["w"] for r in read_delta(uri).to_pylist()}
     assert values == {1: None, 3: 30, 5: None, 7: 70}
 
 
@@ -185,7 +186,7 @@ def test_a_file_appended_while_clustering_ran_stays(sink):
     planned = DeltaTable(uri)
     write_deltalake(uri, rows(9), mode="append")  # a pure append: no file of the plan removed
     assert cluster_table(planned, uri).files_read == 2
-    assert sorted(DeltaTable(uri).to_pyarrow_table().column("id").to_pylist()) == [1, 3, 5, 7, 9]
+    assert sorted(read_delta(uri).column("id").to_pylist()) == [1, 3, 5, 7, 9]
 
 
 def test_a_run_is_bounded_by_the_memory_its_rows_take_decompressed():
