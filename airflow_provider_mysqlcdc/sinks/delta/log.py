@@ -159,6 +159,27 @@ class DeltaLog:
             version += 1
         return version
 
+    def retained_vectors(self, table: DeltaTable, since_ms: int) -> set[str]:
+        """The files of the deletion vectors that ``table``'s version (as loaded) or any version since
+        ``since_ms`` names: its live files' vectors, and those of the files removed since then (the
+        tombstones of its last checkpoint and of the commits after it)."""
+        version = table.version()
+        named = {live.vector.file_path(self.uri) for live in self.files(table).values()
+                 if live.vector is not None and live.vector.storage_type != "i"}
+        checkpoint = self._checkpoint_at_most(version)
+        removes: list[Mapping[str, Any]] = []
+        if checkpoint is not None:
+            for part in checkpoint[1]:
+                with self.fs.open(part, "rb") as handle:
+                    removes += [r for r in pq.read_table(handle, columns=["remove"]).column("remove").to_pylist() if r]
+        for number in range((checkpoint[0] if checkpoint else -1) + 1, version + 1):
+            removes += [a["remove"] for a in self._commit_actions(number) if "remove" in a]
+        for removed in removes:
+            vector = removed.get("deletionVector")
+            if vector and int(removed.get("deletionTimestamp") or 0) >= since_ms and vector["storageType"] != "i":
+                named.add(DeletionVector.from_json(vector).file_path(self.uri))
+        return named
+
     # --- replay ----------------------------------------------------------------------------------
     def _commit_file(self, version: int) -> str:
         return f"{self._folder}/{version:020d}.json"

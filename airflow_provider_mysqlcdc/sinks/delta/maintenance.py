@@ -12,6 +12,8 @@
   (so every engine's vacuum keeps it too), then vacuum deletes the data files that left the table
   longer ago than that. Only such files: delta-rs's "lite" vacuum never deletes a file the log does
   not name, so the files a chunk's executors have written and its driver is about to commit are safe.
+  It never deletes a deletion vector file either: those no version within the retention names, and
+  older than it, are deleted here (``_vacuum_vectors``).
 
 Every commit here may meet a concurrent one (the stream's merge, a chunk's commit): compaction's
 commit then fails, deletes what it wrote and plans again, a few times at most
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 
 from deltalake import DeltaTable
 
@@ -32,6 +35,8 @@ from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy, TableMaintenance
 from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SUFFIX
 from airflow_provider_mysqlcdc.sinks.clustering import compact_by_clustering
+from airflow_provider_mysqlcdc.sinks.data_files import delete_data_file
+from airflow_provider_mysqlcdc.sinks.delta.deletion_vectors import vector_files
 from airflow_provider_mysqlcdc.sinks.delta.sink import DeltaSink, retry_conflicts
 
 log = logging.getLogger(__name__)
@@ -86,5 +91,21 @@ def _vacuum(sink: DeltaSink, uri: str, retention_s: float) -> int:
     if _load(sink, uri).metadata().configuration.get(RETENTION) != setting:
         retry_conflicts(lambda: _load(sink, uri).alter.set_table_properties({RETENTION: setting}),
                         f"set the vacuum retention of {uri}", attempts=_ATTEMPTS)
-    return len(retry_conflicts(lambda: _load(sink, uri).vacuum(dry_run=False, enforce_retention_duration=True),
-                               f"vacuum {uri}", attempts=_ATTEMPTS))
+    vacuumed = len(retry_conflicts(lambda: _load(sink, uri).vacuum(dry_run=False, enforce_retention_duration=True),
+                                   f"vacuum {uri}", attempts=_ATTEMPTS))
+    return vacuumed + _vacuum_vectors(sink, uri, retention_s)
+
+
+def _vacuum_vectors(sink: DeltaSink, uri: str, retention_s: float) -> int:
+    """Delete the deletion vector files no version within the retention names (delta-rs's vacuum
+    deletes the data files removed longer ago, never a vector file): neither the table's live files,
+    nor a file removed within the retention (time travel reads it), nor a file younger than the
+    retention (a commit that is writing it). Vector files deleted."""
+    cutoff = time.time() - math.ceil(retention_s)
+    retained = sink.delta_log(uri).retained_vectors(_load(sink, uri), int(cutoff * 1000))
+    deleted = 0
+    for path, modified in vector_files(uri).items():
+        if path not in retained and modified < cutoff:
+            delete_data_file(uri, path.rsplit("/", 1)[-1])
+            deleted += 1
+    return deleted

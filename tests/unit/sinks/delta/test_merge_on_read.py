@@ -254,3 +254,25 @@ def test_vacuum_keeps_the_vectors_the_table_names_and_deletes_the_files_it_left(
     named = {f.vector.file_path(uri) for f in DeltaLog(uri).files(DeltaTable(uri)).values() if f.vector}
     assert named and all(Path(p).exists() for p in named)
     assert held(writer) == rows and {r["id"]: r["v"] for r in duckdb_rows(uri)} == rows
+
+
+def test_vacuum_deletes_only_vector_files_no_retained_version_names(tmp_path):
+    """Each batch's vector file replaces the last one's for the files it touched: the superseded ones
+    stay while time travel within the retention reads them, and go once no retained version names
+    them; the live ones always stay."""
+    from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy
+    from airflow_provider_mysqlcdc.sinks.delta.deletion_vectors import vector_files
+
+    writer = snapshotted(tmp_path / "lake", "merge-on-read")
+    uri = writer.sink.table_uri(T)
+    batches, rows = random_batches(seed=5, batches=3, per_batch=50)
+    for batch_id, batch in enumerate(batches):
+        apply_change_batch({T: writer}, batch, app_id="app", batch_id=batch_id)
+    written = set(vector_files(uri))
+    assert len(written) == 3
+    [done] = writer.sink.maintain(T, MaintenancePolicy(compact=False, vacuum_retention_s=3600))
+    assert done.files_vacuumed == 0 and set(vector_files(uri)) == written
+    [done] = writer.sink.maintain(T, MaintenancePolicy(compact=False, vacuum_retention_s=0))
+    named = {f.vector.file_path(uri) for f in DeltaLog(uri).files(DeltaTable(uri)).values() if f.vector}
+    assert set(vector_files(uri)) == named and len(named) < 3 and done.files_vacuumed == 3 - len(named)
+    assert held(writer) == rows and {r["id"]: r["v"] for r in duckdb_rows(uri)} == rows
