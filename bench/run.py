@@ -10,7 +10,9 @@
 2. stream apply rate for a large UPDATE burst: our stream job vs ``mariadb-binlog -v`` vs raw
    python-mysql-replication decoding of the same binlog range; the same on many small transactions
    over ten tables, half of them wide (bench/mixed_workload.py); then one OLTP-shaped change
-   workload streamed into a 1M-row and a 10M-row sink (bench/merge_scaling.py);
+   workload streamed into a 1M-row and a 10M-row sink (bench/merge_scaling.py); and batches of
+   random-key changes over whole tables of 100k and 10M rows, copy-on-write beside merge-on-read
+   (bench/random_merges.py);
 3. commit-to-visible latency in Delta at a steady 1,000 and 10,000 row changes/s (p50, p99; bench/latency.py);
 4. peak memory (RSS of the driver and the executors) of the stream for one 5M-row UPDATE, side by
    side with a transaction a fifth that size and with the memory limits switched off (bench/memory.py);
@@ -60,6 +62,7 @@ from bench.many_tables import bench_many_tables, many_tables_report
 from bench.memory import ROLES, bench_memory, memory_report
 from bench.merge_scaling import bench_merge_scaling, merge_scaling_report
 from bench.mixed_workload import bench_mixed_workload, mixed_workload_report
+from bench.random_merges import bench_random_merges, random_merges_report
 from bench.sink_formats import bench_sink_formats, sink_formats_report
 from bench.snapshot_under_writes import bench_snapshot_under_writes, snapshot_under_writes_report
 from bench.stream_startup import bench_stream_startup, stream_startup_report
@@ -264,7 +267,8 @@ def large_snapshot_report(snap: dict) -> list[str]:
 
 def report(snap: dict, stream: dict, merge: dict, latency: dict, memory: dict, fixed: dict, startup: dict,
            many: dict | None = None, mixed: dict | None = None, written: dict | None = None,
-           formats: dict | None = None, sustained: dict | None = None, run_at: str | None = None) -> str:
+           formats: dict | None = None, sustained: dict | None = None, run_at: str | None = None,
+           random_merges: dict | None = None) -> str:
     n = snap["rows"]
     quick = n / snap["mariadb_quick_s"]
     ours_work, ours_total = n / snap["ours_work_s"], n / snap["ours_total_s"]
@@ -305,6 +309,7 @@ def report(snap: dict, stream: dict, merge: dict, latency: dict, memory: dict, f
         f"- raw decoding >= 25% of `mariadb-binlog -v`: {verdict(raw_rate >= 0.25 * binlog_rate, f'our reader with the compiled decoder at {raw_rate / binlog_rate:.0%}')}",
         "", *(mixed_workload_report(mixed) if mixed else []),
         *merge_scaling_report(merge),
+        *(random_merges_report(random_merges) if random_merges else []),
         *latency_report(latency),
         *(sustained_report(sustained) if sustained else []),
         *memory_report(memory),
@@ -356,7 +361,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sustained-seconds", type=int, default=30, help="seconds at each rate of the sustained benchmark")
     parser.add_argument("--backlog", type=int, default=500_000,
                         help="row changes of the backlog the sustained benchmark's stream catches up on")
-    parser.add_argument("--only", choices=["snapshot", "snapshot-under-writes", "stream", "merge-scaling", "latency", "memory", "fixed-cost",
+    parser.add_argument("--only", choices=["snapshot", "snapshot-under-writes", "stream", "merge-scaling", "random-merges",
+                                           "latency", "memory", "fixed-cost",
                                            "stream-startup", "mixed", "many-tables", "sink-formats", "sustained"],
                         help="run one benchmark and print its numbers (docs/benchmarks.md is left alone, but for "
                              "sink-formats, whose section it replaces)")
@@ -371,7 +377,8 @@ def main(argv: list[str] | None = None) -> int:
                                          stored["memory"], stored["fixed_cost"], stored["stream_startup"],
                                          stored.get("many_tables"), stored.get("mixed"),
                                          stored.get("snapshot_under_writes"), stored.get("sink_formats"),
-                                         stored.get("sustained"), run_at=stored.get("run_at")))
+                                         stored.get("sustained"), run_at=stored.get("run_at"),
+                                         random_merges=stored.get("random_merges")))
         return 0
     ensure_jdbc_jar()
     work = Path(tempfile.mkdtemp(prefix="mysqlcdc-bench-"))
@@ -392,6 +399,7 @@ def main(argv: list[str] | None = None) -> int:
                        "snapshot-under-writes": lambda: bench_written(server, work, args.written_rows, secrets),
                        "stream": lambda: bench_stream(server, work, args.burst, secrets),
                        "merge-scaling": lambda: bench_merge_scaling(server, work, secrets),
+                       "random-merges": lambda: bench_random_merges(work),
                        "latency": lambda: bench_latency(server, work, secrets),
                        "memory": lambda: bench_memory(server, work, secrets, args.memory_rows),
                        "fixed-cost": lambda: bench_fixed_cost(server, work, secrets),
@@ -405,6 +413,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(json.dumps(result, indent=2))
                 if args.only == "merge-scaling":
                     print("\n".join(merge_scaling_report(result)))
+                if args.only == "random-merges":
+                    print("\n".join(random_merges_report(result)))
+                    _keep(figures, "random_merges", result)
+                    _replace_section(Path(args.out), random_merges_report(result))
                 if args.only == "latency":
                     print("\n".join(latency_report(result)))
                 if args.only == "memory":
@@ -435,6 +447,7 @@ def main(argv: list[str] | None = None) -> int:
             stream = bench_stream(server, work, args.burst, secrets)
             mixed = bench_mixed_workload(server, work, secrets)
             merge = bench_merge_scaling(server, work, secrets)
+            random_merges = bench_random_merges(work)
             latency = bench_latency(server, work, secrets)
             memory = bench_memory(server, work, secrets, args.memory_rows)
             fixed = bench_fixed_cost(server, work, secrets)
@@ -443,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
         kept = json.loads(figures.read_text()) if figures.exists() else {}
         many, sustained, run_at = kept.get("many_tables"), kept.get("sustained"), now()
         text = report(snap, stream, merge, latency, memory, fixed, startup, many, mixed, written, formats, sustained,
-                      run_at)
+                      run_at, random_merges)
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(text)
         print(text)
@@ -451,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
                                        "latency": latency, "memory": memory, "fixed_cost": fixed,
                                        "stream_startup": startup, "many_tables": many, "mixed": mixed,
                                        "snapshot_under_writes": written, "sink_formats": formats,
-                                       "sustained": sustained}, indent=2))
+                                       "sustained": sustained, "random_merges": random_merges}, indent=2))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0
