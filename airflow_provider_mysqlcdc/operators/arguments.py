@@ -59,14 +59,15 @@ def table_patterns(entries: Any) -> list[str]:
     return [e.text for e in parse_entries(native(entries), "tables") if isinstance(e, TablePattern)]
 
 
-def sink_spec_of(sink_root: str, sink_format: str, iceberg_namespace: str,
-                 iceberg_catalog_conn_id: str | None) -> SinkSpec:
-    """The ``SinkSpec`` the operators' four sink arguments name (protocol/sinks.py), refused when its
-    format is unknown or its namespace malformed."""
-    return check_sink_spec(SinkSpec(sink_root, sink_format, iceberg_namespace, iceberg_catalog_conn_id))
+def sink_spec_of(sink_root: str, sink_format: str, iceberg_namespace: str, iceberg_catalog_conn_id: str | None,
+                 merge_mode: str | None = None) -> SinkSpec:
+    """The ``SinkSpec`` the operators' sink arguments name (protocol/sinks.py), refused when its format
+    is unknown, its namespace malformed or its merge mode not the format's."""
+    return check_sink_spec(SinkSpec(sink_root, sink_format, iceberg_namespace, iceberg_catalog_conn_id,
+                                    native(merge_mode)))
 
 
 def sink_arguments(spec: SinkSpec) -> dict[str, Any]:
     """The operators' sink arguments naming ``spec`` (``sink_spec_of`` reads them back)."""
     return {"sink_root": spec.root, "sink_format": spec.format, "iceberg_namespace": spec.namespace,
-            "iceberg_catalog_conn_id": spec.catalog_conn_id}
+            "iceberg_catalog_conn_id": spec.catalog_conn_id, "merge_mode": spec.merge_mode}

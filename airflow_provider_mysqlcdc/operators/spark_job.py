@@ -42,9 +42,13 @@ class MySqlCdcSparkJobOperator(BaseOperator):
         table's) by default
     :param iceberg_catalog_conn_id: a connection whose extras are the Iceberg catalog's properties
         (hooks/iceberg_catalog.py); none: the embedded SQLite catalog of a lake on a local path
+    :param merge_mode: how the stream's batches reach the sink's files: ``merge-on-read`` (Delta's
+        default: deletion vectors, a batch costs what it changes) or ``copy-on-write`` (every file
+        holding a changed key rewritten; the Iceberg sink's only mode so far); none: the format's default
 
-    The four sink settings make the pipeline's ``SinkSpec`` (protocol/sinks.py), recorded in its state
-    location by its first run (state/sink.py): a task naming another is refused before it writes.
+    The sink settings make the pipeline's ``SinkSpec`` (protocol/sinks.py), recorded in its state
+    location by its first run (state/sink.py): a task naming another sink is refused before it writes
+    (the merge mode alone may change between runs).
     """
 
     operator_extra_links = (SparkUiLink(),)
@@ -54,7 +58,7 @@ class MySqlCdcSparkJobOperator(BaseOperator):
                  spark_master: str = "local[2]", spark_conn_id: str | None = None,
                  spark_conf: dict[str, Any] | None = None, aws_conn_id: str | None = None,
                  sink_format: str = DEFAULT_FORMAT, iceberg_namespace: str = DEFAULT_NAMESPACE,
-                 iceberg_catalog_conn_id: str | None = None, **kwargs: Any) -> None:
+                 iceberg_catalog_conn_id: str | None = None, merge_mode: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.mysqlcdc_conn_id = mysqlcdc_conn_id
         self.aws_conn_id = aws_conn_id
@@ -62,6 +66,7 @@ class MySqlCdcSparkJobOperator(BaseOperator):
         self.sink_format = sink_format
         self.iceberg_namespace = iceberg_namespace
         self.iceberg_catalog_conn_id = iceberg_catalog_conn_id
+        self.merge_mode = merge_mode
         self.sink_spec()  # a malformed sink is refused when the DAG is parsed
         self.spark_master = spark_master
         self.spark_conn_id = spark_conn_id
@@ -69,7 +74,8 @@ class MySqlCdcSparkJobOperator(BaseOperator):
 
     def sink_spec(self) -> SinkSpec:
         """The sink this task's (rendered) arguments name."""
-        return sink_spec_of(self.sink_root, self.sink_format, self.iceberg_namespace, self.iceberg_catalog_conn_id)
+        return sink_spec_of(self.sink_root, self.sink_format, self.iceberg_namespace, self.iceberg_catalog_conn_id,
+                            self.merge_mode)
 
     def pipeline_sink(self, state: PipelineState) -> SinkSpec:
         """The pipeline's sink: this task's, recorded at the pipeline's first run; refused when it differs

@@ -77,6 +77,8 @@ class SinkFormat(ABC):
     (OpenLineage). Importing a format's module must not import another format's library."""
 
     name: str
+    #: the merge modes its sinks take (protocol/sinks.py ``MERGE_MODES``)
+    merge_modes: tuple[str, ...] = ("copy-on-write",)
 
     @abstractmethod
     def open(self, spec: SinkSpec, storage_options: dict[str, str] | None = None, *,

@@ -24,16 +24,23 @@ SINK_FORMATS: dict[str, str] = {
 
 
 def check_sink_spec(spec: SinkSpec) -> SinkSpec:
-    """``spec`` when the factory knows its format, else the error naming the formats there are."""
+    """``spec`` when the factory knows its format and the format its merge mode, else the error naming
+    the formats (or the modes) there are."""
     if spec.format not in SINK_FORMATS:
         raise ConfigurationError(f"unknown sink format {spec.format!r}: choose one of {', '.join(SINK_FORMATS)} "
                                  "(sink_format=...).")
+    modes = sink_format(spec).merge_modes
+    if spec.merge_mode is not None and spec.merge_mode not in modes:
+        raise ConfigurationError(f"the {spec.format} sink merges {' or '.join(modes)}, not {spec.merge_mode!r}: "
+                                 f"leave merge_mode unset (the format's default) or give one of {', '.join(modes)}.")
     return spec
 
 
 def sink_format(spec: SinkSpec) -> SinkFormat:
     """The table format of ``spec``."""
-    format_: SinkFormat = importlib.import_module(SINK_FORMATS[check_sink_spec(spec).format]).FORMAT
+    if spec.format not in SINK_FORMATS:
+        check_sink_spec(spec)
+    format_: SinkFormat = importlib.import_module(SINK_FORMATS[spec.format]).FORMAT
     return format_
 
 
@@ -43,4 +50,4 @@ def open_sink(spec: SinkSpec, storage_options: dict[str, str] | None = None, *,
     reached with ``storage_options`` (an object store's credentials and settings, as delta-rs takes
     them). ``catalog_properties``: a catalog's properties for a format that has one (None: those
     installed in this process from ``spec.catalog_conn_id``, or the embedded catalog of a local lake)."""
-    return sink_format(spec).open(spec, storage_options, catalog_properties=catalog_properties)
+    return sink_format(check_sink_spec(spec)).open(spec, storage_options, catalog_properties=catalog_properties)

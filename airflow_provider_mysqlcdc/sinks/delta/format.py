@@ -10,6 +10,7 @@ from airflow_provider_mysqlcdc.sinks.base import Sink, SinkFormat
 
 class DeltaFormat(SinkFormat):
     name = "delta"
+    merge_modes = ("copy-on-write", "merge-on-read")
 
     def open(self, spec: SinkSpec, storage_options: dict[str, str] | None = None, *,
              catalog_properties: dict[str, str] | None = None) -> Sink:

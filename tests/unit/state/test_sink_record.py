@@ -65,3 +65,10 @@ def test_a_spark_program_started_by_hand_agrees_without_naming_the_catalog_conne
         settle_sink(state, by_hand)
     with pytest.raises(ConfigurationError, match="sink_format 'iceberg' != 'delta'"):
         settle_sink(state, SinkSpec("/lake", "delta", "lake_{database}"), outside_airflow=True)
+
+
+def test_a_later_run_may_change_the_merge_mode_alone_and_gets_its_own(tmp_path):
+    state = PipelineState(str(tmp_path / "state"))
+    settle_sink(state, SinkSpec("/lake", "delta", merge_mode="copy-on-write"))
+    assert settle_sink(state, SinkSpec("/lake", "delta", merge_mode="merge-on-read")).merge_mode == "merge-on-read"
+    assert recorded_sink(state).merge_mode == "copy-on-write"  # the record names the sink, not how it is merged
