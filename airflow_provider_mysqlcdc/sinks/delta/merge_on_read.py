@@ -250,21 +250,26 @@ def _locate(uri: str, candidates: Sequence[LiveFile], changes: pa.Table, key_col
             nullable_keys: set[str], shard_range: tuple[str | None, str | None] | None) -> _Matches:
     keys = _join_keys(changes, key_columns, nullable_keys)
     keys = keys.append_column(_ROW, pa.array(np.arange(changes.num_rows, dtype=np.int64)))
+    first = changes.column(key_columns[0]).combine_chunks()  # the rows holding one of these are joined
     found = []
     wanted = [*key_columns, _VERSION, *([CHUNK_COLUMN] if shard_range else [])]
     for live in candidates:
         rows = _read(uri, live, wanted)
-        keep = kept_mask(read_vector(uri, live.vector), rows.num_rows) if live.vector is not None else None
+        column = rows.column(key_columns[0])
+        maybe = pc.is_in(column if column.type.equals(first.type) else column.cast(first.type), value_set=first,
+                         skip_nulls=False)
+        if live.vector is not None:
+            maybe = pc.and_(maybe, pa.array(kept_mask(read_vector(uri, live.vector), rows.num_rows)))
+        if shard_range is not None:
+            maybe = pc.and_(maybe, _in_range(rows.column(CHUNK_COLUMN), *shard_range))
+        positions = np.flatnonzero(np.asarray(maybe.to_numpy(zero_copy_only=False), dtype=bool))
+        if not len(positions):
+            continue
+        rows = rows.take(pa.array(positions))
         target = _join_keys(rows, key_columns, nullable_keys)
         target = pa.Table.from_arrays([target.column(k).cast(keys.schema.field(k).type) for k in key_columns]
-                                      + [rows.column(_VERSION), pa.array(np.arange(rows.num_rows, dtype=np.int64))],
+                                      + [rows.column(_VERSION), pa.array(positions, pa.int64())],
                                       names=[*key_columns, _VERSION, _POS])
-        mask = None if keep is None else pa.array(keep)
-        if shard_range is not None:
-            inside = _in_range(rows.column(CHUNK_COLUMN), *shard_range)
-            mask = inside if mask is None else pc.and_(mask, inside)
-        if mask is not None:
-            target = target.filter(mask)
         joined = target.join(keys, keys=list(key_columns), join_type="inner", use_threads=False)
         if joined.num_rows:
             found.append((live.path, joined))
