@@ -141,10 +141,17 @@ def _expirable_now(table) -> list[int]:
 
 
 def _first_removal(uri: str) -> float | None:
-    """When the first commit that removed a data file from the table landed (seconds), None before one."""
-    removals = [c["timestamp"] / 1000 for c in DeltaTable(uri).history()
-                if int((c.get("operationMetrics") or {}).get("num_target_files_removed", 0)) > 0]
-    return min(removals, default=None)
+    """When the first commit that took a file out of the table landed (seconds), None before one: a
+    data file removed and not added back (a copy-on-write merge's rewrite), or a file's deletion vector
+    replaced by a newer one (a merge-on-read merge: the older vector file leaves)."""
+    log = Path(uri) / "_delta_log"
+    for version in range(DeltaTable(uri).version() + 1):
+        actions = [json.loads(line) for line in (log / f"{version:020d}.json").read_text().splitlines() if line]
+        added = {a["add"]["path"] for a in actions if "add" in a}
+        if any("remove" in a and (a["remove"]["path"] not in added or a["remove"].get("deletionVector"))
+               for a in actions):
+            return next(a["commitInfo"]["timestamp"] for a in actions if "commitInfo" in a) / 1000
+    return None
 
 
 def _files(uri: str) -> int:
@@ -184,11 +191,15 @@ def test_maintenance_while_a_stream_runs_bounds_files_keeps_the_sink_exact_and_t
     uri = open_sink(SinkSpec(str(lake))).table_uri(table)
     with _running_stream(tmp_path, cdc_user, state, lake) as (proc, log):
         with VersionRecorder(uri, schema) as recorder, Inserter(mysql_server.connect(), table, 100_000) as writer:
-            # a change to a row of the snapshot: its batch's merge rewrites the file holding it, and the file
-            # it removes is what the vacuum below must delete (inserts alone may only ever add files)
-            with conn.cursor() as cur:
-                cur.execute(f"UPDATE {table.quoted} SET customer = 'rewritten' ORDER BY id LIMIT 1")
-            removed_at = _wait(lambda: _first_removal(uri), "a batch to rewrite a file of the snapshot", proc=proc,
+            # changes to a row of the snapshot, in two batches: the second one's merge takes out of the table
+            # the file the first one wrote or rewrote (copy-on-write: the data file; merge-on-read: the file's
+            # first deletion vector), which is what the vacuum below must delete (inserts only add files)
+            for text in ("rewritten", "rewritten again"):
+                with conn.cursor() as cur:
+                    cur.execute(f"UPDATE {table.quoted} SET customer = %s ORDER BY id LIMIT 1", (text,))
+                _wait(lambda: any(r["customer"] == text for r in delta_rows(lake, schema).values()),  # noqa: B023
+                      f"the update to {text!r} in the sink", proc=proc, log=log)
+            removed_at = _wait(lambda: _first_removal(uri), "a batch to take a file of the snapshot out", proc=proc,
                                log=log)
             # a batch may rewrite the file holding the newest keys instead of adding one: wait for the files
             before = _wait(lambda: (n := _files(uri)) >= 8 and n, "eight files or more", proc=proc, log=log)
