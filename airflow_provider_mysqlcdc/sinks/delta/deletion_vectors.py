@@ -104,19 +104,6 @@ def write_vectors(table_uri: str, vectors: Mapping[str, BitMap64]) -> tuple[str,
     return f"deletion_vector_{file_id}.bin", descriptors
 
 
-def vector_files(table_uri: str) -> dict[str, float]:
-    """The deletion vector files in the table's folder (not in a prefix folder: this writer uses none),
-    with the time each was last modified."""
-    fs, root = fsspec.core.url_to_fs(table_uri)
-    found = {}
-    for entry in fs.ls(root.rstrip("/"), detail=True):
-        name = entry["name"].rstrip("/").rsplit("/", 1)[-1]
-        if entry.get("type") == "file" and name.startswith("deletion_vector_") and name.endswith(".bin"):
-            modified = entry.get("mtime") or entry.get("LastModified") or entry.get("last_modified")
-            found[f"{table_uri.rstrip('/')}/{name}"] = modified.timestamp() if hasattr(modified, "timestamp") else float(modified or 0)
-    return found
-
-
 def read_vector(table_uri: str, descriptor: DeletionVector) -> BitMap64:
     """The row positions ``descriptor`` deletes, checked against its size, checksum and cardinality."""
     if descriptor.storage_type == "i":

@@ -33,7 +33,7 @@ from airflow_provider_mysqlcdc.sinks.data_files import put_if_absent
 from airflow_provider_mysqlcdc.sinks.delta.deletion_vectors import DeletionVector
 
 #: the writer features a commit of this module keeps right (any other: delta-rs writes the table)
-WRITABLE_FEATURES = frozenset({"deletionVectors", "timestampNtz", "appendOnly", "invariants"})
+WRITABLE_FEATURES = frozenset({"deletionVectors", "timestampNtz", "appendOnly", "invariants", "variantType"})
 #: the protocol's default checkpoint interval (``delta.checkpointInterval``)
 CHECKPOINT_INTERVAL = 100
 ENGINE = "airflow-provider-mysqlcdc"
@@ -159,13 +159,32 @@ class DeltaLog:
             version += 1
         return version
 
-    def retained_vectors(self, table: DeltaTable, since_ms: int) -> set[str]:
-        """The files of the deletion vectors that ``table``'s version (as loaded) or any version since
-        ``since_ms`` names: its live files' vectors, and those of the files removed since then (the
-        tombstones of its last checkpoint and of the commits after it)."""
+    def unreferenced(self, table: DeltaTable, before_ms: int) -> tuple[list[str], list[str]]:
+        """What vacuum may delete from the table's folder, as of ``table``'s version (as loaded): the
+        data files (relative paths) and deletion vector files (paths) no version since ``before_ms``
+        names. A file is named by the version's live files, or by a removal since then: its tombstones
+        are those of the last checkpoint and of the commits after it, and a data file re-added under a
+        new vector has several, of which the latest counts (delta-rs's vacuum takes any expired one,
+        and deletes a file a version within the retention still reads). A file no tombstone names (a
+        data file a commit never added) is never listed here."""
         version = table.version()
-        named = {live.vector.file_path(self.uri) for live in self.files(table).values()
-                 if live.vector is not None and live.vector.storage_type != "i"}
+        live = self.files(table)
+        latest: dict[str, int] = {}
+        vectors: dict[str, int] = {}
+        for removed in self._tombstones(version):
+            at = int(removed.get("deletionTimestamp") or 0)
+            path = urllib.parse.unquote(str(removed["path"]))
+            latest[path] = max(at, latest.get(path, at))
+            vector = removed.get("deletionVector")
+            if vector and vector["storageType"] != "i":
+                file = DeletionVector.from_json(vector).file_path(self.uri)
+                vectors[file] = max(at, vectors.get(file, at))
+        named = {f.relative_path for f in live.values()}
+        named_vectors = {f.vector.file_path(self.uri) for f in live.values() if f.vector is not None}
+        return ([p for p, at in latest.items() if p not in named and at < before_ms],
+                [v for v, at in vectors.items() if v not in named_vectors and at < before_ms])
+
+    def _tombstones(self, version: int) -> list[Mapping[str, Any]]:
         checkpoint = self._checkpoint_at_most(version)
         removes: list[Mapping[str, Any]] = []
         if checkpoint is not None:
@@ -174,11 +193,19 @@ class DeltaLog:
                     removes += [r for r in pq.read_table(handle, columns=["remove"]).column("remove").to_pylist() if r]
         for number in range((checkpoint[0] if checkpoint else -1) + 1, version + 1):
             removes += [a["remove"] for a in self._commit_actions(number) if "remove" in a]
-        for removed in removes:
-            vector = removed.get("deletionVector")
-            if vector and int(removed.get("deletionTimestamp") or 0) >= since_ms and vector["storageType"] != "i":
-                named.add(DeletionVector.from_json(vector).file_path(self.uri))
-        return named
+        return removes
+
+    def set_properties(self, table: DeltaTable, properties: Mapping[str, str], *, operation: str = "SET TBLPROPERTIES") -> int:
+        """Set table properties in a commit of its own (a ``metaData`` action of the table's metadata as
+        loaded, its configuration updated). delta-rs's ``set_table_properties`` on a table of writer
+        version 7 also lists the reader feature ``variantType``, which readers without it refuse."""
+        metadata = table.metadata()
+        action = {"id": metadata.id, "name": metadata.name, "description": metadata.description,
+                  "format": {"provider": "parquet", "options": {}}, "schemaString": table.schema().to_json(),
+                  "partitionColumns": list(metadata.partition_columns),
+                  "configuration": {**metadata.configuration, **properties}, "createdTime": metadata.created_time}
+        return self.commit(table.version(), [{"metaData": {k: v for k, v in action.items() if v is not None}}],
+                           operation=operation, parameters={"properties": json.dumps(dict(properties))})
 
     # --- replay ----------------------------------------------------------------------------------
     def _commit_file(self, version: int) -> str:

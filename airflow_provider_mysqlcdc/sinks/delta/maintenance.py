@@ -12,8 +12,12 @@
   (so every engine's vacuum keeps it too), then vacuum deletes the data files that left the table
   longer ago than that. Only such files: delta-rs's "lite" vacuum never deletes a file the log does
   not name, so the files a chunk's executors have written and its driver is about to commit are safe.
-  It never deletes a deletion vector file either: those no version within the retention names, and
-  older than it, are deleted here (``_vacuum_vectors``).
+  The files deleted are found in the table's log here (``DeltaLog.unreferenced``), not by delta-rs's
+  vacuum: a data file re-added under a new deletion vector has several removals in the log, and
+  delta-rs deletes it once any of them expired, while a version within the retention still reads
+  it; and delta-rs never deletes a deletion vector file. The retention is set by a commit of the
+  table's metadata (delta-rs's ``set_table_properties`` would add the reader feature
+  ``variantType`` to a table with deletion vectors).
 
 Every commit here may meet a concurrent one (the stream's merge, a chunk's commit): compaction's
 commit then fails, deletes what it wrote and plans again, a few times at most
@@ -36,7 +40,7 @@ from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy, Ta
 from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SUFFIX
 from airflow_provider_mysqlcdc.sinks.clustering import compact_by_clustering
 from airflow_provider_mysqlcdc.sinks.data_files import delete_data_file
-from airflow_provider_mysqlcdc.sinks.delta.deletion_vectors import vector_files
+from airflow_provider_mysqlcdc.sinks.delta.log import DeltaLog
 from airflow_provider_mysqlcdc.sinks.delta.sink import DeltaSink, retry_conflicts
 
 log = logging.getLogger(__name__)
@@ -86,26 +90,33 @@ def _bin_pack(sink: DeltaSink, uri: str, policy: MaintenancePolicy) -> tuple[int
 
 
 def _vacuum(sink: DeltaSink, uri: str, retention_s: float) -> int:
-    """Make ``retention_s`` the table's retention (whole seconds, rounded up), then vacuum; files deleted."""
+    """Make ``retention_s`` the table's retention (whole seconds, rounded up), then delete the data and
+    deletion vector files no version within it names (``DeltaLog.unreferenced``), between the two
+    commits Delta's vacuum logs (``VACUUM START``, ``VACUUM END``); files deleted."""
     setting = f"interval {math.ceil(retention_s)} seconds"
+    delta_log = sink.delta_log(uri)
     if _load(sink, uri).metadata().configuration.get(RETENTION) != setting:
-        retry_conflicts(lambda: _load(sink, uri).alter.set_table_properties({RETENTION: setting}),
+        retry_conflicts(lambda: delta_log.set_properties(_load(sink, uri), {RETENTION: setting}),
                         f"set the vacuum retention of {uri}", attempts=_ATTEMPTS)
-    vacuumed = len(retry_conflicts(lambda: _load(sink, uri).vacuum(dry_run=False, enforce_retention_duration=True),
-                                   f"vacuum {uri}", attempts=_ATTEMPTS))
-    return vacuumed + _vacuum_vectors(sink, uri, retention_s)
+    table = _load(sink, uri)
+    retention_ms = math.ceil(retention_s) * 1000
+    data, vectors = delta_log.unreferenced(table, int(time.time() * 1000) - retention_ms)
+    _log_vacuum(delta_log, sink, uri, "VACUUM START", {"retentionCheckEnabled": True,
+                                                     "specifiedRetentionMillis": retention_ms,
+                                                     "defaultRetentionMillis": retention_ms})
+    for path in data:
+        delete_data_file(uri, path)
+    for path in vectors:
+        delete_data_file(uri, path.rsplit("/", 1)[-1])
+    _log_vacuum(delta_log, sink, uri, "VACUUM END", {"status": "COMPLETED"},
+                {"numDeletedFiles": len(data) + len(vectors), "numVacuumedDirectories": 1})
+    return len(data) + len(vectors)
 
 
-def _vacuum_vectors(sink: DeltaSink, uri: str, retention_s: float) -> int:
-    """Delete the deletion vector files no version within the retention names (delta-rs's vacuum
-    deletes the data files removed longer ago, never a vector file): neither the table's live files,
-    nor a file removed within the retention (time travel reads it), nor a file younger than the
-    retention (a commit that is writing it). Vector files deleted."""
-    cutoff = time.time() - math.ceil(retention_s)
-    retained = sink.delta_log(uri).retained_vectors(_load(sink, uri), int(cutoff * 1000))
-    deleted = 0
-    for path, modified in vector_files(uri).items():
-        if path not in retained and modified < cutoff:
-            delete_data_file(uri, path.rsplit("/", 1)[-1])
-            deleted += 1
-    return deleted
+def _log_vacuum(delta_log: DeltaLog, sink: DeltaSink, uri: str, operation: str, parameters: dict,
+                metrics: dict | None = None) -> None:
+    """A commit of Delta's vacuum history: its commitInfo only."""
+    retry_conflicts(lambda: delta_log.commit(_load(sink, uri).version(), [], operation=operation, parameters=parameters,
+                                             info={"operationMetrics": metrics} if metrics else None,
+                                             rebase_over=()),
+                    f"log {operation} of {uri}", attempts=_ATTEMPTS)

@@ -125,8 +125,9 @@ class DeltaSink(Sink):
         self._enable_vectors(uri, schema.table_id)
         self._relax_nullability(table, schema.table_id, current, target)
         if STATS_COLUMNS not in table.metadata().configuration:  # a table created before this setting
-            retry_conflicts(lambda: DeltaTable(uri, storage_options=self.storage_options).alter.set_table_properties(
-                {STATS_COLUMNS: _stats_columns(schema)}), f"keep statistics of {schema.table_id}'s key columns")
+            retry_conflicts(lambda: self.delta_log(uri).set_properties(
+                DeltaTable(uri, storage_options=self.storage_options), {STATS_COLUMNS: _stats_columns(schema)}),
+                f"keep statistics of {schema.table_id}'s key columns")
 
     def replace_schema(self, schema: TableSchema) -> None:
         """Empty the table and give it ``schema`` in one commit (a whole-table re-snapshot of a table

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -205,6 +206,39 @@ def test_a_table_with_check_constraints_copies_on_write(tmp_path):
     assert held(writer)[1] == "b"
 
 
+def vector_files(uri: str) -> set[str]:
+    return {str(p) for p in Path(uri).glob("deletion_vector_*.bin")}
+
+
+def _after(moment: float) -> None:
+    """Wait until the clock is past ``moment`` (a retention's edge the test's vacuum must see behind it)."""
+    while time.time() <= moment:
+        time.sleep(0.05)
+
+
+def test_vacuum_keeps_a_file_a_retained_version_reads_though_an_older_removal_of_it_expired(tmp_path):
+    """A file given a second deletion vector has two removals in the log: its first vector's, long
+    expired, and a recent one (compaction took it out). delta-rs's vacuum deletes it for the expired
+    one; the versions before the compaction, within the retention, still read it."""
+    from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy
+
+    writer = snapshotted(tmp_path / "lake", "merge-on-read")
+    uri = writer.sink.table_uri(T)
+    apply_change_batch({T: writer}, [update(T, 20, {"id": 1, "v": "a"}, {"id": 1, "v": "b"})], app_id="app", batch_id=1)
+    first = time.time()
+    apply_change_batch({T: writer}, [update(T, 21, {"id": 2, "v": "a"}, {"id": 2, "v": "b"})], app_id="app", batch_id=2)
+    _after(first + 2)  # the first vector's removal is older than the retention below
+    before_compaction = DeltaTable(uri).version()
+    expected = held(writer)
+    while writer.sink.cluster(T, min_files=1) is not None:
+        pass
+    [done] = writer.sink.maintain(T, MaintenancePolicy(compact=False, vacuum_retention_s=1))
+    assert done.files_vacuumed >= 1  # the first vector's file
+    assert {r["id"]: r["v"] for r in pa.table(DeltaTable(uri, version=before_compaction).scan()).to_pylist()} == expected
+    assert held(writer) == expected
+    assert "variantType" not in (DeltaTable(uri).protocol().reader_features or [])
+
+
 def _change_columns(writer: SinkWriter, records: list) -> pa.Table:
     from airflow_provider_mysqlcdc.sinks.change_columns import change_columns, conform_changes
 
@@ -261,7 +295,6 @@ def test_vacuum_deletes_only_vector_files_no_retained_version_names(tmp_path):
     stay while time travel within the retention reads them, and go once no retained version names
     them; the live ones always stay."""
     from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy
-    from airflow_provider_mysqlcdc.sinks.delta.deletion_vectors import vector_files
 
     writer = snapshotted(tmp_path / "lake", "merge-on-read")
     uri = writer.sink.table_uri(T)
