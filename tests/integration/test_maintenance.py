@@ -191,14 +191,17 @@ def test_maintenance_while_a_stream_runs_bounds_files_keeps_the_sink_exact_and_t
     uri = open_sink(SinkSpec(str(lake))).table_uri(table)
     with _running_stream(tmp_path, cdc_user, state, lake) as (proc, log):
         with VersionRecorder(uri, schema) as recorder, Inserter(mysql_server.connect(), table, 100_000) as writer:
-            # changes to a row of the snapshot, in two batches: the second one's merge takes out of the table
-            # the file the first one wrote or rewrote (copy-on-write: the data file; merge-on-read: the file's
-            # first deletion vector), which is what the vacuum below must delete (inserts only add files)
-            for text in ("rewritten", "rewritten again"):
+            # changes to two rows of one snapshot file, in two batches: the second one's merge takes out of
+            # the table what the first one left of that file (copy-on-write: the file it rewrote; merge-on-
+            # read: the file's first deletion vector), which the vacuum below must delete (inserts only add)
+            with conn.cursor() as cur:
+                cur.execute(f"SELECT id FROM {table.quoted} ORDER BY id LIMIT 2")
+                first_ids = [row[0] for row in cur.fetchall()]
+            for key in first_ids:
                 with conn.cursor() as cur:
-                    cur.execute(f"UPDATE {table.quoted} SET customer = %s ORDER BY id LIMIT 1", (text,))
-                _wait(lambda: any(r["customer"] == text for r in delta_rows(lake, schema).values()),  # noqa: B023
-                      f"the update to {text!r} in the sink", proc=proc, log=log)
+                    cur.execute(f"UPDATE {table.quoted} SET customer = 'rewritten' WHERE id = %s", (key,))
+                _wait(lambda: delta_rows(lake, schema)[(key,)]["customer"] == "rewritten",  # noqa: B023
+                      f"the update of row {key} in the sink", proc=proc, log=log)
             removed_at = _wait(lambda: _first_removal(uri), "a batch to take a file of the snapshot out", proc=proc,
                                log=log)
             # a batch may rewrite the file holding the newest keys instead of adding one: wait for the files
