@@ -191,7 +191,7 @@ def bench_read_cost(work: Path, rows: int = READ_ROWS) -> dict:
     rng = random.Random(1)
     doomed = rng.sample(range(rows), int(rows * DELETED_SHARE))
     for batch_id, start in enumerate(range(0, len(doomed), 20_000)):
-        records = [ChangeRecord(Operation.DELETE, T, _row(key), None, BinlogOffset("mysql-bin.000002", 100 + i))
+        records = [ChangeRecord(Operation.DELETE, T, _row(key), None, BinlogOffset("mysql-bin.000002", 100 + start + i))
                    for i, key in enumerate(doomed[start:start + 20_000])]
         apply_change_batch({T: writer}, records, app_id="bench", batch_id=batch_id)
     uri = sink.table_uri(T)
