@@ -70,6 +70,15 @@ def random_batches(seed: int, batches: int, per_batch: int) -> tuple[list[list],
     return out, rows
 
 
+def merged_batches(root: Path, *, seed: int, batches: int, per_batch: int) -> tuple[SinkWriter, str, dict[int, str]]:
+    """A merge-on-read table after ``random_batches``: its writer, its folder and the rows it holds."""
+    writer = snapshotted(root, "merge-on-read")
+    changes, rows = random_batches(seed=seed, batches=batches, per_batch=per_batch)
+    for batch_id, batch in enumerate(changes):
+        apply_change_batch({T: writer}, batch, app_id="app", batch_id=batch_id)
+    return writer, writer.sink.table_uri(T), rows
+
+
 def held(writer: SinkWriter) -> dict[int, str]:
     rows = writer.sink.read(T).to_pylist()
     assert len(rows) == len({r["id"] for r in rows}), "a key twice"
@@ -246,11 +255,7 @@ def _change_columns(writer: SinkWriter, records: list) -> pa.Table:
 
 
 def test_clustering_folds_the_vectors_into_rewritten_files_and_changes_no_row(tmp_path):
-    writer = snapshotted(tmp_path / "lake", "merge-on-read")
-    uri = writer.sink.table_uri(T)
-    batches, rows = random_batches(seed=11, batches=6, per_batch=120)
-    for batch_id, batch in enumerate(batches):
-        apply_change_batch({T: writer}, batch, app_id="app", batch_id=batch_id)
+    writer, uri, rows = merged_batches(tmp_path / "lake", seed=11, batches=6, per_batch=120)
     assert any(f.vector is not None for f in DeltaLog(uri).files(DeltaTable(uri)).values())
     while writer.sink.cluster(T) is not None:
         pass
@@ -278,29 +283,13 @@ def test_a_range_commit_keeps_what_a_vector_deleted_outside_its_range_deleted(tm
     assert 5 not in rows and rows[700] == "r" and rows[599] == "a" and len(rows) == ROWS - 1
 
 
-def test_vacuum_keeps_the_vectors_the_table_names_and_deletes_the_files_it_left(tmp_path):
-    writer = snapshotted(tmp_path / "lake", "merge-on-read")
-    uri = writer.sink.table_uri(T)
-    batches, rows = random_batches(seed=5, batches=3, per_batch=50)
-    for batch_id, batch in enumerate(batches):
-        apply_change_batch({T: writer}, batch, app_id="app", batch_id=batch_id)
-    DeltaTable(uri).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
-    named = {f.vector.file_path(uri) for f in DeltaLog(uri).files(DeltaTable(uri)).values() if f.vector}
-    assert named and all(Path(p).exists() for p in named)
-    assert held(writer) == rows and {r["id"]: r["v"] for r in duckdb_rows(uri)} == rows
-
-
 def test_vacuum_deletes_only_vector_files_no_retained_version_names(tmp_path):
     """Each batch's vector file replaces the last one's for the files it touched: the superseded ones
     stay while time travel within the retention reads them, and go once no retained version names
     them; the live ones always stay."""
     from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy
 
-    writer = snapshotted(tmp_path / "lake", "merge-on-read")
-    uri = writer.sink.table_uri(T)
-    batches, rows = random_batches(seed=5, batches=3, per_batch=50)
-    for batch_id, batch in enumerate(batches):
-        apply_change_batch({T: writer}, batch, app_id="app", batch_id=batch_id)
+    writer, uri, rows = merged_batches(tmp_path / "lake", seed=5, batches=3, per_batch=50)
     written = set(vector_files(uri))
     assert len(written) == 3
     [done] = writer.sink.maintain(T, MaintenancePolicy(compact=False, vacuum_retention_s=3600))
