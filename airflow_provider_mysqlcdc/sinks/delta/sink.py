@@ -69,7 +69,7 @@ STATS_COLUMNS = "delta.dataSkippingStatsColumns"
 
 #: how a batch of changes reaches a table's files (``DeltaSink.merge_mode``)
 MERGE_ON_READ, COPY_ON_WRITE = MERGE_MODES
-DEFAULT_MERGE_MODE = COPY_ON_WRITE
+DEFAULT_MERGE_MODE = MERGE_ON_READ
 
 
 class DeltaSink(Sink):
