@@ -35,7 +35,7 @@ from airflow_provider_mysqlcdc.sinks.clustering import (
 )
 from airflow_provider_mysqlcdc.sinks.data_files import DataFile, delete_data_file
 from airflow_provider_mysqlcdc.sinks.delta.data_files import add_json
-from airflow_provider_mysqlcdc.sinks.delta.log import DeltaLog, LiveFile
+from airflow_provider_mysqlcdc.sinks.delta.log import DeltaLog, LiveFile, unkept_features
 from airflow_provider_mysqlcdc.sinks.delta.merge_on_read import read_live
 
 log = logging.getLogger(__name__)
@@ -78,10 +78,15 @@ def cluster_table(table: DeltaTable, uri: str, *, min_files: int = 2, target_byt
     whose folder is ``uri`` (the sink's form: delta-rs's ``table_uri`` escapes characters a file system
     path keeps), its log as ``delta_log`` replayed it. None when fewer than ``min_files`` files need
     it (however many one run may take; a file whose deletion vector deletes ``fold_share`` of its rows
-    needs it alone) or when nothing fits a run. A file's rows are its live rows: rewriting it folds
+    needs it alone), when nothing fits a run, or when the table has a writer feature or column mapping
+    its commit would not keep right (``unkept_features``). A file's rows are its live rows: rewriting it folds
     its vector in. Raises ``ConcurrentCommit`` when another writer removed one of its files meanwhile,
     after deleting the files it wrote; after any other failure of the commit itself they stay (it may
     have landed), invisible if it did not, until ``vacuum`` removes them."""
+    unkept = unkept_features(table)
+    if unkept:  # its commit would not keep the table right, or its files' rows are not the table's rows
+        log.info("%s has %s: not clustered", table.table_uri, unkept)
+        return None
     delta_log = delta_log or DeltaLog(uri)
     held = _held(table, delta_log)
     live_of = {h.path: live for h, live in held}

@@ -283,13 +283,24 @@ def _json_form(value: Any) -> Any:
     return value
 
 
-def is_writable(table: DeltaTable) -> str | None:
-    """Why commits of this module would not keep ``table`` right (None: they would): a writer feature
-    it does not know, CHECK constraints (which only delta-rs's writes check), or a change data feed."""
-    protocol = table.protocol()
-    unknown = set(protocol.writer_features or ()) - WRITABLE_FEATURES
+def unkept_features(table: DeltaTable) -> str | None:
+    """Why a commit of this module would not keep ``table`` right whatever it writes (None: it would):
+    a writer feature it does not know, or column mapping (the data files' columns are then not the
+    table's, also on a legacy protocol that lists no features)."""
+    unknown = set(table.protocol().writer_features or ()) - WRITABLE_FEATURES
     if unknown:
         return f"writer feature(s) {', '.join(sorted(unknown))}"
+    if str(table.metadata().configuration.get("delta.columnMapping.mode") or "none").lower() != "none":
+        return "column mapping"
+    return None
+
+
+def is_writable(table: DeltaTable) -> str | None:
+    """Why a merge of this module would not keep ``table`` right (None: it would): ``unkept_features``,
+    CHECK constraints (which only delta-rs's writes check), or a change data feed."""
+    why = unkept_features(table)
+    if why:
+        return why
     configuration = table.metadata().configuration
     if any(k.startswith("delta.constraints.") for k in configuration):
         return "CHECK constraints"
