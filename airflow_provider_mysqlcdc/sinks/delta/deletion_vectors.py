@@ -64,15 +64,22 @@ class DeletionVector:
         return cls(action["storageType"], action["pathOrInlineDv"], None if offset is None else int(offset),
                    int(action["sizeInBytes"]), int(action["cardinality"]))
 
+    @property
+    def relative_path(self) -> str | None:
+        """The vector's file relative to the table's folder (storage type ``u``: its random prefix, a
+        folder, then the name its UUID gives it); None for an inline vector or an absolute path."""
+        if self.storage_type != "u":
+            return None
+        prefix, encoded = self.path_or_inline[:-20], self.path_or_inline[-20:]
+        return "/".join(p for p in (prefix, f"deletion_vector_{uuid.UUID(bytes=z85_decode(encoded))}.bin") if p)
+
     def file_path(self, table_uri: str) -> str:
         """Where the vector's file is (not for an inline vector)."""
-        if self.storage_type == "u":
-            prefix, encoded = self.path_or_inline[:-20], self.path_or_inline[-20:]
-            name = f"deletion_vector_{uuid.UUID(bytes=z85_decode(encoded))}.bin"
-            return "/".join(p for p in (table_uri.rstrip("/"), prefix, name) if p)
         if self.storage_type == "p":
             return self.path_or_inline
-        raise ValueError("an inline deletion vector has no file")
+        if self.relative_path is None:
+            raise ValueError("an inline deletion vector has no file")
+        return f"{table_uri.rstrip('/')}/{self.relative_path}"
 
 
 def serialize(positions: BitMap64) -> bytes:

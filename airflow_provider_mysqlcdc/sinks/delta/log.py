@@ -161,7 +161,8 @@ class DeltaLog:
 
     def unreferenced(self, table: DeltaTable, before_ms: int) -> tuple[list[str], list[str]]:
         """What vacuum may delete from the table's folder, as of ``table``'s version (as loaded): the
-        data files (relative paths) and deletion vector files (paths) no version since ``before_ms``
+        data files and deletion vector files (paths relative to the folder; a vector at an absolute
+        path is left alone) no version since ``before_ms``
         names. A file is named by the version's live files, or by a removal since then: its tombstones
         are those of the last checkpoint and of the commits after it, and a data file re-added under a
         new vector has several, of which the latest counts (delta-rs's vacuum takes any expired one,
@@ -175,12 +176,12 @@ class DeltaLog:
             at = int(removed.get("deletionTimestamp") or 0)
             path = urllib.parse.unquote(str(removed["path"]))
             latest[path] = max(at, latest.get(path, at))
-            vector = removed.get("deletionVector")
-            if vector and vector["storageType"] != "i":
-                file = DeletionVector.from_json(vector).file_path(self.uri)
+            file = DeletionVector.from_json(removed["deletionVector"]).relative_path \
+                if removed.get("deletionVector") else None
+            if file is not None:
                 vectors[file] = max(at, vectors.get(file, at))
         named = {f.relative_path for f in live.values()}
-        named_vectors = {f.vector.file_path(self.uri) for f in live.values() if f.vector is not None}
+        named_vectors = {f.vector.relative_path for f in live.values() if f.vector is not None}
         return ([p for p, at in latest.items() if p not in named and at < before_ms],
                 [v for v, at in vectors.items() if v not in named_vectors and at < before_ms])
 

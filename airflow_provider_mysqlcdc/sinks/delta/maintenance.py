@@ -104,10 +104,8 @@ def _vacuum(sink: DeltaSink, uri: str, retention_s: float) -> int:
     _log_vacuum(delta_log, sink, uri, "VACUUM START", {"retentionCheckEnabled": True,
                                                      "specifiedRetentionMillis": retention_ms,
                                                      "defaultRetentionMillis": retention_ms})
-    for path in data:
+    for path in data + vectors:
         delete_data_file(uri, path)
-    for path in vectors:
-        delete_data_file(uri, path.rsplit("/", 1)[-1])
     _log_vacuum(delta_log, sink, uri, "VACUUM END", {"status": "COMPLETED"},
                 {"numDeletedFiles": len(data) + len(vectors), "numVacuumedDirectories": 1})
     return len(data) + len(vectors)

@@ -3,14 +3,19 @@ our reader and by two readers we did not write: delta-rs and DuckDB's delta exte
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import os
+import time
+import uuid
 
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, TableFeatures, write_deltalake
 from pyroaring import BitMap64
 
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId
+from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy
 from airflow_provider_mysqlcdc.sinks.delta.deletion_vectors import (
     DeletionVector,
     read_vector,
@@ -20,6 +25,8 @@ from airflow_provider_mysqlcdc.sinks.delta.deletion_vectors import (
     z85_encode,
 )
 from airflow_provider_mysqlcdc.sinks.delta.log import DeltaLog
+from airflow_provider_mysqlcdc.sinks.delta.maintenance import maintain_table
+from airflow_provider_mysqlcdc.sinks.delta.sink import DeltaSink
 
 
 def duckdb_rows(uri: str) -> list[dict]:
@@ -80,3 +87,35 @@ def test_delta_rs_and_duckdb_leave_out_the_rows_a_committed_vector_deletes(tmp_p
     assert sorted(pa.table(DeltaTable(uri).scan()).column("id").to_pylist()) == expected
     assert sorted(r["id"] for r in duckdb_rows(uri)) == expected
     assert sorted(pa.table(DeltaTable(uri, version=table.version()).scan()).column("id").to_pylist()) == list(range(10))
+
+
+def test_a_vector_with_a_random_prefix_lives_in_that_folder_of_the_table():
+    file_id = uuid.uuid4()
+    vector = DeletionVector("u", "ab" + z85_encode(file_id.bytes), 1, 10, 2)
+    assert vector.relative_path == f"ab/deletion_vector_{file_id}.bin"
+    assert vector.file_path("/lake/t/") == f"/lake/t/ab/deletion_vector_{file_id}.bin"
+    assert DeletionVector("p", "/elsewhere/v.bin", 1, 10, 2).relative_path is None
+
+
+def test_vacuum_deletes_a_replaced_vector_in_a_prefix_folder_and_keeps_the_live_one(tmp_path):
+    """Writers such as Spark put vector files in random prefix folders: vacuum finds them there."""
+    sink = DeltaSink(str(tmp_path), merge_mode="merge-on-read")
+    folder = tmp_path / "db" / "t"
+    uri = sink.table_uri(TableId("db", "t"))
+    write_deltalake(uri, pa.table({"id": pa.array(range(10), pa.int64())}))
+    DeltaTable(uri).alter.add_feature(TableFeatures.DeletionVectors, allow_protocol_versions_increase=True)
+    delta_log = DeltaLog(uri)
+    prefixed = []
+    for deleted in ([2], [2, 7]):
+        table = DeltaTable(uri)
+        (path, live), = delta_log.files(table).items()
+        name, descriptors = write_vectors(uri, {path: BitMap64(deleted)})
+        (folder / "ab").mkdir(exist_ok=True)
+        (folder / name).rename(folder / "ab" / name)
+        vector = dataclasses.replace(descriptors[path], path_or_inline="ab" + descriptors[path].path_or_inline)
+        prefixed.append(folder / "ab" / name)
+        now = int(time.time() * 1000)
+        delta_log.commit(table.version(), [live.removal(now), live.with_vector(vector, now)], operation="DELETE")
+    [done] = maintain_table(sink, TableId("db", "t"), MaintenancePolicy(compact=False, vacuum_retention_s=0))
+    assert done.files_vacuumed == 1 and not prefixed[0].exists() and prefixed[1].exists()
+    assert sorted(pa.table(DeltaTable(uri).scan()).column("id").to_pylist()) == [0, 1, 3, 4, 5, 6, 8, 9]
