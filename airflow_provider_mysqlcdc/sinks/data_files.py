@@ -139,10 +139,15 @@ def chunk_bounds(stats: dict[str, Any]) -> tuple[str | None, str | None]:
 def rows_outside(data: pa.Table, start: str | None, end: str | None) -> pa.Table:
     """The rows of ``data`` outside the key range ``[start, end)`` (compared as strings, byte by
     byte, as delta-rs compares them in a predicate)."""
-    chunk = data.column(CHUNK_COLUMN)
-    inside = pc.is_valid(chunk)
+    return data.filter(pc.invert(in_chunk_range(data.column(CHUNK_COLUMN), start, end)))
+
+
+def in_chunk_range(chunks: pa.ChunkedArray, start: str | None, end: str | None) -> pa.ChunkedArray:
+    """Whether each ``_cdc_chunk`` lies in the key range ``[start, end)`` (None: open), compared as
+    strings, byte by byte, as delta-rs compares them in a predicate; NULL lies in none."""
+    inside = pc.is_valid(chunks)
     if start is not None:
-        inside = pc.and_(inside, pc.greater_equal(chunk, pa.scalar(start)))
+        inside = pc.and_(inside, pc.greater_equal(chunks, pa.scalar(start)))
     if end is not None:
-        inside = pc.and_(inside, pc.less(chunk, pa.scalar(end)))
-    return data.filter(pc.invert(inside))
+        inside = pc.and_(inside, pc.less(chunks, pa.scalar(end)))
+    return inside

@@ -14,6 +14,7 @@ write (an ``InternalError``) instead of committing vectors against files the tab
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import time
@@ -65,8 +66,9 @@ class LiveFile:
         vector = self.vector
         return 0 if vector is None else vector.cardinality
 
-    @property
+    @functools.cached_property
     def stats(self) -> dict[str, Any]:
+        """The file's statistics, parsed once (a replay keeps its files from batch to batch)."""
         text = self.action.get("stats")
         return json.loads(text) if text else {}
 

@@ -42,6 +42,7 @@ from airflow_provider_mysqlcdc.sinks.arrow_rows import CHUNK_COLUMN, conform_to,
 from airflow_provider_mysqlcdc.sinks.data_files import (
     DataFile,
     delete_data_file,
+    in_chunk_range,
     open_data_file,
     rows_outside,
     write_data_file,
@@ -143,7 +144,8 @@ def merge_by_vectors(table: DeltaTable, uri: str, delta_log: DeltaLog, changes: 
     ``ConcurrentCommit`` when another writer committed first, after deleting what it wrote."""
     files = delta_log.files(table)
     candidates = _holding(files.values(), changes.column(CHUNK_COLUMN))
-    matches = _locate(uri, candidates, changes, key_columns, nullable_keys, shard_range)
+    old_vectors = {live.path: read_vector(uri, live.vector) for live in candidates if live.vector is not None}
+    matches = _locate(uri, candidates, old_vectors, changes, key_columns, nullable_keys, shard_range)
     change_versions = changes.column(_VERSION).to_numpy()
     ops = changes.column("_cdc_op").to_numpy(zero_copy_only=False)
     newer = change_versions[matches.rows] > matches.versions
@@ -166,7 +168,7 @@ def merge_by_vectors(table: DeltaTable, uri: str, delta_log: DeltaLog, changes: 
     rewritten = 0
     for path, positions in deleted.items():
         live = files[path]
-        old = read_vector(uri, live.vector) if live.vector is not None else BitMap64()
+        old = old_vectors.get(path, BitMap64())
         now_deleted = old | BitMap64(positions)
         physical = live.rows if live.rows is not None else _read(uri, live, [_VERSION]).num_rows
         live_rows = physical - len(old)
@@ -201,13 +203,12 @@ def merge_by_vectors(table: DeltaTable, uri: str, delta_log: DeltaLog, changes: 
                    "num_target_rows_deleted_by_vectors": deleted_rows, "num_output_rows": new_rows.num_rows}
         version = delta_log.commit(table.version(), actions, operation="MERGE",
                                    parameters={"mode": "merge-on-read"}, info={"operationMetrics": metrics})
-    except BaseException as exc:
-        if not isinstance(exc, ConcurrentCommit):
-            log.warning("merge into %s failed before its commit was known to land; its files stay until vacuum",
-                        uri)
-            raise
+    except ConcurrentCommit:  # nothing of it is in the table
         for path in written:
             delete_data_file(uri, path)
+        raise
+    except BaseException:
+        log.warning("merge into %s failed before its commit was known to land; its files stay until vacuum", uri)
         raise
     return MergeResult(version, deleted_rows, len(vectors), rewritten, new_rows.num_rows, len(candidates))
 
@@ -246,8 +247,11 @@ def _join_keys(table: pa.Table, key_columns: Sequence[str], nullable_keys: set[s
     return pa.Table.from_arrays(columns, names=list(key_columns))
 
 
-def _locate(uri: str, candidates: Sequence[LiveFile], changes: pa.Table, key_columns: Sequence[str],
-            nullable_keys: set[str], shard_range: tuple[str | None, str | None] | None) -> _Matches:
+def _locate(uri: str, candidates: Sequence[LiveFile], old_vectors: dict[str, BitMap64], changes: pa.Table,
+            key_columns: Sequence[str], nullable_keys: set[str],
+            shard_range: tuple[str | None, str | None] | None) -> _Matches:
+    """Where the rows of ``changes``' keys are in the ``candidates`` files (their rows ``old_vectors``
+    delete left out; in a routed table, the rows of ``shard_range`` only)."""
     keys = _join_keys(changes, key_columns, nullable_keys)
     keys = keys.append_column(_ROW, pa.array(np.arange(changes.num_rows, dtype=np.int64)))
     first = changes.column(key_columns[0]).combine_chunks()  # the rows holding one of these are joined
@@ -258,10 +262,10 @@ def _locate(uri: str, candidates: Sequence[LiveFile], changes: pa.Table, key_col
         column = rows.column(key_columns[0])
         maybe = pc.is_in(column if column.type.equals(first.type) else column.cast(first.type), value_set=first,
                          skip_nulls=False)
-        if live.vector is not None:
-            maybe = pc.and_(maybe, pa.array(kept_mask(read_vector(uri, live.vector), rows.num_rows)))
+        if live.path in old_vectors:
+            maybe = pc.and_(maybe, pa.array(kept_mask(old_vectors[live.path], rows.num_rows)))
         if shard_range is not None:
-            maybe = pc.and_(maybe, _in_range(rows.column(CHUNK_COLUMN), *shard_range))
+            maybe = pc.and_(maybe, in_chunk_range(rows.column(CHUNK_COLUMN), *shard_range))
         positions = np.flatnonzero(np.asarray(maybe.to_numpy(zero_copy_only=False), dtype=bool))
         if not len(positions):
             continue
@@ -280,15 +284,6 @@ def _locate(uri: str, candidates: Sequence[LiveFile], changes: pa.Table, key_col
                     np.concatenate([np.full(j.num_rows, p, dtype=object) for p, j in found]),
                     np.concatenate([j.column(_POS).to_numpy() for _, j in found]),
                     np.concatenate([j.column(_VERSION).to_numpy() for _, j in found]))
-
-
-def _in_range(chunks: pa.ChunkedArray, start: str | None, end: str | None) -> pa.ChunkedArray:
-    inside = pc.is_valid(chunks)
-    if start is not None:
-        inside = pc.and_(inside, pc.greater_equal(chunks, pa.scalar(start)))
-    if end is not None:
-        inside = pc.and_(inside, pc.less(chunks, pa.scalar(end)))
-    return inside
 
 
 def _with_kept_columns(uri: str, files: dict[str, LiveFile], images: pa.Table, image_rows: list[int],
