@@ -193,7 +193,7 @@ def test_the_stream_clusters_the_files_its_merges_leave_and_stays_exact(mysql_se
     for table_id in report.schemas:
         table = DeltaTable(sink.table_uri(table_id))
         clusterings = [c for c in table.history() if CLUSTERING_COMMIT in c]
-        plan, _ = clustering_plan(held_files(table))
+        plan, _ = clustering_plan(held_files(table, sink.table_uri(table_id)))
         assert clusterings and sum(len(group) for group in plan) < 2, (table_id, len(clusterings), plan)
 
 

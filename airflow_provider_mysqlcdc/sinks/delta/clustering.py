@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import time
-import urllib.parse
 
 import pyarrow as pa
 from deltalake import DeltaTable
@@ -44,12 +43,12 @@ log = logging.getLogger(__name__)
 CLUSTERING_COMMIT = "mysqlcdc.clustering"
 
 
-def held_files(table: DeltaTable, delta_log: DeltaLog | None = None) -> list[HeldFile]:
-    """The table's data files with their chunk ranges and the rows their deletion vectors delete (from
-    ``delta_log``, the table's log as replayed so far, by default replayed afresh). A file without
-    statistics of ``_cdc_chunk`` (written before the table kept them) is left out: reading it to place
-    it would cost every check, and leaving it where it is only costs the merges that read it."""
-    return [held for held, _ in _held(table, delta_log or DeltaLog(_folder(table)))]
+def held_files(table: DeltaTable, uri: str) -> list[HeldFile]:
+    """The data files of ``table`` (at the folder ``uri``) with their chunk ranges and the rows their
+    deletion vectors delete, from its log. A file without statistics of ``_cdc_chunk`` (written
+    before the table kept them) is left out: reading it to place it would cost every check, and
+    leaving it where it is only costs the merges that read it."""
+    return [held for held, _ in _held(table, DeltaLog(uri))]
 
 
 def _held(table: DeltaTable, delta_log: DeltaLog) -> list[tuple[HeldFile, LiveFile]]:
@@ -61,10 +60,6 @@ def _held(table: DeltaTable, delta_log: DeltaLog) -> list[tuple[HeldFile, LiveFi
             held.append((HeldFile(live.relative_path, int(live.action["size"]), rows - live.deleted, low, high,
                                   live.deleted), live))
     return held
-
-
-def _folder(table: DeltaTable) -> str:
-    return urllib.parse.unquote(table.table_uri.removeprefix("file://"))
 
 
 #: tables whose overlapping groups too large to rewrite were logged already (once per table and count)

@@ -80,10 +80,7 @@ def merge_into(uri: str, storage_options: dict[str, str] | None, delta_log: Delt
     feature first, and columns the changes add are added first, each in a commit of its own; a
     checkpoint follows where delta-rs's own commits would write one. One attempt: the caller retries
     on a conflicting commit."""
-    table = DeltaTable(uri, storage_options=storage_options)
-    if "deletionVectors" not in (table.protocol().writer_features or ()):
-        table.alter.add_feature(TableFeatures.DeletionVectors, allow_protocol_versions_increase=True)
-        table = DeltaTable(uri, storage_options=storage_options)
+    table = with_vectors(DeltaTable(uri, storage_options=storage_options), uri, storage_options)
     current = pa.schema(table.schema().to_arrow())
     added = [f.with_nullable(True) for f in changes.schema if f.name not in current.names]
     if added:
@@ -98,6 +95,15 @@ def merge_into(uri: str, storage_options: dict[str, str] | None, delta_log: Delt
     if checkpoint_due(table, result.version):
         DeltaTable(uri, storage_options=storage_options).create_checkpoint()
     return result
+
+
+def with_vectors(table: DeltaTable, uri: str, storage_options: dict[str, str] | None) -> DeltaTable:
+    """``table``, given the ``deletionVectors`` reader and writer feature first, in a commit of its own
+    (loaded again then), when it lacks it."""
+    if "deletionVectors" in (table.protocol().writer_features or ()):
+        return table
+    table.alter.add_feature(TableFeatures.DeletionVectors, allow_protocol_versions_increase=True)
+    return DeltaTable(uri, storage_options=storage_options)
 
 
 def commit_range_by_log(table: DeltaTable, uri: str, delta_log: DeltaLog, start: str | None, end: str | None,

@@ -47,7 +47,7 @@ from airflow_provider_mysqlcdc.sinks.delta.commits import applied_position, comm
 from airflow_provider_mysqlcdc.sinks.delta.copy_on_write import merge_by_rewrite
 from airflow_provider_mysqlcdc.sinks.delta.data_files import add_action
 from airflow_provider_mysqlcdc.sinks.delta.log import DeltaLog, is_writable
-from airflow_provider_mysqlcdc.sinks.delta.merge_on_read import commit_range_by_log, merge_into
+from airflow_provider_mysqlcdc.sinks.delta.merge_on_read import commit_range_by_log, merge_into, with_vectors
 from airflow_provider_mysqlcdc.sinks.delta.predicates import (
     chunk_range_predicate,
     file_placement,
@@ -159,8 +159,8 @@ class DeltaSink(Sink):
 
         def enable() -> None:
             table = DeltaTable(uri, storage_options=self.storage_options)
-            if "deletionVectors" not in (table.protocol().writer_features or ()) and is_writable(table) is None:
-                table.alter.add_feature(TableFeatures.DeletionVectors, allow_protocol_versions_increase=True)
+            if is_writable(table) is None:
+                with_vectors(table, uri, self.storage_options)
 
         retry_conflicts(enable, f"enable deletion vectors on {table_id}")
 

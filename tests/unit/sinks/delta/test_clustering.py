@@ -86,7 +86,7 @@ def test_a_clustered_table_keeps_every_row_in_files_whose_ranges_are_apart(sink)
     result = sink.cluster(T, target_bytes=2048)
     table = DeltaTable(uri)
     assert read_delta(uri).sort_by("id").equals(before)
-    ranges = sorted((f.low, f.high) for f in held_files(table))
+    ranges = sorted((f.low, f.high) for f in held_files(table, uri))
     assert all(high < low for (_, high), (low, _) in zip(ranges, ranges[1:])), ranges
     assert result is not None and (result.files_read, result.rows) == (2, 400)
     assert result.files_written == len(ranges) - 1 > 1
@@ -109,7 +109,7 @@ def test_a_merge_after_clustering_reads_only_the_file_holding_its_key(sink):
     for start in range(0, 40, 10):  # interleaved: every file spans the whole range
         write_deltalake(uri, rows(*range(start // 10, 400, 4)), mode="append")
     sink.cluster(T, target_bytes=1024)
-    files = len(held_files(DeltaTable(uri)))
+    files = len(held_files(DeltaTable(uri), uri))
     DeltaTable(uri).merge(rows(201, v="b"), predicate="t.id = s.id AND t._cdc_chunk >= 'k0201' AND t._cdc_chunk <= 'k0201'",
                           source_alias="s", target_alias="t").when_matched_update_all().execute()
     assert files > 4
@@ -163,7 +163,7 @@ def test_files_without_chunk_statistics_are_left_where_they_are(sink):
     DeltaTable(uri).alter.set_table_properties({"delta.dataSkippingNumIndexedCols": "0"})
     write_deltalake(uri, rows(1, 5), mode="append")
     write_deltalake(uri, rows(3, 7), mode="append")
-    assert held_files(DeltaTable(uri)) == [] and sink.cluster(T) is None
+    assert held_files(DeltaTable(uri), uri) == [] and sink.cluster(T) is None
 
 
 def test_a_table_is_clustered_only_once_min_files_files_need_it(sink):
@@ -183,7 +183,7 @@ def test_files_are_cut_only_where_the_chunk_value_changes(sink):
     write_deltalake(uri, composite.slice(0, 5), mode="append")  # k1 x4, k2 x1
     write_deltalake(uri, composite.slice(5), mode="append")  # k2 x3, k3 x2: overlaps the first at k2
     sink.cluster(T, target_bytes=1)  # as many pieces as bytes: a cut wherever one is allowed
-    files = sorted(held_files(DeltaTable(uri)), key=lambda f: f.low)
+    files = sorted(held_files(DeltaTable(uri), uri), key=lambda f: f.low)
     assert [(f.low, f.high, f.rows) for f in files] == [("k1", "k1", 4), ("k2", "k2", 4), ("k3", "k3", 2)]
 
 
