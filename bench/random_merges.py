@@ -36,7 +36,7 @@ from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_change_batc
 SIZES = (100_000, 10_000_000)
 MODES = ("copy-on-write", "merge-on-read")
 CHANGES = 1_000
-BATCHES = 4
+BATCHES = 6
 SPLIT_ROWS = 250_000
 T = TableId("bench", "orders")
 ID = Column("id", "bigint", "bigint(20)", False)
@@ -150,18 +150,22 @@ def random_merges_report(result: dict) -> list[str]:
     changes = result["changes"]
 
     def median(rows: int, mode: str, key: str) -> float:
-        return statistics.median(b[key] for b in runs[(rows, mode)])
+        """Of the batches after the first: the first one of a writer builds merge-on-read's key index."""
+        return statistics.median(b[key] for b in runs[(rows, mode)][1:])
 
     lines = [f"## Random-key merges: copy-on-write beside merge-on-read, {sizes[0]:,} and {sizes[-1]:,} rows", "",
              f"Each table snapshotted first (files of {SPLIT_ROWS:,} rows), then {BATCHES} batches of {changes:,} "
              "changes to keys drawn over the whole table (70% updates, 15% deletes, 15% inserts), merged as the "
-             "stream merges a micro-batch. Median per batch; CPU seconds of the merging process, every thread.", "",
-             "| table rows | merge mode | wall s | CPU s | rows written per changed row |", "|---:|---|---:|---:|---:|"]
+             "stream merges a micro-batch. Median of the batches after the first (the first of a merge-on-read "
+             "writer reads every file's keys into its key index, once per stream: its own column); CPU seconds of "
+             "the merging process, every thread.", "",
+             "| table rows | merge mode | wall s | CPU s | rows written per changed row | first batch CPU s |",
+             "|---:|---|---:|---:|---:|---:|"]
     for rows in sizes:
         for mode in MODES:
             if (rows, mode) in runs:
                 lines.append(f"| {rows:,} | {mode} | {median(rows, mode, 'wall_s'):.2f} | {median(rows, mode, 'cpu_s'):.2f} | "
-                             f"{median(rows, mode, 'rows_written') / changes:,.2f} |")
+                             f"{median(rows, mode, 'rows_written') / changes:,.2f} | {runs[(rows, mode)][0]['cpu_s']:.2f} |")
     small, large = sizes[0], sizes[-1]
     ratio = median(large, "merge-on-read", "cpu_s") / max(median(small, "merge-on-read", "cpu_s"), 1e-3)
     written = max(b["rows_written"] for (_, mode), batches in runs.items() if mode == "merge-on-read" for b in batches)

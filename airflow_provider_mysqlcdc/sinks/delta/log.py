@@ -19,7 +19,7 @@ import json
 import threading
 import time
 import urllib.parse
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +30,7 @@ from deltalake import DeltaTable
 
 from airflow_provider_mysqlcdc.cdc.errors import ConcurrentCommit, InternalError
 from airflow_provider_mysqlcdc.sinks.arrow_rows import CHUNK_COLUMN
-from airflow_provider_mysqlcdc.sinks.data_files import put_if_absent
+from airflow_provider_mysqlcdc.sinks.data_files import open_data_file, put_if_absent
 from airflow_provider_mysqlcdc.sinks.delta.deletion_vectors import DeletionVector
 
 #: the writer features a commit of this module keeps right (any other: delta-rs writes the table)
@@ -82,6 +82,14 @@ class LiveFile:
     def chunk_bounds(self) -> tuple[str | None, str | None]:
         stats = self.stats
         return stats.get("minValues", {}).get(CHUNK_COLUMN), stats.get("maxValues", {}).get(CHUNK_COLUMN)
+
+    def read(self, uri: str, columns: Sequence[str] | None = None) -> pa.Table:
+        """The file's physical rows (its deleted ones included) of ``columns`` it has (None: all), in
+        the table at ``uri``."""
+        with open_data_file(uri, self.relative_path) as handle:
+            parquet = pq.ParquetFile(handle)
+            names = None if columns is None else [c for c in columns if c in parquet.schema_arrow.names]
+            return parquet.read(columns=names)
 
     def with_vector(self, vector: DeletionVector, now_ms: int) -> dict[str, Any]:
         """The ``add`` action of this file under ``vector``: its statistics no longer tight (they

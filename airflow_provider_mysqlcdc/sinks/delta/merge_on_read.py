@@ -31,7 +31,6 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from deltalake import DeltaTable, TableFeatures
 from deltalake.schema import Field as DeltaField
 from pyroaring import BitMap64
@@ -42,13 +41,12 @@ from airflow_provider_mysqlcdc.sinks.arrow_rows import CHUNK_COLUMN, conform_to,
 from airflow_provider_mysqlcdc.sinks.data_files import (
     DataFile,
     delete_data_file,
-    in_chunk_range,
-    open_data_file,
     rows_outside,
     write_data_file,
 )
 from airflow_provider_mysqlcdc.sinks.delta.data_files import add_json
-from airflow_provider_mysqlcdc.sinks.delta.deletion_vectors import kept_mask, read_vector, write_vectors
+from airflow_provider_mysqlcdc.sinks.delta.deletion_vectors import DeletionVector, kept_mask, read_vector, write_vectors
+from airflow_provider_mysqlcdc.sinks.delta.key_index import KeyIndex
 from airflow_provider_mysqlcdc.sinks.delta.log import DeltaLog, LiveFile, checkpoint_due
 from airflow_provider_mysqlcdc.sinks.delta.predicates import file_placement
 from airflow_provider_mysqlcdc.sinks.routing import shard_bounds
@@ -58,7 +56,6 @@ log = logging.getLogger(__name__)
 #: a file whose live rows one batch deletes at least this share of is rewritten, not given a vector
 REWRITE_SHARE = 0.5
 _VERSION = "_cdc_version"
-_POS, _ROW = "__mysqlcdc_pos", "__mysqlcdc_row"
 
 
 @dataclass(frozen=True)
@@ -73,8 +70,9 @@ class MergeResult:
     files_read: int  # files whose key columns were read to find the rows
 
 
-def merge_into(uri: str, storage_options: dict[str, str] | None, delta_log: DeltaLog, schema: TableSchema,
-               changes: pa.Table, *, shard: str, transactions: Sequence[tuple[str, int]]) -> MergeResult:
+def merge_into(uri: str, storage_options: dict[str, str] | None, delta_log: DeltaLog, key_index: KeyIndex,
+               schema: TableSchema, changes: pa.Table, *, shard: str,
+               transactions: Sequence[tuple[str, int]]) -> MergeResult:
     """Merge ``changes`` of ``schema``'s table into the Delta table at ``uri`` (of ``shard`` only in a
     routed table) by deletion vectors: a table made before merge-on-read gets the ``deletionVectors``
     feature first, and columns the changes add are added first, each in a commit of its own; a
@@ -88,7 +86,7 @@ def merge_into(uri: str, storage_options: dict[str, str] | None, delta_log: Delt
         table = DeltaTable(uri, storage_options=storage_options)
         current = pa.schema(table.schema().to_arrow())
     zeros = zero_date_columns(schema)
-    result = merge_by_vectors(table, uri, delta_log, changes, key_columns=row_key_columns(schema),
+    result = merge_by_vectors(table, uri, delta_log, key_index, changes, key_columns=row_key_columns(schema),
                               nullable_keys=set(zeros) | set(zeros.values()),
                               shard_range=shard_bounds(shard) if shard else None, file_schema=current,
                               transactions=transactions)
@@ -136,22 +134,23 @@ def commit_range_by_log(table: DeltaTable, uri: str, delta_log: DeltaLog, start:
 def read_live(uri: str, live: LiveFile, columns: Sequence[str] | None = None) -> pa.Table:
     """The rows of a data file the table holds (of ``columns`` that the file has), without those its
     deletion vector deletes."""
-    rows = _read(uri, live, columns)
+    rows = live.read(uri, columns)
     if live.vector is None:
         return rows
     return rows.filter(pa.array(kept_mask(read_vector(uri, live.vector), rows.num_rows)))
 
 
-def merge_by_vectors(table: DeltaTable, uri: str, delta_log: DeltaLog, changes: pa.Table, *,
+def merge_by_vectors(table: DeltaTable, uri: str, delta_log: DeltaLog, key_index: KeyIndex, changes: pa.Table, *,
                      key_columns: Sequence[str], nullable_keys: set[str], shard_range: tuple[str | None, str | None] | None,
                      file_schema: pa.Schema, transactions: Sequence[tuple[str, int]]) -> MergeResult:
     """Merge ``changes`` (the last change per key, with their change columns) into ``table`` (as
-    loaded, at the folder ``uri``) in one commit carrying ``transactions`` (app id, version). Raises
+    loaded, at the folder ``uri``) in one commit carrying ``transactions`` (app id, version), finding
+    the rows it replaces through ``key_index`` and telling it what the commit did. Raises
     ``ConcurrentCommit`` when another writer committed first, after deleting what it wrote."""
     files = delta_log.files(table)
+    key_index.retain(uri, files)
     candidates = _holding(files.values(), changes.column(CHUNK_COLUMN))
-    old_vectors = {live.path: read_vector(uri, live.vector) for live in candidates if live.vector is not None}
-    matches = _locate(uri, candidates, old_vectors, changes, key_columns, nullable_keys, shard_range)
+    matches = key_index.locate(uri, candidates, changes, key_columns, nullable_keys, shard_range)
     change_versions = changes.column(_VERSION).to_numpy()
     ops = changes.column("_cdc_op").to_numpy(zero_copy_only=False)
     newer = change_versions[matches.rows] > matches.versions
@@ -174,12 +173,12 @@ def merge_by_vectors(table: DeltaTable, uri: str, delta_log: DeltaLog, changes: 
     rewritten = 0
     for path, positions in deleted.items():
         live = files[path]
-        old = old_vectors.get(path, BitMap64())
+        old = key_index.deleted(uri, live)
         now_deleted = old | BitMap64(positions)
-        physical = live.rows if live.rows is not None else _read(uri, live, [_VERSION]).num_rows
+        physical = live.rows if live.rows is not None else live.read(uri, [_VERSION]).num_rows
         live_rows = physical - len(old)
         if len(now_deleted) >= physical or len(now_deleted) - len(old) >= REWRITE_SHARE * live_rows:
-            rows = _read(uri, live, None)
+            rows = live.read(uri)
             kept = rows.filter(pa.array(kept_mask(now_deleted, rows.num_rows)))
             if kept.num_rows:
                 survivors.append(conform_to(kept, file_schema)[0])
@@ -188,6 +187,8 @@ def merge_by_vectors(table: DeltaTable, uri: str, delta_log: DeltaLog, changes: 
         else:
             vectors[path] = now_deleted
     written: list[str] = []
+    descriptors: dict[str, DeletionVector] = {}
+    data_file: DataFile | None = None
     try:
         new_rows = pa.concat_tables([images, *survivors]) if survivors else images
         if new_rows.num_rows:
@@ -216,18 +217,11 @@ def merge_by_vectors(table: DeltaTable, uri: str, delta_log: DeltaLog, changes: 
     except BaseException:
         log.warning("merge into %s failed before its commit was known to land; its files stay until vacuum", uri)
         raise
+    key_index.committed(uri, added=None if data_file is None else (data_file.path, new_rows),
+                        vectors={p: (d.unique_id, vectors[p]) for p, d in descriptors.items()},
+                        removed=[a["remove"]["path"] for a in actions if "remove" in a and a["remove"]["path"] not in vectors],
+                        key_columns=key_columns, nullable_keys=nullable_keys)
     return MergeResult(version, deleted_rows, len(vectors), rewritten, new_rows.num_rows, len(candidates))
-
-
-@dataclass(frozen=True)
-class _Matches:
-    """Rows of the table that hold a changed key: the change's row, the file, the position in it and
-    the row's ``_cdc_version``."""
-
-    rows: np.ndarray
-    paths: np.ndarray
-    positions: np.ndarray
-    versions: np.ndarray
 
 
 def _holding(files: Iterable[LiveFile], chunks: pa.ChunkedArray) -> list[LiveFile]:
@@ -239,57 +233,6 @@ def _holding(files: Iterable[LiveFile], chunks: pa.ChunkedArray) -> list[LiveFil
         if low is None or high is None or bisect.bisect_left(keys, low) < bisect.bisect_right(keys, high):
             held.append(live)
     return held
-
-
-def _join_keys(table: pa.Table, key_columns: Sequence[str], nullable_keys: set[str]) -> pa.Table:
-    """The key columns to join on: a nullable key column (a temporal key and its zero-date companion,
-    never both NULL) with its NULL replaced, so that NULL matches NULL as in the MERGE."""
-    columns = []
-    for name in key_columns:
-        column = table.column(name)
-        if name in nullable_keys:
-            column = pc.fill_null(column, pa.scalar("" if pa.types.is_string(column.type) else 0, column.type))
-        columns.append(column)
-    return pa.Table.from_arrays(columns, names=list(key_columns))
-
-
-def _locate(uri: str, candidates: Sequence[LiveFile], old_vectors: dict[str, BitMap64], changes: pa.Table,
-            key_columns: Sequence[str], nullable_keys: set[str],
-            shard_range: tuple[str | None, str | None] | None) -> _Matches:
-    """Where the rows of ``changes``' keys are in the ``candidates`` files (their rows ``old_vectors``
-    delete left out; in a routed table, the rows of ``shard_range`` only)."""
-    keys = _join_keys(changes, key_columns, nullable_keys)
-    keys = keys.append_column(_ROW, pa.array(np.arange(changes.num_rows, dtype=np.int64)))
-    first = changes.column(key_columns[0]).combine_chunks()  # the rows holding one of these are joined
-    found = []
-    wanted = [*key_columns, _VERSION, *([CHUNK_COLUMN] if shard_range else [])]
-    for live in candidates:
-        rows = _read(uri, live, wanted)
-        column = rows.column(key_columns[0])
-        maybe = pc.is_in(column if column.type.equals(first.type) else column.cast(first.type), value_set=first,
-                         skip_nulls=False)
-        if live.path in old_vectors:
-            maybe = pc.and_(maybe, pa.array(kept_mask(old_vectors[live.path], rows.num_rows)))
-        if shard_range is not None:
-            maybe = pc.and_(maybe, in_chunk_range(rows.column(CHUNK_COLUMN), *shard_range))
-        positions = np.flatnonzero(np.asarray(maybe.to_numpy(zero_copy_only=False), dtype=bool))
-        if not len(positions):
-            continue
-        rows = rows.take(pa.array(positions))
-        target = _join_keys(rows, key_columns, nullable_keys)
-        target = pa.Table.from_arrays([target.column(k).cast(keys.schema.field(k).type) for k in key_columns]
-                                      + [rows.column(_VERSION), pa.array(positions, pa.int64())],
-                                      names=[*key_columns, _VERSION, _POS])
-        joined = target.join(keys, keys=list(key_columns), join_type="inner", use_threads=False)
-        if joined.num_rows:
-            found.append((live.path, joined))
-    if not found:
-        empty = np.array([], dtype=np.int64)
-        return _Matches(empty, np.array([], dtype=object), empty, empty)
-    return _Matches(np.concatenate([j.column(_ROW).to_numpy() for _, j in found]),
-                    np.concatenate([np.full(j.num_rows, p, dtype=object) for p, j in found]),
-                    np.concatenate([j.column(_POS).to_numpy() for _, j in found]),
-                    np.concatenate([j.column(_VERSION).to_numpy() for _, j in found]))
 
 
 def _with_kept_columns(uri: str, files: dict[str, LiveFile], images: pa.Table, image_rows: list[int],
@@ -306,7 +249,7 @@ def _with_kept_columns(uri: str, files: dict[str, LiveFile], images: pa.Table, i
             carried[path].append((index, position))
     values = {f.name: [None] * images.num_rows for f in absent}
     for path, pairs in carried.items():
-        old = _read(uri, files[path], [f.name for f in absent])
+        old = files[path].read(uri, [f.name for f in absent])
         taken = old.take(pa.array([p for _, p in pairs], pa.int64()))
         for name in taken.column_names:
             for (index, _), value in zip(pairs, taken.column(name).to_pylist()):
@@ -314,12 +257,3 @@ def _with_kept_columns(uri: str, files: dict[str, LiveFile], images: pa.Table, i
     for field in absent:
         images = images.append_column(field.with_nullable(True), pa.array(values[field.name], field.type))
     return conform_to(images, file_schema)[0]
-
-
-def _read(uri: str, live: LiveFile, columns: Sequence[str] | None) -> pa.Table:
-    """A data file's physical rows (of ``columns`` the file has; None: all)."""
-    with open_data_file(uri, live.relative_path) as handle:
-        parquet = pq.ParquetFile(handle)
-        names = None if columns is None else [c for c in columns if c in parquet.schema_arrow.names]
-        return parquet.read(columns=names)
-

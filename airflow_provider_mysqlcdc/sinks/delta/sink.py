@@ -46,6 +46,7 @@ from airflow_provider_mysqlcdc.sinks.delta.clustering import cluster_table
 from airflow_provider_mysqlcdc.sinks.delta.commits import applied_position, commit_properties, transactions
 from airflow_provider_mysqlcdc.sinks.delta.copy_on_write import merge_by_rewrite
 from airflow_provider_mysqlcdc.sinks.delta.data_files import add_action
+from airflow_provider_mysqlcdc.sinks.delta.key_index import KeyIndex
 from airflow_provider_mysqlcdc.sinks.delta.log import DeltaLog, is_writable
 from airflow_provider_mysqlcdc.sinks.delta.merge_on_read import commit_range_by_log, merge_into, with_vectors
 from airflow_provider_mysqlcdc.sinks.delta.predicates import (
@@ -90,16 +91,20 @@ class DeltaSink(Sink):
         #: each table's log as the merge-on-read writer replayed it, kept between batches
         self._logs: dict[str, DeltaLog] = {}
         self._logs_lock = threading.Lock()
+        #: where each key's row lives in the tables' files, kept between batches (sinks/delta/key_index.py)
+        self.key_index = KeyIndex()
         #: tables whose merges fall back to copy-on-write, and why (logged once)
         self._copying: dict[str, str] = {}
 
     def __getstate__(self) -> dict[str, object]:
-        """What a Spark Connect server unpickles: the settings, not the logs replayed here nor their lock."""
-        return {**self.__dict__, "_logs": {}, "_logs_lock": None}
+        """What a Spark Connect server unpickles: the settings, not the logs replayed here, the key
+        index or their locks."""
+        return {**self.__dict__, "_logs": {}, "_logs_lock": None, "key_index": None}
 
     def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
         self._logs_lock = threading.Lock()
+        self.key_index = KeyIndex()
 
     def table_uri(self, table_id: TableId) -> str:
         return "/".join([self.root, *table_id.path_segments])
@@ -254,8 +259,9 @@ class DeltaSink(Sink):
     def merge_changes(self, schema: TableSchema, changes: pa.Table, *, commit: StreamCommit) -> None:
         uri = self.table_uri(sink_target(schema).table_id)
         if self.merge_mode == MERGE_ON_READ and self._writable(uri, schema.table_id):
-            result = retry_conflicts(lambda: merge_into(uri, self.storage_options, self.delta_log(uri), schema, changes,
-                                                        shard=commit.shard, transactions=transactions(commit)),
+            result = retry_conflicts(lambda: merge_into(uri, self.storage_options, self.delta_log(uri), self.key_index,
+                                                        schema, changes, shard=commit.shard,
+                                                        transactions=transactions(commit)),
                                      f"merge batch {commit.batch_id} into {schema.table_id}")
             log.debug("merge of batch %d into %s: %s", commit.batch_id, schema.table_id, result)
         else:

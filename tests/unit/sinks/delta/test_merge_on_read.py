@@ -172,10 +172,10 @@ def test_a_commit_that_lost_its_version_to_another_writer_leaves_no_file_and_the
                        batch_id=2)  # another writer's commit, after ``stale`` was loaded
     files_before = set(p.name for p in Path(uri).iterdir())
     with pytest.raises(ConcurrentCommit):
-        merge_by_vectors(stale, uri, sink.delta_log(uri), changes, key_columns=["id"], nullable_keys=set(),
+        merge_by_vectors(stale, uri, sink.delta_log(uri), sink.key_index, changes, key_columns=["id"], nullable_keys=set(),
                          shard_range=None, file_schema=pa.schema(stale.schema().to_arrow()), transactions=[])
     assert set(p.name for p in Path(uri).iterdir()) == files_before
-    merge_by_vectors(DeltaTable(uri), uri, sink.delta_log(uri), changes, key_columns=["id"], nullable_keys=set(),
+    merge_by_vectors(DeltaTable(uri), uri, sink.delta_log(uri), sink.key_index, changes, key_columns=["id"], nullable_keys=set(),
                      shard_range=None, file_schema=pa.schema(stale.schema().to_arrow()), transactions=[])
     assert {k: held(writer)[k] for k in (1, 3, 4)} == {1: "b", 3: "c", 4: "d"}
 

@@ -1,0 +1,273 @@
+"""Where each key's row lives in a Delta table's data files: the merge-on-read writer's key index,
+kept in memory by a long-lived writer (the stream), so that a batch of random keys costs what it
+changes and not what the table holds.
+
+A merge must find the row each changed key replaces (its file and position, and its ``_cdc_version``).
+Read from the files, that is the key columns of every file whose ``_cdc_chunk`` range holds a changed
+key: with random keys, every file, so all of a 10M-row table's keys at every batch. The index keeps,
+per data file, what that read gave:
+
+- the rows' ``_cdc_version`` by position, and the keys in sorted order with their positions: a key
+  is found by a binary search (``np.searchsorted``) where the row key is one integer, date or time
+  column (most OLTP tables); any other key by a membership test and a join over the file's kept key
+  columns (no file read, still a pass over the file's keys);
+- the rows the file's deletion vector deletes, with that vector's identity.
+
+A data file never changes (a path names the same rows for ever), so an entry stays right as long as
+its vector is the one the table holds:
+
+- **The writer's own commits** update it exactly: the data file a merge writes is indexed from the
+  rows in memory, a file given a new vector takes that vector's rows, a removed file leaves.
+- **Other writers' commits** (a snapshot range, a clustering, a copy-on-write operation): a file the
+  index lacks is read the first time a batch needs it; a file whose vector in the log is not the one
+  the index holds (another writer's, or a commit of ours whose outcome we never heard) has its
+  vector read again.
+- **Bounded memory**: at most ``max_rows`` rows (every table of the sink together, about 21 bytes a
+  row on the integer path) are kept; the files used least recently leave first and are read again
+  when a batch needs them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyroaring import BitMap64
+
+from airflow_provider_mysqlcdc.sinks.arrow_rows import CHUNK_COLUMN
+from airflow_provider_mysqlcdc.sinks.data_files import in_chunk_range
+from airflow_provider_mysqlcdc.sinks.delta.deletion_vectors import read_vector
+from airflow_provider_mysqlcdc.sinks.delta.log import LiveFile
+
+#: rows kept by a sink's index (all its tables): about 420 MB on the integer path
+DEFAULT_MAX_ROWS = 20_000_000
+VERSION_COLUMN = "_cdc_version"
+_POS, _ROW = "__mysqlcdc_pos", "__mysqlcdc_row"
+ShardRange = tuple[str | None, str | None]
+
+
+@dataclass(frozen=True)
+class Matches:
+    """Rows of the table that hold a changed key: the change's row, the file, the position in it and
+    the row's ``_cdc_version``."""
+
+    rows: np.ndarray
+    paths: np.ndarray
+    positions: np.ndarray
+    versions: np.ndarray
+
+
+@dataclass
+class _FileKeys:
+    """One data file's entry: see the module doc."""
+
+    rows: int
+    versions: np.ndarray  # by position
+    sorted_keys: np.ndarray | None  # int64, the integer path
+    order: np.ndarray | None  # the positions of sorted_keys
+    keys: pa.Table | None  # the join keys with their positions, any other key
+    vector_id: str | None = None
+    deleted: BitMap64 = field(default_factory=BitMap64)
+    in_shard: dict[ShardRange, np.ndarray] = field(default_factory=dict)
+
+
+class KeyIndex:
+    """The key index of a sink's Delta tables (module doc); safe to share between threads."""
+
+    def __init__(self, max_rows: int = DEFAULT_MAX_ROWS):
+        self.max_rows = max_rows
+        self._files: OrderedDict[tuple[str, str], _FileKeys] = OrderedDict()
+        self._rows = 0
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._files)
+
+    @property
+    def rows(self) -> int:
+        """The rows the index holds now."""
+        return self._rows
+
+    def locate(self, uri: str, candidates: Sequence[LiveFile], changes: pa.Table, key_columns: Sequence[str],
+               nullable_keys: set[str], shard_range: ShardRange | None) -> Matches:
+        """Where the live rows of ``changes``' keys are in the ``candidates`` files of the table at
+        ``uri`` (in a routed table, the rows of ``shard_range`` only)."""
+        query = join_keys(changes, key_columns, nullable_keys)
+        integral = _integral(query, key_columns)
+        query = query.append_column(_ROW, pa.array(np.arange(changes.num_rows, dtype=np.int64)))
+        first = query.column(key_columns[0]).combine_chunks()
+        found: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]] = []
+        for live in candidates:
+            entry = self._entry(uri, live, key_columns, nullable_keys)
+            if integral is not None and entry.sorted_keys is not None:
+                rows, positions = _search(entry, integral)
+            else:
+                rows, positions = _join(entry, query, key_columns, first)
+            if len(positions) and entry.deleted:
+                kept = np.fromiter((int(p) not in entry.deleted for p in positions), dtype=bool, count=len(positions))
+                rows, positions = rows[kept], positions[kept]
+            if len(positions) and shard_range is not None:
+                kept = self._in_shard(uri, live, entry, shard_range)[positions]
+                rows, positions = rows[kept], positions[kept]
+            if len(positions):
+                found.append((live.path, rows, positions, entry.versions[positions]))
+        if not found:
+            empty = np.array([], dtype=np.int64)
+            return Matches(empty, np.array([], dtype=object), empty, empty)
+        return Matches(np.concatenate([f[1] for f in found]),
+                       np.concatenate([np.full(len(f[1]), f[0], dtype=object) for f in found]),
+                       np.concatenate([f[2] for f in found]), np.concatenate([f[3] for f in found]))
+
+    def deleted(self, uri: str, live: LiveFile) -> BitMap64:
+        """The positions ``live``'s deletion vector deletes (read once per vector)."""
+        with self._lock:
+            entry = self._files.get((uri, live.path))
+        if entry is not None:
+            self._refresh_vector(uri, live, entry)
+            return entry.deleted
+        return BitMap64() if live.vector is None else read_vector(uri, live.vector)
+
+    def committed(self, uri: str, *, added: tuple[str, pa.Table] | None, vectors: dict[str, tuple[str, BitMap64]],
+                  removed: Sequence[str], key_columns: Sequence[str], nullable_keys: set[str]) -> None:
+        """What a commit of the writer's own did to the table at ``uri``: the data file it ``added``
+        (its log path and its rows, in file order), the files it gave new ``vectors`` (path: the
+        vector's identity and rows), the files it ``removed``."""
+        with self._lock:
+            for path in removed:
+                self._drop((uri, path))
+            for path, (vector_id, rows) in vectors.items():
+                entry = self._files.get((uri, path))
+                if entry is not None:
+                    entry.vector_id, entry.deleted = vector_id, rows
+        if added is not None:
+            path, rows = added
+            self._keep((uri, path), _build(rows, key_columns, nullable_keys))
+
+    def retain(self, uri: str, paths: Collection[str]) -> None:
+        """Drop the entries of the table at ``uri`` whose files are not among ``paths`` (the table's
+        files now: the others left it)."""
+        with self._lock:
+            for key in [k for k in self._files if k[0] == uri and k[1] not in paths]:
+                self._drop(key)
+
+    # --- entries ---------------------------------------------------------------------------------
+    def _entry(self, uri: str, live: LiveFile, key_columns: Sequence[str], nullable_keys: set[str]) -> _FileKeys:
+        key = (uri, live.path)
+        with self._lock:
+            entry = self._files.get(key)
+            if entry is not None:
+                self._files.move_to_end(key)
+        if entry is None:
+            entry = _build(live.read(uri, [*key_columns, VERSION_COLUMN]), key_columns, nullable_keys)
+            self._keep(key, entry)
+        self._refresh_vector(uri, live, entry)
+        return entry
+
+    def _refresh_vector(self, uri: str, live: LiveFile, entry: _FileKeys) -> None:
+        vector = live.vector
+        wanted = None if vector is None else vector.unique_id
+        if entry.vector_id != wanted:
+            entry.deleted = BitMap64() if vector is None else read_vector(uri, vector)
+            entry.vector_id = wanted
+
+    def _in_shard(self, uri: str, live: LiveFile, entry: _FileKeys, shard_range: ShardRange) -> np.ndarray:
+        if shard_range not in entry.in_shard:
+            chunks = live.read(uri, [CHUNK_COLUMN]).column(CHUNK_COLUMN)
+            entry.in_shard[shard_range] = np.asarray(in_chunk_range(chunks, *shard_range).to_numpy(zero_copy_only=False),
+                                                     dtype=bool)
+        return entry.in_shard[shard_range]
+
+    def _keep(self, key: tuple[str, str], entry: _FileKeys) -> None:
+        with self._lock:
+            self._drop(key)
+            self._files[key] = entry
+            self._rows += entry.rows
+            while self._rows > self.max_rows and len(self._files) > 1:
+                self._drop(next(iter(self._files)))
+
+    def _drop(self, key: tuple[str, str]) -> None:
+        entry = self._files.pop(key, None)
+        if entry is not None:
+            self._rows -= entry.rows
+
+
+def join_keys(table: pa.Table, key_columns: Sequence[str], nullable_keys: set[str]) -> pa.Table:
+    """The key columns to match on: a nullable key column (a temporal key and its zero-date companion,
+    never both NULL) with its NULL replaced, so that NULL matches NULL as in the MERGE."""
+    columns = []
+    for name in key_columns:
+        column = table.column(name)
+        if name in nullable_keys:
+            column = pc.fill_null(column, pa.scalar("" if pa.types.is_string(column.type) else 0, column.type))
+        columns.append(column)
+    return pa.Table.from_arrays(columns, names=list(key_columns))
+
+
+def _integral(keys: pa.Table, key_columns: Sequence[str]) -> np.ndarray | None:
+    """The key as int64 values when it is one integer, date or time column without NULLs."""
+    if len(key_columns) != 1:
+        return None
+    column = keys.column(0)
+    kind = column.type
+    if not (pa.types.is_integer(kind) or pa.types.is_date(kind) or pa.types.is_timestamp(kind)
+            or pa.types.is_time(kind)) or column.null_count:
+        return None
+    if pa.types.is_uint64(kind) and len(column) and pc.max(column).as_py() > np.iinfo(np.int64).max:
+        return None
+    if not pa.types.is_integer(kind):
+        column = column.cast(pa.int64() if kind.bit_width == 64 else pa.int32())
+    return np.asarray(column.combine_chunks().to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def _build(rows: pa.Table, key_columns: Sequence[str], nullable_keys: set[str]) -> _FileKeys:
+    """An entry for a file of ``rows`` (its key columns and ``_cdc_version`` at least, in file order)."""
+    keys = join_keys(rows, key_columns, nullable_keys)
+    versions = np.asarray(rows.column(VERSION_COLUMN).to_numpy(zero_copy_only=False), dtype=np.int64)
+    integral = _integral(keys, key_columns)
+    if integral is not None:
+        order = np.argsort(integral, kind="stable")
+        return _FileKeys(rows.num_rows, versions, integral[order], order, None)
+    keys = keys.append_column(_POS, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
+    return _FileKeys(rows.num_rows, versions, None, None, keys)
+
+
+def _search(entry: _FileKeys, query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The (change row, position) pairs where the file holds a queried key (every copy of it)."""
+    assert entry.sorted_keys is not None and entry.order is not None
+    low = np.searchsorted(entry.sorted_keys, query, side="left")
+    high = np.searchsorted(entry.sorted_keys, query, side="right")
+    counts = high - low
+    hit = np.flatnonzero(counts)
+    if not len(hit):
+        return hit, hit
+    if (counts[hit] == 1).all():
+        return hit.astype(np.int64), entry.order[low[hit]].astype(np.int64)
+    rows = np.repeat(hit, counts[hit])
+    starts = np.repeat(low[hit], counts[hit])
+    offsets = np.arange(len(rows)) - np.repeat(np.cumsum(counts[hit]) - counts[hit], counts[hit])
+    return rows.astype(np.int64), entry.order[starts + offsets].astype(np.int64)
+
+
+def _join(entry: _FileKeys, query: pa.Table, key_columns: Sequence[str],
+          first: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """The (change row, position) pairs where the file holds a queried key: a membership test on the
+    first key column, then a join of the rows it keeps."""
+    keys = entry.keys
+    if keys is None:  # a file indexed on the integer path, queried by keys that are not (NULLs in them)
+        keys = pa.table({key_columns[0]: pa.array(entry.sorted_keys), _POS: pa.array(entry.order, pa.int64())})
+    column = keys.column(key_columns[0])
+    maybe = pc.is_in(column if column.type.equals(first.type) else column.cast(first.type), value_set=first,
+                     skip_nulls=False)
+    keys = keys.filter(maybe)
+    if not keys.num_rows:
+        empty = np.array([], dtype=np.int64)
+        return empty, empty
+    target = pa.Table.from_arrays([keys.column(k).cast(query.schema.field(k).type) for k in key_columns]
+                                  + [keys.column(_POS)], names=[*key_columns, _POS])
+    joined = target.join(query, keys=list(key_columns), join_type="inner", use_threads=False)
+    return joined.column(_ROW).to_numpy(), joined.column(_POS).to_numpy()
