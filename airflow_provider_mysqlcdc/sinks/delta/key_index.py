@@ -239,17 +239,20 @@ def _build(rows: pa.Table, key_columns: Sequence[str], nullable_keys: set[str]) 
 def _search(entry: _FileKeys, query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The (change row, position) pairs where the file holds a queried key (every copy of it)."""
     assert entry.sorted_keys is not None and entry.order is not None
-    low = np.searchsorted(entry.sorted_keys, query, side="left")
-    high = np.searchsorted(entry.sorted_keys, query, side="right")
-    counts = high - low
-    hit = np.flatnonzero(counts)
-    if not len(hit):
-        return hit, hit
-    if (counts[hit] == 1).all():
+    keys = entry.sorted_keys
+    if not len(keys):
+        empty = np.array([], dtype=np.int64)
+        return empty, empty
+    low = np.searchsorted(keys, query, side="left")
+    at = np.minimum(low, len(keys) - 1)
+    hit = np.flatnonzero(keys[at] == query)
+    after = np.minimum(low[hit] + 1, len(keys) - 1)
+    if not ((after > low[hit]) & (keys[after] == query[hit])).any():  # no key twice: one row each
         return hit.astype(np.int64), entry.order[low[hit]].astype(np.int64)
-    rows = np.repeat(hit, counts[hit])
-    starts = np.repeat(low[hit], counts[hit])
-    offsets = np.arange(len(rows)) - np.repeat(np.cumsum(counts[hit]) - counts[hit], counts[hit])
+    counts = np.searchsorted(keys, query[hit], side="right") - low[hit]
+    rows = np.repeat(hit, counts)
+    starts = np.repeat(low[hit], counts)
+    offsets = np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)
     return rows.astype(np.int64), entry.order[starts + offsets].astype(np.int64)
 
 

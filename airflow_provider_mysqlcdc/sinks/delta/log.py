@@ -123,7 +123,22 @@ class DeltaLog:
         self.fs, root = fsspec.core.url_to_fs(self.uri)
         self._folder = f"{root.rstrip('/')}/_delta_log"
         self._replay: _Replay | None = None
+        self._table: DeltaTable | None = None
         self._lock = threading.Lock()
+
+    def latest(self, storage_options: dict[str, str] | None) -> DeltaTable:
+        """The table as committed last: loaded once, then brought up to date by the commits since
+        (delta-rs's ``update_incremental``), which costs what they hold rather than a load of the whole
+        log (a merge-on-read batch needs it twice). Loaded afresh when that fails."""
+        with self._lock:
+            if self._table is not None:
+                try:
+                    self._table.update_incremental()
+                    return self._table
+                except Exception:  # noqa: BLE001 - e.g. the table's folder replaced: a load from scratch
+                    self._table = None
+            self._table = DeltaTable(self.uri, storage_options=storage_options)
+            return self._table
 
     def files(self, table: DeltaTable) -> dict[str, LiveFile]:
         """The live files of ``table`` (as loaded) by path, checked against delta-rs's list of them."""

@@ -78,12 +78,14 @@ def merge_into(uri: str, storage_options: dict[str, str] | None, delta_log: Delt
     feature first, and columns the changes add are added first, each in a commit of its own; a
     checkpoint follows where delta-rs's own commits would write one. One attempt: the caller retries
     on a conflicting commit."""
-    table = with_vectors(DeltaTable(uri, storage_options=storage_options), uri, storage_options)
+    table = delta_log.latest(storage_options)
+    if with_vectors(table, uri, storage_options) is not table:
+        table = delta_log.latest(storage_options)
     current = pa.schema(table.schema().to_arrow())
     added = [f.with_nullable(True) for f in changes.schema if f.name not in current.names]
     if added:
         table.alter.add_columns([DeltaField.from_arrow(f) for f in added])
-        table = DeltaTable(uri, storage_options=storage_options)
+        table = delta_log.latest(storage_options)
         current = pa.schema(table.schema().to_arrow())
     zeros = zero_date_columns(schema)
     result = merge_by_vectors(table, uri, delta_log, key_index, changes, key_columns=row_key_columns(schema),

@@ -269,7 +269,7 @@ class DeltaSink(Sink):
 
     def _writable(self, uri: str, table_id: TableId) -> bool:
         """Whether merges into the table may go by deletion vectors (else: copy-on-write, logged once)."""
-        why = is_writable(DeltaTable(uri, storage_options=self.storage_options))
+        why = is_writable(self.delta_log(uri).latest(self.storage_options))
         if why and self._copying.get(uri) != why:
             log.warning("%s has %s, which deletion-vector commits would not keep: its merges copy on write",
                         table_id, why)

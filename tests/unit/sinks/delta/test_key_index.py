@@ -7,13 +7,14 @@ from __future__ import annotations
 import datetime as dt
 import random
 
+import numpy as np
 import pytest
 
 from airflow_provider_mysqlcdc.cdc.model.schema import Column, TableId, TableSchema
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
-from airflow_provider_mysqlcdc.sinks.delta.key_index import KeyIndex
+from airflow_provider_mysqlcdc.sinks.delta.key_index import KeyIndex, _FileKeys, _search
 from airflow_provider_mysqlcdc.sinks.delta.log import DeltaLog, LiveFile
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_change_batch
@@ -113,3 +114,16 @@ def test_rows_of_every_key_kind_are_found(tmp_path, kind):
     found = sink.read(table).to_pylist()
     expected = sorted((tuple(key_of(i).values()), v) for i, v in rows.items())
     assert sorted((tuple(r[c.name] for c in key_columns), r["v"]) for r in found) == expected
+
+
+def test_the_binary_search_finds_every_copy_of_every_key_and_nothing_else():
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        n = int(rng.integers(0, 50))
+        keys = rng.integers(0, 30, n)  # keys held twice and more as well
+        order = np.argsort(keys, kind="stable")
+        entry = _FileKeys(n, np.zeros(n, np.int64), keys[order], order, None)
+        query = rng.integers(-2, 33, int(rng.integers(0, 20)))
+        rows, positions = _search(entry, query)
+        expected = sorted((i, p) for i, k in enumerate(query.tolist()) for p in range(n) if keys[p] == k)
+        assert sorted(zip(rows.tolist(), positions.tolist())) == expected
