@@ -3,8 +3,10 @@
 A chunk's partitions each write their rows as one Parquet file into the table's folder, on the Spark
 executor that read them (``write_data_file``), and send back only what the table's log needs to know
 about it (``DataFile``: path, size, rows, column statistics). Nothing reads a file until a commit
-adds it (a Delta commit's add action, sinks/delta/data_files.py; an Iceberg append), so a file no commit added (a failed task, a driver that died
-before its commit) is invisible; ``vacuum`` removes it once it is older than the retention.
+adds it (a Delta commit's add action, sinks/delta/data_files.py; an Iceberg append), so a file no commit
+added (a failed task, a driver that died before its commit, a merge killed before its commit) is
+invisible; maintenance deletes it once it is older than the retention and ``ORPHAN_MIN_AGE_S``
+(``orphans``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,10 @@ from fsspec.implementations.local import LocalFileSystem
 
 from airflow_provider_mysqlcdc.sinks.arrow_rows import CHUNK_COLUMN, conform_to
 
+#: a file in a table's folder that no commit names is deleted only once older than this, whatever the
+#: retention: a writer may be about to commit it (a chunk's files wait for its driver's commit);
+#: Iceberg's own orphan-file removal waits as long by default
+ORPHAN_MIN_AGE_S = 3 * 24 * 3600.0
 #: string statistics longer than this are left out (a TEXT column would bloat the log); the chunk
 #: column's are always kept: commits decide from them which files a key range holds
 MAX_STRING_STAT = 64
@@ -79,6 +85,31 @@ def delete_data_file(table_uri: str, path: str) -> None:
         fs.rm(f"{root.rstrip('/')}/{path}")
     except FileNotFoundError:
         pass
+
+
+def orphans(table_uri: str, named: set[str], *, older_than_s: float, skip: str | None = None) -> list[str]:
+    """The files under the table's folder (paths relative to it) that ``named`` lacks, last modified
+    more than ``older_than_s`` seconds ago; the folder ``skip`` (relative: a log) left out."""
+    fs, root = fsspec.core.url_to_fs(table_uri)
+    root = root.rstrip("/")
+    if not fs.exists(root):
+        return []
+    oldest = time.time() - older_than_s
+    found = []
+    for path, info in fs.find(root, detail=True).items():
+        relative = path[len(root) + 1:]
+        if (skip is None or not relative.startswith(f"{skip}/")) and relative not in named and modified_s(info) < oldest:
+            found.append(relative)
+    return found
+
+
+def modified_s(info: dict) -> float:
+    """A listed file's modification time in seconds (local files: ``mtime``; object stores:
+    ``LastModified``); now when the listing gives none, so that such a file is never taken for old."""
+    value = info.get("mtime", info.get("LastModified", info.get("last_modified")))
+    if value is None:
+        return time.time()
+    return value.timestamp() if isinstance(value, dt.datetime) else float(value)
 
 
 def put_if_absent(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> bool:

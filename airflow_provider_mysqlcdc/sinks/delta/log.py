@@ -210,6 +210,20 @@ class DeltaLog:
         return ([p for p, at in latest.items() if p not in named and at < before_ms],
                 [v for v, at in vectors.items() if v not in named_vectors and at < before_ms])
 
+    def named(self, table: DeltaTable) -> set[str]:
+        """Every file (relative to the table's folder) that ``table``'s version (as loaded) or a removal
+        the log still holds names: live data files and their vectors, removed ones and theirs. A file
+        in the folder outside it was never committed, or left the table so long ago that its removal
+        left the log."""
+        live = self.files(table).values()
+        named = {f.relative_path for f in live}
+        vectors = [f.vector for f in live if f.vector is not None]
+        for removed in self._tombstones(table.version()):
+            named.add(urllib.parse.unquote(str(removed["path"])))
+            if removed.get("deletionVector"):
+                vectors.append(DeletionVector.from_json(removed["deletionVector"]))
+        return named | {v.relative_path for v in vectors if v.relative_path is not None}
+
     def _tombstones(self, version: int) -> list[Mapping[str, Any]]:
         checkpoint = self._checkpoint_at_most(version)
         removes: list[Mapping[str, Any]] = []

@@ -10,8 +10,10 @@
   table's ``delta.logRetentionDuration`` (30 days by default) are dropped.
 - **Vacuum.** The retention the user sets becomes the table's ``delta.deletedFileRetentionDuration``
   (so every engine's vacuum keeps it too), then vacuum deletes the data files that left the table
-  longer ago than that. Only such files: delta-rs's "lite" vacuum never deletes a file the log does
-  not name, so the files a chunk's executors have written and its driver is about to commit are safe.
+  longer ago than that, and the files no commit ever named (a chunk or a merge killed between
+  writing its files and its commit) once older than the retention and ``ORPHAN_MIN_AGE_S`` (three
+  days, as Iceberg's orphan removal waits): the files a chunk's executors have written and its
+  driver is about to commit are far younger.
   The files deleted are found in the table's log here (``DeltaLog.unreferenced``), not by delta-rs's
   vacuum: a data file re-added under a new deletion vector has several removals in the log, and
   delta-rs deletes it once any of them expired, while a version within the retention still reads
@@ -39,7 +41,7 @@ from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy, TableMaintenance
 from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SUFFIX
 from airflow_provider_mysqlcdc.sinks.clustering import compact_by_clustering
-from airflow_provider_mysqlcdc.sinks.data_files import delete_data_file
+from airflow_provider_mysqlcdc.sinks.data_files import ORPHAN_MIN_AGE_S, delete_data_file, orphans
 from airflow_provider_mysqlcdc.sinks.delta.log import DeltaLog
 from airflow_provider_mysqlcdc.sinks.delta.sink import DeltaSink, retry_conflicts
 
@@ -91,7 +93,9 @@ def _bin_pack(sink: DeltaSink, uri: str, policy: MaintenancePolicy) -> tuple[int
 
 def _vacuum(sink: DeltaSink, uri: str, retention_s: float) -> int:
     """Make ``retention_s`` the table's retention (whole seconds, rounded up), then delete the data and
-    deletion vector files no version within it names (``DeltaLog.unreferenced``), between the two
+    deletion vector files no version within it names (``DeltaLog.unreferenced``), and the files no
+    commit ever named once older than the retention and ``ORPHAN_MIN_AGE_S`` (a merge killed between
+    writing its files and its commit; never a file a writer is about to commit), between the two
     commits Delta's vacuum logs (``VACUUM START``, ``VACUUM END``); files deleted."""
     setting = f"interval {math.ceil(retention_s)} seconds"
     delta_log = sink.delta_log(uri)
@@ -101,14 +105,16 @@ def _vacuum(sink: DeltaSink, uri: str, retention_s: float) -> int:
     table = _load(sink, uri)
     retention_ms = math.ceil(retention_s) * 1000
     data, vectors = delta_log.unreferenced(table, int(time.time() * 1000) - retention_ms)
+    never = orphans(uri, delta_log.named(table), older_than_s=max(retention_s, ORPHAN_MIN_AGE_S), skip="_delta_log")
     _log_vacuum(delta_log, sink, uri, "VACUUM START", {"retentionCheckEnabled": True,
                                                      "specifiedRetentionMillis": retention_ms,
                                                      "defaultRetentionMillis": retention_ms})
-    for path in data + vectors:
+    deleted = data + vectors + never
+    for path in deleted:
         delete_data_file(uri, path)
     _log_vacuum(delta_log, sink, uri, "VACUUM END", {"status": "COMPLETED"},
-                {"numDeletedFiles": len(data) + len(vectors), "numVacuumedDirectories": 1})
-    return len(data) + len(vectors)
+                {"numDeletedFiles": len(deleted), "numVacuumedDirectories": 1})
+    return len(deleted)
 
 
 def _log_vacuum(delta_log: DeltaLog, sink: DeltaSink, uri: str, operation: str, parameters: dict,
