@@ -29,6 +29,7 @@ from airflow_provider_mysqlcdc.hooks.object_store import open_object_store
 from airflow_provider_mysqlcdc.operators.arguments import sink_spec_of, state_location_of
 from airflow_provider_mysqlcdc.protocol.envelope import encode
 from airflow_provider_mysqlcdc.protocol.maintenance import (
+    DEFAULT_FOLD_SHARE,
     DEFAULT_TARGET_FILE_BYTES,
     MaintenancePolicy,
     MaintenanceReport,
@@ -55,6 +56,8 @@ class MySqlCdcMaintenanceOperator(BaseOperator):
         travel to versions within it keeps working (default: no vacuum). It becomes the tables'
         ``delta.deletedFileRetentionDuration``; keep it longer than any reader of an older version runs
     :param target_file_mb: the size of the files compaction writes
+    :param fold_share: compaction rewrites a file alone once merge-on-read deleted this share of its
+        rows (a Delta deletion vector, Iceberg position deletes), so readers stop skipping them
     :param stream_timeout_s: how long to wait for a running stream to answer
     :param poll_interval_s: how often to look for its answer
     :param aws_conn_id: an ``aws`` connection whose credentials open the lake and the state location
@@ -72,6 +75,7 @@ class MySqlCdcMaintenanceOperator(BaseOperator):
     def __init__(self, *, sink_root: str | None = None, state_location: str | None = None, state: str | None = None,
                  tables: Sequence[str] | None = None, compact: bool = True,
                  checkpoint: bool = True, vacuum_retention_hours: float | None = None, target_file_mb: int = 128,
+                 fold_share: float = DEFAULT_FOLD_SHARE,
                  stream_timeout_s: float = 1800.0, poll_interval_s: float = 5.0, aws_conn_id: str | None = None,
                  sink_format: str | None = None, iceberg_namespace: str | None = None,
                  iceberg_catalog_conn_id: str | None = None, **kwargs: Any) -> None:
@@ -83,6 +87,7 @@ class MySqlCdcMaintenanceOperator(BaseOperator):
         self.checkpoint = checkpoint
         self.vacuum_retention_hours = vacuum_retention_hours
         self.target_file_mb = target_file_mb
+        self.fold_share = fold_share
         self.stream_timeout_s = stream_timeout_s
         self.poll_interval_s = poll_interval_s
         self.aws_conn_id = aws_conn_id
@@ -100,7 +105,7 @@ class MySqlCdcMaintenanceOperator(BaseOperator):
             raise ConfigurationError(f"vacuum_retention_hours must be a number of hours, got {hours!r}.") from None
         return MaintenancePolicy(compact=self.compact, checkpoint=self.checkpoint, vacuum_retention_s=retention,
                                  target_file_bytes=int(self.target_file_mb * (1 << 20))
-                                 if self.target_file_mb else DEFAULT_TARGET_FILE_BYTES)
+                                 if self.target_file_mb else DEFAULT_TARGET_FILE_BYTES, fold_share=self.fold_share)
 
     def _named_sink(self, base: SinkSpec) -> SinkSpec:
         """``base`` with the sink settings this task names (refused when malformed)."""

@@ -12,6 +12,9 @@ from airflow_provider_mysqlcdc.protocol.envelope import RecordFormat
 
 #: files of about this size come out of compaction (the stream's clustering target too)
 DEFAULT_TARGET_FILE_BYTES = 128 << 20
+#: compaction rewrites a file alone once this share of its rows is deleted (by a Delta deletion vector
+#: or Iceberg position deletes): readers stop skipping them, the file stops carrying them
+DEFAULT_FOLD_SHARE = 0.2
 
 
 @dataclass(frozen=True)
@@ -22,12 +25,16 @@ class MaintenancePolicy:
     clustering the stream's merges prune by), and bin-pack a changelog table's small files.
     ``checkpoint``: write a Delta checkpoint and drop log files past the table's log retention.
     ``vacuum_retention_s``: delete the data files that left the table longer ago than this (time
-    travel to versions within it keeps working); None: no vacuum."""
+    travel to versions within it keeps working); None: no vacuum.
+    ``target_file_bytes``: the size of the files compaction writes.
+    ``fold_share``: compaction rewrites a file whose rows merge-on-read deleted at least this share
+    of (a Delta deletion vector, Iceberg position deletes) without them, whatever its neighbours."""
 
     compact: bool = True
     checkpoint: bool = True
     vacuum_retention_s: float | None = None
     target_file_bytes: int = DEFAULT_TARGET_FILE_BYTES
+    fold_share: float = DEFAULT_FOLD_SHARE
 
     def __post_init__(self) -> None:
         if self.vacuum_retention_s is not None and self.vacuum_retention_s < 0:
@@ -35,15 +42,20 @@ class MaintenancePolicy:
                                      "leave it unset for no vacuum.")
         if self.target_file_bytes < 1 << 20:
             raise ConfigurationError(f"The target file size must be at least 1 MiB, got {self.target_file_bytes} bytes.")
+        if not 0 < self.fold_share <= 1:
+            raise ConfigurationError(f"The fold share must be above 0 and at most 1 (a share of a file's rows), got "
+                                     f"{self.fold_share}; {DEFAULT_FOLD_SHARE} folds a file once a fifth of its rows "
+                                     "are deleted.")
 
     def to_body(self) -> dict[str, Any]:
         return {"compact": self.compact, "checkpoint": self.checkpoint, "vacuum_retention_s": self.vacuum_retention_s,
-                "target_file_bytes": self.target_file_bytes}
+                "target_file_bytes": self.target_file_bytes, "fold_share": self.fold_share}
 
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> "MaintenancePolicy":
         return cls(bool(body["compact"]), bool(body["checkpoint"]), body.get("vacuum_retention_s"),
-                   int(body.get("target_file_bytes", DEFAULT_TARGET_FILE_BYTES)))
+                   int(body.get("target_file_bytes", DEFAULT_TARGET_FILE_BYTES)),
+                   float(body.get("fold_share", DEFAULT_FOLD_SHARE)))
 
     def __str__(self) -> str:
         done = [w for w, on in (("compact", self.compact), ("checkpoint", self.checkpoint)) if on]
@@ -86,11 +98,13 @@ class TableMaintenance:
     checkpoint_version: int | None = None
     #: what was left undone, and why (a compaction that gave way to concurrent commits)
     note: str = ""
+    #: of the files rewritten, those rewritten alone to drop the rows merge-on-read deleted
+    files_folded: int = 0
 
     def to_body(self) -> dict[str, Any]:
         return {"table": self.table, "files_before": self.files_before, "files_after": self.files_after,
                 "files_rewritten": self.files_rewritten, "files_vacuumed": self.files_vacuumed,
-                "checkpoint_version": self.checkpoint_version, "note": self.note}
+                "checkpoint_version": self.checkpoint_version, "note": self.note, "files_folded": self.files_folded}
 
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> "TableMaintenance":
@@ -99,8 +113,9 @@ class TableMaintenance:
     def __str__(self) -> str:
         checkpoint = f", checkpoint at version {self.checkpoint_version}" if self.checkpoint_version is not None else ""
         note = f" ({self.note})" if self.note else ""
+        folded = f" ({self.files_folded} to drop deleted rows)" if self.files_folded else ""
         return (f"{self.table}: {self.files_before} -> {self.files_after} data files, {self.files_rewritten} "
-                f"rewritten, {self.files_vacuumed} vacuumed{checkpoint}{note}")
+                f"rewritten{folded}, {self.files_vacuumed} vacuumed{checkpoint}{note}")
 
 
 @dataclass(frozen=True)

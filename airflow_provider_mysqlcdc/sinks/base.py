@@ -40,7 +40,7 @@ import pyarrow as pa
 
 from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError, is_table_fault
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId, TableSchema
-from airflow_provider_mysqlcdc.protocol.maintenance import DEFAULT_TARGET_FILE_BYTES
+from airflow_provider_mysqlcdc.protocol.maintenance import DEFAULT_FOLD_SHARE, DEFAULT_TARGET_FILE_BYTES
 
 if TYPE_CHECKING:
     from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy, TableMaintenance
@@ -177,11 +177,12 @@ class Sink(ABC):
         """The whole table (for verification and status)."""
 
     @abstractmethod
-    def cluster(self, table_id: TableId, *, min_files: int = 2,
-                target_bytes: int = DEFAULT_TARGET_FILE_BYTES) -> ClusteringResult | None:
+    def cluster(self, table_id: TableId, *, min_files: int = 2, target_bytes: int = DEFAULT_TARGET_FILE_BYTES,
+                fold_share: float = DEFAULT_FOLD_SHARE) -> ClusteringResult | None:
         """Rewrite, in chunk-key order, the data files that spread the table's key ranges, into files of
-        about ``target_bytes``, in one commit that changes no row, once ``min_files`` need it; None when
-        there was nothing to do (sinks/clustering.py)."""
+        about ``target_bytes``, in one commit that changes no row, once ``min_files`` need it (a file
+        whose rows merge-on-read deleted ``fold_share`` of needs it alone); None when there was nothing
+        to do (sinks/clustering.py)."""
 
     @abstractmethod
     def maintain(self, table_id: TableId, policy: MaintenancePolicy) -> list[TableMaintenance]:

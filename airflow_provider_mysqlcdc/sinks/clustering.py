@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Protocol
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_mysqlcdc.protocol.maintenance import DEFAULT_TARGET_FILE_BYTES
+from airflow_provider_mysqlcdc.protocol.maintenance import DEFAULT_FOLD_SHARE, DEFAULT_TARGET_FILE_BYTES
 from airflow_provider_mysqlcdc.sinks.arrow_rows import CHUNK_COLUMN, conform_to
 from airflow_provider_mysqlcdc.sinks.data_files import (
     DataFile,
@@ -49,7 +49,7 @@ MAX_REWRITE_BYTES = 128 << 20
 #: clustering runs per table and maintenance run (each rewrites at most MAX_REWRITE_BYTES)
 COMPACT_ROUNDS = 8
 #: a file whose deletion vector deletes this share of its rows is rewritten without them (folded)
-FOLD_SHARE = 0.2
+FOLD_SHARE = DEFAULT_FOLD_SHARE
 
 
 @dataclass(frozen=True)
@@ -76,10 +76,22 @@ class ClusteringResult:
     files_written: int
     rows: int
     groups_left: int  # overlapping groups too large to rewrite at once
+    files_folded: int = 0  # of files_read, those rewritten alone to drop their deleted rows
 
     def __str__(self) -> str:
         left = f", {self.groups_left} group(s) left as too large" if self.groups_left else ""
-        return f"{self.files_read} file(s) rewritten as {self.files_written} ({self.rows:,} rows){left}"
+        folded = f", {self.files_folded} to drop deleted rows" if self.files_folded else ""
+        return f"{self.files_read} file(s) rewritten as {self.files_written} ({self.rows:,} rows{folded}){left}"
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """What compacting one table did: files rewritten (of them, folded: rewritten alone to drop the
+    rows merge-on-read deleted), and what was left for the next run."""
+
+    rewritten: int = 0
+    note: str = ""
+    folded: int = 0
 
 
 def candidate_groups(files: list[HeldFile], *, target_bytes: int = TARGET_BYTES,
@@ -126,11 +138,11 @@ def candidate_groups(files: list[HeldFile], *, target_bytes: int = TARGET_BYTES,
 
 
 def clustering_plan(files: list[HeldFile], *, target_bytes: int = TARGET_BYTES,
-                    max_rewrite_bytes: int = MAX_REWRITE_BYTES,
+                    max_rewrite_bytes: int = MAX_REWRITE_BYTES, fold_share: float = FOLD_SHARE,
                     memory_of: Callable[[HeldFile], int] = lambda held: held.size) -> tuple[list[list[HeldFile]], int]:
     """The groups of files one run rewrites, and the overlapping groups left: ``bounded`` over the
     ``candidate_groups`` of ``files``."""
-    groups, runs = candidate_groups(files, target_bytes=target_bytes)
+    groups, runs = candidate_groups(files, target_bytes=target_bytes, fold_share=fold_share)
     return bounded(groups, runs, max_rewrite_bytes=max_rewrite_bytes, memory_of=memory_of)
 
 
@@ -230,17 +242,17 @@ def rewrite_in_key_order(uri: str, group: list[HeldFile], file_schema: pa.Schema
 class Clusters(Protocol):
     """A sink, as far as compacting by clustering needs it (``Sink.cluster``)."""
 
-    def cluster(self, table_id: TableId, *, min_files: int = 2,
-                target_bytes: int = TARGET_BYTES) -> ClusteringResult | None: ...
+    def cluster(self, table_id: TableId, *, min_files: int = 2, target_bytes: int = TARGET_BYTES,
+                fold_share: float = FOLD_SHARE) -> ClusteringResult | None: ...
 
 
-def compact_by_clustering(sink: Clusters, table_id: TableId, policy: MaintenancePolicy) -> tuple[int, str]:
+def compact_by_clustering(sink: Clusters, table_id: TableId, policy: MaintenancePolicy) -> Compaction:
     """Cluster a mirror table (of any format) until nothing is left to rewrite (or ``COMPACT_ROUNDS``
-    runs); files rewritten, and what was left."""
-    rewritten = 0
+    runs), folding files whose deleted share reaches the policy's ``fold_share``."""
+    rewritten = folded = 0
     for _ in range(COMPACT_ROUNDS):
-        result = sink.cluster(table_id, min_files=2, target_bytes=policy.target_file_bytes)
+        result = sink.cluster(table_id, min_files=2, target_bytes=policy.target_file_bytes, fold_share=policy.fold_share)
         if result is None:
-            return rewritten, ""
-        rewritten += result.files_read
-    return rewritten, f"more to compact after {COMPACT_ROUNDS} clustering runs: the next run goes on"
+            return Compaction(rewritten, "", folded)
+        rewritten, folded = rewritten + result.files_read, folded + result.files_folded
+    return Compaction(rewritten, f"more to compact after {COMPACT_ROUNDS} clustering runs: the next run goes on", folded)

@@ -109,7 +109,8 @@ def cluster_table(table: DeltaTable, uri: str, *, min_files: int = 2, target_byt
     now = int(time.time() * 1000)
     removed = [live_of[f.path] for group in plan for f in group]
     actions = [add_json(f, data_change=False) for f in written] + [f.removal(now, data_change=False) for f in removed]
-    result = ClusteringResult(len(removed), len(written), sum(f.rows for group in plan for f in group), left)
+    result = ClusteringResult(len(removed), len(written), sum(f.rows for group in plan for f in group), left,
+                              sum(1 for group in plan if len(group) == 1))
     try:
         delta_log.commit(table.version(), actions, operation="OPTIMIZE", info={CLUSTERING_COMMIT: str(result)},
                          rebase_over={f.path for f in removed})

@@ -40,7 +40,7 @@ from deltalake import DeltaTable
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy, TableMaintenance
 from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SUFFIX
-from airflow_provider_mysqlcdc.sinks.clustering import compact_by_clustering
+from airflow_provider_mysqlcdc.sinks.clustering import Compaction, compact_by_clustering
 from airflow_provider_mysqlcdc.sinks.data_files import ORPHAN_MIN_AGE_S, delete_data_file, orphans
 from airflow_provider_mysqlcdc.sinks.delta.log import DeltaLog
 from airflow_provider_mysqlcdc.sinks.delta.sink import DeltaSink, retry_conflicts
@@ -70,7 +70,7 @@ def maintain_table(sink: DeltaSink, table_id: TableId, policy: MaintenancePolicy
 
 def _maintain(sink: DeltaSink, uri: str, before: int, policy: MaintenancePolicy, *, compact) -> TableMaintenance:
     """``before``: the table's data files when it was opened."""
-    rewritten, note = compact() if policy.compact else (0, "")
+    compaction = compact() if policy.compact else Compaction()
     checkpoint = None
     if policy.checkpoint:
         table = _load(sink, uri)
@@ -78,17 +78,18 @@ def _maintain(sink: DeltaSink, uri: str, before: int, policy: MaintenancePolicy,
         table.cleanup_metadata()
         checkpoint = table.version()
     vacuumed = 0 if policy.vacuum_retention_s is None else _vacuum(sink, uri, policy.vacuum_retention_s)
-    return TableMaintenance(uri, before, len(_load(sink, uri).file_uris()), rewritten, vacuumed, checkpoint, note)
+    return TableMaintenance(uri, before, len(_load(sink, uri).file_uris()), compaction.rewritten, vacuumed, checkpoint,
+                            compaction.note, compaction.folded)
 
 
 def _load(sink: DeltaSink, uri: str) -> DeltaTable:
     return DeltaTable(uri, storage_options=sink.storage_options)
 
 
-def _bin_pack(sink: DeltaSink, uri: str, policy: MaintenancePolicy) -> tuple[int, str]:
+def _bin_pack(sink: DeltaSink, uri: str, policy: MaintenancePolicy) -> Compaction:
     metrics = retry_conflicts(lambda: _load(sink, uri).optimize.compact(target_size=policy.target_file_bytes),
                               f"compact {uri}", attempts=_ATTEMPTS)
-    return int(metrics["numFilesRemoved"]), ""
+    return Compaction(int(metrics["numFilesRemoved"]))
 
 
 def _vacuum(sink: DeltaSink, uri: str, retention_s: float) -> int:

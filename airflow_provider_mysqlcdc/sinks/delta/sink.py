@@ -34,7 +34,7 @@ from airflow_provider_mysqlcdc.sinks.base import (
 )
 from airflow_provider_mysqlcdc.sinks.base import retry_conflicts as retry_commits
 from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SUFFIX
-from airflow_provider_mysqlcdc.sinks.clustering import MAX_REWRITE_BYTES, TARGET_BYTES, ClusteringResult
+from airflow_provider_mysqlcdc.sinks.clustering import FOLD_SHARE, MAX_REWRITE_BYTES, TARGET_BYTES, ClusteringResult
 from airflow_provider_mysqlcdc.sinks.data_files import (
     DataFile,
     chunk_bounds,
@@ -289,7 +289,7 @@ class DeltaSink(Sink):
                         f"merge batch {commit.batch_id} into {schema.table_id}")
 
     def cluster(self, table_id: TableId, *, min_files: int = 2, target_bytes: int = TARGET_BYTES,
-                max_rewrite_bytes: int = MAX_REWRITE_BYTES) -> ClusteringResult | None:
+                fold_share: float = FOLD_SHARE, max_rewrite_bytes: int = MAX_REWRITE_BYTES) -> ClusteringResult | None:
         """Rewrite, in key order, the data files that spread the table's chunk key ranges (files that
         overlap, runs of small ones: sinks/clustering.py), once ``min_files`` need it, in one commit
         that changes no row. A commit that removed one of its files meanwhile makes it plan again, a
@@ -299,7 +299,7 @@ class DeltaSink(Sink):
         try:
             return retry_conflicts(lambda: cluster_table(DeltaTable(uri, storage_options=self.storage_options), uri,
                                                           min_files=min_files, target_bytes=target_bytes,
-                                                          max_rewrite_bytes=max_rewrite_bytes,
+                                                          max_rewrite_bytes=max_rewrite_bytes, fold_share=fold_share,
                                                           delta_log=self.delta_log(uri)),
                                     f"cluster {table_id}", attempts=_CLUSTER_ATTEMPTS)
         except (CommitFailedError, ConcurrentCommit) as exc:

@@ -46,9 +46,11 @@ from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy, Ta
 from airflow_provider_mysqlcdc.sinks.arrow_rows import CHUNK_COLUMN
 from airflow_provider_mysqlcdc.sinks.base import retry_conflicts
 from airflow_provider_mysqlcdc.sinks.clustering import (
+    FOLD_SHARE,
     MAX_REWRITE_BYTES,
     TARGET_BYTES,
     ClusteringResult,
+    Compaction,
     HeldFile,
     clustering_plan,
 )
@@ -100,11 +102,12 @@ def held_files(table: Table) -> list[HeldFile]:
 
 
 def cluster_table(table: Table, *, min_files: int = 2, target_bytes: int = TARGET_BYTES,
-                  max_rewrite_bytes: int = MAX_REWRITE_BYTES) -> ClusteringResult | None:
+                  max_rewrite_bytes: int = MAX_REWRITE_BYTES, fold_share: float = FOLD_SHARE) -> ClusteringResult | None:
     """One clustering run on ``table`` as loaded; None when fewer than ``min_files`` files need it.
     Raises pyiceberg's CommitFailedException when another writer committed meanwhile; the data files
     it wrote then stay unreferenced until orphan files are deleted (``expire_and_delete_orphans``)."""
-    plan, left = clustering_plan(held_files(table), target_bytes=target_bytes, max_rewrite_bytes=max_rewrite_bytes)
+    plan, left = clustering_plan(held_files(table), target_bytes=target_bytes, max_rewrite_bytes=max_rewrite_bytes,
+                                 fold_share=fold_share)
     planned = sum(len(group) for group in plan)
     if planned < max(2, min_files):
         return None
@@ -122,14 +125,15 @@ def cluster_table(table: Table, *, min_files: int = 2, target_bytes: int = TARGE
 
 
 def compact_changelog(table: Table, *, target_bytes: int = TARGET_BYTES,
-                      max_rewrite_bytes: int = MAX_REWRITE_BYTES) -> tuple[int, str]:
+                      max_rewrite_bytes: int = MAX_REWRITE_BYTES) -> Compaction:
     """Bin-pack a changelog table (module doc): files removed, and what was left for the next run.
     Planned again from a fresh load after a concurrent commit, a few times, then left for the next run."""
     try:
-        return retry_conflicts(lambda: _bin_pack(table.refresh(), target_bytes, max_rewrite_bytes),
-                               f"compact {table.name()}", conflicts=CONFLICTS, attempts=REWRITE_ATTEMPTS)
+        removed, left = retry_conflicts(lambda: _bin_pack(table.refresh(), target_bytes, max_rewrite_bytes),
+                                        f"compact {table.name()}", conflicts=CONFLICTS, attempts=REWRITE_ATTEMPTS)
+        return Compaction(removed, left)
     except CONFLICTS:
-        return 0, "gave way to concurrent commits: left for the next run"
+        return Compaction(0, "gave way to concurrent commits: left for the next run")
 
 
 def _bin_pack(table: Table, target_bytes: int, max_rewrite_bytes: int) -> tuple[int, str]:
@@ -211,11 +215,12 @@ def maintain_table(table: Table, policy: MaintenancePolicy, *, compact) -> Table
     """Maintain one table (a mirror, or its changelog) as ``policy`` says: ``compact()`` (files
     rewritten, what was left), then with a retention, snapshot expiry and orphan files."""
     before = data_file_count(table)
-    rewritten, note = compact() if policy.compact else (0, "")
+    compaction = compact() if policy.compact else Compaction()
     deleted = 0
     if policy.vacuum_retention_s is not None:
         deleted = expire_and_delete_orphans(table.refresh(), policy.vacuum_retention_s)
-    return TableMaintenance(table.location(), before, data_file_count(table.refresh()), rewritten, deleted, None, note)
+    return TableMaintenance(table.location(), before, data_file_count(table.refresh()), compaction.rewritten, deleted,
+                            None, compaction.note, compaction.folded)
 
 
 def expire_and_delete_orphans(table: Table, retention_s: float) -> int:

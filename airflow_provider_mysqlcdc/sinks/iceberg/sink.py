@@ -41,7 +41,7 @@ from pyiceberg.expressions import (
 
 from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId, TableSchema
-from airflow_provider_mysqlcdc.protocol.maintenance import DEFAULT_TARGET_FILE_BYTES
+from airflow_provider_mysqlcdc.protocol.maintenance import DEFAULT_FOLD_SHARE, DEFAULT_TARGET_FILE_BYTES
 from airflow_provider_mysqlcdc.protocol.sinks import DEFAULT_NAMESPACE
 from airflow_provider_mysqlcdc.sinks.arrow_rows import CHUNK_COLUMN, arrow_schema, row_key_columns
 from airflow_provider_mysqlcdc.sinks.base import (
@@ -382,14 +382,14 @@ class IcebergSink(Sink):
         return super().refuses(table_id, exc) or isinstance(exc, (pa.ArrowInvalid, pa.ArrowTypeError))
 
     # --- upkeep (sinks/iceberg/maintenance.py) --------------------------------------------------
-    def cluster(self, table_id: TableId, *, min_files: int = 2,
-                target_bytes: int = DEFAULT_TARGET_FILE_BYTES) -> ClusteringResult | None:
+    def cluster(self, table_id: TableId, *, min_files: int = 2, target_bytes: int = DEFAULT_TARGET_FILE_BYTES,
+                fold_share: float = DEFAULT_FOLD_SHARE) -> ClusteringResult | None:
         """Rewrite the data files that spread the table's chunk key ranges in key order, in one commit
         that changes no row; planned again after a concurrent commit, a few times, then left for the
         next run (None, logged), as the Delta sink does."""
         try:
             return retry_conflicts(lambda: cluster_table(self._table(table_id), min_files=min_files,
-                                                         target_bytes=target_bytes),
+                                                         target_bytes=target_bytes, fold_share=fold_share),
                                    f"cluster {table_id}", conflicts=CONFLICTS, attempts=REWRITE_ATTEMPTS)
         except CONFLICTS as exc:
             log.warning("clustering %s gave way to %d concurrent commits and is left for its next run (%s)",

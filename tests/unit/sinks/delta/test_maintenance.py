@@ -91,6 +91,8 @@ def test_a_table_the_sink_does_not_have_is_skipped(tmp_path):
 @pytest.mark.parametrize("kwargs, message", [
     ({"vacuum_retention_s": -1}, "vacuum retention must be 0 or more seconds"),
     ({"target_file_bytes": 1000}, "at least 1 MiB"),
+    ({"fold_share": 0}, "fold share must be above 0 and at most 1"),
+    ({"fold_share": 1.5}, "fold share must be above 0 and at most 1"),
 ])
 def test_a_bad_policy_is_refused_naming_the_setting(kwargs, message):
     with pytest.raises(ConfigurationError, match=message):

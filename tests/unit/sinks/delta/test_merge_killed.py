@@ -55,7 +55,7 @@ def test_a_merge_killed_before_its_commit_leaves_invisible_files_and_its_replay_
     uri = writer.sink.table_uri(T)
     before, version, rows = folder(uri), DeltaTable(uri).version(), held(writer)
     child = subprocess.run([sys.executable, "-c", "import sys; from tests.unit.sinks.delta.test_merge_killed import "
-                            f"merge_and_die; merge_and_die(sys.argv[1])", str(tmp_path / "lake")], cwd=REPO,
+                            "merge_and_die; merge_and_die(sys.argv[1])", str(tmp_path / "lake")], cwd=REPO,
                            capture_output=True, text=True, timeout=300)
     assert child.returncode == -signal.SIGKILL, child.stderr
     written = folder(uri) - before

@@ -298,3 +298,31 @@ def test_vacuum_deletes_only_vector_files_no_retained_version_names(tmp_path):
     named = {f.vector.file_path(uri) for f in DeltaLog(uri).files(DeltaTable(uri)).values() if f.vector}
     assert set(vector_files(uri)) == named and len(named) < 3 and done.files_vacuumed == 3 - len(named)
     assert held(writer) == rows and {r["id"]: r["v"] for r in duckdb_rows(uri)} == rows
+
+
+def test_maintenance_folds_the_files_whose_deleted_share_reaches_the_policys_and_counts_them(tmp_path):
+    from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy
+    from airflow_provider_mysqlcdc.sinks.delta.maintenance import maintain_table
+
+    sink = open_sink(SinkSpec(str(tmp_path / "lake"), "delta", merge_mode="merge-on-read"))
+    sink.prepare(SCHEMA)
+    writer = SinkWriter(sink, SCHEMA, "id", KeyOrdering(ID))
+    half, rng = ROWS // 2, random.Random(4)  # files of random text: larger than a small file (1 MiB / 32)
+    for index, (start, end) in enumerate(((None, half), (half, None))):
+        writer.write_split(FinishedSplit(SnapshotSplit(T, index, "id", start, end), off(5)),
+                           [{"id": i, "v": "%020x" % rng.getrandbits(80)} for i in range(start or 0, end or ROWS)])
+    uri = sink.table_uri(T)
+    batch = [delete(T, 10 + i, id=i, v="") for i in range(0, half, 4)]  # a quarter of the first file's rows
+    batch += [delete(T, 5000 + i, id=i, v="") for i in range(half, ROWS, 10)]  # a tenth of the second's
+    apply_change_batch({T: writer}, batch, app_id="app", batch_id=1)
+    rows = held(writer)
+
+    def vectors() -> list[float]:
+        return sorted(f.deleted / f.rows for f in DeltaLog(uri).files(DeltaTable(uri)).values() if f.vector and f.rows)
+
+    assert vectors() == [0.1, 0.25]
+    [done] = maintain_table(writer.sink, T, MaintenancePolicy(checkpoint=False, target_file_bytes=1 << 20, fold_share=0.3))
+    assert done.files_folded == 0 and vectors() == [0.1, 0.25]
+    [done] = maintain_table(writer.sink, T, MaintenancePolicy(checkpoint=False, target_file_bytes=1 << 20, fold_share=0.2))
+    assert done.files_folded == 1 and vectors() == [0.1]
+    assert held(writer) == rows and {r["id"]: r["v"] for r in duckdb_rows(uri)} == rows

@@ -414,7 +414,7 @@ def test_changelog_files_whose_versions_interleave_are_packed_without_a_row_writ
     assert len(before) == 13
     table = sink.open_table(T, changelog=True)
     largest = max(table.inspect.data_files().column("file_size_in_bytes").to_pylist())
-    removed, _ = compact_changelog(table, target_bytes=2 * largest + 1)  # two files a run
+    removed = compact_changelog(table, target_bytes=2 * largest + 1).rewritten  # two files a run
     assert removed == 4  # two runs whose version ranges overlap
     assert changelog_rows(sink) == before and len(data_files(sink, changelog=True)) == 3
 
@@ -433,7 +433,8 @@ def test_a_changelog_compaction_meeting_a_streams_append_plans_again_and_leaves_
         return written[-1]
 
     monkeypatch.setattr(iceberg_maintenance, "write_data_file", write_meeting_an_append)
-    removed, note = compact_changelog(sink.open_table(T, changelog=True))
+    compaction = compact_changelog(sink.open_table(T, changelog=True))
+    removed, note = compaction.rewritten, compaction.note
     rows = changelog_rows(sink)
     assert note == "" and len(written) == 2 and [r["version"] for r in rows] == [r["version"] for r in before] + [7]
     assert removed == 4 and len(data_files(sink, changelog=True)) == 1  # the new batch's file packed too
