@@ -38,12 +38,13 @@ def table_rows(conn: Any, table: TableId) -> int:
 
 
 def run_chunk_job(conn: Any, table: TableId, work: Path, secrets: Path, lake: str,
-                  consistency: str = "exactly-once", sink_format: str = "delta") -> dict:
+                  consistency: str = "exactly-once", sink_format: str = "delta", merge_mode: str | None = None) -> dict:
     """Our chunk job over the whole table into ``work / lake`` in one spark-submit: seconds, window
-    changes merged, and peak RSS per role."""
+    changes merged, and peak RSS per role. ``merge_mode``: the sink's (None: the format's default)."""
     schema = load_table_schema(conn, table)
     splits = TableSplitter(conn, schema, SplitOptions(split_rows=SPLIT_ROWS)).split()
-    job = ChunkJob(table=str(table), splits=splits, sink=SinkSpec(str(work / lake), sink_format), partitions_per_split=4, snapshot_consistency=consistency)
+    job = ChunkJob(table=str(table), splits=splits, sink=SinkSpec(str(work / lake), sink_format, merge_mode=merge_mode),
+                   partitions_per_split=4, snapshot_consistency=consistency)
     (work / f"{lake}.json").write_text(job.to_json())
     submit = SparkSubmit(master="local[2]", work_dir=work / "spark")
     sampler = PeakRss(os.getpid())  # the spark-submit's processes, told apart by their command lines

@@ -21,13 +21,16 @@
 6. the first DAG run capturing 100 small tables under ``airflow standalone``, on the shared local server vs
    spark-submit (bench/many_tables.py; only with ``--only many-tables``: it takes about 15 minutes), and a
    continuous stream's sustained rate on the mixed workload and its catch-up on a backlog
-   (bench/sustained.py; only with ``--only sustained``); the full run repeats the last figures of both;
+   (bench/sustained.py; only with ``--only sustained``), and ``sysbench oltp_write_only`` against a
+   continuous stream, merge-on-read beside copy-on-write (bench/sysbench_stream.py; only with
+   ``--only sysbench``); the full run repeats the last figures of all three;
 7. the snapshot of a table under concurrent writes, exactly-once beside at-least-once
    (``snapshot_consistency``; bench/snapshot_under_writes.py);
 8. Iceberg beside Delta: the snapshot, the UPDATE burst, the mixed workload and merge scaling into
    each table format from the same data, with peak memory (bench/sink_formats.py; ``--merge-sizes``).
 
     bin/bench --only memory --memory-rows 5000000   # one benchmark: prints its numbers and report
+    bin/bench --only sysbench --sysbench-rows 10000 --sysbench-seconds 5   # a small run of one
     bin/bench --report                              # docs/benchmarks.md again from docs/benchmarks.json
 """
 
@@ -67,6 +70,7 @@ from bench.sink_formats import bench_sink_formats, sink_formats_report
 from bench.snapshot_under_writes import bench_snapshot_under_writes, snapshot_under_writes_report
 from bench.stream_startup import bench_stream_startup, stream_startup_report
 from bench.sustained import bench_sustained, sustained_report
+from bench.sysbench_stream import bench_sysbench, sysbench_report
 from devtools.spark_connect_server import SparkConnectServer
 from devtools.throwaway_server import ThrowawayMariaDB
 
@@ -268,7 +272,7 @@ def large_snapshot_report(snap: dict) -> list[str]:
 def report(snap: dict, stream: dict, merge: dict, latency: dict, memory: dict, fixed: dict, startup: dict,
            many: dict | None = None, mixed: dict | None = None, written: dict | None = None,
            formats: dict | None = None, sustained: dict | None = None, run_at: str | None = None,
-           random_merges: dict | None = None) -> str:
+           random_merges: dict | None = None, sysbench: dict | None = None) -> str:
     n = snap["rows"]
     quick = n / snap["mariadb_quick_s"]
     ours_work, ours_total = n / snap["ours_work_s"], n / snap["ours_total_s"]
@@ -312,6 +316,7 @@ def report(snap: dict, stream: dict, merge: dict, latency: dict, memory: dict, f
         *(random_merges_report(random_merges) if random_merges else []),
         *latency_report(latency),
         *(sustained_report(sustained) if sustained else []),
+        *(sysbench_report(sysbench) if sysbench else []),
         *memory_report(memory),
         *fixed_cost_report(fixed),
         *stream_startup_report(startup),
@@ -361,9 +366,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sustained-seconds", type=int, default=30, help="seconds at each rate of the sustained benchmark")
     parser.add_argument("--backlog", type=int, default=500_000,
                         help="row changes of the backlog the sustained benchmark's stream catches up on")
+    parser.add_argument("--sysbench-tables", type=int, default=8, help="tables sysbench prepares and writes")
+    parser.add_argument("--sysbench-rows", type=int, default=1_000_000, help="rows of each sysbench table")
+    parser.add_argument("--sysbench-seconds", type=int, default=30, help="seconds sysbench runs at each rate")
+    parser.add_argument("--sysbench-rates", default="250,500,1000,2000",
+                        help="the transactions/s sysbench runs at, in turn, in each merge mode")
     parser.add_argument("--only", choices=["snapshot", "snapshot-under-writes", "stream", "merge-scaling", "random-merges",
                                            "latency", "memory", "fixed-cost",
-                                           "stream-startup", "mixed", "many-tables", "sink-formats", "sustained"],
+                                           "stream-startup", "mixed", "many-tables", "sink-formats", "sustained",
+                                           "sysbench"],
                         help="run one benchmark and print its numbers (docs/benchmarks.md is left alone, but for "
                              "sink-formats, whose section it replaces)")
     parser.add_argument("--report", action="store_true",
@@ -378,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
                                          stored.get("many_tables"), stored.get("mixed"),
                                          stored.get("snapshot_under_writes"), stored.get("sink_formats"),
                                          stored.get("sustained"), run_at=stored.get("run_at"),
-                                         random_merges=stored.get("random_merges")))
+                                         random_merges=stored.get("random_merges"), sysbench=stored.get("sysbench")))
         return 0
     ensure_jdbc_jar()
     work = Path(tempfile.mkdtemp(prefix="mysqlcdc-bench-"))
@@ -408,7 +419,11 @@ def main(argv: list[str] | None = None) -> int:
                        "many-tables": lambda: bench_many_tables(server, work),
                        "sink-formats": formats_run,
                        "sustained": lambda: bench_sustained(server, work, secrets, seconds=args.sustained_seconds,
-                                                            backlog=args.backlog)}[args.only]
+                                                            backlog=args.backlog),
+                       "sysbench": lambda: bench_sysbench(
+                           server, work, secrets, tables=args.sysbench_tables, rows=args.sysbench_rows,
+                           seconds=args.sysbench_seconds,
+                           rates=tuple(int(rate) for rate in args.sysbench_rates.split(",")))}[args.only]
                 result = run()
                 print(json.dumps(result, indent=2))
                 if args.only == "merge-scaling":
@@ -438,6 +453,10 @@ def main(argv: list[str] | None = None) -> int:
                     print("\n".join(sustained_report(result)))
                     _keep(figures, "sustained", result)
                     _replace_section(Path(args.out), sustained_report(result))
+                if args.only == "sysbench":
+                    print("\n".join(sysbench_report(result)))
+                    _keep(figures, "sysbench", result)
+                    _replace_section(Path(args.out), sysbench_report(result))
                 if args.only == "many-tables":
                     print("\n".join(many_tables_report(result)))
                     _keep(figures, "many_tables", result)
@@ -454,9 +473,9 @@ def main(argv: list[str] | None = None) -> int:
             startup = bench_stream_startup(server, work, secrets)
             formats = formats_run()
         kept = json.loads(figures.read_text()) if figures.exists() else {}
-        many, sustained, run_at = kept.get("many_tables"), kept.get("sustained"), now()
+        many, sustained, sysbench, run_at = kept.get("many_tables"), kept.get("sustained"), kept.get("sysbench"), now()
         text = report(snap, stream, merge, latency, memory, fixed, startup, many, mixed, written, formats, sustained,
-                      run_at, random_merges)
+                      run_at, random_merges, sysbench)
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(text)
         print(text)
@@ -464,7 +483,8 @@ def main(argv: list[str] | None = None) -> int:
                                        "latency": latency, "memory": memory, "fixed_cost": fixed,
                                        "stream_startup": startup, "many_tables": many, "mixed": mixed,
                                        "snapshot_under_writes": written, "sink_formats": formats,
-                                       "sustained": sustained, "random_merges": random_merges}, indent=2))
+                                       "sustained": sustained, "random_merges": random_merges, "sysbench": sysbench},
+                                      indent=2))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

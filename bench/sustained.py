@@ -22,9 +22,6 @@ from __future__ import annotations
 import datetime as dt
 import os
 import random
-import re
-import signal
-import statistics
 import threading
 import time
 from pathlib import Path
@@ -32,7 +29,6 @@ from typing import Any
 
 import pymysql
 
-from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
@@ -40,27 +36,34 @@ from airflow_provider_mysqlcdc.protocol.registry import CapturedTable, stream_on
 from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.state.registry import PipelineState
+from bench.continuous import (
+    DRAIN_S,
+    LAG_S,
+    STAMP,
+    STAMP_COLUMNS,
+    STAMP_ROWS_SQL,
+    STREAM_ROLES,
+    Stamps,
+    cpu_seconds,
+    spent,
+    start_stream,
+    steady_batches,
+    stop_stream,
+)
 from bench.customer_table import fresh_table
-from bench.memory import machine_busy_seconds, tree_cpu_seconds
 from bench.mixed_workload import NARROW, WIDE, MixedTransactions, batch_times, create_tables
-from devtools.spark_submit import SparkSubmit
 from devtools.throwaway_server import ThrowawayMariaDB
-from devtools.verify import read_delta
 
 RATES = (2_000, 5_000, 10_000, 20_000, 30_000)
-#: issue 31's targets: the highest steady rate with p99 lag under LAG_S, at least TARGET_RATE
-LAG_S, TARGET_RATE = 5.0, 30_000
+#: issue 31's target: the highest steady rate with p99 lag under LAG_S, at least TARGET_RATE
+TARGET_RATE = 30_000
 WRITERS = 2
-STAMP = TableId("bench", "stamp")
-STAMP_ROWS = 1000  # one stamp every 50 ms: each row stamped again after 50 s
-#: how long after the writers stopped the stream may take to make every stamp of a rate visible
-DRAIN_S = 120.0
 
 
 def bench_sustained(server: ThrowawayMariaDB, work: Path, secrets: Path, seconds: int = 30,
                     backlog: int = 500_000) -> dict:
     conn = create_tables(server)
-    fresh_table(server, STAMP, "id INT PRIMARY KEY, t_ms BIGINT", f"SELECT seq, 0 FROM bench.seq_1_to_{STAMP_ROWS}")
+    fresh_table(server, STAMP, STAMP_COLUMNS, STAMP_ROWS_SQL)
     tables = [*NARROW, *WIDE, STAMP]
     lake, state = work / "sustained-lake", PipelineState(str(work / "sustained-state"))
     sink = open_sink(SinkSpec(str(lake)))
@@ -71,7 +74,7 @@ def bench_sustained(server: ThrowawayMariaDB, work: Path, secrets: Path, seconds
     (work / "sustained.json").write_text(job.to_json())
     stamps = Stamps(server, sink.table_uri(STAMP))
     writers = [MixedTransactions(random.Random(100 + n), stride=WRITERS, offset=n) for n in range(WRITERS)]
-    stream = _start(work, secrets, "sustained.log")
+    stream = start_stream(work, secrets, "sustained.json", "sustained.log")
     runs: list[dict[str, Any]] = []
     try:
         stamps.wait_visible(stamps.stamp(), 300, stream, "the stream's first batch")
@@ -85,49 +88,10 @@ def bench_sustained(server: ThrowawayMariaDB, work: Path, secrets: Path, seconds
             if not run["drained"] or run["p99_s"] >= LAG_S or run["written_per_s"] < 0.9 * rate or stream.poll() is not None:
                 break
     finally:
-        _stop(stream)
+        stop_stream(stream)
     catch_up = _catch_up(server, work, secrets, writers, stamps, backlog)
     return {"ran_at": f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC", "seconds": seconds, "writers": WRITERS,
             "runs": runs, "catch_up": catch_up}
-
-
-class Stamps:
-    """The clock's stamps: written into the stamp table, seen in its Delta table."""
-
-    def __init__(self, server: ThrowawayMariaDB, uri: str):
-        self.conn, self.uri = server.connect_root(), uri
-        self.next_row = 0
-
-    def stamp(self) -> int:
-        """Stamp the next row with the clock (committed); the stamp."""
-        now = int(time.time() * 1000)
-        with self.conn.cursor() as cur:
-            cur.execute(f"UPDATE {STAMP.quoted} SET t_ms = %s WHERE id = %s", (now, self.next_row % STAMP_ROWS + 1))
-        self.conn.commit()
-        self.next_row += 1
-        return now
-
-    def visible(self) -> set[int]:
-        return set(read_delta(self.uri, columns=["t_ms"]).column(0).to_pylist())
-
-    def wait_visible(self, stamp: int, timeout_s: float, stream: Any, what: str) -> None:
-        """Until ``stamp`` is visible; raises once ``timeout_s`` passed or the stream ended."""
-        deadline = time.time() + timeout_s
-        while stamp not in self.visible():
-            if stream.poll() is not None or time.time() > deadline:
-                raise RuntimeError(f"waiting for {what}: the stream "
-                                   + ("ended" if stream.poll() is not None else f"was not there in {timeout_s:.0f} s"))
-            time.sleep(0.1)
-
-
-def _start(work: Path, secrets: Path, log: str) -> Any:
-    submit = SparkSubmit(master="local[2]", work_dir=work / "spark")
-    return submit.start("binlog_stream.py", ["--job", str(work / "sustained.json")], secrets, work / log)
-
-
-def _stop(stream: Any) -> None:
-    os.killpg(stream.pid, signal.SIGKILL)
-    stream.wait()
 
 
 def _write(server: ThrowawayMariaDB, workload: MixedTransactions, per_s: float, stop: threading.Event,
@@ -160,74 +124,21 @@ def _writers(server: ThrowawayMariaDB, writers: list[MixedTransactions], per_s: 
     return threads, written
 
 
-def steady_batches(log: str, since: float, until: float) -> dict:
-    """The batches a stream logged between ``since`` and ``until`` (epoch seconds), as ``batch_times``
-    counts them, and the window's seconds outside them: Spark's own part of each micro-batch (the
-    trigger, the source's offsets, planning, the checkpoint's commits)."""
-    inside = [line for line in log.splitlines()
-              if (logged := _LOGGED.match(line)) and since <= _epoch(logged.group(1)) <= until]
-    found = batch_times("\n".join(inside))
-    return {**found, "outside_s": max(0.0, until - since - found["applied_s"])}
-
-
-#: a log line of the stream's batch (Python logging's local time, to the millisecond)
-_LOGGED = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \S+ \S+: stream batch ")
-
-
-def _epoch(logged: str) -> float:
-    return time.mktime(time.strptime(logged[:19], "%Y-%m-%d %H:%M:%S")) + int(logged[20:]) / 1000
-
-
-def _cpu(server: ThrowawayMariaDB, stream: Any) -> dict[str, float]:
-    """CPU seconds so far of the server, this process (the writers, the clock and the reader), the
-    stream's processes, and the whole machine."""
-    own, stream_roles = os.times(), tree_cpu_seconds(stream.pid)
-    server_cpu = sum(tree_cpu_seconds(server.pid).values()) if server.pid else 0.0  # an external server: not seen
-    return {"server": server_cpu, "bench": own.user + own.system,
-            "stream": sum(stream_roles.values()), "machine": machine_busy_seconds(),
-            **{f"stream {role}": stream_roles.get(role, 0.0) for role in STREAM_ROLES}}
-
-
-#: the stream's processes by role (bench/memory.py ``_role``)
-STREAM_ROLES = ("driver JVM", "python driver", "python workers", "other")
-
-
 def _at_rate(server: ThrowawayMariaDB, writers: list[MixedTransactions], stamps: Stamps, rate: int,
              seconds: int, stream: Any) -> dict:
     stop = threading.Event()
-    written_at: dict[int, float] = {}
-    seen: dict[int, float] = {}
-    cpu_before = _cpu(server, stream)
+    cpu_before = cpu_seconds(server, stream)
     started = time.time()
     threads, written = _writers(server, writers, rate, stop)
-    next_stamp = next_poll = time.time()
-    while time.time() < started + seconds:
-        if time.time() >= next_stamp:
-            written_at[stamps.stamp()] = time.time()
-            next_stamp += 0.05
-        if time.time() >= next_poll:
-            now = time.time()
-            for stamp in stamps.visible():
-                if stamp in written_at and stamp not in seen:
-                    seen[stamp] = now
-            next_poll += 0.1
-        time.sleep(max(0.0, min(next_stamp, next_poll) - time.time()))
+    written_at, seen = stamps.during(lambda: time.time() < started + seconds)
     stop.set()
     for thread in threads:
         thread.join()
     elapsed = time.time() - started
-    cpu_after = _cpu(server, stream)
-    cores = {role: (cpu_after[role] - cpu_before[role]) / elapsed for role in cpu_after}
-    drain_until = time.time() + DRAIN_S  # the stamps of the last seconds are seen as the stream drains
-    while len(seen) < len(written_at) and time.time() < drain_until:
-        now = time.time()
-        seen.update({stamp: now for stamp in stamps.visible() if stamp in written_at and stamp not in seen})
-        time.sleep(0.1)
-    lags = sorted((seen.get(stamp, time.time()) - stamp / 1000) for stamp in written_at)  # unseen: lag so far
-    return {"rate": rate, "written_per_s": sum(written) / elapsed, "stamps": len(written_at),
-            "window": (started, started + elapsed), "cores": cores,
-            "drained": len(seen) == len(written_at), "p50_s": statistics.median(lags),
-            "p99_s": lags[int(0.99 * (len(lags) - 1))]}
+    cores = {role: cpu / elapsed for role, cpu in spent(cpu_before, cpu_seconds(server, stream)).items()}
+    lags = stamps.drain(written_at, seen)  # the stamps of the last seconds are seen as the stream drains
+    return {"rate": rate, "written_per_s": sum(written) / elapsed, "window": (started, started + elapsed),
+            "cores": cores, **lags}
 
 
 def _catch_up(server: ThrowawayMariaDB, work: Path, secrets: Path, writers: list[MixedTransactions],
@@ -243,7 +154,7 @@ def _catch_up(server: ThrowawayMariaDB, work: Path, secrets: Path, writers: list
     last = stamps.stamp()
     print(f"sustained: a backlog of {sum(written):,} row changes written in {write_s:.0f} s", flush=True)
     started = time.monotonic()
-    stream = _start(work, secrets, "sustained-catch-up.log")
+    stream = start_stream(work, secrets, "sustained.json", "sustained-catch-up.log")
     log_file = work / "sustained-catch-up.log"
     try:
         stamps.wait_visible(last, 3600, stream, "the backlog's catch-up")
@@ -255,7 +166,7 @@ def _catch_up(server: ThrowawayMariaDB, work: Path, secrets: Path, writers: list
                                    + log_file.read_text(errors="replace")[-5000:])
             time.sleep(0.2)
     finally:
-        _stop(stream)
+        stop_stream(stream)
     batches = batch_times(log_file.read_text(errors="replace"))
     # the batches' own count: a step the stream had not drained leaves changes for it too
     return {"written": sum(written), "write_s": write_s, "wall_s": wall_s, **batches,
