@@ -42,8 +42,8 @@ from pyiceberg.expressions import (
 from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.protocol.maintenance import DEFAULT_TARGET_FILE_BYTES
-from airflow_provider_mysqlcdc.protocol.sinks import DEFAULT_NAMESPACE
-from airflow_provider_mysqlcdc.sinks.arrow_rows import CHUNK_COLUMN, arrow_schema, row_key_columns
+from airflow_provider_mysqlcdc.protocol.sinks import DEFAULT_NAMESPACE, MERGE_MODES
+from airflow_provider_mysqlcdc.sinks.arrow_rows import CHUNK_COLUMN, arrow_schema, row_key_columns, zero_date_columns
 from airflow_provider_mysqlcdc.sinks.base import (
     Position,
     Sink,
@@ -70,6 +70,7 @@ from airflow_provider_mysqlcdc.sinks.iceberg.maintenance import (
     compact_changelog,
     maintain_table,
 )
+from airflow_provider_mysqlcdc.sinks.iceberg.merge_on_read import merge_by_deletes, with_position_deletes
 from airflow_provider_mysqlcdc.sinks.iceberg.rows import chunk_filter, merged, older_than, range_filter
 from airflow_provider_mysqlcdc.sinks.iceberg.schema import (
     arrow_schema_of,
@@ -79,7 +80,7 @@ from airflow_provider_mysqlcdc.sinks.iceberg.schema import (
     holds,
     promotable,
 )
-from airflow_provider_mysqlcdc.sinks.routing import sink_target
+from airflow_provider_mysqlcdc.sinks.routing import shard_bounds, sink_target
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -107,9 +108,21 @@ TABLE_PROPERTIES = {
 }
 
 
+#: how a batch of changes reaches a table's files (``IcebergSink.merge_mode``)
+MERGE_ON_READ, COPY_ON_WRITE = MERGE_MODES
+DEFAULT_MERGE_MODE = COPY_ON_WRITE
+
+
 class IcebergSink(Sink):
     def __init__(self, root: str, storage_options: dict[str, str] | None = None, *,
-                 catalog_properties: dict[str, str] | None = None, namespace: str = DEFAULT_NAMESPACE):
+                 catalog_properties: dict[str, str] | None = None, namespace: str = DEFAULT_NAMESPACE,
+                 merge_mode: str = DEFAULT_MERGE_MODE):
+        """:param merge_mode: ``merge-on-read``: a batch names the rows it replaces in position-delete
+            files and appends their new images (sinks/iceberg/merge_on_read.py); ``copy-on-write``:
+            it rewrites every data file holding a changed chunk key."""
+        if merge_mode not in MERGE_MODES:
+            raise ValueError(f"merge_mode {merge_mode!r} is not one of {', '.join(MERGE_MODES)}")
+        self.merge_mode = merge_mode
         self.root = root.rstrip("/")
         self.storage_options = storage_options
         self.namespace = namespace
@@ -297,11 +310,37 @@ class IcebergSink(Sink):
         and replace those rows in one commit. The chunk keys carry the shard's tag in a routed table,
         so the rows read are the shard's own."""
         keys = row_key_columns(schema)
+        if self.merge_mode == MERGE_ON_READ:
+            self._merge_on_read(schema, changes, keys, commit)
+            return
         chunks = sorted({c for c in changes.column(CHUNK_COLUMN).to_pylist() if c is not None})
         self._replace("merge", sink_target(schema).table_id, chunk_filter(chunks),
                       lambda table, existing: merged(as_table_rows(existing, table), as_table_rows(changes, table), keys,
                                                      [n for n in arrow_schema_of(table).names if n not in changes.column_names]),
                       commit, f"merge batch {commit.batch_id} into {schema.table_id}", read=True, columns=changes.schema)
+
+    def _merge_on_read(self, schema: TableSchema, changes: pa.Table, keys: list[str], commit: StreamCommit) -> None:
+        """``merge_changes`` by position deletes (sinks/iceberg/merge_on_read.py), in one commit made
+        again from a fresh load after a concurrent one; a v1 table is upgraded to v2 first."""
+        table_id = sink_target(schema).table_id
+        zeros = zero_date_columns(schema)
+
+        def merge() -> None:
+            table = self._table(table_id)
+            if landed(table, commit):  # an attempt whose outcome was unknown did commit
+                return
+            if evolution(table, changes.schema):
+                self._evolve(table_id, changes.schema)
+                table = self._table(table_id)
+            table = with_position_deletes(table)
+            merge_by_deletes(table, as_table_rows(changes, table), key_columns=keys,
+                             nullable_keys=set(zeros) | set(zeros.values()),
+                             shard_range=shard_bounds(commit.shard) if commit.shard else None,
+                             carried=[n for n in arrow_schema_of(table).names if n not in changes.column_names],
+                             commit=commit)
+
+        retry_conflicts(merge, f"merge batch {commit.batch_id} into {schema.table_id}", conflicts=CONFLICTS,
+                        attempts=_MAX_ATTEMPTS)
 
     def truncate_before(self, table_id: TableId, version: int, *, commit: StreamCommit) -> None:
         """Delete every row older than ``version`` (of the commit's shard in a routed table)."""
