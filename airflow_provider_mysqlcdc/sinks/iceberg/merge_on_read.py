@@ -43,7 +43,8 @@ from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io.pyarrow import ArrowScan, parquet_file_to_data_file
 from pyiceberg.table import FileScanTask
 
-from airflow_provider_mysqlcdc.sinks.arrow_rows import CHUNK_COLUMN
+from airflow_provider_mysqlcdc.cdc.model.schema import TableSchema
+from airflow_provider_mysqlcdc.sinks.arrow_rows import CHUNK_COLUMN, row_key_columns, zero_date_columns
 from airflow_provider_mysqlcdc.sinks.base import StreamCommit
 from airflow_provider_mysqlcdc.sinks.data_files import in_chunk_range, write_data_file
 from airflow_provider_mysqlcdc.sinks.iceberg.catalog import busy_as_conflict
@@ -57,6 +58,7 @@ from airflow_provider_mysqlcdc.sinks.iceberg.row_deltas import (
 )
 from airflow_provider_mysqlcdc.sinks.iceberg.rows import chunk_filter
 from airflow_provider_mysqlcdc.sinks.iceberg.schema import arrow_schema_of, as_table_rows, file_schema_of
+from airflow_provider_mysqlcdc.sinks.routing import shard_bounds
 
 if TYPE_CHECKING:
     from pyiceberg.io import FileIO
@@ -90,6 +92,17 @@ def with_position_deletes(table: Table) -> Table:
     with busy_as_conflict(), table.transaction() as tx:
         tx.upgrade_table_version(2)
     return table.refresh()
+
+
+def merge_batch(table: Table, schema: TableSchema, changes: pa.Table, commit: StreamCommit) -> MergeResult:
+    """Merge ``changes`` of ``schema``'s table (of ``commit``'s shard only in a routed table) into
+    ``table`` by ``merge_by_deletes``: one attempt, the caller retries on a conflicting commit."""
+    zeros = zero_date_columns(schema)
+    return merge_by_deletes(table, as_table_rows(changes, table), key_columns=row_key_columns(schema),
+                            nullable_keys=set(zeros) | set(zeros.values()),
+                            shard_range=shard_bounds(commit.shard) if commit.shard else None,
+                            carried=[n for n in arrow_schema_of(table).names if n not in changes.column_names],
+                            commit=commit)
 
 
 def merge_by_deletes(table: Table, changes: pa.Table, *, key_columns: Sequence[str], nullable_keys: set[str],
