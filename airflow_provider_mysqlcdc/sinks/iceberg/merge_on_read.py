@@ -134,7 +134,8 @@ def merge_by_deletes(table: Table, changes: pa.Table, *, key_columns: Sequence[s
     written: list[str] = []
     try:
         delete_files: list[DataFile] = []
-        removed: set[str] = set()
+        removed: set[str] = set()  # data files
+        removed_deletes: set[str] = set()
         survivors: list[pa.Table] = []
         for path, positions in deleted.items():
             task = tasks[path]
@@ -147,7 +148,8 @@ def merge_by_deletes(table: Table, changes: pa.Table, *, key_columns: Sequence[s
                 kept = rows.filter(pa.array(~np.isin(np.arange(rows.num_rows), now_deleted)))
                 if kept.num_rows:
                     survivors.append(kept)
-                removed |= {path, *scoped}
+                removed.add(path)
+                removed_deletes |= scoped
                 continue
             if len(scoped) != len(task.delete_files):  # another writer's delete files stay, naming their rows
                 kept_elsewhere = [f for f in task.delete_files if f.file_path not in scoped]
@@ -155,7 +157,7 @@ def merge_by_deletes(table: Table, changes: pa.Table, *, key_columns: Sequence[s
             delete_file = write_position_deletes(table, path, now_deleted)
             written.append(delete_file.file_path)
             delete_files.append(delete_file)
-            removed |= scoped
+            removed_deletes |= scoped
         new_rows = pa.concat_tables([images, *survivors]) if survivors else images
         data_files = []
         if new_rows.num_rows:
@@ -169,8 +171,8 @@ def merge_by_deletes(table: Table, changes: pa.Table, *, key_columns: Sequence[s
         summary = {**stream_summary(commit, operation), "mysqlcdc.merge-mode": "merge-on-read",
                    "mysqlcdc.files-read": str(len(tasks)), "mysqlcdc.files-rewritten": str(rewritten)}
         with busy_as_conflict(), table.transaction() as tx:
-            delta = RowDelta(tx, table.io, data_files=data_files, delete_files=delete_files, removed=removed,
-                             summary=summary)
+            delta = RowDelta(tx, table.io, data_files=data_files, delete_files=delete_files, removed_data=removed,
+                             removed_deletes=removed_deletes, summary=summary)
             delta.commit()
             record_position(tx, commit)
     except CONFLICTS:  # nothing of it is in the table

@@ -133,13 +133,17 @@ class RowDelta(_FastAppendFiles):
     row-level writers commit. Module doc: why a subclass, and why it never rebases."""
 
     def __init__(self, transaction: Transaction, io: FileIO, *, data_files: Sequence[DataFile] = (),
-                 delete_files: Sequence[DataFile] = (), removed: Iterable[str] = (),
-                 summary: dict[str, str] = EMPTY_DICT) -> None:
+                 delete_files: Sequence[DataFile] = (), removed_data: Iterable[str] = (),
+                 removed_deletes: Iterable[str] = (), summary: dict[str, str] = EMPTY_DICT) -> None:
+        """:param removed_data: data files to remove, by path; ``removed_deletes``: delete files (only
+            the manifests of the kinds that lose a file are read and written again)."""
         operation = Operation.OVERWRITE if data_files else Operation.DELETE
         super().__init__(operation, transaction, io, snapshot_properties=summary)
         self._added_data_files = list(data_files)
         self._added_delete_files = list(delete_files)
-        self._removed = set(removed)
+        self._removed = {*removed_data, *removed_deletes}
+        self._kinds = ({ManifestContent.DATA} if removed_data else set()) | \
+            ({ManifestContent.DELETES} if removed_deletes else set())
 
     def _existing_manifests(self) -> list[ManifestFile]:
         """The parent's manifests, each one listing a removed file written again with that file's
@@ -151,7 +155,8 @@ class RowDelta(_FastAppendFiles):
         kept: list[ManifestFile] = []
         found: set[str] = set()
         for manifest in parent.manifests(io=self._io) if parent is not None else []:
-            entries = manifest.fetch_manifest_entry(io=self._io, discard_deleted=True)
+            entries = manifest.fetch_manifest_entry(io=self._io, discard_deleted=True) \
+                if manifest.content in self._kinds else []
             gone = [e for e in entries if e.data_file.file_path in self._removed]
             if not gone:
                 if manifest.has_added_files() or manifest.has_existing_files():
@@ -245,5 +250,5 @@ def drop_dangling_deletes(tx: Transaction, io: FileIO, summary: dict[str, str] |
     data, deletes = live_files(tx.table_metadata, io)
     dangling = {f.file_path for f in deletes if (path := referenced_path(f)) is not None and path not in data}
     if dangling:
-        RowDelta(tx, io, removed=dangling, summary={**(summary or {}), DANGLING_SUMMARY: str(len(dangling))}).commit()
+        RowDelta(tx, io, removed_deletes=dangling, summary={**(summary or {}), DANGLING_SUMMARY: str(len(dangling))}).commit()
     return len(dangling)

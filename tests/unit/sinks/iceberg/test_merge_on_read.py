@@ -215,17 +215,20 @@ def test_a_row_delta_fails_when_another_commit_landed_after_its_transaction_bega
     writer = snapshotted(tmp_path, "merge-on-read", rows=20)
     table = sink_of(writer).open_table(T)
     tx = table.transaction()
-    RowDelta(tx, table.io, removed=set()).commit()
+    RowDelta(tx, table.io).commit()
     batch(writer, [update(T, 10, {"id": 3, "v": "a"}, {"id": 3, "v": "b"})], 1)
-    with pytest.raises(CommitFailedException):
+    with pytest.raises(CommitFailedException, match="Requirement failed: branch main has changed"):
         tx.commit_transaction()
 
 
-def test_a_merge_meeting_a_concurrent_commit_is_made_again_from_a_fresh_load_and_stays_exact(tmp_path, monkeypatch):
-    """A split of the whole table, read again, lands while the merge writes its delete files: the
-    merge's first commit fails, it deletes what it wrote, and is computed again on the split's rows.
-    Its stale deletes would have named the split's removed file, and key 3 would be there twice."""
+def race_a_split(tmp_path: Path, monkeypatch, retries: str | None = None) -> tuple[SinkWriter, list[str]]:
+    """A merge of key 3 while a split of the whole table, read again, lands as the merge writes its
+    delete files (``retries``: the table's ``commit.retry.num-retries``, the sink's 0 by default);
+    the merge's writer and the data files whose delete files it wrote, attempt by attempt."""
     writer = snapshotted(tmp_path, "merge-on-read", rows=20)
+    if retries is not None:
+        sink_of(writer).open_table(T).transaction().set_properties({"commit.retry.num-retries": retries}) \
+            .commit_transaction()
     other = open_sink(SinkSpec(str(tmp_path), "iceberg", merge_mode="copy-on-write"))
     rival = SinkWriter(other, SCHEMA, "id", KeyOrdering(ID))
     real, calls = merge_on_read.write_position_deletes, []
@@ -239,9 +242,24 @@ def test_a_merge_meeting_a_concurrent_commit_is_made_again_from_a_fresh_load_and
 
     monkeypatch.setattr(merge_on_read, "write_position_deletes", racing)
     batch(writer, [update(T, 10, {"id": 3, "v": "a"}, {"id": 3, "v": "b"})], 1)
-    assert len(calls) == 2
+    return writer, calls
+
+
+def test_a_merge_meeting_a_concurrent_commit_is_made_again_from_a_fresh_load_and_stays_exact(tmp_path, monkeypatch):
+    """The merge's first commit fails, it deletes what it wrote, and is computed again on the split's
+    rows. Its stale deletes would have named the split's removed file, and key 3 would be there twice."""
+    writer, calls = race_a_split(tmp_path, monkeypatch)
+    assert len(calls) == 2 and calls[0] != calls[1]  # the second attempt names the split's file
     assert held(writer) == {**{i: "split" for i in range(20)}, 3: "b"}
     assert unreferenced(writer) == set()  # the failed attempt's files were deleted
+
+
+def test_pyiceberg_own_retry_never_rebases_a_merges_deletes_onto_a_newer_snapshot(tmp_path, monkeypatch):
+    """A table whose commits pyiceberg retries itself (another writer's setting): the row delta
+    refuses the rebase, and the sink computes the merge again from a fresh load."""
+    writer, calls = race_a_split(tmp_path, monkeypatch, retries="4")
+    assert len(calls) == 2 and calls[0] != calls[1]
+    assert held(writer) == {**{i: "split" for i in range(20)}, 3: "b"}
 
 
 def merged_twice(tmp_path: Path) -> SinkWriter:
@@ -355,3 +373,19 @@ def test_expiry_deletes_the_delete_files_no_retained_snapshot_names_and_never_a_
     on_disk = {str(p) for p in Path(table.location(), "data").iterdir()}
     assert len(table.snapshots()) == 1 and on_disk == data | {f.file_path for f in deletes}
     assert held(writer) == rows
+
+
+def test_a_format_v1_table_is_upgraded_to_v2_before_its_first_merge_on_read(tmp_path):
+    writer = snapshotted(tmp_path, "merge-on-read", rows=20)
+    sink = sink_of(writer)
+    table = sink.open_table(T)
+    rows = table.scan().to_arrow()
+    sink.catalog.drop_table(sink.identifier(T))
+    v1 = sink.catalog.create_table(sink.identifier(T), schema=table.schema(), location=str(tmp_path / "v1"),
+                                   properties={**table.properties, "format-version": "1"})
+    v1.append(rows)
+    assert sink.open_table(T).format_version == 1
+    batch(writer, [update(T, 10, {"id": 3, "v": "a"}, {"id": 3, "v": "b"})], 1)
+    table = sink.open_table(T)
+    assert table.format_version == 2 and live_files(table.metadata, table.io)[1]
+    assert held(writer) == {**{i: "a" for i in range(20)}, 3: "b"}
