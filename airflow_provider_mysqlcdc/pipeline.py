@@ -134,9 +134,9 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
     catalog properties: hooks/iceberg_catalog.py), or without one in a SQLite catalog at the root of
     a lake on a local path. Choose it before the first run: the tables are captured into it.
     ``merge_mode``: how the stream's batches reach the tables' files, ``merge-on-read`` (Delta's
-    default: the rows a batch replaces are marked in deletion vectors and their new images appended,
-    so a batch costs what it changes) or ``copy-on-write`` (every file holding a changed key is
-    rewritten; Iceberg's only mode so far); it may change between runs.
+    default: the rows a batch replaces are marked in deletion vectors, in Iceberg in position-delete
+    files, and their new images appended, so a batch costs what it changes) or ``copy-on-write``
+    (every file holding a changed key is rewritten; Iceberg's default); it may change between runs.
 
     Tables: ``tables`` and ``exclude_tables`` take names and patterns (``shop.order_\\d+``: regular
     expressions on the database and table names, resolved against the server at each run;

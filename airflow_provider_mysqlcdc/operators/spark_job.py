@@ -43,8 +43,9 @@ class MySqlCdcSparkJobOperator(BaseOperator):
     :param iceberg_catalog_conn_id: a connection whose extras are the Iceberg catalog's properties
         (hooks/iceberg_catalog.py); none: the embedded SQLite catalog of a lake on a local path
     :param merge_mode: how the stream's batches reach the sink's files: ``merge-on-read`` (Delta's
-        default: deletion vectors, a batch costs what it changes) or ``copy-on-write`` (every file
-        holding a changed key rewritten; the Iceberg sink's only mode so far); none: the format's default
+        default: deletion vectors; Iceberg: position deletes; a batch costs what it changes) or
+        ``copy-on-write`` (every file holding a changed key rewritten; Iceberg's default); none: the
+        format's default
 
     The sink settings make the pipeline's ``SinkSpec`` (protocol/sinks.py), recorded in its state
     location by its first run (state/sink.py): a task naming another sink is refused before it writes

@@ -23,8 +23,8 @@ DEFAULT_FORMAT = "delta"
 #: the default namespace template: a table's namespace is its source database
 DEFAULT_NAMESPACE = "{database}"
 #: how a batch of changes reaches a table's files: by marking replaced rows deleted and appending
-#: their new images (merge-on-read: Delta deletion vectors), or by rewriting every file holding a
-#: changed key (copy-on-write); None: the format's default
+#: their new images (merge-on-read: Delta deletion vectors, Iceberg position deletes), or by
+#: rewriting every file holding a changed key (copy-on-write); None: the format's default
 MERGE_MODES = ("merge-on-read", "copy-on-write")
 
 

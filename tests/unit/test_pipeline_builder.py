@@ -111,12 +111,15 @@ def test_the_snapshot_consistency_reaches_every_chunk_task_and_an_unknown_one_fa
                               snapshot_consistency="at-most-once")
 
 
-def test_the_merge_mode_reaches_the_stream_and_every_chunk_task_and_one_the_format_lacks_fails_the_parse():
+def test_the_merge_mode_reaches_the_stream_and_every_chunk_task_and_one_the_format_lacks_fails_the_parse(monkeypatch):
     with DAG("cdc_merge_mode", schedule=None, max_active_runs=1) as dag:
         mysqlcdc_pipeline(tables=["shop.orders"], sink_root="/lake", state_dir="/state", merge_mode="copy-on-write")
     assert dag.get_task("stream").sink_spec().merge_mode == "copy-on-write"
     chunks = [t for t in dag.tasks if t.task_id.endswith(".snapshot")]
     assert chunks and all(t.partial_kwargs["merge_mode"] == "copy-on-write" for t in chunks)
+    from airflow_provider_mysqlcdc.sinks.iceberg.format import IcebergFormat
+
+    monkeypatch.setattr(IcebergFormat, "merge_modes", ("copy-on-write",))  # a format of one merge mode
     with pytest.raises(ConfigurationError, match="iceberg sink merges copy-on-write, not 'merge-on-read'"):
         with DAG("cdc_bad_merge_mode", schedule=None, max_active_runs=1):
             mysqlcdc_pipeline(tables=["shop.orders"], sink_root="/lake", state_dir="/state", sink_format="iceberg",

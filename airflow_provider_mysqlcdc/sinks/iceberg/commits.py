@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from airflow_provider_mysqlcdc.sinks.base import Position, StreamCommit
 from airflow_provider_mysqlcdc.sinks.iceberg.maintenance import OPERATION_SUMMARY
+from airflow_provider_mysqlcdc.sinks.iceberg.row_deltas import drop_dangling_deletes
 from airflow_provider_mysqlcdc.sinks.iceberg.schema import arrow_schema_of, as_table_rows
 
 if TYPE_CHECKING:
@@ -39,15 +40,30 @@ def landed(table: Table, commit: StreamCommit) -> bool:
 def commit_rows(tx: Transaction, table: Table, rows: pa.Table | None, commit: StreamCommit | None,
                 operation: str) -> None:
     """Append ``rows`` (typed as the table's columns) in ``tx``, with ``commit``'s position in the
-    snapshot's summary and the table's properties; the summary names the ``operation`` too."""
-    summary = {OPERATION_SUMMARY: operation}
-    if commit is not None:
-        summary.update({_position_property(commit.shard): _position_text(commit.position),
-                        "mysqlcdc.app-id": commit.app_id, "mysqlcdc.batch-id": str(commit.batch_id)})
+    snapshot's summary and the table's properties; the summary names the ``operation`` too. Delete
+    files whose data file the transaction dropped go first (``drop_dangling_deletes``), so the
+    transaction's last snapshot is the one carrying the position."""
+    summary = stream_summary(commit, operation)
+    drop_dangling_deletes(tx, table.io, {OPERATION_SUMMARY: operation})
     if rows is not None and rows.num_rows:
         tx.append(as_table_rows(rows, table), snapshot_properties=summary)
     else:
         tx.append(arrow_schema_of(table).empty_table(), snapshot_properties=summary)
+    record_position(tx, commit)
+
+
+def stream_summary(commit: StreamCommit | None, operation: str) -> dict[str, str]:
+    """What a write's snapshot summary says: the ``operation``, and ``commit``'s position, application
+    and batch."""
+    summary = {OPERATION_SUMMARY: operation}
+    if commit is not None:
+        summary.update({_position_property(commit.shard): _position_text(commit.position),
+                        "mysqlcdc.app-id": commit.app_id, "mysqlcdc.batch-id": str(commit.batch_id)})
+    return summary
+
+
+def record_position(tx: Transaction, commit: StreamCommit | None) -> None:
+    """Set ``commit``'s position in the table's properties, in ``tx`` (``landed`` reads it back)."""
     if commit is not None:
         tx.set_properties({_position_property(commit.shard): _position_text(commit.position)})
 

@@ -11,12 +11,14 @@ from airflow_provider_mysqlcdc.sinks.base import Sink, SinkFormat
 
 class IcebergFormat(SinkFormat):
     name = "iceberg"
+    merge_modes = ("copy-on-write", "merge-on-read")
 
     def open(self, spec: SinkSpec, storage_options: dict[str, str] | None = None, *,
              catalog_properties: dict[str, str] | None = None) -> Sink:
-        from airflow_provider_mysqlcdc.sinks.iceberg.sink import IcebergSink
+        from airflow_provider_mysqlcdc.sinks.iceberg.sink import DEFAULT_MERGE_MODE, IcebergSink
 
-        return IcebergSink(spec.root, storage_options, catalog_properties=catalog_properties, namespace=spec.namespace)
+        return IcebergSink(spec.root, storage_options, catalog_properties=catalog_properties, namespace=spec.namespace,
+                           merge_mode=spec.merge_mode or DEFAULT_MERGE_MODE)
 
     def column_types(self, schema: pa.Schema) -> list[tuple[str, str]]:
         """Iceberg's names of the types the sink writes (its narrowest integer is ``int``; ``timestamp``

@@ -5,11 +5,14 @@
   group's key range holds no other file's rows (a group is all the files whose ranges overlap, or a
   run of small neighbours), so one transaction deletes the groups' ranges, which drops their files
   whole, and appends each group's rows sorted by ``_cdc_chunk``: files with ranges apart again.
+  The rows read are the live ones (delete files applied), and the delete files of the dropped files
+  leave in the same commit: clustering folds them in, and a file whose delete files delete much of
+  it (``FOLD_SHARE``) is rewritten for that alone.
   A concurrent commit fails it, and it plans again, a few times at most.
 - **Snapshot expiry** (the retention of ``vacuum_retention_s``): snapshots that stopped being the
   current one longer ago than it leave the table's metadata (the current one always stays); time
   travel to any snapshot current within the retention keeps working.
-- **Files**: the data files only the expired snapshots referenced go with them. Files under the
+- **Files**: the data files and delete files only the expired snapshots referenced go with them. Files under the
   table's ``data/`` folder that no snapshot ever referenced (a failed write's) are deleted once older
   than the retention and ``ORPHAN_MIN_AGE_S`` (three days): a file a writer wrote for a commit it has
   not made yet is referenced by nothing either, and must stay.
@@ -32,7 +35,6 @@ The table's old metadata files are pruned by Iceberg itself on each commit
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import logging
 import time
 from typing import TYPE_CHECKING
@@ -54,8 +56,9 @@ from airflow_provider_mysqlcdc.sinks.clustering import (
     HeldFile,
     clustering_plan,
 )
-from airflow_provider_mysqlcdc.sinks.data_files import write_data_file
+from airflow_provider_mysqlcdc.sinks.data_files import ORPHAN_MIN_AGE_S, modified_s, write_data_file
 from airflow_provider_mysqlcdc.sinks.iceberg.catalog import busy_as_conflict
+from airflow_provider_mysqlcdc.sinks.iceberg.row_deltas import deletes_by_data_file, drop_dangling_deletes, has_deletes
 from airflow_provider_mysqlcdc.sinks.iceberg.rows import any_of
 from airflow_provider_mysqlcdc.sinks.iceberg.schema import file_schema_of
 
@@ -64,10 +67,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: a data file no snapshot ever referenced is deleted only once older than this, whatever the
-#: retention: a writer may be about to commit it (executors' files wait for their split's commit);
-#: Iceberg's own orphan-file removal waits as long by default
-ORPHAN_MIN_AGE_S = 3 * 24 * 3600.0
 #: the key of a snapshot summary naming what the sink did (sinks/iceberg/sink.py)
 OPERATION_SUMMARY = "mysqlcdc.operation"
 #: a rewrite of files that changes no row (clustering, a changelog's compaction) plans again after
@@ -85,10 +84,12 @@ def data_file_count(table: Table) -> int:
 
 
 def held_files(table: Table) -> list[HeldFile]:
-    """The table's data files with their ``_cdc_chunk`` bounds (a file without them is left out)."""
+    """The table's data files with their ``_cdc_chunk`` bounds (a file without them is left out), and
+    the rows of each that the delete files scoped to it delete (sinks/iceberg/row_deltas.py)."""
     files = table.inspect.data_files()
     if not files.num_rows:
         return []
+    deletes = deletes_by_data_file(table.metadata, table.io) if has_deletes(table.metadata) else {}
     metrics = files.column("readable_metrics").to_pylist()
     held = []
     for path, size, rows, metric in zip(files.column("file_path").to_pylist(),
@@ -96,30 +97,35 @@ def held_files(table: Table) -> list[HeldFile]:
                                         files.column("record_count").to_pylist(), metrics):
         chunk = (metric or {}).get(CHUNK_COLUMN) or {}
         low, high = chunk.get("lower_bound"), chunk.get("upper_bound")
+        deleted = min(int(rows), sum(f.record_count for f in deletes.get(path, ())))
         if low is not None and high is not None:
-            held.append(HeldFile(path, int(size), int(rows), low, high))
+            held.append(HeldFile(path, int(size), int(rows) - deleted, low, high, deleted))
     return held
 
 
 def cluster_table(table: Table, *, min_files: int = 2, target_bytes: int = TARGET_BYTES,
                   max_rewrite_bytes: int = MAX_REWRITE_BYTES, fold_share: float = FOLD_SHARE) -> ClusteringResult | None:
-    """One clustering run on ``table`` as loaded; None when fewer than ``min_files`` files need it.
-    Raises pyiceberg's CommitFailedException when another writer committed meanwhile; the data files
-    it wrote then stay unreferenced until orphan files are deleted (``expire_and_delete_orphans``)."""
+    """One clustering run on ``table`` as loaded; None when fewer than ``min_files`` files need it (a
+    file whose delete files delete ``fold_share`` of its rows needs it alone: rewriting its live rows
+    folds them in). The delete files of the files it rewrites leave with them. Raises pyiceberg's
+    CommitFailedException when another writer committed meanwhile; the data files it wrote then stay
+    unreferenced until orphan files are deleted (``expire_and_delete_orphans``)."""
     plan, left = clustering_plan(held_files(table), target_bytes=target_bytes, max_rewrite_bytes=max_rewrite_bytes,
                                  fold_share=fold_share)
     planned = sum(len(group) for group in plan)
-    if planned < max(2, min_files):
+    if planned < max(2, min_files) and not any(len(group) == 1 for group in plan):
         return None
     ranges = [_range_of(group) for group in plan]
     groups = [table.scan(row_filter=r).to_arrow().sort_by(CHUNK_COLUMN) for r in ranges]
     before = data_file_count(table)
     with busy_as_conflict(), table.transaction() as tx:
         tx.delete(any_of(ranges))
+        drop_dangling_deletes(tx, table.io, {OPERATION_SUMMARY: "cluster"})
         for rows in groups:
             tx.append(rows, snapshot_properties={OPERATION_SUMMARY: "cluster"})
     written = data_file_count(table.refresh()) - (before - planned)
-    result = ClusteringResult(planned, written, sum(g.num_rows for g in groups), left)
+    result = ClusteringResult(planned, written, sum(g.num_rows for g in groups), left,
+                              sum(1 for group in plan if len(group) == 1))
     log.info("clustered %s: %s", table.name(), result)
     return result
 
@@ -257,7 +263,7 @@ def expire_and_delete_orphans(table: Table, retention_s: float) -> int:
     oldest = time.time() - max(retention_s, ORPHAN_MIN_AGE_S)
     orphans = [path for path, info in fs.find(folder, detail=True).items()
                if _plain(_as_location(table.location(), root, path)) not in before | referenced
-               and _modified(info) < oldest]
+               and modified_s(info) < oldest]
     for path in orphans:
         table.io.delete(_as_location(table.location(), root, path))
     return len(released) + len(orphans)
@@ -274,10 +280,12 @@ def expirable(snapshot_log: list[tuple[int, int]], snapshots: list[tuple[int, in
 
 
 def _data_file_paths(table: Table) -> set[str]:
-    """The data files any snapshot of the table references, as plain paths (``_plain``)."""
+    """The data files and delete files any snapshot of the table references, as plain paths
+    (``_plain``): a delete file lives in the ``data`` folder too, and one taken for an orphan would
+    bring its deleted rows back."""
     if not table.snapshots():
         return set()
-    return {_plain(p) for p in table.inspect.all_data_files().column("file_path").to_pylist()}
+    return {_plain(p) for p in table.inspect.all_files().column("file_path").to_pylist()}
 
 
 def _manifests_by_snapshot(table: Table, known: dict[int, set[str]] | None = None) -> dict[int, set[str]]:
@@ -297,12 +305,3 @@ def _plain(path: str) -> str:
 def _as_location(location: str, root: str, path: str) -> str:
     """``path`` (as the file system lists it) as the table names its files (its location's form)."""
     return location.rstrip("/") + path[len(root.rstrip("/")):]
-
-
-def _modified(info: dict) -> float:
-    """A listed file's modification time in seconds (local files: ``mtime``; object stores:
-    ``LastModified``); now when the listing gives none, so that such a file is never taken for old."""
-    value = info.get("mtime", info.get("LastModified", info.get("last_modified")))
-    if value is None:
-        return time.time()
-    return value.timestamp() if isinstance(value, dt.datetime) else float(value)

@@ -2,10 +2,10 @@
 JVM, no Spark jars), named in a catalog (sinks/iceberg/catalog.py).
 
 Every write is one Iceberg transaction, one catalog commit: the rows it replaces are deleted (data
-files inside the replaced rows dropped, a file partly inside rewritten without them: copy-on-write,
-no delete files) and its rows appended. A stream commit records its position (sinks/base.py) in the
-same commit twice: in the table's properties (``mysqlcdc.position``, per shard in a routed table),
-where ``applied_position`` reads it back whatever snapshots expired since, and in the summary of the
+files inside the replaced rows dropped, a file partly inside rewritten from its live rows) and its
+rows appended. A stream commit records its position (sinks/base.py) in the same commit twice: in
+the table's properties (``mysqlcdc.position``, per shard in a routed table), where
+``applied_position`` reads it back whatever snapshots expired since, and in the summary of the
 commit's snapshot, for anyone reading the table's history.
 
 A commit is made on the snapshot its rows were computed from, or not at all: pyiceberg's own retry,
@@ -15,8 +15,10 @@ operation runs again from a fresh load (``retry_conflicts``), as Delta's writes 
 
 A merge reads only the rows of the batch's changed chunk keys, from the data files whose
 ``_cdc_chunk`` bounds (the manifests' column statistics, kept in full for that column) can hold one
-(``chunk_filter``), and rewrites only those files; a change applies only where it is newer than the
-row (``_cdc_version``), as in the Delta sink's merge.
+(``chunk_filter``); a change applies only where it is newer than the row (``_cdc_version``). By
+``merge_mode``, it rewrites those files (copy-on-write, the default) or names the rows it replaces
+in position-delete files and appends their new images (merge-on-read: sinks/iceberg/merge_on_read.py).
+A write that drops a data file drops the delete files naming it in the same commit.
 
 A chunk's partitions are written as data files by the Spark executors, into the table's ``data``
 folder, and committed by the chunk job's driver with ``add_files`` (``commit_range``). Clustering and
@@ -42,7 +44,7 @@ from pyiceberg.expressions import (
 from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.protocol.maintenance import DEFAULT_FOLD_SHARE, DEFAULT_TARGET_FILE_BYTES
-from airflow_provider_mysqlcdc.protocol.sinks import DEFAULT_NAMESPACE
+from airflow_provider_mysqlcdc.protocol.sinks import DEFAULT_NAMESPACE, MERGE_MODES
 from airflow_provider_mysqlcdc.sinks.arrow_rows import CHUNK_COLUMN, arrow_schema, row_key_columns
 from airflow_provider_mysqlcdc.sinks.base import (
     Position,
@@ -70,6 +72,8 @@ from airflow_provider_mysqlcdc.sinks.iceberg.maintenance import (
     compact_changelog,
     maintain_table,
 )
+from airflow_provider_mysqlcdc.sinks.iceberg.merge_on_read import merge_batch, with_position_deletes
+from airflow_provider_mysqlcdc.sinks.iceberg.row_deltas import drop_dangling_deletes
 from airflow_provider_mysqlcdc.sinks.iceberg.rows import chunk_filter, merged, older_than, range_filter
 from airflow_provider_mysqlcdc.sinks.iceberg.schema import (
     arrow_schema_of,
@@ -107,9 +111,21 @@ TABLE_PROPERTIES = {
 }
 
 
+#: how a batch of changes reaches a table's files (``IcebergSink.merge_mode``)
+MERGE_ON_READ, COPY_ON_WRITE = MERGE_MODES
+DEFAULT_MERGE_MODE = COPY_ON_WRITE
+
+
 class IcebergSink(Sink):
     def __init__(self, root: str, storage_options: dict[str, str] | None = None, *,
-                 catalog_properties: dict[str, str] | None = None, namespace: str = DEFAULT_NAMESPACE):
+                 catalog_properties: dict[str, str] | None = None, namespace: str = DEFAULT_NAMESPACE,
+                 merge_mode: str = DEFAULT_MERGE_MODE):
+        """:param merge_mode: ``merge-on-read``: a batch names the rows it replaces in position-delete
+            files and appends their new images (sinks/iceberg/merge_on_read.py); ``copy-on-write``:
+            it rewrites every data file holding a changed chunk key."""
+        if merge_mode not in MERGE_MODES:
+            raise ValueError(f"merge_mode {merge_mode!r} is not one of {', '.join(MERGE_MODES)}")
+        self.merge_mode = merge_mode
         self.root = root.rstrip("/")
         self.storage_options = storage_options
         self.namespace = namespace
@@ -228,6 +244,7 @@ class IcebergSink(Sink):
             changed = [f for f in wanted if f.name in current.names and not holds(current.field(f.name).type, f.type)]
             with busy_as_conflict(), table.transaction() as tx:
                 tx.delete(AlwaysTrue())
+                drop_dangling_deletes(tx, table.io, {OPERATION_SUMMARY: "replace-schema"})
                 if changed:
                     with tx.update_schema() as update:
                         for field in changed:
@@ -285,6 +302,7 @@ class IcebergSink(Sink):
             with busy_as_conflict(), table.transaction() as tx, warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message="Delete operation did not match any records")
                 tx.delete(range_filter(start, end))
+                drop_dangling_deletes(tx, table.io, {OPERATION_SUMMARY: "replace"})
                 if paths:
                     tx.add_files(paths, snapshot_properties={OPERATION_SUMMARY: "replace"})
 
@@ -297,11 +315,30 @@ class IcebergSink(Sink):
         and replace those rows in one commit. The chunk keys carry the shard's tag in a routed table,
         so the rows read are the shard's own."""
         keys = row_key_columns(schema)
+        if self.merge_mode == MERGE_ON_READ:
+            return self._merge_on_read(schema, changes, commit)
         chunks = sorted({c for c in changes.column(CHUNK_COLUMN).to_pylist() if c is not None})
         self._replace("merge", sink_target(schema).table_id, chunk_filter(chunks),
                       lambda table, existing: merged(as_table_rows(existing, table), as_table_rows(changes, table), keys,
                                                      [n for n in arrow_schema_of(table).names if n not in changes.column_names]),
                       commit, f"merge batch {commit.batch_id} into {schema.table_id}", read=True, columns=changes.schema)
+
+    def _merge_on_read(self, schema: TableSchema, changes: pa.Table, commit: StreamCommit) -> None:
+        """``merge_changes`` by position deletes (sinks/iceberg/merge_on_read.py), made again from a
+        fresh load after a concurrent commit; a v1 table is upgraded to v2 first."""
+        table_id = sink_target(schema).table_id
+
+        def merge() -> None:
+            table = self._table(table_id)
+            if landed(table, commit):  # an attempt whose outcome was unknown did commit
+                return
+            if evolution(table, changes.schema):
+                self._evolve(table_id, changes.schema)
+                table = self._table(table_id)
+            merge_batch(with_position_deletes(table), schema, changes, commit)
+
+        retry_conflicts(merge, f"merge batch {commit.batch_id} into {schema.table_id}", conflicts=CONFLICTS,
+                        attempts=_MAX_ATTEMPTS)
 
     def truncate_before(self, table_id: TableId, version: int, *, commit: StreamCommit) -> None:
         """Delete every row older than ``version`` (of the commit's shard in a routed table)."""

@@ -28,16 +28,18 @@ def test_an_unknown_format_is_refused_naming_the_formats_there_are(tmp_path):
     assert next(iter(SINK_FORMATS)) == "delta"
 
 
-def test_a_merge_mode_its_format_lacks_is_refused_naming_the_modes_it_has(tmp_path):
+def test_a_merge_mode_its_format_lacks_is_refused_naming_the_modes_it_has(tmp_path, monkeypatch):
+    monkeypatch.setattr(type(sink_format(SinkSpec(str(tmp_path), "iceberg"))), "merge_modes", ("copy-on-write",))
     with pytest.raises(ConfigurationError, match="iceberg sink merges copy-on-write, not 'merge-on-read'"):
         open_sink(SinkSpec(str(tmp_path), "iceberg", merge_mode="merge-on-read"))
     with pytest.raises(ConfigurationError, match="merge_mode must be one of"):
         SinkSpec(str(tmp_path), "delta", merge_mode="mor")
 
 
-def test_a_delta_sink_takes_each_merge_mode_and_the_spec_carries_it(tmp_path):
+@pytest.mark.parametrize("name", ["delta", "iceberg"])
+def test_a_sink_takes_each_merge_mode_and_the_spec_carries_it(tmp_path, name):
     for mode in ("copy-on-write", "merge-on-read"):
-        assert open_sink(SinkSpec(str(tmp_path), "delta", merge_mode=mode)).merge_mode == mode  # type: ignore[attr-defined]
+        assert open_sink(SinkSpec(str(tmp_path), name, merge_mode=mode)).merge_mode == mode  # type: ignore[attr-defined]
 
 
 def test_every_registered_format_opens_its_sink_and_is_named_as_registered(tmp_path):

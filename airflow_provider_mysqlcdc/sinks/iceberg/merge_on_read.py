@@ -1,0 +1,295 @@
+"""A batch of changes merged into an Iceberg table by position deletes (merge-on-read): it costs what it
+changes, not the size of the files it touches. The Delta sink's twin (sinks/delta/merge_on_read.py).
+
+A copy-on-write merge rewrites every data file that holds a changed chunk key, whole. Here a batch
+
+1. finds where each changed key's row lives: reading only the key columns and ``_cdc_version``
+   (``_cdc_chunk`` too in a routed table) of the data files the scan plans for the batch's chunk
+   keys (pruned by their ``_cdc_chunk`` bounds), leaving out the rows their delete files delete;
+2. decides per key as the copy-on-write merge does (sinks/iceberg/rows.py ``merged``): a change
+   newer than the row replaces it (a delete removes it), an older one is dropped, a key no file
+   holds is inserted unless the change deletes it;
+3. names the replaced rows in one position-delete file per touched data file (sinks/iceberg/row_deltas.py),
+   holding that file's earlier deleted positions too, so that the earlier delete file leaves; writes
+   the new row images, in chunk-key order, as one new data file; a data file whose live rows the
+   batch mostly deletes (``REWRITE_SHARE``) is rewritten instead: its survivors join the new file
+   (copying a few rows costs less than keeping a mostly deleted file), and it leaves with its
+   delete file;
+4. commits all of it in one snapshot, with the stream's position in the table's properties and the
+   snapshot's summary (sinks/iceberg/commits.py): the batch lands whole, exactly once, or not at
+   all, and then the files it wrote are deleted.
+
+A delete file names only data files of earlier snapshots: Iceberg applies position deletes to data
+files of the same sequence number too, and the new images are never named.
+
+Columns the table has and the changes lack (the source dropped them) keep the row's value in an
+update and are NULL in an insert, as in the copy-on-write merge.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.io.pyarrow import ArrowScan, parquet_file_to_data_file
+from pyiceberg.table import FileScanTask
+
+from airflow_provider_mysqlcdc.cdc.model.schema import TableSchema
+from airflow_provider_mysqlcdc.sinks.arrow_rows import CHUNK_COLUMN, row_key_columns, zero_date_columns
+from airflow_provider_mysqlcdc.sinks.base import StreamCommit
+from airflow_provider_mysqlcdc.sinks.data_files import in_chunk_range, write_data_file
+from airflow_provider_mysqlcdc.sinks.iceberg.catalog import busy_as_conflict
+from airflow_provider_mysqlcdc.sinks.iceberg.commits import record_position, stream_summary
+from airflow_provider_mysqlcdc.sinks.iceberg.maintenance import CONFLICTS
+from airflow_provider_mysqlcdc.sinks.iceberg.row_deltas import (
+    RowDelta,
+    deleted_positions,
+    referenced_path,
+    write_position_deletes,
+)
+from airflow_provider_mysqlcdc.sinks.iceberg.rows import chunk_filter
+from airflow_provider_mysqlcdc.sinks.iceberg.schema import arrow_schema_of, as_table_rows, file_schema_of
+from airflow_provider_mysqlcdc.sinks.routing import shard_bounds
+
+if TYPE_CHECKING:
+    from pyiceberg.io import FileIO
+    from pyiceberg.manifest import DataFile
+    from pyiceberg.table import Table
+
+log = logging.getLogger(__name__)
+
+#: a data file whose live rows one batch deletes at least this share of is rewritten, not given deletes
+REWRITE_SHARE = 0.5
+_VERSION = "_cdc_version"
+_POS, _ROW = "__mysqlcdc_pos", "__mysqlcdc_row"
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    """What one merge-on-read commit did."""
+
+    snapshot_id: int
+    rows_deleted: int  # rows newly named by delete files
+    files_with_deletes: int
+    files_rewritten: int  # rewritten or removed whole
+    rows_written: int  # new row images, and the survivors of rewritten files
+    files_read: int  # data files whose key columns were read to find the rows
+
+
+def with_position_deletes(table: Table) -> Table:
+    """``table``, upgraded to format v2 (the first with delete files) in a commit of its own when it is v1."""
+    if table.format_version >= 2:
+        return table
+    with busy_as_conflict(), table.transaction() as tx:
+        tx.upgrade_table_version(2)
+    return table.refresh()
+
+
+def merge_batch(table: Table, schema: TableSchema, changes: pa.Table, commit: StreamCommit) -> MergeResult:
+    """Merge ``changes`` of ``schema``'s table (of ``commit``'s shard only in a routed table) into
+    ``table`` by ``merge_by_deletes``: one attempt, the caller retries on a conflicting commit."""
+    zeros = zero_date_columns(schema)
+    return merge_by_deletes(table, as_table_rows(changes, table), key_columns=row_key_columns(schema),
+                            nullable_keys=set(zeros) | set(zeros.values()),
+                            shard_range=shard_bounds(commit.shard) if commit.shard else None,
+                            carried=[n for n in arrow_schema_of(table).names if n not in changes.column_names],
+                            commit=commit)
+
+
+def merge_by_deletes(table: Table, changes: pa.Table, *, key_columns: Sequence[str], nullable_keys: set[str],
+                     shard_range: tuple[str | None, str | None] | None, carried: Sequence[str],
+                     commit: StreamCommit | None, operation: str = "merge") -> MergeResult:
+    """Merge ``changes`` (the last change per key, as the table's rows with ``_cdc_op``) into ``table``
+    (as loaded) in one snapshot carrying ``commit``'s position. ``carried``: the table's columns the
+    changes lack, which an update keeps from its row. Raises pyiceberg's ``CommitFailedException``
+    when another writer committed first, after deleting the files it wrote."""
+    chunks = sorted({c for c in changes.column(CHUNK_COLUMN).to_pylist() if c is not None})
+    tasks = {t.file.file_path: t for t in table.scan(row_filter=chunk_filter(chunks)).plan_files()} if chunks else {}
+    matches, old_deleted = _locate(table.io, tasks.values(), changes, key_columns, nullable_keys, shard_range)
+    change_versions = changes.column(_VERSION).to_numpy(zero_copy_only=False)
+    ops = changes.column("_cdc_op").to_pylist()
+    newer = change_versions[matches.rows] > matches.versions
+    stale_rows = set(matches.rows[~newer].tolist())  # a row as new as the change: the change is dropped
+    deleted: dict[str, list[int]] = defaultdict(list)
+    replaced: dict[int, tuple[str, int]] = {}
+    for path, position, row in zip(matches.paths[newer], matches.positions[newer], matches.rows[newer]):
+        if int(row) in stale_rows:
+            continue
+        deleted[str(path)].append(int(position))
+        replaced[int(row)] = (str(path), int(position))
+    image_rows = [i for i in range(changes.num_rows) if ops[i] != "d" and i not in stale_rows]
+    physical = _PhysicalRows(table)
+    images = _with_kept_columns(physical, tasks, changes.take(pa.array(image_rows, pa.int64())), image_rows,
+                                replaced, ops, carried)
+
+    written: list[str] = []
+    try:
+        delete_files: list[DataFile] = []
+        removed: set[str] = set()  # data files
+        removed_deletes: set[str] = set()
+        survivors: list[pa.Table] = []
+        for path, positions in deleted.items():
+            task = tasks[path]
+            old = old_deleted.get(path, np.array([], dtype=np.int64))
+            now_deleted = np.union1d(old, np.array(positions, dtype=np.int64))
+            scoped = {f.file_path for f in task.delete_files if referenced_path(f) == path}
+            live_rows = task.file.record_count - len(old)
+            if len(now_deleted) >= task.file.record_count or len(now_deleted) - len(old) >= REWRITE_SHARE * live_rows:
+                rows = physical.rows(task.file)
+                kept = rows.filter(pa.array(~np.isin(np.arange(rows.num_rows), now_deleted)))
+                if kept.num_rows:
+                    survivors.append(kept)
+                removed.add(path)
+                removed_deletes |= scoped
+                continue
+            if len(scoped) != len(task.delete_files):  # another writer's delete files stay, naming their rows
+                kept_elsewhere = [f for f in task.delete_files if f.file_path not in scoped]
+                now_deleted = np.setdiff1d(now_deleted, deleted_positions(table.io, kept_elsewhere, path))
+            delete_file = write_position_deletes(table, path, now_deleted)
+            written.append(delete_file.file_path)
+            delete_files.append(delete_file)
+            removed_deletes |= scoped
+        new_rows = pa.concat_tables([images, *survivors]) if survivors else images
+        data_files = []
+        if new_rows.num_rows:
+            new_rows = new_rows.take(pc.sort_indices(new_rows, sort_keys=[(CHUNK_COLUMN, "ascending")]))
+            folder = table.location().rstrip("/") + "/data"
+            path = f"{folder}/{write_data_file(folder, new_rows, file_schema_of(table), prefix='merged').path}"
+            written.append(path)
+            data_files.append(parquet_file_to_data_file(table.io, table.metadata, path))
+        rewritten = sum(1 for path in deleted if path in removed)
+        rows_deleted = sum(len(positions) for path, positions in deleted.items() if path not in removed)
+        summary = {**stream_summary(commit, operation), "mysqlcdc.merge-mode": "merge-on-read",
+                   "mysqlcdc.files-read": str(len(tasks)), "mysqlcdc.files-rewritten": str(rewritten)}
+        with busy_as_conflict(), table.transaction() as tx:
+            delta = RowDelta(tx, table.io, data_files=data_files, delete_files=delete_files, removed_data=removed,
+                             removed_deletes=removed_deletes, summary=summary)
+            delta.commit()
+            record_position(tx, commit)
+    except CONFLICTS:  # nothing of it is in the table
+        for path in written:
+            with contextlib.suppress(FileNotFoundError):
+                table.io.delete(path)
+        raise
+    except BaseException:
+        log.warning("merge into %s failed before its commit was known to land; its files stay until orphan "
+                    "files are deleted", table.name())
+        raise
+    return MergeResult(delta.snapshot_id, rows_deleted, len(delete_files), rewritten, new_rows.num_rows, len(tasks))
+
+
+@dataclass(frozen=True)
+class _Matches:
+    """Rows of the table that hold a changed key: the change's row, the data file, the position in
+    it and the row's ``_cdc_version``."""
+
+    rows: np.ndarray
+    paths: np.ndarray
+    positions: np.ndarray
+    versions: np.ndarray
+
+
+class _PhysicalRows:
+    """Data files' physical rows (delete files not applied), as the table's columns, read once."""
+
+    def __init__(self, table: Table):
+        self.table = table
+        self._read: dict[str, pa.Table] = {}
+
+    def rows(self, data_file: DataFile) -> pa.Table:
+        if data_file.file_path not in self._read:
+            scan = ArrowScan(self.table.metadata, self.table.io, self.table.schema(), AlwaysTrue())
+            self._read[data_file.file_path] = as_table_rows(scan.to_table([FileScanTask(data_file)]), self.table)
+        return self._read[data_file.file_path]
+
+
+def _join_keys(table: pa.Table, key_columns: Sequence[str], nullable_keys: set[str]) -> pa.Table:
+    """The key columns to join on: a nullable key column (a temporal key and its zero-date companion,
+    never both NULL) with its NULL replaced, so that NULL matches NULL as in the merge."""
+    columns = []
+    for name in key_columns:
+        column = table.column(name)
+        if name in nullable_keys:
+            column = pc.fill_null(column, pa.scalar("" if pa.types.is_string(column.type) else 0, column.type))
+        columns.append(column)
+    return pa.Table.from_arrays(columns, names=list(key_columns))
+
+
+def _locate(io: FileIO, tasks: Iterable[FileScanTask], changes: pa.Table, key_columns: Sequence[str],
+            nullable_keys: set[str], shard_range: tuple[str | None, str | None] | None
+            ) -> tuple[_Matches, dict[str, np.ndarray]]:
+    """Where the rows of ``changes``' keys are in the data files of ``tasks`` (their delete files'
+    rows left out; in a routed table, the rows of ``shard_range`` only); and the positions each
+    file's delete files delete."""
+    keys = _join_keys(changes, key_columns, nullable_keys)
+    keys = keys.append_column(_ROW, pa.array(np.arange(changes.num_rows, dtype=np.int64)))
+    first = keys.column(key_columns[0]).combine_chunks()  # the rows holding one of these are joined
+    found = []
+    old_deleted: dict[str, np.ndarray] = {}
+    wanted = [*key_columns, _VERSION, *([CHUNK_COLUMN] if shard_range else [])]
+    for task in tasks:
+        path = task.file.file_path
+        with io.new_input(path).open() as handle:
+            read = pq.read_table(handle, columns=wanted)
+        rows = _join_keys(read, key_columns, nullable_keys).append_column(_VERSION, read.column(_VERSION))
+        if shard_range is not None:
+            rows = rows.append_column(CHUNK_COLUMN, read.column(CHUNK_COLUMN))
+        column = rows.column(key_columns[0])
+        maybe = pc.is_in(column if column.type.equals(first.type) else column.cast(first.type), value_set=first,
+                         skip_nulls=False)
+        if task.delete_files:
+            old_deleted[path] = deleted_positions(io, task.delete_files, path)
+            maybe = pc.and_(maybe, pa.array(~np.isin(np.arange(rows.num_rows), old_deleted[path])))
+        if shard_range is not None:
+            maybe = pc.and_(maybe, in_chunk_range(rows.column(CHUNK_COLUMN), *shard_range))
+        positions = np.flatnonzero(np.asarray(maybe.to_numpy(zero_copy_only=False), dtype=bool))
+        if not len(positions):
+            continue
+        rows = rows.take(pa.array(positions))
+        target = pa.Table.from_arrays([rows.column(k).cast(keys.schema.field(k).type) for k in key_columns]
+                                      + [rows.column(_VERSION), pa.array(positions, pa.int64())],
+                                      names=[*key_columns, _VERSION, _POS])
+        joined = target.join(keys, keys=list(key_columns), join_type="inner", use_threads=False)
+        if joined.num_rows:
+            found.append((path, joined))
+    if not found:
+        empty = np.array([], dtype=np.int64)
+        return _Matches(empty, np.array([], dtype=object), empty, empty), old_deleted
+    return _Matches(np.concatenate([j.column(_ROW).to_numpy() for _, j in found]),
+                    np.concatenate([np.full(j.num_rows, p, dtype=object) for p, j in found]),
+                    np.concatenate([j.column(_POS).to_numpy() for _, j in found]),
+                    np.concatenate([j.column(_VERSION).to_numpy() for _, j in found])), old_deleted
+
+
+def _with_kept_columns(physical: _PhysicalRows, tasks: dict[str, FileScanTask], images: pa.Table,
+                       image_rows: list[int], replaced: dict[int, tuple[str, int]], ops: list[str],
+                       carried: Sequence[str]) -> pa.Table:
+    """The images as the table's rows: a column the changes lack (``carried``) takes, in an update of
+    a row the table held, that row's value (it stays NULL in an insert)."""
+    if not carried or not images.num_rows:
+        return images
+    by_file: dict[str, list[tuple[int, int]]] = defaultdict(list)  # file: (image index, position)
+    for index, row in enumerate(image_rows):
+        if row in replaced and ops[row] == "u":
+            path, position = replaced[row]
+            by_file[path].append((index, position))
+    schema = arrow_schema_of(physical.table)
+    values: dict[str, list] = {name: [None] * images.num_rows for name in carried}
+    for path, pairs in by_file.items():
+        old = physical.rows(tasks[path].file).take(pa.array([p for _, p in pairs], pa.int64()))
+        for name in carried:
+            for (index, _), value in zip(pairs, old.column(name).to_pylist()):
+                values[name][index] = value
+    for name in carried:
+        at = images.schema.get_field_index(name)
+        images = images.set_column(at, images.field(at), pa.array(values[name], schema.field(name).type))
+    return images
