@@ -112,7 +112,8 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
                       snapshot_consistency: str = "exactly-once",
                       route: dict[str, Any] | None = None, sink_format: str = DEFAULT_FORMAT,
                       iceberg_namespace: str = DEFAULT_NAMESPACE,
-                      iceberg_catalog_conn_id: str | None = None, merge_mode: str | None = None) -> dict[str, Any]:
+                      iceberg_catalog_conn_id: str | None = None, merge_mode: str | None = None,
+                      merge_modes: dict[str, str] | None = None) -> dict[str, Any]:
     """Build the graph in the current DAG; ``tables_param`` adds the group for trigger-time tables;
     ``stream_limits`` (``max_batch_bytes``, ``max_batch_events``, ``max_apply_changes``,
     ``cluster_after_files``, ``maintenance_every_s``, ``vacuum_retention_hours``) go to the stream;
@@ -133,10 +134,12 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
     database, by default) in the catalog of ``iceberg_catalog_conn_id`` (its extras are pyiceberg's
     catalog properties: hooks/iceberg_catalog.py), or without one in a SQLite catalog at the root of
     a lake on a local path. Choose it before the first run: the tables are captured into it.
-    ``merge_mode``: how the stream's batches reach the tables' files, ``merge-on-read`` (Delta's
-    default: the rows a batch replaces are marked in deletion vectors, in Iceberg in position-delete
-    files, and their new images appended, so a batch costs what it changes) or ``copy-on-write``
-    (every file holding a changed key is rewritten; Iceberg's default); it may change between runs.
+    ``merge_mode``: how the stream's batches reach the tables' files, ``merge-on-read`` (the default:
+    the rows a batch replaces are marked in deletion vectors, in Iceberg in position-delete files,
+    and their new images appended, so a batch costs what it changes) or ``copy-on-write`` (every
+    file holding a changed key is rewritten: for readers without deletion vectors); ``merge_modes``
+    maps a sink table's name or pattern to its own (``{"shop.audit_log": "copy-on-write"}``, the
+    first entry naming a table decides); both may change between runs.
 
     Tables: ``tables`` and ``exclude_tables`` take names and patterns (``shop.order_\\d+``: regular
     expressions on the database and table names, resolved against the server at each run;
@@ -164,7 +167,7 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
     check_snapshot_consistency(snapshot_consistency)  # and an unknown consistency (mapped tasks check late)
     # the sink: one spec, checked when the DAG is parsed, recorded by the pipeline's first run (state/sink.py)
     sink_spec = sink_spec_of(_param("sink_root", sink_root), sink_format, iceberg_namespace, iceberg_catalog_conn_id,
-                             merge_mode)
+                             merge_mode, merge_modes)
     # what the chunk tasks and the stream share: where Spark runs, and the sink they write
     spark: dict[str, Any] = dict(spark_master=spark_master, spark_conn_id=spark_conn_id, spark_conf=spark_conf,
                                  aws_conn_id=aws_conn_id, **sink_arguments(sink_spec))

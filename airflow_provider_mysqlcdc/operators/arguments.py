@@ -60,14 +60,15 @@ def table_patterns(entries: Any) -> list[str]:
 
 
 def sink_spec_of(sink_root: str, sink_format: str, iceberg_namespace: str, iceberg_catalog_conn_id: str | None,
-                 merge_mode: str | None = None) -> SinkSpec:
+                 merge_mode: str | None = None, merge_modes: Any = None) -> SinkSpec:
     """The ``SinkSpec`` the operators' sink arguments name (protocol/sinks.py), refused when its format
-    is unknown, its namespace malformed or its merge mode not the format's."""
+    is unknown, its namespace malformed or a merge mode (``merge_modes``: per table) not the format's."""
     return check_sink_spec(SinkSpec(sink_root, sink_format, iceberg_namespace, iceberg_catalog_conn_id,
-                                    native(merge_mode)))
+                                    native(merge_mode), native(merge_modes) or ()))
 
 
 def sink_arguments(spec: SinkSpec) -> dict[str, Any]:
     """The operators' sink arguments naming ``spec`` (``sink_spec_of`` reads them back)."""
     return {"sink_root": spec.root, "sink_format": spec.format, "iceberg_namespace": spec.namespace,
-            "iceberg_catalog_conn_id": spec.catalog_conn_id, "merge_mode": spec.merge_mode}
+            "iceberg_catalog_conn_id": spec.catalog_conn_id, "merge_mode": spec.merge_mode,
+            "merge_modes": dict(spec.table_merge_modes) or None}

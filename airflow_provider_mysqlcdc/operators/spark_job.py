@@ -42,10 +42,12 @@ class MySqlCdcSparkJobOperator(BaseOperator):
         table's) by default
     :param iceberg_catalog_conn_id: a connection whose extras are the Iceberg catalog's properties
         (hooks/iceberg_catalog.py); none: the embedded SQLite catalog of a lake on a local path
-    :param merge_mode: how the stream's batches reach the sink's files: ``merge-on-read`` (Delta's
-        default: deletion vectors; Iceberg: position deletes; a batch costs what it changes) or
-        ``copy-on-write`` (every file holding a changed key rewritten; Iceberg's default); none: the
-        format's default
+    :param merge_mode: how the stream's batches reach the sink's files: ``merge-on-read`` (the
+        default: Delta deletion vectors, Iceberg position deletes; a batch costs what it changes) or
+        ``copy-on-write`` (every file holding a changed key rewritten); none: the format's default
+    :param merge_modes: the tables merged otherwise than ``merge_mode``: a mapping of a sink table's
+        name or pattern (``db.table``, ``shop.log_\\d+``) to its merge mode, the first entry naming
+        a table deciding
 
     The sink settings make the pipeline's ``SinkSpec`` (protocol/sinks.py), recorded in its state
     location by its first run (state/sink.py): a task naming another sink is refused before it writes
@@ -59,7 +61,8 @@ class MySqlCdcSparkJobOperator(BaseOperator):
                  spark_master: str = "local[2]", spark_conn_id: str | None = None,
                  spark_conf: dict[str, Any] | None = None, aws_conn_id: str | None = None,
                  sink_format: str = DEFAULT_FORMAT, iceberg_namespace: str = DEFAULT_NAMESPACE,
-                 iceberg_catalog_conn_id: str | None = None, merge_mode: str | None = None, **kwargs: Any) -> None:
+                 iceberg_catalog_conn_id: str | None = None, merge_mode: str | None = None,
+                 merge_modes: dict[str, str] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.mysqlcdc_conn_id = mysqlcdc_conn_id
         self.aws_conn_id = aws_conn_id
@@ -68,6 +71,7 @@ class MySqlCdcSparkJobOperator(BaseOperator):
         self.iceberg_namespace = iceberg_namespace
         self.iceberg_catalog_conn_id = iceberg_catalog_conn_id
         self.merge_mode = merge_mode
+        self.merge_modes = merge_modes
         self.sink_spec()  # a malformed sink is refused when the DAG is parsed
         self.spark_master = spark_master
         self.spark_conn_id = spark_conn_id
@@ -76,7 +80,7 @@ class MySqlCdcSparkJobOperator(BaseOperator):
     def sink_spec(self) -> SinkSpec:
         """The sink this task's (rendered) arguments name."""
         return sink_spec_of(self.sink_root, self.sink_format, self.iceberg_namespace, self.iceberg_catalog_conn_id,
-                            self.merge_mode)
+                            self.merge_mode, self.merge_modes)
 
     def pipeline_sink(self, state: PipelineState) -> SinkSpec:
         """The pipeline's sink: this task's, recorded at the pipeline's first run; refused when it differs

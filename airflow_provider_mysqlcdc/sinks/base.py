@@ -41,6 +41,7 @@ import pyarrow as pa
 from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError, is_table_fault
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.protocol.maintenance import DEFAULT_FOLD_SHARE, DEFAULT_TARGET_FILE_BYTES
+from airflow_provider_mysqlcdc.protocol.sinks import merge_mode_for
 
 if TYPE_CHECKING:
     from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy, TableMaintenance
@@ -104,6 +105,14 @@ class Sink(ABC):
     #: stream's driver (sinks/writer.py ``merge_outcomes``): only where a merge runs outside Python's
     #: lock and the sink holds no client shared between its tables' merges
     concurrent_tables: bool = False
+    #: how a stream batch reaches a table's files (protocol/sinks.py ``MERGE_MODES``), and the tables
+    #: (names or patterns of sink tables) merged otherwise
+    merge_mode: str = "copy-on-write"
+    table_merge_modes: tuple[tuple[str, str], ...] = ()
+
+    def merge_mode_of(self, table_id: TableId) -> str:
+        """The merge mode of the sink table ``table_id``."""
+        return merge_mode_for(table_id, self.table_merge_modes, self.merge_mode)
 
     @abstractmethod
     def table_uri(self, table_id: TableId) -> str:

@@ -33,6 +33,10 @@ def check_sink_spec(spec: SinkSpec) -> SinkSpec:
     if spec.merge_mode is not None and spec.merge_mode not in modes:
         raise ConfigurationError(f"the {spec.format} sink merges {' or '.join(modes)}, not {spec.merge_mode!r}: "
                                  f"leave merge_mode unset (the format's default) or give one of {', '.join(modes)}.")
+    for entry, mode in spec.table_merge_modes:
+        if mode not in modes:
+            raise ConfigurationError(f"the {spec.format} sink merges {' or '.join(modes)}, not {mode!r} "
+                                     f"(merge_modes[{entry!r}]): give one of {', '.join(modes)}.")
     return spec
 
 

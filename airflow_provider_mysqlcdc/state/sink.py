@@ -47,7 +47,7 @@ def settle_sink(state: PipelineState, spec: SinkSpec, *, outside_airflow: bool =
     if outside_airflow and spec.catalog_conn_id is None:
         spec = replace(spec, catalog_conn_id=recorded.catalog_conn_id)
     refuse_another_sink(state, recorded, spec)
-    return replace(recorded, merge_mode=spec.merge_mode)  # a setting each run may change
+    return replace(recorded, merge_mode=spec.merge_mode, table_merge_modes=spec.table_merge_modes)  # each run's own
 
 
 def refuse_another_sink(state: PipelineState, recorded: SinkSpec, spec: SinkSpec) -> None:

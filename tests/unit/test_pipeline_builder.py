@@ -124,3 +124,16 @@ def test_the_merge_mode_reaches_the_stream_and_every_chunk_task_and_one_the_form
         with DAG("cdc_bad_merge_mode", schedule=None, max_active_runs=1):
             mysqlcdc_pipeline(tables=["shop.orders"], sink_root="/lake", state_dir="/state", sink_format="iceberg",
                               merge_mode="merge-on-read")
+
+
+def test_per_table_merge_modes_reach_the_stream_and_every_chunk_task_and_a_malformed_one_fails_the_parse():
+    modes = {"shop.audit": "copy-on-write"}
+    with DAG("cdc_table_merge_modes", schedule=None, max_active_runs=1) as dag:
+        mysqlcdc_pipeline(tables=["shop.orders", "shop.audit"], sink_root="/lake", state_dir="/state", merge_modes=modes)
+    assert dag.get_task("stream").sink_spec().table_merge_modes == (("shop.audit", "copy-on-write"),)
+    chunks = [t for t in dag.tasks if t.task_id.endswith(".snapshot")]
+    assert chunks and all(t.partial_kwargs["merge_modes"] == modes for t in chunks)
+    with pytest.raises(ConfigurationError, match=r"merge_modes\['shop.audit'\] must be one of"):
+        with DAG("cdc_bad_table_merge_modes", schedule=None, max_active_runs=1):
+            mysqlcdc_pipeline(tables=["shop.orders"], sink_root="/lake", state_dir="/state",
+                              merge_modes={"shop.audit": "rewrite"})

@@ -16,7 +16,8 @@ class DeltaFormat(SinkFormat):
              catalog_properties: dict[str, str] | None = None) -> Sink:
         from airflow_provider_mysqlcdc.sinks.delta.sink import DEFAULT_MERGE_MODE, DeltaSink
 
-        return DeltaSink(spec.root, storage_options, merge_mode=spec.merge_mode or DEFAULT_MERGE_MODE)
+        return DeltaSink(spec.root, storage_options, merge_mode=spec.merge_mode or DEFAULT_MERGE_MODE,
+                         table_merge_modes=spec.table_merge_modes)
 
     def column_types(self, schema: pa.Schema) -> list[tuple[str, str]]:
         """Delta's own names (``long``, ``timestamp_ntz``, ``decimal(10,2)``), as delta-rs converts them."""

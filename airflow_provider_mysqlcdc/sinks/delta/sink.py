@@ -23,7 +23,7 @@ from deltalake.transaction import AddAction, RemoveAction
 from airflow_provider_mysqlcdc.cdc.errors import ConcurrentCommit, SchemaChangedError, is_table_fault
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy, TableMaintenance
-from airflow_provider_mysqlcdc.protocol.sinks import MERGE_MODES
+from airflow_provider_mysqlcdc.protocol.sinks import MERGE_MODES, check_table_merge_modes
 from airflow_provider_mysqlcdc.sinks.arrow_rows import CHUNK_COLUMN, arrow_schema
 from airflow_provider_mysqlcdc.sinks.base import (
     Position,
@@ -78,16 +78,19 @@ class DeltaSink(Sink):
     concurrent_tables = True
 
     def __init__(self, root: str, storage_options: dict[str, str] | None = None, *,
-                 merge_mode: str = DEFAULT_MERGE_MODE):
+                 merge_mode: str = DEFAULT_MERGE_MODE, table_merge_modes: tuple[tuple[str, str], ...] = ()):
         """:param merge_mode: ``merge-on-read``: a batch marks the rows it replaces deleted in deletion
             vectors and appends their new images (sinks/delta/merge_on_read.py), the table gets the
             ``deletionVectors`` feature; ``copy-on-write``: delta-rs's MERGE rewrites every file
-            holding a changed key."""
+            holding a changed key.
+        :param table_merge_modes: (table name or pattern, merge mode) pairs: the sink tables merged
+            otherwise than ``merge_mode`` (the first entry naming a table decides)."""
         if merge_mode not in MERGE_MODES:
             raise ValueError(f"merge_mode {merge_mode!r} is not one of {', '.join(MERGE_MODES)}")
         self.root = root.rstrip("/")
         self.storage_options = storage_options
         self.merge_mode = merge_mode
+        self.table_merge_modes = check_table_merge_modes(table_merge_modes)
         #: each table's log as the merge-on-read writer replayed it, kept between batches
         self._logs: dict[str, DeltaLog] = {}
         self._logs_lock = threading.Lock()
@@ -122,12 +125,12 @@ class DeltaSink(Sink):
                                   configuration={"delta.appendOnly": "false", STATS_COLUMNS: _stats_columns(schema)})
             except CommitFailedError:
                 pass  # created concurrently by another writer
-            self._enable_vectors(uri, schema.table_id)
+            self._enable_vectors(uri, sink_target(schema).table_id)
             return
         current = pa.schema(table.schema().to_arrow())
         self._check_evolution(schema.table_id, current, target)
         self._enable_features(table, schema.table_id, target)
-        self._enable_vectors(uri, schema.table_id)
+        self._enable_vectors(uri, sink_target(schema).table_id)
         self._relax_nullability(table, schema.table_id, current, target)
         if STATS_COLUMNS not in table.metadata().configuration:  # a table created before this setting
             retry_conflicts(lambda: self.delta_log(uri).set_properties(
@@ -159,7 +162,7 @@ class DeltaSink(Sink):
         feature: given in a commit of its own, right after the table is created, or when a table made
         copy-on-write is first prepared for merge-on-read (its readers must read deletion vectors from
         then on; a table that stays copy-on-write never gets it)."""
-        if self.merge_mode != MERGE_ON_READ:
+        if self.merge_mode_of(table_id) != MERGE_ON_READ:
             return
 
         def enable() -> None:
@@ -257,8 +260,9 @@ class DeltaSink(Sink):
         retry_conflicts(commit, f"commit {len(files)} data files into {table_id} [{start}, {end})")
 
     def merge_changes(self, schema: TableSchema, changes: pa.Table, *, commit: StreamCommit) -> None:
-        uri = self.table_uri(sink_target(schema).table_id)
-        if self.merge_mode == MERGE_ON_READ and self._writable(uri, schema.table_id):
+        target = sink_target(schema).table_id
+        uri = self.table_uri(target)
+        if self.merge_mode_of(target) == MERGE_ON_READ and self._writable(uri, schema.table_id):
             result = retry_conflicts(lambda: merge_into(uri, self.storage_options, self.delta_log(uri), self.key_index,
                                                         schema, changes, shard=commit.shard,
                                                         transactions=transactions(commit)),

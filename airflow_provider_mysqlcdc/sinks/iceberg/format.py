@@ -18,7 +18,7 @@ class IcebergFormat(SinkFormat):
         from airflow_provider_mysqlcdc.sinks.iceberg.sink import DEFAULT_MERGE_MODE, IcebergSink
 
         return IcebergSink(spec.root, storage_options, catalog_properties=catalog_properties, namespace=spec.namespace,
-                           merge_mode=spec.merge_mode or DEFAULT_MERGE_MODE)
+                           merge_mode=spec.merge_mode or DEFAULT_MERGE_MODE, table_merge_modes=spec.table_merge_modes)
 
     def column_types(self, schema: pa.Schema) -> list[tuple[str, str]]:
         """Iceberg's names of the types the sink writes (its narrowest integer is ``int``; ``timestamp``

@@ -44,7 +44,7 @@ from pyiceberg.expressions import (
 from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.protocol.maintenance import DEFAULT_FOLD_SHARE, DEFAULT_TARGET_FILE_BYTES
-from airflow_provider_mysqlcdc.protocol.sinks import DEFAULT_NAMESPACE, MERGE_MODES
+from airflow_provider_mysqlcdc.protocol.sinks import DEFAULT_NAMESPACE, MERGE_MODES, check_table_merge_modes
 from airflow_provider_mysqlcdc.sinks.arrow_rows import CHUNK_COLUMN, arrow_schema, row_key_columns
 from airflow_provider_mysqlcdc.sinks.base import (
     Position,
@@ -119,13 +119,14 @@ DEFAULT_MERGE_MODE = COPY_ON_WRITE
 class IcebergSink(Sink):
     def __init__(self, root: str, storage_options: dict[str, str] | None = None, *,
                  catalog_properties: dict[str, str] | None = None, namespace: str = DEFAULT_NAMESPACE,
-                 merge_mode: str = DEFAULT_MERGE_MODE):
+                 merge_mode: str = DEFAULT_MERGE_MODE, table_merge_modes: tuple[tuple[str, str], ...] = ()):
         """:param merge_mode: ``merge-on-read``: a batch names the rows it replaces in position-delete
             files and appends their new images (sinks/iceberg/merge_on_read.py); ``copy-on-write``:
-            it rewrites every data file holding a changed chunk key."""
+            it rewrites every data file holding a changed chunk key. ``table_merge_modes``: the sink
+            tables (names or patterns) merged otherwise (``DeltaSink``'s)."""
         if merge_mode not in MERGE_MODES:
             raise ValueError(f"merge_mode {merge_mode!r} is not one of {', '.join(MERGE_MODES)}")
-        self.merge_mode = merge_mode
+        self.merge_mode, self.table_merge_modes = merge_mode, check_table_merge_modes(table_merge_modes)
         self.root = root.rstrip("/")
         self.storage_options = storage_options
         self.namespace = namespace
@@ -315,7 +316,7 @@ class IcebergSink(Sink):
         and replace those rows in one commit. The chunk keys carry the shard's tag in a routed table,
         so the rows read are the shard's own."""
         keys = row_key_columns(schema)
-        if self.merge_mode == MERGE_ON_READ:
+        if self.merge_mode_of(sink_target(schema).table_id) == MERGE_ON_READ:
             return self._merge_on_read(schema, changes, commit)
         chunks = sorted({c for c in changes.column(CHUNK_COLUMN).to_pylist() if c is not None})
         self._replace("merge", sink_target(schema).table_id, chunk_filter(chunks),

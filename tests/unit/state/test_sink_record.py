@@ -72,3 +72,10 @@ def test_a_later_run_may_change_the_merge_mode_alone_and_gets_its_own(tmp_path):
     settle_sink(state, SinkSpec("/lake", "delta", merge_mode="copy-on-write"))
     assert settle_sink(state, SinkSpec("/lake", "delta", merge_mode="merge-on-read")).merge_mode == "merge-on-read"
     assert recorded_sink(state).merge_mode == "copy-on-write"  # the record names the sink, not how it is merged
+
+
+def test_a_later_run_may_change_the_tables_merge_modes_and_gets_its_own(tmp_path):
+    state = PipelineState(str(tmp_path / "state"))
+    settle_sink(state, SinkSpec("/lake", "delta", table_merge_modes={"shop.a": "copy-on-write"}))
+    settled = settle_sink(state, SinkSpec("/lake", "delta", table_merge_modes={"shop.b": "copy-on-write"}))
+    assert settled.table_merge_modes == (("shop.b", "copy-on-write"),)
