@@ -113,7 +113,7 @@ TABLE_PROPERTIES = {
 
 #: how a batch of changes reaches a table's files (``IcebergSink.merge_mode``)
 MERGE_ON_READ, COPY_ON_WRITE = MERGE_MODES
-DEFAULT_MERGE_MODE = COPY_ON_WRITE
+DEFAULT_MERGE_MODE = MERGE_ON_READ
 
 
 class IcebergSink(Sink):

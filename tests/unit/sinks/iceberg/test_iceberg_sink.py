@@ -136,7 +136,9 @@ def test_a_replayed_batch_is_recognised_and_applies_nothing(sink):
     assert len(sink.open_table(T).snapshots()) == snapshots and held(sink) == {1: "x", 2: "a"}
 
 
-def test_a_merge_rewrites_only_the_files_whose_chunk_range_can_hold_a_changed_key(sink):
+def test_a_copy_on_write_merge_rewrites_only_the_files_whose_chunk_range_can_hold_a_changed_key(tmp_path):
+    sink = open_sink(SinkSpec(str(tmp_path / "lake"), "iceberg", merge_mode="copy-on-write"))
+    assert isinstance(sink, IcebergSink)
     w = writer(sink)
     for start in range(0, 40, 10):
         split(w, start or None, start + 10 if start < 30 else None, range(start, start + 10), "a")
