@@ -16,8 +16,8 @@ operation runs again from a fresh load (``retry_conflicts``), as Delta's writes 
 A merge reads only the rows of the batch's changed chunk keys, from the data files whose
 ``_cdc_chunk`` bounds (the manifests' column statistics, kept in full for that column) can hold one
 (``chunk_filter``); a change applies only where it is newer than the row (``_cdc_version``). By
-``merge_mode``, it rewrites those files (copy-on-write, the default) or names the rows it replaces
-in position-delete files and appends their new images (merge-on-read: sinks/iceberg/merge_on_read.py).
+``merge_mode``, it names the rows it replaces in position-delete files and appends their new images
+(merge-on-read, the default: sinks/iceberg/merge_on_read.py) or rewrites those files (copy-on-write).
 A write that drops a data file drops the delete files naming it in the same commit.
 
 A chunk's partitions are written as data files by the Spark executors, into the table's ``data``
