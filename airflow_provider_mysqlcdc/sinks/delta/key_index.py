@@ -43,23 +43,12 @@ from airflow_provider_mysqlcdc.sinks.arrow_rows import CHUNK_COLUMN
 from airflow_provider_mysqlcdc.sinks.data_files import in_chunk_range
 from airflow_provider_mysqlcdc.sinks.delta.deletion_vectors import read_vector
 from airflow_provider_mysqlcdc.sinks.delta.log import LiveFile
+from airflow_provider_mysqlcdc.sinks.merge_on_read import VERSION_COLUMN, Matches, join_keys
 
 #: rows kept by a sink's index (all its tables): about 420 MB on the integer path
 DEFAULT_MAX_ROWS = 20_000_000
-VERSION_COLUMN = "_cdc_version"
 _POS, _ROW = "__mysqlcdc_pos", "__mysqlcdc_row"
 ShardRange = tuple[str | None, str | None]
-
-
-@dataclass(frozen=True)
-class Matches:
-    """Rows of the table that hold a changed key: the change's row, the file, the position in it and
-    the row's ``_cdc_version``."""
-
-    rows: np.ndarray
-    paths: np.ndarray
-    positions: np.ndarray
-    versions: np.ndarray
 
 
 @dataclass
@@ -116,12 +105,7 @@ class KeyIndex:
                 rows, positions = rows[kept], positions[kept]
             if len(positions):
                 found.append((live.path, rows, positions, entry.versions[positions]))
-        if not found:
-            empty = np.array([], dtype=np.int64)
-            return Matches(empty, np.array([], dtype=object), empty, empty)
-        return Matches(np.concatenate([f[1] for f in found]),
-                       np.concatenate([np.full(len(f[1]), f[0], dtype=object) for f in found]),
-                       np.concatenate([f[2] for f in found]), np.concatenate([f[3] for f in found]))
+        return Matches.joined(found)
 
     def deleted(self, uri: str, live: LiveFile) -> BitMap64:
         """The positions ``live``'s deletion vector deletes (read once per vector)."""
@@ -194,18 +178,6 @@ class KeyIndex:
         entry = self._files.pop(key, None)
         if entry is not None:
             self._rows -= entry.rows
-
-
-def join_keys(table: pa.Table, key_columns: Sequence[str], nullable_keys: set[str]) -> pa.Table:
-    """The key columns to match on: a nullable key column (a temporal key and its zero-date companion,
-    never both NULL) with its NULL replaced, so that NULL matches NULL as in the MERGE."""
-    columns = []
-    for name in key_columns:
-        column = table.column(name)
-        if name in nullable_keys:
-            column = pc.fill_null(column, pa.scalar("" if pa.types.is_string(column.type) else 0, column.type))
-        columns.append(column)
-    return pa.Table.from_arrays(columns, names=list(key_columns))
 
 
 def _integral(keys: pa.Table, key_columns: Sequence[str]) -> np.ndarray | None:

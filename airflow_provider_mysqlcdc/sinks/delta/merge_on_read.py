@@ -24,11 +24,9 @@ from __future__ import annotations
 import bisect
 import logging
 import time
-from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable, TableFeatures
@@ -49,13 +47,11 @@ from airflow_provider_mysqlcdc.sinks.delta.deletion_vectors import DeletionVecto
 from airflow_provider_mysqlcdc.sinks.delta.key_index import KeyIndex
 from airflow_provider_mysqlcdc.sinks.delta.log import DeltaLog, LiveFile, checkpoint_due
 from airflow_provider_mysqlcdc.sinks.delta.predicates import file_placement
+from airflow_provider_mysqlcdc.sinks.merge_on_read import VERSION_COLUMN, Decision, carried_columns, decide, rewrites
 from airflow_provider_mysqlcdc.sinks.routing import shard_bounds
 
 log = logging.getLogger(__name__)
 
-#: a file whose live rows one batch deletes at least this share of is rewritten, not given a vector
-REWRITE_SHARE = 0.5
-_VERSION = "_cdc_version"
 
 
 @dataclass(frozen=True)
@@ -153,33 +149,20 @@ def merge_by_vectors(table: DeltaTable, uri: str, delta_log: DeltaLog, key_index
     key_index.retain(uri, files)
     candidates = _holding(files.values(), changes.column(CHUNK_COLUMN))
     matches = key_index.locate(uri, candidates, changes, key_columns, nullable_keys, shard_range)
-    change_versions = changes.column(_VERSION).to_numpy()
-    ops = changes.column("_cdc_op").to_numpy(zero_copy_only=False)
-    newer = change_versions[matches.rows] > matches.versions
-    stale_rows = set(matches.rows[~newer].tolist())  # a row newer than the change: the change is dropped
-    deleted: dict[str, list[int]] = defaultdict(list)
-    replaced: dict[int, tuple[str, int]] = {}
-    for path, position, row in zip(matches.paths[newer], matches.positions[newer], matches.rows[newer]):
-        if int(row) in stale_rows:
-            continue
-        deleted[str(path)].append(int(position))
-        replaced[int(row)] = (str(path), int(position))
-    image_rows = [i for i in range(changes.num_rows) if ops[i] != "d" and i not in stale_rows]
-    images = _with_kept_columns(uri, files, changes.take(pa.array(image_rows, pa.int64())), image_rows, replaced,
-                                ops, file_schema)
+    decision = decide(changes, matches)
+    images = _images(uri, files, changes, decision, file_schema)
 
     now = int(time.time() * 1000)
     vectors: dict[str, BitMap64] = {}
     actions: list[dict] = []
     survivors: list[pa.Table] = []
     rewritten = 0
-    for path, positions in deleted.items():
+    for path, positions in decision.deleted.items():
         live = files[path]
         old = key_index.deleted(uri, live)
         now_deleted = old | BitMap64(positions)
-        physical = live.rows if live.rows is not None else live.read(uri, [_VERSION]).num_rows
-        live_rows = physical - len(old)
-        if len(now_deleted) >= physical or len(now_deleted) - len(old) >= REWRITE_SHARE * live_rows:
+        physical = live.rows if live.rows is not None else live.read(uri, [VERSION_COLUMN]).num_rows
+        if rewrites(physical, len(old), len(now_deleted)):
             rows = live.read(uri)
             kept = rows.filter(pa.array(kept_mask(now_deleted, rows.num_rows)))
             if kept.num_rows:
@@ -237,25 +220,15 @@ def _holding(files: Iterable[LiveFile], chunks: pa.ChunkedArray) -> list[LiveFil
     return held
 
 
-def _with_kept_columns(uri: str, files: dict[str, LiveFile], images: pa.Table, image_rows: list[int],
-                       replaced: dict[int, tuple[str, int]], ops: np.ndarray, file_schema: pa.Schema) -> pa.Table:
-    """The images as rows of the table: the table's columns the changes lack take, in an update of a
-    row the table held, that row's value (NULL elsewhere, as in an insert: ``conform_to``)."""
-    absent = [f for f in file_schema if f.name not in images.column_names]
-    if not absent or not images.num_rows:
-        return conform_to(images, file_schema)[0]
-    carried: dict[str, list[tuple[int, int]]] = defaultdict(list)  # file: (image index, position)
-    for index, row in enumerate(image_rows):
-        if row in replaced and ops[row] != "c":
-            path, position = replaced[row]
-            carried[path].append((index, position))
-    values = {f.name: [None] * images.num_rows for f in absent}
-    for path, pairs in carried.items():
-        old = files[path].read(uri, [f.name for f in absent])
-        taken = old.take(pa.array([p for _, p in pairs], pa.int64()))
-        for name in taken.column_names:
-            for (index, _), value in zip(pairs, taken.column(name).to_pylist()):
-                values[name][index] = value
-    for field in absent:
-        images = images.append_column(field.with_nullable(True), pa.array(values[field.name], field.type))
+def _images(uri: str, files: dict[str, LiveFile], changes: pa.Table, decision: Decision,
+            file_schema: pa.Schema) -> pa.Table:
+    """The batch's new row images as rows of the table: the table's columns the changes lack carry,
+    in an update of a row the table held, that row's value (``carried_columns``)."""
+    images = changes.take(pa.array(decision.image_rows, pa.int64()))
+    absent = [f.with_nullable(True) for f in file_schema if f.name not in images.column_names]
+    if absent and images.num_rows:
+        carried = carried_columns(changes, decision, absent, lambda path, positions: files[path].read(
+            uri, [f.name for f in absent]).take(pa.array(positions, pa.int64())))
+        for field in absent:
+            images = images.append_column(field, carried[field.name])
     return conform_to(images, file_schema)[0]

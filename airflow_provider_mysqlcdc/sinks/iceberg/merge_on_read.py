@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -58,6 +57,14 @@ from airflow_provider_mysqlcdc.sinks.iceberg.row_deltas import (
 )
 from airflow_provider_mysqlcdc.sinks.iceberg.rows import chunk_filter
 from airflow_provider_mysqlcdc.sinks.iceberg.schema import arrow_schema_of, as_table_rows, file_schema_of
+from airflow_provider_mysqlcdc.sinks.merge_on_read import (
+    VERSION_COLUMN,
+    Matches,
+    carried_columns,
+    decide,
+    join_keys,
+    rewrites,
+)
 from airflow_provider_mysqlcdc.sinks.routing import shard_bounds
 
 if TYPE_CHECKING:
@@ -67,9 +74,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: a data file whose live rows one batch deletes at least this share of is rewritten, not given deletes
-REWRITE_SHARE = 0.5
-_VERSION = "_cdc_version"
+_VERSION = VERSION_COLUMN
 _POS, _ROW = "__mysqlcdc_pos", "__mysqlcdc_row"
 
 
@@ -115,21 +120,18 @@ def merge_by_deletes(table: Table, changes: pa.Table, *, key_columns: Sequence[s
     chunks = sorted({c for c in changes.column(CHUNK_COLUMN).to_pylist() if c is not None})
     tasks = {t.file.file_path: t for t in table.scan(row_filter=chunk_filter(chunks)).plan_files()} if chunks else {}
     matches, old_deleted = _locate(table.io, tasks.values(), changes, key_columns, nullable_keys, shard_range)
-    change_versions = changes.column(_VERSION).to_numpy(zero_copy_only=False)
-    ops = changes.column("_cdc_op").to_pylist()
-    newer = change_versions[matches.rows] > matches.versions
-    stale_rows = set(matches.rows[~newer].tolist())  # a row as new as the change: the change is dropped
-    deleted: dict[str, list[int]] = defaultdict(list)
-    replaced: dict[int, tuple[str, int]] = {}
-    for path, position, row in zip(matches.paths[newer], matches.positions[newer], matches.rows[newer]):
-        if int(row) in stale_rows:
-            continue
-        deleted[str(path)].append(int(position))
-        replaced[int(row)] = (str(path), int(position))
-    image_rows = [i for i in range(changes.num_rows) if ops[i] != "d" and i not in stale_rows]
+    decision = decide(changes, matches)
+    deleted = decision.deleted
     physical = _PhysicalRows(table)
-    images = _with_kept_columns(physical, tasks, changes.take(pa.array(image_rows, pa.int64())), image_rows,
-                                replaced, ops, carried)
+    images = changes.take(pa.array(decision.image_rows, pa.int64()))
+    if carried and images.num_rows:  # an update keeps, of the columns the changes lack, its row's values
+        schema = arrow_schema_of(table)
+        values = carried_columns(changes, decision, [schema.field(n) for n in carried],
+                                 lambda path, positions: physical.rows(tasks[path].file).take(pa.array(positions,
+                                                                                                        pa.int64())))
+        for name, column in values.items():
+            at = images.schema.get_field_index(name)
+            images = images.set_column(at, images.field(at), column)
 
     written: list[str] = []
     try:
@@ -142,8 +144,7 @@ def merge_by_deletes(table: Table, changes: pa.Table, *, key_columns: Sequence[s
             old = old_deleted.get(path, np.array([], dtype=np.int64))
             now_deleted = np.union1d(old, np.array(positions, dtype=np.int64))
             scoped = {f.file_path for f in task.delete_files if referenced_path(f) == path}
-            live_rows = task.file.record_count - len(old)
-            if len(now_deleted) >= task.file.record_count or len(now_deleted) - len(old) >= REWRITE_SHARE * live_rows:
+            if rewrites(task.file.record_count, len(old), len(now_deleted)):
                 rows = physical.rows(task.file)
                 kept = rows.filter(pa.array(~np.isin(np.arange(rows.num_rows), now_deleted)))
                 if kept.num_rows:
@@ -187,17 +188,6 @@ def merge_by_deletes(table: Table, changes: pa.Table, *, key_columns: Sequence[s
     return MergeResult(delta.snapshot_id, rows_deleted, len(delete_files), rewritten, new_rows.num_rows, len(tasks))
 
 
-@dataclass(frozen=True)
-class _Matches:
-    """Rows of the table that hold a changed key: the change's row, the data file, the position in
-    it and the row's ``_cdc_version``."""
-
-    rows: np.ndarray
-    paths: np.ndarray
-    positions: np.ndarray
-    versions: np.ndarray
-
-
 class _PhysicalRows:
     """Data files' physical rows (delete files not applied), as the table's columns, read once."""
 
@@ -212,25 +202,13 @@ class _PhysicalRows:
         return self._read[data_file.file_path]
 
 
-def _join_keys(table: pa.Table, key_columns: Sequence[str], nullable_keys: set[str]) -> pa.Table:
-    """The key columns to join on: a nullable key column (a temporal key and its zero-date companion,
-    never both NULL) with its NULL replaced, so that NULL matches NULL as in the merge."""
-    columns = []
-    for name in key_columns:
-        column = table.column(name)
-        if name in nullable_keys:
-            column = pc.fill_null(column, pa.scalar("" if pa.types.is_string(column.type) else 0, column.type))
-        columns.append(column)
-    return pa.Table.from_arrays(columns, names=list(key_columns))
-
-
 def _locate(io: FileIO, tasks: Iterable[FileScanTask], changes: pa.Table, key_columns: Sequence[str],
             nullable_keys: set[str], shard_range: tuple[str | None, str | None] | None
-            ) -> tuple[_Matches, dict[str, np.ndarray]]:
+            ) -> tuple[Matches, dict[str, np.ndarray]]:
     """Where the rows of ``changes``' keys are in the data files of ``tasks`` (their delete files'
     rows left out; in a routed table, the rows of ``shard_range`` only); and the positions each
     file's delete files delete."""
-    keys = _join_keys(changes, key_columns, nullable_keys)
+    keys = join_keys(changes, key_columns, nullable_keys)
     keys = keys.append_column(_ROW, pa.array(np.arange(changes.num_rows, dtype=np.int64)))
     first = keys.column(key_columns[0]).combine_chunks()  # the rows holding one of these are joined
     found = []
@@ -240,7 +218,7 @@ def _locate(io: FileIO, tasks: Iterable[FileScanTask], changes: pa.Table, key_co
         path = task.file.file_path
         with io.new_input(path).open() as handle:
             read = pq.read_table(handle, columns=wanted)
-        rows = _join_keys(read, key_columns, nullable_keys).append_column(_VERSION, read.column(_VERSION))
+        rows = join_keys(read, key_columns, nullable_keys).append_column(_VERSION, read.column(_VERSION))
         if shard_range is not None:
             rows = rows.append_column(CHUNK_COLUMN, read.column(CHUNK_COLUMN))
         column = rows.column(key_columns[0])
@@ -261,35 +239,5 @@ def _locate(io: FileIO, tasks: Iterable[FileScanTask], changes: pa.Table, key_co
         joined = target.join(keys, keys=list(key_columns), join_type="inner", use_threads=False)
         if joined.num_rows:
             found.append((path, joined))
-    if not found:
-        empty = np.array([], dtype=np.int64)
-        return _Matches(empty, np.array([], dtype=object), empty, empty), old_deleted
-    return _Matches(np.concatenate([j.column(_ROW).to_numpy() for _, j in found]),
-                    np.concatenate([np.full(j.num_rows, p, dtype=object) for p, j in found]),
-                    np.concatenate([j.column(_POS).to_numpy() for _, j in found]),
-                    np.concatenate([j.column(_VERSION).to_numpy() for _, j in found])), old_deleted
-
-
-def _with_kept_columns(physical: _PhysicalRows, tasks: dict[str, FileScanTask], images: pa.Table,
-                       image_rows: list[int], replaced: dict[int, tuple[str, int]], ops: list[str],
-                       carried: Sequence[str]) -> pa.Table:
-    """The images as the table's rows: a column the changes lack (``carried``) takes, in an update of
-    a row the table held, that row's value (it stays NULL in an insert)."""
-    if not carried or not images.num_rows:
-        return images
-    by_file: dict[str, list[tuple[int, int]]] = defaultdict(list)  # file: (image index, position)
-    for index, row in enumerate(image_rows):
-        if row in replaced and ops[row] == "u":
-            path, position = replaced[row]
-            by_file[path].append((index, position))
-    schema = arrow_schema_of(physical.table)
-    values: dict[str, list] = {name: [None] * images.num_rows for name in carried}
-    for path, pairs in by_file.items():
-        old = physical.rows(tasks[path].file).take(pa.array([p for _, p in pairs], pa.int64()))
-        for name in carried:
-            for (index, _), value in zip(pairs, old.column(name).to_pylist()):
-                values[name][index] = value
-    for name in carried:
-        at = images.schema.get_field_index(name)
-        images = images.set_column(at, images.field(at), pa.array(values[name], schema.field(name).type))
-    return images
+    return Matches.joined([(path, j.column(_ROW).to_numpy(), j.column(_POS).to_numpy(), j.column(_VERSION).to_numpy())
+                           for path, j in found]), old_deleted
