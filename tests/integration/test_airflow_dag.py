@@ -67,7 +67,11 @@ def _assert_run_succeeded(result: dict) -> None:
     assert all(ti["state"] in ("success", "skipped") for ti in result["tis"]), result["tis"]
 
 
-@pytest.mark.parametrize("sink_format", ["delta", "iceberg"])
+#: the lifecycle is Airflow's and the pipeline's, not the table format's: it runs on Delta alone (four
+#: and a half minutes a run). Iceberg's side of the same steps is proven by test_iceberg_sink.py's DAG
+#: run and streams, test_torture.py's faults, DDL and re-snapshots, and the DDL, failover and
+#: added-columns tests, each on Iceberg too
+@pytest.mark.parametrize("sink_format", ["delta"])
 def test_pipeline_lifecycle_adds_clears_resnapshots_and_stays_exact(mysql_server, cdc_user, database, tmp_path,
                                                                     request, installed_wheel, sink_format):
     conn = mysql_server.connect()
