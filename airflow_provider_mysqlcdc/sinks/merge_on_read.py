@@ -86,17 +86,20 @@ def carried_columns(changes: pa.Table, decision: Decision, absent: Sequence[pa.F
                     old_rows: Callable[[str, list[int]], pa.Table]) -> dict[str, pa.Array]:
     """For each column of ``absent`` (the table's columns the changes lack: the source dropped them),
     its values for the batch's images: in an update of a row the table held, that row's value
-    (``old_rows(file, positions)`` reads them), NULL elsewhere, as in the copy-on-write merge."""
+    (``old_rows(file, positions)`` reads them; a file without the column gives NULL), NULL
+    elsewhere, as in the copy-on-write merge."""
     ops = changes.column("_cdc_op").to_pylist()
     by_file: dict[str, list[tuple[int, int]]] = defaultdict(list)  # file: (image index, position)
     for index, row in enumerate(decision.image_rows):
-        if row in decision.replaced and ops[row] == "u":
+        if row in decision.replaced and ops[row] != "c":  # an insert of a key the table held takes NULL
             path, position = decision.replaced[row]
             by_file[path].append((index, position))
     values: dict[str, list] = {f.name: [None] * len(decision.image_rows) for f in absent}
     for path, pairs in by_file.items():
         old = old_rows(path, [p for _, p in pairs])
         for field in absent:
+            if field.name not in old.column_names:  # a file written before the column was added
+                continue
             for (index, _), value in zip(pairs, old.column(field.name).to_pylist()):
                 values[field.name][index] = value
     return {f.name: pa.array(values[f.name], f.type) for f in absent}

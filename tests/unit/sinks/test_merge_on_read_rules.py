@@ -46,3 +46,11 @@ def test_an_update_carries_the_columns_the_changes_lack_from_its_row_and_an_inse
     carried = carried_columns(batch, decision, [pa.field("gone", pa.string())],
                               lambda path, positions: old.take(pa.array(positions)))
     assert carried["gone"].to_pylist() == ["x3", None]
+
+
+def test_a_column_the_old_rows_file_lacks_is_carried_as_null():
+    batch = changes((1, "u", 10))
+    decision = decide(batch, held((0, "a", 0, 5)))
+    carried = carried_columns(batch, decision, [pa.field("added_later", pa.int64())],
+                              lambda path, positions: pa.table({"other": [1]}))
+    assert carried["added_later"].to_pylist() == [None]
