@@ -187,11 +187,12 @@ class Sink(ABC):
 
     @abstractmethod
     def cluster(self, table_id: TableId, *, min_files: int = 2, target_bytes: int = DEFAULT_TARGET_FILE_BYTES,
-                fold_share: float = DEFAULT_FOLD_SHARE) -> ClusteringResult | None:
+                fold_share: float = DEFAULT_FOLD_SHARE, large_apart: bool = False) -> ClusteringResult | None:
         """Rewrite, in chunk-key order, the data files that spread the table's key ranges, into files of
         about ``target_bytes``, in one commit that changes no row, once ``min_files`` need it (a file
-        whose rows merge-on-read deleted ``fold_share`` of needs it alone); None when there was nothing
-        to do (sinks/clustering.py)."""
+        whose rows merge-on-read deleted ``fold_share`` of needs it alone; ``large_apart``: large
+        files only that way, small ones packed together); None when there was nothing to do
+        (sinks/clustering.py ``candidate_groups``)."""
 
     @abstractmethod
     def maintain(self, table_id: TableId, policy: MaintenancePolicy) -> list[TableMaintenance]:

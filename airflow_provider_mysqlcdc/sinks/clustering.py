@@ -94,13 +94,24 @@ class Compaction:
     folded: int = 0
 
 
-def candidate_groups(files: list[HeldFile], *, target_bytes: int = TARGET_BYTES,
-                     fold_share: float = FOLD_SHARE) -> tuple[list[list[HeldFile]], list[list[HeldFile]]]:
+def candidate_groups(files: list[HeldFile], *, target_bytes: int = TARGET_BYTES, fold_share: float = FOLD_SHARE,
+                     large_apart: bool = False) -> tuple[list[list[HeldFile]], list[list[HeldFile]]]:
     """The groups of files whose ranges overlap, and the runs of small neighbours, in key order: what
     clustering would rewrite, before any bound (nothing is read). A file is small under
     ``target_bytes / 32`` (4 MiB by default): the snapshot's files, one per partition, are larger and
     already apart. A file whose deletion vector deletes at least ``fold_share`` of its rows, and that
-    is in no group or run, is a group of its own: rewriting it folds its vector in."""
+    is in no group or run, is a group of its own: rewriting it folds its vector in.
+
+    ``large_apart`` (a merge-on-read table between two stream batches): files of the small size or
+    more join no group, so that the small files each batch adds are packed together (in key order)
+    without rewriting the large files they overlap (random keys overlap every file: each batch's
+    file spans the table's key range), and a large file is rewritten only alone, to fold its
+    deleted rows; the key order of the large files is left to maintenance."""
+    small = target_bytes // 32
+    if large_apart:
+        folds = [[f] for f in files if f.size >= small and f.deleted and f.deleted_share >= fold_share]
+        return folds, _packed(sorted((f for f in files if f.size < small), key=lambda f: (f.low, f.high)),
+                              target_bytes)
     overlapping: list[list[HeldFile]] = []
     reach = ""
     for held in sorted(files, key=lambda f: (f.low, f.high)):
@@ -110,7 +121,6 @@ def candidate_groups(files: list[HeldFile], *, target_bytes: int = TARGET_BYTES,
         else:
             overlapping.append([held])
             reach = held.high
-    small = target_bytes // 32
     groups: list[list[HeldFile]] = []
     runs: list[list[HeldFile]] = []
     run: list[HeldFile] = []
@@ -137,12 +147,22 @@ def candidate_groups(files: list[HeldFile], *, target_bytes: int = TARGET_BYTES,
     return groups, runs
 
 
+def _packed(files: list[HeldFile], target_bytes: int) -> list[list[HeldFile]]:
+    """``files`` in runs of two or more whose sizes add up to ``target_bytes`` at most."""
+    runs: list[list[HeldFile]] = [[]]
+    for held in files:
+        if runs[-1] and sum(f.size for f in runs[-1]) + held.size > target_bytes:
+            runs.append([])
+        runs[-1].append(held)
+    return [run for run in runs if len(run) > 1]
+
+
 def clustering_plan(files: list[HeldFile], *, target_bytes: int = TARGET_BYTES,
-                    max_rewrite_bytes: int = MAX_REWRITE_BYTES, fold_share: float = FOLD_SHARE,
+                    max_rewrite_bytes: int = MAX_REWRITE_BYTES, fold_share: float = FOLD_SHARE, large_apart: bool = False,
                     memory_of: Callable[[HeldFile], int] = lambda held: held.size) -> tuple[list[list[HeldFile]], int]:
     """The groups of files one run rewrites, and the overlapping groups left: ``bounded`` over the
     ``candidate_groups`` of ``files``."""
-    groups, runs = candidate_groups(files, target_bytes=target_bytes, fold_share=fold_share)
+    groups, runs = candidate_groups(files, target_bytes=target_bytes, fold_share=fold_share, large_apart=large_apart)
     return bounded(groups, runs, max_rewrite_bytes=max_rewrite_bytes, memory_of=memory_of)
 
 
@@ -243,7 +263,7 @@ class Clusters(Protocol):
     """A sink, as far as compacting by clustering needs it (``Sink.cluster``)."""
 
     def cluster(self, table_id: TableId, *, min_files: int = 2, target_bytes: int = TARGET_BYTES,
-                fold_share: float = FOLD_SHARE) -> ClusteringResult | None: ...
+                fold_share: float = FOLD_SHARE, large_apart: bool = False) -> ClusteringResult | None: ...
 
 
 def compact_by_clustering(sink: Clusters, table_id: TableId, policy: MaintenancePolicy) -> Compaction:

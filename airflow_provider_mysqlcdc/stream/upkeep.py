@@ -35,14 +35,18 @@ class StreamUpkeep:
 
     def cluster_due(self, tables: set[TableId]) -> None:
         """Between two batches (no merge of this stream runs meanwhile), cluster the data files of sink
-        ``tables`` (those the batch merged into, of tables not frozen), where ``cluster_after_files`` files need it."""
+        ``tables`` (those the batch merged into, of tables not frozen), where ``cluster_after_files`` files need it.
+        A merge-on-read table only gets its small files packed and its mostly deleted files folded
+        (``candidate_groups``' ``large_apart``): each batch's file of random keys overlaps all of its
+        large files, which a batch's clustering would otherwise rewrite whole, again and again."""
         if not self.job.cluster_after_files or not tables:
             return
         self.fence()  # a stream another one took over stops here, as at the next batch
         for table_id in sorted(tables):
             started = time.monotonic()
             try:
-                result = self.sink.cluster(table_id, min_files=self.job.cluster_after_files)
+                result = self.sink.cluster(table_id, min_files=self.job.cluster_after_files,
+                                           large_apart=self.sink.merge_mode_of(table_id) == "merge-on-read")
             except Exception as exc:  # noqa: BLE001 - the batch is applied; clustering can wait for the next one
                 log.warning("clustering %s failed (the batch stands; the next batch tries again): %s: %s", table_id,
                             type(exc).__name__, exc)

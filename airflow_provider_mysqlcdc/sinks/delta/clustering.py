@@ -68,7 +68,7 @@ _WARNED: set[tuple[str, int]] = set()
 
 def cluster_table(table: DeltaTable, uri: str, *, min_files: int = 2, target_bytes: int = TARGET_BYTES,
                   max_rewrite_bytes: int = MAX_REWRITE_BYTES, delta_log: DeltaLog | None = None,
-                  fold_share: float = FOLD_SHARE) -> ClusteringResult | None:
+                  fold_share: float = FOLD_SHARE, large_apart: bool = False) -> ClusteringResult | None:
     """One clustering run on ``table`` as loaded (its version is the one the commit is planned on),
     whose folder is ``uri`` (the sink's form: delta-rs's ``table_uri`` escapes characters a file system
     path keeps), its log as ``delta_log`` replayed it. None when fewer than ``min_files`` files need
@@ -85,7 +85,8 @@ def cluster_table(table: DeltaTable, uri: str, *, min_files: int = 2, target_byt
     delta_log = delta_log or DeltaLog(uri)
     held = _held(table, delta_log)
     live_of = {h.path: live for h, live in held}
-    groups, runs = candidate_groups([h for h, _ in held], target_bytes=target_bytes, fold_share=fold_share)
+    groups, runs = candidate_groups([h for h, _ in held], target_bytes=target_bytes, fold_share=fold_share,
+                                    large_apart=large_apart)
     folds = any(len(group) == 1 for group in groups)
     if sum(len(group) for group in groups + runs) < max(min_files, 2) and not folds:
         return None

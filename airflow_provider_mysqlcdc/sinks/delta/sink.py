@@ -293,7 +293,8 @@ class DeltaSink(Sink):
                         f"merge batch {commit.batch_id} into {schema.table_id}")
 
     def cluster(self, table_id: TableId, *, min_files: int = 2, target_bytes: int = TARGET_BYTES,
-                fold_share: float = FOLD_SHARE, max_rewrite_bytes: int = MAX_REWRITE_BYTES) -> ClusteringResult | None:
+                fold_share: float = FOLD_SHARE, large_apart: bool = False,
+                max_rewrite_bytes: int = MAX_REWRITE_BYTES) -> ClusteringResult | None:
         """Rewrite, in key order, the data files that spread the table's chunk key ranges (files that
         overlap, runs of small ones: sinks/clustering.py), once ``min_files`` need it, in one commit
         that changes no row. A commit that removed one of its files meanwhile makes it plan again, a
@@ -301,10 +302,10 @@ class DeltaSink(Sink):
         wait for it. None: nothing to do (or given up, logged)."""
         uri = self.table_uri(table_id)
         try:
-            return retry_conflicts(lambda: cluster_table(DeltaTable(uri, storage_options=self.storage_options), uri,
+            return retry_conflicts(lambda: cluster_table(self.delta_log(uri).latest(self.storage_options), uri,
                                                           min_files=min_files, target_bytes=target_bytes,
                                                           max_rewrite_bytes=max_rewrite_bytes, fold_share=fold_share,
-                                                          delta_log=self.delta_log(uri)),
+                                                          large_apart=large_apart, delta_log=self.delta_log(uri)),
                                     f"cluster {table_id}", attempts=_CLUSTER_ATTEMPTS)
         except (CommitFailedError, ConcurrentCommit) as exc:
             log.warning("clustering %s gave way to %d concurrent commits and is left for its next run (%s)",

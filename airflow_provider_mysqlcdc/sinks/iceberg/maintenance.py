@@ -104,14 +104,15 @@ def held_files(table: Table) -> list[HeldFile]:
 
 
 def cluster_table(table: Table, *, min_files: int = 2, target_bytes: int = TARGET_BYTES,
-                  max_rewrite_bytes: int = MAX_REWRITE_BYTES, fold_share: float = FOLD_SHARE) -> ClusteringResult | None:
+                  max_rewrite_bytes: int = MAX_REWRITE_BYTES, fold_share: float = FOLD_SHARE,
+                  large_apart: bool = False) -> ClusteringResult | None:
     """One clustering run on ``table`` as loaded; None when fewer than ``min_files`` files need it (a
     file whose delete files delete ``fold_share`` of its rows needs it alone: rewriting its live rows
     folds them in). The delete files of the files it rewrites leave with them. Raises pyiceberg's
     CommitFailedException when another writer committed meanwhile; the data files it wrote then stay
     unreferenced until orphan files are deleted (``expire_and_delete_orphans``)."""
     plan, left = clustering_plan(held_files(table), target_bytes=target_bytes, max_rewrite_bytes=max_rewrite_bytes,
-                                 fold_share=fold_share)
+                                 fold_share=fold_share, large_apart=large_apart)
     planned = sum(len(group) for group in plan)
     if planned < max(2, min_files) and not any(len(group) == 1 for group in plan):
         return None

@@ -421,13 +421,14 @@ class IcebergSink(Sink):
 
     # --- upkeep (sinks/iceberg/maintenance.py) --------------------------------------------------
     def cluster(self, table_id: TableId, *, min_files: int = 2, target_bytes: int = DEFAULT_TARGET_FILE_BYTES,
-                fold_share: float = DEFAULT_FOLD_SHARE) -> ClusteringResult | None:
+                fold_share: float = DEFAULT_FOLD_SHARE, large_apart: bool = False) -> ClusteringResult | None:
         """Rewrite the data files that spread the table's chunk key ranges in key order, in one commit
         that changes no row; planned again after a concurrent commit, a few times, then left for the
         next run (None, logged), as the Delta sink does."""
         try:
             return retry_conflicts(lambda: cluster_table(self._table(table_id), min_files=min_files,
-                                                         target_bytes=target_bytes, fold_share=fold_share),
+                                                         target_bytes=target_bytes, fold_share=fold_share,
+                                                         large_apart=large_apart),
                                    f"cluster {table_id}", conflicts=CONFLICTS, attempts=REWRITE_ATTEMPTS)
         except CONFLICTS as exc:
             log.warning("clustering %s gave way to %d concurrent commits and is left for its next run (%s)",

@@ -58,6 +58,16 @@ def test_runs_of_small_neighbours_are_joined_up_to_the_target_size():
     assert names(plan) == [[f"s{n:02d}" for n in range(36)], [f"s{n:02d}" for n in range(36, 40)], ["t", "u"]]
 
 
+def test_with_large_files_apart_small_files_spanning_them_are_packed_and_only_a_mostly_deleted_large_one_folds():
+    large = [held(f"p{n}", 100 * n, 100 * n + 99, 100) for n in range(4)]
+    large[2] = HeldFile("p2", 100 * MIB, 70, "k0200", "k0299", deleted=30)  # 30% deleted: folds alone
+    batches = [held(f"b{n:02d}", 0, 399, 1) for n in range(20)]  # each batch's random keys span the table
+    plan, _ = clustering_plan(large + batches, target_bytes=128 * MIB, large_apart=True)
+    assert names(plan) == [[f"b{n:02d}" for n in range(20)], ["p2"]]
+    whole, _ = clustering_plan(large + batches, target_bytes=128 * MIB, max_rewrite_bytes=1024 * MIB)
+    assert sorted(names(whole)[0]) == sorted(f.path for f in large + batches)  # without: the whole table rewritten
+
+
 def test_a_file_of_a_snapshot_partition_is_not_small():
     files = [held(f"p{n}", 10 * n, 10 * n + 9, 12) for n in range(40)]  # 250k rows of a TPC-DS customer
     assert clustering_plan(files)[0] == []
