@@ -196,7 +196,7 @@ class PeakRss:
 
 
 def _stream_one_update(server: ThrowawayMariaDB, work: Path, secrets: Path, rows: int, name: str,
-                       settings: dict) -> dict:
+                       settings: dict, sink_format: str = "delta", merge_mode: str | None = None) -> dict:
     conn = server.connect_root()
     table = TableId("bench", f"mem_{name}")
     with conn.cursor() as cur:
@@ -210,8 +210,9 @@ def _stream_one_update(server: ThrowawayMariaDB, work: Path, secrets: Path, rows
     conn.commit()
     state = PipelineState(str(work / f"{name}-state"))
     state.commit({table: CapturedTable("id", [stream_only_split(table, "id", start)])})
-    open_sink(SinkSpec(str(work / f"{name}-lake"))).prepare(load_table_schema(conn, table))
-    job = StreamJob(state=state.location, sink=SinkSpec(str(work / f"{name}-lake")), **settings)
+    sink = SinkSpec(str(work / f"{name}-lake"), sink_format, merge_mode=merge_mode)
+    open_sink(sink).prepare(load_table_schema(conn, table))
+    job = StreamJob(state=state.location, sink=sink, **settings)
     (work / f"{name}.json").write_text(job.to_json())
     submit = SparkSubmit(master="local[2]", work_dir=work / "spark")
     log_file = work / f"{name}.log"
