@@ -359,6 +359,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
     parser.add_argument("--memory-rows", type=int, default=5_000_000,
                         help="rows of the one UPDATE the memory benchmark streams")
+    parser.add_argument("--memory-format", default="delta", choices=["delta", "iceberg"],
+                        help="the memory benchmark's sink format (--only memory prints its figures, keeps none)")
+    parser.add_argument("--memory-merge-mode", default=None, choices=["merge-on-read", "copy-on-write"],
+                        help="the memory benchmark's merge mode (default: the format's)")
     parser.add_argument("--written-rows", type=int, default=1_000_000,
                         help="rows of the table snapshotted under concurrent writes, in each snapshot_consistency")
     parser.add_argument("--merge-sizes", default="1000000,10000000",
@@ -412,7 +416,9 @@ def main(argv: list[str] | None = None) -> int:
                        "merge-scaling": lambda: bench_merge_scaling(server, work, secrets),
                        "random-merges": lambda: bench_random_merges(work),
                        "latency": lambda: bench_latency(server, work, secrets),
-                       "memory": lambda: bench_memory(server, work, secrets, args.memory_rows),
+                       "memory": lambda: bench_memory(server, work, secrets, args.memory_rows,
+                                                      sink_format=args.memory_format,
+                                                      merge_mode=args.memory_merge_mode),
                        "fixed-cost": lambda: bench_fixed_cost(server, work, secrets),
                        "stream-startup": lambda: bench_stream_startup(server, work, secrets),
                        "mixed": lambda: bench_mixed_workload(server, work, secrets),
