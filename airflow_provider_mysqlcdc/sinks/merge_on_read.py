@@ -17,6 +17,8 @@ import pyarrow.compute as pc
 #: a data file whose live rows one batch deletes at least this share of is rewritten, not given deletes
 REWRITE_SHARE = 0.5
 VERSION_COLUMN = "_cdc_version"
+#: a data file's row position beside its keys, and a change's row number beside its keys (``matched``)
+POSITION_COLUMN, ROW_COLUMN = "__mysqlcdc_pos", "__mysqlcdc_row"
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,26 @@ def carried_columns(changes: pa.Table, decision: Decision, absent: Sequence[pa.F
             for (index, _), value in zip(pairs, old.column(field.name).to_pylist()):
                 values[field.name][index] = value
     return {f.name: pa.array(values[f.name], f.type) for f in absent}
+
+
+def matched(held: pa.Table, query: pa.Table, key_columns: Sequence[str],
+            keep: pa.Array | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The (change row, position) pairs where a data file's rows ``held`` (its key columns, as
+    ``join_keys`` gives them, and ``POSITION_COLUMN``; only those ``keep`` marks) hold a key of
+    ``query`` (the changes' key columns and ``ROW_COLUMN``): a membership test on the first key
+    column, then a join of the rows it keeps."""
+    first = query.column(key_columns[0]).combine_chunks()
+    column = held.column(key_columns[0])
+    maybe = pc.is_in(column if column.type.equals(first.type) else column.cast(first.type), value_set=first,
+                     skip_nulls=False)
+    held = held.filter(maybe if keep is None else pc.and_(maybe, keep))
+    if not held.num_rows:
+        empty = np.array([], dtype=np.int64)
+        return empty, empty
+    target = pa.Table.from_arrays([held.column(k).cast(query.schema.field(k).type) for k in key_columns]
+                                  + [held.column(POSITION_COLUMN)], names=[*key_columns, POSITION_COLUMN])
+    joined = target.join(query, keys=list(key_columns), join_type="inner", use_threads=False)
+    return joined.column(ROW_COLUMN).to_numpy(), joined.column(POSITION_COLUMN).to_numpy()
 
 
 def join_keys(table: pa.Table, key_columns: Sequence[str], nullable_keys: set[str]) -> pa.Table:

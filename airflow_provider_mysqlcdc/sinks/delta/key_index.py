@@ -43,11 +43,17 @@ from airflow_provider_mysqlcdc.sinks.arrow_rows import CHUNK_COLUMN
 from airflow_provider_mysqlcdc.sinks.data_files import in_chunk_range
 from airflow_provider_mysqlcdc.sinks.delta.deletion_vectors import read_vector
 from airflow_provider_mysqlcdc.sinks.delta.log import LiveFile
-from airflow_provider_mysqlcdc.sinks.merge_on_read import VERSION_COLUMN, Matches, join_keys
+from airflow_provider_mysqlcdc.sinks.merge_on_read import (
+    POSITION_COLUMN,
+    ROW_COLUMN,
+    VERSION_COLUMN,
+    Matches,
+    join_keys,
+    matched,
+)
 
 #: rows kept by a sink's index (all its tables): about 420 MB on the integer path
 DEFAULT_MAX_ROWS = 20_000_000
-_POS, _ROW = "__mysqlcdc_pos", "__mysqlcdc_row"
 ShardRange = tuple[str | None, str | None]
 
 
@@ -74,9 +80,6 @@ class KeyIndex:
         self._rows = 0
         self._lock = threading.Lock()
 
-    def __len__(self) -> int:
-        return len(self._files)
-
     @property
     def rows(self) -> int:
         """The rows the index holds now."""
@@ -88,15 +91,14 @@ class KeyIndex:
         ``uri`` (in a routed table, the rows of ``shard_range`` only)."""
         query = join_keys(changes, key_columns, nullable_keys)
         integral = _integral(query, key_columns)
-        query = query.append_column(_ROW, pa.array(np.arange(changes.num_rows, dtype=np.int64)))
-        first = query.column(key_columns[0]).combine_chunks()
+        query = query.append_column(ROW_COLUMN, pa.array(np.arange(changes.num_rows, dtype=np.int64)))
         found: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]] = []
         for live in candidates:
             entry = self._entry(uri, live, key_columns, nullable_keys)
             if integral is not None and entry.sorted_keys is not None:
                 rows, positions = _search(entry, integral)
             else:
-                rows, positions = _join(entry, query, key_columns, first)
+                rows, positions = _join(entry, query, key_columns)
             if len(positions) and entry.deleted:
                 kept = np.fromiter((int(p) not in entry.deleted for p in positions), dtype=bool, count=len(positions))
                 rows, positions = rows[kept], positions[kept]
@@ -204,7 +206,7 @@ def _build(rows: pa.Table, key_columns: Sequence[str], nullable_keys: set[str]) 
     if integral is not None:
         order = np.argsort(integral, kind="stable")
         return _FileKeys(rows.num_rows, versions, integral[order], order, None)
-    keys = keys.append_column(_POS, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
+    keys = keys.append_column(POSITION_COLUMN, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
     return _FileKeys(rows.num_rows, versions, None, None, keys)
 
 
@@ -228,21 +230,9 @@ def _search(entry: _FileKeys, query: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return rows.astype(np.int64), entry.order[starts + offsets].astype(np.int64)
 
 
-def _join(entry: _FileKeys, query: pa.Table, key_columns: Sequence[str],
-          first: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """The (change row, position) pairs where the file holds a queried key: a membership test on the
-    first key column, then a join of the rows it keeps."""
+def _join(entry: _FileKeys, query: pa.Table, key_columns: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """The (change row, position) pairs where the file holds a queried key (``matched``)."""
     keys = entry.keys
     if keys is None:  # a file indexed on the integer path, queried by keys that are not (NULLs in them)
-        keys = pa.table({key_columns[0]: pa.array(entry.sorted_keys), _POS: pa.array(entry.order, pa.int64())})
-    column = keys.column(key_columns[0])
-    maybe = pc.is_in(column if column.type.equals(first.type) else column.cast(first.type), value_set=first,
-                     skip_nulls=False)
-    keys = keys.filter(maybe)
-    if not keys.num_rows:
-        empty = np.array([], dtype=np.int64)
-        return empty, empty
-    target = pa.Table.from_arrays([keys.column(k).cast(query.schema.field(k).type) for k in key_columns]
-                                  + [keys.column(_POS)], names=[*key_columns, _POS])
-    joined = target.join(query, keys=list(key_columns), join_type="inner", use_threads=False)
-    return joined.column(_ROW).to_numpy(), joined.column(_POS).to_numpy()
+        keys = pa.table({key_columns[0]: pa.array(entry.sorted_keys), POSITION_COLUMN: pa.array(entry.order, pa.int64())})
+    return matched(keys, query, key_columns)

@@ -58,11 +58,14 @@ from airflow_provider_mysqlcdc.sinks.iceberg.row_deltas import (
 from airflow_provider_mysqlcdc.sinks.iceberg.rows import chunk_filter
 from airflow_provider_mysqlcdc.sinks.iceberg.schema import arrow_schema_of, as_table_rows, file_schema_of
 from airflow_provider_mysqlcdc.sinks.merge_on_read import (
+    POSITION_COLUMN,
+    ROW_COLUMN,
     VERSION_COLUMN,
     Matches,
     carried_columns,
     decide,
     join_keys,
+    matched,
     rewrites,
 )
 from airflow_provider_mysqlcdc.sinks.routing import shard_bounds
@@ -75,7 +78,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _VERSION = VERSION_COLUMN
-_POS, _ROW = "__mysqlcdc_pos", "__mysqlcdc_row"
 
 
 @dataclass(frozen=True)
@@ -208,9 +210,8 @@ def _locate(io: FileIO, tasks: Iterable[FileScanTask], changes: pa.Table, key_co
     """Where the rows of ``changes``' keys are in the data files of ``tasks`` (their delete files'
     rows left out; in a routed table, the rows of ``shard_range`` only); and the positions each
     file's delete files delete."""
-    keys = join_keys(changes, key_columns, nullable_keys)
-    keys = keys.append_column(_ROW, pa.array(np.arange(changes.num_rows, dtype=np.int64)))
-    first = keys.column(key_columns[0]).combine_chunks()  # the rows holding one of these are joined
+    query = join_keys(changes, key_columns, nullable_keys)
+    query = query.append_column(ROW_COLUMN, pa.array(np.arange(changes.num_rows, dtype=np.int64)))
     found = []
     old_deleted: dict[str, np.ndarray] = {}
     wanted = [*key_columns, _VERSION, *([CHUNK_COLUMN] if shard_range else [])]
@@ -218,26 +219,16 @@ def _locate(io: FileIO, tasks: Iterable[FileScanTask], changes: pa.Table, key_co
         path = task.file.file_path
         with io.new_input(path).open() as handle:
             read = pq.read_table(handle, columns=wanted)
-        rows = join_keys(read, key_columns, nullable_keys).append_column(_VERSION, read.column(_VERSION))
-        if shard_range is not None:
-            rows = rows.append_column(CHUNK_COLUMN, read.column(CHUNK_COLUMN))
-        column = rows.column(key_columns[0])
-        maybe = pc.is_in(column if column.type.equals(first.type) else column.cast(first.type), value_set=first,
-                         skip_nulls=False)
+        held = join_keys(read, key_columns, nullable_keys)
+        held = held.append_column(POSITION_COLUMN, pa.array(np.arange(read.num_rows, dtype=np.int64)))
+        keep = pa.array(np.ones(read.num_rows, dtype=bool))
         if task.delete_files:
             old_deleted[path] = deleted_positions(io, task.delete_files, path)
-            maybe = pc.and_(maybe, pa.array(~np.isin(np.arange(rows.num_rows), old_deleted[path])))
+            keep = pa.array(~np.isin(np.arange(read.num_rows), old_deleted[path]))
         if shard_range is not None:
-            maybe = pc.and_(maybe, in_chunk_range(rows.column(CHUNK_COLUMN), *shard_range))
-        positions = np.flatnonzero(np.asarray(maybe.to_numpy(zero_copy_only=False), dtype=bool))
-        if not len(positions):
-            continue
-        rows = rows.take(pa.array(positions))
-        target = pa.Table.from_arrays([rows.column(k).cast(keys.schema.field(k).type) for k in key_columns]
-                                      + [rows.column(_VERSION), pa.array(positions, pa.int64())],
-                                      names=[*key_columns, _VERSION, _POS])
-        joined = target.join(keys, keys=list(key_columns), join_type="inner", use_threads=False)
-        if joined.num_rows:
-            found.append((path, joined))
-    return Matches.joined([(path, j.column(_ROW).to_numpy(), j.column(_POS).to_numpy(), j.column(_VERSION).to_numpy())
-                           for path, j in found]), old_deleted
+            keep = pc.and_(keep, in_chunk_range(read.column(CHUNK_COLUMN), *shard_range))
+        rows, positions = matched(held, query, key_columns, keep)
+        if len(positions):
+            versions = np.asarray(read.column(_VERSION).to_numpy(zero_copy_only=False))[positions]
+            found.append((path, rows, positions, versions))
+    return Matches.joined(found), old_deleted
