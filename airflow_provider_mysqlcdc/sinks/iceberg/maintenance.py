@@ -39,7 +39,6 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-import fsspec
 from pyiceberg.exceptions import CommitFailedException, ValidationException
 from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, GreaterThanOrEqual, LessThanOrEqual
 from pyiceberg.io.pyarrow import ArrowScan, parquet_file_to_data_file
@@ -56,7 +55,7 @@ from airflow_provider_mysqlcdc.sinks.clustering import (
     HeldFile,
     clustering_plan,
 )
-from airflow_provider_mysqlcdc.sinks.data_files import ORPHAN_MIN_AGE_S, modified_s, write_data_file
+from airflow_provider_mysqlcdc.sinks.data_files import ORPHAN_MIN_AGE_S, orphans, write_data_file
 from airflow_provider_mysqlcdc.sinks.iceberg.catalog import busy_as_conflict
 from airflow_provider_mysqlcdc.sinks.iceberg.row_deltas import deletes_by_data_file, drop_dangling_deletes, has_deletes
 from airflow_provider_mysqlcdc.sinks.iceberg.rows import any_of
@@ -251,23 +250,19 @@ def expire_and_delete_orphans(table: Table, retention_s: float) -> int:
             return 0
         table = table.refresh()
     referenced = _data_file_paths(table)
-    fs, root = fsspec.core.url_to_fs(table.location())
     # files of the expired snapshots alone: their data files, manifests and manifest lists
     manifests_after = _manifests_by_snapshot(table, manifests_before)
     released = (before - referenced) | (set().union(*manifests_before.values()) - set().union(*manifests_after.values()))
     for path in released:  # through the table's own file IO: the catalog's storage credentials
         with contextlib.suppress(FileNotFoundError):  # deleted by an earlier run that stopped short
             table.io.delete(path)
-    folder = f"{root.rstrip('/')}/data"
-    if not fs.exists(folder):
-        return len(released)
-    oldest = time.time() - max(retention_s, ORPHAN_MIN_AGE_S)
-    orphans = [path for path, info in fs.find(folder, detail=True).items()
-               if _plain(_as_location(table.location(), root, path)) not in before | referenced
-               and modified_s(info) < oldest]
-    for path in orphans:
-        table.io.delete(_as_location(table.location(), root, path))
-    return len(released) + len(orphans)
+    data = table.location().rstrip("/") + "/data"
+    prefix = _plain(data) + "/"
+    named = {path[len(prefix):] for path in before | referenced if path.startswith(prefix)}
+    unnamed = orphans(data, named, older_than_s=max(retention_s, ORPHAN_MIN_AGE_S))
+    for path in unnamed:
+        table.io.delete(f"{data}/{path}")
+    return len(released) + len(unnamed)
 
 
 def expirable(snapshot_log: list[tuple[int, int]], snapshots: list[tuple[int, int]], current: int,
@@ -301,8 +296,3 @@ def _manifests_by_snapshot(table: Table, known: dict[int, set[str]] | None = Non
 def _plain(path: str) -> str:
     """A local file's path without a ``file://`` scheme (the table may name it either way)."""
     return path[len("file://"):] if path.startswith("file://") else path
-
-
-def _as_location(location: str, root: str, path: str) -> str:
-    """``path`` (as the file system lists it) as the table names its files (its location's form)."""
-    return location.rstrip("/") + path[len(root.rstrip("/")):]
