@@ -108,9 +108,13 @@ def candidate_groups(files: list[HeldFile], *, target_bytes: int = TARGET_BYTES,
     file spans the table's key range), and a large file is rewritten only alone, to fold its
     deleted rows; the key order of the large files is left to maintenance."""
     small = target_bytes // 32
+
+    def folds(held: HeldFile) -> bool:
+        return bool(held.deleted) and held.deleted_share >= fold_share
+
     if large_apart:
-        folds = [[f] for f in files if f.size >= small and f.deleted and f.deleted_share >= fold_share]
-        return folds, _packed(sorted((f for f in files if f.size < small), key=lambda f: (f.low, f.high)),
+        alone = [[f] for f in files if f.size >= small and folds(f)]
+        return alone, _packed(sorted((f for f in files if f.size < small), key=lambda f: (f.low, f.high)),
                               target_bytes)
     overlapping: list[list[HeldFile]] = []
     reach = ""
@@ -123,28 +127,16 @@ def candidate_groups(files: list[HeldFile], *, target_bytes: int = TARGET_BYTES,
             reach = held.high
     groups: list[list[HeldFile]] = []
     runs: list[list[HeldFile]] = []
-    run: list[HeldFile] = []
-
-    def end_run() -> None:
-        if len(run) > 1:
-            runs.append(list(run))
-        run.clear()
-
+    neighbours: list[HeldFile] = []  # small files next to each other in key order, none overlapping
     for group in overlapping:
-        if len(group) > 1:
-            end_run()
+        if len(group) == 1 and group[0].size < small and not folds(group[0]):
+            neighbours.append(group[0])
+            continue
+        runs += _packed(neighbours, target_bytes)
+        neighbours = []
+        if len(group) > 1 or folds(group[0]):
             groups.append(group)
-        elif group[0].deleted and group[0].deleted_share >= fold_share:
-            end_run()
-            groups.append(group)
-        elif group[0].size < small:
-            if run and sum(f.size for f in run) + group[0].size > target_bytes:
-                end_run()
-            run.append(group[0])
-        else:
-            end_run()
-    end_run()
-    return groups, runs
+    return groups, runs + _packed(neighbours, target_bytes)
 
 
 def _packed(files: list[HeldFile], target_bytes: int) -> list[list[HeldFile]]:
