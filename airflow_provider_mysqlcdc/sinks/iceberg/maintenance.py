@@ -1,14 +1,14 @@
 """Iceberg table maintenance: clustering, snapshot expiry and orphan files (sinks/iceberg/sink.py).
 
 - **Clustering** (the stream's, between batches, and compaction): the same plan as for Delta
-  (sinks/clustering.py), from the data files' ``_cdc_chunk`` bounds in the manifests. Each planned
-  group's key range holds no other file's rows (a group is all the files whose ranges overlap, or a
-  run of small neighbours), so one transaction deletes the groups' ranges, which drops their files
-  whole, and appends each group's rows sorted by ``_cdc_chunk``: files with ranges apart again.
-  The rows read are the live ones (delete files applied), and the delete files of the dropped files
-  leave in the same commit: clustering folds them in, and a file whose delete files delete much of
-  it (``FOLD_SHARE``) is rewritten for that alone.
-  A concurrent commit fails it, and it plans again, a few times at most.
+  (sinks/clustering.py), from the data files' ``_cdc_chunk`` bounds in the manifests, bounded by the
+  rows a run holds in memory. The planned files are read one by one (their live rows: delete files
+  applied), each group's rows are written as new files sorted by ``_cdc_chunk``, and one snapshot
+  (``RowDelta``, sinks/iceberg/row_deltas.py) removes exactly the planned files and the delete files
+  scoped to them and adds the new ones: clustering folds delete files in, a file whose delete files
+  delete much of it (``FOLD_SHARE``) is rewritten for that alone, and no other file is touched (the
+  large files a merge-on-read table's packed small files overlap stay as they are).
+  A concurrent commit fails it, its files are deleted, and it plans again, a few times at most.
 - **Snapshot expiry** (the retention of ``vacuum_retention_s``): snapshots that stopped being the
   current one longer ago than it leave the table's metadata (the current one always stays); time
   travel to any snapshot current within the retention keeps working.
@@ -40,7 +40,7 @@ import time
 from typing import TYPE_CHECKING
 
 from pyiceberg.exceptions import CommitFailedException, ValidationException
-from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, GreaterThanOrEqual, LessThanOrEqual
+from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io.pyarrow import ArrowScan, parquet_file_to_data_file
 
 from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy, TableMaintenance
@@ -52,13 +52,15 @@ from airflow_provider_mysqlcdc.sinks.clustering import (
     TARGET_BYTES,
     ClusteringResult,
     Compaction,
+    FileRows,
     HeldFile,
-    clustering_plan,
+    bounded,
+    candidate_groups,
+    rewrite_in_key_order,
 )
 from airflow_provider_mysqlcdc.sinks.data_files import ORPHAN_MIN_AGE_S, orphans, write_data_file
 from airflow_provider_mysqlcdc.sinks.iceberg.catalog import busy_as_conflict
-from airflow_provider_mysqlcdc.sinks.iceberg.row_deltas import deletes_by_data_file, drop_dangling_deletes, has_deletes
-from airflow_provider_mysqlcdc.sinks.iceberg.rows import any_of
+from airflow_provider_mysqlcdc.sinks.iceberg.row_deltas import RowDelta, deletes_by_data_file, has_deletes
 from airflow_provider_mysqlcdc.sinks.iceberg.schema import file_schema_of
 
 if TYPE_CHECKING:
@@ -107,24 +109,43 @@ def cluster_table(table: Table, *, min_files: int = 2, target_bytes: int = TARGE
                   large_apart: bool = False) -> ClusteringResult | None:
     """One clustering run on ``table`` as loaded; None when fewer than ``min_files`` files need it (a
     file whose delete files delete ``fold_share`` of its rows needs it alone: rewriting its live rows
-    folds them in). The delete files of the files it rewrites leave with them. Raises pyiceberg's
-    CommitFailedException when another writer committed meanwhile; the data files it wrote then stay
-    unreferenced until orphan files are deleted (``expire_and_delete_orphans``)."""
-    plan, left = clustering_plan(held_files(table), target_bytes=target_bytes, max_rewrite_bytes=max_rewrite_bytes,
-                                 fold_share=fold_share, large_apart=large_apart)
-    planned = sum(len(group) for group in plan)
-    if planned < max(2, min_files) and not any(len(group) == 1 for group in plan):
+    folds them in), or when nothing fits a run. A run holds at most ``max_rewrite_bytes`` of rows in
+    memory (as Arrow: Parquet's bytes say little of it), reads the planned files one by one (their
+    delete files applied) and writes each group's rows as new files before its one commit, which
+    removes exactly the planned files and the delete files scoped to them. Raises pyiceberg's
+    CommitFailedException when another writer committed meanwhile, after deleting the files it wrote."""
+    held = held_files(table)
+    groups, runs = candidate_groups(held, target_bytes=target_bytes, fold_share=fold_share, large_apart=large_apart)
+    folds = any(len(group) == 1 for group in groups)
+    if sum(len(group) for group in groups + runs) < max(min_files, 2) and not folds:
         return None
-    ranges = [_range_of(group) for group in plan]
-    groups = [table.scan(row_filter=r).to_arrow().sort_by(CHUNK_COLUMN) for r in ranges]
-    before = data_file_count(table)
-    with busy_as_conflict(), table.transaction() as tx:
-        tx.delete(any_of(ranges))
-        drop_dangling_deletes(tx, table.io, {OPERATION_SUMMARY: "cluster"})
-        for rows in groups:
-            tx.append(rows, snapshot_properties={OPERATION_SUMMARY: "cluster"})
-    written = data_file_count(table.refresh()) - (before - planned)
-    result = ClusteringResult(planned, written, sum(g.num_rows for g in groups), left,
+    tasks = {task.file.file_path: task for task in table.scan().plan_files()}
+    scan = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue())
+    folder = table.location().rstrip("/") + "/data"
+    file_schema = file_schema_of(table)
+    rows = FileRows(folder, file_schema, read=lambda h: scan.to_table([tasks[h.path]]))
+    plan, left = bounded(groups, runs, max_rewrite_bytes=max_rewrite_bytes, memory_of=rows.memory_of)
+    rows.keep_only(plan)
+    if not plan:
+        return None
+    written: list[str] = []
+    try:
+        for group in plan:
+            written += [f"{folder}/{f.path}" for f in rewrite_in_key_order(folder, group, file_schema,
+                                                                            target_bytes=target_bytes, read=rows)]
+        removed = {f.path for group in plan for f in group}
+        scoped = deletes_by_data_file(table.metadata, table.io) if has_deletes(table.metadata) else {}
+        with busy_as_conflict(), table.transaction() as tx:
+            RowDelta(tx, table.io, data_files=[parquet_file_to_data_file(table.io, table.metadata, path)
+                                               for path in written],
+                     removed_data=removed, removed_deletes={f.file_path for path in removed for f in scoped.get(path, ())},
+                     summary={OPERATION_SUMMARY: "cluster"}).commit()
+    except CONFLICTS:  # nothing of it is in the table
+        for path in written:
+            with contextlib.suppress(FileNotFoundError):
+                table.io.delete(path)
+        raise
+    result = ClusteringResult(len(removed), len(written), sum(f.rows for group in plan for f in group), left,
                               sum(1 for group in plan if len(group) == 1))
     log.info("clustered %s: %s", table.name(), result)
     return result
@@ -210,11 +231,6 @@ def _version_bounds(table: Table) -> list[tuple[int, int, int, str]]:
         if version.get("lower_bound") is not None and version.get("upper_bound") is not None:
             bounds.append((int(version["lower_bound"]), int(version["upper_bound"]), int(size), path))
     return bounds
-
-
-def _range_of(group: list[HeldFile]) -> BooleanExpression:
-    return And(GreaterThanOrEqual(CHUNK_COLUMN, min(f.low for f in group)),
-               LessThanOrEqual(CHUNK_COLUMN, max(f.high for f in group)))
 
 
 def maintain_table(table: Table, policy: MaintenancePolicy, *, compact) -> TableMaintenance:

@@ -41,7 +41,7 @@ T, U = TableId("shop", "t"), TableId("shop", "u")
 #: the sink format of the test running, and its merge mode after a slash (set by conftest.py's fixture)
 SINK_FORMAT = types.SimpleNamespace(value="delta")
 #: every sink format, and each merge mode of a format that has several (conftest.py runs each test on each)
-SINK_VARIANTS = ["delta/merge-on-read", "delta/copy-on-write", "iceberg", "iceberg/merge-on-read"]
+SINK_VARIANTS = ["delta/merge-on-read", "delta/copy-on-write", "iceberg/merge-on-read", "iceberg/copy-on-write"]
 
 
 def sink_spec(root: str) -> SinkSpec:
