@@ -6,9 +6,11 @@ are (``Matches``) and how deletes are written are each format's own."""
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -19,6 +21,8 @@ REWRITE_SHARE = 0.5
 VERSION_COLUMN = "_cdc_version"
 #: a data file's row position beside its keys, and a change's row number beside its keys (``matched``)
 POSITION_COLUMN, ROW_COLUMN = "__mysqlcdc_pos", "__mysqlcdc_row"
+#: a data file of any format (``holding``)
+F = TypeVar("F")
 
 
 @dataclass(frozen=True)
@@ -137,3 +141,15 @@ def join_keys(table: pa.Table, key_columns: Sequence[str], nullable_keys: set[st
             column = pc.fill_null(column, pa.scalar("" if pa.types.is_string(column.type) else 0, column.type))
         columns.append(column)
     return pa.Table.from_arrays(columns, names=list(key_columns))
+
+
+def holding(files: Iterable[F], bounds: Callable[[F], tuple[str | None, str | None]], chunks: pa.ChunkedArray) -> list[F]:
+    """The ``files`` whose ``_cdc_chunk`` range (``bounds``: lowest, highest) holds one of ``chunks``
+    (unknown bounds: held)."""
+    keys = sorted({k for k in chunks.to_pylist() if k is not None})
+    held = []
+    for data_file in files:
+        low, high = bounds(data_file)
+        if low is None or high is None or bisect.bisect_left(keys, low) < bisect.bisect_right(keys, high):
+            held.append(data_file)
+    return held

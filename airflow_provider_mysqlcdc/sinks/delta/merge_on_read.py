@@ -21,10 +21,9 @@ update and are NULL in an insert, as in the copy-on-write MERGE.
 
 from __future__ import annotations
 
-import bisect
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -44,10 +43,17 @@ from airflow_provider_mysqlcdc.sinks.data_files import (
 )
 from airflow_provider_mysqlcdc.sinks.delta.data_files import add_json
 from airflow_provider_mysqlcdc.sinks.delta.deletion_vectors import DeletionVector, kept_mask, read_vector, write_vectors
-from airflow_provider_mysqlcdc.sinks.delta.key_index import KeyIndex
 from airflow_provider_mysqlcdc.sinks.delta.log import DeltaLog, LiveFile, checkpoint_due
 from airflow_provider_mysqlcdc.sinks.delta.predicates import file_placement
-from airflow_provider_mysqlcdc.sinks.merge_on_read import VERSION_COLUMN, Decision, carried_columns, decide, rewrites
+from airflow_provider_mysqlcdc.sinks.key_index import KeyIndex
+from airflow_provider_mysqlcdc.sinks.merge_on_read import (
+    VERSION_COLUMN,
+    Decision,
+    carried_columns,
+    decide,
+    holding,
+    rewrites,
+)
 from airflow_provider_mysqlcdc.sinks.routing import shard_bounds
 
 log = logging.getLogger(__name__)
@@ -147,8 +153,9 @@ def merge_by_vectors(table: DeltaTable, uri: str, delta_log: DeltaLog, key_index
     ``ConcurrentCommit`` when another writer committed first, after deleting what it wrote."""
     files = delta_log.files(table)
     key_index.retain(uri, files)
-    candidates = _holding(files.values(), changes.column(CHUNK_COLUMN))
-    matches = key_index.locate(uri, candidates, changes, key_columns, nullable_keys, shard_range)
+    candidates = holding(files.values(), lambda live: live.chunk_bounds, changes.column(CHUNK_COLUMN))
+    matches = key_index.locate(uri, [_Indexed(uri, live) for live in candidates], changes, key_columns, nullable_keys,
+                               shard_range)
     decision = decide(changes, matches)
     images = _images(uri, files, changes, decision, file_schema)
 
@@ -159,7 +166,7 @@ def merge_by_vectors(table: DeltaTable, uri: str, delta_log: DeltaLog, key_index
     rewritten = 0
     for path, positions in decision.deleted.items():
         live = files[path]
-        old = key_index.deleted(uri, live)
+        old = key_index.deleted(uri, _Indexed(uri, live))
         now_deleted = old | BitMap64(positions)
         physical = live.rows if live.rows is not None else live.read(uri, [VERSION_COLUMN]).num_rows
         if rewrites(physical, len(old), len(now_deleted)):
@@ -203,21 +210,35 @@ def merge_by_vectors(table: DeltaTable, uri: str, delta_log: DeltaLog, key_index
         log.warning("merge into %s failed before its commit was known to land; its files stay until vacuum", uri)
         raise
     key_index.committed(uri, added=None if data_file is None else (data_file.path, new_rows),
-                        vectors={p: (d.unique_id, vectors[p]) for p, d in descriptors.items()},
+                        deletes={p: (d.unique_id, vectors[p]) for p, d in descriptors.items()},
                         removed=[a["remove"]["path"] for a in actions if "remove" in a and a["remove"]["path"] not in vectors],
                         key_columns=key_columns, nullable_keys=nullable_keys)
     return MergeResult(version, deleted_rows, len(vectors), rewritten, new_rows.num_rows, len(candidates))
 
 
-def _holding(files: Iterable[LiveFile], chunks: pa.ChunkedArray) -> list[LiveFile]:
-    """The files whose ``_cdc_chunk`` range holds one of ``chunks`` (unknown bounds: held)."""
-    keys = sorted({k for k in chunks.to_pylist() if k is not None})
-    held = []
-    for live in files:
-        low, high = live.chunk_bounds
-        if low is None or high is None or bisect.bisect_left(keys, low) < bisect.bisect_right(keys, high):
-            held.append(live)
-    return held
+@dataclass(frozen=True)
+class _Indexed:
+    """A data file of the table at ``uri`` as the key index reads it (sinks/key_index.py): its deletes
+    are its deletion vector, named by the vector's identity."""
+
+    uri: str
+    live: LiveFile
+
+    @property
+    def path(self) -> str:
+        return self.live.path
+
+    @property
+    def deletes_id(self) -> str | None:
+        vector = self.live.vector
+        return None if vector is None else vector.unique_id
+
+    def read_columns(self, columns: Sequence[str]) -> pa.Table:
+        return self.live.read(self.uri, columns)
+
+    def read_deleted(self) -> BitMap64:
+        vector = self.live.vector
+        return BitMap64() if vector is None else read_vector(self.uri, vector)
 
 
 def _images(uri: str, files: dict[str, LiveFile], changes: pa.Table, decision: Decision,

@@ -46,7 +46,6 @@ from airflow_provider_mysqlcdc.sinks.delta.clustering import cluster_table
 from airflow_provider_mysqlcdc.sinks.delta.commits import applied_position, commit_properties, transactions
 from airflow_provider_mysqlcdc.sinks.delta.copy_on_write import merge_by_rewrite
 from airflow_provider_mysqlcdc.sinks.delta.data_files import add_action
-from airflow_provider_mysqlcdc.sinks.delta.key_index import KeyIndex
 from airflow_provider_mysqlcdc.sinks.delta.log import DeltaLog, is_writable
 from airflow_provider_mysqlcdc.sinks.delta.merge_on_read import commit_range_by_log, merge_into, with_vectors
 from airflow_provider_mysqlcdc.sinks.delta.predicates import (
@@ -55,6 +54,7 @@ from airflow_provider_mysqlcdc.sinks.delta.predicates import (
     sql_identifier,
     sql_literal,
 )
+from airflow_provider_mysqlcdc.sinks.key_index import KeyIndex
 from airflow_provider_mysqlcdc.sinks.routing import shard_bounds, sink_target
 
 log = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ class DeltaSink(Sink):
         #: each table's log as the merge-on-read writer replayed it, kept between batches
         self._logs: dict[str, DeltaLog] = {}
         self._logs_lock = threading.Lock()
-        #: where each key's row lives in the tables' files, kept between batches (sinks/delta/key_index.py)
+        #: where each key's row lives in the tables' files, kept between batches (sinks/key_index.py)
         self.key_index = KeyIndex()
         #: tables whose merges fall back to copy-on-write, and why (logged once)
         self._copying: dict[str, str] = {}

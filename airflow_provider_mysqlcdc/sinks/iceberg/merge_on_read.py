@@ -3,9 +3,10 @@ changes, not the size of the files it touches. The Delta sink's twin (sinks/delt
 
 A copy-on-write merge rewrites every data file that holds a changed chunk key, whole. Here a batch
 
-1. finds where each changed key's row lives: reading only the key columns and ``_cdc_version``
-   (``_cdc_chunk`` too in a routed table) of the data files the scan plans for the batch's chunk
-   keys (pruned by their ``_cdc_chunk`` bounds), leaving out the rows their delete files delete;
+1. finds where each changed key's row lives, in the data files whose ``_cdc_chunk`` bounds hold a
+   changed chunk key, through the sink's key index (sinks/key_index.py: a file's key columns and
+   ``_cdc_version`` read once, its delete files' rows read again only when they change), leaving out
+   the rows their delete files delete;
 2. decides per key as the copy-on-write merge does (sinks/iceberg/rows.py ``merged``): a change
    newer than the row replaces it (a delete removes it), an older one is dropped, a key no file
    holds is inserted unless the change deletes it;
@@ -38,14 +39,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pyiceberg.conversions import from_bytes
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io.pyarrow import ArrowScan, parquet_file_to_data_file
 from pyiceberg.table import FileScanTask
+from pyiceberg.types import StringType
+from pyroaring import BitMap64
 
 from airflow_provider_mysqlcdc.cdc.model.schema import TableSchema
 from airflow_provider_mysqlcdc.sinks.arrow_rows import CHUNK_COLUMN, row_key_columns, zero_date_columns
 from airflow_provider_mysqlcdc.sinks.base import StreamCommit
-from airflow_provider_mysqlcdc.sinks.data_files import in_chunk_range, write_data_file
+from airflow_provider_mysqlcdc.sinks.data_files import write_data_file
 from airflow_provider_mysqlcdc.sinks.iceberg.catalog import busy_as_conflict
 from airflow_provider_mysqlcdc.sinks.iceberg.commits import record_position, stream_summary
 from airflow_provider_mysqlcdc.sinks.iceberg.maintenance import CONFLICTS
@@ -55,19 +59,9 @@ from airflow_provider_mysqlcdc.sinks.iceberg.row_deltas import (
     referenced_path,
     write_position_deletes,
 )
-from airflow_provider_mysqlcdc.sinks.iceberg.rows import chunk_filter
 from airflow_provider_mysqlcdc.sinks.iceberg.schema import arrow_schema_of, as_table_rows, file_schema_of
-from airflow_provider_mysqlcdc.sinks.merge_on_read import (
-    POSITION_COLUMN,
-    ROW_COLUMN,
-    VERSION_COLUMN,
-    Matches,
-    carried_columns,
-    decide,
-    join_keys,
-    matched,
-    rewrites,
-)
+from airflow_provider_mysqlcdc.sinks.key_index import KeyIndex
+from airflow_provider_mysqlcdc.sinks.merge_on_read import carried_columns, decide, holding, rewrites
 from airflow_provider_mysqlcdc.sinks.routing import shard_bounds
 
 if TYPE_CHECKING:
@@ -76,8 +70,6 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
 log = logging.getLogger(__name__)
-
-_VERSION = VERSION_COLUMN
 
 
 @dataclass(frozen=True)
@@ -101,27 +93,34 @@ def with_position_deletes(table: Table) -> Table:
     return table.refresh()
 
 
-def merge_batch(table: Table, schema: TableSchema, changes: pa.Table, commit: StreamCommit) -> MergeResult:
+def merge_batch(table: Table, key_index: KeyIndex, schema: TableSchema, changes: pa.Table,
+                commit: StreamCommit) -> MergeResult:
     """Merge ``changes`` of ``schema``'s table (of ``commit``'s shard only in a routed table) into
     ``table`` by ``merge_by_deletes``: one attempt, the caller retries on a conflicting commit."""
     zeros = zero_date_columns(schema)
-    return merge_by_deletes(table, as_table_rows(changes, table), key_columns=row_key_columns(schema),
+    return merge_by_deletes(table, key_index, as_table_rows(changes, table), key_columns=row_key_columns(schema),
                             nullable_keys=set(zeros) | set(zeros.values()),
                             shard_range=shard_bounds(commit.shard) if commit.shard else None,
                             carried=[n for n in arrow_schema_of(table).names if n not in changes.column_names],
                             commit=commit)
 
 
-def merge_by_deletes(table: Table, changes: pa.Table, *, key_columns: Sequence[str], nullable_keys: set[str],
-                     shard_range: tuple[str | None, str | None] | None, carried: Sequence[str],
+def merge_by_deletes(table: Table, key_index: KeyIndex, changes: pa.Table, *, key_columns: Sequence[str],
+                     nullable_keys: set[str], shard_range: tuple[str | None, str | None] | None, carried: Sequence[str],
                      commit: StreamCommit | None, operation: str = "merge") -> MergeResult:
     """Merge ``changes`` (the last change per key, as the table's rows with ``_cdc_op``) into ``table``
-    (as loaded) in one snapshot carrying ``commit``'s position. ``carried``: the table's columns the
-    changes lack, which an update keeps from its row. Raises pyiceberg's ``CommitFailedException``
-    when another writer committed first, after deleting the files it wrote."""
-    chunks = sorted({c for c in changes.column(CHUNK_COLUMN).to_pylist() if c is not None})
-    tasks = {t.file.file_path: t for t in table.scan(row_filter=chunk_filter(chunks)).plan_files()} if chunks else {}
-    matches, old_deleted = _locate(table.io, tasks.values(), changes, key_columns, nullable_keys, shard_range)
+    (as loaded) in one snapshot carrying ``commit``'s position, finding the rows it replaces through
+    ``key_index`` and telling it what the commit did. ``carried``: the table's columns the changes
+    lack, which an update keeps from its row. Raises pyiceberg's ``CommitFailedException`` when
+    another writer committed first, after deleting the files it wrote."""
+    uri = table.location()
+    every = {t.file.file_path: t for t in table.scan().plan_files()}
+    key_index.retain(uri, every)
+    chunk_id = table.schema().find_field(CHUNK_COLUMN).field_id
+    tasks = {t.file.file_path: t for t in holding(every.values(), lambda task: _chunk_bounds(task, chunk_id),
+                                                  changes.column(CHUNK_COLUMN))}
+    files = {path: _Indexed(table.io, task) for path, task in tasks.items()}
+    matches = key_index.locate(uri, list(files.values()), changes, key_columns, nullable_keys, shard_range)
     decision = decide(changes, matches)
     deleted = decision.deleted
     physical = _PhysicalRows(table)
@@ -141,10 +140,12 @@ def merge_by_deletes(table: Table, changes: pa.Table, *, key_columns: Sequence[s
         removed: set[str] = set()  # data files
         removed_deletes: set[str] = set()
         survivors: list[pa.Table] = []
+        indexed: dict[str, tuple[str | None, BitMap64]] = {}  # the deletes of each file given new ones, for the index
         for path, positions in deleted.items():
             task = tasks[path]
-            old = old_deleted.get(path, np.array([], dtype=np.int64))
-            now_deleted = np.union1d(old, np.array(positions, dtype=np.int64))
+            old = key_index.deleted(uri, files[path])
+            all_deleted = old | BitMap64(positions)
+            now_deleted = np.fromiter(all_deleted, dtype=np.int64, count=len(all_deleted))
             scoped = {f.file_path for f in task.delete_files if referenced_path(f) == path}
             if rewrites(task.file.record_count, len(old), len(now_deleted)):
                 rows = physical.rows(task.file)
@@ -154,18 +155,19 @@ def merge_by_deletes(table: Table, changes: pa.Table, *, key_columns: Sequence[s
                 removed.add(path)
                 removed_deletes |= scoped
                 continue
-            if len(scoped) != len(task.delete_files):  # another writer's delete files stay, naming their rows
-                kept_elsewhere = [f for f in task.delete_files if f.file_path not in scoped]
+            kept_elsewhere = [f for f in task.delete_files if f.file_path not in scoped]
+            if kept_elsewhere:  # another writer's delete files stay, naming their rows
                 now_deleted = np.setdiff1d(now_deleted, deleted_positions(table.io, kept_elsewhere, path))
             delete_file = write_position_deletes(table, path, now_deleted)
             written.append(delete_file.file_path)
             delete_files.append(delete_file)
             removed_deletes |= scoped
+            indexed[path] = (_deletes_id([*kept_elsewhere, delete_file]), all_deleted)
         new_rows = pa.concat_tables([images, *survivors]) if survivors else images
         data_files = []
         if new_rows.num_rows:
             new_rows = new_rows.take(pc.sort_indices(new_rows, sort_keys=[(CHUNK_COLUMN, "ascending")]))
-            folder = table.location().rstrip("/") + "/data"
+            folder = uri.rstrip("/") + "/data"
             path = f"{folder}/{write_data_file(folder, new_rows, file_schema_of(table), prefix='merged').path}"
             written.append(path)
             data_files.append(parquet_file_to_data_file(table.io, table.metadata, path))
@@ -187,6 +189,8 @@ def merge_by_deletes(table: Table, changes: pa.Table, *, key_columns: Sequence[s
         log.warning("merge into %s failed before its commit was known to land; its files stay until orphan "
                     "files are deleted", table.name())
         raise
+    key_index.committed(uri, added=(data_files[0].file_path, new_rows) if data_files else None, deletes=indexed,
+                        removed=sorted(removed), key_columns=key_columns, nullable_keys=nullable_keys)
     return MergeResult(delta.snapshot_id, rows_deleted, len(delete_files), rewritten, new_rows.num_rows, len(tasks))
 
 
@@ -204,31 +208,38 @@ class _PhysicalRows:
         return self._read[data_file.file_path]
 
 
-def _locate(io: FileIO, tasks: Iterable[FileScanTask], changes: pa.Table, key_columns: Sequence[str],
-            nullable_keys: set[str], shard_range: tuple[str | None, str | None] | None
-            ) -> tuple[Matches, dict[str, np.ndarray]]:
-    """Where the rows of ``changes``' keys are in the data files of ``tasks`` (their delete files'
-    rows left out; in a routed table, the rows of ``shard_range`` only); and the positions each
-    file's delete files delete."""
-    query = join_keys(changes, key_columns, nullable_keys)
-    query = query.append_column(ROW_COLUMN, pa.array(np.arange(changes.num_rows, dtype=np.int64)))
-    found = []
-    old_deleted: dict[str, np.ndarray] = {}
-    wanted = [*key_columns, _VERSION, *([CHUNK_COLUMN] if shard_range else [])]
-    for task in tasks:
-        path = task.file.file_path
-        with io.new_input(path).open() as handle:
-            read = pq.read_table(handle, columns=wanted)
-        held = join_keys(read, key_columns, nullable_keys)
-        held = held.append_column(POSITION_COLUMN, pa.array(np.arange(read.num_rows, dtype=np.int64)))
-        keep = pa.array(np.ones(read.num_rows, dtype=bool))
-        if task.delete_files:
-            old_deleted[path] = deleted_positions(io, task.delete_files, path)
-            keep = pa.array(~np.isin(np.arange(read.num_rows), old_deleted[path]))
-        if shard_range is not None:
-            keep = pc.and_(keep, in_chunk_range(read.column(CHUNK_COLUMN), *shard_range))
-        rows, positions = matched(held, query, key_columns, keep)
-        if len(positions):
-            versions = np.asarray(read.column(_VERSION).to_numpy(zero_copy_only=False))[positions]
-            found.append((path, rows, positions, versions))
-    return Matches.joined(found), old_deleted
+@dataclass(frozen=True)
+class _Indexed:
+    """A data file as the key index reads it (sinks/key_index.py): its deletes are the delete files the
+    scan matched to it, named by their paths."""
+
+    io: FileIO
+    task: FileScanTask
+
+    @property
+    def path(self) -> str:
+        return self.task.file.file_path
+
+    @property
+    def deletes_id(self) -> str | None:
+        return _deletes_id(self.task.delete_files)
+
+    def read_columns(self, columns: Sequence[str]) -> pa.Table:
+        with self.io.new_input(self.path).open() as handle:
+            return pq.read_table(handle, columns=list(columns))
+
+    def read_deleted(self) -> BitMap64:
+        return BitMap64(deleted_positions(self.io, self.task.delete_files, self.path))
+
+
+def _deletes_id(delete_files: Iterable[DataFile]) -> str | None:
+    return "\n".join(sorted(f.file_path for f in delete_files)) or None
+
+
+def _chunk_bounds(task: FileScanTask, field_id: int) -> tuple[str | None, str | None]:
+    """A data file's bounds of ``_cdc_chunk`` (its field id) from its manifest entry (None: unknown)."""
+    low = (task.file.lower_bounds or {}).get(field_id)
+    high = (task.file.upper_bounds or {}).get(field_id)
+    if low is None or high is None:
+        return None, None
+    return from_bytes(StringType(), low), from_bytes(StringType(), high)

@@ -13,12 +13,11 @@ which rebases a commit onto a newer snapshot, is off for our tables (``commit.re
 0), so a merge never lands beside a concurrent commit to the rows it read. On a conflict the whole
 operation runs again from a fresh load (``retry_conflicts``), as Delta's writes do.
 
-A merge reads only the rows of the batch's changed chunk keys, from the data files whose
-``_cdc_chunk`` bounds (the manifests' column statistics, kept in full for that column) can hold one
-(``chunk_filter``); a change applies only where it is newer than the row (``_cdc_version``). By
-``merge_mode``, it names the rows it replaces in position-delete files and appends their new images
-(merge-on-read, the default: sinks/iceberg/merge_on_read.py) or rewrites those files (copy-on-write).
-A write that drops a data file drops the delete files naming it in the same commit.
+A merge touches only the files whose ``_cdc_chunk`` bounds (manifest statistics, kept in full) hold
+a changed key, a change applying where it is newer than the row (``_cdc_version``): by ``merge_mode``
+it names the rows it replaces in position-delete files and appends their new images (merge-on-read,
+the default: sinks/iceberg/merge_on_read.py) or rewrites those files (copy-on-write). A write that
+drops a data file drops the delete files naming it in the same commit.
 
 A chunk's partitions are written as data files by the Spark executors, into the table's ``data``
 folder, and committed by the chunk job's driver with ``add_files`` (``commit_range``). Clustering and
@@ -36,10 +35,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, TableAlreadyExistsError
-from pyiceberg.expressions import (
-    AlwaysTrue,
-    BooleanExpression,
-)
+from pyiceberg.expressions import AlwaysTrue, BooleanExpression
 
 from airflow_provider_mysqlcdc.cdc.errors import SchemaChangedError
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId, TableSchema
@@ -83,6 +79,7 @@ from airflow_provider_mysqlcdc.sinks.iceberg.schema import (
     holds,
     promotable,
 )
+from airflow_provider_mysqlcdc.sinks.key_index import KeyIndex
 from airflow_provider_mysqlcdc.sinks.routing import sink_target
 
 if TYPE_CHECKING:
@@ -136,10 +133,15 @@ class IcebergSink(Sink):
     def catalog(self) -> Catalog:
         return open_catalog(self.root, self._catalog_properties)
 
+    @functools.cached_property
+    def key_index(self) -> KeyIndex:
+        """Where each key's row lives in the tables' files, kept between batches (sinks/key_index.py)."""
+        return KeyIndex()
+
     def __getstate__(self) -> dict[str, object]:
         """Pickled (a stream's ``foreachBatch`` function travels to a Spark Connect server) without its
-        opened catalog, which may hold a connection pool: the copy opens its own on first use."""
-        return {k: v for k, v in self.__dict__.items() if k != "catalog"}
+        opened catalog, which may hold a connection pool, or its key index: the copy makes its own."""
+        return {k: v for k, v in self.__dict__.items() if k not in ("catalog", "key_index")}
 
     @functools.cached_property
     def catalog_places_tables(self) -> bool:
@@ -311,10 +313,8 @@ class IcebergSink(Sink):
                         attempts=_MAX_ATTEMPTS)
 
     def merge_changes(self, schema: TableSchema, changes: pa.Table, *, commit: StreamCommit) -> None:
-        """Apply last-change-per-key rows: read the rows of the changed chunk keys (only from the data
-        files whose bounds can hold one), apply each change whose version is newer than its row's,
-        and replace those rows in one commit. The chunk keys carry the shard's tag in a routed table,
-        so the rows read are the shard's own."""
+        """Apply last-change-per-key rows (module doc) in one commit. The chunk keys carry the shard's
+        tag in a routed table, so the rows read are the shard's own."""
         keys = row_key_columns(schema)
         if self.merge_mode_of(sink_target(schema).table_id) == MERGE_ON_READ:
             return self._merge_on_read(schema, changes, commit)
@@ -336,7 +336,7 @@ class IcebergSink(Sink):
             if evolution(table, changes.schema):
                 self._evolve(table_id, changes.schema)
                 table = self._table(table_id)
-            merge_batch(with_position_deletes(table), schema, changes, commit)
+            merge_batch(with_position_deletes(table), self.key_index, schema, changes, commit)
 
         retry_conflicts(merge, f"merge batch {commit.batch_id} into {schema.table_id}", conflicts=CONFLICTS,
                         attempts=_MAX_ATTEMPTS)

@@ -34,9 +34,9 @@ SCHEMA = TableSchema(T, (ID, V), ("id",))
 ROWS = 2_000
 
 
-def snapshotted(root: Path, mode: str) -> SinkWriter:
+def snapshotted(root: Path, mode: str, sink_format: str = "delta") -> SinkWriter:
     """A table of ``ROWS`` rows in two snapshot files (read as of offset 5), merged into in ``mode``."""
-    sink = open_sink(SinkSpec(str(root), "delta", merge_mode=mode))
+    sink = open_sink(SinkSpec(str(root), sink_format, merge_mode=mode))
     sink.prepare(SCHEMA)
     writer = SinkWriter(sink, SCHEMA, "id", KeyOrdering(ID))
     half = ROWS // 2

@@ -1,6 +1,7 @@
-"""Where each key's row lives in a Delta table's data files: the merge-on-read writer's key index,
-kept in memory by a long-lived writer (the stream), so that a batch of random keys costs what it
-changes and not what the table holds.
+"""Where each key's row lives in a table's data files: the merge-on-read writer's key index, kept in
+memory by a long-lived writer (the stream), so that a batch of random keys costs what it changes and
+not what the table holds. Whatever the table format: a format hands it its data files as
+``IndexedFile`` (sinks/delta/merge_on_read.py, sinks/iceberg/merge_on_read.py).
 
 A merge must find the row each changed key replaces (its file and position, and its ``_cdc_version``).
 Read from the files, that is the key columns of every file whose ``_cdc_chunk`` range holds a changed
@@ -11,17 +12,18 @@ per data file, what that read gave:
   is found by a binary search (``np.searchsorted``) where the row key is one integer, date or time
   column (most OLTP tables); any other key by a membership test and a join over the file's kept key
   columns (no file read, still a pass over the file's keys);
-- the rows the file's deletion vector deletes, with that vector's identity.
+- the rows the file's deletes delete (a Delta deletion vector, Iceberg position-delete files), with
+  the identity of those deletes.
 
 A data file never changes (a path names the same rows for ever), so an entry stays right as long as
-its vector is the one the table holds:
+its deletes are the ones the table holds:
 
 - **The writer's own commits** update it exactly: the data file a merge writes is indexed from the
-  rows in memory, a file given a new vector takes that vector's rows, a removed file leaves.
+  rows in memory, a file given new deletes takes their rows, a removed file leaves.
 - **Other writers' commits** (a snapshot range, a clustering, a copy-on-write operation): a file the
-  index lacks is read the first time a batch needs it; a file whose vector in the log is not the one
-  the index holds (another writer's, or a commit of ours whose outcome we never heard) has its
-  vector read again.
+  index lacks is read the first time a batch needs it; a file whose deletes in the table are not the
+  ones the index holds (another writer's, or a commit of ours whose outcome we never heard) has its
+  deletes read again.
 - **Bounded memory**: at most ``max_rows`` rows (every table of the sink together, about 21 bytes a
   row on the integer path) are kept; the files used least recently leave first and are read again
   when a batch needs them.
@@ -31,8 +33,9 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -41,8 +44,6 @@ from pyroaring import BitMap64
 
 from airflow_provider_mysqlcdc.sinks.arrow_rows import CHUNK_COLUMN
 from airflow_provider_mysqlcdc.sinks.data_files import in_chunk_range
-from airflow_provider_mysqlcdc.sinks.delta.deletion_vectors import read_vector
-from airflow_provider_mysqlcdc.sinks.delta.log import LiveFile
 from airflow_provider_mysqlcdc.sinks.merge_on_read import (
     POSITION_COLUMN,
     ROW_COLUMN,
@@ -57,6 +58,24 @@ DEFAULT_MAX_ROWS = 20_000_000
 ShardRange = tuple[str | None, str | None]
 
 
+class IndexedFile(Protocol):
+    """A data file of a table, as the index reads it (each format's adapter)."""
+
+    @property
+    def path(self) -> str:
+        """The file's name in its table (what the table's commits name it by)."""
+
+    @property
+    def deletes_id(self) -> str | None:
+        """The identity of the deletes that apply to the file now (None: none do)."""
+
+    def read_columns(self, columns: Sequence[str]) -> pa.Table:
+        """``columns`` of the file's physical rows (its deletes not applied), in file order."""
+
+    def read_deleted(self) -> BitMap64:
+        """The positions the file's deletes delete."""
+
+
 @dataclass
 class _FileKeys:
     """One data file's entry: see the module doc."""
@@ -66,13 +85,13 @@ class _FileKeys:
     sorted_keys: np.ndarray | None  # int64, the integer path
     order: np.ndarray | None  # the positions of sorted_keys
     keys: pa.Table | None  # the join keys with their positions, any other key
-    vector_id: str | None = None
+    deletes_id: str | None = None
     deleted: BitMap64 = field(default_factory=BitMap64)
     in_shard: dict[ShardRange, np.ndarray] = field(default_factory=dict)
 
 
 class KeyIndex:
-    """The key index of a sink's Delta tables (module doc); safe to share between threads."""
+    """The key index of a sink's tables (module doc), each named by its folder; safe to share between threads."""
 
     def __init__(self, max_rows: int = DEFAULT_MAX_ROWS):
         self.max_rows = max_rows
@@ -85,7 +104,7 @@ class KeyIndex:
         """The rows the index holds now."""
         return self._rows
 
-    def locate(self, uri: str, candidates: Sequence[LiveFile], changes: pa.Table, key_columns: Sequence[str],
+    def locate(self, uri: str, candidates: Sequence[IndexedFile], changes: pa.Table, key_columns: Sequence[str],
                nullable_keys: set[str], shard_range: ShardRange | None) -> Matches:
         """Where the live rows of ``changes``' keys are in the ``candidates`` files of the table at
         ``uri`` (in a routed table, the rows of ``shard_range`` only)."""
@@ -93,8 +112,8 @@ class KeyIndex:
         integral = _integral(query, key_columns)
         query = query.append_column(ROW_COLUMN, pa.array(np.arange(changes.num_rows, dtype=np.int64)))
         found: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]] = []
-        for live in candidates:
-            entry = self._entry(uri, live, key_columns, nullable_keys)
+        for data_file in candidates:
+            entry = self._entry(uri, data_file, key_columns, nullable_keys)
             if integral is not None and entry.sorted_keys is not None:
                 rows, positions = _search(entry, integral)
             else:
@@ -103,33 +122,33 @@ class KeyIndex:
                 kept = np.fromiter((int(p) not in entry.deleted for p in positions), dtype=bool, count=len(positions))
                 rows, positions = rows[kept], positions[kept]
             if len(positions) and shard_range is not None:
-                kept = self._in_shard(uri, live, entry, shard_range)[positions]
+                kept = self._in_shard(data_file, entry, shard_range)[positions]
                 rows, positions = rows[kept], positions[kept]
             if len(positions):
-                found.append((live.path, rows, positions, entry.versions[positions]))
+                found.append((data_file.path, rows, positions, entry.versions[positions]))
         return Matches.joined(found)
 
-    def deleted(self, uri: str, live: LiveFile) -> BitMap64:
-        """The positions ``live``'s deletion vector deletes (read once per vector)."""
+    def deleted(self, uri: str, data_file: IndexedFile) -> BitMap64:
+        """The positions ``data_file``'s deletes delete (read once per identity of its deletes)."""
         with self._lock:
-            entry = self._files.get((uri, live.path))
+            entry = self._files.get((uri, data_file.path))
         if entry is not None:
-            self._refresh_vector(uri, live, entry)
+            self._refresh_deletes(data_file, entry)
             return entry.deleted
-        return BitMap64() if live.vector is None else read_vector(uri, live.vector)
+        return BitMap64() if data_file.deletes_id is None else data_file.read_deleted()
 
-    def committed(self, uri: str, *, added: tuple[str, pa.Table] | None, vectors: dict[str, tuple[str, BitMap64]],
+    def committed(self, uri: str, *, added: tuple[str, pa.Table] | None, deletes: Mapping[str, tuple[str | None, BitMap64]],
                   removed: Sequence[str], key_columns: Sequence[str], nullable_keys: set[str]) -> None:
         """What a commit of the writer's own did to the table at ``uri``: the data file it ``added``
-        (its log path and its rows, in file order), the files it gave new ``vectors`` (path: the
-        vector's identity and rows), the files it ``removed``."""
+        (its path and its rows, in file order), the files it gave new ``deletes`` (path: the identity
+        of all the deletes that apply to it now, and the rows they delete), the files it ``removed``."""
         with self._lock:
             for path in removed:
                 self._drop((uri, path))
-            for path, (vector_id, rows) in vectors.items():
+            for path, (deletes_id, rows) in deletes.items():
                 entry = self._files.get((uri, path))
                 if entry is not None:
-                    entry.vector_id, entry.deleted = vector_id, rows
+                    entry.deletes_id, entry.deleted = deletes_id, rows
         if added is not None:
             path, rows = added
             self._keep((uri, path), _build(rows, key_columns, nullable_keys))
@@ -142,28 +161,27 @@ class KeyIndex:
                 self._drop(key)
 
     # --- entries ---------------------------------------------------------------------------------
-    def _entry(self, uri: str, live: LiveFile, key_columns: Sequence[str], nullable_keys: set[str]) -> _FileKeys:
-        key = (uri, live.path)
+    def _entry(self, uri: str, data_file: IndexedFile, key_columns: Sequence[str], nullable_keys: set[str]) -> _FileKeys:
+        key = (uri, data_file.path)
         with self._lock:
             entry = self._files.get(key)
             if entry is not None:
                 self._files.move_to_end(key)
         if entry is None:
-            entry = _build(live.read(uri, [*key_columns, VERSION_COLUMN]), key_columns, nullable_keys)
+            entry = _build(data_file.read_columns([*key_columns, VERSION_COLUMN]), key_columns, nullable_keys)
             self._keep(key, entry)
-        self._refresh_vector(uri, live, entry)
+        self._refresh_deletes(data_file, entry)
         return entry
 
-    def _refresh_vector(self, uri: str, live: LiveFile, entry: _FileKeys) -> None:
-        vector = live.vector
-        wanted = None if vector is None else vector.unique_id
-        if entry.vector_id != wanted:
-            entry.deleted = BitMap64() if vector is None else read_vector(uri, vector)
-            entry.vector_id = wanted
+    def _refresh_deletes(self, data_file: IndexedFile, entry: _FileKeys) -> None:
+        wanted = data_file.deletes_id
+        if entry.deletes_id != wanted:
+            entry.deleted = BitMap64() if wanted is None else data_file.read_deleted()
+            entry.deletes_id = wanted
 
-    def _in_shard(self, uri: str, live: LiveFile, entry: _FileKeys, shard_range: ShardRange) -> np.ndarray:
+    def _in_shard(self, data_file: IndexedFile, entry: _FileKeys, shard_range: ShardRange) -> np.ndarray:
         if shard_range not in entry.in_shard:
-            chunks = live.read(uri, [CHUNK_COLUMN]).column(CHUNK_COLUMN)
+            chunks = data_file.read_columns([CHUNK_COLUMN]).column(CHUNK_COLUMN)
             entry.in_shard[shard_range] = np.asarray(in_chunk_range(chunks, *shard_range).to_numpy(zero_copy_only=False),
                                                      dtype=bool)
         return entry.in_shard[shard_range]
