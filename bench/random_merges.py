@@ -1,13 +1,15 @@
 """Merges of random keys over whole tables, as an OLTP table gets them: copy-on-write beside
-merge-on-read, into a small and a large sink table, each snapshotted first.
+merge-on-read, into a small and a large sink table, each snapshotted first, on Delta and on Iceberg.
 
 Each table (an orders-like shape: BIGINT key, two texts, a DECIMAL, a DATETIME, an INT) is written as
-the snapshot writes it (one data file per split of ``SPLIT_ROWS`` rows), then copied once per merge
-mode. Each copy takes the same ``BATCHES`` batches of ``CHANGES`` changes to keys drawn uniformly over
+the snapshot writes it (one data file per split of ``SPLIT_ROWS`` rows), once per format and merge
+mode. Each takes the same ``BATCHES`` batches of ``CHANGES`` changes to keys drawn uniformly over
 the whole table (70% updates, 15% deletes, 15% inserts of new keys), merged through the sink writer
 exactly as the stream merges a micro-batch. Per batch: wall seconds, CPU seconds of this process
 (every thread: delta-rs merges in Rust threads; from /proc), and the rows the batch wrote into new
-data files per row it changed (copy-on-write rewrites every file holding a changed key).
+data files per row it changed (copy-on-write rewrites every file holding a changed key). Iceberg's
+copy-on-write runs on the small table only: pyiceberg's delete reads every file it rewrites into
+memory, which on the large table is the whole table at every batch.
 """
 
 from __future__ import annotations
@@ -30,11 +32,18 @@ from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, Operation
 from airflow_provider_mysqlcdc.cdc.model.schema import Column, TableId, TableSchema
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
+from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
+from airflow_provider_mysqlcdc.sinks.base import Sink
 from airflow_provider_mysqlcdc.sinks.delta.sink import DeltaSink
+from airflow_provider_mysqlcdc.sinks.factory import open_sink
+from airflow_provider_mysqlcdc.sinks.iceberg.sink import IcebergSink
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_change_batch
 
 SIZES = (100_000, 10_000_000)
 MODES = ("copy-on-write", "merge-on-read")
+FORMATS = ("delta", "iceberg")
+#: Iceberg copy-on-write runs on tables of at most this many rows (module doc)
+ICEBERG_COPY_ON_WRITE_ROWS = 1_000_000
 CHANGES = 1_000
 BATCHES = 8
 SPLIT_ROWS = 250_000
@@ -51,23 +60,23 @@ SCHEMA = TableSchema(T, (
 _SNAPSHOT_AT = BinlogOffset("mysql-bin.000001", 4)
 
 
-def bench_random_merges(work: Path, sizes: tuple[int, ...] = SIZES) -> dict:
-    """The merge batches of each size and mode, then the read cost (``bench_read_cost``)."""
+def bench_random_merges(work: Path, sizes: tuple[int, ...] = SIZES, formats: tuple[str, ...] = FORMATS) -> dict:
+    """The merge batches of each format, size and mode, then the read cost (``bench_read_cost``)."""
     runs = []
-    for rows in sizes:
-        base = work / f"random-merges-{rows}"
-        _snapshot(base, rows)
-        for mode in MODES:
-            lake = work / f"random-merges-{rows}-{mode}"
-            shutil.copytree(base, lake)
-            runs.append({"rows": rows, "mode": mode, "batches": _merge_batches(lake, rows, mode)})
-            shutil.rmtree(lake, ignore_errors=True)
-        shutil.rmtree(base, ignore_errors=True)
+    for sink_format in formats:
+        for rows in sizes:
+            for mode in MODES:
+                if sink_format == "iceberg" and mode == "copy-on-write" and rows > ICEBERG_COPY_ON_WRITE_ROWS:
+                    continue
+                lake = work / f"random-merges-{sink_format}-{rows}-{mode}"
+                sink = open_sink(SinkSpec(str(lake), sink_format, merge_mode=mode))
+                _snapshot(sink, rows)
+                runs.append({"format": sink_format, "rows": rows, "mode": mode, "batches": _merge_batches(sink, rows)})
+                shutil.rmtree(lake, ignore_errors=True)
     return {"changes": CHANGES, "runs": runs, "read_cost": bench_read_cost(work)}
 
 
-def _snapshot(lake: Path, rows: int) -> None:
-    sink = DeltaSink(str(lake), merge_mode="copy-on-write")  # the snapshot's files are the same in both modes
+def _snapshot(sink: Sink, rows: int) -> None:
     sink.prepare(SCHEMA)
     writer = SinkWriter(sink, SCHEMA, "id", KeyOrdering(ID))
     for index, start in enumerate(range(0, rows, SPLIT_ROWS)):
@@ -89,11 +98,9 @@ def _rows(start: int, end: int) -> pa.Table:
     })
 
 
-def _merge_batches(lake: Path, rows: int, mode: str) -> list[dict]:
-    sink = DeltaSink(str(lake), merge_mode=mode)
-    sink.prepare(SCHEMA)
+def _merge_batches(sink: Sink, rows: int) -> list[dict]:
     writer = SinkWriter(sink, SCHEMA, "id", KeyOrdering(ID))
-    uri = sink.table_uri(T)
+    mode = sink.merge_mode_of(T)
     rng = random.Random(rows)
     next_key, position = rows, 10
     results = []
@@ -110,13 +117,13 @@ def _merge_batches(lake: Path, rows: int, mode: str) -> list[dict]:
                 records.append(ChangeRecord(Operation.DELETE, T, _row(key), None, offset))
             else:
                 records.append(ChangeRecord(Operation.UPDATE, T, _row(key), {**_row(key), "status": "changed"}, offset))
-        before = DeltaTable(uri).version()
+        before = _commits(sink)
         cpu, wall = _cpu_seconds(), time.perf_counter()
         apply_change_batch({T: writer}, records, app_id="bench", batch_id=batch_id)
         wall, cpu = time.perf_counter() - wall, _cpu_seconds() - cpu
-        written = _rows_written(uri, before)
+        written = _rows_written(sink, before)
         results.append({"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "rows_written": written})
-        print(f"random merges: {mode} batch {batch_id} into {rows:,} rows: {wall:.2f}s wall, {cpu:.2f} CPU-s, "
+        print(f"random merges: {type(sink).__name__} {mode} batch {batch_id} into {rows:,} rows: {wall:.2f}s wall, {cpu:.2f} CPU-s, "
               f"{written:,} rows written", flush=True)
     return results
 
@@ -132,9 +139,24 @@ def _cpu_seconds() -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _rows_written(uri: str, since: int) -> int:
-    """Rows in the data files the commits after ``since`` added (a file re-added under a new deletion
-    vector is not written again)."""
+def _commits(sink: Sink) -> int:
+    """The table's commits so far: its Delta version, or its Iceberg snapshots' count."""
+    if isinstance(sink, IcebergSink):
+        table = sink.open_table(T)
+        assert table is not None
+        return len(table.snapshots())
+    return DeltaTable(sink.table_uri(T)).version()
+
+
+def _rows_written(sink: Sink, since: int) -> int:
+    """Rows in the data files the commits after ``since`` (``_commits``) added (a Delta file re-added
+    under a new deletion vector is not written again; Iceberg's delete files hold no rows)."""
+    if isinstance(sink, IcebergSink):
+        table = sink.open_table(T)
+        assert table is not None
+        return sum(int(s.summary.additional_properties.get("added-records", 0)) for s in table.snapshots()[since:]
+                   if s.summary is not None)
+    uri = sink.table_uri(T)
     total = 0
     for version in range(since + 1, DeltaTable(uri).version() + 1):
         for line in (Path(uri) / "_delta_log" / f"{version:020d}.json").read_text().splitlines():
@@ -145,41 +167,51 @@ def _rows_written(uri: str, since: int) -> int:
 
 
 def random_merges_report(result: dict) -> list[str]:
-    runs = {(r["rows"], r["mode"]): r["batches"] for r in result["runs"]}
+    runs = {(r.get("format", "delta"), r["rows"], r["mode"]): r["batches"] for r in result["runs"]}
     sizes = sorted({r["rows"] for r in result["runs"]})
+    formats = [f for f in FORMATS if any(key[0] == f for key in runs)]
     changes = result["changes"]
 
-    def typical(rows: int, mode: str, key: str) -> float:
+    def typical(key: tuple[str, int, str], field: str) -> float:
         """Of the batches after the first (the first one of a writer builds merge-on-read's key index);
         CPU seconds as their mean: /proc counts in ticks of 10 ms, a batch into a small table takes a
         few, and the mean of the differences is the total over the batches, exact to one tick."""
-        batches = runs[(rows, mode)][1:]
-        return statistics.fmean(b[key] for b in batches) if key == "cpu_s" else statistics.median(b[key] for b in batches)
+        batches = runs[key][1:]
+        return statistics.fmean(b[field] for b in batches) if field == "cpu_s" else statistics.median(b[field] for b in batches)
 
     lines = [f"## Random-key merges: copy-on-write beside merge-on-read, {sizes[0]:,} and {sizes[-1]:,} rows", "",
              f"Each table snapshotted first (files of {SPLIT_ROWS:,} rows), then {BATCHES} batches of {changes:,} "
              "changes to keys drawn over the whole table (70% updates, 15% deletes, 15% inserts), merged as the "
              "stream merges a micro-batch. Median (CPU: mean) of the batches after the first (the first of a merge-on-read "
              "writer reads every file's keys into its key index, once per stream: its own column); CPU seconds of "
-             "the merging process, every thread.", "",
-             "| table rows | merge mode | wall s | CPU s | rows written per changed row | first batch CPU s |",
-             "|---:|---|---:|---:|---:|---:|"]
-    for rows in sizes:
-        for mode in MODES:
-            if (rows, mode) in runs:
-                lines.append(f"| {rows:,} | {mode} | {typical(rows, mode, 'wall_s'):.2f} | {typical(rows, mode, 'cpu_s'):.3f} | "
-                             f"{typical(rows, mode, 'rows_written') / changes:,.2f} | {runs[(rows, mode)][0]['cpu_s']:.3f} |")
+             "the merging process, every thread. Iceberg's copy-on-write only on the small table (pyiceberg's "
+             "delete would read the whole large table into memory at every batch).", "",
+             "| format | table rows | merge mode | wall s | CPU s | rows written per changed row | first batch CPU s |",
+             "|---|---:|---|---:|---:|---:|---:|"]
+    for key in sorted(runs, key=lambda k: (formats.index(k[0]), k[1], k[2])):
+        lines.append(f"| {key[0]} | {key[1]:,} | {key[2]} | {typical(key, 'wall_s'):.2f} | {typical(key, 'cpu_s'):.3f} | "
+                     f"{typical(key, 'rows_written') / changes:,.2f} | {runs[key][0]['cpu_s']:.3f} |")
     small, large = sizes[0], sizes[-1]
-    ratio = typical(large, "merge-on-read", "cpu_s") / max(typical(small, "merge-on-read", "cpu_s"), 1e-3)
-    written = max(b["rows_written"] for (_, mode), batches in runs.items() if mode == "merge-on-read" for b in batches)
-    cow = typical(large, "copy-on-write", "cpu_s") / max(typical(large, "merge-on-read", "cpu_s"), 1e-3)
-    return lines + ["",
-                    f"- merge-on-read, {large:,} rows costs <= 2x {small:,} rows (CPU): "
-                    f"{'met' if ratio <= 2 else 'MISSED'} ({ratio:.2f}x)",
-                    f"- merge-on-read rows written per changed row <= 2: {'met' if written <= 2 * changes else 'MISSED'} "
-                    f"({written / changes:.2f} at most)",
-                    f"- copy-on-write costs {cow:.1f}x merge-on-read at {large:,} rows (CPU)", "",
-                    *(read_cost_report(result["read_cost"]) if "read_cost" in result else [])]
+    lines.append("")
+    for sink_format in formats:
+        mor_small, mor_large = (sink_format, small, "merge-on-read"), (sink_format, large, "merge-on-read")
+        if mor_small not in runs or mor_large not in runs:
+            continue
+        ratio = typical(mor_large, "cpu_s") / max(typical(mor_small, "cpu_s"), 1e-3)
+        written = max(b["rows_written"] for (f, _, mode), batches in runs.items()
+                      if f == sink_format and mode == "merge-on-read" for b in batches)
+        lines += [f"- {sink_format} merge-on-read, {large:,} rows costs <= 2x {small:,} rows (CPU): "
+                  f"{'met' if ratio <= 2 else 'MISSED'} ({ratio:.2f}x)",
+                  f"- {sink_format} merge-on-read rows written per changed row <= 2: "
+                  f"{'met' if written <= 2 * changes else 'MISSED'} ({written / changes:.2f} at most)"]
+        for rows in (large, small):
+            cow = (sink_format, rows, "copy-on-write")
+            if cow in runs:
+                lines.append(f"- {sink_format} copy-on-write costs "
+                             f"{typical(cow, 'cpu_s') / max(typical((sink_format, rows, 'merge-on-read'), 'cpu_s'), 1e-3):.1f}x "
+                             f"merge-on-read at {rows:,} rows (CPU)")
+                break
+    return lines + ["", *(read_cost_report(result["read_cost"]) if "read_cost" in result else [])]
 
 
 READ_ROWS = 2_000_000
@@ -191,9 +223,8 @@ def bench_read_cost(work: Path, rows: int = READ_ROWS) -> dict:
     """A full scan of a table a tenth of whose rows deletion vectors delete, beside the same table
     compacted (the vectors folded in), through delta-rs and DuckDB: median seconds of ``READ_REPEATS``."""
     lake = work / "read-cost"
-    _snapshot(lake, rows)
     sink = DeltaSink(str(lake), merge_mode="merge-on-read")
-    sink.prepare(SCHEMA)
+    _snapshot(sink, rows)
     writer = SinkWriter(sink, SCHEMA, "id", KeyOrdering(ID))
     rng = random.Random(1)
     doomed = rng.sample(range(rows), int(rows * DELETED_SHARE))
