@@ -22,6 +22,7 @@ import statistics
 import time
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -34,7 +35,7 @@ from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSpl
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.sinks.base import Sink
-from airflow_provider_mysqlcdc.sinks.delta.sink import DeltaSink
+from airflow_provider_mysqlcdc.sinks.delta.log import DeltaLog
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.sinks.iceberg.sink import IcebergSink
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_change_batch
@@ -219,40 +220,73 @@ DELETED_SHARE = 0.10
 READ_REPEATS = 3
 
 
-def bench_read_cost(work: Path, rows: int = READ_ROWS) -> dict:
-    """A full scan of a table a tenth of whose rows deletion vectors delete, beside the same table
-    compacted (the vectors folded in), through delta-rs and DuckDB: median seconds of ``READ_REPEATS``."""
-    lake = work / "read-cost"
-    sink = DeltaSink(str(lake), merge_mode="merge-on-read")
-    _snapshot(sink, rows)
-    writer = SinkWriter(sink, SCHEMA, "id", KeyOrdering(ID))
-    rng = random.Random(1)
-    doomed = rng.sample(range(rows), int(rows * DELETED_SHARE))
-    for batch_id, start in enumerate(range(0, len(doomed), 20_000)):
-        records = [ChangeRecord(Operation.DELETE, T, _row(key), None, BinlogOffset("mysql-bin.000002", 100 + start + i))
-                   for i, key in enumerate(doomed[start:start + 20_000])]
-        apply_change_batch({T: writer}, records, app_id="bench", batch_id=batch_id)
+def bench_read_cost(work: Path, rows: int = READ_ROWS, formats: tuple[str, ...] = FORMATS) -> dict:
+    """Per format, a full scan of a table a tenth of whose rows its deletes (deletion vectors, position
+    deletes) delete, beside the same table compacted (every delete folded into the files, checked),
+    through two readers of each format: median seconds of ``READ_REPEATS``."""
+    found: dict = {"rows": rows, "deleted": int(rows * DELETED_SHARE)}
+    for sink_format in formats:
+        lake = work / f"read-cost-{sink_format}"
+        sink = open_sink(SinkSpec(str(lake), sink_format, merge_mode="merge-on-read"))
+        _snapshot(sink, rows)
+        writer = SinkWriter(sink, SCHEMA, "id", KeyOrdering(ID))
+        doomed = random.Random(1).sample(range(rows), found["deleted"])
+        for batch_id, start in enumerate(range(0, len(doomed), 20_000)):
+            records = [ChangeRecord(Operation.DELETE, T, _row(key), None,
+                                    BinlogOffset("mysql-bin.000002", 100 + start + i))
+                       for i, key in enumerate(doomed[start:start + 20_000])]
+            apply_change_batch({T: writer}, records, app_id="bench", batch_id=batch_id)
+        assert _deleting_files(sink) > 0, "the deletes were not merged by deletes"
+        with_deletes = _scans(sink, rows - len(doomed))
+        # fold every delete in: any file with a deleted row is rewritten (the default folds a fifth and more)
+        while sink.cluster(T, min_files=1, fold_share=1e-9) is not None:
+            pass
+        assert _deleting_files(sink) == 0, "compaction left deletes"
+        found[sink_format] = {"with_deletes": with_deletes, "compacted": _scans(sink, rows - len(doomed))}
+        shutil.rmtree(lake, ignore_errors=True)
+    return found
+
+
+def _deleting_files(sink: Sink) -> int:
+    """The table's files that delete rows: Delta data files with a deletion vector, Iceberg delete files."""
+    if isinstance(sink, IcebergSink):
+        table = sink.open_table(T)
+        assert table is not None
+        return table.inspect.delete_files().num_rows
     uri = sink.table_uri(T)
-    with_vectors = _scans(uri, rows - len(doomed))
-    while sink.cluster(T, min_files=1) is not None:  # fold every vector in
-        pass
-    compacted = _scans(uri, rows - len(doomed))
-    shutil.rmtree(lake, ignore_errors=True)
-    return {"rows": rows, "deleted": len(doomed), "with_vectors": with_vectors, "compacted": compacted}
+    return sum(1 for live in DeltaLog(uri).files(DeltaTable(uri)).values() if live.vector is not None)
 
 
-def _scans(uri: str, expected: int) -> dict:
+def _duckdb(extensions: list) -> Any:
+    """A DuckDB connection with ``extensions`` (their PyPI wheels' modules: no download) loaded."""
     import glob
 
     import duckdb
-    import duckdb_extension_delta
 
-    extension = glob.glob(os.path.join(os.path.dirname(duckdb_extension_delta.__file__), "extensions", "*",
-                                       "*.duckdb_extension"))[0]
     con = duckdb.connect()
-    con.execute(f"LOAD '{extension}'")
-    readers = {"delta-rs": lambda: pa.table(DeltaTable(uri).scan()).num_rows,
-               "duckdb": lambda: con.execute(f"SELECT * FROM delta_scan('{uri}')").to_arrow_table().num_rows}
+    for module in extensions:
+        con.execute(f"LOAD '{glob.glob(os.path.join(os.path.dirname(module.__file__), 'extensions', '*', '*.duckdb_extension'))[0]}'")
+    return con
+
+
+def _scans(sink: Sink, expected: int) -> dict:
+    if isinstance(sink, IcebergSink):
+        import duckdb_extension_avro
+        import duckdb_extension_iceberg
+
+        con = _duckdb([duckdb_extension_avro, duckdb_extension_iceberg])
+        table = sink.open_table(T)
+        assert table is not None
+        readers = {"pyiceberg": lambda: table.scan().to_arrow().num_rows,
+                   "duckdb": lambda: con.execute(f"SELECT * FROM iceberg_scan('{table.metadata_location}')"
+                                                 ).to_arrow_table().num_rows}
+    else:
+        import duckdb_extension_delta
+
+        con = _duckdb([duckdb_extension_delta])
+        uri = sink.table_uri(T)
+        readers = {"delta-rs": lambda: pa.table(DeltaTable(uri).scan()).num_rows,
+                   "duckdb": lambda: con.execute(f"SELECT * FROM delta_scan('{uri}')").to_arrow_table().num_rows}
     found = {}
     for name, scan in readers.items():
         times = []
@@ -267,17 +301,22 @@ def _scans(uri: str, expected: int) -> dict:
 
 
 def read_cost_report(result: dict) -> list[str]:
-    lines = [f"## Reading a table with deletion vectors: {result['rows']:,} rows, {result['deleted']:,} deleted by vectors",
+    if "with_vectors" in result:  # a run before the formats were measured apart: Delta's alone
+        result = {"rows": result["rows"], "deleted": result["deleted"],
+                  "delta": {"with_deletes": result["with_vectors"], "compacted": result["compacted"]}}
+    lines = [f"## Reading a table with deletes: {result['rows']:,} rows, {result['deleted']:,} deleted by deletion "
+             "vectors (Delta) or position-delete files (Iceberg)",
              "", f"A full scan (every column, into Arrow), median of {READ_REPEATS}, beside the same table after "
-             "compaction folded the vectors in.", "",
-             "| reader | with vectors: wall s | CPU s | compacted: wall s | CPU s | ratio (wall) |",
-             "|---|---:|---:|---:|---:|---:|"]
+             "compaction folded every delete into the files (checked: no vector or delete file left).", "",
+             "| format | reader | with deletes: wall s | CPU s | compacted: wall s | CPU s | ratio (wall) |",
+             "|---|---|---:|---:|---:|---:|---:|"]
     verdicts = []
-    for reader, timed in result["with_vectors"].items():
-        compacted = result["compacted"][reader]
-        ratio = timed["wall_s"] / max(compacted["wall_s"], 1e-3)
-        lines.append(f"| {reader} | {timed['wall_s']:.2f} | {timed['cpu_s']:.2f} | {compacted['wall_s']:.2f} | "
-                     f"{compacted['cpu_s']:.2f} | {ratio:.2f}x |")
-        verdicts.append(f"- {reader}: a scan with 10% of the rows deleted by vectors within 1.3x of the compacted "
-                        f"table's: {'met' if ratio <= 1.3 else 'MISSED'} ({ratio:.2f}x)")
+    for sink_format in (f for f in FORMATS if f in result):
+        for reader, timed in result[sink_format]["with_deletes"].items():
+            compacted = result[sink_format]["compacted"][reader]
+            ratio = timed["wall_s"] / max(compacted["wall_s"], 1e-3)
+            lines.append(f"| {sink_format} | {reader} | {timed['wall_s']:.2f} | {timed['cpu_s']:.2f} | "
+                         f"{compacted['wall_s']:.2f} | {compacted['cpu_s']:.2f} | {ratio:.2f}x |")
+            verdicts.append(f"- {sink_format}, {reader}: a scan with 10% of the rows deleted within 1.3x of the "
+                            f"compacted table's: {'met' if ratio <= 1.3 else 'MISSED'} ({ratio:.2f}x)")
     return lines + [""] + verdicts + [""]
