@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId
+from airflow_provider_mysqlcdc.sinks.base import Sink
+from airflow_provider_mysqlcdc.sinks.delta.sink import DeltaSink
 from bench.memory import machine_busy_seconds, tree_cpu_seconds
 from bench.mixed_workload import batch_times
 from devtools.spark_submit import SparkSubmit
@@ -41,10 +43,11 @@ STREAM_ROLES = ("driver JVM", "python driver", "python workers", "other")
 
 
 class Stamps:
-    """The clock's stamps: written into the stamp table, seen in its Delta table."""
+    """The clock's stamps: written into the stamp table, seen in its sink table (``sink``: read
+    through delta-rs for a Delta sink, the format's own reader for another)."""
 
-    def __init__(self, server: ThrowawayMariaDB, uri: str):
-        self.conn, self.uri = server.connect_root(), uri
+    def __init__(self, server: ThrowawayMariaDB, sink: Sink):
+        self.conn, self.sink = server.connect_root(), sink
         self.next_row = 0
 
     def stamp(self) -> int:
@@ -57,7 +60,9 @@ class Stamps:
         return now
 
     def visible(self) -> set[int]:
-        return set(read_delta(self.uri, columns=["t_ms"]).column(0).to_pylist())
+        if isinstance(self.sink, DeltaSink):
+            return set(read_delta(self.sink.table_uri(STAMP), columns=["t_ms"]).column(0).to_pylist())
+        return set(self.sink.read(STAMP).column("t_ms").to_pylist())
 
     def wait_visible(self, stamp: int, timeout_s: float, stream: Any, what: str) -> None:
         """Until ``stamp`` is visible; raises once ``timeout_s`` passed or the stream ended."""

@@ -72,7 +72,7 @@ def bench_sustained(server: ThrowawayMariaDB, work: Path, secrets: Path, seconds
     state.commit({t: CapturedTable("id", [stream_only_split(t, "id", current_offset(conn))]) for t in tables})
     job = StreamJob(state=state.location, sink=SinkSpec(str(lake)), mode="continuous", trigger_interval_s=0.2)
     (work / "sustained.json").write_text(job.to_json())
-    stamps = Stamps(server, sink.table_uri(STAMP))
+    stamps = Stamps(server, sink)
     writers = [MixedTransactions(random.Random(100 + n), stride=WRITERS, offset=n) for n in range(WRITERS)]
     stream = start_stream(work, secrets, "sustained.json", "sustained.log")
     runs: list[dict[str, Any]] = []

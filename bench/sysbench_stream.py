@@ -3,7 +3,8 @@
 
 Debian's ``sysbench`` (installed with apt-get when missing) prepares ``tables`` tables of ``rows``
 rows in the benchmark's throwaway MariaDB (database ``sbtest``; its credentials in a config file
-only we can read, never on a command line). Then, for each Delta merge mode in turn:
+only we can read, never on a command line). Then, for each sink in turn (Delta merge-on-read, Delta
+copy-on-write, Iceberg merge-on-read: ``SINKS``):
 
 - **As users have them.** The chunk job snapshots each table into a new lake (one spark-submit a
   table, with the mode's sink), then one continuous stream (spark-submit, trigger every 0.2 s,
@@ -11,7 +12,7 @@ only we can read, never on a command line). Then, for each Delta merge mode in t
 - **Steady rates.** ``sysbench oltp_write_only --rate=R --time=seconds run`` at each of ``rates``
   transactions/s in turn (each transaction an index update, a non-index update, a delete and an
   insert of the same key: about 4 row changes), while the clock stamps the stamp table every 50 ms
-  and a reader polls its Delta table every 100 ms: commit-to-visible lag, drained after sysbench
+  and a reader polls its sink table every 100 ms: commit-to-visible lag, drained after sysbench
   ends (bench/continuous.py). The row changes are counted in the binlog between the run's start
   and end (our reader over the sysbench tables), over sysbench's own seconds, not assumed from the
   transactions. CPU seconds of the stream's processes, the server, sysbench and this process (the
@@ -66,7 +67,8 @@ TABLES, ROWS, SECONDS = 8, 1_000_000, 30
 RATES = (250, 500, 1_000, 2_000)  # transactions/s
 #: issue 47's target: the highest rate with p99 lag under LAG_S reaches this many row changes/s
 TARGET_CHANGES = 1_000
-MERGE_MODES = ("merge-on-read", "copy-on-write")
+#: the sinks streamed into, each as (format, merge mode), named in the results by ``sink_name``
+SINKS = (("delta", "merge-on-read"), ("delta", "copy-on-write"), ("iceberg", "merge-on-read"))
 DATABASE = "sbtest"
 #: sysbench's client threads: they mostly wait on the server; the rate is sysbench's, whatever their number
 THREADS = 4
@@ -89,9 +91,15 @@ def bench_sysbench(server: ThrowawayMariaDB, work: Path, secrets: Path, tables: 
     print(f"sysbench: prepared {tables} tables of {rows:,} rows in {prepare_s:.0f} s", flush=True)
     fresh_table(server, STAMP, STAMP_COLUMNS, STAMP_ROWS_SQL)
     schemas = [load_table_schema(conn, TableId(DATABASE, f"sbtest{n}")) for n in range(1, tables + 1)]
-    modes = {mode: _one_mode(server, work, secrets, command, schemas, mode, seconds, rates) for mode in MERGE_MODES}
+    modes = {sink_name(sink_format, mode): _one_mode(server, work, secrets, command, schemas, sink_format, mode, seconds,
+                                                     rates) for sink_format, mode in SINKS}
     return {"ran_at": f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC", "tables": tables, "rows": rows,
             "seconds": seconds, "threads": THREADS, "prepare_s": prepare_s, "modes": modes}
+
+
+def sink_name(sink_format: str, mode: str) -> str:
+    """A sink's name in the results: its merge mode on Delta (as the first runs had them), else both."""
+    return mode if sink_format == "delta" else f"{sink_format} {mode}"
 
 
 def ensure_sysbench() -> str:
@@ -129,15 +137,15 @@ def _sysbench(command: list[str], output: Path, timeout_s: float | None) -> str:
 
 
 def _one_mode(server: ThrowawayMariaDB, work: Path, secrets: Path, command: list[str], schemas: list[TableSchema],
-              mode: str, seconds: int, rates: tuple[int, ...]) -> dict:
-    """The tables snapshotted into a new lake with ``mode``'s sink, then one continuous stream at each rate."""
+              sink_format: str, mode: str, seconds: int, rates: tuple[int, ...]) -> dict:
+    """The tables snapshotted into a new lake of the sink, then one continuous stream at each rate."""
     conn = server.connect_root()
-    name = f"sysbench-{mode}"
+    name = f"sysbench-{sink_format}-{mode}"
     started = time.monotonic()
     for schema in schemas:
-        run_chunk_job(conn, schema.table_id, work, secrets, f"{name}-lake", merge_mode=mode)
+        run_chunk_job(conn, schema.table_id, work, secrets, f"{name}-lake", sink_format=sink_format, merge_mode=mode)
     snapshot_s = time.monotonic() - started
-    spec = SinkSpec(str(work / f"{name}-lake"), merge_mode=mode)
+    spec = SinkSpec(str(work / f"{name}-lake"), sink_format, merge_mode=mode)
     sink = open_sink(spec)
     sink.prepare(load_table_schema(conn, STAMP))
     state = PipelineState(str(work / f"{name}-state"))
@@ -146,7 +154,7 @@ def _one_mode(server: ThrowawayMariaDB, work: Path, secrets: Path, command: list
                   for t in [*(s.table_id for s in schemas), STAMP]})
     job = StreamJob(state=state.location, sink=spec, mode="continuous", trigger_interval_s=0.2)
     (work / f"{name}.json").write_text(job.to_json())
-    stamps = Stamps(server, sink.table_uri(STAMP))
+    stamps = Stamps(server, sink)
     stream = start_stream(work, secrets, f"{name}.json", f"{name}.log")
     runs: list[dict[str, Any]] = []
     try:
@@ -155,7 +163,7 @@ def _one_mode(server: ThrowawayMariaDB, work: Path, secrets: Path, command: list
             run = _at_rate(server, work, command, schemas, stamps, stream, name, rate, seconds)
             run["batches"] = steady_batches((work / f"{name}.log").read_text(errors="replace"), *run.pop("window"))
             runs.append(run)
-            print(f"sysbench, {mode}: {rate:,} tx/s asked, {run['tx_per_s']:,.0f} tx/s done, "
+            print(f"sysbench, {sink_name(sink_format, mode)}: {rate:,} tx/s asked, {run['tx_per_s']:,.0f} tx/s done, "
                   f"{run['changes_per_s']:,.0f} row changes/s, p50 {run['p50_s']:.2f} s, p99 {run['p99_s']:.2f} s, "
                   f"drained: {run['drained']}", flush=True)
             if not _held(run) or stream.poll() is not None:
@@ -239,9 +247,9 @@ def sysbench_report(result: dict) -> list[str]:
              "repeats its last figures from docs/benchmarks.json). Debian's `sysbench oltp_write_only` "
              f"({result['threads']} client threads; a transaction updates an indexed and a non-indexed column, deletes "
              "a row and inserts it again) against the throwaway MariaDB, on the same two cores as the stream. For "
-             "each Delta merge mode the chunk job snapshots the tables first (one spark-submit a table), then one "
+             "each sink (Delta merge-on-read and copy-on-write, Iceberg merge-on-read) the chunk job snapshots the tables first (one spark-submit a table), then one "
              "continuous stream (trigger 0.2 s) follows them while sysbench runs at steadily higher rates; a clock "
-             "stamps a row every 50 ms and a reader polls the Delta table every 100 ms: commit-to-visible lag. Row "
+             "stamps a row every 50 ms and a reader polls its sink table every 100 ms: commit-to-visible lag. Row "
              "changes are counted in the binlog. The steps end at the first rate whose p99 lag is "
              f"{LAG_S:g} s or more, that sysbench does not reach, or that the stream does not drain within "
              f"{DRAIN_S:.0f} s.", "",
@@ -249,8 +257,8 @@ def sysbench_report(result: dict) -> list[str]:
              + ", ".join(f"{m['snapshot_s']:.0f} s ({mode})" for mode, m in modes.items()) + ".", "",
              "CPU seconds while sysbench ran, beside its wall seconds: the stream's processes (JVM, Python driver "
              "and workers), the MariaDB server, sysbench, the benchmark's own process (the clock and the reader "
-             "polling the Delta table), and every busy core of the machine, other programs included.", "",
-             "| merge mode | tx/s asked | tx/s done | row changes/s | p50 lag | p99 lag | drained | batches | "
+             "polling the sink table), and every busy core of the machine, other programs included.", "",
+             "| sink (Delta unless named), merge mode | tx/s asked | tx/s done | row changes/s | p50 lag | p99 lag | drained | batches | "
              "wall s | CPU s: stream | MariaDB | sysbench | clock, reader | machine |",
              "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for rate in sorted({r["rate"] for m in modes.values() for r in m["runs"]}):
