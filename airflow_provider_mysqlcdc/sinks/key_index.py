@@ -24,6 +24,9 @@ its deletes are the ones the table holds:
   index lacks is read the first time a batch needs it; a file whose deletes in the table are not the
   ones the index holds (another writer's, or a commit of ours whose outcome we never heard) has its
   deletes read again.
+- **The table's files**: a format whose list of live files costs a read of its metadata (Iceberg's
+  manifests) keeps it here too, as of a version of the table (``table_files``), brought up to date
+  by its own commits and read again when the table moved on without it.
 - **Bounded memory**: at most ``max_rows`` rows (every table of the sink together, about 21 bytes a
   row on the integer path) are kept; the files used least recently leave first and are read again
   when a batch needs them.
@@ -33,9 +36,9 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -53,6 +56,8 @@ from airflow_provider_mysqlcdc.sinks.merge_on_read import (
     matched,
 )
 
+#: a data file as a format describes it (``KeyIndex.table_files``)
+F = TypeVar("F")
 #: rows kept by a sink's index (all its tables): about 420 MB on the integer path
 DEFAULT_MAX_ROWS = 20_000_000
 ShardRange = tuple[str | None, str | None]
@@ -98,6 +103,8 @@ class KeyIndex:
         self._files: OrderedDict[tuple[str, str], _FileKeys] = OrderedDict()
         self._rows = 0
         self._lock = threading.Lock()
+        #: per table, its live files as of a version (``table_files``)
+        self._tables: dict[str, tuple[object, dict[str, Any]]] = {}
 
     @property
     def rows(self) -> int:
@@ -138,11 +145,15 @@ class KeyIndex:
         return BitMap64() if data_file.deletes_id is None else data_file.read_deleted()
 
     def committed(self, uri: str, *, added: tuple[str, pa.Table] | None, deletes: Mapping[str, tuple[str | None, BitMap64]],
-                  removed: Sequence[str], key_columns: Sequence[str], nullable_keys: set[str]) -> None:
+                  removed: Sequence[str], key_columns: Sequence[str], nullable_keys: set[str],
+                  table_files: tuple[object, dict[str, Any]] | None = None) -> None:
         """What a commit of the writer's own did to the table at ``uri``: the data file it ``added``
         (its path and its rows, in file order), the files it gave new ``deletes`` (path: the identity
-        of all the deletes that apply to it now, and the rows they delete), the files it ``removed``."""
+        of all the deletes that apply to it now, and the rows they delete), the files it ``removed``;
+        ``table_files``: the version the commit made and the table's live files in it (``table_files``)."""
         with self._lock:
+            if table_files is not None:
+                self._tables[uri] = table_files
             for path in removed:
                 self._drop((uri, path))
             for path, (deletes_id, rows) in deletes.items():
@@ -152,6 +163,18 @@ class KeyIndex:
         if added is not None:
             path, rows = added
             self._keep((uri, path), _build(rows, key_columns, nullable_keys))
+
+    def table_files(self, uri: str, version: object, load: Callable[[], dict[str, F]]) -> dict[str, F]:
+        """The live files of the table at ``uri`` by path, as of ``version`` (the format's identity of
+        the table's state: an Iceberg snapshot id): as kept at that version by the last call or by
+        ``committed``, else as ``load()`` gives them (read afresh whenever the table moved on)."""
+        with self._lock:
+            held = self._tables.get(uri)
+        if held is None or held[0] != version:
+            held = (version, load())
+            with self._lock:
+                self._tables[uri] = held
+        return dict(held[1])
 
     def retain(self, uri: str, paths: Collection[str]) -> None:
         """Drop the entries of the table at ``uri`` whose files are not among ``paths`` (the table's

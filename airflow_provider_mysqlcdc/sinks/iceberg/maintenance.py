@@ -60,7 +60,7 @@ from airflow_provider_mysqlcdc.sinks.clustering import (
 )
 from airflow_provider_mysqlcdc.sinks.data_files import ORPHAN_MIN_AGE_S, orphans, write_data_file
 from airflow_provider_mysqlcdc.sinks.iceberg.catalog import busy_as_conflict
-from airflow_provider_mysqlcdc.sinks.iceberg.row_deltas import RowDelta, deletes_by_data_file, has_deletes
+from airflow_provider_mysqlcdc.sinks.iceberg.row_deltas import MetadataOnce, RowDelta, deletes_by_data_file, has_deletes
 from airflow_provider_mysqlcdc.sinks.iceberg.schema import file_schema_of
 
 if TYPE_CHECKING:
@@ -135,7 +135,7 @@ def cluster_table(table: Table, *, min_files: int = 2, target_bytes: int = TARGE
                                                                             target_bytes=target_bytes, read=rows)]
         removed = {f.path for group in plan for f in group}
         scoped = deletes_by_data_file(table.metadata, table.io) if has_deletes(table.metadata) else {}
-        with busy_as_conflict(), table.transaction() as tx:
+        with busy_as_conflict(), MetadataOnce(table) as tx:
             RowDelta(tx, table.io, data_files=[parquet_file_to_data_file(table.io, table.metadata, path)
                                                for path in written],
                      removed_data=removed, removed_deletes={f.file_path for path in removed for f in scoped.get(path, ())},

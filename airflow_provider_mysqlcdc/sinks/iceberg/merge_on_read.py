@@ -54,6 +54,7 @@ from airflow_provider_mysqlcdc.sinks.iceberg.catalog import busy_as_conflict
 from airflow_provider_mysqlcdc.sinks.iceberg.commits import record_position, stream_summary
 from airflow_provider_mysqlcdc.sinks.iceberg.maintenance import CONFLICTS
 from airflow_provider_mysqlcdc.sinks.iceberg.row_deltas import (
+    MetadataOnce,
     RowDelta,
     deleted_positions,
     referenced_path,
@@ -114,7 +115,9 @@ def merge_by_deletes(table: Table, key_index: KeyIndex, changes: pa.Table, *, ke
     lack, which an update keeps from its row. Raises pyiceberg's ``CommitFailedException`` when
     another writer committed first, after deleting the files it wrote."""
     uri = table.location()
-    every = {t.file.file_path: t for t in table.scan().plan_files()}
+    current = table.current_snapshot()
+    every = key_index.table_files(uri, None if current is None else current.snapshot_id,
+                                  lambda: {t.file.file_path: t for t in table.scan().plan_files()})
     key_index.retain(uri, every)
     chunk_id = table.schema().find_field(CHUNK_COLUMN).field_id
     tasks = {t.file.file_path: t for t in holding(every.values(), lambda task: _chunk_bounds(task, chunk_id),
@@ -163,6 +166,7 @@ def merge_by_deletes(table: Table, key_index: KeyIndex, changes: pa.Table, *, ke
             delete_files.append(delete_file)
             removed_deletes |= scoped
             indexed[path] = (_deletes_id([*kept_elsewhere, delete_file]), all_deleted)
+            every[path] = FileScanTask(task.file, {*kept_elsewhere, delete_file})
         new_rows = pa.concat_tables([images, *survivors]) if survivors else images
         data_files = []
         if new_rows.num_rows:
@@ -171,11 +175,12 @@ def merge_by_deletes(table: Table, key_index: KeyIndex, changes: pa.Table, *, ke
             path = f"{folder}/{write_data_file(folder, new_rows, file_schema_of(table), prefix='merged').path}"
             written.append(path)
             data_files.append(parquet_file_to_data_file(table.io, table.metadata, path))
+            data_files[-1].spec_id = table.metadata.default_spec_id  # as a manifest read gives it (``every``)
         rewritten = sum(1 for path in deleted if path in removed)
         rows_deleted = sum(len(positions) for path, positions in deleted.items() if path not in removed)
         summary = {**stream_summary(commit, operation), "mysqlcdc.merge-mode": "merge-on-read",
                    "mysqlcdc.files-read": str(len(tasks)), "mysqlcdc.files-rewritten": str(rewritten)}
-        with busy_as_conflict(), table.transaction() as tx:
+        with busy_as_conflict(), MetadataOnce(table) as tx:
             delta = RowDelta(tx, table.io, data_files=data_files, delete_files=delete_files, removed_data=removed,
                              removed_deletes=removed_deletes, summary=summary)
             delta.commit()
@@ -189,8 +194,12 @@ def merge_by_deletes(table: Table, key_index: KeyIndex, changes: pa.Table, *, ke
         log.warning("merge into %s failed before its commit was known to land; its files stay until orphan "
                     "files are deleted", table.name())
         raise
+    for path in removed:
+        del every[path]
+    every.update((f.file_path, FileScanTask(f)) for f in data_files)
     key_index.committed(uri, added=(data_files[0].file_path, new_rows) if data_files else None, deletes=indexed,
-                        removed=sorted(removed), key_columns=key_columns, nullable_keys=nullable_keys)
+                        removed=sorted(removed), key_columns=key_columns, nullable_keys=nullable_keys,
+                        table_files=(delta.snapshot_id, every))
     return MergeResult(delta.snapshot_id, rows_deleted, len(delete_files), rewritten, new_rows.num_rows, len(tasks))
 
 

@@ -48,6 +48,7 @@ from pyiceberg.manifest import (
     ManifestWriter,
     ManifestWriterV2,
 )
+from pyiceberg.table import Transaction
 from pyiceberg.table.snapshots import TOTAL_DELETE_FILES, Operation
 from pyiceberg.table.update.snapshot import _FastAppendFiles
 from pyiceberg.typedef import EMPTY_DICT, Record
@@ -56,7 +57,7 @@ from pyiceberg.types import LongType, StringType
 if TYPE_CHECKING:
     from pyiceberg.io import FileIO
     from pyiceberg.partitioning import PartitionSpec
-    from pyiceberg.table import Table, Transaction
+    from pyiceberg.table import Table
     from pyiceberg.table.metadata import TableMetadata
     from pyiceberg.table.snapshots import Summary
 
@@ -116,6 +117,22 @@ def deleted_positions(io: FileIO, delete_files: Iterable[DataFile], data_path: s
     return np.unique(np.concatenate(found))
 
 
+class MetadataOnce(Transaction):
+    """pyiceberg's transaction, whose staged metadata (``table_metadata``) is computed once per staged
+    update instead of at every read: pyiceberg deep-copies the table's whole metadata, every snapshot
+    of its history, at each read, and one merge's snapshot reads it about sixteen times (measured: more
+    than half of a 1,000-change merge into a table of 50 snapshots). The metadata is a frozen model,
+    so the one copy can be shared."""
+
+    @property
+    def table_metadata(self) -> TableMetadata:
+        staged = len(self._updates)
+        held = getattr(self, "_metadata_at", None)
+        if held is None or held[0] != staged:
+            held = self._metadata_at = (staged, super().table_metadata)
+        return held[1]
+
+
 class _DeleteManifestWriter(ManifestWriterV2):
     """A v2 manifest of delete files (pyiceberg writes data manifests only)."""
 
@@ -139,6 +156,9 @@ class RowDelta(_FastAppendFiles):
             the manifests of the kinds that lose a file are read and written again)."""
         operation = Operation.OVERWRITE if data_files else Operation.DELETE
         super().__init__(operation, transaction, io, snapshot_properties=summary)
+        #: the transaction's metadata as of now, read once (each read of it may be a deep copy of the
+        #: table's history: ``MetadataOnce``)
+        self._metadata = transaction.table_metadata
         self._added_data_files = list(data_files)
         self._added_delete_files = list(delete_files)
         self._removed = {*removed_data, *removed_deletes}
@@ -150,7 +170,7 @@ class RowDelta(_FastAppendFiles):
         entry marked deleted and the others existing (a manifest left with none dropped)."""
         if not self._removed:
             return super()._existing_manifests()
-        parent = self._transaction.table_metadata.snapshot_by_id(self._parent_snapshot_id) \
+        parent = self._metadata.snapshot_by_id(self._parent_snapshot_id) \
             if self._parent_snapshot_id is not None else None
         kept: list[ManifestFile] = []
         found: set[str] = set()
@@ -178,7 +198,7 @@ class RowDelta(_FastAppendFiles):
     def _manifests(self) -> list[ManifestFile]:
         manifests = super()._manifests()
         if self._added_delete_files:
-            with self._writer(ManifestContent.DELETES, self._transaction.table_metadata.spec()) as writer:
+            with self._writer(ManifestContent.DELETES, self._metadata.spec()) as writer:
                 for delete_file in self._added_delete_files:
                     writer.add(ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=self._snapshot_id,
                                                        sequence_number=None, file_sequence_number=None,
@@ -187,7 +207,7 @@ class RowDelta(_FastAppendFiles):
         return manifests
 
     def _writer(self, content: ManifestContent, spec: PartitionSpec) -> ManifestWriter:
-        if self._transaction.table_metadata.format_version != 2:
+        if self._metadata.format_version != 2:
             raise ValueError("position deletes are written into format v2 tables only")
         kind = _DeleteManifestWriter if content == ManifestContent.DELETES else ManifestWriterV2
         return kind(spec, self.schema(), self.new_manifest_output(), self._snapshot_id, self._compression)
