@@ -7,6 +7,7 @@ by PID. Nothing is installed as a service and nothing outside the datadir is tou
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -39,16 +40,32 @@ def find_free_port() -> int:
 
 
 def stop_process_group(process: "subprocess.Popen[bytes] | None", timeout_s: float = 30) -> None:
-    """End a throwaway service started in a session of its own: SIGTERM to its process group, then
-    SIGKILL when it has not ended within ``timeout_s``."""
-    if process is None or process.poll() is not None:
+    """End a throwaway service started in a session of its own, every process of its group: SIGTERM
+    to the group, then SIGKILL to whatever of it is left after ``timeout_s``. The group, not only its
+    leader: a service's children may outlive it (``airflow standalone`` ends on SIGTERM while its
+    scheduler still waits on its executor's workers), and a process left behind takes a core from
+    every later test."""
+    if process is None:
         return
-    os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and (process.poll() is None or _group_alive(process.pid)):
+        time.sleep(0.1)
+    if process.poll() is None or _group_alive(process.pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def _group_alive(group: int) -> bool:
+    """Whether a process of ``group`` still runs (one that ended and was not reaped yet does not)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) == group and fields[0] != "Z":  # [0]: the state, [2]: the group
+                return True
+    return False
 
 
 def ensure_mariadb_installed() -> None:
