@@ -113,6 +113,11 @@ class LiveFile:
 class _Replay:
     version: int
     files: dict[str, LiveFile] = field(default_factory=dict)
+    checked_at: int = -1  # the version at which the files were last checked against delta-rs's list
+
+
+#: the live files a log's replay holds are checked against delta-rs's list of them at least this often (versions)
+CROSS_CHECK_EVERY = 100
 
 
 class DeltaLog:
@@ -141,17 +146,25 @@ class DeltaLog:
             return self._table
 
     def files(self, table: DeltaTable) -> dict[str, LiveFile]:
-        """The live files of ``table`` (as loaded) by path, checked against delta-rs's list of them."""
+        """The live files of ``table`` (as loaded) by path, checked against delta-rs's list of them when
+        the replay starts from a checkpoint and every ``CROSS_CHECK_EVERY`` versions after (the check
+        reads every file's add action: at every batch, it cost what the table holds)."""
         version = table.version()
         with self._lock:
             replay = self._replay
-            if replay is None or replay.version > version:
+            fresh = replay is None or replay.version > version
+            if replay is None or fresh:
                 replay = self._from_checkpoint(version)
+            checked = replay.checked_at
             for number in range(replay.version + 1, version + 1):
                 _apply(replay.files, self._commit_actions(number))
                 replay.version = number
+            if fresh or version - checked >= CROSS_CHECK_EVERY:
+                replay.checked_at = version
             self._replay = replay
             files = dict(replay.files)
+        if replay.checked_at != version:
+            return files
         listed = set(pa.table(table.get_add_actions(flatten=True)).column("path").to_pylist())
         replayed = {f.relative_path for f in files.values()}
         if listed != replayed and {urllib.parse.unquote(p) for p in listed} != replayed:

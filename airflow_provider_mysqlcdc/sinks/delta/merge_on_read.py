@@ -74,13 +74,13 @@ class MergeResult:
 
 def merge_into(uri: str, storage_options: dict[str, str] | None, delta_log: DeltaLog, key_index: KeyIndex,
                schema: TableSchema, changes: pa.Table, *, shard: str,
-               transactions: Sequence[tuple[str, int]]) -> MergeResult:
+               transactions: Sequence[tuple[str, int]], table: DeltaTable | None = None) -> MergeResult:
     """Merge ``changes`` of ``schema``'s table into the Delta table at ``uri`` (of ``shard`` only in a
     routed table) by deletion vectors: a table made before merge-on-read gets the ``deletionVectors``
     feature first, and columns the changes add are added first, each in a commit of its own; a
     checkpoint follows where delta-rs's own commits would write one. One attempt: the caller retries
-    on a conflicting commit."""
-    table = delta_log.latest(storage_options)
+    on a conflicting commit. ``table``: the table as ``delta_log`` loaded it last (None: loaded now)."""
+    table = table or delta_log.latest(storage_options)
     if with_vectors(table, uri, storage_options) is not table:
         table = delta_log.latest(storage_options)
     current = pa.schema(table.schema().to_arrow())

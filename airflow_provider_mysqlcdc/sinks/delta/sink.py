@@ -262,18 +262,21 @@ class DeltaSink(Sink):
     def merge_changes(self, schema: TableSchema, changes: pa.Table, *, commit: StreamCommit) -> None:
         target = sink_target(schema).table_id
         uri = self.table_uri(target)
-        if self.merge_mode_of(target) == MERGE_ON_READ and self._writable(uri, schema.table_id):
+        table = self.delta_log(uri).latest(self.storage_options) if self.merge_mode_of(target) == MERGE_ON_READ else None
+        if table is not None and self._writable(table, uri, schema.table_id):
+            loaded = [table]  # the first attempt merges into the table as just loaded, a retry loads it again
             result = retry_conflicts(lambda: merge_into(uri, self.storage_options, self.delta_log(uri), self.key_index,
                                                         schema, changes, shard=commit.shard,
-                                                        transactions=transactions(commit)),
+                                                        transactions=transactions(commit),
+                                                        table=loaded.pop() if loaded else None),
                                      f"merge batch {commit.batch_id} into {schema.table_id}")
             log.debug("merge of batch %d into %s: %s", commit.batch_id, schema.table_id, result)
         else:
             self._merge_copying(uri, schema, changes, commit)
 
-    def _writable(self, uri: str, table_id: TableId) -> bool:
-        """Whether merges into the table may go by deletion vectors (else: copy-on-write, logged once)."""
-        why = is_writable(self.delta_log(uri).latest(self.storage_options))
+    def _writable(self, table: DeltaTable, uri: str, table_id: TableId) -> bool:
+        """Whether merges into ``table`` may go by deletion vectors (else: copy-on-write, logged once)."""
+        why = is_writable(table)
         if why and self._copying.get(uri) != why:
             log.warning("%s has %s, which deletion-vector commits would not keep: its merges copy on write",
                         table_id, why)
