@@ -15,14 +15,12 @@ memory, which on the large table is the whole table at every batch.
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 import statistics
 import time
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -39,6 +37,7 @@ from airflow_provider_mysqlcdc.sinks.delta.log import DeltaLog
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.sinks.iceberg.sink import IcebergSink
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_change_batch
+from devtools.verify import duckdb_with
 
 SIZES = (100_000, 10_000_000)
 MODES = ("copy-on-write", "merge-on-read")
@@ -257,33 +256,16 @@ def _deleting_files(sink: Sink) -> int:
     return sum(1 for live in DeltaLog(uri).files(DeltaTable(uri)).values() if live.vector is not None)
 
 
-def _duckdb(extensions: list) -> Any:
-    """A DuckDB connection with ``extensions`` (their PyPI wheels' modules: no download) loaded."""
-    import glob
-
-    import duckdb
-
-    con = duckdb.connect()
-    for module in extensions:
-        con.execute(f"LOAD '{glob.glob(os.path.join(os.path.dirname(module.__file__), 'extensions', '*', '*.duckdb_extension'))[0]}'")
-    return con
-
-
 def _scans(sink: Sink, expected: int) -> dict:
     if isinstance(sink, IcebergSink):
-        import duckdb_extension_avro
-        import duckdb_extension_iceberg
-
-        con = _duckdb([duckdb_extension_avro, duckdb_extension_iceberg])
+        con = duckdb_with("avro", "iceberg")
         table = sink.open_table(T)
         assert table is not None
         readers = {"pyiceberg": lambda: table.scan().to_arrow().num_rows,
                    "duckdb": lambda: con.execute(f"SELECT * FROM iceberg_scan('{table.metadata_location}')"
                                                  ).to_arrow_table().num_rows}
     else:
-        import duckdb_extension_delta
-
-        con = _duckdb([duckdb_extension_delta])
+        con = duckdb_with("delta")
         uri = sink.table_uri(T)
         readers = {"delta-rs": lambda: pa.table(DeltaTable(uri).scan()).num_rows,
                    "duckdb": lambda: con.execute(f"SELECT * FROM delta_scan('{uri}')").to_arrow_table().num_rows}

@@ -145,6 +145,24 @@ def read_delta(uri: str, *, version: int | None = None, columns: list[str] | Non
     return pa.table(table.scan(columns=columns)).cast(schema)
 
 
+def duckdb_with(*extensions: str) -> Any:
+    """A DuckDB connection with ``extensions`` (``"delta"``, ``"iceberg"``, ``"avro"``, ``"httpfs"``)
+    loaded from their PyPI wheels (``duckdb_extension_<name>``): nothing is downloaded. The caller
+    closes it."""
+    import glob
+    import importlib
+    import os
+
+    import duckdb
+
+    con = duckdb.connect()
+    for name in extensions:
+        module = importlib.import_module(f"duckdb_extension_{name}")
+        found = glob.glob(os.path.join(os.path.dirname(module.__file__), "extensions", "*", "*.duckdb_extension"))
+        con.execute(f"LOAD '{found[0]}'")
+    return con
+
+
 def sink_commits(sink: Sink, table_id: TableId, kind: str) -> int:
     """How many commits of ``kind`` the sink table holds, in either format: ``"merge"`` (a stream
     batch's merge) or ``"cluster"`` (a clustering, sinks/clustering.py). 0 without a table."""

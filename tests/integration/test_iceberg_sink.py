@@ -10,7 +10,6 @@ it serves."""
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import shutil
@@ -35,7 +34,7 @@ from devtools.dag_runner import catch_up_stream, example_dag_env, run_dag
 from devtools.postgres_server import ThrowawayPostgres
 from devtools.s3_server import S3Server
 from devtools.seaweedfs_server import SeaweedIceberg
-from devtools.verify import differences, sink_commits, sink_rows, source_rows
+from devtools.verify import differences, duckdb_with, sink_commits, sink_rows, source_rows
 
 from .helpers import SecretWatch, files_holding, run_stream
 
@@ -46,16 +45,8 @@ def duckdb_rows(sink: IcebergSink, schema: TableSchema, s3: dict[str, str] | Non
     """The table's rows by key as DuckDB reads them: its Iceberg and Avro extensions (and for a table
     on S3 its httpfs extension, given ``s3``: the server's ``endpoint`` URL, ``key_id``, ``secret`` and
     ``region``), loaded from their PyPI wheels (no download), scan the table's current metadata file."""
-    import duckdb
-    import duckdb_extension_avro
-    import duckdb_extension_httpfs
-    import duckdb_extension_iceberg
-
-    con = duckdb.connect()
+    con = duckdb_with("avro", "iceberg", *(["httpfs"] if s3 else []))
     try:
-        extensions = [duckdb_extension_avro, duckdb_extension_iceberg] + ([duckdb_extension_httpfs] if s3 else [])
-        for extension in extensions:
-            con.execute(f"LOAD '{_extension_file(extension)}'")
         if s3:
             con.execute("CREATE SECRET lake (TYPE s3, KEY_ID ?, SECRET ?, REGION ?, ENDPOINT ?, URL_STYLE 'path', "
                         "USE_SSL false)", [s3["key_id"], s3["secret"], s3["region"],
@@ -68,10 +59,6 @@ def duckdb_rows(sink: IcebergSink, schema: TableSchema, s3: dict[str, str] | Non
     by_key = {schema.key_of(r): r for r in rows}
     assert len(by_key) == len(rows), "a key twice"
     return by_key
-
-
-def _extension_file(module) -> str:
-    return glob.glob(os.path.join(os.path.dirname(module.__file__), "extensions", "*", "*.duckdb_extension"))[0]
 
 
 def both_readers_differ(cdc_user, lake: Path, table_id: TableId) -> tuple[str | None, str | None]:

@@ -4,8 +4,6 @@ our reader and by two readers we did not write: delta-rs and DuckDB's delta exte
 from __future__ import annotations
 
 import dataclasses
-import glob
-import os
 import time
 import uuid
 
@@ -27,18 +25,13 @@ from airflow_provider_mysqlcdc.sinks.delta.deletion_vectors import (
 from airflow_provider_mysqlcdc.sinks.delta.log import DeltaLog
 from airflow_provider_mysqlcdc.sinks.delta.maintenance import maintain_table
 from airflow_provider_mysqlcdc.sinks.delta.sink import DeltaSink
+from devtools.verify import duckdb_with
 
 
 def duckdb_rows(uri: str) -> list[dict]:
     """The table's rows as DuckDB's delta extension (from its PyPI wheel, no download) reads them."""
-    import duckdb
-    import duckdb_extension_delta
-
-    extension = glob.glob(os.path.join(os.path.dirname(duckdb_extension_delta.__file__), "extensions", "*",
-                                       "*.duckdb_extension"))[0]
-    con = duckdb.connect()
+    con = duckdb_with("delta")
     try:
-        con.execute(f"LOAD '{extension}'")
         return con.execute(f"SELECT * FROM delta_scan('{uri}')").to_arrow_table().to_pylist()
     finally:
         con.close()

@@ -6,7 +6,6 @@ table holding delete files."""
 
 from __future__ import annotations
 
-import glob
 import os
 import time
 from pathlib import Path
@@ -30,6 +29,7 @@ from airflow_provider_mysqlcdc.sinks.iceberg import merge_on_read
 from airflow_provider_mysqlcdc.sinks.iceberg.row_deltas import RowDelta, live_files, referenced_path
 from airflow_provider_mysqlcdc.sinks.iceberg.sink import IcebergSink
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter, apply_change_batch
+from devtools.verify import duckdb_with
 from tests.unit.sinks.delta.test_merge_on_read import random_batches
 from tests.unit.stream.harness import delete, insert, off, update
 
@@ -88,16 +88,8 @@ def unreferenced(writer: SinkWriter) -> set[str]:
 
 def duckdb_rows(metadata_location: str, snapshot_id: int | None = None) -> dict[int, str]:
     """The table's rows as DuckDB's iceberg extension (from its PyPI wheel, no download) reads them."""
-    import duckdb
-    import duckdb_extension_avro
-    import duckdb_extension_iceberg
-
-    con = duckdb.connect()
+    con = duckdb_with("avro", "iceberg")
     try:
-        for module in (duckdb_extension_avro, duckdb_extension_iceberg):
-            extension = glob.glob(os.path.join(os.path.dirname(module.__file__), "extensions", "*",
-                                               "*.duckdb_extension"))[0]
-            con.execute(f"LOAD '{extension}'")
         at = "" if snapshot_id is None else f", snapshot_from_id => {snapshot_id}"
         rows = con.execute(f"SELECT id, v FROM iceberg_scan('{metadata_location}'{at})").fetchall()
     finally:
