@@ -56,6 +56,9 @@ def stop_process_group(process: "subprocess.Popen[bytes] | None", timeout_s: flo
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
     process.wait()
+    killed_by = time.monotonic() + 10  # SIGKILL is delivered, not done: wait until the kernel ended them
+    while _group_alive(process.pid) and time.monotonic() < killed_by:
+        time.sleep(0.05)
 
 
 def _group_alive(group: int) -> bool:
