@@ -156,9 +156,6 @@ class RowDelta(_FastAppendFiles):
             the manifests of the kinds that lose a file are read and written again)."""
         operation = Operation.OVERWRITE if data_files else Operation.DELETE
         super().__init__(operation, transaction, io, snapshot_properties=summary)
-        #: the transaction's metadata as of now, read once (each read of it may be a deep copy of the
-        #: table's history: ``MetadataOnce``)
-        self._metadata = transaction.table_metadata
         self._added_data_files = list(data_files)
         self._added_delete_files = list(delete_files)
         self._removed = {*removed_data, *removed_deletes}
@@ -170,7 +167,7 @@ class RowDelta(_FastAppendFiles):
         entry marked deleted and the others existing (a manifest left with none dropped)."""
         if not self._removed:
             return super()._existing_manifests()
-        parent = self._metadata.snapshot_by_id(self._parent_snapshot_id) \
+        parent = self._transaction.table_metadata.snapshot_by_id(self._parent_snapshot_id) \
             if self._parent_snapshot_id is not None else None
         kept: list[ManifestFile] = []
         found: set[str] = set()
@@ -198,7 +195,7 @@ class RowDelta(_FastAppendFiles):
     def _manifests(self) -> list[ManifestFile]:
         manifests = super()._manifests()
         if self._added_delete_files:
-            with self._writer(ManifestContent.DELETES, self._metadata.spec()) as writer:
+            with self._writer(ManifestContent.DELETES, self._transaction.table_metadata.spec()) as writer:
                 for delete_file in self._added_delete_files:
                     writer.add(ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=self._snapshot_id,
                                                        sequence_number=None, file_sequence_number=None,
@@ -207,7 +204,7 @@ class RowDelta(_FastAppendFiles):
         return manifests
 
     def _writer(self, content: ManifestContent, spec: PartitionSpec) -> ManifestWriter:
-        if self._metadata.format_version != 2:
+        if self._transaction.table_metadata.format_version != 2:
             raise ValueError("position deletes are written into format v2 tables only")
         kind = _DeleteManifestWriter if content == ManifestContent.DELETES else ManifestWriterV2
         return kind(spec, self.schema(), self.new_manifest_output(), self._snapshot_id, self._compression)
