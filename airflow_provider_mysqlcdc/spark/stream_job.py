@@ -125,8 +125,9 @@ class StreamBatchFunction:
             remove_spill_folder(folder)
         self.applier.record_progress(batch_id, done, len(spilled), read_s, time.monotonic() - started,
                                      reading_summary(pieces, began_at))
+        frozen = {w.target.table_id for t in self.applier.frozen if (w := self.applier.writers.get(t)) is not None}
         self.upkeep.cluster_due({w.target.table_id for t in done.merged_tables - set(self.applier.frozen)
-                                 if (w := self.applier.writers.get(t)) is not None})
+                                 if (w := self.applier.writers.get(t)) is not None}, time.monotonic() - started, frozen)
 
     def maintain_idle(self) -> None:
         """From the driver's loop while the query waits for binlog (no batch runs): what

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
@@ -21,11 +21,16 @@ log = logging.getLogger(__name__)
 
 #: how often a stream looks for maintenance requests (state/maintenance.py)
 MAINTENANCE_POLL_S = 5.0
+#: the clustering after a batch takes at most this share of the batch's own time (at least one run)
+CLUSTER_SHARE = 0.5
 
 
 class StreamUpkeep:
-    def __init__(self, job: StreamJob, sink: Sink, state: PipelineState, fence: Callable[[], None] = lambda: None):
+    def __init__(self, job: StreamJob, sink: Sink, state: PipelineState, fence: Callable[[], None] = lambda: None,
+                 clock: Callable[[], float] = time.monotonic):
         self.job = job
+        self.clock = clock
+        self.waiting: list[TableId] = []  # tables whose clustering an earlier batch's upkeep left for later
         self.sink = sink
         self.state = state
         self.fence = fence  # raises when another stream took the pipeline over (state/lease.py)
@@ -33,26 +38,42 @@ class StreamUpkeep:
         self.maintained_at = time.monotonic()  # the stream's own maintenance (maintenance_every_s)
         self.requests_seen_at = 0.0
 
-    def cluster_due(self, tables: set[TableId]) -> None:
+    def cluster_due(self, tables: set[TableId], batch_s: float, left_out: Collection[TableId] = ()) -> None:
         """Between two batches (no merge of this stream runs meanwhile), cluster the data files of sink
-        ``tables`` (those the batch merged into, of tables not frozen), where ``cluster_after_files`` files need it.
+        ``tables`` (those the batch merged into, of tables not frozen), where ``cluster_after_files`` files
+        need it, and of the tables earlier batches left waiting, those first (unless ``left_out``: frozen since).
         A merge-on-read table only gets its small files packed and its mostly deleted files folded
         (``candidate_groups``' ``large_apart``): each batch's file of random keys overlaps all of its
-        large files, which a batch's clustering would otherwise rewrite whole, again and again."""
-        if not self.job.cluster_after_files or not tables:
+        large files, which a batch's clustering would otherwise rewrite whole, again and again.
+
+        The next batch waits meanwhile, so clustering takes at most ``CLUSTER_SHARE`` of the batch's
+        own ``batch_s`` (at least one run): tables that fill up together (every batch of an OLTP
+        workload touches every table) are clustered over the next batches, not all after one of them."""
+        order = list(dict.fromkeys([*(t for t in self.waiting if t not in left_out), *sorted(tables)]))
+        self.waiting = []
+        if not self.job.cluster_after_files or not order:
             return
         self.fence()  # a stream another one took over stops here, as at the next batch
-        for table_id in sorted(tables):
-            started = time.monotonic()
+        allowed, spent, ran = CLUSTER_SHARE * batch_s, 0.0, False
+        for at, table_id in enumerate(order):
+            if ran and spent >= allowed:
+                self.waiting = order[at:]
+                log.info("clustering of %d table(s) waits for the next batch: %.1fs spent, the batch took %.1fs",
+                         len(self.waiting), spent, batch_s)
+                return
+            started = self.clock()
             try:
                 result = self.sink.cluster(table_id, min_files=self.job.cluster_after_files,
                                            large_apart=self.sink.merge_mode_of(table_id) == "merge-on-read")
             except Exception as exc:  # noqa: BLE001 - the batch is applied; clustering can wait for the next one
                 log.warning("clustering %s failed (the batch stands; the next batch tries again): %s: %s", table_id,
                             type(exc).__name__, exc)
-                continue
+                result = None
+            took = self.clock() - started
+            spent += took
             if result is not None:
-                log.info("clustered %s by its chunk key: %s in %.1fs", table_id, result, time.monotonic() - started)
+                ran = True
+                log.info("clustered %s by its chunk key: %s in %.1fs", table_id, result, took)
 
     def maintain_due(self) -> None:
         """Between two batches (no merge of this stream runs): answer the maintenance tasks' requests

@@ -37,11 +37,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from pyiceberg.conversions import from_bytes
 from pyiceberg.exceptions import CommitFailedException, ValidationException
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io.pyarrow import ArrowScan, parquet_file_to_data_file
+from pyiceberg.table import FileScanTask
+from pyiceberg.types import StringType
 
 from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy, TableMaintenance
 from airflow_provider_mysqlcdc.sinks.arrow_rows import CHUNK_COLUMN
@@ -60,10 +64,11 @@ from airflow_provider_mysqlcdc.sinks.clustering import (
 )
 from airflow_provider_mysqlcdc.sinks.data_files import ORPHAN_MIN_AGE_S, orphans, write_data_file
 from airflow_provider_mysqlcdc.sinks.iceberg.catalog import busy_as_conflict
-from airflow_provider_mysqlcdc.sinks.iceberg.row_deltas import MetadataOnce, RowDelta, deletes_by_data_file, has_deletes
+from airflow_provider_mysqlcdc.sinks.iceberg.row_deltas import MetadataOnce, RowDelta, referenced_path
 from airflow_provider_mysqlcdc.sinks.iceberg.schema import file_schema_of
 
 if TYPE_CHECKING:
+    from pyiceberg.manifest import DataFile
     from pyiceberg.table import Table
 
 log = logging.getLogger(__name__)
@@ -84,27 +89,42 @@ def data_file_count(table: Table) -> int:
     return table.inspect.data_files().num_rows
 
 
-def held_files(table: Table) -> list[HeldFile]:
-    """The table's data files with their ``_cdc_chunk`` bounds (a file without them is left out), and
-    the rows of each that the delete files scoped to it delete (sinks/iceberg/row_deltas.py)."""
-    files = table.inspect.data_files()
-    if not files.num_rows:
-        return []
-    deletes = deletes_by_data_file(table.metadata, table.io) if has_deletes(table.metadata) else {}
-    metrics = files.column("readable_metrics").to_pylist()
+def scan_tasks(table: Table) -> dict[str, FileScanTask]:
+    """The current snapshot's data files by path, each with the delete files that may apply to it
+    (every manifest read: callers that keep them between commits use the key index's copy)."""
+    return {task.file.file_path: task for task in table.scan().plan_files()}
+
+
+def chunk_bounds(task: FileScanTask, field_id: int) -> tuple[str | None, str | None]:
+    """A data file's bounds of ``_cdc_chunk`` (its field id) from its manifest entry (None: unknown)."""
+    low = (task.file.lower_bounds or {}).get(field_id)
+    high = (task.file.upper_bounds or {}).get(field_id)
+    if low is None or high is None:
+        return None, None
+    return from_bytes(StringType(), low), from_bytes(StringType(), high)
+
+
+def scoped_deletes(task: FileScanTask) -> list[DataFile]:
+    """The delete files of ``task`` scoped to its data file alone (sinks/iceberg/row_deltas.py)."""
+    return [f for f in task.delete_files if referenced_path(f) == task.file.file_path]
+
+
+def held_files(table: Table, tasks: Mapping[str, FileScanTask] | None = None) -> list[HeldFile]:
+    """The table's data files (``tasks``: as the scan gives them, read afresh when None) with their
+    ``_cdc_chunk`` bounds (a file without them is left out), and the rows of each that the delete
+    files scoped to it delete (sinks/iceberg/row_deltas.py)."""
+    chunk_id = table.schema().find_field(CHUNK_COLUMN).field_id
     held = []
-    for path, size, rows, metric in zip(files.column("file_path").to_pylist(),
-                                        files.column("file_size_in_bytes").to_pylist(),
-                                        files.column("record_count").to_pylist(), metrics):
-        chunk = (metric or {}).get(CHUNK_COLUMN) or {}
-        low, high = chunk.get("lower_bound"), chunk.get("upper_bound")
-        deleted = min(int(rows), sum(f.record_count for f in deletes.get(path, ())))
+    for path, task in (scan_tasks(table) if tasks is None else tasks).items():
+        low, high = chunk_bounds(task, chunk_id)
+        rows = task.file.record_count
+        deleted = min(rows, sum(f.record_count for f in scoped_deletes(task)))
         if low is not None and high is not None:
-            held.append(HeldFile(path, int(size), int(rows) - deleted, low, high, deleted))
+            held.append(HeldFile(path, task.file.file_size_in_bytes, rows - deleted, low, high, deleted))
     return held
 
 
-def cluster_table(table: Table, *, min_files: int = 2, target_bytes: int = TARGET_BYTES,
+def cluster_table(table: Table, *, tasks: Mapping[str, FileScanTask] | None = None, min_files: int = 2, target_bytes: int = TARGET_BYTES,
                   max_rewrite_bytes: int = MAX_REWRITE_BYTES, fold_share: float = FOLD_SHARE,
                   large_apart: bool = False) -> ClusteringResult | None:
     """One clustering run on ``table`` as loaded; None when fewer than ``min_files`` files need it (a
@@ -112,14 +132,15 @@ def cluster_table(table: Table, *, min_files: int = 2, target_bytes: int = TARGE
     folds them in), or when nothing fits a run. A run holds at most ``max_rewrite_bytes`` of rows in
     memory (as Arrow: Parquet's bytes say little of it), reads the planned files one by one (their
     delete files applied) and writes each group's rows as new files before its one commit, which
-    removes exactly the planned files and the delete files scoped to them. Raises pyiceberg's
+    removes exactly the planned files and the delete files scoped to them. ``tasks``: the table's files
+    as the scan gives them, when the caller holds them (read afresh when None). Raises pyiceberg's
     CommitFailedException when another writer committed meanwhile, after deleting the files it wrote."""
-    held = held_files(table)
+    tasks = scan_tasks(table) if tasks is None else tasks
+    held = held_files(table, tasks)
     groups, runs = candidate_groups(held, target_bytes=target_bytes, fold_share=fold_share, large_apart=large_apart)
     folds = any(len(group) == 1 for group in groups)
     if sum(len(group) for group in groups + runs) < max(min_files, 2) and not folds:
         return None
-    tasks = {task.file.file_path: task for task in table.scan().plan_files()}
     scan = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue())
     folder = table.location().rstrip("/") + "/data"
     file_schema = file_schema_of(table)
@@ -134,11 +155,10 @@ def cluster_table(table: Table, *, min_files: int = 2, target_bytes: int = TARGE
             written += [f"{folder}/{f.path}" for f in rewrite_in_key_order(folder, group, file_schema,
                                                                             target_bytes=target_bytes, read=rows)]
         removed = {f.path for group in plan for f in group}
-        scoped = deletes_by_data_file(table.metadata, table.io) if has_deletes(table.metadata) else {}
         with busy_as_conflict(), MetadataOnce(table) as tx:
             RowDelta(tx, table.io, data_files=[parquet_file_to_data_file(table.io, table.metadata, path)
                                                for path in written],
-                     removed_data=removed, removed_deletes={f.file_path for path in removed for f in scoped.get(path, ())},
+                     removed_data=removed, removed_deletes={f.file_path for path in removed for f in scoped_deletes(tasks[path])},
                      summary={OPERATION_SUMMARY: "cluster"}).commit()
     except CONFLICTS:  # nothing of it is in the table
         for path in written:

@@ -39,11 +39,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyiceberg.conversions import from_bytes
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io.pyarrow import ArrowScan, parquet_file_to_data_file
 from pyiceberg.table import FileScanTask
-from pyiceberg.types import StringType
 from pyroaring import BitMap64
 
 from airflow_provider_mysqlcdc.cdc.model.schema import TableSchema
@@ -52,12 +50,11 @@ from airflow_provider_mysqlcdc.sinks.base import StreamCommit
 from airflow_provider_mysqlcdc.sinks.data_files import write_data_file
 from airflow_provider_mysqlcdc.sinks.iceberg.catalog import busy_as_conflict
 from airflow_provider_mysqlcdc.sinks.iceberg.commits import record_position, stream_summary
-from airflow_provider_mysqlcdc.sinks.iceberg.maintenance import CONFLICTS
+from airflow_provider_mysqlcdc.sinks.iceberg.maintenance import CONFLICTS, chunk_bounds, scan_tasks, scoped_deletes
 from airflow_provider_mysqlcdc.sinks.iceberg.row_deltas import (
     MetadataOnce,
     RowDelta,
     deleted_positions,
-    referenced_path,
     write_position_deletes,
 )
 from airflow_provider_mysqlcdc.sinks.iceberg.schema import arrow_schema_of, as_table_rows, file_schema_of
@@ -94,6 +91,14 @@ def with_position_deletes(table: Table) -> Table:
     return table.refresh()
 
 
+def table_files(table: Table, key_index: KeyIndex) -> dict[str, FileScanTask]:
+    """``table``'s data files as of its current snapshot, each with its delete files (``scan_tasks``):
+    the key index's copy, kept by this sink's last commit or read, when the table has not moved on since."""
+    current = table.current_snapshot()
+    return key_index.table_files(table.location(), None if current is None else current.snapshot_id,
+                                 lambda: scan_tasks(table))
+
+
 def merge_batch(table: Table, key_index: KeyIndex, schema: TableSchema, changes: pa.Table,
                 commit: StreamCommit) -> MergeResult:
     """Merge ``changes`` of ``schema``'s table (of ``commit``'s shard only in a routed table) into
@@ -115,12 +120,10 @@ def merge_by_deletes(table: Table, key_index: KeyIndex, changes: pa.Table, *, ke
     lack, which an update keeps from its row. Raises pyiceberg's ``CommitFailedException`` when
     another writer committed first, after deleting the files it wrote."""
     uri = table.location()
-    current = table.current_snapshot()
-    every = key_index.table_files(uri, None if current is None else current.snapshot_id,
-                                  lambda: {t.file.file_path: t for t in table.scan().plan_files()})
+    every = table_files(table, key_index)
     key_index.retain(uri, every)
     chunk_id = table.schema().find_field(CHUNK_COLUMN).field_id
-    tasks = {t.file.file_path: t for t in holding(every.values(), lambda task: _chunk_bounds(task, chunk_id),
+    tasks = {t.file.file_path: t for t in holding(every.values(), lambda task: chunk_bounds(task, chunk_id),
                                                   changes.column(CHUNK_COLUMN))}
     files = {path: _Indexed(table.io, task) for path, task in tasks.items()}
     matches = key_index.locate(uri, list(files.values()), changes, key_columns, nullable_keys, shard_range)
@@ -149,7 +152,7 @@ def merge_by_deletes(table: Table, key_index: KeyIndex, changes: pa.Table, *, ke
             old = key_index.deleted(uri, files[path])
             all_deleted = old | BitMap64(positions)
             now_deleted = np.fromiter(all_deleted, dtype=np.int64, count=len(all_deleted))
-            scoped = {f.file_path for f in task.delete_files if referenced_path(f) == path}
+            scoped = {f.file_path for f in scoped_deletes(task)}
             if rewrites(task.file.record_count, len(old), len(now_deleted)):
                 rows = physical.rows(task.file)
                 kept = rows.filter(pa.array(~np.isin(np.arange(rows.num_rows), now_deleted)))
@@ -243,12 +246,3 @@ class _Indexed:
 
 def _deletes_id(delete_files: Iterable[DataFile]) -> str | None:
     return "\n".join(sorted(f.file_path for f in delete_files)) or None
-
-
-def _chunk_bounds(task: FileScanTask, field_id: int) -> tuple[str | None, str | None]:
-    """A data file's bounds of ``_cdc_chunk`` (its field id) from its manifest entry (None: unknown)."""
-    low = (task.file.lower_bounds or {}).get(field_id)
-    high = (task.file.upper_bounds or {}).get(field_id)
-    if low is None or high is None:
-        return None, None
-    return from_bytes(StringType(), low), from_bytes(StringType(), high)

@@ -27,7 +27,6 @@ such files in the transaction that dropped their data file.
 from __future__ import annotations
 
 import uuid
-from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
@@ -236,17 +235,6 @@ def live_files(metadata: TableMetadata, io: FileIO) -> tuple[set[str], list[Data
             else:
                 deletes.append(entry.data_file)
     return data, deletes
-
-
-def deletes_by_data_file(metadata: TableMetadata, io: FileIO) -> dict[str, list[DataFile]]:
-    """The current snapshot's delete files scoped to one data file, by that file's path."""
-    _, deletes = live_files(metadata, io)
-    scoped: dict[str, list[DataFile]] = defaultdict(list)
-    for delete_file in deletes:
-        path = referenced_path(delete_file)
-        if path is not None:
-            scoped[path].append(delete_file)
-    return scoped
 
 
 def has_deletes(metadata: TableMetadata) -> bool:

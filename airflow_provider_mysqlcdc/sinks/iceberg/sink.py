@@ -19,10 +19,9 @@ it names the rows it replaces in position-delete files and appends their new ima
 the default: sinks/iceberg/merge_on_read.py) or rewrites those files (copy-on-write). A write that
 drops a data file drops the delete files naming it in the same commit.
 
-A chunk's partitions are written as data files by the Spark executors, into the table's ``data``
-folder, and committed by the chunk job's driver with ``add_files`` (``commit_range``). Clustering and
-maintenance: sinks/iceberg/maintenance.py. What it cannot do yet: a table rewrite marked as one that
-changes no data (pyiceberg has no ``replace`` snapshot: a clustering shows as an overwrite).
+A chunk's partitions are written as data files by the Spark executors into the table's ``data`` folder
+and committed by the chunk job's driver with ``add_files`` (``commit_range``). Clustering and maintenance:
+sinks/iceberg/maintenance.py (pyiceberg has no ``replace`` snapshot: a clustering shows as an overwrite).
 """
 
 from __future__ import annotations
@@ -68,7 +67,7 @@ from airflow_provider_mysqlcdc.sinks.iceberg.maintenance import (
     compact_changelog,
     maintain_table,
 )
-from airflow_provider_mysqlcdc.sinks.iceberg.merge_on_read import merge_batch, with_position_deletes
+from airflow_provider_mysqlcdc.sinks.iceberg.merge_on_read import merge_batch, table_files, with_position_deletes
 from airflow_provider_mysqlcdc.sinks.iceberg.row_deltas import drop_dangling_deletes
 from airflow_provider_mysqlcdc.sinks.iceberg.rows import chunk_filter, merged, older_than, range_filter
 from airflow_provider_mysqlcdc.sinks.iceberg.schema import (
@@ -255,8 +254,7 @@ class IcebergSink(Sink):
                     with tx.update_schema() as update:
                         update.union_by_name(pa.schema([f.with_nullable(True) for f in changed]))
 
-        retry_conflicts(replace, f"replace the columns of {target.table_id}", conflicts=CONFLICTS,
-                        attempts=_MAX_ATTEMPTS)
+        retry_conflicts(replace, f"replace the columns of {target.table_id}", conflicts=CONFLICTS, attempts=_MAX_ATTEMPTS)
         self._evolve(target.table_id, wanted)
 
     # --- writes ----------------------------------------------------------------------------------
@@ -422,14 +420,16 @@ class IcebergSink(Sink):
     # --- upkeep (sinks/iceberg/maintenance.py) --------------------------------------------------
     def cluster(self, table_id: TableId, *, min_files: int = 2, target_bytes: int = DEFAULT_TARGET_FILE_BYTES,
                 fold_share: float = DEFAULT_FOLD_SHARE, large_apart: bool = False) -> ClusteringResult | None:
-        """Rewrite the data files that spread the table's chunk key ranges in key order, in one commit
-        that changes no row; planned again after a concurrent commit, a few times, then left for the
-        next run (None, logged), as the Delta sink does."""
+        """Rewrite the data files that spread the table's chunk key ranges in key order, in one commit that
+        changes no row; planned from the files as this sink's last merge left them (read again if the
+        table moved on), again after a concurrent commit, a few times, then left for the next run (None)."""
+        def run() -> ClusteringResult | None:
+            table = self._table(table_id)
+            return cluster_table(table, tasks=table_files(table, self.key_index), min_files=min_files,
+                                 target_bytes=target_bytes, fold_share=fold_share, large_apart=large_apart)
+
         try:
-            return retry_conflicts(lambda: cluster_table(self._table(table_id), min_files=min_files,
-                                                         target_bytes=target_bytes, fold_share=fold_share,
-                                                         large_apart=large_apart),
-                                   f"cluster {table_id}", conflicts=CONFLICTS, attempts=REWRITE_ATTEMPTS)
+            return retry_conflicts(run, f"cluster {table_id}", conflicts=CONFLICTS, attempts=REWRITE_ATTEMPTS)
         except CONFLICTS as exc:
             log.warning("clustering %s gave way to %d concurrent commits and is left for its next run (%s)",
                         table_id, REWRITE_ATTEMPTS, exc)

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyiceberg.exceptions import CommitFailedException
-from pyiceberg.manifest import DataFileContent
+from pyiceberg.manifest import DataFileContent, ManifestFile
 
 from airflow_provider_mysqlcdc.cdc.model.schema import Column, TableId, TableSchema
 from airflow_provider_mysqlcdc.cdc.model.split import FinishedSplit, SnapshotSplit
@@ -381,3 +381,42 @@ def test_a_format_v1_table_is_upgraded_to_v2_before_its_first_merge_on_read(tmp_
     table = sink.open_table(T)
     assert table.format_version == 2 and live_files(table.metadata, table.io)[1]
     assert held(writer) == {**{i: "a" for i in range(20)}, 3: "b"}
+
+
+def counting_manifest_reads(monkeypatch) -> list[int]:
+    """How many manifests are read (pyiceberg's own reading of one, whoever asks), as it happens."""
+    reads = [0]
+    real = ManifestFile.fetch_manifest_entry
+
+    def counted(self, *args, **kwargs):
+        reads[0] += 1
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(ManifestFile, "fetch_manifest_entry", counted)
+    return reads
+
+
+def test_a_clustering_check_right_after_the_sinks_own_merge_reads_no_manifest(tmp_path, monkeypatch):
+    writer = snapshotted(tmp_path, "merge-on-read")
+    for n in range(1, 4):  # each merge leaves its small file
+        batch(writer, [update(T, 10 + n, {"id": n, "v": "a"}, {"id": n, "v": "b"})], n)
+    files = len(data_paths(writer))
+    reads = counting_manifest_reads(monkeypatch)
+    assert sink_of(writer).cluster(T, min_files=files + 1, large_apart=True) is None  # not due yet
+    assert reads == [0]
+    assert sink_of(writer).cluster(T, min_files=files, large_apart=True).files_read == files
+    assert held(writer) == {**{i: "a" for i in range(ROWS)}, **{i: "b" for i in range(1, 4)}}
+
+
+def test_clustering_after_another_writers_commit_plans_from_the_files_read_again(tmp_path, monkeypatch):
+    writer = snapshotted(tmp_path, "merge-on-read")
+    batch(writer, [update(T, 10, {"id": 1, "v": "a"}, {"id": 1, "v": "b"})], 1)
+    batch(writer, [update(T, 11, {"id": 2, "v": "a"}, {"id": 2, "v": "b"})], 2)
+    other = open_sink(SinkSpec(str(tmp_path), "iceberg", merge_mode="merge-on-read"))  # another process's sink
+    apply_change_batch({T: SinkWriter(other, SCHEMA, "id", KeyOrdering(ID))}, [update(T, 12, {"id": 3, "v": "a"}, {"id": 3, "v": "c"})],
+                       app_id="other", batch_id=1)
+    files = len(data_paths(writer))  # the other's file too
+    reads = counting_manifest_reads(monkeypatch)
+    assert sink_of(writer).cluster(T, min_files=3, large_apart=True).files_read == files
+    assert reads[0] > 0
+    assert held(writer) == {**{i: "a" for i in range(ROWS)}, 1: "b", 2: "b", 3: "c"}
