@@ -122,3 +122,31 @@ def reap_spark(tmp_path):
             os.kill(int(line.split(":")[0]), signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+# --- where the suite's time goes --------------------------------------------------------------
+#: each test file's seconds (set-up, call and tear-down of its tests), written at the session's end
+#: into var/test-durations.txt, slowest first: the suite must stay well inside CI's time
+DURATIONS_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "var",
+                              "test-durations.txt")
+_file_seconds: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    path = report.nodeid.split("::", 1)[0]
+    _file_seconds[path] = _file_seconds.get(path, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The 15 slowest test files in the summary; every file's seconds in ``DURATIONS_FILE``."""
+    if not _file_seconds:
+        return
+    ranked = sorted(_file_seconds.items(), key=lambda item: -item[1])
+    lines = [f"{sum(_file_seconds.values()):8.1f} s  all {len(ranked)} files",
+             *(f"{seconds:8.1f} s  {path}" for path, seconds in ranked)]
+    os.makedirs(os.path.dirname(DURATIONS_FILE), exist_ok=True)
+    with open(DURATIONS_FILE, "w") as out:
+        out.write("\n".join(lines) + "\n")
+    terminalreporter.write_sep("=", "slowest 15 test files")
+    for line in lines[:16]:
+        terminalreporter.write_line(line)

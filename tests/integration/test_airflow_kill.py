@@ -128,7 +128,7 @@ def test_a_stream_task_past_its_execution_timeout_stops_its_spark_application(my
                           state_dir=tmp_path / "state", split_rows=1000, chunk_rows=1000, dags_folder=dags)
     (tmp_path / "tmp").mkdir()
     # the stream must be up (spark-submit, its session, the lease) well within the timeout on a busy machine
-    env.update(TMPDIR=str(tmp_path / "tmp"), STREAM_TIMEOUT_S="90")
+    env.update(TMPDIR=str(tmp_path / "tmp"), STREAM_TIMEOUT_S="60")
     leases = StreamLeases(PipelineState(str(tmp_path / "state" / "cdc_timeout")))
     with AirflowStandalone(env) as airflow:
         airflow.wait_for_dag("cdc_timeout")

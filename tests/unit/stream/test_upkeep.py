@@ -5,6 +5,8 @@ for at most a share of the batch's own time, the tables left over clustered firs
 
 from __future__ import annotations
 
+import pytest
+
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
@@ -12,6 +14,13 @@ from airflow_provider_mysqlcdc.sinks.clustering import ClusteringResult
 from airflow_provider_mysqlcdc.sinks.delta.sink import DeltaSink
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from airflow_provider_mysqlcdc.stream.upkeep import CLUSTER_SHARE, StreamUpkeep
+
+
+@pytest.fixture(autouse=True)
+def sink_format():
+    """Once, not per sink variant (tests/unit/stream/conftest.py): the sink here is a stand-in."""
+    return "delta"
+
 
 MOR, COW = TableId("shop", "orders"), TableId("shop", "audit")
 TABLES = [TableId("shop", f"t{n}") for n in range(6)]
