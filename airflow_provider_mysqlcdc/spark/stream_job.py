@@ -68,7 +68,7 @@ from airflow_provider_mysqlcdc.stream.events import reading_summary
 from airflow_provider_mysqlcdc.stream.heartbeat import Heartbeat, idle_lag
 from airflow_provider_mysqlcdc.stream.positions import registry_start_offset
 from airflow_provider_mysqlcdc.stream.tables import ServerTables
-from airflow_provider_mysqlcdc.stream.upkeep import StreamUpkeep
+from airflow_provider_mysqlcdc.stream.upkeep import StreamUpkeep, inactive_sink_tables
 
 log = logging.getLogger(__name__)
 
@@ -125,17 +125,19 @@ class StreamBatchFunction:
             remove_spill_folder(folder)
         self.applier.record_progress(batch_id, done, len(spilled), read_s, time.monotonic() - started,
                                      reading_summary(pieces, began_at))
-        frozen = {w.target.table_id for t in self.applier.frozen if (w := self.applier.writers.get(t)) is not None}
+        stopped = inactive_sink_tables(self.applier.generation, self.applier.frozen.keys() | self.applier.removed)
         self.upkeep.cluster_due({w.target.table_id for t in done.merged_tables - set(self.applier.frozen)
-                                 if (w := self.applier.writers.get(t)) is not None}, time.monotonic() - started, frozen)
+                                 if (w := self.applier.writers.get(t)) is not None}, time.monotonic() - started, stopped)
 
     def maintain_idle(self) -> None:
         """From the driver's loop while the query waits for binlog (no batch runs): what
-        ``StreamUpkeep.maintain_due`` does, so a maintenance task is answered by a quiet stream too.
-        A batch that starts meanwhile waits for it."""
+        ``StreamUpkeep.maintain_due`` does, so a maintenance task is answered by a quiet stream too,
+        and the clustering the last batches left waiting. A batch that starts meanwhile waits for it."""
         if self.applying.acquire(blocking=False):
             try:
                 self.upkeep.maintain_due()
+                self.upkeep.cluster_idle(inactive_sink_tables(self.applier.generation,
+                                                              self.applier.frozen.keys() | self.applier.removed))
             finally:
                 self.applying.release()
 

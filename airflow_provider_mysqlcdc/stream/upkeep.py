@@ -12,6 +12,7 @@ from collections.abc import Callable, Collection
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.maintenance import MaintenancePolicy, MaintenanceReport, TableMaintenance
+from airflow_provider_mysqlcdc.protocol.registry import Generation
 from airflow_provider_mysqlcdc.sinks.base import Sink
 from airflow_provider_mysqlcdc.sinks.routing import sink_table_id, sink_table_ids
 from airflow_provider_mysqlcdc.state.maintenance import MaintenanceRequests
@@ -21,8 +22,21 @@ log = logging.getLogger(__name__)
 
 #: how often a stream looks for maintenance requests (state/maintenance.py)
 MAINTENANCE_POLL_S = 5.0
-#: the clustering after a batch takes at most this share of the batch's own time (at least one run)
+#: the clustering after a batch takes at most this share of the batch's own time (at least one table)
 CLUSTER_SHARE = 0.5
+#: a stream without batches for this long clusters one of the tables left waiting (``cluster_idle``)
+IDLE_S = 5.0
+
+
+def inactive_sink_tables(generation: Generation, stopped: Collection[TableId]) -> set[TableId]:
+    """The sink tables whose every source table of ``generation`` is ``stopped`` (frozen, or no longer
+    captured): nothing merges into them, and upkeep leaves them alone (a routed table while one of
+    its shards goes on is not one of them)."""
+    going_on: dict[TableId, bool] = {}
+    for table_id in generation.tables:
+        target = sink_table_id(table_id, generation.table_rule(table_id))
+        going_on[target] = going_on.get(target, False) or table_id not in stopped
+    return {target for target, on in going_on.items() if not on}
 
 
 class StreamUpkeep:
@@ -31,6 +45,7 @@ class StreamUpkeep:
         self.job = job
         self.clock = clock
         self.waiting: list[TableId] = []  # tables whose clustering an earlier batch's upkeep left for later
+        self.clustered_at = clock()
         self.sink = sink
         self.state = state
         self.fence = fence  # raises when another stream took the pipeline over (state/lease.py)
@@ -47,16 +62,17 @@ class StreamUpkeep:
         large files, which a batch's clustering would otherwise rewrite whole, again and again.
 
         The next batch waits meanwhile, so clustering takes at most ``CLUSTER_SHARE`` of the batch's
-        own ``batch_s`` (at least one run): tables that fill up together (every batch of an OLTP
-        workload touches every table) are clustered over the next batches, not all after one of them."""
+        own ``batch_s`` (at least one table; a run that fails or gives way counts as well): tables that
+        fill up together (every batch of an OLTP workload touches every table) are clustered over the
+        next batches, not all after one of them."""
         order = list(dict.fromkeys([*(t for t in self.waiting if t not in left_out), *sorted(tables)]))
-        self.waiting = []
+        self.waiting, self.clustered_at = [], self.clock()
         if not self.job.cluster_after_files or not order:
             return
         self.fence()  # a stream another one took over stops here, as at the next batch
-        allowed, spent, ran = CLUSTER_SHARE * batch_s, 0.0, False
+        allowed, spent = CLUSTER_SHARE * batch_s, 0.0
         for at, table_id in enumerate(order):
-            if ran and spent >= allowed:
+            if at and spent > allowed:  # a check that finds nothing to do costs next to nothing
                 self.waiting = order[at:]
                 log.info("clustering of %d table(s) waits for the next batch: %.1fs spent, the batch took %.1fs",
                          len(self.waiting), spent, batch_s)
@@ -66,14 +82,19 @@ class StreamUpkeep:
                 result = self.sink.cluster(table_id, min_files=self.job.cluster_after_files,
                                            large_apart=self.sink.merge_mode_of(table_id) == "merge-on-read")
             except Exception as exc:  # noqa: BLE001 - the batch is applied; clustering can wait for the next one
-                log.warning("clustering %s failed (the batch stands; the next batch tries again): %s: %s", table_id,
-                            type(exc).__name__, exc)
+                log.warning("clustering %s failed (the batch stands; the next batch that merges into it tries again): "
+                            "%s: %s", table_id, type(exc).__name__, exc)
                 result = None
             took = self.clock() - started
             spent += took
             if result is not None:
-                ran = True
                 log.info("clustered %s by its chunk key: %s in %.1fs", table_id, result, took)
+
+    def cluster_idle(self, left_out: Collection[TableId] = ()) -> None:
+        """While no batch comes (``IDLE_S`` since the last clustering): a table earlier batches left
+        waiting, one at a time, so that a stream that went quiet still clusters them."""
+        if self.waiting and self.clock() - self.clustered_at >= IDLE_S:
+            self.cluster_due(set(), 0.0, left_out)
 
     def maintain_due(self) -> None:
         """Between two batches (no merge of this stream runs): answer the maintenance tasks' requests

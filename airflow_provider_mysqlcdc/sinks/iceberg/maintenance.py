@@ -113,10 +113,12 @@ def held_files(table: Table, tasks: Mapping[str, FileScanTask] | None = None) ->
     """The table's data files (``tasks``: as the scan gives them, read afresh when None) with their
     ``_cdc_chunk`` bounds (a file without them is left out), and the rows of each that the delete
     files scoped to it delete (sinks/iceberg/row_deltas.py)."""
-    chunk_id = table.schema().find_field(CHUNK_COLUMN).field_id
+    field = next((f for f in table.schema().fields if f.name == CHUNK_COLUMN), None)
+    if field is None:  # no bounds to plan by
+        return []
     held = []
     for path, task in (scan_tasks(table) if tasks is None else tasks).items():
-        low, high = chunk_bounds(task, chunk_id)
+        low, high = chunk_bounds(task, field.field_id)
         rows = task.file.record_count
         deleted = min(rows, sum(f.record_count for f in scoped_deletes(task)))
         if low is not None and high is not None:

@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import pytest
 
+from airflow_provider_mysqlcdc.cdc.model.rules import Route, TableRule
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
+from airflow_provider_mysqlcdc.protocol.registry import CapturedTable, Generation
 from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.sinks.clustering import ClusteringResult
 from airflow_provider_mysqlcdc.sinks.delta.sink import DeltaSink
 from airflow_provider_mysqlcdc.state.registry import PipelineState
-from airflow_provider_mysqlcdc.stream.upkeep import CLUSTER_SHARE, StreamUpkeep
+from airflow_provider_mysqlcdc.stream.upkeep import CLUSTER_SHARE, IDLE_S, StreamUpkeep, inactive_sink_tables
 
 
 @pytest.fixture(autouse=True)
@@ -34,19 +36,22 @@ class ClusterCalls(DeltaSink):
 
     calls: list[tuple[TableId, bool]]
     due: set[TableId]
+    failing: set[TableId]
     now: list[float]
 
     def cluster(self, table_id, **kwargs):  # type: ignore[override]
         self.calls.append((table_id, kwargs["large_apart"]))
-        if table_id not in self.due:
+        if table_id not in self.due | self.failing:
             return None
         self.now[0] += RUN_S
+        if table_id in self.failing:
+            raise OSError("the object store went away")
         return ClusteringResult(4, 1, 100, 0)
 
 
 def upkeep(tmp_path, due=(), **sink_options) -> tuple[StreamUpkeep, ClusterCalls]:
     sink = ClusterCalls(str(tmp_path / "lake"), **sink_options)
-    sink.calls, sink.due, sink.now = [], set(due), [0.0]
+    sink.calls, sink.due, sink.failing, sink.now = [], set(due), set(), [0.0]
     job = StreamJob(state=str(tmp_path / "state"), sink=SinkSpec(str(tmp_path / "lake")), cluster_after_files=4)
     return StreamUpkeep(job, sink, PipelineState(str(tmp_path / "state")), clock=lambda: sink.now[0]), sink
 
@@ -59,7 +64,7 @@ def test_between_batches_a_merge_on_read_tables_large_files_stay_apart_and_a_cop
 
 def test_clustering_after_a_batch_stops_at_its_share_of_the_batchs_time_and_the_rest_go_first_after_the_next(tmp_path):
     stream, sink = upkeep(tmp_path, due=TABLES)
-    batch_s = 2 * RUN_S / CLUSTER_SHARE  # time for two runs
+    batch_s = 1.5 * RUN_S / CLUSTER_SHARE  # its share ends during the second run
     stream.cluster_due(set(TABLES), batch_s)
     assert [t for t, _ in sink.calls] == TABLES[:2]
     sink.calls.clear()
@@ -91,3 +96,33 @@ def test_a_table_frozen_while_it_waited_for_clustering_is_not_clustered(tmp_path
     sink.calls.clear()
     stream.cluster_due(set(), batch_s=100.0, left_out={TABLES[1]})
     assert [t for t, _ in sink.calls] == [TABLES[2]]
+
+
+def test_a_clustering_that_fails_after_its_work_counts_against_the_batchs_share_too(tmp_path):
+    stream, sink = upkeep(tmp_path, due=TABLES[1:])
+    sink.failing = {TABLES[0]}
+    stream.cluster_due(set(TABLES), batch_s=0.0)
+    assert [t for t, _ in sink.calls] == TABLES[:1] and stream.waiting == TABLES[1:]
+
+
+def test_a_quiet_stream_clusters_the_tables_left_waiting_one_at_a_time_once_idle_long_enough(tmp_path):
+    stream, sink = upkeep(tmp_path, due=TABLES[:3])
+    stream.cluster_due(set(TABLES[:3]), batch_s=0.0)
+    sink.calls.clear()
+    stream.cluster_idle()
+    assert sink.calls == []  # no clustering since for less than IDLE_S
+    sink.now[0] += IDLE_S
+    stream.cluster_idle()
+    assert [t for t, _ in sink.calls] == [TABLES[1]] and stream.waiting == [TABLES[2]]
+    stream.cluster_idle()
+    assert [t for t, _ in sink.calls] == [TABLES[1]]  # the next one IDLE_S later
+
+
+def test_upkeep_leaves_a_routed_table_alone_only_once_every_shard_of_it_stopped():
+    shard_a, shard_b, plain = TableId("shop_1", "orders"), TableId("shop_2", "orders"), TableId("shop", "audit")
+    routed = TableRule(route=Route("shop", "orders"))
+    generation = Generation(3, {shard_a: CapturedTable("id", [], routed), shard_b: CapturedTable("id", [], routed),
+                                plain: CapturedTable("id", [])})
+    assert inactive_sink_tables(generation, {shard_a}) == set()
+    assert inactive_sink_tables(generation, {shard_a, shard_b}) == {TableId("shop", "orders")}
+    assert inactive_sink_tables(generation, {plain}) == {plain}

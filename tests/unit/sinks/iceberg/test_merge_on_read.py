@@ -406,6 +406,7 @@ def test_a_clustering_check_right_after_the_sinks_own_merge_reads_no_manifest(tm
     assert reads == [0]
     assert sink_of(writer).cluster(T, min_files=files, large_apart=True).files_read == files
     assert held(writer) == {**{i: "a" for i in range(ROWS)}, **{i: "b" for i in range(1, 4)}}
+    assert dangling(writer) == []
 
 
 def test_clustering_after_another_writers_commit_plans_from_the_files_read_again(tmp_path, monkeypatch):
@@ -420,3 +421,4 @@ def test_clustering_after_another_writers_commit_plans_from_the_files_read_again
     assert sink_of(writer).cluster(T, min_files=3, large_apart=True).files_read == files
     assert reads[0] > 0
     assert held(writer) == {**{i: "a" for i in range(ROWS)}, 1: "b", 2: "b", 3: "c"}
+    assert dangling(writer) == []
