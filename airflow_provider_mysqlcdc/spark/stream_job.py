@@ -52,6 +52,7 @@ from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.sinks.routing import captured_target
 from airflow_provider_mysqlcdc.spark.batch_rows import batch_items, piece_rows, row_key, spill_urls
 from airflow_provider_mysqlcdc.spark.binlog_source import SOURCE_NAME, BinlogDataSource
+from airflow_provider_mysqlcdc.spark.checkpoint import apply_local_checkpoint_settings
 from airflow_provider_mysqlcdc.spark.connect import application_of, is_connect
 from airflow_provider_mysqlcdc.spark.entrypoint import job_main
 from airflow_provider_mysqlcdc.spark.report import stop_request
@@ -376,6 +377,7 @@ def _run_stream(spark: Any, source: SourceConfig, job: StreamJob, source_file: s
              "identity)", time.monotonic() - preparing)
     setting_up = time.monotonic()
     spark.dataSource.register(BinlogDataSource)
+    apply_local_checkpoint_settings(spark, job.checkpoint)
     reader = spark.readStream.format(SOURCE_NAME).option("job", job.to_json()).option("source", spark_side.to_json())
     if identity.initial_offset:
         reader = reader.option("initial_offset", json.dumps(identity.initial_offset.to_spark()))
