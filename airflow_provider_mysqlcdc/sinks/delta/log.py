@@ -27,6 +27,7 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
+from fsspec.implementations.local import LocalFileSystem
 
 from airflow_provider_mysqlcdc.cdc.errors import ConcurrentCommit, InternalError
 from airflow_provider_mysqlcdc.sinks.arrow_rows import CHUNK_COLUMN
@@ -126,6 +127,7 @@ class DeltaLog:
     def __init__(self, uri: str):
         self.uri = uri.rstrip("/")
         self.fs, root = fsspec.core.url_to_fs(self.uri)
+        self._local = isinstance(self.fs, LocalFileSystem)
         self._folder = f"{root.rstrip('/')}/_delta_log"
         self._replay: _Replay | None = None
         self._table: DeltaTable | None = None
@@ -134,9 +136,14 @@ class DeltaLog:
     def latest(self, storage_options: dict[str, str] | None) -> DeltaTable:
         """The table as committed last: loaded once, then brought up to date by the commits since
         (delta-rs's ``update_incremental``), which costs what they hold rather than a load of the whole
-        log (a merge-on-read batch needs it twice). Loaded afresh when that fails."""
+        log (a merge-on-read batch needs it twice). Loaded afresh when that fails. On a local disk, a
+        table no commit followed (its next version's file absent: versions are consecutive) is taken
+        as it is: ``update_incremental`` lists the whole log folder, a stream's batch into ten tables
+        did it twenty times (an object store's listing cache could hide a new file: there delta-rs looks)."""
         with self._lock:
             if self._table is not None:
+                if self._local and not self.fs.exists(self._commit_file(self._table.version() + 1)):
+                    return self._table
                 try:
                     self._table.update_incremental()
                     return self._table

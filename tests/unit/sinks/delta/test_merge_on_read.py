@@ -326,3 +326,46 @@ def test_maintenance_folds_the_files_whose_deleted_share_reaches_the_policys_and
     [done] = maintain_table(writer.sink, T, MaintenancePolicy(checkpoint=False, target_file_bytes=1 << 20, fold_share=0.2))
     assert done.files_folded == 1 and vectors() == [0.1]
     assert held(writer) == rows and {r["id"]: r["v"] for r in duckdb_rows(uri)} == rows
+
+
+def counting_log_listings(monkeypatch) -> list[int]:
+    """How many times delta-rs brings a loaded table up to date (it lists the log folder each time)."""
+    calls = [0]
+    real = DeltaTable.update_incremental
+
+    def counted(self):
+        calls[0] += 1
+        return real(self)
+
+    monkeypatch.setattr(DeltaTable, "update_incremental", counted)
+    return calls
+
+
+def test_a_table_no_commit_followed_is_taken_as_loaded_without_listing_its_log(tmp_path, monkeypatch):
+    writer = snapshotted(tmp_path / "lake", "merge-on-read")
+    sink = writer.sink
+    assert isinstance(sink, DeltaSink)
+    uri = sink.table_uri(T)
+    log = sink.delta_log(uri)
+    version = log.latest(None).version()
+    listings = counting_log_listings(monkeypatch)
+    assert log.latest(None).version() == version and log.latest(None).version() == version
+    assert listings == [0]
+
+
+def test_a_table_another_writer_committed_to_is_brought_up_to_date(tmp_path, monkeypatch):
+    writer = snapshotted(tmp_path / "lake", "merge-on-read")
+    sink = writer.sink
+    assert isinstance(sink, DeltaSink)
+    uri = sink.table_uri(T)
+    log = sink.delta_log(uri)
+    version = log.latest(None).version()
+    other = SinkWriter(open_sink(SinkSpec(str(tmp_path / "lake"), "delta", merge_mode="merge-on-read")), SCHEMA, "id",
+                       KeyOrdering(ID))  # another process's sink
+    apply_change_batch({T: other}, [update(T, 20, {"id": 1, "v": "a"}, {"id": 1, "v": "b"})], app_id="other",
+                       batch_id=1)
+    listings = counting_log_listings(monkeypatch)
+    assert log.latest(None).version() == version + 1 and listings == [1]
+    apply_change_batch({T: writer}, [update(T, 21, {"id": 2, "v": "a"}, {"id": 2, "v": "c"})], app_id="app",
+                       batch_id=1)
+    assert {k: held(writer)[k] for k in (1, 2)} == {1: "b", 2: "c"}
