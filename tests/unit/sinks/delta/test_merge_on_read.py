@@ -341,12 +341,15 @@ def counting_log_listings(monkeypatch) -> list[int]:
     return calls
 
 
-def test_a_table_no_commit_followed_is_taken_as_loaded_without_listing_its_log(tmp_path, monkeypatch):
+def loaded_log(tmp_path: Path) -> tuple[SinkWriter, DeltaLog]:
+    """A merge-on-read table's writer and the log its sink keeps for it."""
     writer = snapshotted(tmp_path / "lake", "merge-on-read")
-    sink = writer.sink
-    assert isinstance(sink, DeltaSink)
-    uri = sink.table_uri(T)
-    log = sink.delta_log(uri)
+    assert isinstance(writer.sink, DeltaSink)
+    return writer, writer.sink.delta_log(writer.sink.table_uri(T))
+
+
+def test_a_table_no_commit_followed_is_taken_as_loaded_without_listing_its_log(tmp_path, monkeypatch):
+    writer, log = loaded_log(tmp_path)
     version = log.latest(None).version()
     listings = counting_log_listings(monkeypatch)
     assert log.latest(None).version() == version and log.latest(None).version() == version
@@ -354,11 +357,7 @@ def test_a_table_no_commit_followed_is_taken_as_loaded_without_listing_its_log(t
 
 
 def test_a_table_another_writer_committed_to_is_brought_up_to_date(tmp_path, monkeypatch):
-    writer = snapshotted(tmp_path / "lake", "merge-on-read")
-    sink = writer.sink
-    assert isinstance(sink, DeltaSink)
-    uri = sink.table_uri(T)
-    log = sink.delta_log(uri)
+    writer, log = loaded_log(tmp_path)
     version = log.latest(None).version()
     other = SinkWriter(open_sink(SinkSpec(str(tmp_path / "lake"), "delta", merge_mode="merge-on-read")), SCHEMA, "id",
                        KeyOrdering(ID))  # another process's sink
