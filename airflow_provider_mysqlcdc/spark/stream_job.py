@@ -33,6 +33,7 @@ from airflow_provider_mysqlcdc.cdc.binlog.framing import chosen_framing
 from airflow_provider_mysqlcdc.cdc.binlog.row_decoder import chosen_decoder
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError, LeaseLost
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.cdc.source.connection import ENV_PREFIX, SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.preflight import check_heartbeat_query, run_heartbeat_query
 from airflow_provider_mysqlcdc.cdc.source.server import binlog_changed_error
@@ -126,9 +127,9 @@ class StreamBatchFunction:
             remove_spill_folder(folder)
         self.applier.record_progress(batch_id, done, len(spilled), read_s, time.monotonic() - started,
                                      reading_summary(pieces, began_at))
-        stopped = inactive_sink_tables(self.applier.generation, self.applier.frozen.keys() | self.applier.removed)
         self.upkeep.cluster_due({w.target.table_id for t in done.merged_tables - set(self.applier.frozen)
-                                 if (w := self.applier.writers.get(t)) is not None}, time.monotonic() - started, stopped)
+                                 if (w := self.applier.writers.get(t)) is not None}, time.monotonic() - started,
+                                self._stopped_sink_tables())
 
     def maintain_idle(self) -> None:
         """From the driver's loop while the query waits for binlog (no batch runs): what
@@ -137,10 +138,13 @@ class StreamBatchFunction:
         if self.applying.acquire(blocking=False):
             try:
                 self.upkeep.maintain_due()
-                self.upkeep.cluster_idle(inactive_sink_tables(self.applier.generation,
-                                                              self.applier.frozen.keys() | self.applier.removed))
+                self.upkeep.cluster_idle(self._stopped_sink_tables())
             finally:
                 self.applying.release()
+
+    def _stopped_sink_tables(self) -> set[TableId]:
+        """The sink tables upkeep leaves alone: each of their source tables frozen or no longer captured."""
+        return inactive_sink_tables(self.applier.generation, self.applier.frozen.keys() | self.applier.removed)
 
 
 def progress_offset(progress: Any, which: str) -> StreamOffset | None:

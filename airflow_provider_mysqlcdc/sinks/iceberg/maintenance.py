@@ -126,9 +126,9 @@ def held_files(table: Table, tasks: Mapping[str, FileScanTask] | None = None) ->
     return held
 
 
-def cluster_table(table: Table, *, tasks: Mapping[str, FileScanTask] | None = None, min_files: int = 2, target_bytes: int = TARGET_BYTES,
-                  max_rewrite_bytes: int = MAX_REWRITE_BYTES, fold_share: float = FOLD_SHARE,
-                  large_apart: bool = False) -> ClusteringResult | None:
+def cluster_table(table: Table, *, tasks: Mapping[str, FileScanTask] | None = None, min_files: int = 2,
+                  target_bytes: int = TARGET_BYTES, max_rewrite_bytes: int = MAX_REWRITE_BYTES,
+                  fold_share: float = FOLD_SHARE, large_apart: bool = False) -> ClusteringResult | None:
     """One clustering run on ``table`` as loaded; None when fewer than ``min_files`` files need it (a
     file whose delete files delete ``fold_share`` of its rows needs it alone: rewriting its live rows
     folds them in), or when nothing fits a run. A run holds at most ``max_rewrite_bytes`` of rows in
@@ -160,7 +160,8 @@ def cluster_table(table: Table, *, tasks: Mapping[str, FileScanTask] | None = No
         with busy_as_conflict(), MetadataOnce(table) as tx:
             RowDelta(tx, table.io, data_files=[parquet_file_to_data_file(table.io, table.metadata, path)
                                                for path in written],
-                     removed_data=removed, removed_deletes={f.file_path for path in removed for f in scoped_deletes(tasks[path])},
+                     removed_data=removed,
+                     removed_deletes={f.file_path for path in removed for f in scoped_deletes(tasks[path])},
                      summary={OPERATION_SUMMARY: "cluster"}).commit()
     except CONFLICTS:  # nothing of it is in the table
         for path in written:
