@@ -108,7 +108,7 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
                       exclude_tables: Sequence[str] = (), schema_changes: str = "evolve",
                       columns: dict[str, Any] | None = None,
                       row_filters: dict[str, str] | None = None, heartbeat_interval_s: float | None = None,
-                      heartbeat_query: str | None = None,
+                      heartbeat_query: str | None = None, stream_engine: str | None = None,
                       snapshot_consistency: str = "exactly-once",
                       route: dict[str, Any] | None = None, sink_format: str = DEFAULT_FORMAT,
                       iceberg_namespace: str = DEFAULT_NAMESPACE,
@@ -155,7 +155,8 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
     one: ``{"shop_\\d+.orders": "shop.orders"}``; sinks/routing.py), a DAG-file setting too.
 
     Heartbeats: ``heartbeat_interval_s`` (default 30) and ``heartbeat_query`` go to the stream
-    (operators/stream.py, stream/heartbeat.py).
+    (operators/stream.py, stream/heartbeat.py), and so does ``stream_engine`` (who runs its batches:
+    ``structured-streaming``, the default, or ``driver``, stream/loop.py).
 
     ``snapshot_consistency="at-least-once"`` reads the chunks without their binlog windows: faster
     under concurrent writes; the mirror converges all the same, its changelog may hold a change the
@@ -206,7 +207,8 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
     snapshots >> collect
     stream_options: dict[str, Any] = {**(stream_limits or {}), **spark,
                                       "spark_conn_id": stream_spark_conn_id or spark_conn_id,
-                                      "heartbeat_interval_s": heartbeat_interval_s, "heartbeat_query": heartbeat_query}
+                                      "heartbeat_interval_s": heartbeat_interval_s, "heartbeat_query": heartbeat_query,
+                                      "stream_engine": stream_engine}
     if stream_deferrable is not None:
         stream_options["deferrable"] = stream_deferrable
     stream = MySqlCdcStreamOperator(task_id="stream", state_location=state,

@@ -86,7 +86,7 @@ def reader_rows(changes: int, seconds: dict[str, float]) -> list[str]:
 #: (the first that matches): framing and events in python-mysql-replication and our reader around it,
 #: the row decoder, the change records and split filter, the Arrow columns and IPC of a batch's rows
 #: (framing: ours or the library's, whichever read)
-STAGES = (("arrow", ("pyarrow", "change_columns", "batch_rows", "arrow_rows", "spill")),
+STAGES = (("arrow", ("pyarrow", "change_columns", "batch_rows", "arrow_rows", "spill", "stream/reading")),
           ("decoding", ("row_decoder", "mysqlcdc_rowcodec", "table_decoding", "values", "charsets")),
           ("records", ("records", "split_filter", "offset")),
           ("framing", ("pymysqlreplication", "pymysql", "reader", "library_fixes", "xa", "gtid", "socket", "ssl",
@@ -98,12 +98,13 @@ def source_read_profile(job_json: str, source: SourceConfig, start: BinlogOffset
     """The binlog source's ``read`` of one partition over the whole range, run in this process, no
     Spark: what an executor does for a micro-batch, minus Spark. Its seconds unprofiled, and a
     profiled run's self time split into ``STAGES`` (plus ``other``), as shares."""
-    from airflow_provider_mysqlcdc.spark.binlog_source import BinlogRange, BinlogStreamReader
+    from airflow_provider_mysqlcdc.spark.binlog_source import BinlogPartition, BinlogStreamReader
+    from airflow_provider_mysqlcdc.stream.batches import RangeRead
 
     reader = BinlogStreamReader({"job": job_json, "source": source.to_json()})
 
     def read() -> int:
-        partition = BinlogRange(start, None, end, 4243, generation, spill_folder, {})
+        partition = BinlogPartition(RangeRead(start, None, end, 4243, generation, {}), spill_folder)
         return sum(1 for _ in reader.read(partition))
 
     started = time.monotonic()

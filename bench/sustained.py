@@ -31,7 +31,7 @@ import pymysql
 
 from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
-from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
+from airflow_provider_mysqlcdc.protocol.jobs import STRUCTURED_STREAMING, StreamJob
 from airflow_provider_mysqlcdc.protocol.registry import CapturedTable, stream_only_split
 from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
@@ -64,7 +64,8 @@ WRITERS = 2
 
 
 def bench_sustained(server: ThrowawayMariaDB, work: Path, secrets: Path, seconds: int = 30,
-                    backlog: int = 500_000) -> dict:
+                    backlog: int = 500_000, engine: str = STRUCTURED_STREAMING, rates: tuple[int, ...] = RATES) -> dict:
+    """The steps and the catch-up of one stream engine (``StreamJob.stream_engine``)."""
     conn = create_tables(server)
     fresh_table(server, STAMP, STAMP_COLUMNS, STAMP_ROWS_SQL)
     tables = [*NARROW, *WIDE, STAMP]
@@ -73,7 +74,8 @@ def bench_sustained(server: ThrowawayMariaDB, work: Path, secrets: Path, seconds
     for table in tables:
         sink.prepare(load_table_schema(conn, table))
     state.commit({t: CapturedTable("id", [stream_only_split(t, "id", current_offset(conn))]) for t in tables})
-    job = StreamJob(state=state.location, sink=SinkSpec(str(lake)), mode="continuous", trigger_interval_s=0.2)
+    job = StreamJob(state=state.location, sink=SinkSpec(str(lake)), mode="continuous", trigger_interval_s=0.2,
+                    stream_engine=engine)
     (work / "sustained.json").write_text(job.to_json())
     stamps = Stamps(server, sink)
     writers = [MixedTransactions(random.Random(100 + n), stride=WRITERS, offset=n) for n in range(WRITERS)]
@@ -81,7 +83,7 @@ def bench_sustained(server: ThrowawayMariaDB, work: Path, secrets: Path, seconds
     runs: list[dict[str, Any]] = []
     try:
         stamps.wait_visible(stamps.stamp(), 300, stream, "the stream's first batch")
-        for rate in RATES:
+        for rate in rates:
             run = _at_rate(server, writers, stamps, rate, seconds, stream)
             # the stream's batches while the writers ran (the log's lines reach the file as they are written)
             run["batches"] = steady_batches((work / "sustained.log").read_text(errors="replace"), *run.pop("window"))
@@ -94,7 +96,7 @@ def bench_sustained(server: ThrowawayMariaDB, work: Path, secrets: Path, seconds
         stop_stream(stream)
     catch_up = _catch_up(server, work, secrets, writers, stamps, backlog)
     return {"ran_at": f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC", "seconds": seconds, "writers": WRITERS,
-            "runs": runs, "catch_up": catch_up}
+            "engine": engine, "runs": runs, "catch_up": catch_up}
 
 
 def _write(server: ThrowawayMariaDB, workload: MixedTransactions, per_s: float, stop: threading.Event,

@@ -37,7 +37,12 @@ from airflow_provider_mysqlcdc.operators.arguments import state_location_of, tab
 from airflow_provider_mysqlcdc.operators.spark_job import MySqlCdcSparkJobOperator
 from airflow_provider_mysqlcdc.protocol.actions import StreamMode
 from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
-from airflow_provider_mysqlcdc.protocol.jobs import StreamJob, check_heartbeat, check_schema_change_policy
+from airflow_provider_mysqlcdc.protocol.jobs import (
+    STREAM_ENGINES,
+    StreamJob,
+    check_heartbeat,
+    check_schema_change_policy,
+)
 from airflow_provider_mysqlcdc.protocol.results import DetachedStreamRef, StreamPhase, StreamResult, StreamStatus
 from airflow_provider_mysqlcdc.sinks.routing import sink_table_id
 from airflow_provider_mysqlcdc.spark.report import ReportWatcher
@@ -97,6 +102,9 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
     :param heartbeat_query: a statement run on the source at each heartbeat (e.g. an upsert into a
         heartbeat table the CDC user may write), so a source that writes nothing else still moves
         the binlog on; checked (run once and rolled back) before the stream writes anything
+    :param stream_engine: who runs the stream's batches: ``structured-streaming`` (the default: a
+        Spark micro-batch per batch) or ``driver`` (the stream job's driver reads and applies each
+        batch itself, without a Spark job per batch: stream/loop.py)
     """
 
     template_fields: Sequence[str] = ("state_location", "sink_root", "mode", "spark_master", "spark_conn_id",
@@ -115,8 +123,11 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
                  deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
                  poll_interval_s: float = 2.0, table_patterns: Any = None, exclude_tables: Any = None,
                  schema_changes: str = "evolve", heartbeat_interval_s: float | None = None,
-                 heartbeat_query: str | None = None, **kwargs: Any) -> None:
+                 heartbeat_query: str | None = None, stream_engine: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        if stream_engine is not None and stream_engine not in STREAM_ENGINES:  # refused when the DAG is parsed
+            raise ConfigurationError(f"stream_engine must be one of {', '.join(STREAM_ENGINES)}, got "
+                                     f"{stream_engine!r}.")
         check_heartbeat(StreamJob.heartbeat_interval_s if heartbeat_interval_s is None else heartbeat_interval_s,
                         heartbeat_query or "")  # refused when the DAG is parsed
         self.schema_changes = check_schema_change_policy(schema_changes)  # refused when the DAG is parsed
@@ -143,7 +154,8 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
                                                        ("vacuum_retention_s", None if vacuum_retention_hours is None
                                                         else vacuum_retention_hours * 3600),
                                                        ("heartbeat_interval_s", heartbeat_interval_s),
-                                                       ("heartbeat_query", heartbeat_query))
+                                                       ("heartbeat_query", heartbeat_query),
+                                                       ("stream_engine", stream_engine))
                        if value is not None}
 
     def execute(self, context: Context) -> dict[str, Any]:

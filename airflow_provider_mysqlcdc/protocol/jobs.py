@@ -138,6 +138,11 @@ class ChunkJob(_JobFile):
                       "table_rule": rule_from(body.get("table_rule")), "sink": sink})
 
 
+#: the stream's engines (``StreamJob.stream_engine``)
+STRUCTURED_STREAMING, DRIVER = "structured-streaming", "driver"
+STREAM_ENGINES = (STRUCTURED_STREAMING, DRIVER)
+
+
 @dataclass
 class StreamJob(_JobFile):
     """One spark-submit of the stream job (spark/stream_job.py)."""
@@ -145,8 +150,8 @@ class StreamJob(_JobFile):
     #: 2: holder, report, lease_ttl_s; 3: cluster_after_files; 4: maintenance_every_s, vacuum_retention_s;
     #: 5: table_patterns, exclude_tables, schema_changes; 6: heartbeat_interval_s, heartbeat_query; 7:
     #: sink_format, iceberg_namespace (an older file reads with the defaults); 8: sink (the pipeline's
-    #: SinkSpec) in place of sink_root, sink_format and iceberg_namespace
-    FORMAT: ClassVar[RecordFormat] = RecordFormat("stream-job", 8)
+    #: SinkSpec) in place of sink_root, sink_format and iceberg_namespace; 9: stream_engine
+    FORMAT: ClassVar[RecordFormat] = RecordFormat("stream-job", 9)
 
     state: str  # the pipeline's state location (registry, staged splits, progress)
     sink: SinkSpec  # which sink the changes go to (protocol/sinks.py)
@@ -199,9 +204,16 @@ class StreamJob(_JobFile):
     #: finishes (e.g. an upsert into a heartbeat table), so a source that writes nothing else still
     #: moves the binlog on; "" for none (Debezium's heartbeat.action.query)
     heartbeat_query: str = ""
+    #: who runs the batches (STREAM_ENGINES): Spark's Structured Streaming, a micro-batch per batch
+    #: (spark/stream_job.py), or the driver itself, reading and applying each batch without a Spark
+    #: job (stream/loop.py)
+    stream_engine: str = STRUCTURED_STREAMING
 
     def __post_init__(self) -> None:
         check_sink(self.sink)
+        if self.stream_engine not in STREAM_ENGINES:
+            raise ConfigurationError(f"stream_engine must be one of {', '.join(STREAM_ENGINES)}, got "
+                                     f"{self.stream_engine!r}.")
         check_schema_change_policy(self.schema_changes)
         TableSelection.parse(self.table_patterns, self.exclude_tables)  # a malformed entry is refused here
         if self.lease_ttl_s <= 0:

@@ -21,31 +21,22 @@ import logging
 import os
 import threading
 import time
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import fsspec
 
 from airflow_provider_mysqlcdc.cdc.binlog.framing import chosen_framing
 from airflow_provider_mysqlcdc.cdc.binlog.row_decoder import chosen_decoder
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError, LeaseLost
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
-from airflow_provider_mysqlcdc.cdc.model.schema import TableId
-from airflow_provider_mysqlcdc.cdc.source.connection import ENV_PREFIX, SourceConfig
+from airflow_provider_mysqlcdc.cdc.source.connection import ENV_PREFIX, SourceConfig, parse_server_id_range
 from airflow_provider_mysqlcdc.cdc.source.preflight import check_heartbeat_query, run_heartbeat_query
 from airflow_provider_mysqlcdc.cdc.source.server import binlog_changed_error
-from airflow_provider_mysqlcdc.protocol.envelope import decode, encode
-from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
+from airflow_provider_mysqlcdc.protocol.envelope import encode
+from airflow_provider_mysqlcdc.protocol.jobs import STRUCTURED_STREAMING, StreamJob
 from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
 from airflow_provider_mysqlcdc.protocol.progress import (
-    CheckpointIdentity,
-    HistoryPoint,
     StreamBatchProgress,
-    StreamHistory,
-    StreamOffsetProgress,
 )
 from airflow_provider_mysqlcdc.protocol.results import StreamResult
 from airflow_provider_mysqlcdc.sinks.base import Sink
@@ -60,26 +51,27 @@ from airflow_provider_mysqlcdc.spark.report import stop_request
 from airflow_provider_mysqlcdc.state.cleanup import release_applied_staged_files
 from airflow_provider_mysqlcdc.state.credentials import install_from_private_file
 from airflow_provider_mysqlcdc.state.lease import LeaseKeeper, StreamLeases
-from airflow_provider_mysqlcdc.state.registry import STREAM_HISTORY, STREAM_OFFSET, STREAM_PROGRESS, PipelineState
+from airflow_provider_mysqlcdc.state.registry import STREAM_PROGRESS, PipelineState
 from airflow_provider_mysqlcdc.state.schemas import KnownSchemas
 from airflow_provider_mysqlcdc.state.servers import ServerEpochs
 from airflow_provider_mysqlcdc.state.sink import refuse_missing_sink_tables, settle_sink
 from airflow_provider_mysqlcdc.state.spill import remove_all_spill_folders, remove_spill_folder
 from airflow_provider_mysqlcdc.stream.applier import BatchApplier
-from airflow_provider_mysqlcdc.stream.events import reading_summary
-from airflow_provider_mysqlcdc.stream.heartbeat import Heartbeat, idle_lag
-from airflow_provider_mysqlcdc.stream.positions import registry_start_offset
+from airflow_provider_mysqlcdc.stream.batches import BatchPlanner
+from airflow_provider_mysqlcdc.stream.heartbeat import Heartbeat
+from airflow_provider_mysqlcdc.stream.identity import driver_identity, stream_identity
+from airflow_provider_mysqlcdc.stream.loop import BatchSteps, StreamLoop
+from airflow_provider_mysqlcdc.stream.positions import record_processed, registry_start_offset, resume_offset
+from airflow_provider_mysqlcdc.stream.reading import BinlogReading
 from airflow_provider_mysqlcdc.stream.tables import ServerTables
-from airflow_provider_mysqlcdc.stream.upkeep import StreamUpkeep, inactive_sink_tables
+from airflow_provider_mysqlcdc.stream.upkeep import StreamUpkeep
 
 log = logging.getLogger(__name__)
 
-#: the stream's identity, a file of ours inside Spark's checkpoint folder
-CHECKPOINT_IDENTITY = "mysqlcdc-stream.json"
 class StreamBatchFunction:
-    """The ``foreachBatch`` function: reads a micro-batch's rows, feeds their items to the stream's
-    rules (stream/applier.py), records the batch's progress, then clusters and maintains the tables
-    between batches (stream/upkeep.py).
+    """The ``foreachBatch`` function: reads a micro-batch's rows and hands their items to the batch's
+    steps (stream/loop.py ``BatchSteps``: the stream's rules, stream/applier.py, its progress, then
+    clustering and maintenance between batches, stream/upkeep.py).
 
     On a Spark Connect session this object runs in the server's foreachBatch worker, so ``source``
     holds no password but the private file it is read from, which holds the object store's
@@ -93,21 +85,10 @@ class StreamBatchFunction:
         self.sink = open_sink(job.sink)
         self.applier = BatchApplier(job, self.sink, state, ServerTables(source, state, known), known, fence)
         self.upkeep = StreamUpkeep(job, self.sink, state, fence)
-        #: held while a batch is applied or the tables are maintained: never both at once
-        self.applying = threading.Lock()
-
-    def __getstate__(self) -> dict[str, Any]:
-        """On a Spark Connect session this object is pickled to the server: a lock does not travel."""
-        state = dict(self.__dict__)
-        del state["applying"]
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self.applying = threading.Lock()
+        self.steps = BatchSteps(self.applier, self.upkeep)
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
-        with self.applying:  # maintenance between batches waits for it, and it waits for maintenance
+        with self.steps.applying:  # maintenance between batches waits for it, and it waits for maintenance
             self._apply_batch(batch_df, batch_id)
             self.upkeep.maintain_due()
 
@@ -121,30 +102,15 @@ class StreamBatchFunction:
         began_at = time.time()  # the Spark job's start, which the pieces' timings are set against
         rows, pieces = piece_rows(sorted(batch_df.collect(), key=row_key))
         read_s = time.monotonic() - started
-        done = self.applier.apply_batch(rows[0].gen if rows else None, batch_items(rows), batch_id)
         spilled = spill_urls(rows)
+        self.steps.apply(rows[0].gen if rows else None, batch_items(rows), batch_id, started=started,
+                         read_s=lambda: read_s, spill_files=len(spilled), pieces=lambda: pieces, began_at=began_at)
         for folder in sorted({url.rsplit("/", 1)[0] for url in spilled}):
             remove_spill_folder(folder)
-        self.applier.record_progress(batch_id, done, len(spilled), read_s, time.monotonic() - started,
-                                     reading_summary(pieces, began_at))
-        self.upkeep.cluster_due({w.target.table_id for t in done.merged_tables - set(self.applier.frozen)
-                                 if (w := self.applier.writers.get(t)) is not None}, time.monotonic() - started,
-                                self._stopped_sink_tables())
 
     def maintain_idle(self) -> None:
-        """From the driver's loop while the query waits for binlog (no batch runs): what
-        ``StreamUpkeep.maintain_due`` does, so a maintenance task is answered by a quiet stream too,
-        and the clustering the last batches left waiting. A batch that starts meanwhile waits for it."""
-        if self.applying.acquire(blocking=False):
-            try:
-                self.upkeep.maintain_due()
-                self.upkeep.cluster_idle(self._stopped_sink_tables())
-            finally:
-                self.applying.release()
-
-    def _stopped_sink_tables(self) -> set[TableId]:
-        """The sink tables upkeep leaves alone: each of their source tables frozen or no longer captured."""
-        return inactive_sink_tables(self.applier.generation, self.applier.frozen.keys() | self.applier.removed)
+        """From the driver's loop while the query waits for binlog (no batch runs): ``BatchSteps.maintain_idle``."""
+        self.steps.maintain_idle()
 
 
 def progress_offset(progress: Any, which: str) -> StreamOffset | None:
@@ -161,67 +127,11 @@ def progress_offset(progress: Any, which: str) -> StreamOffset | None:
 def record_processed_offset(state: PipelineState, job: StreamJob, progress: Any,
                             measure: Callable[[BinlogOffset], tuple[BinlogOffset, int | None]] | None = None, *,
                             heartbeat: bool = False) -> None:
-    """Where the stream has processed to (a query progress's end offset), for ``bin/status``, the
-    metrics and a later stream whose checkpoint is new (``resume_offset``); with ``measure`` (the
-    server's head, and the bytes from the end to it), how far behind the head that is, also added
-    to the stream's history (the UI's lag chart) with the batch's lag. ``heartbeat``: measured again
-    while no batch finished (stream/heartbeat.py): no changes, and no lag once caught up."""
+    """Where the stream has processed to, by a query progress's end offset (stream/positions.py
+    ``record_processed``)."""
     end = progress_offset(progress, "endOffset")
-    if not end:
-        return
-    head, behind = None, None
-    if measure is not None:
-        try:
-            head, behind = measure(end.offset)
-        except Exception as exc:  # noqa: BLE001 - a figure for people: never stop the stream for it
-            log.info("could not measure how far the stream is behind the binlog head: %s", exc)
-    now = time.time()
-    batch = state.read_progress(StreamBatchProgress, STREAM_PROGRESS)
-    ours = batch if batch is not None and batch.app_id == job.app_id and batch.batch == progress.get("batchId") \
-        else None
-    lag = ours.lag_s if ours else 0.0
-    if heartbeat:
-        lag = idle_lag(behind, lag)
-    state.write_progress(STREAM_OFFSET, StreamOffsetProgress(end, now, job.sink.root, job.app_id, head, behind,
-                                                             lag if measure is not None else None))
-    if measure is not None:
-        history = state.read_progress(StreamHistory, STREAM_HISTORY) or StreamHistory()
-        state.write_progress(STREAM_HISTORY, history.with_point(HistoryPoint(
-            now, lag, behind, ours.changes_in_batch if ours and not heartbeat else 0)))
-
-
-@dataclass(frozen=True)
-class StreamIdentity:
-    app_id: str  # the app id of the stream's Delta txn actions
-    initial_offset: StreamOffset | None  # where batch 0 starts, the same if Spark runs batch 0 again
-    new: bool  # the checkpoint was created now
-
-
-def stream_identity(checkpoint: str, first_offset: Callable[[], StreamOffset]) -> StreamIdentity:
-    """The stream's identity, kept in a file of ours inside its checkpoint (a deleted checkpoint takes
-    it along). A new checkpoint also records where its first batch starts (``first_offset()``):
-    Spark asks the source for that again when it re-runs a batch 0 that did not commit, and the
-    registry may have moved on meanwhile."""
-    fs, path = fsspec.core.url_to_fs(checkpoint)
-    path = path.rstrip("/")
-    file = f"{path}/{CHECKPOINT_IDENTITY}"
-    if fs.exists(file):
-        with fs.open(file, "r") as f:
-            known = decode(CheckpointIdentity, json.load(f), f"{checkpoint.rstrip('/')}/{CHECKPOINT_IDENTITY}")
-        return StreamIdentity(known.app_id, known.initial_offset, False)
-    new = not (fs.exists(f"{path}/offsets") and fs.ls(f"{path}/offsets", detail=False))
-    identity = StreamIdentity(f"mysqlcdc-{uuid.uuid4().hex[:16]}", first_offset() if new else None, new)
-    fs.makedirs(path, exist_ok=True)
-    with fs.open(file, "w") as f:
-        json.dump(encode(CheckpointIdentity(identity.app_id, identity.initial_offset, time.time())), f)
-    return identity
-
-
-def resume_offset(state: PipelineState, job: StreamJob) -> StreamOffset | None:
-    """Where a stream with a new checkpoint starts: the end of the last batch a stream of this
-    pipeline committed into the same sink (every table holds every change up to it)."""
-    progress = state.read_progress(StreamOffsetProgress, STREAM_OFFSET)
-    return progress.offset if progress and progress.sink_root == job.sink.root else None
+    if end:
+        record_processed(state, job, end, progress.get("batchId"), measure, heartbeat=heartbeat)
 
 
 def refuse_positions_beyond_the_head(source: SourceConfig, state: PipelineState, sink: Sink) -> None:
@@ -335,8 +245,13 @@ def run_stream_job(spark: Any, source: SourceConfig, job: StreamJob, *, source_f
     held.renew(app_id=app_id, ui_url=ui_url)
     # a detached stream is asked to stop through its report folder: even before it holds the lease
     requested = (lambda: stop_request(job.report)) if job.report else (lambda: None)
-    with LeaseKeeper(held, stop_stream=lambda: stop_queries(spark), stop_requested=requested) as keeper:
-        result = _run_stream(spark, source, job, source_file, state, held.check)
+    stopping = threading.Event()  # the driver loop's stop (stream/loop.py)
+    stop = (lambda: stop_queries(spark)) if job.stream_engine == STRUCTURED_STREAMING else (lambda: stop_loop(stopping))
+    with LeaseKeeper(held, stop_stream=stop, stop_requested=requested) as keeper:
+        if job.stream_engine == STRUCTURED_STREAMING:
+            result = _run_stream(spark, source, job, source_file, state, held.check)
+        else:
+            result = _run_driver_loop(source, job, state, held.check, stopping)
         if keeper.lost:
             raise keeper.lost
         if keeper.stop_reason:
@@ -361,6 +276,65 @@ def stop_queries(spark: Any, grace_s: float = 10.0) -> None:
         os._exit(3)
 
 
+def stop_loop(stopping: threading.Event, grace_s: float = 30.0) -> None:
+    """Stop the driver loop after the batch it is applying; end the process when that takes longer
+    than ``grace_s``. Either way is safe: the loop resumes exactly from its last end, as after a kill -9."""
+    stopping.set()
+
+    def overdue() -> None:
+        log.error("the stream's driver loop did not stop within %.0fs: ending its driver", grace_s)
+        logging.shutdown()
+        os._exit(3)
+
+    timer = threading.Timer(grace_s, overdue)
+    timer.daemon = True
+    timer.start()
+
+
+def _prepare_stream(source: SourceConfig, job: StreamJob, state: PipelineState, batches: StreamBatchFunction) -> None:
+    """What either engine does before its first batch: the heartbeat query checked, tables recorded
+    past the binlog head refused (before anything is written), old spill folders removed."""
+    if job.heartbeat_query:  # refused now, before anything is written, if it cannot run
+        source.run(lambda conn: check_heartbeat_query(source, conn, job.heartbeat_query), "checking the heartbeat query")
+    refuse_positions_beyond_the_head(source, state, batches.sink)
+    remove_all_spill_folders(state)
+
+
+def _measures(source: SourceConfig, state: PipelineState) -> tuple[Callable[[BinlogOffset], tuple[BinlogOffset, int | None]],
+                                                                   Callable[[str], None]]:
+    """How far a batch's end is behind the head, and running the heartbeat query, on ``source``."""
+    epochs = ServerEpochs(state)
+    return (lambda end: source.run(lambda conn: epochs.behind(conn, end),
+                                   "measuring the stream's distance to the binlog head"),
+            lambda statement: source.run(lambda conn: run_heartbeat_query(conn, statement), "running the heartbeat query"))
+
+
+def _run_driver_loop(source: SourceConfig, job: StreamJob, state: PipelineState, fence: Callable[[], None],
+                     stopping: threading.Event) -> dict[str, Any]:
+    """The stream with ``stream_engine="driver"``: its batches read and applied in this process
+    (stream/loop.py), from where the pipeline's last stream into this sink ended."""
+    preparing = time.monotonic()
+    source = source.with_retry(job.retry_budget_s)
+    batches = StreamBatchFunction(source, job, fence)  # in this process: the source's own settings
+    _prepare_stream(source, job, state, batches)
+    job.app_id, first_batch = driver_identity(job.checkpoint, state, job.app_id)
+    start = resume_offset(state, job) or registry_start_offset(state)
+    planner = BatchPlanner(source, state, server_id_range=parse_server_id_range(job.server_id_range),
+                           decode_pieces=1, on_binlog_purged=job.on_binlog_purged)
+    reading = BinlogReading(source, state, changelog=job.changelog, table_patterns=job.table_patterns,
+                            exclude_tables=job.exclude_tables)
+    measure, run_query = _measures(source, state)
+    loop = StreamLoop(job, state, batches.steps, planner, reading, fence, measure=measure, run_query=run_query,
+                      stopping=stopping)
+    until = planner.head() if job.mode == "available-now" else None
+    log.info("stream prepared in %.2fs; its batches run in the driver (stream_engine driver), from %s (batch %d)%s",
+             time.monotonic() - preparing, start, first_batch, f" up to {until}" if until else "")
+    started = time.monotonic()
+    done = loop.run(start, first_batch=first_batch, until=until)
+    return encode(StreamResult(job.mode, batches.applier.rows_applied, job.app_id, round(time.monotonic() - started, 3),
+                               done.last_batch, done.end, dict(batches.applier.table_changes)))
+
+
 def _run_stream(spark: Any, source: SourceConfig, job: StreamJob, source_file: str, state: PipelineState,
                 fence: Callable[[], None]) -> dict[str, Any]:
     preparing = time.monotonic()
@@ -368,10 +342,7 @@ def _run_stream(spark: Any, source: SourceConfig, job: StreamJob, source_file: s
     connect = is_connect(spark)  # the applier and the source's readers run on a Spark Connect server
     spark_side = source.for_executors(source_file)  # what the functions Spark runs get: no password
     batches = StreamBatchFunction(spark_side, job, fence)
-    if job.heartbeat_query:  # refused now, before anything is written, if it cannot run
-        source.run(lambda conn: check_heartbeat_query(source, conn, job.heartbeat_query), "checking the heartbeat query")
-    refuse_positions_beyond_the_head(source, state, batches.sink)
-    remove_all_spill_folders(state)
+    _prepare_stream(source, job, state, batches)
     identity = stream_identity(job.checkpoint, lambda: resume_offset(state, job) or registry_start_offset(state))
     job.app_id = job.app_id or identity.app_id
     if identity.new:
@@ -394,11 +365,8 @@ def _run_stream(spark: Any, source: SourceConfig, job: StreamJob, source_file: s
     started, started_at = time.monotonic(), time.time()
     log.info("stream query set up in %.2fs (Spark plans the binlog source in a Python worker); starting it",
              started - setting_up)
-    epochs = ServerEpochs(state)
-    follower = BatchFollower(state, job, fence, echo_batches=connect, measure=lambda end: source.run(
-        lambda conn: epochs.behind(conn, end), "measuring the stream's distance to the binlog head"),
-        run_query=lambda statement: source.run(lambda conn: run_heartbeat_query(conn, statement),
-                                               "running the heartbeat query"))
+    measure, run_query = _measures(source, state)
+    follower = BatchFollower(state, job, fence, echo_batches=connect, measure=measure, run_query=run_query)
     query = writer.start()
     while not query.awaitTermination(1):
         follower.follow(query)

@@ -26,7 +26,7 @@ from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.planning.splitter import SplitOptions, TableSplitter
 from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitReader
 from airflow_provider_mysqlcdc.cdc.source.preflight import run_preflight
-from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
+from airflow_provider_mysqlcdc.protocol.jobs import STREAM_ENGINES, StreamJob
 from airflow_provider_mysqlcdc.protocol.registry import CapturedTable, stream_only_split
 from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.sinks.changelog import CHANGELOG_SUFFIX
@@ -82,7 +82,9 @@ def _assert_sink_equals_source(mysql_server, report, lake: str) -> None:
         assert_same_rows(table_id, source_rows(mysql_server.admin, schema), delta_rows(lake, schema))
 
 
-def test_stream_survives_kill_9_and_stays_exact_and_refuses_a_second_stream(mysql_server, cdc_user, database, tmp_path):
+@pytest.mark.parametrize("engine", STREAM_ENGINES)
+def test_stream_survives_kill_9_and_stays_exact_and_refuses_a_second_stream(mysql_server, cdc_user, database, tmp_path,
+                                                                            engine):
     rng = random.Random(17)
     conn = mysql_server.connect()
     tables = create_sample_tables(conn, database, rows_per_table=1000, seed=17, tables=TABLES)
@@ -93,7 +95,8 @@ def test_stream_survives_kill_9_and_stays_exact_and_refuses_a_second_stream(mysq
 
     with RandomWriters(mysql_server.admin, database, writers=2, seed=170, pause_s=0.01, tables=TABLES) as writers:
         _snapshot(cdc_user, report, lake, tmp_path / "state")
-        job = StreamJob(state=str(tmp_path / "state"), sink=SinkSpec(lake), mode="continuous", trigger_interval_s=0.5, changelog=True)
+        job = StreamJob(state=str(tmp_path / "state"), sink=SinkSpec(lake), mode="continuous", trigger_interval_s=0.5,
+                        changelog=True, stream_engine=engine)
         (tmp_path / "stream.json").write_text(job.to_json())
         log_file = tmp_path / "stream.log"
         # one kill here (the changelog across it); the lifecycle test (test_airflow_dag.py) kills a

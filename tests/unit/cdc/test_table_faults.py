@@ -1,10 +1,9 @@
 """Which errors are one table's, and how a table's failure travels without stopping the others:
 the classification (cdc/errors.py, sinks), a partition's rows around a change that cannot be typed
-(spark/batch_rows.py), and an XA group holding one (cdc/binlog/reader.py)."""
+(stream/reading.py), and an XA group holding one (cdc/binlog/reader.py)."""
 
 from __future__ import annotations
 
-from collections import namedtuple
 from pathlib import Path
 
 import pyarrow as pa
@@ -24,7 +23,7 @@ from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, Operation,
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.sinks.change_columns import TableChanges
 from airflow_provider_mysqlcdc.sinks.delta.sink import DeltaSink
-from airflow_provider_mysqlcdc.spark.batch_rows import RowEmitter, batch_items, row_key
+from airflow_provider_mysqlcdc.stream.reading import ChangeTyping, ReadItem
 
 GOOD, BAD = TableId("db", "good"), TableId("db", "bad")
 
@@ -61,24 +60,21 @@ def _change(table: TableId, position: int, value, row: int = 0) -> ChangeRecord:
                         BinlogOffset("b.000001", position), row)
 
 
-Row = namedtuple("Row", "version row part kind count ts_ms gen payload")
-
-
-def _items(rows: list[tuple]) -> list:
-    return list(batch_items([Row(*r) for r in sorted(rows, key=row_key)]))
+def _items(items: list[ReadItem]) -> list:
+    return [i.item for i in sorted(items, key=lambda i: i.key)]
 
 
 def test_a_change_that_cannot_be_typed_fails_its_table_after_the_events_before_it_and_not_the_others():
     run = [_change(GOOD, 100, 1), _change(BAD, 110, 1), _change(BAD, 120, 2), _change(BAD, 120, 3, row=1),
            _change(GOOD, 130, 2), _change(BAD, 140, "text where the run has numbers"), _change(BAD, 150, 4),
            _change(GOOD, 160, 3)]
-    emitter = RowEmitter(1)  # no schema: every column's type is inferred from the run's values
+    typing = ChangeTyping()  # no schema: every column's type is inferred from the run's values
 
-    rows = list(emitter.changes(run, [True] * len(run)))
-    rows += emitter.changes([_change(BAD, 170, 5), _change(GOOD, 180, 4)], [True, True])  # the next run
+    read = typing.changes(run, [True] * len(run))
+    read += typing.changes([_change(BAD, 170, 5), _change(GOOD, 180, 4)], [True, True])  # the next run
 
-    assert [r[:3] for r in rows] == sorted(r[:3] for r in rows)  # a partition's rows stay in binlog order
-    items = _items(rows)
+    assert [i.key for i in read] == sorted(i.key for i in read)  # a read's items stay in binlog order
+    items = _items(read)
     assert [(type(i).__name__, i.table_id) for i in items] == [
         ("TableChanges", GOOD), ("TableChanges", BAD), ("TableFailed", BAD), ("TableChanges", GOOD)]
     bad_changes, failure = items[1], items[2]
@@ -88,13 +84,13 @@ def test_a_change_that_cannot_be_typed_fails_its_table_after_the_events_before_i
 
 
 def test_a_failure_the_reader_reports_is_sent_once_and_its_table_sends_nothing_after_it():
-    emitter = RowEmitter(1)
+    typing = ChangeTyping()
     failure = TableFailed(BAD, BinlogOffset("b.000001", 200), "a change at b.000001:200 cannot be decoded")
 
-    rows = list(emitter.fail(failure)) + list(emitter.fail(TableFailed(BAD, BinlogOffset("b.000001", 300), "again")))
-    rows += emitter.changes([_change(BAD, 310, 1), _change(GOOD, 320, 1)], [True, True])
+    read = typing.fail(failure) + typing.fail(TableFailed(BAD, BinlogOffset("b.000001", 300), "again"))
+    read += typing.changes([_change(BAD, 310, 1), _change(GOOD, 320, 1)], [True, True])
 
-    assert [(type(i).__name__, i.table_id) for i in _items(rows)] == [("TableFailed", BAD), ("TableChanges", GOOD)]
+    assert [(type(i).__name__, i.table_id) for i in _items(read)] == [("TableFailed", BAD), ("TableChanges", GOOD)]
 
 
 def test_an_xa_group_with_a_failed_change_sends_none_of_that_tables_rows_and_the_failure_at_its_commit():

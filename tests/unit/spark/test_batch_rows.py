@@ -20,6 +20,7 @@ from airflow_provider_mysqlcdc.spark.batch_rows import (
     spill_urls,
 )
 from airflow_provider_mysqlcdc.stream.events import PieceRead, reading_summary
+from airflow_provider_mysqlcdc.stream.reading import PIECE, ChangeTyping, ReadItem, marker
 
 Row = namedtuple("Row", "version row part kind count ts_ms gen payload")
 TABLE = TableId("db", "t")
@@ -31,13 +32,14 @@ def _records(first_position: int, count: int) -> list[ChangeRecord]:
                          timestamp_ms=i) for i in range(count)]
 
 
+def _items(runs: list[list[ChangeRecord]], typing: ChangeTyping | None = None) -> list[ReadItem]:
+    typing = typing or ChangeTyping()
+    items = [item for run in runs for item in typing.changes(run, [True] * len(run))]
+    return items + [marker(runs[-1][-1].offset.version + 1, 0, "ddl", "a DDL marker")]
+
+
 def _emit(emitter: RowEmitter, runs: list[list[ChangeRecord]]) -> list[Row]:
-    rows = []
-    for run in runs:
-        rows += emitter.changes(run, [True] * len(run))
-    rows += emitter.marker(runs[-1][-1].offset.version + 1, 0, "ddl", 0, "a DDL marker")
-    rows += emitter.close()
-    return [Row(*r) for r in rows]
+    return [Row(*r) for r in emitter.rows(_items(runs))]
 
 
 def test_rows_beyond_the_inline_budget_travel_in_spill_files_and_come_back_in_order(tmp_path):
@@ -73,7 +75,7 @@ def test_a_run_of_several_tables_makes_one_row_per_table_in_the_order_of_their_f
     run = _records(100, 6)
     run[1] = dataclasses.replace(run[1], table_id=other)
     run[4] = dataclasses.replace(run[4], table_id=other)
-    rows = [Row(*r) for r in RowEmitter(1).changes(run, [True, True, True, True, False, True])]
+    rows = [Row(*r) for r in RowEmitter(1).rows(ChangeTyping().changes(run, [True, True, True, True, False, True]))]
 
     assert [(r.version, r.count) for r in rows] == [(run[0].offset.version, 4), (run[1].offset.version, 1)]
     items = list(batch_items(rows))
@@ -83,10 +85,11 @@ def test_a_run_of_several_tables_makes_one_row_per_table_in_the_order_of_their_f
 
 
 def test_a_pieces_timings_travel_inline_past_the_budget_and_are_taken_out_before_the_items(tmp_path):
-    emitter = RowEmitter(3, spill_folder=str(tmp_path / "spill"), inline_bytes=5000)
-    rows = _emit(emitter, [_records(100 + 10 * n, 10) for n in range(20)])
-    timings = PieceRead("b.000001:100", "b.000001:400", 1000.0, 0.25, 1.5, emitter.changes_sent)
-    rows.append(Row(*emitter.piece(timings)))
+    typing = ChangeTyping()
+    items = _items([_records(100 + 10 * n, 10) for n in range(20)], typing)
+    timings = PieceRead("b.000001:100", "b.000001:400", 1000.0, 0.25, 1.5, typing.changes_sent)
+    items.append(ReadItem((0, 0, 0), PIECE, timings, 0))
+    rows = [Row(*r) for r in RowEmitter(3, spill_folder=str(tmp_path / "spill"), inline_bytes=5000).rows(items)]
 
     kept, pieces = piece_rows(sorted(rows, key=row_key))
     assert pieces == [timings] and timings.changes == 200
@@ -119,7 +122,8 @@ def test_a_tables_changes_under_two_table_maps_in_one_run_travel_as_runs_of_thei
         record.schema = before if i in (0, 1, 4) else after
         if record.schema is after:
             record.after = {"id": i, "n": 2**40}
-    items = list(batch_items([Row(*r) for r in RowEmitter(1, schemas={TABLE: known}).changes(run, [True] * 5)]))
+    typed = ChangeTyping(schemas={TABLE: known}).changes(run, [True] * 5)
+    items = list(batch_items([Row(*r) for r in RowEmitter(1).rows(typed)]))
 
     assert [(i.data.column("id").to_pylist(), i.schema.column_names) for i in items] == [
         ([0, 1], ("id", "pad")), ([2, 3], ("id", "n")), ([4], ("id", "pad"))]

@@ -93,6 +93,7 @@ def test_the_batch_function_pickles_for_the_server_after_its_sink_was_used_witho
     table = TableId("shop", "t")
     batches.sink.prepare(TableSchema(table, (Column("id", "int", "int", False),), ("id",)))
     copy = cloudpickle.loads(cloudpickle.dumps(batches))
-    assert copy.applying is not batches.applying and copy.applying.acquire(blocking=False)
+    assert copy.steps.applying is not batches.steps.applying and copy.steps.applying.acquire(blocking=False)
+    assert copy.steps.applier is copy.applier and copy.steps.upkeep is copy.upkeep
     assert copy.applier.job == batches.applier.job and "pw" not in str(cloudpickle.dumps(batches))
     assert "id" in copy.sink.column_names(table)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
-from airflow_provider_mysqlcdc.spark.stream_job import stream_identity
+from airflow_provider_mysqlcdc.stream.identity import stream_identity
 
 
 def _at(file: str, position: int) -> StreamOffset:

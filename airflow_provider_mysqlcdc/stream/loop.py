@@ -1,0 +1,212 @@
+"""The stream's batches run in the driver itself, apart from Spark (``stream_engine="driver"``).
+
+Structured Streaming (spark/stream_job.py) pays for each micro-batch: the JVM plans the binlog
+source's batch, writes its offsets and commit files, schedules a task per read, and the rows come
+back through Arrow IPC and ``collect``. ``StreamLoop`` does the same work in the process that would
+start the query: ``BatchPlanner`` (batches.py) says where a batch ends and what it reads,
+``BinlogReading`` (reading.py) reads it, its items go straight into the applier (applier.py) as they
+are read, so memory is bounded as on the Spark path, and the batch's end is then recorded.
+
+Exactly once rests on what it rests on for Spark's batches: every sink commit records the binlog
+position of its last change, and a table applies only the changes after its position. The loop's
+own checkpoint is the end of the last batch it finished (``progress/stream-offset.json``, written
+after the batch's commits and before the staged files that batch applied are released), which is
+also where a stream with a new Spark checkpoint starts; a kill -9 at any moment restarts from the
+last end recorded and re-applies nothing a table holds.
+
+Between batches (``BatchSteps``): clustering and maintenance (upkeep.py), the heartbeat
+(heartbeat.py), and a stop request or a lost lease end the loop. A continuous loop whose batch
+reached the head waits ``trigger_interval_s`` from the batch's start (as Spark's processing-time
+trigger does); a batch its limits cut short is followed at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from airflow_provider_mysqlcdc.cdc.errors import InternalError
+from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.model.schema import TableId
+from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
+from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
+from airflow_provider_mysqlcdc.state.cleanup import release_applied_staged_files
+from airflow_provider_mysqlcdc.state.registry import PipelineState
+from airflow_provider_mysqlcdc.stream.applier import AppliedBatch, BatchApplier
+from airflow_provider_mysqlcdc.stream.batches import BatchPlanner
+from airflow_provider_mysqlcdc.stream.events import BatchItem, PieceRead, reading_summary
+from airflow_provider_mysqlcdc.stream.heartbeat import Heartbeat
+from airflow_provider_mysqlcdc.stream.positions import record_processed
+from airflow_provider_mysqlcdc.stream.reading import PIECE, BinlogReading
+from airflow_provider_mysqlcdc.stream.upkeep import StreamUpkeep, inactive_sink_tables
+
+log = logging.getLogger(__name__)
+
+
+class BatchSteps:
+    """What each batch does once its items are known, whichever engine read them: apply them
+    (applier.py), record the batch's progress, cluster the tables it merged into; and between batches,
+    maintenance (upkeep.py). ``applying`` is held while a batch is applied or the tables are
+    maintained: never both at once."""
+
+    def __init__(self, applier: BatchApplier, upkeep: StreamUpkeep):
+        self.applier = applier
+        self.upkeep = upkeep
+        self.applying = threading.Lock()
+
+    def __getstate__(self) -> dict:
+        """On a Spark Connect session this object is pickled to the server: a lock does not travel."""
+        state = dict(self.__dict__)
+        del state["applying"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.applying = threading.Lock()
+
+    def apply(self, generation: int | None, items: Iterator[BatchItem], batch_id: int, *, started: float,
+              read_s: Callable[[], float], spill_files: int = 0, pieces: Callable[[], list[PieceRead]] = list,
+              began_at: float = 0.0) -> AppliedBatch:
+        """Apply a batch (begun at ``started``, monotonic; ``began_at``, the wall clock), record its
+        progress, and cluster what it merged into. ``read_s`` and ``pieces`` are asked once the items
+        are applied: the seconds spent reading, and the reads' timings."""
+        done = self.applier.apply_batch(generation, items, batch_id)
+        self.applier.record_progress(batch_id, done, spill_files, read_s(), time.monotonic() - started,
+                                     reading_summary(pieces(), began_at))
+        self.upkeep.cluster_due({w.target.table_id for t in done.merged_tables - set(self.applier.frozen)
+                                 if (w := self.applier.writers.get(t)) is not None}, time.monotonic() - started,
+                                self.stopped_sink_tables())
+        return done
+
+    def maintain_idle(self) -> None:
+        """While no batch runs: what ``StreamUpkeep.maintain_due`` does, so a maintenance task is
+        answered by a quiet stream too, and the clustering the last batches left waiting. A batch that
+        starts meanwhile waits for it."""
+        if self.applying.acquire(blocking=False):
+            try:
+                self.upkeep.maintain_due()
+                self.upkeep.cluster_idle(self.stopped_sink_tables())
+            finally:
+                self.applying.release()
+
+    def stopped_sink_tables(self) -> set[TableId]:
+        """The sink tables upkeep leaves alone: each of their source tables frozen or no longer captured."""
+        return inactive_sink_tables(self.applier.generation, self.applier.frozen.keys() | self.applier.removed)
+
+
+@dataclass
+class LoopResult:
+    """What a loop did: its batches, the id of its last one and where that one ended."""
+
+    batches: int = 0
+    last_batch: int | None = None
+    end: StreamOffset | None = None
+
+
+@dataclass
+class _Reading:
+    """A batch's items as they are read: the seconds spent in the reads, and their timings."""
+
+    seconds: float = 0.0
+    pieces: list[PieceRead] = field(default_factory=list)
+
+
+class StreamLoop:
+    """The stream's batches, one after the other, from ``start`` (see the module doc). ``measure``: the
+    server's head and the bytes behind it of a batch's end (positions.py ``record_processed``);
+    ``run_query``: runs the heartbeat query on the source."""
+
+    def __init__(self, job: StreamJob, state: PipelineState, steps: BatchSteps, planner: BatchPlanner,
+                 reading: BinlogReading, fence: Callable[[], None], *,
+                 measure: Callable[[BinlogOffset], tuple[BinlogOffset, int | None]] | None = None,
+                 run_query: Callable[[str], None] | None = None, stopping: threading.Event | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.job = job
+        self.state = state
+        self.steps = steps
+        self.planner = planner
+        self.reading = reading
+        self.fence = fence
+        self.measure = measure
+        self.run_query = run_query
+        self.clock = clock
+        self.heartbeat = Heartbeat(job.heartbeat_interval_s, clock)
+        self.stopping = stopping or threading.Event()
+
+    def stop(self) -> None:
+        """End the loop after the batch it is applying (or at once, between batches)."""
+        self.stopping.set()
+
+    def run(self, start: StreamOffset, *, first_batch: int = 0, until: StreamOffset | None = None) -> LoopResult:
+        """Batches from ``start`` until stopped, or (``until``) until the binlog up to it is applied."""
+        position, batch_id, result = start, first_batch, LoopResult()
+        while not self.stopping.is_set():
+            started, began_at = self.clock(), time.time()
+            head = until if until is not None else self.planner.head()
+            end = self.planner.end(position, head, max_bytes=self.job.max_batch_bytes,
+                                   max_events=self.job.max_batch_events)
+            if end == position:
+                if until is not None:
+                    break
+                self._idle(result)
+                self.stopping.wait(self.job.trigger_interval_s)
+                continue
+            self.fence()
+            self._batch(position, end, batch_id, started, began_at)
+            result.batches, result.last_batch, result.end = result.batches + 1, batch_id, end
+            position, batch_id = end, batch_id + 1
+            self.heartbeat.batch_finished()
+            if until is None and end.offset == head.offset:  # caught up: the next batch at the next trigger
+                self.stopping.wait(max(0.0, self.job.trigger_interval_s - (self.clock() - started)))
+        return result
+
+    def _batch(self, start: StreamOffset, end: StreamOffset, batch_id: int, started: float, began_at: float) -> None:
+        reading = _Reading()
+        self.steps.applying.acquire()  # maintenance between batches waits for it, and it waits for maintenance
+        try:
+            self.steps.apply(end.generation, self._items(start, end, reading), batch_id, started=started,
+                             read_s=lambda: reading.seconds, pieces=lambda: reading.pieces, began_at=began_at)
+            self.steps.upkeep.maintain_due()
+        finally:
+            self.steps.applying.release()
+        self.fence()  # another stream took over meanwhile: record nothing
+        record_processed(self.state, self.job, end, batch_id, self.measure)
+        # the loop restarts from ``end`` (recorded just now): no restart activates what this batch did
+        release_applied_staged_files(self.state, end)
+
+    def _items(self, start: StreamOffset, end: StreamOffset, reading: _Reading) -> Iterator[BatchItem]:
+        """The batch's items in binlog order, read as the applier asks for them."""
+        last = None
+        for read in self.planner.reads(start, end):
+            items = self.reading.read(read)
+            while True:
+                began = self.clock()
+                item = next(items, None)
+                reading.seconds += self.clock() - began
+                if item is None:
+                    break
+                if item.kind == PIECE:
+                    reading.pieces.append(item.item)
+                    continue
+                if last is not None and item.key < last:  # a broken promise of the reads, never silently applied
+                    raise InternalError(f"batch items out of binlog order: {item.key} after {last}")
+                last = item.key
+                yield item.item
+
+    def _idle(self, result: LoopResult) -> None:
+        """No batch to run: maintenance, and the heartbeat when it is due."""
+        self.steps.maintain_idle()
+        if not self.heartbeat.due():
+            return
+        self.heartbeat.beat()
+        if result.end is not None:
+            self.fence()
+            record_processed(self.state, self.job, result.end, result.last_batch, self.measure, heartbeat=True)
+        if self.job.heartbeat_query and self.run_query is not None:
+            try:
+                self.run_query(self.job.heartbeat_query)
+            except Exception as exc:  # noqa: BLE001 - checked when the stream started; a fault here is passing
+                log.warning("the heartbeat query failed: %s", exc)
