@@ -136,6 +136,29 @@ class AirflowStandalone:
                       {"dry_run": False, "dag_run_id": run_id, "task_ids": [task], "only_failed": False,
                        "include_downstream": False, "include_upstream": False})
 
+    def fail_unfinished_runs(self, dag_id: str) -> list[str]:
+        """Mark every DAG run of ``dag_id`` that has not ended failed (what the UI's "Mark as failed" of
+        a run does: its running tasks are stopped); the ids of those runs."""
+        unfinished = [run["dag_run_id"] for run in self.dag_runs(dag_id) if run["state"] not in ("success", "failed")]
+        for run_id in unfinished:
+            self._request("PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}", {"state": "failed"})
+        return unfinished
+
+    def add_connection(self, conn_id: str, connection: dict[str, Any]) -> None:
+        """Create connection ``conn_id`` in the metadata database (``POST /api/v2/connections``), which the
+        running tasks and triggers see; ``connection`` as an ``AIRFLOW_CONN_*`` variable's JSON gives it."""
+        body = {"connection_id": conn_id, **{k: v for k, v in connection.items() if k != "extra"}}
+        if "extra" in connection:
+            body["extra"] = json.dumps(connection["extra"])
+        self._request("POST", "/api/v2/connections", body)
+
+    def delete_connection(self, conn_id: str) -> None:
+        try:
+            self._request("DELETE", f"/api/v2/connections/{urllib.parse.quote(conn_id)}")
+        except urllib.error.HTTPError as exc:
+            if exc.code != 404:
+                raise
+
     def xcom(self, dag_id: str, run_id: str, task_id: str, key: str, map_index: int = -1) -> Any:
         entry = self._get_or_none(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/"
                                   f"{key}?map_index={map_index}")

@@ -37,6 +37,14 @@ def example_dag_env(airflow_home: Path, source: Any, tables: list[Any], *, sink_
                     dags_folder: Path = EXAMPLE_DAGS) -> dict[str, str]:
     """Environment for running the example DAG (``example_dags/mysqlcdc_example.py``) against ``source``
     (a SourceConfig); ``python`` and ``dags_folder``: another installation of the provider (a wheel)."""
+    return dict(airflow_env(airflow_home, source, python=python, dags_folder=dags_folder),
+                **example_dag_settings(tables, sink_root=sink_root, state_dir=state_dir, split_rows=split_rows,
+                                       chunk_rows=chunk_rows))
+
+
+def airflow_env(airflow_home: Path, source: Any, *, dags_folder: Path, python: str = sys.executable) -> dict[str, str]:
+    """Environment for an Airflow whose DAGs (in ``dags_folder``) read ``source`` (a SourceConfig) as
+    their ``mysqlcdc_default`` connection."""
     connection = {"conn_type": "mysqlcdc", "host": source.host, "port": source.port, "login": source.user,
                   "password": source.password}
     if source.ssl:  # the connection's TLS extras, as a user sets them
@@ -44,10 +52,31 @@ def example_dag_env(airflow_home: Path, source: Any, tables: list[Any], *, sink_
                                **{f"ssl_{k}": source.ssl[k] for k in ("cert", "key") if source.ssl.get(k)}}
     return dict(os.environ, AIRFLOW_HOME=str(airflow_home), AIRFLOW__CORE__DAGS_FOLDER=str(dags_folder),
                 **{DAG_PYTHON: python},
-                AIRFLOW__CORE__LOAD_EXAMPLES="False", AIRFLOW_CONN_MYSQLCDC_DEFAULT=json.dumps(connection),
-                MYSQLCDC_EXAMPLE_TABLES=",".join(t.quoted for t in tables),
+                AIRFLOW__CORE__LOAD_EXAMPLES="False", AIRFLOW_CONN_MYSQLCDC_DEFAULT=json.dumps(connection))
+
+
+def example_dag_settings(tables: list[Any], *, sink_root: Path, state_dir: Path, split_rows: int,
+                         chunk_rows: int) -> dict[str, str]:
+    """The example DAG's settings (the environment variables it reads: its docstring lists them all)."""
+    return dict(MYSQLCDC_EXAMPLE_TABLES=",".join(t.quoted for t in tables),
                 MYSQLCDC_SINK_ROOT=str(sink_root), MYSQLCDC_STATE_DIR=str(state_dir),
                 MYSQLCDC_SPLIT_ROWS=str(split_rows), MYSQLCDC_CHUNK_ROWS=str(chunk_rows))
+
+
+def example_dag_file(dag_id: str, settings: dict[str, str]) -> str:
+    """The source of a DAG file that is the example DAG (``example_dags/mysqlcdc_example.py``) as
+    ``dag_id``, reading its settings (``example_dag_settings``, ``MYSQLCDC_SPARK_CONN_ID``, ...) from
+    ``settings`` instead of the environment: DAGs of different settings side by side in one Airflow."""
+    source = (EXAMPLE_DAGS / "mysqlcdc_example.py").read_text()
+    named = 'dag_id="mysqlcdc_example"'
+    if source.count(named) != 1 or "os.environ.get(" not in source or "from __future__ import annotations\n" not in source:
+        raise AssertionError("the example DAG no longer names its dag_id and reads its settings as example_dag_file "
+                             "expects: update example_dag_file")
+    source = source.replace(named, f"dag_id={dag_id!r}").replace("os.environ.get(", "_SETTINGS.get(")
+    if "os.environ" in source or "getenv" in source:
+        raise AssertionError("the example DAG reads the environment in a way example_dag_file does not replace")
+    future = "from __future__ import annotations\n"  # the first statement after the docstring
+    return source.replace(future, f"{future}\n_SETTINGS = {settings!r}\n", 1)
 
 
 def _home(env: dict[str, str]) -> str:

@@ -135,8 +135,9 @@ def install_wheel(tmp: Path) -> WheelInstall:
     return WheelInstall(python, Path(example_dags), wheel)
 
 
-def spark_processes_of(folder: Path) -> list[str]:
-    """Command lines of the Spark processes (JVMs, Python drivers) that name ``folder``."""
+def spark_processes_of(*folders: Path) -> list[str]:
+    """Command lines of the Spark processes (JVMs, Python drivers) that name one of ``folders``, and
+    every executor of a standalone cluster."""
     found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -145,15 +146,16 @@ def spark_processes_of(folder: Path) -> list[str]:
             argv = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        ours = str(folder) in argv and any(m in argv for m in ("SparkSubmit", "DriverWrapper", "binlog_stream.py", "snapshot_chunk.py"))
+        ours = any(str(folder) in argv for folder in folders) and \
+            any(m in argv for m in ("SparkSubmit", "DriverWrapper", "binlog_stream.py", "snapshot_chunk.py"))
         if ours or "CoarseGrainedExecutorBackend" in argv:
             found.append(f"{proc.name}: {argv[:300]}")
     return found
 
 
-def stream_drivers(folder: Path) -> list[int]:
-    """The pids of the stream's Python drivers among ``spark_processes_of(folder)``."""
-    return [int(p.split(":")[0]) for p in spark_processes_of(folder) if "binlog_stream.py" in p]
+def stream_drivers(*folders: Path) -> list[int]:
+    """The pids of the stream's Python drivers among ``spark_processes_of(*folders)``."""
+    return [int(p.split(":")[0]) for p in spark_processes_of(*folders) if "binlog_stream.py" in p]
 
 
 class Http2Recorder:
