@@ -12,7 +12,9 @@ plain child process with the runner's command line and environment: its docstrin
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import subprocess
 import sys
 import tempfile
@@ -35,6 +37,8 @@ from airflow_provider_mysqlcdc.launch.submit import (
     spark_environment,
     spark_home,
 )
+from airflow_provider_mysqlcdc.protocol.envelope import RECORD
+from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.spark.packaging import build_py_files_zip, spark_job_script
 from airflow_provider_mysqlcdc.state.credentials import ObjectStoreCredentials
 
@@ -85,12 +89,26 @@ class _HookOutput:
                 self._sinks.remove(self.sink)
 
 
+#: runs every stream job these tools start on this engine (``StreamJob.stream_engine``), whatever its
+#: job file says: ``MYSQLCDC_TEST_STREAM_ENGINE=driver bin/test tests/integration`` runs the suite's
+#: streams on the driver loop
+STREAM_ENGINE_VARIABLE = "MYSQLCDC_TEST_STREAM_ENGINE"
+
+
 def _job_json(args: list[str]) -> str:
     """The job of ``--job FILE`` among a program's arguments (the only one the programs take besides
-    the report folder and the credentials file, which the runner gives)."""
+    the report folder and the credentials file, which the runner gives), on the stream engine
+    ``STREAM_ENGINE_VARIABLE`` names (the file is rewritten with it)."""
     if len(args) != 2 or args[0] != "--job":
         raise ValueError(f"SparkSubmit runs a program with ['--job', FILE] only, got {args!r}")
-    return Path(args[1]).read_text()
+    text = Path(args[1]).read_text()
+    engine = os.environ.get(STREAM_ENGINE_VARIABLE)
+    if engine and json.loads(text).get(RECORD) == StreamJob.FORMAT.kind:
+        job = StreamJob.from_json(text)
+        job.stream_engine = engine
+        text = job.to_json()
+        Path(args[1]).write_text(text)
+    return text
 
 
 @dataclass
@@ -160,6 +178,7 @@ class SparkSubmit:
         cmd = [str(spark_home() / "bin" / "spark-submit"), "--master", target.master, "--py-files", str(py_files)]
         for key, value in program_conf(target, self.python).items():
             cmd += ["--conf", f"{key}={value}"]
+        _job_json(args)  # on the stream engine STREAM_ENGINE_VARIABLE names
         cmd += [str(spark_job_script(script)), "--source-file", str(source_file), *args]
         log.info("spark-submit %s", " ".join(cmd[1:]))
         with open(log_file, "ab") as out:

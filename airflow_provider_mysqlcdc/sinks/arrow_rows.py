@@ -222,9 +222,16 @@ def data_schema(schema: TableSchema) -> pa.Schema:
 def conform_to(data: pa.Table, target: pa.Schema) -> tuple[pa.Table, list[str]]:
     """``data`` with ``target``'s columns by name (absent ones NULL) and the names ``target`` lacks,
     for rows read under an older shape of the table (a staged split read before a DDL)."""
-    columns = [data.column(f.name).cast(f.type) if f.name in data.column_names else pa.nulls(data.num_rows, f.type)
+    names = set(data.column_names)
+    columns = [_cast(data.column(f.name), f.type) if f.name in names else pa.nulls(data.num_rows, f.type)
                for f in target]
-    return pa.Table.from_arrays(columns, schema=target), sorted(set(data.column_names) - set(target.names))
+    return pa.Table.from_arrays(columns, schema=target), sorted(names - set(target.names))
+
+
+def _cast(column: pa.ChunkedArray, to: pa.DataType) -> pa.ChunkedArray:
+    """``column`` as ``to``: the column itself where it has that type (a cast call costs more than
+    the copy it avoids, and a batch conforms every column of every table it touches)."""
+    return column if column.type == to else column.cast(to)
 
 
 def rows_to_data_table(schema: TableSchema, rows: Sequence[dict[str, Any]]) -> pa.Table:

@@ -309,6 +309,10 @@ def _measures(source: SourceConfig, state: PipelineState) -> tuple[Callable[[Bin
             lambda statement: source.run(lambda conn: run_heartbeat_query(conn, statement), "running the heartbeat query"))
 
 
+#: the driver loop reads its tables' schemas again after a batch that met DDL, and at least this often
+KEEP_TABLES_S = 60.0
+
+
 def _run_driver_loop(source: SourceConfig, job: StreamJob, state: PipelineState, fence: Callable[[], None],
                      stopping: threading.Event) -> dict[str, Any]:
     """The stream with ``stream_engine="driver"``: its batches read and applied in this process
@@ -322,7 +326,7 @@ def _run_driver_loop(source: SourceConfig, job: StreamJob, state: PipelineState,
     planner = BatchPlanner(source, state, server_id_range=parse_server_id_range(job.server_id_range),
                            decode_pieces=1, on_binlog_purged=job.on_binlog_purged)
     reading = BinlogReading(source, state, changelog=job.changelog, table_patterns=job.table_patterns,
-                            exclude_tables=job.exclude_tables)
+                            exclude_tables=job.exclude_tables, keep_tables_s=KEEP_TABLES_S)
     measure, run_query = _measures(source, state)
     loop = StreamLoop(job, state, batches.steps, planner, reading, fence, measure=measure, run_query=run_query,
                       stopping=stopping)
@@ -330,7 +334,10 @@ def _run_driver_loop(source: SourceConfig, job: StreamJob, state: PipelineState,
     log.info("stream prepared in %.2fs; its batches run in the driver (stream_engine driver), from %s (batch %d)%s",
              time.monotonic() - preparing, start, first_batch, f" up to {until}" if until else "")
     started = time.monotonic()
-    done = loop.run(start, first_batch=first_batch, until=until)
+    try:
+        done = loop.run(start, first_batch=first_batch, until=until)
+    finally:
+        reading.close()
     return encode(StreamResult(job.mode, batches.applier.rows_applied, job.app_id, round(time.monotonic() - started, 3),
                                done.last_batch, done.end, dict(batches.applier.table_changes)))
 
