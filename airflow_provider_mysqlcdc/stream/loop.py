@@ -149,7 +149,9 @@ class StreamLoop:
             end = self.planner.end(position, head, max_bytes=self.job.max_batch_bytes,
                                    max_events=self.job.max_batch_events)
             if end == position:
-                if until is not None:
+                if until is not None:  # done: what clustering the last batches left waiting, then no more
+                    with self.steps.applying:
+                        self.steps.upkeep.cluster_waiting(self.steps.stopped_sink_tables())
                     break
                 self._idle(result)
                 self.stopping.wait(self.job.trigger_interval_s)

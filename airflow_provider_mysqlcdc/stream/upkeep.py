@@ -96,6 +96,11 @@ class StreamUpkeep:
         if self.waiting and self.clock() - self.clustered_at >= IDLE_S:
             self.cluster_due(set(), 0.0, left_out)
 
+    def cluster_waiting(self, left_out: Collection[TableId] = ()) -> None:
+        """At the end of a bounded run (no batch follows): every table earlier batches left waiting."""
+        if self.waiting:
+            self.cluster_due(set(), float("inf"), left_out)
+
     def maintain_due(self) -> None:
         """Between two batches (no merge of this stream runs): answer the maintenance tasks' requests
         (state/maintenance.py), looked for every ``MAINTENANCE_POLL_S``, and run the stream's own

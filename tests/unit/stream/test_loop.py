@@ -22,8 +22,11 @@ from airflow_provider_mysqlcdc.stream.events import PieceRead
 from airflow_provider_mysqlcdc.stream.loop import StreamLoop
 from airflow_provider_mysqlcdc.stream.reading import CHANGES, DDL, PIECE, ReadItem
 
-#: touches no sink: runs once, not per sink format (conftest.py)
-SINK_INDEPENDENT = True
+
+@pytest.fixture(autouse=True)
+def sink_format():
+    """Once, not per sink variant (tests/unit/stream/conftest.py): no sink here."""
+    return "delta"
 
 
 def _at(position: int, generation: int = 1) -> StreamOffset:
@@ -70,6 +73,7 @@ class Steps:
 
     applied: list[tuple[int, list[Any]]] = field(default_factory=list)
     idle: int = 0
+    drained: int = 0  # the clustering left waiting, at the end of a bounded run
     applying: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -78,6 +82,12 @@ class Steps:
 
     def maintain_due(self) -> None:
         pass
+
+    def cluster_waiting(self, left_out: Any) -> None:
+        self.drained += 1
+
+    def stopped_sink_tables(self) -> set:
+        return set()
 
     def maintain_idle(self) -> None:
         self.idle += 1
@@ -109,7 +119,7 @@ def test_an_available_now_loop_applies_its_batches_in_order_up_to_its_target_and
     assert [batch for batch, _ in steps.applied] == [7, 8, 9]
     assert [items for _, items in steps.applied][0] == ["at 5", "at 105", "at 205", "at 305"]  # timings kept apart
     assert (done.batches, done.last_batch, done.end) == (3, 9, _at(1000))
-    assert _recorded(tmp_path) == _at(1000)
+    assert _recorded(tmp_path) == _at(1000) and steps.drained == 1
 
 
 def test_a_newer_generation_at_the_same_position_is_a_batch_of_its_own(tmp_path):
@@ -146,7 +156,7 @@ def test_a_caught_up_continuous_loop_maintains_between_batches_and_beats_when_du
     monkeypatch.setattr("airflow_provider_mysqlcdc.stream.loop.record_processed", record)
     done = loop.run(_at(4))
 
-    assert [batch for batch, _ in steps.applied] == [0, 1] and done.end == _at(600)
+    assert [batch for batch, _ in steps.applied] == [0, 1] and done.end == _at(600) and steps.drained == 0
     assert steps.idle == 2  # the two looks that found the head at 300
     assert recorded == [(_at(300), False), (_at(300), True), (_at(300), True), (_at(600), False)]
 

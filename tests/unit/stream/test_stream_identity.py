@@ -3,14 +3,19 @@ driver loop's app id and first batch."""
 
 from __future__ import annotations
 
+import pytest
+
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
 from airflow_provider_mysqlcdc.protocol.progress import StreamBatchProgress
 from airflow_provider_mysqlcdc.state.registry import STREAM_PROGRESS, PipelineState
 from airflow_provider_mysqlcdc.stream.identity import driver_identity, stream_identity
 
-#: touches no sink: runs once, not per sink format (conftest.py)
-SINK_INDEPENDENT = True
+
+@pytest.fixture(autouse=True)
+def sink_format():
+    """Once, not per sink variant (tests/unit/stream/conftest.py): no sink here."""
+    return "delta"
 
 
 def _at(file: str, position: int) -> StreamOffset:

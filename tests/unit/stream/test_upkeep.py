@@ -126,3 +126,11 @@ def test_upkeep_leaves_a_routed_table_alone_only_once_every_shard_of_it_stopped(
     assert inactive_sink_tables(generation, {shard_a}) == set()
     assert inactive_sink_tables(generation, {shard_a, shard_b}) == {TableId("shop", "orders")}
     assert inactive_sink_tables(generation, {plain}) == {plain}
+
+
+def test_the_end_of_a_bounded_run_clusters_every_table_left_waiting(tmp_path):
+    stream, sink = upkeep(tmp_path, due=TABLES)
+    stream.cluster_due(set(TABLES), batch_s=0.0)
+    sink.calls.clear()
+    stream.cluster_waiting(left_out={TABLES[3]})
+    assert [t for t, _ in sink.calls] == [t for t in TABLES[1:] if t != TABLES[3]] and stream.waiting == []
