@@ -54,7 +54,7 @@ from airflow_provider_mysqlcdc.cdc.planning.splitter import SplitOptions, TableS
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from airflow_provider_mysqlcdc.launch.submit import spark_home
-from airflow_provider_mysqlcdc.protocol.jobs import ChunkJob
+from airflow_provider_mysqlcdc.protocol.jobs import STREAM_ENGINES, ChunkJob
 from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from bench.binlog_baselines import mariadb_binlog_seconds, python_replication_seconds, reader_rows, reader_seconds
 from bench.customer_table import create_customer_table, update_burst
@@ -69,7 +69,8 @@ from bench.random_merges import bench_random_merges, random_merges_report
 from bench.sink_formats import bench_sink_formats, sink_formats_report
 from bench.snapshot_under_writes import bench_snapshot_under_writes, snapshot_under_writes_report
 from bench.stream_startup import bench_stream_startup, stream_startup_report
-from bench.sustained import bench_sustained, sustained_report
+from bench.sustained import RATES as SUSTAINED_RATES
+from bench.sustained import bench_sustained_engines, sustained_report
 from bench.sysbench_stream import bench_sysbench, sysbench_report
 from devtools.spark_connect_server import SparkConnectServer
 from devtools.throwaway_server import ThrowawayMariaDB
@@ -368,6 +369,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--merge-sizes", default="1000000,10000000",
                         help="the two sink sizes of the merge-scaling workload beside each other in sink-formats")
     parser.add_argument("--sustained-seconds", type=int, default=30, help="seconds at each rate of the sustained benchmark")
+    parser.add_argument("--sustained-rates", default=",".join(str(r) for r in SUSTAINED_RATES),
+                        help="the sustained benchmark's steps, row changes/s (the first, a trickle, gives the fixed cost)")
+    parser.add_argument("--stream-engines", default=",".join(STREAM_ENGINES),
+                        help="the stream engines the sustained benchmark runs, in turn (the first is the baseline)")
     parser.add_argument("--backlog", type=int, default=500_000,
                         help="row changes of the backlog the sustained benchmark's stream catches up on")
     parser.add_argument("--sysbench-tables", type=int, default=8, help="tables sysbench prepares and writes")
@@ -424,8 +429,10 @@ def main(argv: list[str] | None = None) -> int:
                        "mixed": lambda: bench_mixed_workload(server, work, secrets),
                        "many-tables": lambda: bench_many_tables(server, work),
                        "sink-formats": formats_run,
-                       "sustained": lambda: bench_sustained(server, work, secrets, seconds=args.sustained_seconds,
-                                                            backlog=args.backlog),
+                       "sustained": lambda: bench_sustained_engines(
+                           server, work / "sustained", secrets, seconds=args.sustained_seconds, backlog=args.backlog,
+                           engines=tuple(args.stream_engines.split(",")),
+                           rates=tuple(int(rate) for rate in args.sustained_rates.split(","))),
                        "sysbench": lambda: bench_sysbench(
                            server, work, secrets, tables=args.sysbench_tables, rows=args.sysbench_rows,
                            seconds=args.sysbench_seconds,

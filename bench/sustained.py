@@ -31,7 +31,7 @@ import pymysql
 
 from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
-from airflow_provider_mysqlcdc.protocol.jobs import STRUCTURED_STREAMING, StreamJob
+from airflow_provider_mysqlcdc.protocol.jobs import STREAM_ENGINES, STRUCTURED_STREAMING, StreamJob
 from airflow_provider_mysqlcdc.protocol.registry import CapturedTable, stream_only_split
 from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
@@ -178,7 +178,31 @@ def _catch_up(server: ThrowawayMariaDB, work: Path, secrets: Path, writers: list
             "rate": batches["changes"] / batches["applied_s"] if batches["applied_s"] else 0.0}
 
 
+def bench_sustained_engines(server: ThrowawayMariaDB, work: Path, secrets: Path, *, seconds: int, backlog: int,
+                            engines: tuple[str, ...] = STREAM_ENGINES, rates: tuple[int, ...] = RATES) -> dict:
+    """The steps and the catch-up of each stream engine in turn, the first the baseline."""
+    results = {}
+    for engine in engines:
+        (work / engine).mkdir(parents=True, exist_ok=True)
+        results[engine] = bench_sustained(server, work / engine, secrets, seconds=seconds, backlog=backlog,
+                                          engine=engine, rates=rates)
+    return {"ran_at": next(iter(results.values()))["ran_at"] if results else "", "engines": results}
+
+
 def sustained_report(result: dict) -> list[str]:
+    """The sustained benchmark's section: one engine's, or (``engines``) each engine's side by side."""
+    if "engines" not in result:
+        return _engine_report(result)
+    lines = ["## A continuous stream's sustained rate on the mixed workload, by stream engine", "",
+             f"Run {result['ran_at']} with `bin/bench --only sustained`: the same steps and catch-up for each stream "
+             "engine in turn (`stream_engine`, docs/spark-jobs.md), Structured Streaming first as the baseline.", ""]
+    for engine, one in result["engines"].items():
+        section = _engine_report(one)
+        lines += [f"### {engine}", "", *section[2:]]
+    return lines
+
+
+def _engine_report(result: dict) -> list[str]:
     runs, catch = result["runs"], result["catch_up"]
     held = [r for r in runs if r["drained"] and r["p99_s"] < LAG_S and r["written_per_s"] >= 0.9 * r["rate"]]
     best = max((r["rate"] for r in held), default=0)
@@ -224,7 +248,7 @@ def sustained_report(result: dict) -> list[str]:
               f"- highest steady rate with p99 lag < {LAG_S:g} s >= {TARGET_RATE:,}/s: "
               f"{'met' if best >= TARGET_RATE else 'MISSED'} ({best:,}/s"
               + ("" if best else ": none of the rates") + ")"]
-    trickle = next((r for r in runs if r["rate"] == RATES[0] and (r.get("batches") or {}).get("batches")), None)
+    trickle = next((r for r in runs if r["rate"] == min(x["rate"] for x in runs) and (r.get("batches") or {}).get("batches")), None)
     if trickle and "wall_s" in trickle:
         n, c = trickle["batches"]["batches"], trickle["cores"]
         per_batch = {role: c.get(role, 0.0) * trickle["wall_s"] / n for role in ("stream", *(f"stream {r}" for r in STREAM_ROLES[:3]))}

@@ -23,10 +23,12 @@ trigger does); a batch its limits cut short is followed at once.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from airflow_provider_mysqlcdc.cdc.errors import InternalError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
@@ -97,6 +99,72 @@ class BatchSteps:
         return inactive_sink_tables(self.applier.generation, self.applier.frozen.keys() | self.applier.removed)
 
 
+#: how many items (each a run of up to RUN_LENGTH changes of one table, or a marker) the reads of a
+#: batch may be ahead of its applier: what the loop holds beyond the applier's own unit
+READ_AHEAD_ITEMS = 64
+
+_END = object()
+
+
+class ReadAhead:
+    """Reading while applying: ``items`` iterated on a thread of its own, at most ``depth`` items ahead
+    of whoever iterates this (the applier), so the reads' decoding (Python) runs while the merges'
+    writing (Arrow, delta-rs and pyiceberg, which let the interpreter go) does. The reads' errors are
+    raised where the items are taken; ``close`` stops the reads (the applier failed) and waits for
+    them. ``waited_s``: how long the applier waited for items, the batch's reading as it felt it."""
+
+    def __init__(self, items: Iterator[Any], depth: int, clock: Callable[[], float] = time.monotonic):
+        self.items = items
+        self.clock = clock
+        self.queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
+        self.closed = threading.Event()
+        self.waited_s = 0.0
+        self.thread = threading.Thread(target=self._read, name="mysqlcdc-read-ahead", daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        try:
+            for item in self.items:
+                if not self._put(item):
+                    return
+            self._put(_END)
+        except BaseException as exc:  # noqa: BLE001 - handed to the applier's thread, raised there
+            self._put(_Failed(exc))
+        finally:
+            close = getattr(self.items, "close", None)
+            if close is not None:
+                close()
+
+    def _put(self, item: Any) -> bool:
+        while not self.closed.is_set():
+            try:
+                self.queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def __iter__(self) -> Iterator[Any]:
+        while True:
+            began = self.clock()
+            item = self.queue.get()
+            self.waited_s += self.clock() - began
+            if item is _END:
+                return
+            if isinstance(item, _Failed):
+                raise item.error
+            yield item
+
+    def close(self) -> None:
+        self.closed.set()
+        self.thread.join()
+
+
+@dataclass(frozen=True)
+class _Failed:
+    error: BaseException
+
+
 @dataclass
 class LoopResult:
     """What a loop did: its batches, the id of its last one and where that one ended."""
@@ -108,9 +176,8 @@ class LoopResult:
 
 @dataclass
 class _Reading:
-    """A batch's items as they are read: the seconds spent in the reads, and their timings."""
+    """The timings of a batch's reads."""
 
-    seconds: float = 0.0
     pieces: list[PieceRead] = field(default_factory=list)
 
 
@@ -168,11 +235,13 @@ class StreamLoop:
     def _batch(self, start: StreamOffset, end: StreamOffset, batch_id: int, started: float, began_at: float) -> None:
         reading = _Reading()
         self.steps.applying.acquire()  # maintenance between batches waits for it, and it waits for maintenance
+        ahead = ReadAhead(self._items(start, end, reading), READ_AHEAD_ITEMS, self.clock)
         try:
-            self.steps.apply(end.generation, self._items(start, end, reading), batch_id, started=started,
-                             read_s=lambda: reading.seconds, pieces=lambda: reading.pieces, began_at=began_at)
+            self.steps.apply(end.generation, iter(ahead), batch_id, started=started, read_s=lambda: ahead.waited_s,
+                             pieces=lambda: reading.pieces, began_at=began_at)
             self.steps.upkeep.maintain_due()
         finally:
+            ahead.close()
             self.steps.applying.release()
         self.fence()  # another stream took over meanwhile: record nothing
         record_processed(self.state, self.job, end, batch_id, self.measure)
@@ -180,16 +249,11 @@ class StreamLoop:
         release_applied_staged_files(self.state, end)
 
     def _items(self, start: StreamOffset, end: StreamOffset, reading: _Reading) -> Iterator[BatchItem]:
-        """The batch's items in binlog order, read as the applier asks for them."""
+        """The batch's items in binlog order, as its reads give them."""
         last = None
         for read in self.planner.reads(start, end):
             items = self.reading.read(read)
-            while True:
-                began = self.clock()
-                item = next(items, None)
-                reading.seconds += self.clock() - began
-                if item is None:
-                    break
+            for item in items:
                 if item.kind == PIECE:
                     reading.pieces.append(item.item)
                     continue

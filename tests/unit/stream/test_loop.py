@@ -19,7 +19,7 @@ from airflow_provider_mysqlcdc.protocol.progress import StreamOffsetProgress
 from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.state.registry import STREAM_OFFSET, PipelineState
 from airflow_provider_mysqlcdc.stream.events import PieceRead
-from airflow_provider_mysqlcdc.stream.loop import StreamLoop
+from airflow_provider_mysqlcdc.stream.loop import ReadAhead, StreamLoop
 from airflow_provider_mysqlcdc.stream.reading import CHANGES, DDL, PIECE, ReadItem
 
 
@@ -166,3 +166,32 @@ def test_a_stop_before_a_batch_runs_none(tmp_path):
     loop.stop()
 
     assert loop.run(_at(4)).batches == 0 and steps.applied == []
+
+
+def test_reading_ahead_hands_on_every_item_in_order_and_a_reads_error_where_the_items_are_taken():
+    def items():
+        yield from range(200)
+        raise OSError("the binlog connection dropped")
+
+    ahead = ReadAhead(items(), depth=8)
+    taken = []
+    with pytest.raises(OSError, match="connection dropped"):
+        for item in ahead:
+            taken.append(item)
+    ahead.close()
+    assert taken == list(range(200))
+
+
+def test_closing_a_read_ahead_stops_its_reads_while_they_wait_for_room():
+    closed = threading.Event()
+
+    def items():
+        try:
+            yield from range(1_000_000)
+        finally:
+            closed.set()
+
+    ahead = ReadAhead(items(), depth=4)
+    assert next(iter(ahead)) == 0  # the applier took one, then failed
+    ahead.close()
+    assert closed.is_set() and not ahead.thread.is_alive()
