@@ -65,15 +65,17 @@ def _snapshot(cdc_user, report, lake: str, state: Path, split_rows: int = 400) -
     return registry
 
 
-def _committed_batches(lake: Path) -> dict[str, list[int]]:
-    """Per table, the stream batch versions its Delta log recorded, in commit order."""
-    versions: dict[str, list[int]] = {}
+def _committed_batches(lake: Path) -> dict[str, list[tuple[str, int]]]:
+    """Per table, the stream batches its Delta log recorded (each stream's app id and batch version),
+    in commit order."""
+    versions: dict[str, list[tuple[str, int]]] = {}
     for log_dir in lake.glob("*/*/_delta_log"):
         for commit in sorted(log_dir.glob("*.json")):
             for line in commit.read_text().splitlines():
                 action = json.loads(line)
                 if "txn" in action and action["txn"]["appId"].startswith("mysqlcdc-"):  # the stream's own
-                    versions.setdefault(log_dir.parent.name, []).append(action["txn"]["version"])
+                    versions.setdefault(log_dir.parent.name, []).append((action["txn"]["appId"],
+                                                                          action["txn"]["version"]))
     return versions
 
 
@@ -82,9 +84,24 @@ def _assert_sink_equals_source(mysql_server, report, lake: str) -> None:
         assert_same_rows(table_id, source_rows(mysql_server.admin, schema), delta_rows(lake, schema))
 
 
-@pytest.mark.parametrize("engine", STREAM_ENGINES)
-def test_stream_survives_kill_9_and_stays_exact_and_refuses_a_second_stream(mysql_server, cdc_user, database, tmp_path,
-                                                                            engine):
+def _killed_at_random(proc, lake: str, log_file: Path, rng: random.Random, committed_before: int) -> None:
+    """Kill -9 the running stream ``proc`` somewhere in its micro-batches, once it committed a batch
+    more than ``committed_before`` (waits on progress, not on a guess)."""
+    deadline = time.monotonic() + 180
+    while sum(map(len, _committed_batches(Path(lake)).values())) <= committed_before:
+        assert proc.poll() is None and time.monotonic() < deadline, log_file.read_text()[-3000:]
+        time.sleep(0.5)
+    time.sleep(rng.uniform(1, 8))
+    assert proc.poll() is None, log_file.read_text()[-3000:]
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def test_stream_survives_kill_9_on_either_engine_and_stays_exact_and_refuses_a_second_stream(
+        mysql_server, cdc_user, database, tmp_path):
+    """A Structured Streaming stream is killed -9, a driver-loop stream takes over from it and is killed
+    -9 too, and an available-now Structured Streaming run catches up: each engine resumes from the
+    other's crash, and every change is in the sink (and its changelog) exactly once."""
     rng = random.Random(17)
     conn = mysql_server.connect()
     tables = create_sample_tables(conn, database, rows_per_table=1000, seed=17, tables=TABLES)
@@ -96,45 +113,46 @@ def test_stream_survives_kill_9_and_stays_exact_and_refuses_a_second_stream(mysq
     with RandomWriters(mysql_server.admin, database, writers=2, seed=170, pause_s=0.01, tables=TABLES) as writers:
         _snapshot(cdc_user, report, lake, tmp_path / "state")
         job = StreamJob(state=str(tmp_path / "state"), sink=SinkSpec(lake), mode="continuous", trigger_interval_s=0.5,
-                        changelog=True, stream_engine=engine)
-        (tmp_path / "stream.json").write_text(job.to_json())
-        log_file = tmp_path / "stream.log"
-        # one kill here (the changelog across it); the lifecycle test (test_airflow_dag.py) kills a
-        # stream three more times, mid-activation and between staged commits
-        proc = submit.start("binlog_stream.py", ["--job", str(tmp_path / "stream.json")], source_file, log_file)
-        deadline = time.monotonic() + 180
-        while not any(_committed_batches(Path(lake)).values()):  # waits on progress, not on a guess
-            assert proc.poll() is None and time.monotonic() < deadline, log_file.read_text()[-3000:]
-            time.sleep(0.5)
-        # a second stream on the same pipeline refuses to start, naming the running one (state/lease.py)
-        running = StreamLeases(PipelineState(job.state)).current()
-        assert running and running.live and running.heartbeat.app_id, running
-        with pytest.raises(SparkJobFailed, match=f"StreamAlreadyRunning.*{running.heartbeat.app_id}"):
-            submit.run("binlog_stream.py", ["--job", str(tmp_path / "stream.json")], source_file)
-        time.sleep(rng.uniform(1, 8))  # then somewhere in the next micro-batches
-        assert proc.poll() is None, log_file.read_text()[-3000:]
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        kills = 1
+                        changelog=True)
+        for index, engine in enumerate(STREAM_ENGINES):
+            job.stream_engine = engine
+            (tmp_path / "stream.json").write_text(job.to_json())
+            log_file = tmp_path / f"stream-{engine}.log"
+            committed = sum(map(len, _committed_batches(Path(lake)).values()))
+            proc = submit.start("binlog_stream.py", ["--job", str(tmp_path / "stream.json")], source_file, log_file)
+            if index == 0:  # a second stream on the same pipeline refuses to start, naming the running one
+                deadline = time.monotonic() + 180
+                while not any(_committed_batches(Path(lake)).values()):
+                    assert proc.poll() is None and time.monotonic() < deadline, log_file.read_text()[-3000:]
+                    time.sleep(0.5)
+                running = StreamLeases(PipelineState(job.state)).current()
+                assert running and running.live and running.heartbeat.app_id, running
+                with pytest.raises(SparkJobFailed, match=f"StreamAlreadyRunning.*{running.heartbeat.app_id}"):
+                    submit.run("binlog_stream.py", ["--job", str(tmp_path / "stream.json")], source_file)
+            _killed_at_random(proc, lake, log_file, rng, committed)
         stats = writers.stop()
 
     # the killed stream's lease is taken over at once: its driver's process is gone
-    job.mode = "available-now"
+    job.mode, job.stream_engine = "available-now", STREAM_ENGINES[0]
     (tmp_path / "stream.json").write_text(job.to_json())
     result = submit.run("binlog_stream.py", ["--job", str(tmp_path / "stream.json")], source_file)
     assert result["mode"] == "available-now"
     assert StreamLeases(PipelineState(job.state)).current().released
 
     _assert_sink_equals_source(mysql_server, report, lake)
-    for table, versions in _committed_batches(Path(lake)).items():
-        assert versions == sorted(set(versions)), f"{table}: a batch was committed twice: {versions}"
+    committed = _committed_batches(Path(lake))
+    assert len({app for batches in committed.values() for app, _ in batches}) >= 2  # both engines' streams
+    for table, batches in committed.items():
+        for app in {app for app, _ in batches}:
+            versions = [v for a, v in batches if a == app]
+            assert versions == sorted(set(versions)), f"{table}: a batch of {app} was committed twice: {versions}"
     sink = open_sink(SinkSpec(lake))
     for table_id in report.schemas:
         changelog = read_delta(sink.table_uri(table_id) + CHANGELOG_SUFFIX).to_pylist()
         coordinates = [(c["version"], c["row_in_event"], c["part"]) for c in changelog]
         assert len(coordinates) == len(set(coordinates)), f"{table_id}: a change is in the changelog twice"
         assert {c["op"] for c in changelog} == {"c", "u", "d"}
-    print(f"\n{stats.transactions} transactions while streaming, {kills} kill -9, "
+    print(f"\n{stats.transactions} transactions while streaming, {len(STREAM_ENGINES)} kill -9, "
           f"batches per table {[len(v) for v in _committed_batches(Path(lake)).values()]}")
 
 
