@@ -25,9 +25,11 @@ from devtools.dag_runner import example_dag_env
 from devtools.workload import SAMPLE_TABLES, create_sample_tables
 
 from .helpers import spark_processes_of, stream_drivers
-from .test_airflow_kill import DAG_ID, STREAM_ONLY
+from .test_airflow_kill import STREAM_ONLY
 
 pytestmark = pytest.mark.integration
+
+DAG_ID = "mysqlcdc_example"  # the example DAG, as the environment sets it up
 
 
 def _parent(pid: int) -> int:
