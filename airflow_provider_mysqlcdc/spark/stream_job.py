@@ -245,7 +245,7 @@ def run_stream_job(spark: Any, source: SourceConfig, job: StreamJob, *, source_f
     held.renew(app_id=app_id, ui_url=ui_url)
     # a detached stream is asked to stop through its report folder: even before it holds the lease
     requested = (lambda: stop_request(job.report)) if job.report else (lambda: None)
-    stopping = threading.Event()  # the driver loop's stop (stream/loop.py)
+    stopping = LoopStop()  # the driver loop's stop (stream/loop.py)
     stop = (lambda: stop_queries(spark)) if job.stream_engine == STRUCTURED_STREAMING else (lambda: stop_loop(stopping))
     with LeaseKeeper(held, stop_stream=stop, stop_requested=requested) as keeper:
         if job.stream_engine == STRUCTURED_STREAMING:
@@ -276,19 +276,29 @@ def stop_queries(spark: Any, grace_s: float = 10.0) -> None:
         os._exit(3)
 
 
-def stop_loop(stopping: threading.Event, grace_s: float = 30.0) -> None:
-    """Stop the driver loop after the batch it is applying; end the process when that takes longer
-    than ``grace_s``. Either way is safe: the loop resumes exactly from its last end, as after a kill -9."""
+class LoopStop(threading.Event):
+    """The driver loop's stop: set to stop it; ``finished`` once the loop has returned."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.finished = threading.Event()
+
+
+def stop_loop(stopping: LoopStop, grace_s: float = 30.0) -> None:
+    """Stop the driver loop after the batch it is applying; end the process when the loop has not
+    returned within ``grace_s`` of the first request (asked again, nothing more happens). Either way
+    is safe: the loop resumes exactly from its last end, as after a kill -9."""
+    if stopping.is_set():
+        return
     stopping.set()
 
     def overdue() -> None:
-        log.error("the stream's driver loop did not stop within %.0fs: ending its driver", grace_s)
-        logging.shutdown()
-        os._exit(3)
+        if not stopping.finished.wait(grace_s):
+            log.error("the stream's driver loop did not stop within %.0fs: ending its driver", grace_s)
+            logging.shutdown()
+            os._exit(3)
 
-    timer = threading.Timer(grace_s, overdue)
-    timer.daemon = True
-    timer.start()
+    threading.Thread(target=overdue, name="mysqlcdc-stop-deadline", daemon=True).start()
 
 
 def _prepare_stream(source: SourceConfig, job: StreamJob, state: PipelineState, batches: StreamBatchFunction) -> None:
@@ -309,24 +319,20 @@ def _measures(source: SourceConfig, state: PipelineState) -> tuple[Callable[[Bin
             lambda statement: source.run(lambda conn: run_heartbeat_query(conn, statement), "running the heartbeat query"))
 
 
-#: the driver loop reads its tables' schemas again after a batch that met DDL, and at least this often
-KEEP_TABLES_S = 60.0
-
-
 def _run_driver_loop(source: SourceConfig, job: StreamJob, state: PipelineState, fence: Callable[[], None],
-                     stopping: threading.Event) -> dict[str, Any]:
+                     stopping: LoopStop) -> dict[str, Any]:
     """The stream with ``stream_engine="driver"``: its batches read and applied in this process
     (stream/loop.py), from where the pipeline's last stream into this sink ended."""
     preparing = time.monotonic()
     source = source.with_retry(job.retry_budget_s)
     batches = StreamBatchFunction(source, job, fence)  # in this process: the source's own settings
     _prepare_stream(source, job, state, batches)
-    job.app_id, first_batch = driver_identity(job.checkpoint, state, job.app_id)
+    job.app_id, first_batch = driver_identity(job.checkpoint, job.app_id)
     start = resume_offset(state, job) or registry_start_offset(state)
     planner = BatchPlanner(source, state, server_id_range=parse_server_id_range(job.server_id_range),
                            decode_pieces=1, on_binlog_purged=job.on_binlog_purged)
     reading = BinlogReading(source, state, changelog=job.changelog, table_patterns=job.table_patterns,
-                            exclude_tables=job.exclude_tables, keep_tables_s=KEEP_TABLES_S)
+                            exclude_tables=job.exclude_tables)
     measure, run_query = _measures(source, state)
     loop = StreamLoop(job, state, batches.steps, planner, reading, fence, measure=measure, run_query=run_query,
                       stopping=stopping)
@@ -337,7 +343,7 @@ def _run_driver_loop(source: SourceConfig, job: StreamJob, state: PipelineState,
     try:
         done = loop.run(start, first_batch=first_batch, until=until)
     finally:
-        reading.close()
+        stopping.finished.set()  # a stop's deadline (stop_loop) no longer applies
     return encode(StreamResult(job.mode, batches.applier.rows_applied, job.app_id, round(time.monotonic() - started, 3),
                                done.last_batch, done.end, dict(batches.applier.table_changes)))
 

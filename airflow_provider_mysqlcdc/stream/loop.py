@@ -38,7 +38,7 @@ from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
 from airflow_provider_mysqlcdc.state.cleanup import release_applied_staged_files
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from airflow_provider_mysqlcdc.stream.applier import AppliedBatch, BatchApplier
-from airflow_provider_mysqlcdc.stream.batches import BatchPlanner
+from airflow_provider_mysqlcdc.stream.batches import ActivationRead, BatchPlanner, BatchRead
 from airflow_provider_mysqlcdc.stream.events import BatchItem, PieceRead, reading_summary
 from airflow_provider_mysqlcdc.stream.heartbeat import Heartbeat
 from airflow_provider_mysqlcdc.stream.positions import record_processed
@@ -116,11 +116,13 @@ class ReadAhead:
     def __init__(self, items: Iterator[Any], depth: int, clock: Callable[[], float] = time.monotonic):
         self.items = items
         self.clock = clock
-        self.queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
+        self.depth = depth  # 0: no thread, the items read as they are taken
+        self.queue: queue.Queue[Any] = queue.Queue(maxsize=max(depth, 1))
         self.closed = threading.Event()
         self.waited_s = 0.0
         self.thread = threading.Thread(target=self._read, name="mysqlcdc-read-ahead", daemon=True)
-        self.thread.start()
+        if depth:
+            self.thread.start()
 
     def _read(self) -> None:
         try:
@@ -145,6 +147,14 @@ class ReadAhead:
         return False
 
     def __iter__(self) -> Iterator[Any]:
+        if not self.depth:
+            while True:
+                began = self.clock()
+                item = next(self.items, _END)
+                self.waited_s += self.clock() - began
+                if item is _END:
+                    return
+                yield item
         while True:
             began = self.clock()
             item = self.queue.get()
@@ -157,7 +167,12 @@ class ReadAhead:
 
     def close(self) -> None:
         self.closed.set()
-        self.thread.join()
+        if self.depth:
+            self.thread.join()
+        else:
+            close = getattr(self.items, "close", None)
+            if close is not None:
+                close()
 
 
 @dataclass(frozen=True)
@@ -234,24 +249,30 @@ class StreamLoop:
 
     def _batch(self, start: StreamOffset, end: StreamOffset, batch_id: int, started: float, began_at: float) -> None:
         reading = _Reading()
+        reads = self.planner.reads(start, end)
+        # an activation's items change what the next reads find (remembered schemas, the sink's
+        # tables): a batch with one is read as it is applied, as Structured Streaming reads first
+        depth = 0 if any(isinstance(r, ActivationRead) for r in reads) else READ_AHEAD_ITEMS
         self.steps.applying.acquire()  # maintenance between batches waits for it, and it waits for maintenance
-        ahead = ReadAhead(self._items(start, end, reading), READ_AHEAD_ITEMS, self.clock)
         try:
-            self.steps.apply(end.generation, iter(ahead), batch_id, started=started, read_s=lambda: ahead.waited_s,
-                             pieces=lambda: reading.pieces, began_at=began_at)
-            self.steps.upkeep.maintain_due()
+            ahead = ReadAhead(self._items(reads, reading), depth, self.clock)
+            try:
+                self.steps.apply(end.generation, iter(ahead), batch_id, started=started,
+                                 read_s=lambda: ahead.waited_s, pieces=lambda: reading.pieces, began_at=began_at)
+                self.steps.upkeep.maintain_due()
+            finally:
+                ahead.close()
         finally:
-            ahead.close()
             self.steps.applying.release()
         self.fence()  # another stream took over meanwhile: record nothing
         record_processed(self.state, self.job, end, batch_id, self.measure)
         # the loop restarts from ``end`` (recorded just now): no restart activates what this batch did
         release_applied_staged_files(self.state, end)
 
-    def _items(self, start: StreamOffset, end: StreamOffset, reading: _Reading) -> Iterator[BatchItem]:
+    def _items(self, reads: list[BatchRead], reading: _Reading) -> Iterator[BatchItem]:
         """The batch's items in binlog order, as its reads give them."""
         last = None
-        for read in self.planner.reads(start, end):
+        for read in reads:
             items = self.reading.read(read)
             for item in items:
                 if item.kind == PIECE:

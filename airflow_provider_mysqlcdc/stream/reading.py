@@ -21,7 +21,7 @@ that table's changes after it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,10 +32,8 @@ from airflow_provider_mysqlcdc.cdc.errors import InternalError, describe_error, 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import BinlogPurged, ChangeRecord, SchemaChangeEvent, TableFailed
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId, TableSchema
-from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.selection import TableSelection
-from airflow_provider_mysqlcdc.protocol.registry import Generation
 from airflow_provider_mysqlcdc.sinks.change_columns import TableChanges, change_columns
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from airflow_provider_mysqlcdc.stream.activation import Replay, plan_activation
@@ -169,61 +167,17 @@ class ChangeTyping:
         return held[2]
 
 
-@dataclass
-class _KeptTables:
-    """The tables' schemas and chunk-key orders a range's read needs, as read at ``read_at``."""
-
-    generation: int
-    schemas: list[TableSchema]
-    orderings: dict[TableId, KeyOrdering]
-    read_at: float
-    stale: bool = False  # a read met DDL since
-
-    def close(self) -> None:
-        for ordering in self.orderings.values():
-            ordering.close()
-
-
 class BinlogReading:
     """The stream's reads of ``source``'s binlog for the pipeline at ``state``: ``changelog``, whether
     changes carry their images for the changelog table; tables whose names match ``table_patterns``
-    (less ``exclude_tables``) are watched for DDL that makes them match (state/new_tables.py).
-
-    A range's read needs each table's schema as the server describes it and its chunk key's order
-    (stream/tables.py ``schemas_and_orderings``). An executor's reading reads them for each read;
-    with ``keep_tables_s`` (the driver loop's reading, which reads one batch after the other) they
-    are kept from one read to the next of the same generation, read again after a read that met DDL
-    and at least every ``keep_tables_s`` seconds; ``close`` lets the orderings' connections go."""
+    (less ``exclude_tables``) are watched for DDL that makes them match (state/new_tables.py)."""
 
     def __init__(self, source: SourceConfig, state: PipelineState, *, changelog: bool = False,
-                 table_patterns: Sequence[str] = (), exclude_tables: Sequence[str] = (), keep_tables_s: float = 0.0,
-                 clock: Callable[[], float] = time.monotonic):
+                 table_patterns: Sequence[str] = (), exclude_tables: Sequence[str] = ()):
         self.source = source
         self.state = state
         self.changelog = changelog
         self.patterns = TableSelection.parse(list(table_patterns), list(exclude_tables))
-        self.keep_tables_s = keep_tables_s
-        self.clock = clock
-        self._kept: _KeptTables | None = None
-
-    def close(self) -> None:
-        """Let the kept tables' orderings go (their connections)."""
-        if self._kept is not None:
-            self._kept.close()
-            self._kept = None
-
-    def _tables(self, generation: Generation) -> _KeptTables:
-        kept = self._kept
-        if kept is not None and (kept.generation != generation.number or kept.stale
-                                 or self.clock() - kept.read_at >= self.keep_tables_s):
-            self.close()
-            kept = None
-        if kept is None:
-            schemas, orderings = schemas_and_orderings(self.source, self.state, generation, generation.tables)
-            kept = _KeptTables(generation.number, schemas, orderings, self.clock())
-            if self.keep_tables_s > 0:
-                self._kept = kept
-        return kept
 
     def read(self, read: BatchRead) -> Iterator[ReadItem]:
         """The items of one of a batch's reads (stream/batches.py)."""
@@ -244,8 +198,7 @@ class BinlogReading:
         the high watermarks the driver translated, the read's timings last."""
         began_at, began = time.time(), time.monotonic()
         generation = with_watermarks(self.state.load(generation_number), watermarks)
-        tables = self._tables(generation)
-        schemas, orderings = tables.schemas, tables.orderings
+        schemas, orderings = schemas_and_orderings(self.source, self.state, generation, generation.tables)
         typing = ChangeTyping(schemas={s.table_id: s for s in schemas}, changelog=self.changelog)
         split_filter = FinishedSplitFilter([f for f in generation.finished_splits if f.split.table_id in orderings],
                                            orderings)
@@ -263,7 +216,6 @@ class BinlogReading:
                         yield from typing.changes(batch, split_filter.filter(batch))
                         batch = []
                 elif isinstance(item, SchemaChangeEvent):
-                    tables.stale = True  # the next read reads the tables again
                     yield from typing.changes(batch, split_filter.filter(batch))
                     batch = []
                     yield marker(item.offset.version, 0, DDL, item, item.timestamp_ms)
@@ -275,8 +227,8 @@ class BinlogReading:
             yield ReadItem((0, 0, 0), PIECE, PieceRead(str(read_from), str(end), began_at, set_up - began,
                                                        time.monotonic() - set_up, typing.changes_sent), 0)
         finally:
-            if tables is not self._kept:
-                tables.close()
+            for ordering in orderings.values():
+                ordering.close()
 
     def read_activation(self, previous: int, generation: int, start: BinlogOffset, *, server_id: int,
                         on_binlog_purged: str, watermarks: Watermarks) -> Iterator[ReadItem]:

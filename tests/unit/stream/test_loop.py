@@ -195,3 +195,16 @@ def test_closing_a_read_ahead_stops_its_reads_while_they_wait_for_room():
     assert next(iter(ahead)) == 0  # the applier took one, then failed
     ahead.close()
     assert closed.is_set() and not ahead.thread.is_alive()
+
+
+def test_a_read_ahead_of_depth_0_reads_each_item_as_it_is_taken_on_the_callers_thread():
+    threads = []
+
+    def items():
+        for n in range(3):
+            threads.append(threading.current_thread())
+            yield n
+
+    ahead = ReadAhead(items(), depth=0)
+    assert list(ahead) == [0, 1, 2] and set(threads) == {threading.current_thread()}
+    ahead.close()

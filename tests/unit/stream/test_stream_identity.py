@@ -7,8 +7,6 @@ import pytest
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
-from airflow_provider_mysqlcdc.protocol.progress import StreamBatchProgress
-from airflow_provider_mysqlcdc.state.registry import STREAM_PROGRESS, PipelineState
 from airflow_provider_mysqlcdc.stream.identity import driver_identity, stream_identity
 
 
@@ -49,38 +47,22 @@ def test_a_checkpoint_spark_already_wrote_offsets_to_is_not_new(tmp_path):
 
 
 
-def _record_batch(state: PipelineState, app_id: str, batch: int) -> None:
-    state.write_progress(STREAM_PROGRESS, StreamBatchProgress(app_id, batch, 0.0, 0, 0, None, None, None, []))
-
-
 def test_the_driver_loop_removes_what_structured_streaming_left_and_a_later_query_finds_a_new_checkpoint(tmp_path):
-    checkpoint, state = tmp_path / "checkpoint", PipelineState(str(tmp_path / "state"))
+    checkpoint = tmp_path / "checkpoint"
     stream_identity(str(checkpoint), lambda: _at("binlog.000001", 4))
     (checkpoint / "offsets").mkdir()
     (checkpoint / "offsets" / "7").write_text("v1")
 
-    app_id, first_batch = driver_identity(str(checkpoint), state)
+    app_id, first_batch = driver_identity(str(checkpoint))
 
-    assert [p.name for p in checkpoint.iterdir()] == ["mysqlcdc-driver.json"] and first_batch == 0
+    assert list(checkpoint.iterdir()) == [] and first_batch == 0
     later = stream_identity(str(checkpoint), lambda: _at("binlog.000009", 4))  # the loop's end, resume_offset's
     assert later.new and later.initial_offset == _at("binlog.000009", 4) and later.app_id != app_id
 
 
-def test_the_driver_loops_first_batch_is_past_any_a_table_may_hold(tmp_path):
-    """A table may hold the batch after the last one recorded (a kill -9 between its commits and its record)."""
-    checkpoint, state = str(tmp_path / "checkpoint"), PipelineState(str(tmp_path / "state"))
-    app_id, _ = driver_identity(checkpoint, state)
-    _record_batch(state, app_id, 41)
-
-    assert driver_identity(checkpoint, state) == (app_id, 43)
-
-
-def test_a_driver_loop_whose_last_recorded_batch_is_another_streams_takes_a_new_app_id(tmp_path):
-    checkpoint, state = str(tmp_path / "checkpoint"), PipelineState(str(tmp_path / "state"))
-    app_id, _ = driver_identity(checkpoint, state)
-    _record_batch(state, "mysqlcdc-another", 5)
-
-    again, first_batch = driver_identity(checkpoint, state)
-    assert again not in (app_id, "mysqlcdc-another") and first_batch == 0
-    # none of its batches recorded yet (a table may hold its batch 0): a new one again
-    assert driver_identity(checkpoint, state)[0] not in (again, app_id)
+def test_each_driver_loop_run_takes_a_new_app_id_so_no_batch_id_is_one_a_table_may_hold(tmp_path):
+    """A run killed between its commits and its record leaves tables holding batches of its app id."""
+    checkpoint = str(tmp_path / "checkpoint")
+    runs = [driver_identity(checkpoint) for _ in range(3)]
+    assert len({app for app, _ in runs}) == 3 and {first for _, first in runs} == {0}
+    assert driver_identity(checkpoint, "mysqlcdc-named") == ("mysqlcdc-named", 0)  # the job's own, kept
