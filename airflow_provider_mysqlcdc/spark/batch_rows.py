@@ -25,11 +25,10 @@ import pickle
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from airflow_provider_mysqlcdc.cdc.errors import InternalError
 from airflow_provider_mysqlcdc.sinks.change_columns import TableChanges
 from airflow_provider_mysqlcdc.state.spill import SpillWriter, read_spill_file
 from airflow_provider_mysqlcdc.stream.events import PieceRead
-from airflow_provider_mysqlcdc.stream.reading import CHANGES, PIECE, ReadItem
+from airflow_provider_mysqlcdc.stream.reading import CHANGES, PIECE, ReadItem, in_binlog_order
 
 SCHEMA = "version LONG, row INT, part INT, kind STRING, count INT, ts_ms LONG, gen INT, payload BINARY"
 SPILLED = "spilled"
@@ -110,15 +109,10 @@ def spill_urls(rows: Iterable[Any]) -> list[str]:
 def batch_items(rows: Sequence[Any]) -> Iterator[Any]:
     """Every item of a batch's rows (sorted by ``row_key``), spill files read in place, in binlog
     order: ``TableChanges`` and markers."""
-    last = None
-    for row in rows:
-        runs = read_spill_file(pickle.loads(row.payload)) if row.kind == SPILLED else [tuple(row)]
-        for run in runs:
-            key = row_key(run)
-            if last is not None and key < last:  # a broken promise of the partitions, never silently applied
-                raise InternalError(f"micro-batch rows out of binlog order: {key} after {last}")
-            last = key
-            if run[3] == CHANGES:
-                yield TableChanges.from_ipc(run[-1])
-            else:
-                yield from pickle.loads(run[-1])
+    runs = (run for row in rows
+            for run in (read_spill_file(pickle.loads(row.payload)) if row.kind == SPILLED else [tuple(row)]))
+    for run in in_binlog_order(runs, row_key):
+        if run[3] == CHANGES:
+            yield TableChanges.from_ipc(run[-1])
+        else:
+            yield from pickle.loads(run[-1])

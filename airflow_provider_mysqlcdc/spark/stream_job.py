@@ -58,7 +58,7 @@ from airflow_provider_mysqlcdc.state.sink import refuse_missing_sink_tables, set
 from airflow_provider_mysqlcdc.state.spill import remove_all_spill_folders, remove_spill_folder
 from airflow_provider_mysqlcdc.stream.applier import BatchApplier
 from airflow_provider_mysqlcdc.stream.batches import BatchPlanner
-from airflow_provider_mysqlcdc.stream.heartbeat import Heartbeat
+from airflow_provider_mysqlcdc.stream.heartbeat import Heartbeat, beat_query
 from airflow_provider_mysqlcdc.stream.identity import driver_identity, stream_identity
 from airflow_provider_mysqlcdc.stream.loop import BatchSteps, StreamLoop
 from airflow_provider_mysqlcdc.stream.positions import record_processed, registry_start_offset, resume_offset
@@ -107,10 +107,6 @@ class StreamBatchFunction:
                          read_s=lambda: read_s, spill_files=len(spilled), pieces=lambda: pieces, began_at=began_at)
         for folder in sorted({url.rsplit("/", 1)[0] for url in spilled}):
             remove_spill_folder(folder)
-
-    def maintain_idle(self) -> None:
-        """From the driver's loop while the query waits for binlog (no batch runs): ``BatchSteps.maintain_idle``."""
-        self.steps.maintain_idle()
 
 
 def progress_offset(progress: Any, which: str) -> StreamOffset | None:
@@ -212,11 +208,7 @@ class BatchFollower:
             except LeaseLost:
                 return
             record_processed_offset(self.state, self.job, query.lastProgress, self.measure, heartbeat=True)
-        if self.job.heartbeat_query and self.run_query is not None:
-            try:
-                self.run_query(self.job.heartbeat_query)
-            except Exception as exc:  # noqa: BLE001 - checked when the stream started; a fault here is passing
-                log.warning("the heartbeat query failed: %s", exc)
+        beat_query(self.job.heartbeat_query, self.run_query)
 
     def _echo(self, batch_id: int) -> None:
         batch = self.state.read_progress(StreamBatchProgress, STREAM_PROGRESS)
@@ -384,7 +376,7 @@ def _run_stream(spark: Any, source: SourceConfig, job: StreamJob, source_file: s
     while not query.awaitTermination(1):
         follower.follow(query)
         if not connect:  # on a Spark Connect session the applier lives on the server: between batches only
-            batches.maintain_idle()
+            batches.steps.maintain_idle()
     fence()  # stopped because another stream took over: record nothing
     follower.follow(query)  # the batches that finished since its last look (all of a short available-now run)
     progress = query.lastProgress or {}

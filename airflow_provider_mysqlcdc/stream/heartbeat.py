@@ -12,8 +12,11 @@ writes nothing else still moves the binlog, and with it the stream's position, o
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
+
+log = logging.getLogger(__name__)
 
 
 class Heartbeat:
@@ -38,3 +41,14 @@ def idle_lag(bytes_behind: int | None, last_lag_s: float) -> float:
     """The lag a heartbeat records: none when the stream has caught up with the head, else the last
     batch's (the changes it has not read yet are not timed)."""
     return 0.0 if bytes_behind == 0 else last_lag_s
+
+
+def beat_query(statement: str, run_query: Callable[[str], None] | None) -> None:
+    """Run the heartbeat query ``statement`` (if any) with ``run_query``: a fault is logged, never raised
+    (the query was checked when the stream started; a fault here is passing)."""
+    if not statement or run_query is None:
+        return
+    try:
+        run_query(statement)
+    except Exception as exc:  # noqa: BLE001
+        log.warning("the heartbeat query failed: %s", exc)

@@ -27,10 +27,9 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_mysqlcdc.cdc.errors import InternalError
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
@@ -40,9 +39,9 @@ from airflow_provider_mysqlcdc.state.registry import PipelineState
 from airflow_provider_mysqlcdc.stream.applier import AppliedBatch, BatchApplier
 from airflow_provider_mysqlcdc.stream.batches import ActivationRead, BatchPlanner, BatchRead
 from airflow_provider_mysqlcdc.stream.events import BatchItem, PieceRead, reading_summary
-from airflow_provider_mysqlcdc.stream.heartbeat import Heartbeat
+from airflow_provider_mysqlcdc.stream.heartbeat import Heartbeat, beat_query
 from airflow_provider_mysqlcdc.stream.positions import record_processed
-from airflow_provider_mysqlcdc.stream.reading import PIECE, BinlogReading
+from airflow_provider_mysqlcdc.stream.reading import PIECE, BinlogReading, ReadItem, in_binlog_order
 from airflow_provider_mysqlcdc.stream.upkeep import StreamUpkeep, inactive_sink_tables
 
 log = logging.getLogger(__name__)
@@ -133,9 +132,12 @@ class ReadAhead:
         except BaseException as exc:  # noqa: BLE001 - handed to the applier's thread, raised there
             self._put(_Failed(exc))
         finally:
-            close = getattr(self.items, "close", None)
-            if close is not None:
-                close()
+            self._close_items()
+
+    def _close_items(self) -> None:
+        close = getattr(self.items, "close", None)
+        if close is not None:
+            close()
 
     def _put(self, item: Any) -> bool:
         while not self.closed.is_set():
@@ -168,11 +170,9 @@ class ReadAhead:
     def close(self) -> None:
         self.closed.set()
         if self.depth:
-            self.thread.join()
+            self.thread.join()  # the thread closes the items
         else:
-            close = getattr(self.items, "close", None)
-            if close is not None:
-                close()
+            self._close_items()
 
 
 @dataclass(frozen=True)
@@ -187,13 +187,6 @@ class LoopResult:
     batches: int = 0
     last_batch: int | None = None
     end: StreamOffset | None = None
-
-
-@dataclass
-class _Reading:
-    """The timings of a batch's reads."""
-
-    pieces: list[PieceRead] = field(default_factory=list)
 
 
 class StreamLoop:
@@ -248,17 +241,17 @@ class StreamLoop:
         return result
 
     def _batch(self, start: StreamOffset, end: StreamOffset, batch_id: int, started: float, began_at: float) -> None:
-        reading = _Reading()
+        pieces: list[PieceRead] = []
         reads = self.planner.reads(start, end)
         # an activation's items change what the next reads find (remembered schemas, the sink's
         # tables): a batch with one is read as it is applied, as Structured Streaming reads first
         depth = 0 if any(isinstance(r, ActivationRead) for r in reads) else READ_AHEAD_ITEMS
         self.steps.applying.acquire()  # maintenance between batches waits for it, and it waits for maintenance
         try:
-            ahead = ReadAhead(self._items(reads, reading), depth, self.clock)
+            ahead = ReadAhead(self._items(reads, pieces), depth, self.clock)
             try:
                 self.steps.apply(end.generation, iter(ahead), batch_id, started=started,
-                                 read_s=lambda: ahead.waited_s, pieces=lambda: reading.pieces, began_at=began_at)
+                                 read_s=lambda: ahead.waited_s, pieces=lambda: pieces, began_at=began_at)
                 self.steps.upkeep.maintain_due()
             finally:
                 ahead.close()
@@ -269,19 +262,18 @@ class StreamLoop:
         # the loop restarts from ``end`` (recorded just now): no restart activates what this batch did
         release_applied_staged_files(self.state, end)
 
-    def _items(self, reads: list[BatchRead], reading: _Reading) -> Iterator[BatchItem]:
-        """The batch's items in binlog order, as its reads give them."""
-        last = None
+    def _items(self, reads: list[BatchRead], pieces: list[PieceRead]) -> Iterator[BatchItem]:
+        """The batch's items in binlog order, as its reads give them; the reads' timings into ``pieces``."""
+        for item in in_binlog_order(self._changes_and_markers(reads, pieces), lambda i: i.key):
+            yield item.item
+
+    def _changes_and_markers(self, reads: list[BatchRead], pieces: list[PieceRead]) -> Iterator[ReadItem]:
         for read in reads:
-            items = self.reading.read(read)
-            for item in items:
+            for item in self.reading.read(read):
                 if item.kind == PIECE:
-                    reading.pieces.append(item.item)
-                    continue
-                if last is not None and item.key < last:  # a broken promise of the reads, never silently applied
-                    raise InternalError(f"batch items out of binlog order: {item.key} after {last}")
-                last = item.key
-                yield item.item
+                    pieces.append(item.item)
+                else:
+                    yield item
 
     def _idle(self, result: LoopResult) -> None:
         """No batch to run: maintenance, and the heartbeat when it is due."""
@@ -292,8 +284,4 @@ class StreamLoop:
         if result.end is not None:
             self.fence()
             record_processed(self.state, self.job, result.end, result.last_batch, self.measure, heartbeat=True)
-        if self.job.heartbeat_query and self.run_query is not None:
-            try:
-                self.run_query(self.job.heartbeat_query)
-            except Exception as exc:  # noqa: BLE001 - checked when the stream started; a fault here is passing
-                log.warning("the heartbeat query failed: %s", exc)
+        beat_query(self.job.heartbeat_query, self.run_query)

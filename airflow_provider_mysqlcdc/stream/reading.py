@@ -21,9 +21,9 @@ that table's changes after it.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from airflow_provider_mysqlcdc.cdc.binlog.reader import BinlogReader
 from airflow_provider_mysqlcdc.cdc.binlog.split_filter import FinishedSplitFilter
@@ -41,6 +41,8 @@ from airflow_provider_mysqlcdc.stream.batches import ActivationRead, BatchRead, 
 from airflow_provider_mysqlcdc.stream.events import PieceRead
 from airflow_provider_mysqlcdc.stream.positions import Watermarks, purged_or_raise, with_watermarks
 from airflow_provider_mysqlcdc.stream.tables import schemas_and_orderings
+
+T = TypeVar("T")
 
 #: a read types its changes in runs of at most this many (a run's tables each make one item)
 RUN_LENGTH = 1000
@@ -62,6 +64,18 @@ class ReadItem:
     item: Any
     count: int = 1
     ts_ms: int = 0
+
+
+def in_binlog_order(items: Iterable[T], key: Callable[[T], tuple[int, int, int]]) -> Iterator[T]:
+    """``items`` as they come, refused (``InternalError``) where one sorts before the one before it: a
+    broken promise of a batch's reads, never silently applied."""
+    last = None
+    for item in items:
+        at = key(item)
+        if last is not None and at < last:
+            raise InternalError(f"a batch's items out of binlog order: {at} after {last}")
+        last = at
+        yield item
 
 
 def marker(version: int, row: int, kind: str, item: Any, ts_ms: int = 0) -> ReadItem:
