@@ -386,6 +386,8 @@ def main(argv: list[str] | None = None) -> int:
                                            "sysbench"],
                         help="run one benchmark and print its numbers (docs/benchmarks.md is left alone, but for "
                              "sink-formats, whose section it replaces)")
+    parser.add_argument("--keep-work", action="store_true",
+                        help="leave the run's work folder (its streams' logs, the sink tables) and say where")
     parser.add_argument("--report", action="store_true",
                         help="run nothing: write docs/benchmarks.md again from the figures in docs/benchmarks.json (the "
                              "last full run's, with the --only runs it repeats), after a change to the report")
@@ -499,7 +501,10 @@ def main(argv: list[str] | None = None) -> int:
                                        "sustained": sustained, "random_merges": random_merges, "sysbench": sysbench},
                                       indent=2))
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if args.keep_work:
+            print(f"the run's work folder is kept: {work}", flush=True)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

@@ -25,10 +25,9 @@ import pickle
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from airflow_provider_mysqlcdc.sinks.change_columns import TableChanges
 from airflow_provider_mysqlcdc.state.spill import SpillWriter, read_spill_file
 from airflow_provider_mysqlcdc.stream.events import PieceRead
-from airflow_provider_mysqlcdc.stream.reading import CHANGES, PIECE, ReadItem, in_binlog_order
+from airflow_provider_mysqlcdc.stream.reading import PIECE, ReadItem, in_binlog_order, item_of, item_payload
 
 SCHEMA = "version LONG, row INT, part INT, kind STRING, count INT, ts_ms LONG, gen INT, payload BINARY"
 SPILLED = "spilled"
@@ -60,11 +59,10 @@ class RowEmitter:
     def emit(self, item: ReadItem) -> Iterator[tuple]:
         version, row, part = item.key
         if item.kind == PIECE:  # one small row, whatever the budget
-            yield (0, 0, 0, PIECE, 0, 0, self.generation, pickle.dumps(item.item, protocol=pickle.HIGHEST_PROTOCOL))
+            yield (0, 0, 0, PIECE, 0, 0, self.generation, item_payload(item))
             return
-        payload = item.item.to_ipc() if item.kind == CHANGES else pickle.dumps([item.item],
-                                                                               protocol=pickle.HIGHEST_PROTOCOL)
-        yield from self._emit((version, row, part, item.kind, item.count, item.ts_ms, self.generation, payload))
+        yield from self._emit((version, row, part, item.kind, item.count, item.ts_ms, self.generation,
+                               item_payload(item)))
 
     def _emit(self, row: tuple) -> Iterator[tuple]:
         if self.inline_left is None or (self._spill is None and self.inline_left > 0):
@@ -98,7 +96,7 @@ def row_key(row: Any) -> tuple[int, int, int]:
 
 def piece_rows(rows: Sequence[Any]) -> tuple[list[Any], list[PieceRead]]:
     """A batch's rows apart from its decoding tasks' timings, and those timings."""
-    return [r for r in rows if r.kind != PIECE], [pickle.loads(r.payload) for r in rows if r.kind == PIECE]
+    return [r for r in rows if r.kind != PIECE], [item_of(PIECE, r.payload) for r in rows if r.kind == PIECE]
 
 
 def spill_urls(rows: Iterable[Any]) -> list[str]:
@@ -112,7 +110,4 @@ def batch_items(rows: Sequence[Any]) -> Iterator[Any]:
     runs = (run for row in rows
             for run in (read_spill_file(pickle.loads(row.payload)) if row.kind == SPILLED else [tuple(row)]))
     for run in in_binlog_order(runs, row_key):
-        if run[3] == CHANGES:
-            yield TableChanges.from_ipc(run[-1])
-        else:
-            yield from pickle.loads(run[-1])
+        yield item_of(run[3], run[-1])

@@ -62,6 +62,7 @@ from airflow_provider_mysqlcdc.stream.heartbeat import Heartbeat, beat_query
 from airflow_provider_mysqlcdc.stream.identity import driver_identity, stream_identity
 from airflow_provider_mysqlcdc.stream.loop import BatchSteps, StreamLoop
 from airflow_provider_mysqlcdc.stream.positions import record_processed, registry_start_offset, resume_offset
+from airflow_provider_mysqlcdc.stream.read_process import ReadProcess
 from airflow_provider_mysqlcdc.stream.reading import BinlogReading
 from airflow_provider_mysqlcdc.stream.tables import ServerTables
 from airflow_provider_mysqlcdc.stream.upkeep import StreamUpkeep
@@ -323,18 +324,20 @@ def _run_driver_loop(source: SourceConfig, job: StreamJob, state: PipelineState,
     start = resume_offset(state, job) or registry_start_offset(state)
     planner = BatchPlanner(source, state, server_id_range=parse_server_id_range(job.server_id_range),
                            decode_pieces=1, on_binlog_purged=job.on_binlog_purged)
-    reading = BinlogReading(source, state, changelog=job.changelog, table_patterns=job.table_patterns,
-                            exclude_tables=job.exclude_tables)
-    measure, run_query = _measures(source, state)
-    loop = StreamLoop(job, state, batches.steps, planner, reading, fence, measure=measure, run_query=run_query,
-                      stopping=stopping)
-    until = planner.head() if job.mode == "available-now" else None
-    log.info("stream prepared in %.2fs; its batches run in the driver (stream_engine driver), from %s (batch %d)%s",
-             time.monotonic() - preparing, start, first_batch, f" up to {until}" if until else "")
-    started = time.monotonic()
+    # its range reads decode in a process of their own while this one merges (stream/read_process.py)
+    reading = ReadProcess(BinlogReading(source, state, changelog=job.changelog, table_patterns=job.table_patterns,
+                                        exclude_tables=job.exclude_tables))
     try:
+        measure, run_query = _measures(source, state)
+        loop = StreamLoop(job, state, batches.steps, planner, reading, fence, measure=measure, run_query=run_query,
+                          stopping=stopping)
+        until = planner.head() if job.mode == "available-now" else None
+        log.info("stream prepared in %.2fs; its batches run in the driver (stream_engine driver), from %s (batch %d)%s",
+                 time.monotonic() - preparing, start, first_batch, f" up to {until}" if until else "")
+        started = time.monotonic()
         done = loop.run(start, first_batch=first_batch, until=until)
     finally:
+        reading.close()
         stopping.finished.set()  # a stop's deadline (stop_loop) no longer applies
     return encode(StreamResult(job.mode, batches.applier.rows_applied, job.app_id, round(time.monotonic() - started, 3),
                                done.last_batch, done.end, dict(batches.applier.table_changes)))

@@ -23,9 +23,9 @@ trigger does); a batch its limits cut short is followed at once.
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +34,7 @@ from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
+from airflow_provider_mysqlcdc.sinks.change_columns import TableChanges
 from airflow_provider_mysqlcdc.state.cleanup import release_applied_staged_files
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from airflow_provider_mysqlcdc.stream.applier import AppliedBatch, BatchApplier
@@ -41,7 +42,8 @@ from airflow_provider_mysqlcdc.stream.batches import ActivationRead, BatchPlanne
 from airflow_provider_mysqlcdc.stream.events import BatchItem, PieceRead, reading_summary
 from airflow_provider_mysqlcdc.stream.heartbeat import Heartbeat, beat_query
 from airflow_provider_mysqlcdc.stream.positions import record_processed
-from airflow_provider_mysqlcdc.stream.reading import PIECE, BinlogReading, ReadItem, in_binlog_order
+from airflow_provider_mysqlcdc.stream.read_process import Reading
+from airflow_provider_mysqlcdc.stream.reading import PIECE, ReadItem, in_binlog_order
 from airflow_provider_mysqlcdc.stream.upkeep import StreamUpkeep, inactive_sink_tables
 
 log = logging.getLogger(__name__)
@@ -98,25 +100,32 @@ class BatchSteps:
         return inactive_sink_tables(self.applier.generation, self.applier.frozen.keys() | self.applier.removed)
 
 
-#: how many items (each a run of up to RUN_LENGTH changes of one table, or a marker) the reads of a
-#: batch may be ahead of its applier: what the loop holds beyond the applier's own unit
-READ_AHEAD_ITEMS = 64
-
 _END = object()
 
 
-class ReadAhead:
-    """Reading while applying: ``items`` iterated on a thread of its own, at most ``depth`` items ahead
-    of whoever iterates this (the applier), so the reads' decoding (Python) runs while the merges'
-    writing (Arrow, delta-rs and pyiceberg, which let the interpreter go) does. The reads' errors are
-    raised where the items are taken; ``close`` stops the reads (the applier failed) and waits for
-    them. ``waited_s``: how long the applier waited for items, the batch's reading as it felt it."""
+def changes_held(item: Any) -> int:
+    """What an item weighs in a read-ahead: its changes (a marker: 1)."""
+    return item.data.num_rows if isinstance(item, TableChanges) else 1
 
-    def __init__(self, items: Iterator[Any], depth: int, clock: Callable[[], float] = time.monotonic):
+
+class ReadAhead:
+    """Reading while applying: ``items`` iterated on a thread of its own, at most ``depth`` ahead of
+    whoever iterates this (the applier), each item weighing ``weight(item)`` (1 by default), so the
+    reads (in the read process, read_process.py, or decoding here) go on while the merges write
+    (Arrow, delta-rs and pyiceberg, which let the interpreter go). One item is always let through,
+    however much it weighs. The reads' errors are raised where the items are taken; ``close`` stops
+    the reads (the applier failed) and waits for them. ``waited_s``: how long the applier waited for
+    items, the batch's reading as it felt it."""
+
+    def __init__(self, items: Iterator[Any], depth: int, clock: Callable[[], float] = time.monotonic,
+                 weight: Callable[[Any], int] = lambda _: 1):
         self.items = items
         self.clock = clock
         self.depth = depth  # 0: no thread, the items read as they are taken
-        self.queue: queue.Queue[Any] = queue.Queue(maxsize=max(depth, 1))
+        self.weight = weight
+        self.ready: deque[tuple[Any, int]] = deque()
+        self.held = 0
+        self.changed = threading.Condition()
         self.closed = threading.Event()
         self.waited_s = 0.0
         self.thread = threading.Thread(target=self._read, name="mysqlcdc-read-ahead", daemon=True)
@@ -126,11 +135,11 @@ class ReadAhead:
     def _read(self) -> None:
         try:
             for item in self.items:
-                if not self._put(item):
+                if not self._put(item, self.weight(item)):
                     return
-            self._put(_END)
+            self._put(_END, 0)
         except BaseException as exc:  # noqa: BLE001 - handed to the applier's thread, raised there
-            self._put(_Failed(exc))
+            self._put(_Failed(exc), 0)
         finally:
             self._close_items()
 
@@ -139,27 +148,30 @@ class ReadAhead:
         if close is not None:
             close()
 
-    def _put(self, item: Any) -> bool:
-        while not self.closed.is_set():
-            try:
-                self.queue.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
+    def _put(self, item: Any, weight: int) -> bool:
+        with self.changed:
+            while self.held and self.held + weight > self.depth and not self.closed.is_set():
+                self.changed.wait()
+            if self.closed.is_set():
+                return False
+            self.ready.append((item, weight))
+            self.held += weight
+            self.changed.notify_all()
+            return True
+
+    def _take(self) -> Any:
+        with self.changed:
+            while not self.ready:
+                self.changed.wait()
+            item, weight = self.ready.popleft()
+            self.held -= weight
+            self.changed.notify_all()
+            return item
 
     def __iter__(self) -> Iterator[Any]:
-        if not self.depth:
-            while True:
-                began = self.clock()
-                item = next(self.items, _END)
-                self.waited_s += self.clock() - began
-                if item is _END:
-                    return
-                yield item
         while True:
             began = self.clock()
-            item = self.queue.get()
+            item = self._take() if self.depth else next(self.items, _END)
             self.waited_s += self.clock() - began
             if item is _END:
                 return
@@ -168,7 +180,9 @@ class ReadAhead:
             yield item
 
     def close(self) -> None:
-        self.closed.set()
+        with self.changed:
+            self.closed.set()
+            self.changed.notify_all()
         if self.depth:
             self.thread.join()  # the thread closes the items
         else:
@@ -195,7 +209,7 @@ class StreamLoop:
     ``run_query``: runs the heartbeat query on the source."""
 
     def __init__(self, job: StreamJob, state: PipelineState, steps: BatchSteps, planner: BatchPlanner,
-                 reading: BinlogReading, fence: Callable[[], None], *,
+                 reading: Reading, fence: Callable[[], None], *,
                  measure: Callable[[BinlogOffset], tuple[BinlogOffset, int | None]] | None = None,
                  run_query: Callable[[str], None] | None = None, stopping: threading.Event | None = None,
                  clock: Callable[[], float] = time.monotonic):
@@ -244,11 +258,12 @@ class StreamLoop:
         pieces: list[PieceRead] = []
         reads = self.planner.reads(start, end)
         # an activation's items change what the next reads find (remembered schemas, the sink's
-        # tables): a batch with one is read as it is applied, as Structured Streaming reads first
-        depth = 0 if any(isinstance(r, ActivationRead) for r in reads) else READ_AHEAD_ITEMS
+        # tables): a batch with one is read as it is applied, as Structured Streaming reads first.
+        # Else the reads are up to a unit's changes ahead: the next unit is read while one merges
+        depth = 0 if any(isinstance(r, ActivationRead) for r in reads) else self.job.max_apply_changes
         self.steps.applying.acquire()  # maintenance between batches waits for it, and it waits for maintenance
         try:
-            ahead = ReadAhead(self._items(reads, pieces), depth, self.clock)
+            ahead = ReadAhead(self._items(reads, pieces), depth, self.clock, weight=changes_held)
             try:
                 self.steps.apply(end.generation, iter(ahead), batch_id, started=started,
                                  read_s=lambda: ahead.waited_s, pieces=lambda: pieces, began_at=began_at)

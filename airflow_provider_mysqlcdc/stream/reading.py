@@ -20,6 +20,7 @@ that table's changes after it.
 
 from __future__ import annotations
 
+import pickle
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -76,6 +77,17 @@ def in_binlog_order(items: Iterable[T], key: Callable[[T], tuple[int, int, int]]
             raise InternalError(f"a batch's items out of binlog order: {at} after {last}")
         last = at
         yield item
+
+
+def item_payload(item: ReadItem) -> bytes:
+    """What an item travels as between processes (spark/batch_rows.py, read_process.py): a run of
+    changes as Arrow IPC (``TableChanges.to_ipc``), a marker pickled; ``item_of`` reads it back."""
+    return item.item.to_ipc() if item.kind == CHANGES else pickle.dumps(item.item, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def item_of(kind: str, payload: bytes) -> Any:
+    """The item of a ``kind`` that ``item_payload`` sent as ``payload``."""
+    return TableChanges.from_ipc(payload) if kind == CHANGES else pickle.loads(payload)
 
 
 def marker(version: int, row: int, kind: str, item: Any, ts_ms: int = 0) -> ReadItem:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import signal
 import time
@@ -12,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_mysqlcdc.cdc.binlog.ranges import batch_end
+from airflow_provider_mysqlcdc.cdc.binlog import ranges
+from airflow_provider_mysqlcdc.cdc.binlog.listing import binlog_events
+from airflow_provider_mysqlcdc.cdc.binlog.ranges import batch_end, listed_batch_end
 from airflow_provider_mysqlcdc.cdc.binlog.reader import BinlogReader, TransactionCommitted
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId
@@ -81,6 +84,79 @@ def test_batches_end_at_the_first_transaction_end_after_the_limit(mysql_server, 
     assert start.file == head.file and batches(max_events=events + 1) == [head]
     assert batches(max_bytes=head.position - start.position + 1) == [head]
     assert batches(max_events=events // 2)[0] < head and batches(max_bytes=(head.position - start.position) // 2)[0] < head
+
+
+def _write_every_kind_of_group(mysql_server, conn, table: TableId, rng: random.Random) -> None:
+    """About 1.5 MiB of binlog (the suite's files rotate at 1 MiB): small transactions, statements of
+    their own (DDL), a transaction with a savepoint (a statement inside it), a large transaction, XA
+    groups, and on MariaDB transactions of a second GTID domain."""
+    with conn.cursor() as cur:
+        for n in range(1500):
+            roll = rng.random()
+            if roll < 0.01:
+                cur.execute(f"ALTER TABLE {table.quoted} COMMENT %s", (f"c{n}",))
+            elif roll < 0.02:
+                cur.execute("BEGIN")
+                cur.execute(f"INSERT INTO {table.quoted} (id, v) VALUES (%s, 0)", (10**6 + n,))
+                cur.execute("SAVEPOINT s")
+                cur.execute(f"UPDATE {table.quoted} SET v = v + 1 WHERE id = %s", (10**6 + n,))
+                cur.execute("COMMIT")
+            elif roll < 0.025:
+                cur.execute(f"INSERT INTO {table.quoted} (id, v) SELECT seq + %s, 2 FROM seq_1_to_3000", (2 * 10**6 + n * 10**4,))
+            elif roll < 0.03:
+                cur.execute(f"XA START 'x{n}'")
+                cur.execute(f"INSERT INTO {table.quoted} (id, v) VALUES (%s, 3)", (3 * 10**6 + n,))
+                cur.execute(f"XA END 'x{n}'")
+                cur.execute(f"XA PREPARE 'x{n}'")
+                cur.execute(f"XA COMMIT 'x{n}'")
+            else:
+                if mysql_server.info.is_mariadb:
+                    cur.execute(f"SET SESSION gtid_domain_id = {1 if roll < 0.1 else 0}")
+                cur.execute("BEGIN")
+                for i in range(rng.randint(1, 4)):
+                    cur.execute(f"INSERT INTO {table.quoted} (id, v) VALUES (%s, 1)", (n * 10 + i,))
+                cur.execute("COMMIT")
+        cur.execute("SET SESSION gtid_domain_id = 0" if mysql_server.info.is_mariadb else "DO 0")
+
+
+def test_a_batch_end_found_by_skipping_to_the_limit_is_the_one_listing_every_event_finds(mysql_server, database):
+    """The whole class of batch ends: chains of batches under random byte and event limits over every
+    kind of binlog group, across a rotation, each end (its GTID position too) the same as listing
+    every event from the batch's start; and most of them found without that listing."""
+    rng = random.Random(int(os.environ.get("MYSQLCDC_TEST_SEED", "48")))
+    conn = mysql_server.connect(database)
+    table = TableId(database, "t")
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE TABLE {table.quoted} (id INT PRIMARY KEY, v INT)")
+    start = current_offset(conn)
+    _write_every_kind_of_group(mysql_server, conn, table, rng)
+    head = current_offset(conn)
+    assert head.file != start.file  # a rotation inside the range
+
+    # limits that fall on a statement of its own (a DDL, its group begun before the limit), and on a
+    # statement inside a transaction (the savepoint), from the start
+    listed = [e for e in binlog_events(conn, start, head) if e.file == start.file]
+    statements = [(n, e) for n, e in enumerate(listed) if e.kind == "query"
+                  and e.info.upper() not in ("BEGIN", "COMMIT") and not e.info.upper().startswith("XA")]
+    assert any("SAVEPOINT" in e.info.upper() for _, e in statements) and any("ALTER" in e.info for _, e in statements)
+    on_statements = [limit for n, e in statements[:6]
+                     for limit in ({"max_bytes": e.position + 1 - start.position}, {"max_events": n + 1})]
+
+    compared = skipped = 0
+    for limit in [{"max_bytes": rng.choice([1, 700, 40_000, 300_000, 900_000])} for _ in range(6)] + \
+                 [{"max_events": rng.choice([1, 3, 2500, 9000])} for _ in range(4)] + \
+                 [{"max_bytes": 250_000, "max_events": 6000}] + on_statements:
+        at = start
+        for _ in range(1 if limit in on_statements else 4):
+            if at >= head:
+                break
+            expected, got = listed_batch_end(conn, at, head, **limit), batch_end(conn, at, head, **limit)
+            assert (got, got.gtid_set, got.server_id) == (expected, expected.gtid_set, expected.server_id), (limit, at)
+            compared += 1
+            skipped += ranges._jumped_end(conn, at, head, limit.get("max_bytes", 0), limit.get("max_events", 0)) \
+                is not None
+            at = expected
+    assert compared >= 20 and skipped >= compared * 2 // 3, (compared, skipped)
 
 
 def test_a_transaction_larger_than_every_limit_streams_in_pieces_and_survives_a_kill(mysql_server, cdc_user,

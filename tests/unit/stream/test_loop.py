@@ -197,6 +197,24 @@ def test_closing_a_read_ahead_stops_its_reads_while_they_wait_for_room():
     assert closed.is_set() and not ahead.thread.is_alive()
 
 
+def test_a_read_ahead_holds_at_most_its_depth_of_weight_but_always_one_item():
+    weights = [4, 4, 4, 20, 1]
+    produced = [threading.Event() for _ in weights]
+
+    def items():
+        for n, weight in enumerate(weights):
+            produced[n].set()
+            yield weight
+
+    ahead = ReadAhead(items(), depth=10, weight=lambda w: w)
+    taken = iter(ahead)
+    assert produced[2].wait(60) and ahead.held == 8  # the third waits for room
+    assert [next(taken), next(taken), next(taken)] == [4, 4, 4]
+    assert produced[4].wait(60) and ahead.held == 20  # alone over the depth; the last waits
+    assert list(taken) == [20, 1]
+    ahead.close()
+
+
 def test_a_read_ahead_of_depth_0_reads_each_item_as_it_is_taken_on_the_callers_thread():
     threads = []
 
