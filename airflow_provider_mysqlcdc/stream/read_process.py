@@ -213,9 +213,9 @@ class _Forward(logging.Handler):
 
 def _end_with_parent(parent: int) -> None:
     """This process ends soon after the driver ends, however it ends (a kill -9 too). Not with
-    ``PR_SET_PDEATHSIG``: that signal comes when the *thread* that started this process ends, and a
-    read process started again after a fault is started by the driver's read-ahead thread, which
-    ends with its batch."""
+    ``PR_SET_PDEATHSIG``: prctl(2) documents that signal as sent when the *thread* that started this
+    process ends, and a read process started again after a fault is started by the driver's
+    read-ahead thread, which ends with its batch."""
 
     def watch() -> None:
         while os.getppid() == parent:
