@@ -161,7 +161,8 @@ def spark_role(cmdline: str) -> str | None:
         return "driver JVM"
     if "pyspark.daemon" in cmdline or "pyspark.worker" in cmdline or "pyspark/daemon" in cmdline:
         return "python workers"
-    if "binlog_stream.py" in cmdline or "snapshot_chunk.py" in cmdline or "python_streaming_source_runner" in cmdline:
+    if "binlog_stream.py" in cmdline or "snapshot_chunk.py" in cmdline or "python_streaming_source_runner" in cmdline \
+            or "stream.read_process" in cmdline:  # the driver engine's read process: the driver's work
         return "python driver"
     return None
 
