@@ -62,7 +62,11 @@ class Reading(Protocol):
 
 
 def write_frame(out: IO[bytes], message: Any) -> None:
-    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    write_pickled(out, pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def write_pickled(out: IO[bytes], data: bytes) -> None:
+    """A frame of what is pickled already."""
     out.write(_LENGTH.pack(len(data)))
     out.write(data)
 
@@ -84,7 +88,6 @@ class ReadProcess:
 
     def __init__(self, reading: Reading):
         self.reading = reading
-        self._settings = pickle.dumps(reading, protocol=pickle.HIGHEST_PROTOCOL)
         self._process: subprocess.Popen | None = None
         self._requests: IO[bytes] | None = None
         self._replies: IO[bytes] | None = None
@@ -101,6 +104,7 @@ class ReadProcess:
         return self._process.pid if self._process is not None else None
 
     def _start(self) -> None:
+        settings = pickle.dumps(self.reading, protocol=pickle.HIGHEST_PROTOCOL)  # refused before a process starts
         to_child, requests = os.pipe()
         replies, from_child = os.pipe()
         # the child finds the provider where this process does (a spark-submit's --py-files zip too)
@@ -114,8 +118,7 @@ class ReadProcess:
             os.close(from_child)
         self._requests = os.fdopen(requests, "wb", buffering=_BUFFER)
         self._replies = os.fdopen(replies, "rb", buffering=_BUFFER)
-        self._requests.write(_LENGTH.pack(len(self._settings)))
-        self._requests.write(self._settings)
+        write_pickled(self._requests, settings)  # the read process's first frame
         self._requests.flush()
         log.info("the stream's reads run in process %d beside the driver's merges", self._process.pid)
 

@@ -91,7 +91,7 @@ def _jumped_end(conn: pymysql.connections.Connection, start: BinlogOffset, head:
                 max_events: int) -> BinlogOffset | None:
     """``batch_end`` from the event where a limit is reached on (every closing event before it is
     under both limits, every one from it on over one), or None where that does not tell."""
-    limit = _limit_event(conn, start, max_bytes, max_events, head)
+    limit = _limit_event(conn, start, head, max_bytes, max_events)
     if limit is None:
         return None
     in_transaction: bool | None = None  # not known before the first group's first event
@@ -112,8 +112,8 @@ def _jumped_end(conn: pymysql.connections.Connection, start: BinlogOffset, head:
     return head
 
 
-def _limit_event(conn: pymysql.connections.Connection, start: BinlogOffset, max_bytes: int, max_events: int,
-                 head: BinlogOffset) -> ListedEvent | None:
+def _limit_event(conn: pymysql.connections.Connection, start: BinlogOffset, head: BinlogOffset, max_bytes: int,
+                 max_events: int) -> ListedEvent | None:
     """The first event after ``start`` at which ``max_bytes`` or ``max_events`` is reached, or None
     where it cannot be found by skipping (an event limit in a later file than the start's)."""
     found: list[ListedEvent] = []
