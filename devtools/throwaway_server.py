@@ -71,6 +71,25 @@ def _group_alive(group: int) -> bool:
     return False
 
 
+def close_session(conn: pymysql.connections.Connection, observer: pymysql.connections.Connection,
+                  timeout_s: float = 60.0) -> None:
+    """Close ``conn`` and return once the server has ended its session (watched on ``observer``).
+
+    Closing only sends the quit: until the server ends the session, what the session holds stays its
+    own (an XA transaction it prepared is unknown to every other session, ``XAER_NOTA``)."""
+    session = conn.thread_id()
+    conn.close()
+    ends_by = time.monotonic() + timeout_s
+    with observer.cursor() as cur:
+        while True:
+            cur.execute("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = %s", (session,))
+            if not cur.fetchone()[0]:
+                return
+            if time.monotonic() > ends_by:
+                raise TimeoutError(f"the server had not ended session {session} {timeout_s:.0f} s after it was closed")
+            time.sleep(0.01)
+
+
 def ensure_mariadb_installed() -> None:
     """Install Debian's ``mariadb-server`` when ``mariadbd`` is missing (needs root and apt)."""
     if _which("mariadbd") and _which("mariadb-install-db"):

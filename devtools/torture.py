@@ -59,7 +59,7 @@ from airflow_provider_mysqlcdc.state.new_tables import pending_new_tables
 from airflow_provider_mysqlcdc.state.registry import STREAM_OFFSET, PipelineState
 from devtools.snapshot import resnapshot_whole_tables, snapshot_tables
 from devtools.spark_submit import SparkSubmit
-from devtools.throwaway_server import ThrowawayMariaDB
+from devtools.throwaway_server import ThrowawayMariaDB, close_session
 from devtools.verify import differences, sink_commits, sink_rows, source_rows
 
 log = logging.getLogger(__name__)
@@ -252,7 +252,7 @@ class Torture:
                 return f"transaction on {table}: {', '.join(ops)}"
             cur.execute(f"XA END '{xid}'")
             cur.execute(f"XA PREPARE '{xid}'")
-        conn.close()  # the prepared transaction outlives its session
+        close_session(conn, self._conn())  # the prepared transaction outlives its session, for another to end
         outcome = "COMMIT" if xa_to_commit else self.rng.choice(("COMMIT", "COMMIT", "ROLLBACK"))
         self.prepared = (xid, outcome, current_offset(self._conn()))
         return f"XA transaction '{xid}' prepared on {table}: {', '.join(ops)}"

@@ -11,9 +11,10 @@ import time
 import pytest
 
 from airflow_provider_mysqlcdc.cdc.binlog.listing import binlog_events
+from airflow_provider_mysqlcdc.cdc.binlog.ranges import batch_end, listed_batch_end
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
-from airflow_provider_mysqlcdc.cdc.source.server import binlog_files, current_offset
+from airflow_provider_mysqlcdc.cdc.source.server import binlog_files, current_offset, gtid_position_at
 from airflow_provider_mysqlcdc.planning.changes import next_tables
 from airflow_provider_mysqlcdc.planning.planner import Planner, PlanSettings
 from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
@@ -106,3 +107,29 @@ def test_a_gtid_start_offset_is_the_binlog_offset_holding_exactly_that_position(
                                 start_offset=there.gtid_set)
     assert (plan.stream_from.file, plan.stream_from.position) == next_transaction_start(conn, there)
     assert plan.stream_from.gtid_set == there.gtid_set
+
+
+def test_every_gtid_position_read_from_the_server_is_written_in_domain_order(mysql_server, cdc_user, table, tmp_path):
+    """The server orders domains differently in ``@@gtid_binlog_pos`` and ``BINLOG_GTID_POS``: the head,
+    the position at an offset, a batch end (skipped to or listed) and a planned start all write one text."""
+    if not mysql_server.info.is_mariadb:
+        pytest.skip("GTID domains are MariaDB's")
+    conn = mysql_server.connect()
+    with conn.cursor() as cur:
+        cur.execute("FLUSH BINARY LOGS")  # a fresh file: its GTID list names the domains of earlier tests
+        for n, domain in enumerate([3, 1, 2, 0, 3]):
+            cur.execute(f"SET SESSION gtid_domain_id = {domain}")
+            cur.execute(f"INSERT INTO {table.quoted} VALUES ({n}, 'd{domain}')")
+        cur.execute("SET SESSION gtid_domain_id = 0")
+    there = current_offset(conn)
+    at(conn, time.time(), f"INSERT INTO {table.quoted} VALUES (10, 'x')")
+    head = current_offset(conn)
+    plan, _ = plan_stream_start(cdc_user, PipelineState(str(tmp_path / "state")), table, startup_mode="offset",
+                                start_offset=there.gtid_set)
+    domains = [int(g.split("-")[0]) for g in there.gtid_set.split(",")]
+    assert domains == sorted(domains) and {0, 1, 2, 3} <= set(domains)
+    texts = {"head": there.gtid_set, "position at": gtid_position_at(conn, there), "planned": plan.stream_from.gtid_set,
+             "listed": listed_batch_end(conn, there, head, max_events=1).gtid_set,
+             "skipped": batch_end(conn, there, head, max_events=1).gtid_set}
+    assert texts["listed"] == current_offset(conn).gtid_set == head.gtid_set
+    assert len({texts["head"], texts["position at"], texts["planned"]}) == 1 and texts["skipped"] == texts["listed"], texts

@@ -26,6 +26,7 @@ from airflow_provider_mysqlcdc.protocol.jobs import StreamJob
 from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from devtools.snapshot import snapshot_tables
+from devtools.throwaway_server import close_session
 from devtools.verify import read_delta, source_rows
 
 from .helpers import assert_same_rows, delta_rows, run_stream
@@ -35,8 +36,8 @@ pytestmark = pytest.mark.integration
 
 def xa(mysql_server, xid: str, *statements: str, outcome: str | None = "PREPARE") -> None:
     """One XA transaction on a connection of its own: ``statements``, then XA END and ``outcome``
-    (PREPARE leaves it prepared, 'COMMIT ONE PHASE' commits it at once). The connection is closed:
-    MariaDB keeps a prepared transaction after its session ends."""
+    (PREPARE leaves it prepared, 'COMMIT ONE PHASE' commits it at once). The session is ended:
+    MariaDB keeps a prepared transaction after it, for any session to finish."""
     conn = mysql_server.connect()
     with conn.cursor() as cur:
         cur.execute(f"XA START {xid}")
@@ -44,7 +45,7 @@ def xa(mysql_server, xid: str, *statements: str, outcome: str | None = "PREPARE"
             cur.execute(statement)
         cur.execute(f"XA END {xid}")
         cur.execute(f"XA {outcome.split()[0]} {xid} {' '.join(outcome.split()[1:])}")
-    conn.close()
+    close_session(conn, mysql_server.connect())
 
 
 def finish(mysql_server, verb: str, xid: str) -> None:

@@ -33,7 +33,7 @@ from airflow_provider_mysqlcdc.cdc.binlog.listing import (
     opens_transaction,
 )
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
-from airflow_provider_mysqlcdc.cdc.source.server import gtid_position_at, gtid_positions
+from airflow_provider_mysqlcdc.cdc.source.server import gtid_position_at, gtid_position_text, gtid_positions
 
 _ROW_EVENTS = ("write_rows", "update_rows", "delete_rows")
 #: At most this many events are listed to find cut points; the rest of a range stays in its last piece.
@@ -83,8 +83,7 @@ def listed_batch_end(conn: pymysql.connections.Connection, start: BinlogOffset, 
 
 
 def _ends_at(event: ListedEvent, head: BinlogOffset, gtids: dict[int, tuple[int, int]] | None) -> BinlogOffset:
-    text = ",".join(f"{d}-{s}-{n}" for d, (s, n) in sorted(gtids.items())) if gtids else None
-    return BinlogOffset(event.file, event.end_position, gtid_set=text, server_id=head.server_id, epoch=head.epoch)
+    return BinlogOffset(event.file, event.end_position, gtid_set=gtid_position_text(gtids) if gtids else None, server_id=head.server_id, epoch=head.epoch)
 
 
 def _jumped_end(conn: pymysql.connections.Connection, start: BinlogOffset, head: BinlogOffset, max_bytes: int,

@@ -77,8 +77,8 @@ def current_offset(conn: pymysql.connections.Connection, info: ServerInfo | None
                 gtid = row.get("Executed_Gtid_Set") or None  # one statement: consistent with the position
                 break
             cur.execute("SELECT @@gtid_binlog_pos")
-            gtid = cur.fetchone()[0]
-            if gtid == gtid_before:
+            gtid = gtid_position_text(gtid_positions(cur.fetchone()[0]))
+            if gtid == gtid_position_text(gtid_positions(gtid_before)):
                 break
             gtid_before = gtid
         else:
@@ -139,6 +139,12 @@ def gtid_positions(text: str | None) -> dict[int, tuple[int, int]]:
     return positions
 
 
+def gtid_position_text(positions: dict[int, tuple[int, int]]) -> str | None:
+    """A MariaDB GTID position as written in offsets: one GTID per domain, in domain order (the
+    server's own answers differ in order: ``@@gtid_binlog_pos`` against ``BINLOG_GTID_POS``)."""
+    return ",".join(f"{d}-{s}-{n}" for d, (s, n) in sorted(positions.items())) or None
+
+
 def gtid_sequences(text: str | None) -> dict[int, int]:
     """The highest sequence number per domain in a GTID position or list ({domain: sequence})."""
     return {domain: sequence for domain, (_, sequence) in gtid_positions(text).items()}
@@ -148,7 +154,8 @@ def gtid_position_at(conn: pymysql.connections.Connection, offset: BinlogOffset)
     """The MariaDB GTID position this server's binlog holds at ``offset`` (it reads the file up to it)."""
     with conn.cursor() as cur:
         cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (offset.file, offset.position))
-        return cur.fetchone()[0]
+        there = cur.fetchone()[0]
+    return None if there is None else gtid_position_text(gtid_positions(there)) or ""
 
 
 def check_same_binlog(conn: pymysql.connections.Connection, offset: BinlogOffset, *, exact: bool = False) -> None:
