@@ -117,6 +117,14 @@ cdef class RowDecoder:
     def decode(self, body):
         """Every row image in ``body``, in order, each a dict by column name (an update's before and
         after images alternate)."""
+        return self._decode(body, False)
+
+    def decode_values(self, body):
+        """Every row image in ``body``, in order, each the list of its values in the layout's order
+        (an update's before and after images alternate)."""
+        return self._decode(body, True)
+
+    cdef list _decode(self, body, bint by_values):
         cdef const unsigned char[::1] view = body
         cdef Py_ssize_t end = view.shape[0]
         if end == 0:
@@ -131,90 +139,99 @@ cdef class RowDecoder:
         cdef double f64
         cdef int year, month, day
         cdef list images = []
-        cdef dict image
+        cdef dict image = None
+        cdef list values = None
+        cdef object value
         cdef tuple names = self.names
         while at < end:
             if at + bitmap_bytes > end:
                 raise ValueError("row event bytes end inside a NULL bitmap")
             nulls = data + at
             at += bitmap_bytes
-            image = {}
+            if by_values:
+                values = []
+            else:
+                image = {}
             for i in range(self.count):
                 if nulls[i >> 3] & (1 << (i & 7)):
-                    image[names[i]] = None
-                    continue
-                kind, width = self.kinds[i], self.widths[i]
-                if at + width > end:
-                    raise ValueError(f"row event bytes end inside column {names[i]!r}")
-                if kind == SIGNED:
-                    raw = little(data + at, width)
-                    if width < 8 and raw >> (8 * width - 1):
-                        signed_value = <int64_t>raw - (<int64_t>1 << (8 * width))
-                    else:
-                        signed_value = <int64_t>raw
-                    image[names[i]] = signed_value
-                    at += width
-                elif kind == UNSIGNED:
-                    image[names[i]] = little(data + at, width)
-                    at += width
-                elif kind == UTF8 or kind == BYTES or kind == PREFIXED:
-                    length = <Py_ssize_t>little(data + at, width)
-                    at += width
-                    if at + length > end:
+                    value = None
+                else:
+                    kind, width = self.kinds[i], self.widths[i]
+                    if at + width > end:
                         raise ValueError(f"row event bytes end inside column {names[i]!r}")
-                    if kind == UTF8:
-                        image[names[i]] = PyUnicode_DecodeUTF8(<const char*>(data + at), length, "strict")
-                    elif kind == BYTES:
-                        image[names[i]] = PyBytes_FromStringAndSize(<const char*>(data + at), length)
-                    else:
-                        image[names[i]] = self.converts[i](PyBytes_FromStringAndSize(<const char*>(data + at), length))
-                    at += length
-                elif kind == FLOAT:
-                    memcpy(&f32, data + at, 4)
-                    image[names[i]] = <double>f32
-                    at += 4
-                elif kind == DOUBLE:
-                    memcpy(&f64, data + at, 8)
-                    image[names[i]] = f64
-                    at += 8
-                elif kind == YEAR:
-                    image[names[i]] = data[at] + 1900 if data[at] else 0
-                    at += 1
-                elif kind == DATE:
-                    raw = little(data + at, 3)
-                    at += 3
-                    day, month, year = raw & 0x1F, (raw >> 5) & 0x0F, raw >> 9
-                    image[names[i]] = _date(year, month, day, self.converts[i])
-                elif kind == FIXED:
-                    image[names[i]] = self.converts[i](PyBytes_FromStringAndSize(<const char*>(data + at), width))
-                    at += width
-                elif kind == DECIMAL:
-                    image[names[i]] = _decimal(data + at, width, self.precisions[i], self.scales[i])
-                    at += width
-                else:  # DATETIME, TIMESTAMP: the fraction follows
-                    fsp = self.fsps[i]
-                    fraction_bytes = (fsp + 1) // 2
-                    if at + width + fraction_bytes > end:
-                        raise ValueError(f"row event bytes end inside column {names[i]!r}")
-                    raw = big(data + at, width)
-                    micros = <int64_t>big(data + at + width, fraction_bytes)
-                    at += width + fraction_bytes
-                    if fsp % 2:
-                        micros //= 10
-                    micros *= POW10[fsp]
-                    if kind == DATETIME:
-                        image[names[i]] = _datetime(raw, <int>micros, self.converts[i])
-                    else:
-                        seconds = <int64_t>raw
-                        if seconds == 0 and micros == 0:  # the zero TIMESTAMP: None, or its text in a key
-                            image[names[i]] = None if self.converts[i] is None else self.converts[i](0, 0, 0)
+                    if kind == SIGNED:
+                        raw = little(data + at, width)
+                        if width < 8 and raw >> (8 * width - 1):
+                            signed_value = <int64_t>raw - (<int64_t>1 << (8 * width))
                         else:
-                            civil_from_days(seconds // 86400, &year, &month, &day)
-                            seconds %= 86400
-                            image[names[i]] = datetime_new(year, month, day, <int>(seconds // 3600),
-                                                           <int>(seconds // 60 % 60), <int>(seconds % 60),
-                                                           <int>micros, UTC)
-            images.append(image)
+                            signed_value = <int64_t>raw
+                        value = signed_value
+                        at += width
+                    elif kind == UNSIGNED:
+                        value = little(data + at, width)
+                        at += width
+                    elif kind == UTF8 or kind == BYTES or kind == PREFIXED:
+                        length = <Py_ssize_t>little(data + at, width)
+                        at += width
+                        if at + length > end:
+                            raise ValueError(f"row event bytes end inside column {names[i]!r}")
+                        if kind == UTF8:
+                            value = PyUnicode_DecodeUTF8(<const char*>(data + at), length, "strict")
+                        elif kind == BYTES:
+                            value = PyBytes_FromStringAndSize(<const char*>(data + at), length)
+                        else:
+                            value = self.converts[i](PyBytes_FromStringAndSize(<const char*>(data + at), length))
+                        at += length
+                    elif kind == FLOAT:
+                        memcpy(&f32, data + at, 4)
+                        value = <double>f32
+                        at += 4
+                    elif kind == DOUBLE:
+                        memcpy(&f64, data + at, 8)
+                        value = f64
+                        at += 8
+                    elif kind == YEAR:
+                        value = data[at] + 1900 if data[at] else 0
+                        at += 1
+                    elif kind == DATE:
+                        raw = little(data + at, 3)
+                        at += 3
+                        day, month, year = raw & 0x1F, (raw >> 5) & 0x0F, raw >> 9
+                        value = _date(year, month, day, self.converts[i])
+                    elif kind == FIXED:
+                        value = self.converts[i](PyBytes_FromStringAndSize(<const char*>(data + at), width))
+                        at += width
+                    elif kind == DECIMAL:
+                        value = _decimal(data + at, width, self.precisions[i], self.scales[i])
+                        at += width
+                    else:  # DATETIME, TIMESTAMP: the fraction follows
+                        fsp = self.fsps[i]
+                        fraction_bytes = (fsp + 1) // 2
+                        if at + width + fraction_bytes > end:
+                            raise ValueError(f"row event bytes end inside column {names[i]!r}")
+                        raw = big(data + at, width)
+                        micros = <int64_t>big(data + at + width, fraction_bytes)
+                        at += width + fraction_bytes
+                        if fsp % 2:
+                            micros //= 10
+                        micros *= POW10[fsp]
+                        if kind == DATETIME:
+                            value = _datetime(raw, <int>micros, self.converts[i])
+                        else:
+                            seconds = <int64_t>raw
+                            if seconds == 0 and micros == 0:  # the zero TIMESTAMP: None, or its text in a key
+                                value = None if self.converts[i] is None else self.converts[i](0, 0, 0)
+                            else:
+                                civil_from_days(seconds // 86400, &year, &month, &day)
+                                seconds %= 86400
+                                value = datetime_new(year, month, day, <int>(seconds // 3600),
+                                                     <int>(seconds // 60 % 60), <int>(seconds % 60),
+                                                     <int>micros, UTC)
+                if by_values:
+                    values.append(value)
+                else:
+                    image[names[i]] = value
+            images.append(values if by_values else image)
         return images
 
 

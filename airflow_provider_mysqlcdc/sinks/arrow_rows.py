@@ -244,18 +244,22 @@ def rows_to_data_table(schema: TableSchema, rows: Sequence[dict[str, Any]]) -> p
 
 
 def image_table(schema: TableSchema | None, images: Sequence[dict[str, Any]]) -> pa.Table:
-    """Row images as Arrow columns, one per name the images hold: typed like the sink's columns
-    where ``schema`` has the column and its values fit the type, else as Arrow infers from the
-    values (images written before a DDL that ``schema`` already reflects; the reader of such a
-    table casts it to its own schema: ``conform_to``)."""
+    """Row images as Arrow columns, one per name the images hold (``columns_table``)."""
     names = dict.fromkeys(images[0]) if images else {}
     for image in images:
         if not image.keys() <= names.keys():  # the hot path: a subset test allocates nothing
             names.update(dict.fromkeys(image))
+    return columns_table(schema, list(names), [[image.get(name) for image in images] for name in names])
+
+
+def columns_table(schema: TableSchema | None, names: Sequence[str], columns: Sequence[list[Any]]) -> pa.Table:
+    """Row images given by column (``columns[i]``: the values of ``names[i]``) as Arrow columns: typed
+    like the sink's columns where ``schema`` has the column and its values fit the type, else as
+    Arrow infers from the values (images written before a DDL that ``schema`` already reflects; the
+    reader of such a table casts it to its own schema: ``conform_to``)."""
     target = data_schema(schema) if schema is not None else pa.schema([])
     arrays = []
-    for name in names:
-        values = [image.get(name) for image in images]
+    for name, values in zip(names, columns):
         index = target.get_field_index(name)
         typed = None
         if index >= 0:
@@ -266,7 +270,7 @@ def image_table(schema: TableSchema | None, images: Sequence[dict[str, Any]]) ->
         arrays.append(typed if typed is not None else _inferred_array(name, values))
     zeros = {k: z for k, z in zero_date_columns(schema).items() if k in names} if schema is not None else {}
     for key in zeros:
-        arrays.append(pa.array([_zero_date_text(image.get(key)) for image in images], pa.string()))
+        arrays.append(pa.array([_zero_date_text(v) for v in columns[list(names).index(key)]], pa.string()))
     return pa.Table.from_arrays(arrays, names=list(names) + list(zeros.values()))
 
 

@@ -26,16 +26,18 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import chain
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
-from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord
+from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, ChangeRows
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId, TableSchema
-from airflow_provider_mysqlcdc.sinks.arrow_rows import conform_to, image_table
+from airflow_provider_mysqlcdc.sinks.arrow_rows import columns_table, conform_to, image_table
 from airflow_provider_mysqlcdc.sinks.base import Position
 from airflow_provider_mysqlcdc.sinks.changelog import image_json
 
@@ -57,9 +59,17 @@ _TABLE_KEY = b"mysqlcdc.table"
 _SCHEMA_KEY = b"mysqlcdc.schema"
 
 
-def change_columns(schema: TableSchema | None, records: Sequence[ChangeRecord], *, changelog: bool = False) -> pa.Table:
-    """One table's records (in binlog order) as change columns; ``schema``: the decoding side's
-    schema of the table (None: every column's type inferred from its values)."""
+def change_columns(schema: TableSchema | None, changes: Sequence[ChangeRecord | ChangeRows], *,
+                   changelog: bool = False) -> pa.Table:
+    """One table's changes (in binlog order) as change columns; ``schema``: the decoding side's
+    schema of the table (None: every column's type inferred from its values). Changes as value lists
+    (``ChangeRows``) are typed as they are, without a dict per row."""
+    kinds = {type(c) for c in changes}
+    if ChangeRows in kinds:
+        if kinds == {ChangeRows} and not changelog and len({c.names for c in changes}) == 1:  # type: ignore[union-attr]
+            return _rows_columns(schema, changes)  # type: ignore[arg-type]
+        changes = [r for c in changes for r in (c.records() if isinstance(c, ChangeRows) else (c,))]
+    records: Sequence[ChangeRecord] = changes  # type: ignore[assignment]
     data = image_table(schema, [r.image for r in records])
     columns = [
         pa.array([r.op.value for r in records], pa.string()),
@@ -77,6 +87,27 @@ def change_columns(schema: TableSchema | None, records: Sequence[ChangeRecord], 
                     pa.array([r.gtid for r in records], pa.string())]
         fields += LOG_FIELDS
     return pa.Table.from_arrays(list(data.columns) + columns, schema=pa.schema(list(data.schema) + fields))
+
+
+def _rows_columns(schema: TableSchema | None, runs: Sequence[ChangeRows]) -> pa.Table:
+    """``change_columns`` of ``ChangeRows``, all under the same column names."""
+    names = runs[0].names
+    images = runs[0].images if len(runs) == 1 else list(chain.from_iterable(r.images for r in runs))
+    data = columns_table(schema, names, [list(column) for column in zip(*images)])
+
+    def each(value: Callable[[ChangeRows], Any]) -> list[Any]:
+        return list(chain.from_iterable([value(r)] * len(r) for r in runs))
+
+    columns = [
+        pa.array(list(chain.from_iterable(r.ops for r in runs)), pa.string()),
+        pa.array(each(lambda r: r.offset.file), pa.string()),
+        pa.array(each(lambda r: r.offset.position), pa.int64()),
+        pa.array(each(lambda r: r.offset.version), pa.int64()),
+        pa.array(list(chain.from_iterable(r.rows for r in runs)), pa.int32()),
+        pa.array(list(chain.from_iterable(r.parts for r in runs)), pa.int32()),
+        pa.array(each(lambda r: r.timestamp_ms), pa.int64()),
+    ]
+    return pa.Table.from_arrays(list(data.columns) + columns, schema=pa.schema(list(data.schema) + list(CHANGE_FIELDS)))
 
 
 def image_names(changes: pa.Table) -> list[str]:

@@ -31,7 +31,13 @@ from airflow_provider_mysqlcdc.cdc.binlog.split_filter import FinishedSplitFilte
 from airflow_provider_mysqlcdc.cdc.binlog.table_map import schema_as_of
 from airflow_provider_mysqlcdc.cdc.errors import InternalError, describe_error, is_table_fault
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
-from airflow_provider_mysqlcdc.cdc.model.records import BinlogPurged, ChangeRecord, SchemaChangeEvent, TableFailed
+from airflow_provider_mysqlcdc.cdc.model.records import (
+    BinlogPurged,
+    ChangeRecord,
+    ChangeRows,
+    SchemaChangeEvent,
+    TableFailed,
+)
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId, TableSchema
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.selection import TableSelection
@@ -47,6 +53,9 @@ T = TypeVar("T")
 
 #: a read types its changes in runs of at most this many (a run's tables each make one item)
 RUN_LENGTH = 1000
+
+#: a row change as a read holds it: a record, or an event's changes as value lists
+Change = ChangeRecord | ChangeRows
 
 #: the kinds of items a read yields
 CHANGES, DDL, FAILED, ACTIVATE, STAGED, PURGED, PIECE = "changes", "ddl", "failed", "activate", "staged", "purged", \
@@ -118,13 +127,13 @@ class ChangeTyping:
         #: per table map's schema (by identity, held): the captured schema it was given, and the schema as of it
         self._as_of_schemas: dict[int, tuple[TableSchema, TableSchema | None, TableSchema]] = {}
 
-    def changes(self, batch: Sequence[ChangeRecord], decisions: Sequence[bool]) -> list[ReadItem]:
-        """One item per table of the records of ``batch`` to keep (``decisions``), if any, in the order
-        of their first change (a table's failure in its place); one more where a table's changes were
-        written under another table map (a DDL the reader did not see between them), each of its runs
-        under one schema."""
-        runs: list[tuple[TableId, list[ChangeRecord]]] = []
-        current: dict[TableId, tuple[TableSchema | None, list[ChangeRecord]]] = {}
+    def changes(self, batch: Sequence[Change], decisions: Sequence[bool]) -> list[ReadItem]:
+        """One item per table of the changes of ``batch`` to keep (``decisions``: one per record, or
+        per event's ``ChangeRows``), if any, in the order of their first change (a table's failure in
+        its place); one more where a table's changes were written under another table map (a DDL the
+        reader did not see between them), each of its runs under one schema."""
+        runs: list[tuple[TableId, list[Change]]] = []
+        current: dict[TableId, tuple[TableSchema | None, list[Change]]] = {}
         for record, keep in zip(batch, decisions):
             if keep and record.table_id not in self.failed:
                 run = current.get(record.table_id)
@@ -143,7 +152,7 @@ class ChangeTyping:
         self.failed.add(failure.table_id)
         return [marker(failure.offset.version, 0, FAILED, failure)]
 
-    def _table_items(self, table_id: TableId, kept: list[ChangeRecord]) -> list[ReadItem]:
+    def _table_items(self, table_id: TableId, kept: list[Change]) -> list[ReadItem]:
         try:
             return [self._typed(table_id, kept)]
         except Exception as exc:  # noqa: BLE001 - what is not the table's is raised again
@@ -165,7 +174,7 @@ class ChangeTyping:
         return ([self._typed(table_id, before)] if before else []) + [marker(failure.offset.version, 0, FAILED,
                                                                              failure)]
 
-    def _typing_error(self, table_id: TableId, records: list[ChangeRecord]) -> BaseException | None:
+    def _typing_error(self, table_id: TableId, records: list[Change]) -> BaseException | None:
         try:
             self._typed(table_id, records)
             return None
@@ -174,12 +183,13 @@ class ChangeTyping:
                 raise
             return exc
 
-    def _typed(self, table_id: TableId, kept: list[ChangeRecord]) -> ReadItem:
+    def _typed(self, table_id: TableId, kept: list[Change]) -> ReadItem:
         first = kept[0]
         schema = self._as_of(table_id, first.schema)
         data = change_columns(schema, kept, changelog=self.changelog)
-        return ReadItem((first.offset.version, first.row, first.part), CHANGES, TableChanges(table_id, data, schema),
-                        len(kept), max(r.timestamp_ms for r in kept))
+        key = first.first_key if isinstance(first, ChangeRows) else (first.offset.version, first.row, first.part)
+        return ReadItem(key, CHANGES, TableChanges(table_id, data, schema), data.num_rows,
+                        max(r.timestamp_ms for r in kept))
 
     def _as_of(self, table_id: TableId, mapped: TableSchema | None) -> TableSchema | None:
         """The table's schema as of changes decoded under ``mapped`` (their table map's), which types
@@ -230,26 +240,43 @@ class BinlogReading:
                                            orderings)
         patterns = self.patterns
         reader = BinlogReader.for_schemas(self.source, schemas, start=read_from, end=end, decode_after=decode_after,
-                                          server_id=server_id,
+                                          server_id=server_id, columnar=not self.changelog,
                                           watch=patterns.pattern_matches if patterns.patterns else None)
         set_up = time.monotonic()
-        batch: list[ChangeRecord] = []
+        batch: list[Change] = []
+        held = 0  # the changes in ``batch``
+
+        def typed() -> list[ReadItem]:
+            nonlocal batch, held
+            records = [c for c in batch if isinstance(c, ChangeRecord)]
+            decided = iter(split_filter.filter(records))  # ``ChangeRows`` were decided as they came
+            items = typing.changes(batch, [next(decided) if isinstance(c, ChangeRecord) else True for c in batch])
+            batch, held = [], 0
+            return items
+
         try:
             for item in reader:
-                if isinstance(item, ChangeRecord):
+                if isinstance(item, ChangeRows):
+                    decision = split_filter.event_decision(item.table_id, item.offset, item.names)
+                    if decision is None:
+                        batch += item.records()
+                    elif decision:
+                        batch.append(item)
+                    held += len(item)
+                    if held >= RUN_LENGTH:
+                        yield from typed()
+                elif isinstance(item, ChangeRecord):
                     batch.append(item)
-                    if len(batch) >= RUN_LENGTH:
-                        yield from typing.changes(batch, split_filter.filter(batch))
-                        batch = []
+                    held += 1
+                    if held >= RUN_LENGTH:
+                        yield from typed()
                 elif isinstance(item, SchemaChangeEvent):
-                    yield from typing.changes(batch, split_filter.filter(batch))
-                    batch = []
+                    yield from typed()
                     yield marker(item.offset.version, 0, DDL, item, item.timestamp_ms)
                 elif isinstance(item, TableFailed) and split_filter.may_emit(item.table_id, item.offset):
-                    yield from typing.changes(batch, split_filter.filter(batch))
-                    batch = []
+                    yield from typed()
                     yield from typing.fail(item)
-            yield from typing.changes(batch, split_filter.filter(batch))
+            yield from typed()
             yield ReadItem((0, 0, 0), PIECE, PieceRead(str(read_from), str(end), began_at, set_up - began,
                                                        time.monotonic() - set_up, typing.changes_sent), 0)
         finally:

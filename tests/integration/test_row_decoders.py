@@ -16,10 +16,11 @@ import pytest
 from airflow_provider_mysqlcdc.cdc.binlog.reader import BinlogReader
 from airflow_provider_mysqlcdc.cdc.binlog.row_decoder import DECODER_VARIABLE, chosen_decoder
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
-from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord
+from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, ChangeRows
 from airflow_provider_mysqlcdc.cdc.model.schema import TableId
 from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from airflow_provider_mysqlcdc.cdc.source.server import current_offset
+from airflow_provider_mysqlcdc.sinks.change_columns import change_columns
 from devtools.throwaway_server import ThrowawayMariaDB
 
 from .test_value_fidelity import (
@@ -48,10 +49,15 @@ def restartable_server(tmp_path):
     server.stop()
 
 
-def _records(source, schemas, start, end, decoder: str, framing: str = "auto"
+def _records(source, schemas, start, end, decoder: str, framing: str = "auto", columnar: bool = False
              ) -> tuple[list[ChangeRecord], BinlogReader]:
-    reader = BinlogReader.for_schemas(source, schemas, start=start, end=end, decoder=decoder, framing=framing)
-    return [r for r in reader if isinstance(r, ChangeRecord)], reader
+    """The reader's change records (``columnar``: its ``ChangeRows`` as records, none left out)."""
+    reader = BinlogReader.for_schemas(source, schemas, start=start, end=end, decoder=decoder, framing=framing,
+                                      columnar=columnar)
+    items = list(reader)
+    assert columnar == any(isinstance(i, ChangeRows) for i in items)
+    return [r for i in items for r in (i.records() if isinstance(i, ChangeRows) else [i])
+            if isinstance(r, ChangeRecord)], reader
 
 
 def _assert_identical(expected: list[ChangeRecord], got: list[ChangeRecord], decoder: str) -> None:
@@ -63,8 +69,8 @@ def _assert_identical(expected: list[ChangeRecord], got: list[ChangeRecord], dec
             assert [type(v) for v in (image_have or {}).values()] == [type(v) for v in (image_want or {}).values()]
 
 
-def test_every_decoder_gives_the_library_records_on_every_type_through_inserts_updates_and_deletes(
-        mysql_server, cdc_user, database):
+def _every_type_changes(mysql_server, database):
+    """Inserts, updates (key changes too) and deletes over every type: the tables' schemas, the range."""
     all_types, more_types = TableId(database, "all types"), TableId(database, "more types")
     rng = random.Random(11)
     conn = mysql_server.connect()
@@ -90,16 +96,34 @@ def test_every_decoder_gives_the_library_records_on_every_type_through_inserts_u
         cur.execute(f"DELETE FROM {all_types.quoted} WHERE id % 3 = 0")
         cur.execute(f"DELETE FROM {more_types.quoted} WHERE id = 1")
         end = current_offset(conn)
-    schemas = [load_table_schema(conn, t) for t in (all_types, more_types)]
+    return [load_table_schema(conn, t) for t in (all_types, more_types)], start, end
 
+
+def test_every_decoder_gives_the_library_records_on_every_type_through_inserts_updates_and_deletes(
+        mysql_server, cdc_user, database):
+    schemas, start, end = _every_type_changes(mysql_server, database)
     expected, _ = _records(cdc_user, schemas, start, end, "library")
     assert {r.op.value for r in expected} == {"c", "u", "d"} and len(expected) > 60
     for decoder in OWN_DECODERS:
-        for framing, framed_by in (("auto", "ours"), ("library", "library")):
-            got, reader = _records(cdc_user, schemas, start, end, decoder, framing)
-            _assert_identical(expected, got, f"{decoder} ({framing} framing)")
+        for framing, framed_by, columnar in (("auto", "ours", False), ("library", "library", False),
+                                             ("auto", "ours", True)):
+            got, reader = _records(cdc_user, schemas, start, end, decoder, framing, columnar)
+            _assert_identical(expected, got, f"{decoder} ({framing} framing{', by column' if columnar else ''})")
             assert set(reader.events_decoded) == {decoder}, "the decoder left a table to the library"
             assert set(reader.events_framed) == {framed_by}
+
+
+def test_changes_by_column_make_the_change_columns_their_records_make(mysql_server, cdc_user, database):
+    """The stream's typing (change_columns) of each table's ``ChangeRows`` and of the same changes as
+    records: the same Arrow table, column types and key-change deletes and creates included."""
+    schemas, start, end = _every_type_changes(mysql_server, database)
+    items = list(BinlogReader.for_schemas(cdc_user, schemas, start=start, end=end, columnar=True))
+    for schema in schemas:
+        rows = [i for i in items if isinstance(i, ChangeRows) and i.table_id == schema.table_id]
+        records = [r for i in rows for r in i.records()]
+        assert {r.part for r in records} == ({0, 1} if schema is schemas[0] else {0})  # key changes in the first
+        by_column, by_record = change_columns(schema, rows), change_columns(schema, records)
+        assert by_column.schema == by_record.schema and by_column.equals(by_record), schema.table_id
 
 
 def test_rows_no_decoder_takes_are_read_on_by_the_library_from_the_last_transaction_boundary(

@@ -6,7 +6,9 @@ ends at or before it), and otherwise reads to the binlog head (``follow=False``)
 events (``follow=True``). It yields, in binlog order:
 
 - ``ChangeRecord`` for each row of the captured tables (an update that changes the row key becomes
-  a delete plus a create, as Debezium does);
+  a delete plus a create, as Debezium does); with ``columnar``, the same changes as one
+  ``ChangeRows`` per row event wherever a row decoder takes the event and the table has no rule
+  (outside XA groups, whose rows are held and emitted at their commit as records);
 - ``SchemaChangeEvent`` for each DDL statement that touches a captured table, with what it does to
   each (binlog/ddl.py parses it; never silently dropped);
 - ``TransactionCommitted`` after each committed transaction, whose offset is a safe resume point.
@@ -36,7 +38,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from airflow_provider_mysqlcdc.cdc.binlog import library_fixes  # noqa: F401  (patches decoders on import)
 from airflow_provider_mysqlcdc.cdc.binlog.ddl import parse_ddl
@@ -67,6 +69,7 @@ from airflow_provider_mysqlcdc.cdc.errors import BinlogPurgedError, LibraryNeede
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.model.records import (
     ChangeRecord,
+    ChangeRows,
     SchemaChangeEvent,
     TableChange,
     TableEventKind,
@@ -85,7 +88,7 @@ class TransactionCommitted:
     gtid: str | None = None
 
 
-BinlogItem = ChangeRecord | SchemaChangeEvent | TransactionCommitted | TableFailed
+BinlogItem = ChangeRecord | ChangeRows | SchemaChangeEvent | TransactionCommitted | TableFailed
 
 class BinlogReader:
     """Iterates the binlog of one server from ``start`` as change records of the captured tables."""
@@ -95,8 +98,11 @@ class BinlogReader:
                  known_columns: Mapping[TableId, Mapping[str, Column]] | None = None, server_id: int | None = None,
                  follow: bool = False, heartbeat_s: float = 1.0, decode_after: BinlogOffset | None = None,
                  decoder: str | None = None, watch: Callable[[TableId], bool] | None = None,
-                 rules: Mapping[TableId, RowRules] | None = None, framing: str | None = None):
+                 rules: Mapping[TableId, RowRules] | None = None, framing: str | None = None,
+                 columnar: bool = False):
         self.source = source
+        #: whether row changes may come as ``ChangeRows`` (value lists) instead of records
+        self.columnar = columnar
         #: tables not captured whose DDL is still handed on (a table taking a name a pattern matches)
         self.watch = watch
         self.start = start
@@ -275,9 +281,10 @@ class BinlogReader:
             if self.tables is None or table_id in self.tables:
                 group = self._xa_group
                 if group is None:
-                    yield from self._guarded_rows(event, table_id, offset)
+                    yield from self._guarded_rows(event, table_id, offset, self.columnar)
                 elif group.rows is not None:  # prepared, not committed: held until its outcome
-                    group.rows.extend(self._guarded_rows(event, table_id, offset))
+                    # records (not columnar): xa.py restamps them with the commit's offset
+                    group.rows.extend(cast(list[ChangeRecord | TableFailed], self._guarded_rows(event, table_id, offset)))
                     if len(group.rows) > HELD_XA_ROWS:
                         group.rows = None  # read again at its commit
 
@@ -420,19 +427,27 @@ class BinlogReader:
         self.committed = self.position = max(self.position, commit.offset)
         yield TransactionCommitted(commit.offset, commit.gtid)
 
-    def _guarded_rows(self, event: RowsWritten, table_id: TableId, offset: BinlogOffset) -> list[ChangeRecord | TableFailed]:
+    def _guarded_rows(self, event: RowsWritten, table_id: TableId, offset: BinlogOffset,
+                      columnar: bool = False) -> list[ChangeRecord | ChangeRows | TableFailed]:
         """The event's row changes, or, when one of them cannot be decoded because of the table's data
         or schema (``is_table_fault``), a ``TableFailed`` in their place: the table stops, not the reader."""
         try:
-            return list(self._rows(event, table_id, offset))  # decoded now, so that a fault is caught here
+            return list(self._rows(event, table_id, offset, columnar))  # decoded now, so that a fault is caught here
         except Exception as exc:  # noqa: BLE001 - what is not the table's is raised again
             if not is_table_fault(exc):
                 raise
             log.warning("%s: a row event at %s cannot be decoded: %s", table_id, offset, describe_error(exc))
             return [TableFailed(table_id, offset, f"a change at {offset} cannot be decoded: {describe_error(exc)}")]
 
-    def _rows(self, event: RowsWritten, table_id: TableId, offset: BinlogOffset) -> list[ChangeRecord]:
-        records, by_row_decoder = self._decodings.of(event, table_id).changes(event, table_id, offset, self._gtid)
+    def _rows(self, event: RowsWritten, table_id: TableId, offset: BinlogOffset,
+              columnar: bool) -> list[ChangeRecord] | list[ChangeRows]:
+        decoding = self._decodings.of(event, table_id)
+        if columnar:
+            rows = decoding.change_rows(event, table_id, offset, self._gtid)
+            if rows is not None:
+                self.events_decoded[self.decoder] += 1
+                return [rows]
+        records, by_row_decoder = decoding.changes(event, table_id, offset, self._gtid)
         self.events_decoded[self.decoder if by_row_decoder else "library"] += 1
         return records
 

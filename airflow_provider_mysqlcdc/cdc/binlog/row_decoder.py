@@ -277,6 +277,12 @@ class PythonRowDecoder:
     def decode(self, body: bytes | memoryview) -> list[dict[str, Any]]:
         """Every row image in ``body``, in order, each a dict by column name (an update's before and
         after images alternate)."""
+        names = self.layout.names
+        return [dict(zip(names, values)) for values in self.decode_values(body)]
+
+    def decode_values(self, body: bytes | memoryview) -> list[list[Any]]:
+        """Every row image in ``body``, in order, each the list of its values in the layout's order
+        (an update's before and after images alternate)."""
         data = bytes(body)
         names, columns, count = self.layout.names, self._columns, len(self._columns)
         bitmap_bytes = (count + 7) // 8
@@ -328,7 +334,7 @@ class PythonRowDecoder:
                         values.append(datetime_value(from_bytes(raw, "big"), micros, convert))
                     else:
                         values.append(timestamp_value(from_bytes(raw, "big"), micros, convert))
-            images.append(dict(zip(names, values)))
+            images.append(values)
         return images
 
 

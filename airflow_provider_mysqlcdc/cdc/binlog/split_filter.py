@@ -15,7 +15,7 @@ changes after it are applied.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,6 +69,17 @@ class FinishedSplitFilter:
         captured and ``offset`` is after the smallest high watermark of its splits."""
         table = self._tables.get(table_id)
         return table is not None and any(offset > f.high_watermark for f in table.splits)
+
+    def event_decision(self, table_id: TableId, offset: BinlogOffset, names: Collection[str]) -> bool | None:
+        """``filter``'s decision for every change of one row event at once (its columns: ``names``):
+        False when the table is not captured, True past its largest high watermark (or when the
+        changes carry no chunk key), None when each change's key decides."""
+        table = self._tables.get(table_id)
+        if table is None:
+            return False
+        if offset > table.max_high_watermark or table.chunk_key not in names:
+            return True
+        return None
 
     def should_emit(self, record: ChangeRecord) -> bool:
         return self.filter([record])[0]

@@ -8,7 +8,8 @@ dump.py's ``MapColumn``s, which carry the same attributes under the same names."
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import operator
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,12 +18,14 @@ from airflow_provider_mysqlcdc.cdc.binlog.row_decoder import decoder_for, layout
 from airflow_provider_mysqlcdc.cdc.binlog.table_map import column_from_table_map
 from airflow_provider_mysqlcdc.cdc.errors import LibraryNeeded
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
-from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, Operation
+from airflow_provider_mysqlcdc.cdc.model.records import ChangeRecord, ChangeRows, Operation
 from airflow_provider_mysqlcdc.cdc.model.schema import Column, TableId, TableSchema
 from airflow_provider_mysqlcdc.cdc.records.table_rows import RowRules, update_changes
 from airflow_provider_mysqlcdc.cdc.records.values import ValueNormalizer
 
 log = logging.getLogger(__name__)
+
+_CREATE, _UPDATE, _DELETE = Operation.CREATE.value, Operation.UPDATE.value, Operation.DELETE.value
 
 
 @dataclass
@@ -34,12 +37,20 @@ class TableDecoding:
     normalizer: ValueNormalizer
     row_decoder: Any  # None: the library decodes the table
     rules: RowRules | None = None  # the table's rule on its rows (records/table_rows.py)
+    names: tuple[str, ...] = ()  # the row decoder's columns, in order
     #: the columns-present bitmap of a full row image
     full_image: bytes = field(init=False)
+    #: where the key columns are among ``names``
+    key_positions: tuple[int, ...] = field(init=False)
+    #: the key of an image's value list (``operator.itemgetter`` of ``key_positions``)
+    key_of_values: Callable[[list[Any]], Any] = field(init=False)
 
     def __post_init__(self) -> None:
         count = len(self.library_columns)
         self.full_image = ((1 << count) - 1).to_bytes((count + 7) // 8, "little")
+        keys = self.normalizer.schema.key_columns
+        self.key_positions = tuple(self.names.index(k) for k in keys) if set(keys) <= set(self.names) else ()
+        self.key_of_values = operator.itemgetter(*self.key_positions) if self.key_positions else tuple
 
     def changes(self, event: RowsWritten, table_id: TableId, offset: BinlogOffset, gtid: str | None
                 ) -> tuple[list[ChangeRecord], bool]:
@@ -70,6 +81,33 @@ class TableDecoding:
                 records.append(ChangeRecord(op, table_id, old, new, offset, index, 1 if old is None else 0, gtid, ts,
                                             schema))
         return records, by_row_decoder
+
+    def change_rows(self, event: RowsWritten, table_id: TableId, offset: BinlogOffset, gtid: str | None
+                    ) -> ChangeRows | None:
+        """The event's row changes as value lists (what ``changes`` makes, without a record or a dict per
+        row) where the row decoder takes them and the table has no rule; else None."""
+        if self.rules is not None or not self.key_positions or not self._decodes(event):
+            return None
+        images = self.row_decoder.decode_values(event.rows)
+        ts, schema, names, count = event.timestamp * 1000, self.normalizer.schema, self.names, len(images)
+        if event.operation is not Operation.UPDATE:
+            return ChangeRows(table_id, offset, names, images, [event.operation.value] * count, list(range(count)),
+                              [0] * count, None, gtid, ts, schema)
+        befores, afters, key = images[0::2], images[1::2], self.key_of_values
+        pairs = len(afters)
+        moved = [i for i, (old, new) in enumerate(zip(befores, afters)) if key(old) != key(new)]
+        if not moved:
+            return ChangeRows(table_id, offset, names, afters, [_UPDATE] * pairs, list(range(pairs)), [0] * pairs,
+                              befores, gtid, ts, schema)
+        # a key changed: that row's delete of the old key, then the create of the new one (``changes``)
+        changes: list[tuple[str, list[Any], list[Any] | None, int, int]] = []  # (op, image, before, row, part)
+        for i in range(pairs):
+            if i in moved:
+                changes += [(_DELETE, befores[i], None, i, 0), (_CREATE, afters[i], None, i, 1)]
+            else:
+                changes.append((_UPDATE, afters[i], befores[i], i, 0))
+        ops, kept, olds, rows, parts = (list(column) for column in zip(*changes))
+        return ChangeRows(table_id, offset, names, kept, ops, rows, parts, olds, gtid, ts, schema)
 
     def images(self, event: RowsWritten, is_update: bool) -> tuple[list[dict[str, Any]], bool]:
         """Every row image of the event, as a dict by column name (an update's before and after
@@ -138,7 +176,8 @@ class TableDecodings:
                 log.info("rows of %s are decoded by python-mysql-replication: a column of it is stored in a way "
                          "the %s decoder leaves to the library", table_id, self.decoder)
             row_decoder = None if layout is None else decoder_for(layout, self.decoder)
-            found = TableDecoding(event.columns, normalizer, row_decoder, self.rules.get(table_id))
+            found = TableDecoding(event.columns, normalizer, row_decoder, self.rules.get(table_id),
+                                  layout.names if layout is not None else ())
             self._decodings[id(event.columns)] = found
         return found
 

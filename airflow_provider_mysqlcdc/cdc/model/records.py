@@ -79,6 +79,54 @@ class ChangeRecord:
         }
 
 
+@dataclass(slots=True)
+class ChangeRows:
+    """The row changes of one row event as value lists: what its ``ChangeRecord``s hold, without a
+    record or a dict per row (the stream's reads type them for the sink by column:
+    sinks/change_columns.py).
+
+    Change ``i`` is about the image ``images[i]`` (its values in the order of ``names``); its
+    operation is ``ops[i]`` (a value of ``Operation``), its place in the event ``rows[i]`` and
+    ``parts[i]``. An update's change also has its before image, ``befores[i]`` (None for the delete
+    and create of a key change; ``befores`` is None for other events)."""
+
+    table_id: TableId
+    offset: BinlogOffset
+    names: tuple[str, ...]
+    images: list[list[Any]]
+    ops: list[str]
+    rows: list[int]
+    parts: list[int]
+    befores: list[list[Any] | None] | None = None
+    gtid: str | None = None
+    timestamp_ms: int = 0
+    #: as ``ChangeRecord.schema``
+    schema: TableSchema | None = None
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    @property
+    def first_key(self) -> tuple[int, int, int]:
+        """Where its first change sorts in a batch: the offset's version, its row and part."""
+        return (self.offset.version, self.rows[0], self.parts[0])
+
+    def records(self) -> list[ChangeRecord]:
+        """The same changes as records."""
+        names, befores = self.names, self.befores
+        out = []
+        for i, op in enumerate(self.ops):
+            image = dict(zip(names, self.images[i]))
+            operation = Operation(op)
+            old = befores[i] if befores is not None else None
+            before = image if operation is Operation.DELETE else \
+                dict(zip(names, old)) if operation is Operation.UPDATE and old is not None else None
+            out.append(ChangeRecord(operation, self.table_id, before, None if operation is Operation.DELETE else image,
+                                    self.offset, self.rows[i], self.parts[i], self.gtid, self.timestamp_ms,
+                                    self.schema))
+        return out
+
+
 class TableEventKind(str, enum.Enum):
     TRUNCATED = "truncated"  # every row removed, without row events
     DROPPED = "dropped"

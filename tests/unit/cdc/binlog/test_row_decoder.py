@@ -105,6 +105,19 @@ def test_both_decoders_give_the_same_values_on_random_layouts_and_rows(seed):
     assert [list(row) for row in got] == [list(layout.names)] * len(expected)
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_both_decoders_give_as_value_lists_the_values_they_give_as_dicts(seed):
+    rng = random.Random(1000 + seed)
+    columns = tuple(_random_column(rng) for _ in range(rng.randint(1, 40)))
+    layout = RowLayout(tuple(f"c{i}" for i in range(len(columns))), columns)
+    body = b"".join(_row(rng, columns) for _ in range(rng.randint(0, 20)))
+    by_row = PythonRowDecoder(layout).decode(body)
+    expected = [[repr(image[name]) for name in layout.names] for image in by_row]
+    for decoder in (PythonRowDecoder(layout), _compiled(layout)):
+        got = decoder.decode_values(memoryview(body))
+        assert [[repr(v) for v in values] for values in got] == expected
+
+
 @pytest.mark.parametrize("seed", range(10))
 def test_both_decoders_refuse_bytes_that_do_not_end_on_a_row(seed):
     rng = random.Random(seed)
@@ -116,6 +129,8 @@ def test_both_decoders_refuse_bytes_that_do_not_end_on_a_row(seed):
         try:
             decoded = decoder.decode(cut)
         except ValueError:
+            with pytest.raises(ValueError):
+                decoder.decode_values(cut)
             continue
         # a cut that happens to end on a row boundary is whole rows: the rows before it
         assert decoded == PythonRowDecoder(layout).decode(cut)
