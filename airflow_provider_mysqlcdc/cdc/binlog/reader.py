@@ -6,9 +6,8 @@ ends at or before it), and otherwise reads to the binlog head (``follow=False``)
 events (``follow=True``). It yields, in binlog order:
 
 - ``ChangeRecord`` for each row of the captured tables (an update that changes the row key becomes
-  a delete plus a create, as Debezium does); with ``columnar``, the same changes as one
-  ``ChangeRows`` per row event wherever a row decoder takes the event and the table has no rule
-  (outside XA groups, whose rows are held and emitted at their commit as records);
+  a delete plus a create, as Debezium does); ``columnar``: one ``ChangeRows`` per row event where
+  ``TableDecoding.change_rows`` makes one, outside XA groups;
 - ``SchemaChangeEvent`` for each DDL statement that touches a captured table, with what it does to
   each (binlog/ddl.py parses it; never silently dropped);
 - ``TransactionCommitted`` after each committed transaction, whose offset is a safe resume point.
@@ -98,11 +97,9 @@ class BinlogReader:
                  known_columns: Mapping[TableId, Mapping[str, Column]] | None = None, server_id: int | None = None,
                  follow: bool = False, heartbeat_s: float = 1.0, decode_after: BinlogOffset | None = None,
                  decoder: str | None = None, watch: Callable[[TableId], bool] | None = None,
-                 rules: Mapping[TableId, RowRules] | None = None, framing: str | None = None,
-                 columnar: bool = False):
+                 rules: Mapping[TableId, RowRules] | None = None, framing: str | None = None, columnar: bool = False):
         self.source = source
-        #: whether row changes may come as ``ChangeRows`` (value lists) instead of records
-        self.columnar = columnar
+        self.columnar = columnar  # row changes may come as ``ChangeRows``
         #: tables not captured whose DDL is still handed on (a table taking a name a pattern matches)
         self.watch = watch
         self.start = start
@@ -283,7 +280,6 @@ class BinlogReader:
                 if group is None:
                     yield from self._guarded_rows(event, table_id, offset, self.columnar)
                 elif group.rows is not None:  # prepared, not committed: held until its outcome
-                    # records (not columnar): xa.py restamps them with the commit's offset
                     group.rows.extend(cast(list[ChangeRecord | TableFailed], self._guarded_rows(event, table_id, offset)))
                     if len(group.rows) > HELD_XA_ROWS:
                         group.rows = None  # read again at its commit
@@ -427,10 +423,9 @@ class BinlogReader:
         self.committed = self.position = max(self.position, commit.offset)
         yield TransactionCommitted(commit.offset, commit.gtid)
 
-    def _guarded_rows(self, event: RowsWritten, table_id: TableId, offset: BinlogOffset,
-                      columnar: bool = False) -> list[ChangeRecord | ChangeRows | TableFailed]:
-        """The event's row changes, or, when one of them cannot be decoded because of the table's data
-        or schema (``is_table_fault``), a ``TableFailed`` in their place: the table stops, not the reader."""
+    def _guarded_rows(self, event: RowsWritten, table_id: TableId, offset: BinlogOffset, columnar: bool = False
+                      ) -> list[ChangeRecord | ChangeRows | TableFailed]:
+        """The event's row changes, or a ``TableFailed`` where its table's data or schema fails them (the table stops)."""
         try:
             return list(self._rows(event, table_id, offset, columnar))  # decoded now, so that a fault is caught here
         except Exception as exc:  # noqa: BLE001 - what is not the table's is raised again
@@ -439,14 +434,12 @@ class BinlogReader:
             log.warning("%s: a row event at %s cannot be decoded: %s", table_id, offset, describe_error(exc))
             return [TableFailed(table_id, offset, f"a change at {offset} cannot be decoded: {describe_error(exc)}")]
 
-    def _rows(self, event: RowsWritten, table_id: TableId, offset: BinlogOffset,
-              columnar: bool) -> list[ChangeRecord] | list[ChangeRows]:
+    def _rows(self, event: RowsWritten, table_id: TableId, offset: BinlogOffset, columnar: bool
+              ) -> list[ChangeRecord] | list[ChangeRows]:
         decoding = self._decodings.of(event, table_id)
-        if columnar:
-            rows = decoding.change_rows(event, table_id, offset, self._gtid)
-            if rows is not None:
-                self.events_decoded[self.decoder] += 1
-                return [rows]
+        if columnar and (rows := decoding.change_rows(event, table_id, offset, self._gtid)) is not None:
+            self.events_decoded[self.decoder] += 1
+            return [rows]  # records where it makes none, and in XA groups: xa.py restamps them at the commit
         records, by_row_decoder = decoding.changes(event, table_id, offset, self._gtid)
         self.events_decoded[self.decoder if by_row_decoder else "library"] += 1
         return records
