@@ -71,21 +71,19 @@ def change_columns(schema: TableSchema | None, changes: Sequence[ChangeRecord | 
         changes = [r for c in changes for r in (c.records() if isinstance(c, ChangeRows) else (c,))]
     records: Sequence[ChangeRecord] = changes  # type: ignore[assignment]
     data = image_table(schema, [r.image for r in records])
-    columns = [
-        pa.array([r.op.value for r in records], pa.string()),
-        pa.array([r.offset.file for r in records], pa.string()),
-        pa.array([r.offset.position for r in records], pa.int64()),
-        pa.array([r.offset.version for r in records], pa.int64()),
-        pa.array([r.row for r in records], pa.int32()),
-        pa.array([r.part for r in records], pa.int32()),
-        pa.array([r.timestamp_ms for r in records], pa.int64()),
-    ]
-    fields = list(CHANGE_FIELDS)
-    if changelog:
-        columns += [pa.array([image_json(r.before) for r in records], pa.string()),
-                    pa.array([image_json(r.after) for r in records], pa.string()),
-                    pa.array([r.gtid for r in records], pa.string())]
-        fields += LOG_FIELDS
+    change: list[list[Any]] = [
+        [r.op.value for r in records], [r.offset.file for r in records], [r.offset.position for r in records],
+        [r.offset.version for r in records], [r.row for r in records], [r.part for r in records],
+        [r.timestamp_ms for r in records]]
+    log = [[image_json(r.before) for r in records], [image_json(r.after) for r in records],
+           [r.gtid for r in records]] if changelog else []
+    return _with_fields(data, change, log)
+
+
+def _with_fields(data: pa.Table, change: list[list[Any]], log: list[list[Any]]) -> pa.Table:
+    """The image columns ``data`` with the values of ``CHANGE_FIELDS`` (and of ``LOG_FIELDS``, when given)."""
+    fields = list(CHANGE_FIELDS) + (list(LOG_FIELDS) if log else [])
+    columns = [pa.array(values, f.type) for values, f in zip(change + log, fields)]
     return pa.Table.from_arrays(list(data.columns) + columns, schema=pa.schema(list(data.schema) + fields))
 
 
@@ -98,16 +96,10 @@ def _rows_columns(schema: TableSchema | None, runs: Sequence[ChangeRows]) -> pa.
     def each(value: Callable[[ChangeRows], Any]) -> list[Any]:
         return list(chain.from_iterable([value(r)] * len(r) for r in runs))
 
-    columns = [
-        pa.array(list(chain.from_iterable(r.ops for r in runs)), pa.string()),
-        pa.array(each(lambda r: r.offset.file), pa.string()),
-        pa.array(each(lambda r: r.offset.position), pa.int64()),
-        pa.array(each(lambda r: r.offset.version), pa.int64()),
-        pa.array(list(chain.from_iterable(r.rows for r in runs)), pa.int32()),
-        pa.array(list(chain.from_iterable(r.parts for r in runs)), pa.int32()),
-        pa.array(each(lambda r: r.timestamp_ms), pa.int64()),
-    ]
-    return pa.Table.from_arrays(list(data.columns) + columns, schema=pa.schema(list(data.schema) + list(CHANGE_FIELDS)))
+    return _with_fields(data, [list(chain.from_iterable(r.ops for r in runs)), each(lambda r: r.offset.file),
+                               each(lambda r: r.offset.position), each(lambda r: r.offset.version),
+                               list(chain.from_iterable(r.rows for r in runs)),
+                               list(chain.from_iterable(r.parts for r in runs)), each(lambda r: r.timestamp_ms)], [])
 
 
 def image_names(changes: pa.Table) -> list[str]:

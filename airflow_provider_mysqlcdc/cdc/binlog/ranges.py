@@ -83,7 +83,8 @@ def listed_batch_end(conn: pymysql.connections.Connection, start: BinlogOffset, 
 
 
 def _ends_at(event: ListedEvent, head: BinlogOffset, gtids: dict[int, tuple[int, int]] | None) -> BinlogOffset:
-    return BinlogOffset(event.file, event.end_position, gtid_set=gtid_position_text(gtids) if gtids else None, server_id=head.server_id, epoch=head.epoch)
+    return BinlogOffset(event.file, event.end_position, gtid_set=gtid_position_text(gtids or {}),
+                        server_id=head.server_id, epoch=head.epoch)
 
 
 def _jumped_end(conn: pymysql.connections.Connection, start: BinlogOffset, head: BinlogOffset, max_bytes: int,

@@ -40,17 +40,15 @@ class TableDecoding:
     names: tuple[str, ...] = ()  # the row decoder's columns, in order
     #: the columns-present bitmap of a full row image
     full_image: bytes = field(init=False)
-    #: where the key columns are among ``names``
-    key_positions: tuple[int, ...] = field(init=False)
-    #: the key of an image's value list (``operator.itemgetter`` of ``key_positions``)
-    key_of_values: Callable[[list[Any]], Any] = field(init=False)
+    #: the key of an image's value list (None: a key column is not among ``names``, or there is no key)
+    key_of_values: Callable[[list[Any]], Any] | None = field(init=False)
 
     def __post_init__(self) -> None:
         count = len(self.library_columns)
         self.full_image = ((1 << count) - 1).to_bytes((count + 7) // 8, "little")
         keys = self.normalizer.schema.key_columns
-        self.key_positions = tuple(self.names.index(k) for k in keys) if set(keys) <= set(self.names) else ()
-        self.key_of_values = operator.itemgetter(*self.key_positions) if self.key_positions else tuple
+        self.key_of_values = operator.itemgetter(*(self.names.index(k) for k in keys)) \
+            if keys and set(keys) <= set(self.names) else None
 
     def changes(self, event: RowsWritten, table_id: TableId, offset: BinlogOffset, gtid: str | None
                 ) -> tuple[list[ChangeRecord], bool]:
@@ -86,16 +84,17 @@ class TableDecoding:
                     ) -> ChangeRows | None:
         """The event's row changes as value lists (what ``changes`` makes, without a record or a dict per
         row) where the row decoder takes them and the table has no rule; else None."""
-        if self.rules is not None or not self.key_positions or not self._decodes(event):
+        key = self.key_of_values
+        if self.rules is not None or key is None or not self._decodes(event):
             return None
         images = self.row_decoder.decode_values(event.rows)
         ts, schema, names, count = event.timestamp * 1000, self.normalizer.schema, self.names, len(images)
         if event.operation is not Operation.UPDATE:
             return ChangeRows(table_id, offset, names, images, [event.operation.value] * count, list(range(count)),
                               [0] * count, None, gtid, ts, schema)
-        befores, afters, key = images[0::2], images[1::2], self.key_of_values
+        befores, afters = images[0::2], images[1::2]
         pairs = len(afters)
-        moved = [i for i, (old, new) in enumerate(zip(befores, afters)) if key(old) != key(new)]
+        moved = {i for i, (old, new) in enumerate(zip(befores, afters)) if key(old) != key(new)}
         if not moved:
             return ChangeRows(table_id, offset, names, afters, [_UPDATE] * pairs, list(range(pairs)), [0] * pairs,
                               befores, gtid, ts, schema)

@@ -65,6 +65,7 @@ def current_offset(conn: pymysql.connections.Connection, info: ServerInfo | None
     with conn.cursor() as cur:
         cur.execute("SELECT @@server_id, @@gtid_binlog_pos" if info.is_mariadb else "SELECT @@server_id, NULL")
         server_id, gtid_before = cur.fetchone()
+        gtid_before = gtid_position_text(gtid_positions(gtid_before))
         for _ in range(_CONSISTENT_READ_TRIES):
             cur.execute(statement)
             row = fetch_dict(cur)
@@ -78,7 +79,7 @@ def current_offset(conn: pymysql.connections.Connection, info: ServerInfo | None
                 break
             cur.execute("SELECT @@gtid_binlog_pos")
             gtid = gtid_position_text(gtid_positions(cur.fetchone()[0]))
-            if gtid == gtid_position_text(gtid_positions(gtid_before)):
+            if gtid == gtid_before:
                 break
             gtid_before = gtid
         else:
