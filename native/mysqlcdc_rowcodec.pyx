@@ -317,3 +317,49 @@ cdef object _decimal(const unsigned char* raw, int width, int precision, int sca
         text[n] = 46  # '.' with nothing after it: no places
         n += 1
     return _Decimal(text[:n].decode("ascii"))
+
+
+# --- framing: a dump's packets cut into events (the compiled twin of dump.cut_events) --------------
+
+#: why ``cut_events`` stopped: the buffer ends inside a packet, or the next packet is not one whole
+#: event (a continued event, the end of a non-blocking dump, an error: read packet by packet)
+NEED_BYTES = 0
+NOT_ONE_EVENT = 1
+
+
+def cut_events(const unsigned char[:] buffer, Py_ssize_t at, int checksum_bytes, const unsigned char[:] wanted,
+               object event_class):
+    """The events of the whole packets in ``buffer`` from ``at`` whose type ``wanted`` marks, each an
+    ``event_class`` of (type, timestamp, server id, size, end position, flags, body); the offset
+    after the last packet cut; and why the cut stopped (``NEED_BYTES`` or ``NOT_ONE_EVENT``)."""
+    if wanted.shape[0] != 256:
+        raise ValueError(f"wanted must mark each of the 256 event types, not {wanted.shape[0]}")
+    cdef Py_ssize_t end = buffer.shape[0], length, body_length
+    cdef const unsigned char* p
+    cdef list found = []
+    cdef int stop
+    cdef unsigned char kind
+    while True:
+        if end - at < 4:
+            stop = NEED_BYTES
+            break
+        p = &buffer[at]
+        length = p[0] | p[1] << 8 | p[2] << 16
+        if length == 0xFFFFFF or length < 20 + checksum_bytes:
+            stop = NOT_ONE_EVENT
+            break
+        if end - at < 4 + length:
+            stop = NEED_BYTES
+            break
+        if p[4] != 0:
+            stop = NOT_ONE_EVENT
+            break
+        kind = p[9]
+        if wanted[kind]:
+            body_length = length - 20 - checksum_bytes
+            found.append(tuple.__new__(event_class, (
+                kind, <unsigned int>little(p + 5, 4), <unsigned int>little(p + 10, 4),
+                <unsigned int>little(p + 14, 4), <unsigned int>little(p + 18, 4), <unsigned int>little(p + 22, 2),
+                PyBytes_FromStringAndSize(<const char*>(p + 24), body_length))))
+        at += 4 + length
+    return found, at, stop

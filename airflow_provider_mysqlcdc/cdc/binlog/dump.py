@@ -29,12 +29,13 @@ import socket
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import pymysql
 from pymysql.constants import CR
 from pymysqlreplication.constants import CHARSET, FIELD_TYPE
 
+from airflow_provider_mysqlcdc.cdc.binlog.native import compiled
 from airflow_provider_mysqlcdc.cdc.binlog.table_map import labels_in_charset
 from airflow_provider_mysqlcdc.cdc.errors import LibraryNeeded
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
@@ -50,10 +51,9 @@ EVENT_HEADER = struct.Struct("<IBIIIH")
 _RECEIVE_BYTES = 1 << 20
 
 
-@dataclass(frozen=True, slots=True)
-class RawEvent:
+class RawEvent(NamedTuple):
     """One binlog event as the server sent it: its header's fields and its body (after the 19 header
-    bytes, without the checksum)."""
+    bytes, without the checksum). A tuple, so that the compiled cutter builds one cheaply."""
 
     type: int
     timestamp: int
@@ -62,6 +62,39 @@ class RawEvent:
     end_position: int  # the offset after the event in its binlog file (0: an artificial event)
     flags: int
     body: bytes
+
+
+#: why ``cut_events`` stopped: the buffer ends inside a packet, or the next packet is not one whole
+#: event (a continued event, the end of a non-blocking dump, an error: read packet by packet)
+NEED_BYTES, NOT_ONE_EVENT = 0, 1
+#: a ``wanted`` table marking every event type
+EVERY_EVENT = b"\x01" * 256
+
+
+def cut_events(buffer: bytearray, at: int, checksum_bytes: int, wanted: bytes,
+               event_class: type[RawEvent]) -> tuple[list[RawEvent], int, int]:
+    """The events of the whole packets in ``buffer`` from ``at`` whose type ``wanted`` marks; the
+    offset after the last packet cut; and why the cut stopped (``NEED_BYTES`` or ``NOT_ONE_EVENT``).
+    The Python twin of the compiled ``mysqlcdc_rowcodec.cut_events``, which ``PacketReader`` prefers."""
+    if len(wanted) != 256:
+        raise ValueError(f"wanted must mark each of the 256 event types, not {len(wanted)}")
+    found: list[RawEvent] = []
+    end, unpack = len(buffer), EVENT_HEADER.unpack_from
+    while True:
+        if end - at < 4:
+            return found, at, NEED_BYTES
+        length = buffer[at] | buffer[at + 1] << 8 | buffer[at + 2] << 16
+        if length == FULL_PACKET or length < 20 + checksum_bytes:
+            return found, at, NOT_ONE_EVENT
+        if end - at < 4 + length:
+            return found, at, NEED_BYTES
+        if buffer[at + 4]:
+            return found, at, NOT_ONE_EVENT
+        if wanted[buffer[at + 9]]:
+            timestamp, kind, server_id, size, end_position, flags = unpack(buffer, at + 5)
+            found.append(event_class(kind, timestamp, server_id, size, end_position, flags,
+                                     bytes(buffer[at + 24:at + 4 + length - checksum_bytes])))
+        at += 4 + length
 
 
 class PacketReader:
@@ -98,19 +131,31 @@ class PacketReader:
             if length < FULL_PACKET:
                 return parts[0] if len(parts) == 1 else b"".join(parts)
 
+    def events(self, checksum_bytes: int, wanted: bytes = EVERY_EVENT) -> Iterator[RawEvent]:
+        """The events whose type ``wanted`` marks until a non-blocking dump's end; a server's error is
+        raised. Whole received packets are cut in bulk (compiled where built), the rest one by one."""
+        cut = compiled("cut_events") or cut_events
+        while True:
+            found, self._at, stop = cut(self._buffer, self._at, checksum_bytes, wanted, RawEvent)
+            yield from found
+            if stop == NEED_BYTES:
+                self._need(len(self._buffer) - self._at + 1)
+                continue
+            payload = self.payload()  # a continued event, the end of a dump or an error
+            first = payload[0] if payload else 0xFE
+            if first == 0xFE and len(payload) < 9:  # EOF: a non-blocking dump reached the binlog's end
+                return
+            if first == 0xFF:
+                pymysql.err.raise_mysql_exception(payload)
+            event = _raw_event(payload, checksum_bytes)
+            if wanted[event.type]:
+                yield event
 
-def raw_events(packets: PacketReader, checksum_bytes: int) -> Iterator[RawEvent]:
-    """The events of a dump's packets until a non-blocking dump's end; a server's error is raised."""
-    while True:
-        payload = packets.payload()
-        first = payload[0] if payload else 0xFE
-        if first == 0xFE and len(payload) < 9:  # EOF: a non-blocking dump reached the binlog's end
-            return
-        if first == 0xFF:
-            pymysql.err.raise_mysql_exception(payload)
-        timestamp, kind, server_id, size, end_position, flags = EVENT_HEADER.unpack_from(payload, 1)
-        yield RawEvent(kind, timestamp, server_id, size, end_position, flags,
-                       payload[20:len(payload) - checksum_bytes])
+
+def _raw_event(payload: bytes, checksum_bytes: int) -> RawEvent:
+    """The event one packet's (or one continued packet's) payload holds."""
+    timestamp, kind, server_id, size, end_position, flags = EVENT_HEADER.unpack_from(payload, 1)
+    return RawEvent(kind, timestamp, server_id, size, end_position, flags, payload[20:len(payload) - checksum_bytes])
 
 
 def dump_command(start: BinlogOffset, server_id: int, follow: bool) -> bytes:
@@ -134,7 +179,8 @@ class BinlogDump:
         self._sock: socket.socket | None = None
         self._conn: Any = None
 
-    def events(self) -> Iterator[RawEvent]:
+    def events(self, wanted: bytes = EVERY_EVENT) -> Iterator[RawEvent]:
+        """The dump's events whose type ``wanted`` marks (a byte per event type, nonzero: wanted)."""
         sock = socket.create_connection((self.source.host, self.source.port), self.source.connect_timeout_s)
         self._sock = sock
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -156,7 +202,7 @@ class BinlogDump:
             cur.execute("SET @mariadb_slave_capability = 4")  # GTID events, as the library asks
         sock.settimeout(None)
         sock.sendall(dump_command(self.start, self.server_id, self.follow))
-        yield from raw_events(PacketReader(sock), 0 if checksum == "NONE" else 4)
+        yield from PacketReader(sock).events(0 if checksum == "NONE" else 4, wanted)
 
     def close(self) -> None:
         """Close the connection (its socket is this module's: pymysql's close would write a command to it)."""

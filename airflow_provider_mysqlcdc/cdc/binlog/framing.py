@@ -130,6 +130,12 @@ class LibraryFraming:
         self._stream.close()
 
 
+#: the event types ``DumpFraming`` acts on: the dump cuts only these into events (heartbeats, format
+#: descriptions, GTID lists, annotations and the like are skipped as bytes)
+_ACTED_ON = bytes(kind in {*dump.ROW_OPERATIONS, dump.TABLE_MAP, dump.MARIADB_GTID, dump.XID, dump.QUERY,
+                           dump.XA_PREPARE, dump.ROTATE} for kind in range(256))
+
+
 class DumpFraming:
     """The binlog from ``start`` as our own replication connection frames it (dump.py): MariaDB in
     plaintext; ``LibraryNeeded`` is raised before anything is read where it cannot read."""
@@ -152,8 +158,7 @@ class DumpFraming:
         #: the captured tables' maps by table id (None: a table not captured), dropped in a new file
         maps: dict[int, tuple[TableId, list[dump.MapColumn]] | None] = {}
         current, tables = self._start.file, self._tables
-        for raw in self._dump.events():
-            kind, body = raw.type, raw.body
+        for kind, timestamp, server_id, size, end, _, body in self._dump.events(_ACTED_ON):
             if kind in dump.ROW_OPERATIONS:
                 table_id, count, at = dump.rows_header(kind, body)
                 found = maps.get(table_id)
@@ -165,7 +170,7 @@ class DumpFraming:
                 present_after = None
                 if operation is Operation.UPDATE:
                     present_after, at = body[at:at + width], at + width
-                yield RowsWritten(raw.end_position, raw.size, raw.timestamp, operation, found[0], found[1], count,
+                yield RowsWritten(end, size, timestamp, operation, found[0], found[1], count,
                                   present, present_after, False, memoryview(body)[at:])
             elif kind == dump.TABLE_MAP:
                 table_id, schema, table, at = dump.table_map_header(body)
@@ -174,17 +179,16 @@ class DumpFraming:
                     captured = tables is None or name in tables
                     maps[table_id] = (name, dump.table_map_columns(body, at)) if captured else None
             elif kind == dump.MARIADB_GTID:
-                gtid, flags = dump.mariadb_gtid(body, raw.server_id)
-                yield GtidStarted(raw.end_position, raw.size, raw.timestamp, gtid,
-                                  bool(flags & MARIADB_PREPARED_XA_FLAG))
+                gtid, flags = dump.mariadb_gtid(body, server_id)
+                yield GtidStarted(end, size, timestamp, gtid, bool(flags & MARIADB_PREPARED_XA_FLAG))
             elif kind == dump.XID:
-                yield XidCommitted(raw.end_position, raw.size, raw.timestamp)
+                yield XidCommitted(end, size, timestamp)
             elif kind == dump.QUERY:
                 schema, statement = dump.query(body)
-                yield Statement(raw.end_position, raw.size, raw.timestamp, schema, statement)
+                yield Statement(end, size, timestamp, schema, statement)
             elif kind == dump.XA_PREPARE:
                 one_phase, format_id, gtrid, bqual = dump.xa_prepare(body)
-                yield XaPrepared(raw.end_position, raw.size, raw.timestamp, one_phase, Xid(gtrid, bqual, format_id))
+                yield XaPrepared(end, size, timestamp, one_phase, Xid(gtrid, bqual, format_id))
             elif kind == dump.ROTATE:
                 next_file, position = dump.rotate(body)
                 if next_file != current:

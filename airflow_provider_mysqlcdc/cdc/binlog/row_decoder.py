@@ -34,11 +34,12 @@ import os
 import struct
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from pymysqlreplication.constants import FIELD_TYPE
 
 from airflow_provider_mysqlcdc.cdc.binlog.library_fixes import time2_to_timedelta
+from airflow_provider_mysqlcdc.cdc.binlog.native import compiled
 from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
 from airflow_provider_mysqlcdc.cdc.model.schema import Column
 from airflow_provider_mysqlcdc.cdc.records.charsets import codec_name, decodable
@@ -340,11 +341,7 @@ class PythonRowDecoder:
 
 def compiled_decoder_class() -> type | None:
     """The compiled decoder's class, when ``mysqlcdc_rowcodec`` is installed (bin/setup builds it)."""
-    try:
-        import mysqlcdc_rowcodec
-    except ImportError:
-        return None
-    return mysqlcdc_rowcodec.RowDecoder
+    return cast("type | None", compiled("RowDecoder"))
 
 
 def chosen_decoder(requested: str | None = None) -> str:
