@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -136,8 +136,8 @@ class BinlogReader:
         self._prepared: dict[Xid, HeldXa] = {}
         self._held_rows = 0
         self._xa_commit: XaCommit | None = None
-        #: the start of the last GTID event (a transaction group's first event)
-        self._group_start: BinlogOffset | None = None
+        #: the last GTID event (a transaction group's first event) and the offset after it
+        self._group_gtid: tuple[GtidStarted, BinlogOffset] | None = None
         #: reading a prepared XA group again for its commit: its rows are emitted as they come
         self._replaying = False
 
@@ -201,7 +201,7 @@ class BinlogReader:
         # BinlogOffsets was a fifth of the raw reader's time on small transactions
         end_key = self.end.sort_key if self.end is not None else None
         decode_key = decode_after.sort_key if decode_after is not None else None
-        current_file = read_from.file
+        current_file, anchor = read_from.file, read_from  # an offset in the current file (``at`` is cheap there)
         file_order, count = read_from.sort_key[0], 0
         try:
             for event in self._framing.events():
@@ -209,7 +209,7 @@ class BinlogReader:
                     if event.next_file != current_file:
                         self._decodings.clear()
                     current_file = event.next_file
-                    rotated = read_from.at(current_file, max(event.position, 4))
+                    rotated = anchor = read_from.at(current_file, max(event.position, 4))
                     file_order = rotated.sort_key[0]
                     self.position = max(self.position, rotated)
                     continue
@@ -218,7 +218,7 @@ class BinlogReader:
                 key = (file_order, event.end)
                 if end_key is not None and key > end_key:
                     break
-                offset = read_from.at(current_file, event.end)
+                offset = anchor.at(current_file, event.end)
                 before, committed_before = self.position, self.committed
                 if key > before.sort_key:
                     self.position = offset
@@ -226,15 +226,12 @@ class BinlogReader:
                 if decode_key is not None and key <= decode_key:
                     self._read_past(event, offset)  # read by another piece of the range, or before a reconnect
                     continue
-                handed = False
                 try:
-                    for item in self._handle(event, offset):
-                        handed = True
-                        yield item
-                except Exception:
-                    if not handed:  # nothing of this event was handed out: read again after a fault, or by
-                        self.position, self.committed = before, committed_before  # the library (LibraryNeeded)
+                    items = self._handle(event, offset)
+                except Exception:  # nothing of this event was handed out: read again after a fault, or by
+                    self.position, self.committed = before, committed_before  # the library (LibraryNeeded)
                     raise
+                yield from items
                 if self._xa_commit is not None:
                     # __iter__ reads the committed group again, then goes on after its commit: until its rows
                     # are handed out, the XA COMMIT counts as not read (a fault meanwhile reads it again)
@@ -263,26 +260,28 @@ class BinlogReader:
             self._framing = None
 
     # --- events ----------------------------------------------------------------------------------
-    def _handle(self, event: BinlogEvent, offset: BinlogOffset) -> Iterator[BinlogItem]:
-        if isinstance(event, GtidStarted):
-            self._follow_group(event, offset)
-        elif isinstance(event, XaPrepared):
-            yield from self._xa_outcome(self._xa_prepared(event, offset))
-        elif isinstance(event, XidCommitted):
-            self.committed = offset
-            yield TransactionCommitted(offset, self._gtid)
-        elif isinstance(event, Statement):
-            yield from self._handle_query(event, offset)
-        elif isinstance(event, RowsWritten):
+    def _handle(self, event: BinlogEvent, offset: BinlogOffset) -> Sequence[BinlogItem]:
+        """What an event hands out, all of it made before any is handed out (row events first: most are)."""
+        if isinstance(event, RowsWritten):
             table_id = event.table
             if self.tables is None or table_id in self.tables:
                 group = self._xa_group
                 if group is None:
-                    yield from self._guarded_rows(event, table_id, offset, self.columnar)
-                elif group.rows is not None:  # prepared, not committed: held until its outcome
+                    return self._guarded_rows(event, table_id, offset, self.columnar)
+                if group.rows is not None:  # prepared, not committed: held until its outcome
                     group.rows.extend(cast(list[ChangeRecord | TableFailed], self._guarded_rows(event, table_id, offset)))
                     if len(group.rows) > HELD_XA_ROWS:
                         group.rows = None  # read again at its commit
+        elif isinstance(event, XidCommitted):
+            self.committed = offset
+            return (TransactionCommitted(offset, self._gtid),)
+        elif isinstance(event, GtidStarted):
+            self._follow_group(event, offset)
+        elif isinstance(event, XaPrepared):
+            return list(self._xa_outcome(self._xa_prepared(event, offset)))
+        elif isinstance(event, Statement):
+            return list(self._handle_query(event, offset))
+        return ()
 
     def _watched(self, change: TableChange) -> bool:
         """A table that is not captured takes a name ``watch`` is given (created, replaced, renamed to)."""
@@ -326,7 +325,7 @@ class BinlogReader:
         """A GTID event starts a group (MariaDB marks an XA transaction's); ``decoded``: its rows are
         decoded (else another piece of the range, or this reader before a reconnect, handled them)."""
         self._gtid = event.gtid
-        self._group_start = _event_start(event, offset)
+        self._group_gtid = (event, offset)  # its start is needed only where an XA group opens
         if event.prepared_xa:
             self._open_xa_group(event, offset, decoded)
 
@@ -334,7 +333,7 @@ class BinlogReader:
         """An XA transaction's group begins: at its GTID event (MariaDB's, or the one before MySQL's
         ``XA START`` query)."""
         if not self._replaying:
-            self._xa_group = XaGroup(self._group_start or _event_start(event, offset), [] if decoded else None)
+            self._xa_group = XaGroup(_event_start(*(self._group_gtid or (event, offset))), [] if decoded else None)
 
     def _xa_statement(self, event: Statement, statement: str, offset: BinlogOffset) -> Iterator[BinlogItem]:
         parsed = parse_xa_statement(statement)

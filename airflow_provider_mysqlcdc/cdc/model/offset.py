@@ -79,7 +79,14 @@ class BinlogOffset:
         return (file_order << 32) | position
 
     def at(self, file: str, position: int) -> "BinlogOffset":
-        """Another offset in the same server's binlog (the same epoch)."""
+        """Another offset in the same server's binlog (the same epoch). In the same file (the reader
+        makes one per event) it is built without ``__post_init__``: the file's name was checked and
+        ordered when this offset was made."""
+        if file == self.file and type(position) is int and position >= 4:
+            offset = object.__new__(BinlogOffset)
+            offset.__dict__.update(file=self.file, position=position, gtid_set=None, server_id=None, epoch=self.epoch,
+                                   _order=(self._order[0], position))  # type: ignore[attr-defined]
+            return offset
         return BinlogOffset(file, position, epoch=self.epoch)
 
     def in_epoch(self, epoch: int) -> "BinlogOffset":
