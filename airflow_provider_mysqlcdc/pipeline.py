@@ -156,7 +156,7 @@ def mysqlcdc_pipeline(*, tables: Sequence[str], sink_root: str, state_dir: str,
 
     Heartbeats: ``heartbeat_interval_s`` (default 30) and ``heartbeat_query`` go to the stream
     (operators/stream.py, stream/heartbeat.py), and so does ``stream_engine`` (who runs its batches:
-    ``structured-streaming``, the default, or ``driver``, stream/loop.py).
+    ``driver``, the default, stream/loop.py, or ``structured-streaming``, the default on Spark Connect).
 
     ``snapshot_consistency="at-least-once"`` reads the chunks without their binlog windows: faster
     under concurrent writes; the mirror converges all the same, its changelog may hold a change the

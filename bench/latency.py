@@ -27,6 +27,7 @@ from airflow_provider_mysqlcdc.protocol.sinks import SinkSpec
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from bench.customer_table import fresh_table
+from bench.jobs import BASELINE_ENGINE
 from devtools.spark_submit import SparkSubmit
 from devtools.throwaway_server import ThrowawayMariaDB
 from devtools.verify import read_delta
@@ -48,7 +49,8 @@ def bench_latency(server: ThrowawayMariaDB, work: Path, secrets: Path, seconds: 
     sink.prepare(load_table_schema(conn, table))
     PipelineState(str(work / "latency-state")).commit(
         {table: CapturedTable("id", [stream_only_split(table, "id", current_offset(conn))])})
-    job = StreamJob(state=str(work / "latency-state"), sink=SinkSpec(str(lake)), mode="continuous", trigger_interval_s=0.2)
+    job = StreamJob(state=str(work / "latency-state"), sink=SinkSpec(str(lake)), mode="continuous", trigger_interval_s=0.2,
+                    stream_engine=BASELINE_ENGINE)
     (work / "latency.json").write_text(job.to_json())
     submit = SparkSubmit(master="local[2]", work_dir=work / "spark")
     proc = submit.start("binlog_stream.py", ["--job", str(work / "latency.json")], secrets, work / "latency.log")

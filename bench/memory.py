@@ -213,7 +213,9 @@ def _stream_one_update(server: ThrowawayMariaDB, work: Path, secrets: Path, rows
     state.commit({table: CapturedTable("id", [stream_only_split(table, "id", start)])})
     sink = SinkSpec(str(work / f"{name}-lake"), sink_format, merge_mode=merge_mode)
     open_sink(sink).prepare(load_table_schema(conn, table))
-    job = StreamJob(state=state.location, sink=sink, **settings)
+    from bench.jobs import BASELINE_ENGINE  # bench/jobs.py imports this module
+
+    job = StreamJob(state=state.location, sink=sink, **{"stream_engine": BASELINE_ENGINE, **settings})
     (work / f"{name}.json").write_text(job.to_json())
     submit = SparkSubmit(master="local[2]", work_dir=work / "spark")
     log_file = work / f"{name}.log"

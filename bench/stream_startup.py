@@ -38,6 +38,7 @@ from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.state.registry import PipelineState
 from bench.customer_table import fresh_table
 from bench.fixed_cost import connect_runner
+from bench.jobs import BASELINE_ENGINE
 from devtools.spark_connect_server import SparkConnectServer
 from devtools.spark_submit import SparkSubmit
 from devtools.throwaway_server import ThrowawayMariaDB
@@ -57,7 +58,8 @@ def bench_stream_startup(server: ThrowawayMariaDB, work: Path, secrets: Path) ->
     lake, state = work / "startup-lake", work / "startup-state"
     open_sink(SinkSpec(str(lake))).prepare(load_table_schema(conn, table))
     PipelineState(str(state)).commit({table: CapturedTable("id", [stream_only_split(table, "id", current_offset(conn))])})
-    (work / "startup.json").write_text(StreamJob(state=str(state), sink=SinkSpec(str(lake))).to_json())
+    (work / "startup.json").write_text(StreamJob(state=str(state), sink=SinkSpec(str(lake)),
+                                                 stream_engine=BASELINE_ENGINE).to_json())
     # at INFO, so that the executors' Python worker start-up lines ("Times: total = ...") are in its log
     submit = SparkSubmit(master="local[2]", work_dir=work / "spark", conf={"spark.log.level": "INFO"})
     runs = []

@@ -60,7 +60,7 @@ from bench.continuous import (
     stop_stream,
 )
 from bench.customer_table import fresh_table
-from bench.jobs import run_chunk_job
+from bench.jobs import BASELINE_ENGINE, run_chunk_job
 from devtools.throwaway_server import ThrowawayMariaDB
 
 TABLES, ROWS, SECONDS = 8, 1_000_000, 30
@@ -152,7 +152,8 @@ def _one_mode(server: ThrowawayMariaDB, work: Path, secrets: Path, command: list
     start = current_offset(conn)  # nothing written since the snapshots
     state.commit({t: CapturedTable("id", [stream_only_split(t, "id", start)])
                   for t in [*(s.table_id for s in schemas), STAMP]})
-    job = StreamJob(state=state.location, sink=spec, mode="continuous", trigger_interval_s=0.2)
+    job = StreamJob(state=state.location, sink=spec, mode="continuous", trigger_interval_s=0.2,
+                    stream_engine=BASELINE_ENGINE)
     (work / f"{name}.json").write_text(job.to_json())
     stamps = Stamps(server, sink)
     stream = start_stream(work, secrets, f"{name}.json", f"{name}.log")

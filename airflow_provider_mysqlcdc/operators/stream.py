@@ -102,9 +102,10 @@ class MySqlCdcStreamOperator(ResumableJobMixin, MySqlCdcSparkJobOperator):
     :param heartbeat_query: a statement run on the source at each heartbeat (e.g. an upsert into a
         heartbeat table the CDC user may write), so a source that writes nothing else still moves
         the binlog on; checked (run once and rolled back) before the stream writes anything
-    :param stream_engine: who runs the stream's batches: ``structured-streaming`` (the default: a
-        Spark micro-batch per batch) or ``driver`` (the stream job's driver reads and applies each
-        batch itself, without a Spark job per batch: stream/loop.py)
+    :param stream_engine: who runs the stream's batches: ``driver`` (the default: the stream job's
+        driver reads and applies each batch itself, without a Spark job per batch: stream/loop.py) or
+        ``structured-streaming`` (a Spark micro-batch per batch; the default on a Spark Connect
+        session, whose batches then run on the server)
     """
 
     template_fields: Sequence[str] = ("state_location", "sink_root", "mode", "spark_master", "spark_conn_id",

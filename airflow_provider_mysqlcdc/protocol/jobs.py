@@ -143,6 +143,15 @@ STRUCTURED_STREAMING, DRIVER = "structured-streaming", "driver"
 STREAM_ENGINES = (STRUCTURED_STREAMING, DRIVER)
 
 
+def stream_engine_of(chosen: str | None, *, spark_connect: bool) -> str:
+    """The engine a stream runs on: the one chosen, else the driver loop (one long-lived reader beside
+    the merges, no Spark job per batch), but on a Spark Connect session Structured Streaming, whose
+    batches run on the server (the driver loop would read and merge in the Airflow worker)."""
+    if chosen is not None:
+        return chosen
+    return STRUCTURED_STREAMING if spark_connect else DRIVER
+
+
 @dataclass
 class StreamJob(_JobFile):
     """One spark-submit of the stream job (spark/stream_job.py)."""
@@ -206,12 +215,12 @@ class StreamJob(_JobFile):
     heartbeat_query: str = ""
     #: who runs the batches (STREAM_ENGINES): Spark's Structured Streaming, a micro-batch per batch
     #: (spark/stream_job.py), or the driver itself, reading and applying each batch without a Spark
-    #: job (stream/loop.py)
-    stream_engine: str = STRUCTURED_STREAMING
+    #: job (stream/loop.py); None: ``stream_engine_of`` decides (the driver, but on Spark Connect)
+    stream_engine: str | None = None
 
     def __post_init__(self) -> None:
         check_sink(self.sink)
-        if self.stream_engine not in STREAM_ENGINES:
+        if self.stream_engine is not None and self.stream_engine not in STREAM_ENGINES:
             raise ConfigurationError(f"stream_engine must be one of {', '.join(STREAM_ENGINES)}, got "
                                      f"{self.stream_engine!r}.")
         check_schema_change_policy(self.schema_changes)

@@ -33,7 +33,7 @@ from airflow_provider_mysqlcdc.cdc.source.connection import ENV_PREFIX, SourceCo
 from airflow_provider_mysqlcdc.cdc.source.preflight import check_heartbeat_query, run_heartbeat_query
 from airflow_provider_mysqlcdc.cdc.source.server import binlog_changed_error
 from airflow_provider_mysqlcdc.protocol.envelope import encode
-from airflow_provider_mysqlcdc.protocol.jobs import STRUCTURED_STREAMING, StreamJob
+from airflow_provider_mysqlcdc.protocol.jobs import STRUCTURED_STREAMING, StreamJob, stream_engine_of
 from airflow_provider_mysqlcdc.protocol.offsets import StreamOffset
 from airflow_provider_mysqlcdc.protocol.progress import (
     StreamBatchProgress,
@@ -229,8 +229,10 @@ def run_stream_job(spark: Any, source: SourceConfig, job: StreamJob, *, source_f
     state = PipelineState(job.state)
     settle_sink(state, job.sink, outside_airflow=True)  # recorded if none was (a stream started by hand), or refused
     app_id, ui_url = application_of(spark)
-    log.info("stream job started on Spark application %s; binlog rows decoded by the %s decoder here (executors "
-             "without the compiled one use its Python twin), events framed %s", app_id, chosen_decoder(),
+    job.stream_engine = stream_engine_of(job.stream_engine, spark_connect=is_connect(spark))
+    log.info("stream job started on Spark application %s, stream engine %s; binlog rows decoded by the %s decoder "
+             "here (executors without the compiled one use its Python twin), events framed %s", app_id,
+             job.stream_engine, chosen_decoder(),
              "by python-mysql-replication" if chosen_framing() == "library" else "by our own framing where it can")
     # first of all: nothing below may run while another stream runs (it deletes spill folders, too)
     held = StreamLeases(state).acquire(job.holder or f"a stream started outside Airflow ({app_id})",

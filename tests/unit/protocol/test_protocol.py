@@ -217,3 +217,19 @@ def test_a_chunk_job_file_of_version_2_reads_as_exactly_once():
     body = {k: v for k, v in encode(ChunkJob(str(T), [SPLIT.split], SinkSpec("/lake"))).items() if k != "snapshot_consistency"}
     job = ChunkJob.from_json(json.dumps({**_before_the_sink_spec(body), "format_version": 2}))
     assert job.snapshot_consistency == "exactly-once" and job.replays_windows
+
+
+def test_a_stream_without_a_chosen_engine_runs_on_the_driver_but_on_spark_connect():
+    from airflow_provider_mysqlcdc.protocol.jobs import DRIVER, STRUCTURED_STREAMING, stream_engine_of
+
+    job = StreamJob.from_json(StreamJob(state="/s", sink=SinkSpec("/lake")).to_json())
+    assert job.stream_engine is None
+    assert stream_engine_of(job.stream_engine, spark_connect=False) == DRIVER
+    assert stream_engine_of(job.stream_engine, spark_connect=True) == STRUCTURED_STREAMING
+    for chosen in (DRIVER, STRUCTURED_STREAMING):  # a chosen engine is kept wherever the stream runs
+        assert stream_engine_of(chosen, spark_connect=True) == stream_engine_of(chosen, spark_connect=False) == chosen
+
+
+def test_a_stream_job_of_an_unknown_engine_is_refused_naming_the_engines():
+    with pytest.raises(ConfigurationError, match="structured-streaming, driver.*'spark'"):
+        StreamJob(state="/s", sink=SinkSpec("/lake"), stream_engine="spark")
