@@ -21,6 +21,7 @@ sits in a private file whose path the program gets as ``--source-file``.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -37,6 +38,8 @@ from typing import Any
 
 from airflow_provider_mysqlcdc.cdc.errors import SparkJobFailed
 from airflow_provider_mysqlcdc.cdc.source.connection import ENV_PREFIX, SourceConfig
+from airflow_provider_mysqlcdc.protocol.envelope import RECORD
+from airflow_provider_mysqlcdc.protocol.jobs import DRIVER, StreamJob, stream_engine_of
 from airflow_provider_mysqlcdc.protocol.results import DriverInfo
 from airflow_provider_mysqlcdc.spark.connect import CONNECT_MODE_VARIABLES
 from airflow_provider_mysqlcdc.spark.report import ReportWatcher
@@ -193,9 +196,28 @@ class SparkTarget:
         return self.deploy_mode == "cluster" and self.master.startswith("spark://")
 
 
-def program_conf(target: SparkTarget, python: str) -> dict[str, str]:
-    """The conf every program is submitted with: the defaults, its Python, then the target's own."""
-    return {**DEFAULT_CONF, "spark.pyspark.python": python, **target.conf}
+def program_conf(target: SparkTarget, python: str, job_json: str = "") -> dict[str, str]:
+    """The conf a program is submitted with: the defaults, its Python, then the target's own; a stream
+    on the driver engine (``job_json``) gets ``QUIET_DRIVER_JVM`` unless the target sets the driver's
+    Java options itself."""
+    conf = {**DEFAULT_CONF, "spark.pyspark.python": python, **target.conf}
+    if job_json and _runs_in_the_driver(job_json, target):
+        conf.setdefault("spark.driver.extraJavaOptions", QUIET_DRIVER_JVM)
+    return conf
+
+
+#: the driver JVM of a stream on the driver engine only holds the Spark session, its batches being read
+#: and merged in Python (stream/loop.py): compiled by the quick JIT alone and with the serial collector,
+#: it starts sooner (an available-now run of 1,000 changes: 10.5-12.0 s -> 7.8-10.8 s on a busy machine)
+#: and no JIT or collector thread competes with the stream for the cores
+QUIET_DRIVER_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+def _runs_in_the_driver(job_json: str, target: SparkTarget) -> bool:
+    body = json.loads(job_json)
+    if body.get(RECORD) != StreamJob.FORMAT.kind:
+        return False
+    return stream_engine_of(body.get("stream_engine"), spark_connect=target.connect) == DRIVER
 
 
 @dataclass(frozen=True)
@@ -295,7 +317,7 @@ class SparkJobRunner:
             secrets = prepare_program(work, source, object_store, report, job_json)
             py_files = build_py_files_zip(work / "airflow_provider_mysqlcdc.zip")
             args = job_arguments(report, secrets, ["--remove-source-folder"] if detached else [])
-            conf = program_conf(self.target, self.python)
+            conf = program_conf(self.target, self.python, job_json)
             if self.target.standalone_cluster:
                 conf.setdefault("spark.standalone.submit.waitAppCompletion", "false" if detached else "true")
                 # what --py-files sets for a Python program: the zip shipped to executors, on their path
