@@ -261,7 +261,7 @@ def test_stream_only_table_starts_at_its_offset_with_state_at_a_url(mysql_server
     head = current_offset(conn)
     state = "file://" + str(tmp_path / "state")
     PipelineState(state).commit({table: CapturedTable("id", [stream_only_split(table, "id", start)])})
-    job = StreamJob(state=state, sink=SinkSpec(str(tmp_path / "lake")))
+    job = StreamJob(state=state, sink=SinkSpec(str(tmp_path / "lake")), stream_engine="structured-streaming")  # its Spark checkpoint is checked
     (tmp_path / "stream.json").write_text(job.to_json())
     source_file = cdc_user.to_private_file(tmp_path / "secrets" / "source.json")
     SparkSubmit(master="local[1]", work_dir=tmp_path / "spark").run(
@@ -314,7 +314,7 @@ def test_an_older_checkpoint_put_back_resumes_exactly_from_the_sink(mysql_server
     lake, state_dir = str(tmp_path / "lake"), tmp_path / "state"
     report = run_preflight(cdc_user, tables)
     _snapshot(cdc_user, report, lake, state_dir)
-    job = StreamJob(state=str(state_dir), sink=SinkSpec(lake))
+    job = StreamJob(state=str(state_dir), sink=SinkSpec(lake), stream_engine="structured-streaming")  # a Spark checkpoint put back
     (tmp_path / "stream.json").write_text(job.to_json())
     source_file = cdc_user.to_private_file(tmp_path / "secrets" / "source.json")
     submit = SparkSubmit(master="local[1]", work_dir=tmp_path / "spark")
