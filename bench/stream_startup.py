@@ -59,61 +59,73 @@ _STAMP = r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO airflow_provider_mysqlcd
 
 def bench_stream_startup(server: ThrowawayMariaDB, work: Path, secrets: Path) -> dict:
     table = TableId("bench", "startup")
-    conn = fresh_table(server, table, "id INT PRIMARY KEY, v INT", "SELECT seq, 0 FROM bench.seq_1_to_1000")
-    lake, state = work / "startup-lake", work / "startup-state"
-    open_sink(SinkSpec(str(lake))).prepare(load_table_schema(conn, table))
-    PipelineState(str(state)).commit({table: CapturedTable("id", [stream_only_split(table, "id", current_offset(conn))])})
-    (work / "startup.json").write_text(StreamJob(state=str(state), sink=SinkSpec(str(lake)),
-                                                 stream_engine=BASELINE_ENGINE).to_json())
+    conn = _startup_table(server, table)
+    job_file = _stream_job(conn, table, work, "startup", stream_engine=BASELINE_ENGINE)
     # at INFO, so that the executors' Python worker start-up lines ("Times: total = ...") are in its log
     submit = SparkSubmit(master="local[2]", work_dir=work / "spark", conf={"spark.log.level": "INFO"})
     runs = []
     for _ in range(RUNS):
-        with conn.cursor() as cur:
-            cur.execute(f"UPDATE {table.quoted} SET v = v + 1 WHERE id <= {CHANGES}")
-        conn.commit()
+        _change_rows(conn, table, CHANGES)
         launched = time.time()
-        result = submit.run("binlog_stream.py", ["--job", str(work / "startup.json")], secrets)
+        result = submit.run("binlog_stream.py", ["--job", str(job_file)], secrets)
         ended = time.time()
         assert result["changes_applied"] == CHANGES, result
         runs.append(_phases(submit.last_log, launched, ended))
         print("stream start-up: " + ", ".join(f"{name} {s:.2f}s" for name, s in runs[-1].items()), flush=True)
-    default_path = _default_path_runs(conn, table, work, secrets)
+    default_path = _default_path_runs(server, work, secrets)
     connected = []
     source = SourceConfig.from_private_file(secrets)
     with SparkConnectServer(work / "connect-stream") as connect:
         runner = connect_runner(connect, source)
         for _ in range(RUNS):
-            with conn.cursor() as cur:
-                cur.execute(f"UPDATE {table.quoted} SET v = v + 1 WHERE id <= {CHANGES}")
-            conn.commit()
+            _change_rows(conn, table, CHANGES)
             started = time.monotonic()
-            result = runner.run("binlog_stream.py", (work / "startup.json").read_text(), source=source, report_folder="")
+            result = runner.run("binlog_stream.py", job_file.read_text(), source=source, report_folder="")
             connected.append(time.monotonic() - started)
             assert result["changes_applied"] == CHANGES, result
             print(f"stream task on Spark Connect: {connected[-1]:.1f}s", flush=True)
     return {"changes": CHANGES, "runs": runs, "connect_s": connected, "default_path_s": default_path}
 
 
-def _default_path_runs(conn, table: TableId, work: Path, secrets: Path) -> list[float]:
+def _default_path_runs(server: ThrowawayMariaDB, work: Path, secrets: Path) -> list[float]:
     """``RUNS`` available-now runs of a ``BACKLOG``-change backlog on the default stream engine, through
-    the same launcher as an operator (its conf included), end to end: the launch to the process's exit."""
-    lake, state = work / "startup-default-lake", work / "startup-default-state"
-    open_sink(SinkSpec(str(lake))).prepare(load_table_schema(conn, table))
-    PipelineState(str(state)).commit({table: CapturedTable("id", [stream_only_split(table, "id", current_offset(conn))])})
-    (work / "startup-default.json").write_text(StreamJob(state=str(state), sink=SinkSpec(str(lake))).to_json())
+    the same launcher as an operator (its conf included), end to end: the launch to the process's exit.
+    A table of their own: the other runs' pipeline does not see their changes."""
+    table = TableId("bench", "startup_default")
+    conn = _startup_table(server, table)
+    job_file = _stream_job(conn, table, work, "startup-default")
     submit = SparkSubmit(master="local[2]", work_dir=work / "spark")
     seconds = []
     for _ in range(RUNS):
-        with conn.cursor() as cur:
-            cur.execute(f"UPDATE {table.quoted} SET v = v + 1 WHERE id <= {BACKLOG}")
-        conn.commit()
+        _change_rows(conn, table, BACKLOG)
         started = time.monotonic()
-        result = submit.run("binlog_stream.py", ["--job", str(work / "startup-default.json")], secrets)
+        result = submit.run("binlog_stream.py", ["--job", str(job_file)], secrets)
         seconds.append(time.monotonic() - started)
         assert result["changes_applied"] == BACKLOG, result
         print(f"available-now on the default path, {BACKLOG:,} changes: {seconds[-1]:.2f}s", flush=True)
     return seconds
+
+
+def _startup_table(server: ThrowawayMariaDB, table: TableId):
+    """A fresh table of 1,000 rows (``id``, ``v``); a connection to the server."""
+    return fresh_table(server, table, "id INT PRIMARY KEY, v INT", "SELECT seq, 0 FROM bench.seq_1_to_1000")
+
+
+def _stream_job(conn, table: TableId, work: Path, name: str, **settings) -> Path:
+    """A stream job file of ``table`` from the binlog's head into a sink table of its own (``name``)."""
+    lake, state = work / f"{name}-lake", work / f"{name}-state"
+    open_sink(SinkSpec(str(lake))).prepare(load_table_schema(conn, table))
+    PipelineState(str(state)).commit({table: CapturedTable("id", [stream_only_split(table, "id", current_offset(conn))])})
+    job_file = work / f"{name}.json"
+    job_file.write_text(StreamJob(state=str(state), sink=SinkSpec(str(lake)), **settings).to_json())
+    return job_file
+
+
+def _change_rows(conn, table: TableId, rows: int) -> None:
+    """An update of the table's first ``rows`` rows, committed: the next run's backlog."""
+    with conn.cursor() as cur:
+        cur.execute(f"UPDATE {table.quoted} SET v = v + 1 WHERE id <= {rows}")
+    conn.commit()
 
 
 def _phases(log: str, launched: float, ended: float) -> dict[str, float]:
