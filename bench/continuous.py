@@ -120,10 +120,14 @@ def steady_batches(log: str, since: float, until: float) -> dict:
     """The batches a stream logged between ``since`` and ``until`` (epoch seconds), as ``batch_times``
     counts them, and the window's seconds outside them: Spark's own part of each micro-batch (the
     trigger, the source's offsets, planning, the checkpoint's commits)."""
-    inside = [line for line in log.splitlines()
-              if (logged := _LOGGED.match(line)) and since <= _epoch(logged.group(1)) <= until]
-    found = batch_times("\n".join(inside))
+    found = batch_times(batch_lines_between(log, since, until))
     return {**found, "outside_s": max(0.0, until - since - found["applied_s"])}
+
+
+def batch_lines_between(log: str, since: float, until: float) -> str:
+    """The stream's batch lines logged between ``since`` and ``until`` (epoch seconds)."""
+    return "\n".join(line for line in log.splitlines()
+                     if (logged := _LOGGED.match(line)) and since <= _epoch(logged.group(1)) <= until)
 
 
 #: a log line of the stream's batch (Python logging's local time, to the millisecond)

@@ -23,7 +23,9 @@
    continuous stream's sustained rate on the mixed workload and its catch-up on a backlog
    (bench/sustained.py; only with ``--only sustained``), and ``sysbench oltp_write_only`` against a
    continuous stream, merge-on-read beside copy-on-write (bench/sysbench_stream.py; only with
-   ``--only sysbench``); the full run repeats the last figures of all three;
+   ``--only sysbench``), and a continuous stream over 200 tables at 1,000 changes/s spread over all of
+   them (bench/wide_stream.py; only with ``--only wide-stream``); the full run repeats the last
+   figures of all four;
 7. the snapshot of a table under concurrent writes, exactly-once beside at-least-once
    (``snapshot_consistency``; bench/snapshot_under_writes.py);
 8. Iceberg beside Delta: the snapshot, the UPDATE burst, the mixed workload and merge scaling into
@@ -72,6 +74,7 @@ from bench.stream_startup import bench_stream_startup, stream_startup_report
 from bench.sustained import RATES as SUSTAINED_RATES
 from bench.sustained import bench_sustained_engines, sustained_report
 from bench.sysbench_stream import bench_sysbench, sysbench_report
+from bench.wide_stream import bench_wide_stream, wide_stream_report
 from devtools.spark_connect_server import SparkConnectServer
 from devtools.throwaway_server import ThrowawayMariaDB
 
@@ -273,7 +276,7 @@ def large_snapshot_report(snap: dict) -> list[str]:
 def report(snap: dict, stream: dict, merge: dict, latency: dict, memory: dict, fixed: dict, startup: dict,
            many: dict | None = None, mixed: dict | None = None, written: dict | None = None,
            formats: dict | None = None, sustained: dict | None = None, run_at: str | None = None,
-           random_merges: dict | None = None, sysbench: dict | None = None) -> str:
+           random_merges: dict | None = None, sysbench: dict | None = None, wide_stream: dict | None = None) -> str:
     n = snap["rows"]
     quick = n / snap["mariadb_quick_s"]
     ours_work, ours_total = n / snap["ours_work_s"], n / snap["ours_total_s"]
@@ -318,6 +321,7 @@ def report(snap: dict, stream: dict, merge: dict, latency: dict, memory: dict, f
         *latency_report(latency),
         *(sustained_report(sustained) if sustained else []),
         *(sysbench_report(sysbench) if sysbench else []),
+        *wide_stream_report(wide_stream),
         *memory_report(memory),
         *fixed_cost_report(fixed),
         *stream_startup_report(startup),
@@ -382,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="the transactions/s sysbench runs at, in turn, in each merge mode")
     parser.add_argument("--only", choices=["snapshot", "snapshot-under-writes", "stream", "merge-scaling", "random-merges",
                                            "latency", "memory", "fixed-cost",
-                                           "stream-startup", "mixed", "many-tables", "sink-formats", "sustained",
+                                           "stream-startup", "mixed", "many-tables", "sink-formats", "sustained", "wide-stream",
                                            "sysbench"],
                         help="run one benchmark and print its numbers (docs/benchmarks.md is left alone, but for "
                              "sink-formats, whose section it replaces)")
@@ -400,7 +404,8 @@ def main(argv: list[str] | None = None) -> int:
                                          stored.get("many_tables"), stored.get("mixed"),
                                          stored.get("snapshot_under_writes"), stored.get("sink_formats"),
                                          stored.get("sustained"), run_at=stored.get("run_at"),
-                                         random_merges=stored.get("random_merges"), sysbench=stored.get("sysbench")))
+                                         random_merges=stored.get("random_merges"), sysbench=stored.get("sysbench"),
+                                         wide_stream=stored.get("wide_stream")))
         return 0
     ensure_jdbc_jar()
     work = Path(tempfile.mkdtemp(prefix="mysqlcdc-bench-"))
@@ -430,6 +435,7 @@ def main(argv: list[str] | None = None) -> int:
                        "stream-startup": lambda: bench_stream_startup(server, work, secrets),
                        "mixed": lambda: bench_mixed_workload(server, work, secrets),
                        "many-tables": lambda: bench_many_tables(server, work),
+                       "wide-stream": lambda: bench_wide_stream(server, work, secrets),
                        "sink-formats": formats_run,
                        "sustained": lambda: bench_sustained_engines(
                            server, work / "sustained", secrets, seconds=args.sustained_seconds, backlog=args.backlog,
@@ -472,6 +478,10 @@ def main(argv: list[str] | None = None) -> int:
                     print("\n".join(sysbench_report(result)))
                     _keep(figures, "sysbench", result)
                     _replace_section(Path(args.out), sysbench_report(result))
+                if args.only == "wide-stream":
+                    print("\n".join(wide_stream_report(result)))
+                    _keep(figures, "wide_stream", result)
+                    _replace_section(Path(args.out), wide_stream_report(result))
                 if args.only == "many-tables":
                     print("\n".join(many_tables_report(result)))
                     _keep(figures, "many_tables", result)
@@ -490,7 +500,7 @@ def main(argv: list[str] | None = None) -> int:
         kept = json.loads(figures.read_text()) if figures.exists() else {}
         many, sustained, sysbench, run_at = kept.get("many_tables"), kept.get("sustained"), kept.get("sysbench"), now()
         text = report(snap, stream, merge, latency, memory, fixed, startup, many, mixed, written, formats, sustained,
-                      run_at, random_merges, sysbench)
+                      run_at, random_merges, sysbench, kept.get("wide_stream"))
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(text)
         print(text)
@@ -498,7 +508,8 @@ def main(argv: list[str] | None = None) -> int:
                                        "latency": latency, "memory": memory, "fixed_cost": fixed,
                                        "stream_startup": startup, "many_tables": many, "mixed": mixed,
                                        "snapshot_under_writes": written, "sink_formats": formats,
-                                       "sustained": sustained, "random_merges": random_merges, "sysbench": sysbench},
+                                       "sustained": sustained, "random_merges": random_merges, "sysbench": sysbench,
+                                       "wide_stream": kept.get("wide_stream")},
                                       indent=2))
     finally:
         if args.keep_work:

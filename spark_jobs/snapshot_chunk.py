@@ -1,13 +1,13 @@
 """spark-submit entry point for running from a checkout. The program itself ships inside the
 package (``airflow_provider_mysqlcdc/spark/jobs/snapshot_chunk.py``), which is what the provider submits; both
-run ``airflow_provider_mysqlcdc/spark/chunk_job.py``'s ``main``:
+run its ``main``:
 
     spark-submit --py-files airflow_provider_mysqlcdc.zip spark_jobs/snapshot_chunk.py --job JOB_FILE
 """
 
 import sys
 
-from airflow_provider_mysqlcdc.spark.chunk_job import main
+from airflow_provider_mysqlcdc.spark.jobs.snapshot_chunk import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -36,7 +36,8 @@ from typing import Any
 
 from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.protocol.results import DriverInfo
-from airflow_provider_mysqlcdc.spark.connect import ConnectSession, connect_session, driver_info, server_address
+from airflow_provider_mysqlcdc.spark.connect import ConnectSession, connect_session, server_address
+from airflow_provider_mysqlcdc.spark.starting import SparkStart
 from airflow_provider_mysqlcdc.state.credentials import ObjectStoreCredentials
 
 #: the loggers of the package: their lines go to the task log while a program runs in the task's process
@@ -73,10 +74,11 @@ class SparkConnectJobRunner:
             with connect_session(url, self.conf) as spark:
                 self._session = spark
                 self.log.info("%s: Spark Connect session %s on %s", app_name, spark.session_id, server_address(url))
+                started = SparkStart.of(spark, url)
                 if on_driver:  # the task's Spark UI link: the server's application
-                    on_driver(driver_info(spark, url))
+                    on_driver(started.driver())
                 with _package_log_to(self.log):
-                    return work(spark)
+                    return work(started)
         finally:
             self._session = None
 

@@ -24,7 +24,6 @@ import dataclasses
 import json
 import logging
 import math
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,7 +40,7 @@ from airflow_provider_mysqlcdc.cdc.reading.arrow_select import fast_select_suppo
 from airflow_provider_mysqlcdc.cdc.reading.split_reader import SplitRangeChecker, SplitReader
 from airflow_provider_mysqlcdc.cdc.records.apply import KeyedRows
 from airflow_provider_mysqlcdc.cdc.records.ordering import KeyOrdering
-from airflow_provider_mysqlcdc.cdc.source.connection import ENV_PREFIX, SourceConfig
+from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
 from airflow_provider_mysqlcdc.cdc.source.rules import captured_schema
 from airflow_provider_mysqlcdc.cdc.source.schema import load_table_schema
 from airflow_provider_mysqlcdc.protocol.envelope import encode
@@ -52,7 +51,6 @@ from airflow_provider_mysqlcdc.sinks.arrow_rows import data_schema, merge_change
 from airflow_provider_mysqlcdc.sinks.data_files import DataFile, delete_data_file, read_data_file, write_data_file
 from airflow_provider_mysqlcdc.sinks.factory import open_sink
 from airflow_provider_mysqlcdc.sinks.writer import SinkWriter
-from airflow_provider_mysqlcdc.spark.entrypoint import job_main
 from airflow_provider_mysqlcdc.state.credentials import install_from_private_file
 from airflow_provider_mysqlcdc.state.epochs import place
 from airflow_provider_mysqlcdc.state.staged import write_staged
@@ -304,22 +302,3 @@ class _SplitJob:
         else:
             self.writer.write_split_table(done, rows)
         return done
-
-
-def prepare(job_json: str, source: SourceConfig | None = None,
-            server_file: str | None = None) -> tuple[str, Callable[[Any], dict[str, Any]]]:
-    """The program's name and work; ``source``: the source's settings when the caller has them (a
-    Spark Connect session: launch/connect_runner.py, whose executors read the password from
-    ``server_file`` on the server), else from the environment."""
-    job = ChunkJob.from_json(job_json)
-    if source is None:
-        source = SourceConfig.from_env()
-        server_file = os.environ.get(f"{ENV_PREFIX}FILE")
-    # executors read the password from a private file, so the function Spark ships them holds its path
-    executors = source.for_executors(server_file) if server_file else source
-    return f"mysqlcdc-chunk {job.table}", lambda spark: run_chunk_job(spark, source, job, executors)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """The program (spark/jobs/snapshot_chunk.py): its arguments, session and report around ``prepare``'s work."""
-    return job_main(argv, description="MySQL CDC chunk job", prepare=prepare)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -30,7 +29,6 @@ from typing import Any
 from urllib.parse import urlparse
 
 from airflow_provider_mysqlcdc.cdc.source.connection import read_private_file, write_private_file
-from airflow_provider_mysqlcdc.protocol.results import DriverInfo
 from airflow_provider_mysqlcdc.state.credentials import ObjectStoreCredentials, put_in_private_file
 
 #: what pyspark sets in a process that opened a Spark Connect session; a spark-submit program inheriting
@@ -57,12 +55,6 @@ def application_of(spark: Any, connect_url: str = "") -> tuple[str, str]:
     port = spark.conf.get("spark.ui.port", None) if spark.conf.get("spark.ui.enabled", "true") == "true" else None
     host = urlparse(connect_url.replace("sc://", "http://", 1)).hostname if connect_url else None
     return app_id, f"http://{host}:{port}" if host and port else ""
-
-
-def driver_info(spark: Any, connect_url: str = "") -> DriverInfo:
-    """Where ``spark``'s driver side runs: this process, and the application (and UI) behind it."""
-    app_id, ui_url = application_of(spark, connect_url)
-    return DriverInfo(app_id, ui_url, socket.getfqdn(), os.getpid())
 
 
 def server_address(url: str) -> str:

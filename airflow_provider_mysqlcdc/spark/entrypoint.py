@@ -25,7 +25,8 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
-#: prepare(job JSON, source=None, server_file=None) -> (Spark application name, work(spark) -> result);
+#: prepare(job JSON, source=None, server_file=None) -> (Spark application name, work(spark) -> result), where
+#: ``spark`` is the program's Spark side while it starts (spark/starting.py ``SparkStart``);
 #: ``source`` and ``server_file`` are given on a Spark Connect session (see the module doc)
 Prepare = Callable[..., tuple[str, Callable[[Any], dict[str, Any]]]]
 
@@ -75,9 +76,9 @@ def _run(args: argparse.Namespace, report: Any, prepare: Prepare) -> int:
         try:
             job_json = _read(args.job) if args.job else report.read_job()
             run = _connect_session if args.spark_connect else _classic_session
-            with run(args.source_file, job_json, prepare) as (spark, work, connect_url):
-                if report:
-                    report.driver_started(spark, connect_url)
+            with run(args.source_file, job_json, prepare) as (spark, work):
+                if report:  # the driver's address, once its context is up: the work goes on meanwhile
+                    spark.when_ready(lambda: report.driver_started(spark.driver()))
                 result = work(spark)
         except Exception as exc:
             if report:
@@ -91,22 +92,23 @@ def _run(args: argparse.Namespace, report: Any, prepare: Prepare) -> int:
 
 
 @contextmanager
-def _classic_session(source_file: str | None, job_json: str, prepare: Prepare) -> Iterator[tuple[Any, Any, str]]:
-    from pyspark.sql import SparkSession
+def _classic_session(source_file: str | None, job_json: str, prepare: Prepare) -> Iterator[tuple[Any, Any]]:
+    from airflow_provider_mysqlcdc.spark.starting import SparkStart
 
     app_name, work = prepare(job_json)
-    spark = SparkSession.builder.appName(app_name).getOrCreate()
+    spark = SparkStart.begin(app_name)  # the context starts while the work begins (starting.py)
     try:
-        yield spark, work, ""
+        yield spark, work
     finally:
         spark.stop()
 
 
 @contextmanager
-def _connect_session(source_file: str, job_json: str, prepare: Prepare) -> Iterator[tuple[Any, Any, str]]:
+def _connect_session(source_file: str, job_json: str, prepare: Prepare) -> Iterator[tuple[Any, Any]]:
     from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError
     from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig
     from airflow_provider_mysqlcdc.spark.connect import ConnectSession, connect_session
+    from airflow_provider_mysqlcdc.spark.starting import SparkStart
 
     session = ConnectSession.from_private_file(source_file)
     if not session:
@@ -114,7 +116,7 @@ def _connect_session(source_file: str, job_json: str, prepare: Prepare) -> Itera
     _, work = prepare(job_json, source=SourceConfig.from_private_file(Path(source_file)),
                       server_file=session.server_credentials_file)
     with connect_session(session.url, session.conf) as spark:
-        yield spark, work, session.url
+        yield SparkStart.of(spark, session.url), work
 
 
 def _read(location: str) -> str:

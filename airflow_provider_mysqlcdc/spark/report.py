@@ -25,7 +25,6 @@ from typing import Any
 
 from airflow_provider_mysqlcdc.protocol.lease import StopRequest
 from airflow_provider_mysqlcdc.protocol.results import DriverInfo, DriverLog, JobFailure
-from airflow_provider_mysqlcdc.spark.connect import driver_info
 from airflow_provider_mysqlcdc.state.storage import StateStorage
 
 JOB, DRIVER, LOG, RESULT, FAILURE, STOP = "job.json", "driver.json", "log", "result.json", "failure.json", "stop.json"
@@ -66,9 +65,9 @@ class JobReport:
         logging.getLogger(PROGRESS_LOGGER).removeHandler(self._handler)
         self.flush()
 
-    def driver_started(self, spark: Any, connect_url: str = "") -> None:
-        """The driver is up (``connect_url``: a Spark Connect session's server; this process is its client)."""
-        self.storage.write_record(driver_info(spark, connect_url), DRIVER)
+    def driver_started(self, driver: DriverInfo) -> None:
+        """The driver is up (spark/starting.py ``SparkStart.driver``)."""
+        self.storage.write_record(driver, DRIVER)
 
     def succeeded(self, result: dict[str, Any]) -> None:
         self.flush()

@@ -19,17 +19,17 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from airflow_provider_mysqlcdc.cdc.binlog.framing import chosen_framing
 from airflow_provider_mysqlcdc.cdc.binlog.row_decoder import chosen_decoder
-from airflow_provider_mysqlcdc.cdc.errors import ConfigurationError, LeaseLost
+from airflow_provider_mysqlcdc.cdc.errors import LeaseLost
 from airflow_provider_mysqlcdc.cdc.model.offset import BinlogOffset
-from airflow_provider_mysqlcdc.cdc.source.connection import ENV_PREFIX, SourceConfig, parse_server_id_range
+from airflow_provider_mysqlcdc.cdc.source.connection import SourceConfig, parse_server_id_range
 from airflow_provider_mysqlcdc.cdc.source.preflight import check_heartbeat_query, run_heartbeat_query
 from airflow_provider_mysqlcdc.cdc.source.server import binlog_changed_error
 from airflow_provider_mysqlcdc.protocol.envelope import encode
@@ -45,9 +45,9 @@ from airflow_provider_mysqlcdc.sinks.routing import captured_target
 from airflow_provider_mysqlcdc.spark.batch_rows import batch_items, piece_rows, row_key, spill_urls
 from airflow_provider_mysqlcdc.spark.binlog_source import SOURCE_NAME, BinlogDataSource
 from airflow_provider_mysqlcdc.spark.checkpoint import apply_local_checkpoint_settings
-from airflow_provider_mysqlcdc.spark.connect import application_of, is_connect
-from airflow_provider_mysqlcdc.spark.entrypoint import job_main
+from airflow_provider_mysqlcdc.spark.connect import is_connect
 from airflow_provider_mysqlcdc.spark.report import stop_request
+from airflow_provider_mysqlcdc.spark.starting import SparkStart
 from airflow_provider_mysqlcdc.state.cleanup import release_applied_staged_files
 from airflow_provider_mysqlcdc.state.credentials import install_from_private_file
 from airflow_provider_mysqlcdc.state.lease import LeaseKeeper, StreamLeases
@@ -220,33 +220,42 @@ class BatchFollower:
                  batch.changes_in_batch, batch.changes_total, batch.head_at_batch_end, lag_s)
 
 
-def run_stream_job(spark: Any, source: SourceConfig, job: StreamJob, *, source_file: str) -> dict[str, Any]:
-    """Run the stream on ``spark``. Its Spark side reads the source's password (and the object store's
-    credentials) from the private file ``source_file``: the task's under spark-submit, the server's on
-    a Spark Connect session (spark/connect.py). Nothing secret travels with the functions Spark runs."""
+def run_stream_job(spark: SparkStart, source: SourceConfig, job: StreamJob, *, source_file: str) -> dict[str, Any]:
+    """Run the stream on ``spark``, the program's Spark side while it starts (spark/starting.py): the
+    driver engine prepares, and starts its read process, while the SparkContext starts; Structured
+    Streaming waits for its session first. Its Spark side reads the source's password (and the object
+    store's credentials) from the private file ``source_file``: the task's under spark-submit, the
+    server's on a Spark Connect session (spark/connect.py). Nothing secret travels with the functions
+    Spark runs."""
     if not source_file:
         raise ValueError("the stream's Spark side needs source_file, the private credentials file it reads")
     state = PipelineState(job.state)
     settle_sink(state, job.sink, outside_airflow=True)  # recorded if none was (a stream started by hand), or refused
-    app_id, ui_url = application_of(spark)
-    job.stream_engine = stream_engine_of(job.stream_engine, spark_connect=is_connect(spark))
-    log.info("stream job started on Spark application %s, stream engine %s; binlog rows decoded by the %s decoder "
-             "here (executors without the compiled one use its Python twin), events framed %s", app_id,
-             job.stream_engine, chosen_decoder(),
+    job.stream_engine = stream_engine_of(job.stream_engine, spark_connect=spark.connect)
+    session = spark.session() if job.stream_engine == STRUCTURED_STREAMING else None
+    log.info("stream job started, stream engine %s; binlog rows decoded by the %s decoder here (executors without "
+             "the compiled one use its Python twin), events framed %s", job.stream_engine, chosen_decoder(),
              "by python-mysql-replication" if chosen_framing() == "library" else "by our own framing where it can")
     # first of all: nothing below may run while another stream runs (it deletes spill folders, too)
-    held = StreamLeases(state).acquire(job.holder or f"a stream started outside Airflow ({app_id})",
-                                       ttl_s=job.lease_ttl_s, report=job.report)
-    held.renew(app_id=app_id, ui_url=ui_url)
+    held = StreamLeases(state).acquire(job.holder or f"a stream started outside Airflow (process {os.getpid()} on "
+                                       f"{socket.getfqdn()})", ttl_s=job.lease_ttl_s, report=job.report)
+
+    def on_spark() -> None:
+        """The application the stream runs as, in its lease and its log, once its context is up."""
+        app_id, ui_url = spark.application()
+        held.renew(app_id=app_id, ui_url=ui_url)
+        log.info("stream job on Spark application %s", app_id)
+
     # a detached stream is asked to stop through its report folder: even before it holds the lease
     requested = (lambda: stop_request(job.report)) if job.report else (lambda: None)
     stopping = LoopStop()  # the driver loop's stop (stream/loop.py)
-    stop = (lambda: stop_queries(spark)) if job.stream_engine == STRUCTURED_STREAMING else (lambda: stop_loop(stopping))
+    stop = (lambda: stop_queries(session)) if session is not None else (lambda: stop_loop(stopping))
     with LeaseKeeper(held, stop_stream=stop, stop_requested=requested) as keeper:
-        if job.stream_engine == STRUCTURED_STREAMING:
-            result = _run_stream(spark, source, job, source_file, state, held.check)
+        if session is not None:
+            on_spark()
+            result = _run_stream(session, source, job, source_file, state, held.check)
         else:
-            result = _run_driver_loop(source, job, state, held.check, stopping)
+            result = _run_driver_loop(source, job, state, held.check, stopping, on_spark)
         if keeper.lost:
             raise keeper.lost
         if keeper.stop_reason:
@@ -315,9 +324,10 @@ def _measures(source: SourceConfig, state: PipelineState) -> tuple[Callable[[Bin
 
 
 def _run_driver_loop(source: SourceConfig, job: StreamJob, state: PipelineState, fence: Callable[[], None],
-                     stopping: LoopStop) -> dict[str, Any]:
+                     stopping: LoopStop, on_spark: Callable[[], None]) -> dict[str, Any]:
     """The stream with ``stream_engine="driver"``: its batches read and applied in this process
-    (stream/loop.py), from where the pipeline's last stream into this sink ended."""
+    (stream/loop.py), from where the pipeline's last stream into this sink ended. ``on_spark`` waits
+    for the SparkContext: called once the loop is ready to run its first batch."""
     preparing = time.monotonic()
     source = source.with_retry(job.retry_budget_s)
     batches = StreamBatchFunction(source, job, fence)  # in this process: the source's own settings
@@ -334,6 +344,7 @@ def _run_driver_loop(source: SourceConfig, job: StreamJob, state: PipelineState,
         loop = StreamLoop(job, state, batches.steps, planner, reading, fence, measure=measure, run_query=run_query,
                           stopping=stopping)
         until = planner.head() if job.mode == "available-now" else None
+        on_spark()
         log.info("stream prepared in %.2fs; its batches run in the driver (stream_engine driver), from %s (batch %d)%s",
                  time.monotonic() - preparing, start, first_batch, f" up to {until}" if until else "")
         started = time.monotonic()
@@ -401,23 +412,3 @@ def changes_applied_since(state: PipelineState, job: StreamJob, since: float) ->
     if progress is None or progress.app_id != job.app_id or progress.finished_at < since:
         return 0, {}
     return progress.changes_total, progress.table_changes
-
-
-def prepare(job_json: str, source: SourceConfig | None = None,
-            server_file: str | None = None) -> tuple[str, Callable[[Any], dict[str, Any]]]:
-    """The program's name and work; ``source`` given: a Spark Connect session, whose server-side parts
-    read the password (and the object store's credentials) from ``server_file``, a private file on
-    the server; else the settings come from the private file ``MYSQLCDC_SOURCE_FILE``, which the
-    executors read too."""
-    job = StreamJob.from_json(job_json)
-    if source is None:
-        server_file = os.environ.get(f"{ENV_PREFIX}FILE")
-        if not server_file:
-            raise ConfigurationError(f"{ENV_PREFIX}FILE must name the private credentials file (executors read it too)")
-        source = SourceConfig.from_private_file(Path(server_file))
-    return "mysqlcdc-stream", lambda spark: run_stream_job(spark, source, job, source_file=server_file or "")
-
-
-def main(argv: list[str] | None = None) -> int:
-    """The program (spark/jobs/binlog_stream.py): its arguments, session and report around ``prepare``'s work."""
-    return job_main(argv, description="MySQL CDC binlog stream", prepare=prepare)

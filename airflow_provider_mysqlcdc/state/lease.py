@@ -173,13 +173,24 @@ class StreamLeases:
 
 
 class HeldLease:
-    """The lease this process holds: renew it, check it before writing, release it at the end."""
+    """The lease this process holds: renew it, check it before writing, release it at the end. Its
+    keeper's thread and the stream's own may renew it at once (the stream names its application once
+    its Spark context is up): one heartbeat is written at a time, each with what is known then."""
 
     def __init__(self, leases: StreamLeases, lease: StreamLease):
         self.leases = leases
         self.lease = lease
         self.app_id = ""
         self.ui_url = ""
+        self._writing = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # pickled with the fence of a stream's batch function (a Spark Connect server runs it): its lock is made anew there
+        return {k: v for k, v in self.__dict__.items() if k != "_writing"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._writing = threading.Lock()
 
     def check(self) -> None:
         """Raise ``LeaseLost`` when another stream took the pipeline over."""
@@ -193,14 +204,16 @@ class HeldLease:
     def renew(self, **running: Any) -> None:
         """Check, then write a heartbeat (``app_id``, ``ui_url``: what the stream runs as)."""
         self.check()
-        self.app_id = running.get("app_id", self.app_id)
-        self.ui_url = running.get("ui_url", self.ui_url)
-        self._write(released=False)
+        with self._writing:
+            self.app_id = running.get("app_id", self.app_id)
+            self.ui_url = running.get("ui_url", self.ui_url)
+            self._write(released=False)
 
     def release(self) -> None:
         """Let the lease go (the stream stopped); nothing when it was taken over meanwhile."""
         if self.leases.latest_number() == self.lease.number:
-            self._write(released=True)
+            with self._writing:
+                self._write(released=True)
 
     def _write(self, *, released: bool) -> None:
         heartbeat = LeaseHeartbeat(self.lease.token, self.leases.clock(), released, self.app_id, self.ui_url)

@@ -432,8 +432,9 @@ class BatchApplier:
         head = self.tables.head()
         lag_s = time.time() - newest / 1000 if newest else 0.0
         log.info("stream batch %d: %d changes applied in %.2fs (%.2fs reading the binlog, %.2fs merging; %d unit(s), "
-                 "%d spill file(s); %d in total); binlog head %s; event-time lag %.1fs%s", batch_id, changes, seconds,
-                 read_s, seconds - read_s, units, spill_files, self.rows_applied, head, lag_s,
+                 "%d table(s), %d spill file(s); %d in total); binlog head %s; event-time lag %.1fs%s", batch_id, changes,
+                 seconds, read_s, seconds - read_s, units, len(done.merged_tables), spill_files, self.rows_applied, head,
+                 lag_s,
                  f"; reading: {reading}" if reading else "")
         self.state.write_progress(STREAM_PROGRESS, StreamBatchProgress(
             app_id=self.job.app_id, batch=batch_id, finished_at=time.time(), changes_in_batch=changes,

@@ -171,3 +171,15 @@ def test_the_pipeline_status_names_the_running_stream_and_a_free_lease_says_why(
     held.release()
     print_status(state.location)
     assert "stream lease 1 (Airflow task d.stream of run r1, try 1) free: released" in capsys.readouterr().out
+
+
+def test_a_held_lease_pickles_with_the_fence_a_spark_connect_server_runs_and_its_copy_checks_and_renews(state):
+    from pyspark import cloudpickle
+
+    held = StreamLeases(state).acquire("Airflow task d.stream of run r1, try 1")
+    held.renew(app_id="app-1")
+    copy = cloudpickle.loads(cloudpickle.dumps(held.check))
+    copy()  # the check, on the copy
+    copy.__self__.renew(ui_url="http://worker:4040")
+    assert copy.__self__.app_id == "app-1" and copy.__self__._writing is not held._writing
+
