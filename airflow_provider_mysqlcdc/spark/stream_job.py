@@ -222,8 +222,8 @@ class BatchFollower:
 
 def run_stream_job(spark: SparkStart, source: SourceConfig, job: StreamJob, *, source_file: str) -> dict[str, Any]:
     """Run the stream on ``spark``, the program's Spark side while it starts (spark/starting.py): the
-    driver engine prepares, and starts its read process, while the SparkContext starts; Structured
-    Streaming waits for its session first. Its Spark side reads the source's password (and the object
+    driver engine prepares, starts its read process and runs its batches while the SparkContext
+    starts; Structured Streaming waits for its session first. Its Spark side reads the source's password (and the object
     store's credentials) from the private file ``source_file``: the task's under spark-submit, the
     server's on a Spark Connect session (spark/connect.py). Nothing secret travels with the functions
     Spark runs."""
@@ -254,8 +254,9 @@ def run_stream_job(spark: SparkStart, source: SourceConfig, job: StreamJob, *, s
         if session is not None:
             on_spark()
             result = _run_stream(session, source, job, source_file, state, held.check)
-        else:
-            result = _run_driver_loop(source, job, state, held.check, stopping, on_spark)
+        else:  # its batches need no Spark: named once the context is up, while they run
+            spark.when_ready(on_spark)
+            result = _run_driver_loop(source, job, state, held.check, stopping)
         if keeper.lost:
             raise keeper.lost
         if keeper.stop_reason:
@@ -324,10 +325,9 @@ def _measures(source: SourceConfig, state: PipelineState) -> tuple[Callable[[Bin
 
 
 def _run_driver_loop(source: SourceConfig, job: StreamJob, state: PipelineState, fence: Callable[[], None],
-                     stopping: LoopStop, on_spark: Callable[[], None]) -> dict[str, Any]:
+                     stopping: LoopStop) -> dict[str, Any]:
     """The stream with ``stream_engine="driver"``: its batches read and applied in this process
-    (stream/loop.py), from where the pipeline's last stream into this sink ended. ``on_spark`` waits
-    for the SparkContext: called once the loop is ready to run its first batch."""
+    (stream/loop.py), from where the pipeline's last stream into this sink ended."""
     preparing = time.monotonic()
     source = source.with_retry(job.retry_budget_s)
     batches = StreamBatchFunction(source, job, fence)  # in this process: the source's own settings
@@ -344,7 +344,6 @@ def _run_driver_loop(source: SourceConfig, job: StreamJob, state: PipelineState,
         loop = StreamLoop(job, state, batches.steps, planner, reading, fence, measure=measure, run_query=run_query,
                           stopping=stopping)
         until = planner.head() if job.mode == "available-now" else None
-        on_spark()
         log.info("stream prepared in %.2fs; its batches run in the driver (stream_engine driver), from %s (batch %d)%s",
                  time.monotonic() - preparing, start, first_batch, f" up to {until}" if until else "")
         started = time.monotonic()

@@ -183,6 +183,7 @@ class HeldLease:
         self.app_id = ""
         self.ui_url = ""
         self._writing = threading.Lock()
+        self._released = False
 
     def __getstate__(self) -> dict[str, Any]:
         # pickled with the fence of a stream's batch function (a Spark Connect server runs it): its lock is made anew there
@@ -205,14 +206,17 @@ class HeldLease:
         """Check, then write a heartbeat (``app_id``, ``ui_url``: what the stream runs as)."""
         self.check()
         with self._writing:
+            if self._released:
+                return  # let go: renewed by no one (the stream names its application once its context is up)
             self.app_id = running.get("app_id", self.app_id)
             self.ui_url = running.get("ui_url", self.ui_url)
             self._write(released=False)
 
     def release(self) -> None:
         """Let the lease go (the stream stopped); nothing when it was taken over meanwhile."""
-        if self.leases.latest_number() == self.lease.number:
-            with self._writing:
+        with self._writing:
+            self._released = True
+            if self.leases.latest_number() == self.lease.number:
                 self._write(released=True)
 
     def _write(self, *, released: bool) -> None:

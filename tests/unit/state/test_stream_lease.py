@@ -183,3 +183,13 @@ def test_a_held_lease_pickles_with_the_fence_a_spark_connect_server_runs_and_its
     copy.__self__.renew(ui_url="http://worker:4040")
     assert copy.__self__.app_id == "app-1" and copy.__self__._writing is not held._writing
 
+
+
+def test_a_lease_let_go_is_not_renewed_again_by_a_late_renewal(state):
+    """The driver engine names its application once its context is up, possibly after an available-now
+    run ended and let the lease go: that renewal must not make the lease look held again."""
+    held = StreamLeases(state).acquire("Airflow task d.stream of run r1, try 1")
+    held.release()
+    held.renew(app_id="app-late")
+    assert StreamLeases(state).current().released
+    StreamLeases(state).acquire("Airflow task d.stream of run r2, try 1")  # free: taken at once
