@@ -11,13 +11,13 @@ one (it reads and merges in this process): it waits for the context only to name
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
 import threading
 import time
 from collections.abc import Callable
-from functools import cached_property
 from typing import Any
 
 from airflow_provider_mysqlcdc.protocol.results import DriverInfo
@@ -37,6 +37,7 @@ class SparkStart:
         self._context: Any = None
         self._failure: BaseException | None = None
         self._ready: list[Callable[[], None]] = []
+        self._failed: list[Callable[[BaseException], None]] = []
         self._lock = threading.Lock()
         self._began = time.monotonic()
         self._thread: threading.Thread | None = None
@@ -65,17 +66,25 @@ class SparkStart:
 
         try:
             context = SparkContext.getOrCreate(SparkConf().setAppName(self.app_name))
-        except BaseException as exc:  # noqa: BLE001 - raised again where the context is asked for
-            self._failure = exc
-            self._settled.set()
+        except BaseException as exc:  # noqa: BLE001 - raised again where the context is asked for, and by stop
+            self._fail(exc)
             return
         with self._lock:
             self._context = context
-            ready, self._ready = self._ready, []
+            ready, self._ready, self._failed = self._ready, [], []
         self._settled.set()
         log.debug("SparkContext started in %.2fs", time.monotonic() - self._began)
         for callback in ready:
             _call(callback)
+
+    def _fail(self, exc: BaseException) -> None:
+        with self._lock:
+            self._failure = exc
+            failed, self._failed, self._ready = self._failed, [], []
+        self._settled.set()
+        log.error("the SparkContext did not start: %s", exc)
+        for on_failure in failed:
+            _call(functools.partial(on_failure, exc))
 
     def context(self) -> Any:
         """The SparkContext, once started (raises what stopped it from starting)."""
@@ -91,7 +100,7 @@ class SparkStart:
         """The SQL session: a Spark Connect session as given, else made on the context on first use."""
         return self._sql_session
 
-    @cached_property
+    @functools.cached_property
     def _sql_session(self) -> Any:
         if self._session is not None:
             return self._session
@@ -112,18 +121,26 @@ class SparkStart:
         app_id, ui_url = self.application()
         return DriverInfo(app_id, ui_url, socket.getfqdn(), os.getpid())
 
-    def when_ready(self, callback: Callable[[], None]) -> None:
+    def when_ready(self, callback: Callable[[], None], *,
+                   failed: Callable[[BaseException], None] | None = None) -> None:
         """Call ``callback`` once the context (or session) is up: now if it is, else from the thread
-        starting it; never when it fails to start. Its errors are logged, not raised."""
+        starting it; ``failed`` instead, with the error, when it fails to start. Their errors are
+        logged, not raised."""
         with self._lock:
-            if self._context is None and self._session is None:
-                if self._failure is None:
-                    self._ready.append(callback)
+            failure = self._failure
+            if self._context is None and self._session is None and failure is None:
+                self._ready.append(callback)
+                if failed is not None:
+                    self._failed.append(failed)
                 return
-        _call(callback)
+        if failure is None:
+            _call(callback)
+        elif failed is not None:
+            _call(functools.partial(failed, failure))
 
     def stop(self) -> None:
-        """Stop what was started (after the start finished, if it had not)."""
+        """Stop what was started (after the start finished, if it had not). A context that failed to
+        start raises its error here, so that a program whose work did not need it still fails."""
         if self._thread is None:
             return  # a session given: its owner stops it
         self._thread.join()
@@ -131,10 +148,12 @@ class SparkStart:
             self._sql_session.stop()
         elif self._context is not None:
             self._context.stop()
+        elif self._failure is not None:
+            raise self._failure
 
 
 def _call(callback: Callable[[], None]) -> None:
     try:
         callback()
     except Exception:  # noqa: BLE001 - a report of the driver's address must not fail the start
-        log.exception("after the Spark context started")
+        log.exception("after the Spark context's start")

@@ -254,8 +254,8 @@ def run_stream_job(spark: SparkStart, source: SourceConfig, job: StreamJob, *, s
         if session is not None:
             on_spark()
             result = _run_stream(session, source, job, source_file, state, held.check)
-        else:  # its batches need no Spark: named once the context is up, while they run
-            spark.when_ready(on_spark)
+        else:  # its batches need no Spark: named once the context is up, while they run; stopped if it fails
+            spark.when_ready(on_spark, failed=lambda exc: stop_loop(stopping))
             result = _run_driver_loop(source, job, state, held.check, stopping)
         if keeper.lost:
             raise keeper.lost

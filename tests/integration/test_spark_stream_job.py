@@ -332,3 +332,25 @@ def test_an_older_checkpoint_put_back_resumes_exactly_from_the_sink(mysql_server
     shutil.copytree(older, state_dir / "checkpoint")  # an older copy put back: its batch 1 reads seeds 2-3
     stream()
     _assert_sink_equals_source(mysql_server, report, lake)
+
+
+@pytest.mark.parametrize("mode", ["available-now", "continuous"])
+def test_a_stream_on_the_driver_engine_whose_spark_context_cannot_start_fails_naming_why(
+        mysql_server, cdc_user, database, tmp_path, mode):
+    """The driver engine's batches run while its SparkContext starts (spark/starting.py): a context
+    that cannot start (here a listener class that does not exist) still fails the program with the
+    context's own error, a continuous stream too, instead of the stream running on without its Spark
+    application."""
+    conn = mysql_server.connect()
+    tables = create_sample_tables(conn, database, rows_per_table=50, seed=5, tables=TABLES[:1])
+    lake, state_dir = str(tmp_path / "lake"), tmp_path / "state"
+    _snapshot(cdc_user, run_preflight(cdc_user, tables), lake, state_dir)
+    (tmp_path / "stream.json").write_text(StreamJob(state=str(state_dir), sink=SinkSpec(lake), mode=mode,
+                                                    stream_engine="driver").to_json())
+    submit = SparkSubmit(master="local[1]", work_dir=tmp_path / "spark",
+                         conf={"spark.extraListeners": "org.example.NoSuchListener"})
+    with pytest.raises(SparkJobFailed, match="NoSuchListener") as failed:
+        submit.run("binlog_stream.py", ["--job", str(tmp_path / "stream.json")],
+                   cdc_user.to_private_file(tmp_path / "secrets" / "source.json"), timeout_s=300)
+    assert "killed after" not in str(failed.value)  # it ended by itself
+    assert StreamLeases(PipelineState(str(state_dir))).current().released  # it let its lease go
