@@ -244,14 +244,17 @@ def _stream_one_update(server: ThrowawayMariaDB, work: Path, secrets: Path, rows
 
 
 def bench_memory(server: ThrowawayMariaDB, work: Path, secrets: Path, rows: int, *, sink_format: str = "delta",
-                 merge_mode: str | None = None) -> dict:
+                 merge_mode: str | None = None, engine: str | None = None) -> dict:
+    """``engine``: the stream engine (None: the benchmark's baseline, bench/jobs.py ``BASELINE_ENGINE``)."""
     small = max(1000, rows // 5)
     sink = {"sink_format": sink_format, "merge_mode": merge_mode}
+    chosen = {"stream_engine": engine} if engine else {}
     return {
-        "bounded_large": _stream_one_update(server, work, secrets, rows, "bounded_large", {}, **sink),
-        "bounded_small": _stream_one_update(server, work, secrets, small, "bounded_small", {}, **sink),
-        "unbounded_small": _stream_one_update(server, work, secrets, small, "unbounded_small", UNBOUNDED, **sink),
-        "sink": sink,
+        "bounded_large": _stream_one_update(server, work, secrets, rows, "bounded_large", chosen, **sink),
+        "bounded_small": _stream_one_update(server, work, secrets, small, "bounded_small", chosen, **sink),
+        "unbounded_small": _stream_one_update(server, work, secrets, small, "unbounded_small",
+                                              {**UNBOUNDED, **chosen}, **sink),
+        "sink": sink, "engine": engine,
     }
 
 
@@ -264,12 +267,13 @@ def memory_report(result: dict) -> list[str]:
         return (f"| {label}{status} | {r['rows']:,} | {r['seconds']:.0f} | "
                 + " | ".join(f"{r['peak_bytes'][role] / mib:,.0f}" for role in ROLES) + " |")
 
-    total = {k: sum(r["peak_bytes"].values()) for k, r in result.items() if k != "sink"}
+    total = {k: sum(r["peak_bytes"].values()) for k, r in result.items() if k not in ("sink", "engine")}
     growth = total["bounded_large"] / total["bounded_small"] if total["bounded_small"] else float("nan")
     saved = total["unbounded_small"] / total["bounded_small"] if total["bounded_small"] else float("nan")
     sink = result.get("sink") or {"sink_format": "delta", "merge_mode": None}
     into = "" if sink["sink_format"] == "delta" and not sink["merge_mode"] else \
         f" into {sink['sink_format']} ({sink['merge_mode'] or 'its default merge mode'})"
+    into += f" on the {result['engine']} stream engine" if result.get("engine") else ""
     return [
         f"## Memory: one UPDATE of {large['rows']:,} rows through the stream{into}", "",
         "Peak RSS in MiB per role of the spark-submit (sampled every 0.2 s). Defaults: batches end after 128 MiB of "

@@ -366,6 +366,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="rows of the one UPDATE the memory benchmark streams")
     parser.add_argument("--memory-format", default="delta", choices=["delta", "iceberg"],
                         help="the memory benchmark's sink format (--only memory prints its figures, keeps none)")
+    parser.add_argument("--memory-engine", default=None, choices=list(STREAM_ENGINES),
+                        help="the memory benchmark's stream engine (default: the one its earlier figures had)")
     parser.add_argument("--memory-merge-mode", default=None, choices=["merge-on-read", "copy-on-write"],
                         help="the memory benchmark's merge mode (default: the format's)")
     parser.add_argument("--written-rows", type=int, default=1_000_000,
@@ -430,7 +432,8 @@ def main(argv: list[str] | None = None) -> int:
                        "latency": lambda: bench_latency(server, work, secrets),
                        "memory": lambda: bench_memory(server, work, secrets, args.memory_rows,
                                                       sink_format=args.memory_format,
-                                                      merge_mode=args.memory_merge_mode),
+                                                      merge_mode=args.memory_merge_mode,
+                                                      engine=args.memory_engine),
                        "fixed-cost": lambda: bench_fixed_cost(server, work, secrets),
                        "stream-startup": lambda: bench_stream_startup(server, work, secrets),
                        "mixed": lambda: bench_mixed_workload(server, work, secrets),
