@@ -45,12 +45,12 @@ def java_binary() -> str | None:
 
 
 def archive_key(spark_home: Path, java: str) -> str:
-    """What an archive fits: the Java binary (its real path, size and time) and Spark's jars (names
-    and sizes)."""
+    """What an archive fits: the Java binary (its real path, size and time) and Spark's jars (their
+    folder, which is the class path, and their names and sizes)."""
     digest = hashlib.sha256()
     real = os.path.realpath(java)
     stat = os.stat(real)
-    digest.update(f"{real}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
+    digest.update(f"{real}\0{stat.st_size}\0{stat.st_mtime_ns}\0{os.path.realpath(spark_home)}\0".encode())
     jars = spark_home / "jars"
     for jar in sorted(jars.glob("*.jar")) if jars.is_dir() else ():
         digest.update(f"{jar.name}\0{jar.stat().st_size}\0".encode())

@@ -45,7 +45,12 @@ class SparkStart:
 
     @classmethod
     def begin(cls, app_name: str) -> "SparkStart":
-        """Start this process's SparkContext (named ``app_name``) in a thread; return at once."""
+        """Start this process's SparkContext (named ``app_name``) in a thread; return at once.
+        pyspark is imported here, on the caller's thread: the thread then imports nothing, so it never
+        imports a module while the work imports it too (two threads importing pyspark.sql at once can
+        meet it partially initialized)."""
+        import pyspark.sql  # noqa: F401 - see above
+
         start = cls(app_name=app_name)
         start._thread = threading.Thread(target=start._start_context, name="mysqlcdc-spark-start", daemon=True)
         start._thread.start()
@@ -62,7 +67,7 @@ class SparkStart:
         return self._session is not None and is_connect(self._session)
 
     def _start_context(self) -> None:
-        from pyspark import SparkConf, SparkContext
+        from pyspark import SparkConf, SparkContext  # imported already (begin)
 
         try:
             context = SparkContext.getOrCreate(SparkConf().setAppName(self.app_name))

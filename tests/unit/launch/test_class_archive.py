@@ -4,6 +4,7 @@ starts, and what a build keeps. The JVM's own use of the archive is measured in 
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import sys
 import time
@@ -40,7 +41,11 @@ def test_an_archive_fits_one_spark_installation_and_one_java(tmp_path):
     second = archive_key(home, java)
     assert second != first
     os.utime(java, (time.time() - 100, time.time() - 100))  # another Java build at the same path
-    assert archive_key(home, java) not in (first, second)
+    third = archive_key(home, java)
+    assert third not in (first, second)
+    elsewhere = tmp_path / "other" / "spark"
+    shutil.copytree(home, elsewhere)  # the same jars in another installation: another class path
+    assert archive_key(elsewhere, java) != third
 
 
 def test_an_archive_that_is_there_is_used_quietly(tmp_path, monkeypatch):
