@@ -197,18 +197,20 @@ class SparkTarget:
         return self.deploy_mode == "cluster" and self.master.startswith("spark://")
 
 
-def program_conf(target: SparkTarget, python: str, job_json: str = "", *, class_archive: str = "") -> dict[str, str]:
+def program_conf(target: SparkTarget, python: str, job_json: str = "", *,
+                 class_archive: Callable[[], str] = lambda: "") -> dict[str, str]:
     """The conf a program is submitted with: the defaults, its Python, then the target's own; a stream
     on the driver engine (``job_json``) gets ``QUIET_DRIVER_JVM`` unless the target sets the driver's
-    Java options itself; a driver on this machine (client mode) gets ``class_archive``'s options
-    (launch/class_archive.py ``archive_options``) after any other."""
+    Java options itself; a driver on this machine (client mode) gets the options ``class_archive``
+    gives (launch/class_archive.py ``archive_options``, asked only then) after any other, unless the
+    target shares classes itself."""
     conf = {**DEFAULT_CONF, "spark.pyspark.python": python, **target.conf}
     if job_json and _runs_in_the_driver(job_json, target):
         conf.setdefault("spark.driver.extraJavaOptions", QUIET_DRIVER_JVM)
-    if class_archive and target.deploy_mode == "client":
-        options = conf.get("spark.driver.extraJavaOptions", "")
-        if "SharedArchiveFile" not in options and "-Xshare" not in options:
-            conf["spark.driver.extraJavaOptions"] = f"{options} {class_archive}".strip()
+    options = conf.get("spark.driver.extraJavaOptions", "")
+    if target.deploy_mode == "client" and "SharedArchiveFile" not in options and "-Xshare" not in options:
+        if archive := class_archive():
+            conf["spark.driver.extraJavaOptions"] = f"{options} {archive}".strip()
     return conf
 
 
@@ -323,8 +325,7 @@ class SparkJobRunner:
             secrets = prepare_program(work, source, object_store, report, job_json)
             py_files = build_py_files_zip(work / "airflow_provider_mysqlcdc.zip")
             args = job_arguments(report, secrets, ["--remove-source-folder"] if detached else [])
-            conf = program_conf(self.target, self.python, job_json, class_archive=archive_options(spark_home())
-                                if self.target.deploy_mode == "client" else "")
+            conf = program_conf(self.target, self.python, job_json, class_archive=lambda: archive_options(spark_home()))
             if self.target.standalone_cluster:
                 conf.setdefault("spark.standalone.submit.waitAppCompletion", "false" if detached else "true")
                 # what --py-files sets for a Python program: the zip shipped to executors, on their path

@@ -92,13 +92,11 @@ class SparkStart:
             _call(functools.partial(on_failure, exc))
 
     def context(self) -> Any:
-        """The SparkContext, once started (raises what stopped it from starting)."""
+        """The SparkContext ``begin`` started, once up (raises what stopped it from starting)."""
         if self._thread is not None:
             self._settled.wait()
         if self._failure is not None:
             raise self._failure
-        if self._context is None:  # a session given
-            return self._session.sparkContext
         return self._context
 
     def session(self) -> Any:

@@ -223,10 +223,10 @@ class BatchFollower:
 def run_stream_job(spark: SparkStart, source: SourceConfig, job: StreamJob, *, source_file: str) -> dict[str, Any]:
     """Run the stream on ``spark``, the program's Spark side while it starts (spark/starting.py): the
     driver engine prepares, starts its read process and runs its batches while the SparkContext
-    starts; Structured Streaming waits for its session first. Its Spark side reads the source's password (and the object
-    store's credentials) from the private file ``source_file``: the task's under spark-submit, the
-    server's on a Spark Connect session (spark/connect.py). Nothing secret travels with the functions
-    Spark runs."""
+    starts; Structured Streaming waits for its session first. Its Spark side reads the source's
+    password (and the object store's credentials) from the private file ``source_file``: the task's
+    under spark-submit, the server's on a Spark Connect session (spark/connect.py). Nothing secret
+    travels with the functions Spark runs."""
     if not source_file:
         raise ValueError("the stream's Spark side needs source_file, the private credentials file it reads")
     state = PipelineState(job.state)

@@ -35,14 +35,14 @@ ARCHIVE = "-XX:SharedArchiveFile=/cache/a.jsa"
 
 
 def test_a_driver_on_this_machine_gets_the_class_archive_after_its_other_java_options():
-    assert program_conf(LOCAL, "python3", _stream(), class_archive=ARCHIVE)[JAVA] == f"{QUIET_DRIVER_JVM} {ARCHIVE}"
-    assert program_conf(LOCAL, "python3", "", class_archive=ARCHIVE)[JAVA] == ARCHIVE
+    assert program_conf(LOCAL, "python3", _stream(), class_archive=lambda: ARCHIVE)[JAVA] == f"{QUIET_DRIVER_JVM} {ARCHIVE}"
+    assert program_conf(LOCAL, "python3", "", class_archive=lambda: ARCHIVE)[JAVA] == ARCHIVE
     target = SparkTarget("spark_default", "local[2]", conf={JAVA: "-Xmx2g"})
-    assert program_conf(target, "python3", _stream(), class_archive=ARCHIVE)[JAVA] == f"-Xmx2g {ARCHIVE}"
+    assert program_conf(target, "python3", _stream(), class_archive=lambda: ARCHIVE)[JAVA] == f"-Xmx2g {ARCHIVE}"
 
 
 def test_a_driver_on_the_cluster_or_a_target_sharing_classes_itself_gets_no_class_archive():
     cluster = SparkTarget("spark_default", "spark://master:7077", deploy_mode="cluster")
-    assert JAVA not in program_conf(cluster, "python3", "", class_archive=ARCHIVE)
+    assert JAVA not in program_conf(cluster, "python3", "", class_archive=lambda: ARCHIVE)
     own = SparkTarget("spark_default", "local[2]", conf={JAVA: "-Xshare:off"})
-    assert program_conf(own, "python3", "", class_archive=ARCHIVE)[JAVA] == "-Xshare:off"
+    assert program_conf(own, "python3", "", class_archive=lambda: ARCHIVE)[JAVA] == "-Xshare:off"
